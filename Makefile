@@ -1,0 +1,34 @@
+# Two entry points for a fresh machine: `make run` and `make test`.
+# TORCH pins a CPU build; with a GPU, pre-install your own torch build in .venv
+# (or run `make TORCH=torch run`) before the first `make`.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+CORES ?= 2
+BIN := $(VENV)/bin
+
+.PHONY: install run dry-run test bench clean
+
+$(BIN)/trainingcost: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(BIN)/trainingcost
+
+run: install
+	$(BIN)/snakemake --cores $(CORES)
+
+dry-run: install
+	$(BIN)/snakemake -n
+
+test: install
+	$(BIN)/pytest -q
+
+bench: install
+	$(BIN)/python benchmarks/bench_analytic.py
+
+clean:
+	rm -rf results/configs.parquet results/tables .snakemake

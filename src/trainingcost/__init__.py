@@ -1,0 +1,3 @@
+"""trainingcost: what training a transformer costs, under backpropagation and backprop-free rules."""
+
+__version__ = "0.1.0"

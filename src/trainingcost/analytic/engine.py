@@ -1,0 +1,296 @@
+"""The analytic engine: a registry of (cost model, layer kind) -> formula, and
+the composition of formulas into each learning rule's phases.
+
+A formula returns *quantities* for one layer kind, per sequence, each a pair of
+MACC and FLOP arrays:
+
+- ``forward``: one forward pass;
+- ``backward``: input-gradient work that stays inside the block;
+- ``backward_q`` / ``backward_kv``: attention input gradients towards the query
+  input and the key/value input;
+- ``backward_skip``: adding a residual branch's gradient at the sublayer input;
+- ``weight_grad``: the weight gradient (the paper's "weight update");
+- ``weight_grad_dense``: the embedding's dense update that only PEPITA pays;
+- ``linear_forward`` / ``linear_weight_grad``: the products with weight matrices
+  alone (what a feedback matrix update or a weight-mirror pass repeats);
+- ``error_projection``: PEPITA's projection of the output error onto the input;
+- ``dfa_projection``: DFA's projection of the output error onto a block.
+
+A rule's *recipe* (:data:`RECIPES`) says which quantities, with which
+multiplicity, make each of its phases; Table 2 of the paper is the recipe of
+BP, PEPITA and MEMPEPITA. A layer appears in a phase when its formula declares
+one of the phase's quantities, so adding a layer kind or a cost model touches
+one registry entry, and adding a rule touches one recipe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from . import templates as T
+from .templates import Shapes, Templates
+
+RULES = ("bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa")
+DEFAULT_COST_MODELS = ("paper", "kaplan", "textbook", "survey")
+PHASES = ("forward", "backward", "error_projection", "weight_update", "feedback_update", "mirror")
+INT64_LIMIT = float(2**63 - 1)
+
+Cost = tuple  # (maccs, flops)
+
+
+def cost(maccs, flops) -> Cost:
+    return (maccs, flops)
+
+
+Formula = Callable[[Shapes], dict]
+
+
+@dataclass
+class CostModel:
+    name: str
+    granularity: str  # 'layer' (per layer instance) or 'model' (one row named 'model')
+    formulas: dict  # layer kind -> Formula
+
+
+REGISTRY: dict[str, CostModel] = {}
+
+
+def register(cost_model: str, kind: str, granularity: str = "layer"):
+    """Decorator: register ``formula`` for ``kind`` under ``cost_model``."""
+
+    def decorate(formula: Formula) -> Formula:
+        model = REGISTRY.setdefault(cost_model, CostModel(cost_model, granularity, {}))
+        model.formulas[kind] = formula
+        return formula
+
+    return decorate
+
+
+def _load_models() -> None:
+    from . import baselines, paper  # noqa: F401  (registration side effects)
+
+
+# ---------------------------------------------------------------------------
+# Rule recipes: phase -> [(quantity, multiplicity)]. ``s`` is the number of
+# weight-mirror steps per training step.
+
+
+def recipe(rule: str, mirror_steps: int = 1) -> dict[str, list[tuple[str, int]]]:
+    bp = {
+        "forward": [("forward", 1)],
+        "backward": [("backward_total", 1)],
+        "weight_update": [("weight_grad", 1)],
+    }
+    pepita = {
+        "error_projection": [("error_projection", 1)],
+        "weight_update": [("weight_grad", 1), ("weight_grad_dense", 1)],
+    }
+    recipes = {
+        "bp": bp,
+        # FA: a fixed B in place of W^T has W^T's shape, so every product keeps its cost.
+        "fa": bp,
+        # KP: B receives its own update, the outer product of W's update (Akrout et al. 2019, eq. 17).
+        "kp": {**bp, "feedback_update": [("linear_weight_grad", 1)]},
+        # WM: each mirror step drives every weight matrix with noise and accumulates x y^T into B.
+        "wm": {**bp, "mirror": [("linear_forward", mirror_steps), ("linear_weight_grad", mirror_steps)]},
+        # DFA: no gradient leaves a block; the output error reaches each block through a projection.
+        "dfa": {
+            "forward": [("forward", 1)],
+            "backward": [("backward_dfa", 1)],
+            "error_projection": [("dfa_projection", 1)],
+            "weight_update": [("weight_grad", 1)],
+        },
+        # Table 2: PEPITA = 2 forward + weight update + error projection; MEMPEPITA = 3 forward + ...
+        "pepita": {"forward": [("forward", 2)], **pepita},
+        "mempepita": {"forward": [("forward", 3)], **pepita},
+    }
+    return recipes[rule]
+
+
+# ---------------------------------------------------------------------------
+# Evaluation
+
+
+@dataclass
+class Quantities:
+    """Per-template MACCs and FLOPs (per batch) and where each quantity is declared."""
+
+    templates: Templates
+    maccs: dict[str, np.ndarray]
+    flops: dict[str, np.ndarray]
+    declared: dict[str, np.ndarray]
+
+
+BACKWARD_PARTS = ("backward", "backward_q", "backward_kv", "backward_skip")
+
+
+def _derive_backward(q: dict, declared: dict, block_entry: np.ndarray, n: int) -> None:
+    """The backward of BP (everything) and of DFA (what stays inside the block).
+
+    DFA drops the key/value gradient of every attention (a block input, or the
+    encoder output for cross-attention), and the query and skip gradients of the
+    sublayers whose residual input is the block input.
+    """
+    zero = np.zeros(n, dtype=np.int64)
+    for unit in ("maccs", "flops"):
+        part = {k: q[unit].get(k, zero) for k in BACKWARD_PARTS}
+        q[unit]["backward_total"] = part["backward"] + part["backward_q"] + part["backward_kv"] + part["backward_skip"]
+        q[unit]["backward_dfa"] = part["backward"] + np.where(block_entry, 0, part["backward_q"] + part["backward_skip"])
+    any_part = np.zeros(n, dtype=bool)
+    for k in BACKWARD_PARTS:
+        any_part |= declared.get(k, np.zeros(n, dtype=bool))
+    declared["backward_total"] = any_part
+    declared["backward_dfa"] = any_part
+
+
+def _evaluate_formulas(model: CostModel, templates: Templates, dtype) -> tuple[dict, dict, dict]:
+    n = len(templates)
+    maccs: dict[str, np.ndarray] = {}
+    flops: dict[str, np.ndarray] = {}
+    declared: dict[str, np.ndarray] = {}
+    for kind in np.unique(templates.kind):
+        formula = model.formulas.get(kind)
+        if formula is None:
+            raise KeyError(f"cost model {model.name!r} has no formula for layer kind {kind!r}")
+        index = np.nonzero(templates.kind == kind)[0]
+        shapes = Shapes(templates, index, dtype=dtype)
+        for name, (m, f) in formula(shapes).items():
+            for store, value in ((maccs, m), (flops, f)):
+                column = store.setdefault(name, np.zeros(n, dtype=dtype))
+                column[index] = np.broadcast_to(value, len(index)) * shapes.B
+            declared.setdefault(name, np.zeros(n, dtype=bool))[index] = True
+    return maccs, flops, declared
+
+
+def evaluate(cost_model: str, configs: pd.DataFrame, mirror_steps: int = 1) -> Quantities:
+    """Evaluate every formula of ``cost_model`` on every configuration, per batch."""
+    _load_models()
+    model = REGISTRY[cost_model]
+    templates = T.build(configs, model.granularity)
+    maccs, flops, declared = _evaluate_formulas(model, templates, np.int64)
+    # The same polynomials in floating point reveal any int64 overflow.
+    _, shadow, _ = _evaluate_formulas(model, templates, np.float64)
+    worst = max(float(np.max(np.abs(v))) for v in shadow.values()) if shadow else 0.0
+    if worst * max(3, 2 * mirror_steps) >= INT64_LIMIT:
+        raise OverflowError(
+            f"cost model {cost_model}: a cost reaches {worst:.3g} FLOPs, beyond exact 64-bit integers; "
+            "reduce batch or sizes"
+        )
+    q = {"maccs": maccs, "flops": flops}
+    _derive_backward(q, declared, templates.block_entry, len(templates))
+    return Quantities(templates, q["maccs"], q["flops"], declared)
+
+
+def phase_costs(quantities: Quantities, rule: str, mirror_steps: int = 1):
+    """Yield (phase, template mask, maccs, flops) for each phase of ``rule``."""
+    n = len(quantities.templates)
+    zero = np.zeros(n, dtype=np.int64)
+    for phase in PHASES:
+        parts = recipe(rule, mirror_steps).get(phase)
+        if not parts:
+            continue
+        mask = np.zeros(n, dtype=bool)
+        maccs, flops = zero.copy(), zero.copy()
+        for name, times in parts:
+            if name not in quantities.declared:
+                continue
+            mask |= quantities.declared[name]
+            maccs += times * quantities.maccs[name]
+            flops += times * quantities.flops[name]
+        if mask.any():
+            yield phase, mask, maccs, flops
+
+
+# ---------------------------------------------------------------------------
+# Tables
+
+TABLE_COLUMNS = ("config_id", "rule", "cost_model", "stack", "block", "layer", "layer_kind", "phase", "maccs", "flops")
+
+
+def _instances(templates: Templates, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Expand template rows into named layer instances (one per block)."""
+    count = np.where(templates.is_block[rows], templates.count[rows], 1)
+    rep = np.repeat(rows, count)
+    starts = np.repeat(np.cumsum(count) - count, count)
+    block = np.arange(len(rep)) - starts
+    is_block = templates.is_block[rep]
+    block = np.where(is_block, block, -1)
+    stack = templates.stack[rep]
+    sub = templates.sub[rep]
+    names = np.where(
+        is_block,
+        pd.Series(stack).str.cat([pd.Series(block.astype(str)), pd.Series(sub)], sep=".").to_numpy(dtype=object),
+        np.where(stack == "", sub, pd.Series(stack).str.cat(pd.Series(sub), sep=".").to_numpy(dtype=object)),
+    )
+    return {"rep": rep, "block": block, "layer": names}
+
+
+def layer_table(configs: pd.DataFrame, rules=RULES, cost_models=None, mirror_steps: int = 1) -> pd.DataFrame:
+    """The long table: one row per (config_id, rule, cost_model, layer, phase), in forward order."""
+    frames = []
+    cost_models = cost_models or DEFAULT_COST_MODELS
+    for model_rank, model_name in enumerate(cost_models):
+        quantities = evaluate(model_name, configs, mirror_steps)
+        t = quantities.templates
+        for rule_rank, rule in enumerate(rules):
+            for phase, mask, maccs, flops in phase_costs(quantities, rule, mirror_steps):
+                rows = np.nonzero(mask)[0]
+                inst = _instances(t, rows)
+                rep = inst["rep"]
+                frames.append(
+                    pd.DataFrame(
+                        {
+                            "_cfg": t.cfg[rep],
+                            "_rule": rule_rank,
+                            "_model": model_rank,
+                            "_rank": t.rank[rep],
+                            "_phase": PHASES.index(phase),
+                            "rule": rule,
+                            "cost_model": model_name,
+                            "stack": t.stack[rep],
+                            "block": inst["block"],
+                            "layer": inst["layer"],
+                            "layer_kind": t.kind[rep],
+                            "phase": phase,
+                            "maccs": maccs[rep],
+                            "flops": flops[rep],
+                        }
+                    )
+                )
+    table = pd.concat(frames, ignore_index=True)
+    # Forward order: stack by stack, the ends before block 0, block by block, sublayers in order.
+    table = table.assign(_stack=table["_rank"] // 1000, _sub=table["_rank"] % 1000)
+    table = table.sort_values(["_cfg", "_rule", "_model", "_stack", "block", "_sub", "_phase"], kind="stable")
+    table.insert(0, "config_id", configs["config_id"].to_numpy()[table["_cfg"].to_numpy()])
+    table = table[list(TABLE_COLUMNS)].reset_index(drop=True)
+    for column in ("config_id", "rule", "cost_model", "stack", "layer", "layer_kind", "phase"):
+        table[column] = table[column].astype(str)
+    table["block"] = table["block"].astype("int64")
+    table["maccs"] = table["maccs"].astype("int64")
+    table["flops"] = table["flops"].astype("int64")
+    return table
+
+
+def phase_totals(configs: pd.DataFrame, rules=RULES, cost_models=None, mirror_steps: int = 1) -> dict:
+    """Per-configuration totals, {(cost_model, rule, phase): (maccs, flops)} arrays of len(configs).
+
+    The vectorised core without naming layer instances: what the benchmark times.
+    """
+    out = {}
+    for model_name in cost_models or DEFAULT_COST_MODELS:
+        quantities = evaluate(model_name, configs, mirror_steps)
+        t = quantities.templates
+        order = np.argsort(t.cfg, kind="stable")
+        starts = np.searchsorted(t.cfg[order], np.arange(len(configs)))
+        for rule in rules:
+            for phase, mask, maccs, flops in phase_costs(quantities, rule, mirror_steps):
+                weight = np.where(mask, t.count, 0)
+                out[(model_name, rule, phase)] = (
+                    np.add.reduceat((maccs * weight)[order], starts),
+                    np.add.reduceat((flops * weight)[order], starts),
+                )
+    return out

@@ -1,0 +1,167 @@
+"""Layer templates: the distinct layers of every configuration, vectorised.
+
+All blocks of a stack have the same shapes, so the engine evaluates each
+distinct (configuration, layer) once, as a *template* with a repeat ``count``,
+and names the instances (``encoder.0.ffn`` ... ``encoder.11.ffn``) only when
+it writes a table. Templates come from the block structure in
+:mod:`trainingcost.layers`, so the names match the model's.
+
+Shapes, per template and per sequence:
+- ``M``: query rows of an attention layer, or the rows of any other layer;
+- ``N``: key/value rows of an attention layer (``M`` elsewhere);
+- ``out``: the output width of the head and error projection (vocab or classes);
+- ``err_rows``: rows of the output error that a DFA projection maps per sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .. import layers as L
+
+STACK_RANK = {"encoder": 0, "decoder": 1, "": 2}
+END_RANK = {"embedding": 0, "positional_encoding": 1}
+BLOCK_SUB_OFFSET = 2  # sublayer ranks inside a block start here
+DFA_SUB_RANK = 50  # a block's DFA projection is listed after its sublayers
+HEAD_RANK, ERROR_PROJECTION_RANK, MODEL_RANK = 0, 1, 0
+
+CONFIG_INT_COLUMNS = ("d_model", "heads", "d_ff", "enc_layers", "dec_layers", "seq_len", "tgt_len", "vocab", "batch", "classes")
+
+
+@dataclass
+class Templates:
+    """Column arrays, one entry per template."""
+
+    configs: pd.DataFrame
+    cfg: np.ndarray  # index into configs
+    kind: np.ndarray  # layer kind (str)
+    stack: np.ndarray  # 'encoder', 'decoder' or '' for model-level layers
+    sub: np.ndarray  # sublayer name (block layers) or layer name (end layers)
+    count: np.ndarray  # instances of this template
+    is_block: np.ndarray  # bool: one instance per block
+    block_entry: np.ndarray  # bool: residual input is the block input
+    rank: np.ndarray  # order of the layer inside its stack
+    M: np.ndarray
+    N: np.ndarray
+    out: np.ndarray
+    err_rows: np.ndarray
+    config_columns: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.cfg)
+
+    def config_column(self, name: str) -> np.ndarray:
+        """A configuration parameter, gathered per template."""
+        return self.config_columns[name][self.cfg]
+
+    def select(self, mask: np.ndarray) -> "Shapes":
+        return Shapes(self, np.nonzero(mask)[0])
+
+
+class Shapes:
+    """The shapes of a subset of templates, as the formulas see them (per sequence)."""
+
+    def __init__(self, templates: Templates, index: np.ndarray, dtype=np.int64):
+        t = templates
+        cfg = t.cfg[index]
+
+        def conf(name):
+            return t.config_columns[name][cfg].astype(dtype)
+
+        self.d = conf("d_model")
+        self.h = conf("heads")
+        self.ff = conf("d_ff")
+        self.V = conf("vocab")
+        self.B = conf("batch")
+        self.classes = conf("classes")
+        self.src_len = conf("seq_len")
+        self.tgt_len = conf("tgt_len")
+        self.enc_layers = conf("enc_layers")
+        self.dec_layers = conf("dec_layers")
+        arch = t.config_columns["arch"][cfg]
+        self.encoder_only = arch == "encoder"
+        self.decoder_only = arch == "decoder"
+        self.encdec = arch == "encoder-decoder"
+        self.M = t.M[index].astype(dtype)
+        self.N = t.N[index].astype(dtype)
+        self.out = t.out[index].astype(dtype)
+        self.err_rows = t.err_rows[index].astype(dtype)
+        self.zero = np.zeros(len(index), dtype=dtype)
+
+    def __len__(self) -> int:
+        return len(self.zero)
+
+
+def build(configs: pd.DataFrame, granularity: str) -> Templates:
+    """Templates for every configuration: per layer ('layer') or one per model ('model')."""
+    n = len(configs)
+    cols = {c: configs[c].to_numpy(dtype=np.int64) for c in CONFIG_INT_COLUMNS}
+    cols["arch"] = configs["arch"].to_numpy(dtype=object)
+    arch = cols["arch"]
+    classes = cols["classes"]
+    out_width = np.where(classes > 0, classes, cols["vocab"])
+    parts: list[dict] = []
+
+    def add(mask, kind, stack, sub, count, is_block, block_entry, rank, M, N=None, out=0, err_rows=0):
+        idx = np.nonzero(mask)[0]
+        if len(idx) == 0:
+            return
+
+        def pick(v):
+            return np.asarray(v)[idx] if np.ndim(v) else np.full(len(idx), v, dtype=np.int64)
+
+        parts.append(
+            dict(
+                cfg=idx,
+                kind=np.full(len(idx), kind, dtype=object),
+                stack=np.full(len(idx), stack, dtype=object),
+                sub=np.full(len(idx), sub, dtype=object),
+                count=pick(count),
+                is_block=np.full(len(idx), is_block),
+                block_entry=np.full(len(idx), block_entry),
+                rank=np.full(len(idx), STACK_RANK[stack] * 1000 + rank, dtype=np.int64),
+                M=pick(M),
+                N=pick(M if N is None else N),
+                out=pick(out),
+                err_rows=pick(err_rows),
+            )
+        )
+
+    everything = np.ones(n, dtype=bool)
+    if granularity == "model":
+        add(everything, "model", "", "model", 1, False, False, MODEL_RANK, cols["seq_len"], out=out_width)
+    elif granularity == "layer":
+        encdec = arch == "encoder-decoder"
+        for stack in ("encoder", "decoder"):
+            depth = cols["enc_layers"] if stack == "encoder" else cols["dec_layers"]
+            rows = cols["seq_len"] if stack == "encoder" else cols["tgt_len"]
+            has = depth > 0
+            for end, rank in END_RANK.items():
+                add(has, end, stack, end, 1, False, False, rank, rows)
+            for arch_name in L.ARCHES:
+                mask = has & (arch == arch_name)
+                if not mask.any():
+                    continue
+                for position, sub in enumerate(L.block_sublayers(arch_name, stack)):
+                    kv_rows = cols["seq_len"] if sub.kind == "cross_attention" else rows
+                    add(mask, sub.kind, stack, sub.name, depth, True, sub.block_entry, BLOCK_SUB_OFFSET + position, rows, kv_rows)
+            # DFA: the output error reaches each block through its own projection. The error has
+            # one row per output position for an LM head whose positions are the block's own;
+            # otherwise (a pooled classifier error, or encoder blocks of an encoder-decoder, whose
+            # positions are the source's) one row per sequence, broadcast over the block's positions.
+            aligned = (classes == 0) & ~(encdec & (stack == "encoder"))
+            add(has, "dfa_projection", stack, L.DFA_PROJECTION, depth, True, False, DFA_SUB_RANK, rows,
+                err_rows=np.where(aligned, rows, 1))
+        head_rows = np.where(classes > 0, 1, cols["tgt_len"])  # tgt_len == seq_len outside encoder-decoder
+        add(classes == 0, "lm_head", "", L.HEAD, 1, False, False, HEAD_RANK, head_rows, out=out_width)
+        add(classes > 0, "classifier_head", "", L.HEAD, 1, False, False, HEAD_RANK, head_rows, out=out_width)
+        add(everything, "error_projection", "", L.ERROR_PROJECTION, 1, False, False, ERROR_PROJECTION_RANK,
+            cols["tgt_len"], cols["seq_len"], out=out_width)
+    else:  # pragma: no cover - guarded by the registry
+        raise ValueError(f"unknown granularity {granularity!r}")
+
+    merged = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    return Templates(configs=configs, config_columns=cols, **merged)
