@@ -132,6 +132,10 @@ def _describe(entry: dict) -> str:
     return ", ".join(f"{k}={entry[k]}" for k in keys if k in entry)
 
 
+def _field(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
 def canonical_model(entry: dict, where: str, *, strict: bool = True) -> dict:
     """Check one model entry and return its canonical parameters.
 
@@ -147,28 +151,28 @@ def canonical_model(entry: dict, where: str, *, strict: bool = True) -> dict:
         for key in ("enc_layers", "dec_layers", "tgt_len"):
             if key in e:
                 if strict:
-                    raise ConfigError(f"{where}.{key}: applies only to arch encoder-decoder (arch is {arch})")
+                    raise ConfigError(f"{_field(where, key)}: applies only to arch encoder-decoder (arch is {arch})")
                 del e[key]
         if "layers" not in e:
-            raise ConfigError(f"{where}.layers: required for arch {arch}")
+            raise ConfigError(f"{_field(where, 'layers')}: required for arch {arch}")
         enc_layers, dec_layers = (e["layers"], 0) if arch == "encoder" else (0, e["layers"])
     else:
         if strict and "layers" in e and ("enc_layers" in e or "dec_layers" in e):
-            raise ConfigError(f"{where}.layers: give either layers or enc_layers and dec_layers, not both")
+            raise ConfigError(f"{_field(where, 'layers')}: give either layers or enc_layers and dec_layers, not both")
         enc_layers = e.get("enc_layers", e.get("layers"))
         dec_layers = e.get("dec_layers", e.get("layers"))
         for key, value in (("enc_layers", enc_layers), ("dec_layers", dec_layers)):
             if value is None:
-                raise ConfigError(f"{where}.{key}: encoder-decoder needs both stacks (give {key} or layers)")
+                raise ConfigError(f"{_field(where, key)}: encoder-decoder needs both stacks (give {key} or layers)")
     if ("d_ff" in e) == ("ff_mult" in e):
-        raise ConfigError(f"{where}.d_ff: give exactly one of d_ff and ff_mult")
+        raise ConfigError(f"{_field(where, 'd_ff')}: give exactly one of d_ff and ff_mult")
     d_model, heads = int(e["d_model"]), int(e["heads"])
     if d_model % heads:
-        raise ConfigError(f"{where}.heads: {heads} does not divide d_model {d_model} ({_describe(e)})")
+        raise ConfigError(f"{_field(where, 'heads')}: {heads} does not divide d_model {d_model} ({_describe(e)})")
     d_ff = int(e["d_ff"]) if "d_ff" in e else int(e["ff_mult"]) * d_model
     classes = int(e.get("classes", 0))
     if classes and encdec:
-        raise ConfigError(f"{where}.classes: a classification head needs arch encoder or decoder")
+        raise ConfigError(f"{_field(where, 'classes')}: a classification head needs arch encoder or decoder")
     seq_len = int(e["seq_len"])
     return {
         "arch": arch,

@@ -1,0 +1,17 @@
+# trainingcost workflow: `snakemake --cores 2` runs the default sweep of config/config.yaml.
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/configs.smk"
+include: "workflow/rules/analytic.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        "results/configs.parquet",
+        "results/tables/analytic.parquet",
+        "results/tables/memory.parquet",

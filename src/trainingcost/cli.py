@@ -1,0 +1,271 @@
+"""Command line: ``trainingcost estimate | configs | analytic``.
+
+User mistakes end with one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import pandas as pd
+
+from . import __version__
+from .analytic import DEFAULT_COST_MODELS, PHASES, RULES, layer_table
+from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
+from .config import ConfigError, canonical_model, configs_frame, load_config, preset_entry
+from .pipeline import write_analytic, write_configs
+from .presets import PRESETS
+
+MODEL_FLAGS = {
+    # flag dest -> config field
+    "arch": "arch",
+    "layers": "layers",
+    "enc_layers": "enc_layers",
+    "dec_layers": "dec_layers",
+    "d_model": "d_model",
+    "heads": "heads",
+    "d_ff": "d_ff",
+    "vocab": "vocab",
+    "seq_len": "seq_len",
+    "tgt_len": "tgt_len",
+    "batch": "batch",
+    "classes": "classes",
+}
+LAYER_FIELDS = ("layers", "enc_layers", "dec_layers")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def model_entry(args: argparse.Namespace) -> dict:
+    """The model described by --preset and the model flags (flags override the preset)."""
+    given = {field: getattr(args, dest) for dest, field in MODEL_FLAGS.items() if getattr(args, dest) is not None}
+    entry = preset_entry(args.preset, "--preset") if args.preset else {}
+    if any(k in given for k in LAYER_FIELDS):
+        for key in LAYER_FIELDS:
+            entry.pop(key, None)
+    if "seq_len" in given:
+        entry.pop("tgt_len", None)
+    if "d_ff" in given:
+        entry.pop("ff_mult", None)
+    if given.get("arch", entry.get("arch")) != "encoder-decoder" and "arch" in given:
+        for key in ("enc_layers", "dec_layers", "tgt_len"):
+            if key not in given and key in entry:
+                layers = entry.pop(key)
+                if key != "tgt_len":
+                    entry.setdefault("layers", layers)
+    entry.update(given)
+    if not entry:
+        raise ConfigError("give --preset NAME or the model flags (--arch, --layers, --d-model, --heads, --d-ff, --vocab, --seq-len)")
+    for key in ("arch", "d_model", "heads", "vocab", "seq_len"):
+        if key not in entry:
+            raise ConfigError(f"--{key.replace('_', '-')}: required without --preset")
+    if "d_ff" not in entry and "ff_mult" not in entry:
+        raise ConfigError("--d-ff: required without --preset")
+    return canonical_model(entry, "")
+
+
+# ---------------------------------------------------------------------------
+# Human-readable output
+
+UNITS = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K"))
+
+
+def human(value: float, suffix: str = "") -> str:
+    for scale, unit in UNITS:
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}{suffix}"
+    return f"{int(value)} {suffix}".rstrip() if float(value).is_integer() else f"{value:.2f} {suffix}".rstrip()
+
+
+def human_bytes(value: float) -> str:
+    for scale, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{int(value)} B"
+
+
+def _grid(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for n, row in enumerate([header, *rows]):
+        cells = [str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def describe_config(c: pd.Series) -> str:
+    if c["arch"] == "encoder-decoder":
+        depth = f"{c['enc_layers']}+{c['dec_layers']} layers, source {c['seq_len']}, target {c['tgt_len']} tokens"
+    else:
+        n = max(c["enc_layers"], c["dec_layers"])
+        depth = f"{n} layer{'s' if n != 1 else ''}, {c['seq_len']} tokens"
+    head = f"{c['classes']} classes" if c["classes"] else f"vocab {c['vocab']}"
+    return (
+        f"{c['arch']}, {depth}, d_model {c['d_model']}, {c['heads']} heads, d_ff {c['d_ff']}, {head}, "
+        f"batch {c['batch']} (config_id {c['config_id']})"
+    )
+
+
+def render_costs(table: pd.DataFrame, metric: str) -> str:
+    out = []
+    unit = "FLOPs" if metric == "flops" else "MACCs"
+    for (rule, model), part in table.groupby(["rule", "cost_model"], sort=False):
+        phases = [p for p in PHASES if p in set(part["phase"])]
+        wide = part.pivot_table(index="layer", columns="phase", values=metric, aggfunc="sum", sort=False)
+        kinds = part.drop_duplicates("layer").set_index("layer")["layer_kind"]
+        rows = []
+        for layer in part["layer"].drop_duplicates():
+            values = [wide.at[layer, p] if p in wide.columns and pd.notna(wide.at[layer, p]) else None for p in phases]
+            rows.append([layer, kinds[layer], *("" if v is None else human(v) for v in values), human(sum(v or 0 for v in values))])
+        totals = [part.loc[part["phase"] == p, metric].sum() for p in phases]
+        rows.append(["total", "", *(human(v) for v in totals), human(sum(totals))])
+        out.append(f"rule {rule} | cost model {model} | {unit} per training step")
+        out.append(_grid(["layer", "kind", *phases, "total"], rows))
+        out.append("")
+    return "\n".join(out)
+
+
+def render_summary(table: pd.DataFrame, metric: str) -> str:
+    totals = table.groupby(["rule", "cost_model"], sort=False)[metric].sum().unstack("cost_model")
+    models = list(dict.fromkeys(table["cost_model"]))
+    rules = list(dict.fromkeys(table["rule"]))
+    header = ["rule", ""] + models
+    rows = []
+    for rule in rules:
+        cells = []
+        for m in models:
+            value = totals.at[rule, m]
+            cell = human(value)
+            if "bp" in totals.index and rule != "bp":
+                cell += f" ({value / totals.at['bp', m]:.2f}x BP)"
+            cells.append(cell)
+        rows.append([rule, "", *cells])
+    unit = "FLOPs" if metric == "flops" else "MACCs"
+    return f"Total {unit} per training step, by rule and cost model\n" + _grid(header, rows) + "\n"
+
+
+def render_memory(memory: pd.DataFrame) -> str:
+    rows = [[r["rule"], "", *(human_bytes(r[c]) for c in (*COMPONENTS, "total"))] for _, r in memory.iterrows()]
+    first = memory.iloc[0]
+    title = f"Memory per training step ({first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters)"
+    return title + "\n" + _grid(["rule", "", *COMPONENTS, "total"], rows) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# Commands
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    configs = configs_frame([(args.preset or "", model_entry(args))])
+    rules = list(RULES) if args.rule == "all" else [args.rule]
+    models = list(DEFAULT_COST_MODELS) if args.cost_model == "all" else [args.cost_model]
+    if args.memory:
+        memory = memory_table(configs, rules, [args.dtype], [args.optimizer])
+        table = memory
+    else:
+        table = layer_table(configs, rules, models, args.mirror_steps)
+    if args.format == "json":
+        print(json.dumps(table.to_dict(orient="records"), indent=1))
+    elif args.format == "csv":
+        table.to_csv(sys.stdout, index=False)
+    else:
+        print(describe_config(configs.iloc[0]))
+        print()
+        if not args.memory:
+            print(render_costs(table, args.metric))
+            print(render_summary(table, args.metric))
+            memory = memory_table(configs, rules, [args.dtype], [args.optimizer])
+        print(render_memory(memory))
+    return 0
+
+
+def cmd_configs(args: argparse.Namespace) -> int:
+    frame = write_configs(load_config(args.config), args.out)
+    print(f"{len(frame)} configurations -> {args.out}")
+    return 0
+
+
+def cmd_analytic(args: argparse.Namespace) -> int:
+    write_analytic(load_config(args.config), args.configs, args.out, args.memory_out)
+    print(f"analytic costs -> {args.out}; memory -> {args.memory_out}")
+    return 0
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="trainingcost", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"trainingcost {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    est = sub.add_parser("estimate", help="analytic costs and memory of one model, per layer and phase")
+    est.add_argument("--preset", help=f"a named shape: {', '.join(PRESETS)}")
+    est.add_argument("--arch", help="encoder, decoder or encoder-decoder")
+    est.add_argument("--layers", type=_int, help="blocks (encoder-only, decoder-only; both stacks of encoder-decoder)")
+    est.add_argument("--enc-layers", type=_int, help="encoder blocks (encoder-decoder)")
+    est.add_argument("--dec-layers", type=_int, help="decoder blocks (encoder-decoder)")
+    est.add_argument("--d-model", type=_int)
+    est.add_argument("--heads", type=_int)
+    est.add_argument("--d-ff", type=_int)
+    est.add_argument("--vocab", type=_int)
+    est.add_argument("--seq-len", type=_int, help="sequence length (the source length of encoder-decoder)")
+    est.add_argument("--tgt-len", type=_int, help="target length (encoder-decoder only; default --seq-len)")
+    est.add_argument("--batch", type=_int, help="sequences per step (default 1)")
+    est.add_argument("--classes", type=_int, help="a classification head of C classes instead of the LM head")
+    est.add_argument("--rule", default="all", choices=[*RULES, "all"])
+    est.add_argument("--cost-model", default="all", choices=[*DEFAULT_COST_MODELS, "all"])
+    est.add_argument("--dtype", default="fp32", choices=list(DTYPE_BYTES), help="for the memory model")
+    est.add_argument("--optimizer", default="sgd", choices=list(OPTIMIZER_SLOTS), help="for the memory model")
+    est.add_argument("--mirror-steps", type=_int, default=1, help="weight-mirror steps per training step (WM)")
+    est.add_argument("--metric", default="flops", choices=["flops", "maccs"], help="what the table shows")
+    est.add_argument("--memory", action="store_true", help="with csv/json: print the memory table instead of costs")
+    est.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    est.set_defaults(func=cmd_estimate)
+
+    cfg = sub.add_parser("configs", help="enumerate a sweep into a parquet table")
+    cfg.add_argument("--config", required=True, help="a config YAML file")
+    cfg.add_argument("--out", required=True)
+    cfg.set_defaults(func=cmd_configs)
+
+    ana = sub.add_parser("analytic", help="analytic cost and memory tables of a sweep")
+    ana.add_argument("--config", required=True)
+    ana.add_argument("--configs", required=True, help="the configs parquet")
+    ana.add_argument("--out", required=True)
+    ana.add_argument("--memory-out", required=True)
+    ana.set_defaults(func=cmd_analytic)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "mirror_steps", 1) < 0:
+        parser.error("argument --mirror-steps: must be 0 or more")
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        sys.stderr.write(f"trainingcost {args.command}: error: {exc}\n")
+        return 2
+    except OverflowError as exc:
+        sys.stderr.write(f"trainingcost {args.command}: error: {exc}\n")
+        return 2
+    except BrokenPipeError:  # e.g. piped into head
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

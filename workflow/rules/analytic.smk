@@ -1,0 +1,13 @@
+rule analytic:
+    input:
+        "results/configs.parquet",
+    output:
+        costs="results/tables/analytic.parquet",
+        memory="results/tables/memory.parquet",
+    params:
+        analytic=config["analytic"],
+        memory=config["memory"],
+    run:
+        from trainingcost.pipeline import write_analytic
+
+        write_analytic(config, input[0], output.costs, output.memory)

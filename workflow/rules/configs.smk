@@ -1,0 +1,9 @@
+rule configs:
+    output:
+        "results/configs.parquet",
+    params:
+        sweep=config["sweep"],
+    run:
+        from trainingcost.pipeline import write_configs
+
+        write_configs(config, output[0])
