@@ -1,7 +1,10 @@
-# trainingcost workflow: `snakemake --cores 2` runs the default sweep of config/config.yaml.
+# trainingcost workflow: `snakemake --cores 2` runs the default sweep of config/config.yaml;
+# `--configfile my.yaml` runs my.yaml instead (it replaces the default, it does not extend it).
 
 
-configfile: "config/config.yaml"
+if not config:
+
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"

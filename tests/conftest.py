@@ -1,0 +1,30 @@
+import pandas as pd
+import pytest
+
+from trainingcost.analytic import layer_table
+from trainingcost.config import canonical_model, configs_frame
+
+
+def frame_of(**entries) -> pd.DataFrame:
+    """A configs frame from keyword model entries: frame_of(a=dict(arch=...), ...)."""
+    return configs_frame([(name, canonical_model(entry, name)) for name, entry in entries.items()])
+
+
+def costs(entry: dict, rules=("bp",), cost_models=("paper",), **kw) -> pd.DataFrame:
+    return layer_table(frame_of(m=entry), list(rules), list(cost_models), **kw)
+
+
+def cell(table: pd.DataFrame, layer: str, phase: str, rule: str = "bp", model: str = "paper") -> tuple[int, int]:
+    row = table[(table.layer == layer) & (table.phase == phase) & (table.rule == rule) & (table.cost_model == model)]
+    assert len(row) == 1, (layer, phase, rule, model, len(row))
+    return int(row.maccs.iloc[0]), int(row.flops.iloc[0])
+
+
+def phase_sum(table: pd.DataFrame, phase: str, rule: str, unit: str = "maccs", model: str = "paper") -> int:
+    part = table[(table.phase == phase) & (table.rule == rule) & (table.cost_model == model)]
+    return int(part[unit].sum())
+
+
+@pytest.fixture
+def tiny_encoder():
+    return dict(arch="encoder", layers=2, d_model=16, heads=4, d_ff=32, vocab=50, seq_len=8, batch=1)

@@ -1,0 +1,71 @@
+"""The command line, as a user runs it."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).with_name("trainingcost")
+
+
+def run(*args):
+    command = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "trainingcost.cli"]
+    return subprocess.run([*command, *args], capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def test_estimate_paper_example_prints_the_per_layer_table():
+    result = run("estimate", "--preset", "paper-example", "--rule", "all")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for name in ("encoder.embedding", "encoder.0.self_attention", "encoder.0.ffn_norm", "head", "error_projection"):
+        assert name in out
+    for rule in ("bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa"):
+        assert f"rule {rule} | cost model paper" in out
+    assert "Total FLOPs per training step" in out and "Memory per training step" in out
+
+
+def test_estimate_json_records():
+    result = run("estimate", "--arch", "encoder-decoder", "--enc-layers", "2", "--dec-layers", "1", "--d-model", "32",
+                 "--heads", "4", "--d-ff", "64", "--vocab", "20", "--seq-len", "6", "--tgt-len", "4", "--batch", "3",
+                 "--rule", "pepita", "--cost-model", "paper", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    records = json.loads(result.stdout)
+    assert {"rule", "cost_model", "layer", "layer_kind", "phase", "maccs", "flops"} <= set(records[0])
+    ep = [r for r in records if r["layer"] == "error_projection"]
+    assert ep[0]["maccs"] == 3 * 2 * 6 * 4 * 20  # batch x eq. 48
+    assert any(r["layer"] == "decoder.0.cross_attention" for r in records)
+
+
+def test_preset_flags_override():
+    result = run("estimate", "--preset", "vaswani-base", "--layers", "2", "--seq-len", "64", "--rule", "bp", "--cost-model", "paper", "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    assert "decoder.1.cross_attention" in result.stdout and "decoder.2." not in result.stdout
+
+
+BAD = [
+    (["--preset", "bert-base", "--heads", "5"], "heads: 5 does not divide d_model 768"),
+    (["--preset", "bert-base", "--layers", "0"], "layers: 0 is less than the minimum of 1"),
+    (["--preset", "bert-base", "--d-model", "-8"], "d_model: -8 is less than the minimum of 1"),
+    (["--preset", "bert-base", "--rule", "backprop"], "argument --rule: invalid choice: 'backprop'"),
+    (["--preset", "bert-large"], "--preset: unknown preset 'bert-large' (allowed: paper-example"),
+    (["--preset", "bert-base", "--arch", "rnn"], "arch: 'rnn' is not allowed (allowed: encoder, decoder, encoder-decoder)"),
+    (["--preset", "bert-base", "--cost-model", "chinchilla"], "argument --cost-model: invalid choice: 'chinchilla'"),
+    (["--arch", "encoder-decoder", "--enc-layers", "2", "--d-model", "64", "--heads", "4", "--d-ff", "64", "--vocab", "9", "--seq-len", "8"],
+     "dec_layers: encoder-decoder needs both stacks"),
+    (["--preset", "gpt2-small", "--tgt-len", "8"], "tgt_len: applies only to arch encoder-decoder"),
+    (["--preset", "bert-base", "--batch", "two"], "argument --batch: expected an integer, got 'two'"),
+    (["--arch", "encoder", "--layers", "1"], "--d-model: required without --preset"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD, ids=[m[:30] for _, m in BAD])
+def test_bad_flags_give_one_line(args, message):
+    result = run("estimate", *args)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0]

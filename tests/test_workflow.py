@@ -1,0 +1,82 @@
+"""The Snakemake workflow end to end on a tiny sweep, and its refusal of bad configs."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+
+TINY = {
+    "sweep": {
+        "presets": ["paper-example"],
+        "grids": [
+            {"name": "tiny", "arch": ["encoder", "decoder", "encoder-decoder"], "d_model": [32], "heads": [4], "ff_mult": [2], "layers": [1, 2], "seq_len": [16], "vocab": [64], "batch": [2]}
+        ],
+    },
+    "memory": {"dtypes": ["fp32"], "optimizers": ["adam"]},
+}
+
+
+def snakemake(workdir: Path, config: dict, *args):
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--configfile", str(path), "--cores", "2", *args]
+    return subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def test_dry_run_of_the_default_config():
+    result = subprocess.run([str(SNAKEMAKE), "-n", "-q", "-s", str(REPO / "Snakefile"), "--directory", str(REPO)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_tiny_sweep_end_to_end(tmp_path):
+    result = snakemake(tmp_path, TINY)
+    assert result.returncode == 0, result.stderr[-2000:]
+    configs = pd.read_parquet(tmp_path / "results/configs.parquet")
+    costs = pd.read_parquet(tmp_path / "results/tables/analytic.parquet")
+    memory = pd.read_parquet(tmp_path / "results/tables/memory.parquet")
+    assert len(configs) == 1 + 3 * 2
+    assert set(costs.config_id) == set(configs.config_id) == set(memory.config_id)
+    assert set(costs.rule) == {"bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa"}
+    assert set(costs.cost_model) == {"paper", "kaplan", "textbook", "survey"}
+    assert costs.maccs.dtype == "int64" and costs.flops.dtype == "int64"
+    assert not costs.duplicated(["config_id", "rule", "cost_model", "layer", "phase"]).any()
+    assert set(memory.optimizer) == {"adam"} and len(memory) == len(configs) * 7
+    assert not list(tmp_path.glob("results/**/*.tmp"))
+
+    # A second run from scratch gives byte-identical tables (no timestamps in them).
+    first = {p: (tmp_path / p).read_bytes() for p in ("results/configs.parquet", "results/tables/analytic.parquet", "results/tables/memory.parquet")}
+    shutil.rmtree(tmp_path / "results")
+    assert snakemake(tmp_path, TINY).returncode == 0
+    assert all((tmp_path / p).read_bytes() == data for p, data in first.items())
+
+
+BAD = [
+    ({"sweep": {"models": [{"arch": "encoder", "layers": 1, "d_model": 64, "heads": 5, "d_ff": 8, "vocab": 9, "seq_len": 4}]}}, "sweep.models[0].heads: 5 does not divide d_model 64"),
+    ({"sweep": {"models": [{"arch": "encoder", "layers": 1, "d_model": 0, "heads": 1, "d_ff": 8, "vocab": 9, "seq_len": 4}]}}, "sweep.models[0].d_model: 0 is less than the minimum of 1"),
+    ({"sweep": {"presets": ["bert-base"]}, "analytic": {"rules": ["backprop"]}}, "analytic.rules[0]: 'backprop' is not allowed"),
+    ({"sweep": {"presets": ["bert-large"]}}, "sweep.presets[0]: 'bert-large' is not allowed"),
+    ({"sweep": {"models": [{"arch": "lstm", "layers": 1, "d_model": 8, "heads": 1, "d_ff": 8, "vocab": 9, "seq_len": 4}]}}, "sweep.models[0].arch: 'lstm' is not allowed"),
+    ({"sweep": {"presets": ["bert-base"]}, "analytic": {"cost_models": ["flops"]}}, "analytic.cost_models[0]: 'flops' is not allowed"),
+    ({"sweep": {"models": [{"arch": "encoder-decoder", "enc_layers": 1, "d_model": 8, "heads": 1, "d_ff": 8, "vocab": 9, "seq_len": 4}]}}, "encoder-decoder needs both stacks"),
+    ({"sweep": {"presets": ["bert-base"], "extra": 1}}, "sweep: unknown key 'extra'"),
+    ({"sweep": {"models": [{"arch": "encoder", "layers": "1", "d_model": 8, "heads": 1, "d_ff": 8, "vocab": 9, "seq_len": 4}]}}, "sweep.models[0].layers: '1' is not of type 'integer'"),
+]
+
+
+@pytest.mark.parametrize("config,message", BAD, ids=[m[:30] for _, m in BAD])
+def test_bad_config_stops_the_dry_run_with_one_line(tmp_path, config, message):
+    result = snakemake(tmp_path, config, "-n")
+    assert result.returncode != 0
+    output = (result.stdout + result.stderr)
+    assert "Traceback" not in output
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert lines == [line for line in lines if line.startswith("config error: ")] and len(lines) == 1, output
+    assert message in lines[0]
