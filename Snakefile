@@ -7,6 +7,9 @@ if not config:
     configfile: "config/config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/configs.smk"
 include: "workflow/rules/analytic.smk"
