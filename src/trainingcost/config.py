@@ -50,10 +50,6 @@ def schema() -> dict:
     return yaml.safe_load(text)
 
 
-def schema_path() -> Path:
-    return Path(str(resources.files("trainingcost").joinpath("schemas/config.schema.yaml")))
-
-
 def schema_enum(name: str) -> tuple[str, ...]:
     """The allowed values of a ``$defs`` enum, e.g. ``schema_enum('rule')``."""
     return tuple(schema()["$defs"][name]["enum"])

@@ -57,9 +57,6 @@ class Templates:
         """A configuration parameter, gathered per template."""
         return self.config_columns[name][self.cfg]
 
-    def select(self, mask: np.ndarray) -> "Shapes":
-        return Shapes(self, np.nonzero(mask)[0])
-
 
 class Shapes:
     """The shapes of a subset of templates, as the formulas see them (per sequence)."""
