@@ -18,21 +18,8 @@ from .config import ConfigError, canonical_model, configs_frame, load_config, pr
 from .pipeline import write_analytic, write_configs
 from .presets import PRESETS
 
-MODEL_FLAGS = {
-    # flag dest -> config field
-    "arch": "arch",
-    "layers": "layers",
-    "enc_layers": "enc_layers",
-    "dec_layers": "dec_layers",
-    "d_model": "d_model",
-    "heads": "heads",
-    "d_ff": "d_ff",
-    "vocab": "vocab",
-    "seq_len": "seq_len",
-    "tgt_len": "tgt_len",
-    "batch": "batch",
-    "classes": "classes",
-}
+# Model flags; each flag's dest is its config field (--d-model -> d_model).
+MODEL_FIELDS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "tgt_len", "batch", "classes")
 LAYER_FIELDS = ("layers", "enc_layers", "dec_layers")
 
 
@@ -52,7 +39,7 @@ def _int(text: str) -> int:
 
 def model_entry(args: argparse.Namespace) -> dict:
     """The model described by --preset and the model flags (flags override the preset)."""
-    given = {field: getattr(args, dest) for dest, field in MODEL_FLAGS.items() if getattr(args, dest) is not None}
+    given = {field: getattr(args, field) for field in MODEL_FIELDS if getattr(args, field) is not None}
     entry = preset_entry(args.preset, "--preset") if args.preset else {}
     if any(k in given for k in LAYER_FIELDS):
         for key in LAYER_FIELDS:
@@ -61,12 +48,12 @@ def model_entry(args: argparse.Namespace) -> dict:
         entry.pop("tgt_len", None)
     if "d_ff" in given:
         entry.pop("ff_mult", None)
-    if given.get("arch", entry.get("arch")) != "encoder-decoder" and "arch" in given:
-        for key in ("enc_layers", "dec_layers", "tgt_len"):
-            if key not in given and key in entry:
-                layers = entry.pop(key)
-                if key != "tgt_len":
-                    entry.setdefault("layers", layers)
+    if given.get("arch") not in (None, "encoder-decoder"):
+        # A preset's encoder-decoder fields do not apply to the arch asked for: keep its depth only.
+        entry.pop("tgt_len", None)
+        for key in ("enc_layers", "dec_layers"):
+            if key in entry:
+                entry.setdefault("layers", entry.pop(key))
     entry.update(given)
     if not entry:
         raise ConfigError("give --preset NAME or the model flags (--arch, --layers, --d-model, --heads, --d-ff, --vocab, --seq-len)")
@@ -175,11 +162,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     configs = configs_frame([(args.preset or "", model_entry(args))])
     rules = list(RULES) if args.rule == "all" else [args.rule]
     models = list(DEFAULT_COST_MODELS) if args.cost_model == "all" else [args.cost_model]
-    if args.memory:
-        memory = memory_table(configs, rules, [args.dtype], [args.optimizer])
-        table = memory
-    else:
-        table = layer_table(configs, rules, models, args.mirror_steps)
+    memory = memory_table(configs, rules, [args.dtype], [args.optimizer])
+    table = memory if args.memory else layer_table(configs, rules, models, args.mirror_steps)
     if args.format == "json":
         print(json.dumps(table.to_dict(orient="records"), indent=1))
     elif args.format == "csv":
@@ -190,7 +174,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         if not args.memory:
             print(render_costs(table, args.metric))
             print(render_summary(table, args.metric))
-            memory = memory_table(configs, rules, [args.dtype], [args.optimizer])
         print(render_memory(memory))
     return 0
 
@@ -257,10 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("argument --mirror-steps: must be 0 or more")
     try:
         return args.func(args)
-    except ConfigError as exc:
-        sys.stderr.write(f"trainingcost {args.command}: error: {exc}\n")
-        return 2
-    except OverflowError as exc:
+    except (ConfigError, OverflowError) as exc:
         sys.stderr.write(f"trainingcost {args.command}: error: {exc}\n")
         return 2
     except BrokenPipeError:  # e.g. piped into head
