@@ -1,0 +1,48 @@
+"""The training objective shared by every rule: cross-entropy over the rows that carry a target.
+
+A batch's ``targets`` have the logits' shape without the class axis: one target
+per position for an LM head, one per sequence for a classifier. Positions with
+target ``IGNORE`` (e.g. unmasked tokens of masked-token modelling) carry no loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+IGNORE = -100
+
+
+@dataclass
+class Batch:
+    tokens: dict[str, torch.Tensor]  # per stack: 'encoder' and/or 'decoder', [batch, length] int64
+    targets: torch.Tensor  # [batch, length] or [batch], int64, IGNORE where there is no target
+
+    def to(self, device) -> "Batch":
+        return Batch({k: v.to(device) for k, v in self.tokens.items()}, self.targets.to(device))
+
+
+def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the rows with a target (computed in float32)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE)
+
+
+def output_error(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """e = softmax(logits) - onehot(target) on rows with a target, 0 elsewhere; and the number of such rows.
+
+    e / rows is the gradient of :func:`loss` with respect to the logits.
+    """
+    valid = targets != IGNORE
+    probs = torch.softmax(logits.float(), dim=-1)
+    onehot = F.one_hot(targets.clamp(min=0), logits.shape[-1]).to(probs.dtype)
+    error = (probs - onehot) * valid.unsqueeze(-1)
+    return error.to(logits.dtype), int(valid.sum())
+
+
+def correct(logits: torch.Tensor, targets: torch.Tensor) -> tuple[int, int]:
+    """(correct predictions, rows with a target)."""
+    valid = targets != IGNORE
+    hits = (logits.argmax(dim=-1) == targets) & valid
+    return int(hits.sum()), int(valid.sum())
