@@ -1,4 +1,4 @@
-"""Command line: ``trainingcost estimate | configs | analytic``.
+"""Command line: ``trainingcost estimate | train | configs | analytic``.
 
 User mistakes end with one line on stderr and exit status 2, never a traceback.
 """
@@ -37,8 +37,11 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
-def model_entry(args: argparse.Namespace) -> dict:
-    """The model described by --preset and the model flags (flags override the preset)."""
+def model_entry(args: argparse.Namespace, defaults: dict | None = None) -> dict:
+    """The model described by --preset and the model flags (flags override the preset).
+
+    ``defaults`` fill the fields that neither gives (``train`` has defaults; ``estimate`` has none).
+    """
     given = {field: getattr(args, field) for field in MODEL_FIELDS if getattr(args, field) is not None}
     entry = preset_entry(args.preset, "--preset") if args.preset else {}
     if any(k in given for k in LAYER_FIELDS):
@@ -55,6 +58,12 @@ def model_entry(args: argparse.Namespace) -> dict:
             if key in entry:
                 entry.setdefault("layers", entry.pop(key))
     entry.update(given)
+    for key, value in (defaults or {}).items():
+        if key == "layers" and any(k in entry for k in LAYER_FIELDS):
+            continue
+        if key == "ff_mult" and ("d_ff" in entry or "ff_mult" in entry):
+            continue
+        entry.setdefault(key, value)
     if not entry:
         raise ConfigError("give --preset NAME or the model flags (--arch, --layers, --d-model, --heads, --d-ff, --vocab, --seq-len)")
     for key in ("arch", "d_model", "heads", "vocab", "seq_len"):
@@ -190,25 +199,79 @@ def cmd_analytic(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_model_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", help=f"a named shape: {', '.join(PRESETS)}")
+    parser.add_argument("--arch", help="encoder, decoder or encoder-decoder")
+    parser.add_argument("--layers", type=_int, help="blocks (encoder-only, decoder-only; both stacks of encoder-decoder)")
+    parser.add_argument("--enc-layers", type=_int, help="encoder blocks (encoder-decoder)")
+    parser.add_argument("--dec-layers", type=_int, help="decoder blocks (encoder-decoder)")
+    parser.add_argument("--d-model", type=_int)
+    parser.add_argument("--heads", type=_int)
+    parser.add_argument("--d-ff", type=_int)
+    parser.add_argument("--vocab", type=_int)
+    parser.add_argument("--seq-len", type=_int, help="sequence length (the source length of encoder-decoder)")
+    parser.add_argument("--tgt-len", type=_int, help="target length (encoder-decoder only; default --seq-len)")
+    parser.add_argument("--batch", type=_int, help="sequences per step")
+    parser.add_argument("--classes", type=_int, help="a classification head of C classes instead of the LM head")
+
+
+TRAIN_MODEL_DEFAULTS = dict(arch="decoder", layers=2, d_model=64, heads=4, ff_mult=4, seq_len=64, batch=16)
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .data import check_task, task_defaults
+    from .io import write_parquet
+    from .rules import RuleOptions
+    from .training import TrainSpec, train
+
+    defaults = task_defaults(args.task)
+    cfg = model_entry(args, {**TRAIN_MODEL_DEFAULTS, "vocab": defaults["vocab"]})
+    if args.classes is None and cfg["arch"] != "encoder-decoder":
+        cfg["classes"] = defaults.get("classes", 0)  # the task decides the head
+    check_task(args.task, cfg)
+    options = RuleOptions(
+        optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay, mirror_steps=args.mirror_steps
+    )
+    spec = TrainSpec(
+        cfg=cfg,
+        task=args.task,
+        rule=args.rule,
+        steps=args.steps,
+        seed=args.seed,
+        device=args.device,
+        dtype=args.dtype,
+        corpus=args.corpus,
+        eval_batches=args.eval_batches,
+        eval_every=args.eval_every,
+        options=options,
+    )
+    result = train(spec)
+    if args.out:
+        write_parquet(result.steps, args.out)
+    c = pd.Series({"config_id": result.steps["config_id"].iloc[0], **cfg})
+    where = f" -> {args.out}" if args.out else ""
+    print(
+        f"{args.rule} on {args.task} ({describe_config(c)}), {len(result.steps)} steps on {result.device}: "
+        f"status {result.status}; loss {result.first_loss:.4f} -> {result.final_loss:.4f}; "
+        f"validation loss {result.val_loss:.4f}, accuracy {result.val_accuracy:.4f}{where}"
+    )
+    return 0
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="trainingcost", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"trainingcost {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     est = sub.add_parser("estimate", help="analytic costs and memory of one model, per layer and phase")
-    est.add_argument("--preset", help=f"a named shape: {', '.join(PRESETS)}")
-    est.add_argument("--arch", help="encoder, decoder or encoder-decoder")
-    est.add_argument("--layers", type=_int, help="blocks (encoder-only, decoder-only; both stacks of encoder-decoder)")
-    est.add_argument("--enc-layers", type=_int, help="encoder blocks (encoder-decoder)")
-    est.add_argument("--dec-layers", type=_int, help="decoder blocks (encoder-decoder)")
-    est.add_argument("--d-model", type=_int)
-    est.add_argument("--heads", type=_int)
-    est.add_argument("--d-ff", type=_int)
-    est.add_argument("--vocab", type=_int)
-    est.add_argument("--seq-len", type=_int, help="sequence length (the source length of encoder-decoder)")
-    est.add_argument("--tgt-len", type=_int, help="target length (encoder-decoder only; default --seq-len)")
-    est.add_argument("--batch", type=_int, help="sequences per step (default 1)")
-    est.add_argument("--classes", type=_int, help="a classification head of C classes instead of the LM head")
+    add_model_flags(est)
     est.add_argument("--rule", default="all", choices=[*RULES, "all"])
     est.add_argument("--cost-model", default="all", choices=[*DEFAULT_COST_MODELS, "all"])
     est.add_argument("--dtype", default="fp32", choices=list(DTYPE_BYTES), help="for the memory model")
@@ -218,6 +281,28 @@ def build_parser() -> Parser:
     est.add_argument("--memory", action="store_true", help="with csv/json: print the memory table instead of costs")
     est.add_argument("--format", default="table", choices=["table", "csv", "json"])
     est.set_defaults(func=cmd_estimate)
+
+    from .data import TASKS
+    from .rules import OPTIMIZERS, rule_names
+    from .training import DEVICES, DTYPES
+
+    trn = sub.add_parser("train", help="train one model under one learning rule on a built-in task")
+    add_model_flags(trn)
+    trn.add_argument("--task", default="lm", choices=TASKS, help="lm (byte-level text), classify, copy, reverse")
+    trn.add_argument("--rule", default="bp", choices=rule_names())
+    trn.add_argument("--steps", type=_int, default=200)
+    trn.add_argument("--seed", type=_int, default=0)
+    trn.add_argument("--lr", type=_float, default=0.05)
+    trn.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS, help="sgd, momentum (SGD, 0.9) or adam (AdamW)")
+    trn.add_argument("--weight-decay", type=_float, help="default: 0, or 1e-3 for kp")
+    trn.add_argument("--mirror-steps", type=_int, default=1, help="weight-mirror steps per training step (wm)")
+    trn.add_argument("--device", default="auto", choices=DEVICES)
+    trn.add_argument("--dtype", default="fp32", choices=list(DTYPES))
+    trn.add_argument("--corpus", help="a text file for task lm (default: the Python standard library's source)")
+    trn.add_argument("--eval-batches", type=_int, default=4, help="validation batches")
+    trn.add_argument("--eval-every", type=_int, default=0, help="evaluate every N steps (default: after the last)")
+    trn.add_argument("--out", help="write one row per step to this parquet file")
+    trn.set_defaults(func=cmd_train)
 
     cfg = sub.add_parser("configs", help="enumerate a sweep into a parquet table")
     cfg.add_argument("--config", required=True, help="a config YAML file")

@@ -91,10 +91,10 @@ def check_task(task: str, cfg: dict) -> None:
 def task_defaults(task: str) -> dict:
     """Model fields a task fixes or suggests when the user gives none."""
     return {
-        "lm": {"vocab": 256, "classes": 0},
+        "lm": {"vocab": 256},
         "classify": {"vocab": 16, "classes": CLASSIFY_CLASSES},
-        "copy": {"vocab": 32, "classes": 0},
-        "reverse": {"vocab": 32, "classes": 0},
+        "copy": {"vocab": 32},
+        "reverse": {"vocab": 32},
     }[task]
 
 
