@@ -24,9 +24,14 @@ class Batch:
         return Batch({k: v.to(device) for k, v in self.tokens.items()}, self.targets.to(device))
 
 
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    """At least float32 (bf16 logits are widened; float64 stays float64)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the rows with a target (computed in float32)."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE)
+    """Mean cross-entropy over the rows with a target (in at least float32)."""
+    return F.cross_entropy(_wide(logits).reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE)
 
 
 def output_error(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -35,7 +40,7 @@ def output_error(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Ten
     e / rows is the gradient of :func:`loss` with respect to the logits.
     """
     valid = targets != IGNORE
-    probs = torch.softmax(logits.float(), dim=-1)
+    probs = torch.softmax(_wide(logits), dim=-1)
     onehot = F.one_hot(targets.clamp(min=0), logits.shape[-1]).to(probs.dtype)
     error = (probs - onehot) * valid.unsqueeze(-1)
     return error.to(logits.dtype), int(valid.sum())

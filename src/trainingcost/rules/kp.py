@@ -30,5 +30,5 @@ class KolenPollack(Backprop):
         """sqrt(sum over weight matrices of |W - B|_F^2): what KP drives to 0."""
         total = 0.0
         for linear in self.model.linears().values():
-            total += float((linear.weight.detach() - linear.feedback.detach()).float().pow(2).sum())
+            total += float((linear.weight.detach().double() - linear.feedback.detach().double()).pow(2).sum())
         return total**0.5

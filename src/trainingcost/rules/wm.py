@@ -31,7 +31,7 @@ class WeightMirror(FeedbackAlignment):
         super().setup()
         self.linears = self.model.linears()
         self.rows: dict[str, int] = {}
-        self.norms = {name: linear.feedback.float().norm() for name, linear in self.linears.items()}
+        self.norms = {name: linear.feedback.double().norm() for name, linear in self.linears.items()}
         for name, linear in self.linears.items():
             linear.register_forward_hook(self._count_rows(name))
 
@@ -57,4 +57,4 @@ class WeightMirror(FeedbackAlignment):
             y = x @ linear.weight.t()
             feedback = linear.feedback
             feedback.mul_(1.0 - o.mirror_decay).add_(y.t() @ x, alpha=o.mirror_lr / rows)
-            feedback.mul_((self.norms[name] / feedback.float().norm()).to(feedback.dtype))
+            feedback.mul_(float(self.norms[name] / feedback.double().norm()))
