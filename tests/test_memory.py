@@ -24,13 +24,20 @@ def test_feedback_gradients_and_optimizer_state():
     params = int(t.parameter_count.iloc[0])
     assert int(t.loc[("bp", "adam", "bf16"), "feedback"]) == 0
     assert int(t.loc[("fa", "sgd", "bf16"), "feedback"]) == 2 * weights
-    assert int(t.loc[("dfa", "sgd", "bf16"), "feedback"]) == 2 * L * d * d
+    assert int(t.loc[("dfa", "sgd", "bf16"), "feedback"]) == 2 * (L + 1) * d * d  # blocks and the embedding
     assert int(t.loc[("pepita", "sgd", "bf16"), "feedback"]) == 2 * V * d
     assert int(t.loc[("kp", "adam", "bf16"), "gradients"]) == 2 * (params + weights)
     assert int(t.loc[("kp", "adam", "bf16"), "optimizer_state"]) == 2 * 2 * (params + weights)
     assert int(t.loc[("bp", "adam", "bf16"), "optimizer_state"]) == 2 * 2 * params
     row = t.loc[("wm", "adam", "bf16")]
     assert int(row.total) == int(row.parameters + row.gradients + row.feedback + row.optimizer_state + row.activations)
+
+
+def test_encoder_decoder_feedback_per_stack():
+    d, V = 8, 12
+    t = table(dict(arch="encoder-decoder", enc_layers=2, dec_layers=3, d_model=d, heads=2, d_ff=16, vocab=V, seq_len=5))
+    assert int(t.loc[("dfa", "sgd", "fp32"), "feedback"]) == 4 * (2 + 3 + 2) * d * d
+    assert int(t.loc[("pepita", "sgd", "fp32"), "feedback"]) == 4 * 2 * V * d  # one F per stack input
 
 
 def test_mempepita_activations_do_not_grow_with_depth():

@@ -96,6 +96,9 @@ def test_dfa_drops_gradients_that_leave_a_block():
     # one (broadcast) row per sequence in the encoder of an encoder-decoder.
     assert cell(t, "decoder.0.dfa_projection", "error_projection", "dfa") == (M * d * d, 2 * M * d * d)
     assert cell(t, "encoder.0.dfa_projection", "error_projection", "dfa") == (d * d, 2 * d * d)
+    # Each stack's embedding output is a feedback point too.
+    assert cell(t, "decoder.embedding.dfa_projection", "error_projection", "dfa") == (M * d * d, 2 * M * d * d)
+    assert cell(t, "encoder.embedding.dfa_projection", "error_projection", "dfa") == (d * d, 2 * d * d)
 
 
 def test_classifier_head_has_one_row_per_sequence():

@@ -90,6 +90,7 @@ def end_layer_name(stack: str, layer: str) -> str:
 HEAD = "head"
 ERROR_PROJECTION = "error_projection"  # PEPITA's projection of the output error onto the input
 DFA_PROJECTION = "dfa_projection"  # DFA's per-block feedback: "<stack>.<i>.dfa_projection"
+EMBEDDING_DFA_PROJECTION = "embedding.dfa_projection"  # DFA's feedback onto a stack's embedding output
 
 
 def head_kind(classes: int) -> str:

@@ -5,9 +5,9 @@ Components (each in bytes, all tensors in the given dtype):
 - ``gradients``: one gradient per parameter (every rule writes ``.grad``), plus
   KP's gradient for its feedback matrices;
 - ``feedback``: FA/KP/WM keep a B of W's shape for every weight matrix (q, k,
-  v, o, both FFN layers, head); DFA one d x d matrix per block; PEPITA and
-  MEMPEPITA one F that maps the output error (vocab or classes wide) into the
-  input-embedding space (out x d);
+  v, o, both FFN layers, head); DFA one d x d matrix per block and per stack
+  embedding; PEPITA and MEMPEPITA one F per stack that maps the output error
+  (vocab or classes wide) into the input-embedding space (out x d);
 - ``optimizer_state``: SGD none, SGD with momentum one slot, Adam two slots,
   for each parameter (and KP's feedback matrices, which its optimizer trains);
 - ``activations``: what a step keeps between its passes, times the batch.
@@ -110,6 +110,7 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
     out_width = np.where(c["classes"] > 0, c["classes"], c["vocab"])
     out_rows = np.where(c["classes"] > 0, 1, c["tgt_len"])
     encdec = configs["arch"].to_numpy() == "encoder-decoder"
+    n_stacks = np.where(encdec, 2, 1)
     encoder_output = np.where(encdec, c["seq_len"] * d, 0)  # read by every cross-attention, held once
     error = out_rows * out_width
 
@@ -131,9 +132,9 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
         "fa": weights,
         "kp": weights,
         "wm": weights,
-        "dfa": (c["enc_layers"] + c["dec_layers"]) * d * d,
-        "pepita": out_width * d,
-        "mempepita": out_width * d,
+        "dfa": (c["enc_layers"] + c["dec_layers"] + n_stacks) * d * d,  # one per block and per embedding
+        "pepita": n_stacks * out_width * d,  # one F per stack input
+        "mempepita": n_stacks * out_width * d,
     }
     frames = []
     for rule in rules:

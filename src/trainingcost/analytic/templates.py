@@ -24,6 +24,7 @@ from .. import layers as L
 
 STACK_RANK = {"encoder": 0, "decoder": 1, "": 2}
 END_RANK = {"embedding": 0, "positional_encoding": 1}
+EMBEDDING_DFA_RANK = 2  # '<stack>.embedding.dfa_projection' follows the stack's ends
 BLOCK_SUB_OFFSET = 2  # sublayer ranks inside a block start here
 DFA_SUB_RANK = 50  # a block's DFA projection is listed after its sublayers
 HEAD_RANK, ERROR_PROJECTION_RANK, MODEL_RANK = 0, 1, 0
@@ -149,9 +150,12 @@ def build(configs: pd.DataFrame, granularity: str) -> Templates:
             # one row per output position for an LM head whose positions are the block's own;
             # otherwise (a pooled classifier error, or encoder blocks of an encoder-decoder, whose
             # positions are the source's) one row per sequence, broadcast over the block's positions.
+            # The stack's embedding output is a feedback point too, so no gradient leaves a block.
             aligned = (classes == 0) & ~(encdec & (stack == "encoder"))
-            add(has, "dfa_projection", stack, L.DFA_PROJECTION, depth, True, False, DFA_SUB_RANK, rows,
-                err_rows=np.where(aligned, rows, 1))
+            err_rows = np.where(aligned, rows, 1)
+            add(has, "dfa_projection", stack, L.DFA_PROJECTION, depth, True, False, DFA_SUB_RANK, rows, err_rows=err_rows)
+            add(has, "dfa_projection", stack, L.EMBEDDING_DFA_PROJECTION, 1, False, False, EMBEDDING_DFA_RANK, rows,
+                err_rows=err_rows)
         head_rows = np.where(classes > 0, 1, cols["tgt_len"])  # tgt_len == seq_len outside encoder-decoder
         add(classes == 0, "lm_head", "", L.HEAD, 1, False, False, HEAD_RANK, head_rows, out=out_width)
         add(classes > 0, "classifier_head", "", L.HEAD, 1, False, False, HEAD_RANK, head_rows, out=out_width)
