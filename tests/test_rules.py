@@ -25,12 +25,31 @@ def test_the_registry_has_exactly_the_analytic_rules():
 # 1. FA with B = W (Wᵀ in column convention) is BP.
 
 
+def autograd_reference(cfg, batch):
+    """BP by plain autograd: nn.Linear's own backward, no rule installed."""
+    model = model_of(cfg)
+    objective.loss(model(batch.tokens), batch.targets).backward()
+    return model
+
+
+@pytest.mark.parametrize("name", list(ARCH_SHAPES))
+def test_bp_rule_equals_plain_autograd(name):
+    cfg = cfg_of(name)
+    batch = batch_of(cfg)
+    expected = grads(autograd_reference(cfg, batch))
+    model = model_of(cfg)
+    make_rule("bp", model).step(batch)
+    got = grads(model)
+    assert expected.keys() == got.keys()
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], atol=1e-12, rtol=1e-10, msg=key)
+
+
 @pytest.mark.parametrize("name", list(ARCH_SHAPES))
 def test_fa_with_feedback_equal_to_the_weights_reproduces_bp(name):
     cfg = cfg_of(name)
     batch = batch_of(cfg)
-    reference = model_of(cfg)
-    make_rule("bp", reference).step(batch)
+    reference = autograd_reference(cfg, batch)
 
     model = model_of(cfg)
     rule = make_rule("fa", model)
@@ -50,8 +69,7 @@ def test_fa_with_feedback_equal_to_the_weights_reproduces_bp(name):
 def test_fa_random_feedback_changes_hidden_gradients_only():
     cfg = cfg_of("decoder")
     batch = batch_of(cfg)
-    reference = model_of(cfg)
-    make_rule("bp", reference).step(batch)
+    reference = autograd_reference(cfg, batch)
     model = model_of(cfg)
     make_rule("fa", model).step(batch)
     expected, got = grads(reference), grads(model)

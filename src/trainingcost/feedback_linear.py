@@ -7,6 +7,11 @@ The weight and bias gradients are the usual ones. When B itself requires a
 gradient (Kolen-Pollack, Akrout et al. 2019), it receives W's gradient, so an
 optimizer gives both the same update.
 
+With no feedback matrix (``feedback=None``) the backward uses W itself: this
+is backpropagation, with autograd's products, written out so that the weight
+gradient can be attributed to the ``weight_update`` phase
+(:mod:`trainingcost.attribution`) apart from the input gradient.
+
 Works on any number of leading dimensions ([batch, tokens, features]), unlike
 implementations that call ``mm`` on 2-D inputs only.
 """
@@ -16,11 +21,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import attribution
+
 
 class FeedbackLinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, feedback: torch.Tensor):
-        ctx.save_for_backward(x, feedback)
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, feedback: torch.Tensor | None):
+        ctx.save_for_backward(x, weight if feedback is None else feedback)
         ctx.has_bias = bias is not None
         return F.linear(x, weight, bias)
 
@@ -31,14 +38,15 @@ class FeedbackLinearFunction(torch.autograd.Function):
         grad_x = grad_w = grad_b = grad_feedback = None
         if need_x:
             grad_x = grad_out @ feedback  # the error travels through B, not W
-        if need_w or need_feedback:
-            rows_out = grad_out.reshape(-1, grad_out.shape[-1])
-            rows_in = x.reshape(-1, x.shape[-1])
-            grad_w = rows_out.t() @ rows_in
-            if need_feedback:  # Kolen-Pollack: B receives W's update (a copy: optimizers may work in place)
-                grad_feedback = grad_w.clone() if need_w else grad_w
-            if not need_w:
-                grad_w = None
-        if need_b and ctx.has_bias:
-            grad_b = grad_out.reshape(-1, grad_out.shape[-1]).sum(0)
+        with attribution.phase("weight_update"):
+            if need_w or need_feedback:
+                rows_out = grad_out.reshape(-1, grad_out.shape[-1])
+                rows_in = x.reshape(-1, x.shape[-1])
+                grad_w = rows_out.t() @ rows_in
+                if need_feedback:  # Kolen-Pollack: B receives W's update (a copy: optimizers may work in place)
+                    grad_feedback = grad_w.clone() if need_w else grad_w
+                if not need_w:
+                    grad_w = None
+            if need_b and ctx.has_bias:
+                grad_b = grad_out.reshape(-1, grad_out.shape[-1]).sum(0)
         return grad_x, grad_w, grad_b, grad_feedback

@@ -39,16 +39,18 @@ class Linear(nn.Linear):
 
     With ``feedback`` set (a tensor of the weight's shape, ``[out, in]``), the
     backward pass sends the error through it instead of through the weight:
-    feedback alignment and its relatives. Without it this is ``nn.Linear``.
+    feedback alignment and its relatives. With ``explicit_backward`` and no
+    feedback, the backward is BP's, written out. Otherwise this is ``nn.Linear``.
     """
 
     def __init__(self, in_features: int, out_features: int, activation: str | None = None):
         super().__init__(in_features, out_features)
         self.activation = activation
         self.register_buffer("feedback", None, persistent=False)
+        self.explicit_backward = False  # BP through FeedbackLinearFunction (feedback = the weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.feedback is None:
+        if self.feedback is None and not self.explicit_backward:
             y = F.linear(x, self.weight, self.bias)
         else:
             y = FeedbackLinearFunction.apply(x, self.weight, self.bias, self.feedback)
@@ -261,6 +263,15 @@ class Transformer(nn.Module):
     def layer_plan(self) -> list[tuple[str, str]]:
         c = self.cfg
         return L.layer_plan(self.arch, c["enc_layers"], c["dec_layers"], c["classes"])
+
+    def layer_of(self, module_name: str) -> str:
+        """The analytic layer that contains a module: ``encoder.0.ffn.up`` -> ``encoder.0.ffn``."""
+        names = {name for name, _ in self.layer_plan()}
+        parts = module_name.split(".")
+        for end in range(len(parts), 0, -1):
+            if ".".join(parts[:end]) in names:
+                return ".".join(parts[:end])
+        raise KeyError(f"{module_name!r} is in no analytic layer")
 
     def linears(self) -> dict[str, Linear]:
         """Every weight matrix, by module name (``encoder.0.self_attention.q`` ... ``head``)."""

@@ -1,4 +1,10 @@
-"""Backpropagation: autograd computes every gradient, a torch optimizer applies it."""
+"""Backpropagation: autograd computes every gradient, a torch optimizer applies it.
+
+Linear layers run their backward through
+:class:`~trainingcost.feedback_linear.FeedbackLinearFunction` with the weight
+itself as the backward matrix: the same products as autograd's own linear
+backward (tested), with the weight gradient attributable to its own phase.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,10 @@ from .base import Rule, no_phases
 class Backprop(Rule):
     name = "bp"
     phases = ("forward", "backward", "optimizer_step")
+
+    def setup(self) -> None:
+        for linear in self.model.linears().values():
+            linear.explicit_backward = True
 
     def step(self, batch, phase=no_phases) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import objective
+from .. import attribution, objective
 from ..model import Stream
 from . import register
 from .base import Rule, no_phases
@@ -34,6 +34,8 @@ class DirectFeedbackAlignment(Rule):
     phases = ("forward", "backward", "error_projection", "optimizer_step")
 
     def setup(self) -> None:
+        for linear in self.model.linears().values():
+            linear.explicit_backward = True  # BP inside blocks, with weight gradients attributable
         d = self.model.cfg["d_model"]
         self.feedback = {
             stage.name: self.randn(d, d, std=d**-0.5) for stage in self.model.stages() if stage.kind in ("embedding", "block")
@@ -67,8 +69,9 @@ class DirectFeedbackAlignment(Rule):
 
     def project(self, error: torch.Tensor, point: str, aligned: bool, out: torch.Tensor) -> torch.Tensor:
         feedback = self.feedback[point]
-        if aligned:
-            return error @ feedback
-        per_sequence = error if error.dim() == 2 else error.sum(dim=1)
-        projected = (per_sequence @ feedback) / out.shape[1]
-        return projected.unsqueeze(1).expand_as(out)
+        with attribution.layer(f"{point}.dfa_projection"):
+            if aligned:
+                return error @ feedback
+            per_sequence = error if error.dim() == 2 else error.sum(dim=1)
+            projected = (per_sequence @ feedback) / out.shape[1]
+            return projected.unsqueeze(1).expand_as(out)

@@ -36,10 +36,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import objective
+from .. import attribution, objective
 from ..model import Linear, Stream
 from . import register
 from .base import Rule, no_phases
+
+
+def _layer_of(model, name: str) -> str:
+    try:
+        return model.layer_of(name)
+    except (AttributeError, KeyError):  # a model without analytic layers (tests' MLP)
+        return name
 
 
 @register
@@ -58,6 +65,7 @@ class Pepita(Rule):
             for name, module in model.named_modules()
             if isinstance(module, (Linear, nn.LayerNorm)) and module is not model.head
         }
+        self.layer_of = {name: _layer_of(model, name) for name in self.units}
         self.recording: str | None = None  # 'clean' or 'modulated' while a pass is recorded
         self.clean: dict[str, torch.Tensor] = {}
         self.modulated: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -85,7 +93,7 @@ class Pepita(Rule):
                 loss = objective.loss(logits, batch.targets)
                 error, rows_with_target = objective.output_error(logits, batch.targets)
                 del logits
-            with phase("error_projection"):
+            with phase("error_projection"), attribution.layer("error_projection"):
                 modulation = self.modulation(error)
             modulated = Stream(batch.tokens, modulation)
             reference = Stream(batch.tokens)
@@ -94,7 +102,7 @@ class Pepita(Rule):
                     # The head learns from e at its modulated input; its modulated output is never used.
                     with phase("modulated_pass"):
                         head_input = model.pool(modulated.x)
-                    with phase("weight_update"):
+                    with phase("weight_update"), attribution.layer("head"):
                         self._update_head(model.head, head_input, error, rows_with_target)
                     continue
                 if self.recompute:
@@ -125,13 +133,15 @@ class Pepita(Rule):
     def update(self, stage, modulated: Stream) -> None:
         """The updates of one stage's layers, from its recorded clean and modulated activations."""
         if stage.kind == "embedding":
-            self._update_embedding(stage.stack, modulated)
+            with attribution.layer(f"{stage.stack}.embedding"):
+                self._update_embedding(stage.stack, modulated)
         for name, (x_mod, h_mod) in self.modulated.items():
             module = self.units[name]
-            if isinstance(module, nn.LayerNorm):
-                self._update_norm(module, self.clean.pop(name), x_mod, h_mod)
-            else:
-                self._update_linear(module, self.clean.pop(name), x_mod, h_mod)
+            with attribution.layer(self.layer_of[name]):
+                if isinstance(module, nn.LayerNorm):
+                    self._update_norm(module, self.clean.pop(name), x_mod, h_mod)
+                else:
+                    self._update_linear(module, self.clean.pop(name), x_mod, h_mod)
         self.modulated.clear()
 
     def _update_embedding(self, stack: str, modulated: Stream) -> None:

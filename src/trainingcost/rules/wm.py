@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import attribution
 from . import register
 from .base import no_phases
 from .fa import FeedbackAlignment
@@ -52,9 +53,10 @@ class WeightMirror(FeedbackAlignment):
     def mirror(self) -> None:
         o = self.options
         for name, linear in self.linears.items():
-            rows = self.rows[name]
-            x = self.randn(rows, linear.in_features, std=o.mirror_noise)
-            y = x @ linear.weight.t()
-            feedback = linear.feedback
-            feedback.mul_(1.0 - o.mirror_decay).add_(y.t() @ x, alpha=o.mirror_lr / rows)
-            feedback.mul_(float(self.norms[name] / feedback.double().norm()))
+            with attribution.layer(self.model.layer_of(name)):
+                rows = self.rows[name]
+                x = self.randn(rows, linear.in_features, std=o.mirror_noise)
+                y = x @ linear.weight.t()
+                feedback = linear.feedback
+                feedback.mul_(1.0 - o.mirror_decay).add_(y.t() @ x, alpha=o.mirror_lr / rows)
+                feedback.mul_(float(self.norms[name] / feedback.double().norm()))
