@@ -9,7 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 from trainingcost.measure import UNATTRIBUTED, FlopMeter, LayerHooks
 from trainingcost.rules import make_rule, rule_names
 
-from torch_helpers import ARCH_SHAPES, batch_of, cfg_of, model_of
+from torch_helpers import batch_of, cfg_of, model_of
 
 aten = torch.ops.aten
 CPU_SDPA = {  # FlopCounterMode has no CPU flash-attention formula in torch 2.13; the fused kernels' formulas apply
