@@ -10,7 +10,9 @@ passes block by block); a measurement should accumulate.
 Execution phases (what the code runs, in order of appearance):
 
 - ``forward``: a standard forward pass (MEMPEPITA: also its block-by-block recomputation);
-- ``backward``: autograd's backward pass, input and weight gradients together;
+- ``backward``: autograd's backward pass, input and weight gradients together
+  (the weight-gradient products carry an ``attribution.phase('weight_update')``
+  mark, so a FLOP count can split them off);
 - ``error_projection``: PEPITA's F·e, DFA's B·e per block;
 - ``modulated_pass``: PEPITA's forward pass on the modulated input;
 - ``weight_update``: PEPITA's hand-written weight updates, written into ``.grad``;
