@@ -35,6 +35,17 @@ TASKS = {
 }
 
 
+def machine() -> str:
+    """The CPU model name where /proc/cpuinfo has one, else the platform's description."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
@@ -64,7 +75,7 @@ def main() -> int:
     frame = pd.DataFrame(rows)
     write_parquet(frame, args.out)
     print(f"# Learning quality: {args.steps} steps, {args.optimizer} lr {args.lr}, median of {args.seeds} seeds")
-    print(f"# machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+    print(f"# machine: {machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads\n")
     summary = frame.groupby(["task", "depth", "rule"], sort=False)[["final_loss", "val_loss", "val_accuracy"]].median()
     for task in TASKS:
         part = summary.loc[task]
