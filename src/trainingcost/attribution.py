@@ -29,23 +29,23 @@ def _stack(name: str) -> list:
 
 
 @contextmanager
+def _pushed(stack_name: str, value: str):
+    stack = _stack(stack_name)
+    stack.append(value)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
 def layer(name: str):
-    stack = _stack("layers")
-    stack.append(name)
-    try:
-        yield
-    finally:
-        stack.pop()
+    """Attribute the work inside the ``with`` block to analytic layer ``name``."""
+    return _pushed("layers", name)
 
 
-@contextmanager
 def phase(name: str):
-    stack = _stack("phases")
-    stack.append(name)
-    try:
-        yield
-    finally:
-        stack.pop()
+    """Attribute the work inside the ``with`` block to phase ``name``, whatever the caller's phase."""
+    return _pushed("phases", name)
 
 
 def push_layer(name: str) -> None:

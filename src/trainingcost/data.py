@@ -179,10 +179,8 @@ class SequenceToSequence(Task):
     def batch(self, generator: torch.Generator, split: str = "train") -> Batch:
         b, n, m, vocab = self.cfg["batch"], self.cfg["seq_len"], self.cfg["tgt_len"], self.cfg["vocab"]
         source = torch.randint(SEQ2SEQ_FIRST, vocab, (b, n), generator=generator)
-        target = (source.flip(1) if self.reverse else source)[:, :m]
-        if m > n:  # a target longer than the source repeats it
-            reps = -(-m // n)
-            target = (source.flip(1) if self.reverse else source).repeat(1, reps)[:, :m]
+        ordered = source.flip(1) if self.reverse else source
+        target = ordered.repeat(1, -(-m // n))[:, :m]  # a target longer than the source repeats it
         return Batch({"encoder": source, "decoder": shift_right(target)}, target)
 
 

@@ -31,6 +31,7 @@ class WeightMirror(FeedbackAlignment):
     def setup(self) -> None:
         super().setup()
         self.linears = self.model.linears()
+        self.layer_of = {name: self.model.layer_of(name) for name in self.linears}
         self.rows: dict[str, int] = {}
         self.norms = {name: linear.feedback.double().norm() for name, linear in self.linears.items()}
         for name, linear in self.linears.items():
@@ -53,7 +54,7 @@ class WeightMirror(FeedbackAlignment):
     def mirror(self) -> None:
         o = self.options
         for name, linear in self.linears.items():
-            with attribution.layer(self.model.layer_of(name)):
+            with attribution.layer(self.layer_of[name]):
                 rows = self.rows[name]
                 x = self.randn(rows, linear.in_features, std=o.mirror_noise)
                 y = x @ linear.weight.t()
