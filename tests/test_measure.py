@@ -1,12 +1,10 @@
 """The FLOP meter: FlopCounterMode's count, split per analytic layer and phase."""
 
-from contextlib import contextmanager
-
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from trainingcost.measure import UNATTRIBUTED, FlopMeter, LayerHooks
+from trainingcost.measure import UNATTRIBUTED, count_step
 from trainingcost.rules import make_rule, rule_names
 
 from torch_helpers import batch_of, cfg_of, model_of
@@ -19,21 +17,7 @@ CPU_SDPA = {  # FlopCounterMode has no CPU flash-attention formula in torch 2.13
 
 
 def metered_step(rule, batch):
-    meter = FlopMeter()
-
-    @contextmanager
-    def phase(name):
-        previous, meter.phase = meter.phase, name
-        try:
-            yield
-        finally:
-            meter.phase = previous
-
-    hooks = LayerHooks(rule.model)
-    with meter:
-        rule.step(batch, phase)
-    hooks.remove()
-    return meter.counts
+    return count_step(rule, batch)
 
 
 @pytest.mark.parametrize("name", ["decoder", "classifier", "encoder-decoder"])
@@ -47,7 +31,7 @@ def test_meter_total_equals_flop_counter_mode_and_everything_is_attributed(name)
         with FlopCounterMode(display=False, custom_mapping=CPU_SDPA) as reference:
             rule.step(batch)
         assert sum(counts.values()) == reference.get_total_flops() > 0, rule_name
-        assert not [key for key in counts if key[0] == UNATTRIBUTED], (rule_name, dict(counts))
+        assert not [key for key in counts if key[0] == UNATTRIBUTED], (rule_name, counts)
         layers = {layer for layer, _ in counts}
         assert layers <= {n for n, _ in model.layer_plan()} | {"error_projection"} | {
             f"{s}.dfa_projection" for s in [st.name for st in model.stages()]

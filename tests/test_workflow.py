@@ -45,7 +45,7 @@ def test_tiny_sweep_end_to_end(tmp_path):
     assert len(configs) == 1 + 3 * 2
     assert set(costs.config_id) == set(configs.config_id) == set(memory.config_id)
     assert set(costs.rule) == {"bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa"}
-    assert set(costs.cost_model) == {"paper", "kaplan", "textbook", "survey"}
+    assert set(costs.cost_model) == {"paper", "executed", "kaplan", "textbook", "survey"}
     assert costs.maccs.dtype == "int64" and costs.flops.dtype == "int64"
     assert not costs.duplicated(["config_id", "rule", "cost_model", "layer", "phase"]).any()
     assert set(memory.optimizer) == {"adam"} and len(memory) == len(configs) * 7

@@ -22,6 +22,7 @@ equals a GPU count.
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -39,6 +40,14 @@ CPU_SDPA_FORMULAS = {
     ],
 }
 FORMULAS = {**CPU_SDPA_FORMULAS, **flop_registry}
+
+# The analytic phase of each execution phase (rules/base.py): the modulated pass is one of
+# PEPITA's forward passes (paper Table 2); the others keep their names.
+ANALYTIC_PHASE = {"modulated_pass": "forward"}
+
+
+def analytic_phase(execution_phase: str) -> str:
+    return ANALYTIC_PHASE.get(execution_phase, execution_phase)
 
 
 class FlopMeter(TorchDispatchMode):
@@ -96,3 +105,35 @@ class LayerHooks:
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
+
+
+def count_step(rule, batch) -> dict[tuple[str, str], int]:
+    """Run one training step of ``rule`` on ``batch`` and return its FLOPs per (layer, execution phase).
+
+    The step is a real one: the rule updates the model.
+    """
+    meter = FlopMeter()
+
+    @contextmanager
+    def phase(name: str):
+        previous, meter.phase = meter.phase, name
+        try:
+            yield
+        finally:
+            meter.phase = previous
+
+    hooks = LayerHooks(rule.model)
+    try:
+        with meter:
+            rule.step(batch, phase)
+    finally:
+        hooks.remove()
+    return dict(meter.counts)
+
+
+def by_analytic_phase(counts: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    """Merge execution phases into analytic ones (PEPITA's two forward passes become one cell)."""
+    merged: dict[tuple[str, str], int] = defaultdict(int)
+    for (layer, phase), flops in counts.items():
+        merged[(layer, analytic_phase(phase))] += flops
+    return dict(merged)

@@ -14,7 +14,14 @@ MACC and FLOP arrays:
 - ``linear_forward`` / ``linear_weight_grad``: the products with weight matrices
   alone (what a feedback matrix update or a weight-mirror pass repeats);
 - ``error_projection``: PEPITA's projection of the output error onto the input;
-- ``dfa_projection``: DFA's projection of the output error onto a block.
+- ``dfa_projection``: DFA's projection of the output error onto a block;
+- ``forward_modulated``: a forward pass that stops before the head (the
+  ``executed`` model's PEPITA modulated pass and MEMPEPITA recomputation);
+- ``feedback_copy``: KP's feedback gradient when it is a copy of W's (no product).
+
+A quantity may carry a third number, the *elementwise* FLOPs that the FLOP
+count leaves out (bias additions, softmax, GELU, LayerNorm ...); only cost
+models whose FLOPs are matmul-only (``executed``) declare it.
 
 A rule's *recipe* (:data:`RECIPES`) says which quantities, with which
 multiplicity, make each of its phases; Table 2 of the paper is the recipe of
@@ -25,7 +32,7 @@ one registry entry, and adding a rule touches one recipe.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -35,15 +42,16 @@ from . import templates as T
 from .templates import Shapes, Templates
 
 RULES = ("bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa")
-DEFAULT_COST_MODELS = ("paper", "kaplan", "textbook", "survey")
+COST_MODELS = ("paper", "executed", "kaplan", "textbook", "survey")
+DEFAULT_COST_MODELS = COST_MODELS
 PHASES = ("forward", "backward", "error_projection", "weight_update", "feedback_update", "mirror")
 INT64_LIMIT = float(2**63 - 1)
 
 Cost = tuple  # (maccs, flops)
 
 
-def cost(maccs, flops) -> Cost:
-    return (maccs, flops)
+def cost(maccs, flops, elementwise=None) -> Cost:
+    return (maccs, flops) if elementwise is None else (maccs, flops, elementwise)
 
 
 Formula = Callable[[Shapes], dict]
@@ -54,6 +62,7 @@ class CostModel:
     name: str
     granularity: str  # 'layer' (per layer instance) or 'model' (one row named 'model')
     formulas: dict  # layer kind -> Formula
+    recipes: dict = field(default_factory=dict)  # rule -> {phase: parts}: this model's departures from :func:`recipe`
 
 
 REGISTRY: dict[str, CostModel] = {}
@@ -70,8 +79,14 @@ def register(cost_model: str, kind: str, granularity: str = "layer"):
     return decorate
 
 
+def register_recipe(cost_model: str, rule: str, phases: dict) -> None:
+    """Replace some phases of ``rule``'s recipe under ``cost_model`` only."""
+    model = REGISTRY.setdefault(cost_model, CostModel(cost_model, "layer", {}))
+    model.recipes.setdefault(rule, {}).update(phases)
+
+
 def _load_models() -> None:
-    from . import baselines, paper  # noqa: F401  (registration side effects)
+    from . import baselines, executed, paper  # noqa: F401  (registration side effects)
 
 
 # ---------------------------------------------------------------------------
@@ -79,7 +94,7 @@ def _load_models() -> None:
 # weight-mirror steps per training step.
 
 
-def recipe(rule: str, mirror_steps: int = 1) -> dict[str, list[tuple[str, int]]]:
+def recipe(rule: str, mirror_steps: int = 1, cost_model: str | None = None) -> dict[str, list[tuple[str, int]]]:
     bp = {
         "forward": [("forward", 1)],
         "backward": [("backward_total", 1)],
@@ -108,7 +123,11 @@ def recipe(rule: str, mirror_steps: int = 1) -> dict[str, list[tuple[str, int]]]
         "pepita": {"forward": [("forward", 2)], **pepita},
         "mempepita": {"forward": [("forward", 3)], **pepita},
     }
-    return recipes[rule]
+    chosen = dict(recipes[rule])
+    if cost_model is not None:
+        _load_models()
+        chosen.update(REGISTRY[cost_model].recipes.get(rule, {}))
+    return chosen
 
 
 # ---------------------------------------------------------------------------
@@ -117,12 +136,17 @@ def recipe(rule: str, mirror_steps: int = 1) -> dict[str, list[tuple[str, int]]]
 
 @dataclass
 class Quantities:
-    """Per-template MACCs and FLOPs (per batch) and where each quantity is declared."""
+    """Per-template MACCs, FLOPs and elementwise FLOPs (per batch) and where each quantity is declared.
 
+    ``elementwise`` is None for cost models that fold elementwise work into their FLOPs.
+    """
+
+    cost_model: str
     templates: Templates
     maccs: dict[str, np.ndarray]
     flops: dict[str, np.ndarray]
     declared: dict[str, np.ndarray]
+    elementwise: dict[str, np.ndarray] | None = None
 
 
 BACKWARD_PARTS = ("backward", "backward_q", "backward_kv", "backward_skip")
@@ -136,10 +160,10 @@ def _derive_backward(q: dict, declared: dict, block_entry: np.ndarray, n: int) -
     sublayers whose residual input is the block input.
     """
     zero = np.zeros(n, dtype=np.int64)
-    for unit in ("maccs", "flops"):
-        part = {k: q[unit].get(k, zero) for k in BACKWARD_PARTS}
-        q[unit]["backward_total"] = part["backward"] + part["backward_q"] + part["backward_kv"] + part["backward_skip"]
-        q[unit]["backward_dfa"] = part["backward"] + np.where(block_entry, 0, part["backward_q"] + part["backward_skip"])
+    for store in q.values():
+        part = {k: store.get(k, zero) for k in BACKWARD_PARTS}
+        store["backward_total"] = part["backward"] + part["backward_q"] + part["backward_kv"] + part["backward_skip"]
+        store["backward_dfa"] = part["backward"] + np.where(block_entry, 0, part["backward_q"] + part["backward_skip"])
     any_part = np.zeros(n, dtype=bool)
     for k in BACKWARD_PARTS:
         any_part |= declared.get(k, np.zeros(n, dtype=bool))
@@ -147,10 +171,11 @@ def _derive_backward(q: dict, declared: dict, block_entry: np.ndarray, n: int) -
     declared["backward_dfa"] = any_part
 
 
-def _evaluate_formulas(model: CostModel, templates: Templates, dtype) -> tuple[dict, dict, dict]:
+def _evaluate_formulas(model: CostModel, templates: Templates, dtype) -> tuple[dict, dict, dict, dict]:
     n = len(templates)
     maccs: dict[str, np.ndarray] = {}
     flops: dict[str, np.ndarray] = {}
+    elementwise: dict[str, np.ndarray] = {}
     declared: dict[str, np.ndarray] = {}
     for kind in np.unique(templates.kind):
         formula = model.formulas.get(kind)
@@ -158,12 +183,12 @@ def _evaluate_formulas(model: CostModel, templates: Templates, dtype) -> tuple[d
             raise KeyError(f"cost model {model.name!r} has no formula for layer kind {kind!r}")
         index = np.nonzero(templates.kind == kind)[0]
         shapes = Shapes(templates, index, dtype=dtype)
-        for name, (m, f) in formula(shapes).items():
-            for store, value in ((maccs, m), (flops, f)):
+        for name, values in formula(shapes).items():
+            for store, value in zip((maccs, flops, elementwise), values):
                 column = store.setdefault(name, np.zeros(n, dtype=dtype))
                 column[index] = np.broadcast_to(value, len(index)) * shapes.B
             declared.setdefault(name, np.zeros(n, dtype=bool))[index] = True
-    return maccs, flops, declared
+    return maccs, flops, elementwise, declared
 
 
 def evaluate(cost_model: str, configs: pd.DataFrame, mirror_steps: int = 1) -> Quantities:
@@ -171,44 +196,51 @@ def evaluate(cost_model: str, configs: pd.DataFrame, mirror_steps: int = 1) -> Q
     _load_models()
     model = REGISTRY[cost_model]
     templates = T.build(configs, model.granularity)
-    maccs, flops, declared = _evaluate_formulas(model, templates, np.int64)
+    maccs, flops, elementwise, declared = _evaluate_formulas(model, templates, np.int64)
     # The same polynomials in floating point reveal any int64 overflow.
-    _, shadow, _ = _evaluate_formulas(model, templates, np.float64)
-    worst = max(float(np.max(np.abs(v))) for v in shadow.values()) if shadow else 0.0
+    _, shadow, shadow_elementwise, _ = _evaluate_formulas(model, templates, np.float64)
+    values = [*shadow.values(), *shadow_elementwise.values()]
+    worst = max(float(np.max(np.abs(v))) for v in values) if values else 0.0
     if worst * max(3, 2 * mirror_steps) >= INT64_LIMIT:
         raise OverflowError(
             f"cost model {cost_model}: a cost reaches {worst:.3g} FLOPs, beyond exact 64-bit integers; "
             "reduce batch or sizes"
         )
-    q = {"maccs": maccs, "flops": flops}
+    q = {"maccs": maccs, "flops": flops, **({"elementwise": elementwise} if elementwise else {})}
     _derive_backward(q, declared, templates.block_entry, len(templates))
-    return Quantities(templates, q["maccs"], q["flops"], declared)
+    return Quantities(cost_model, templates, maccs, flops, declared, q.get("elementwise"))
 
 
 def phase_costs(quantities: Quantities, rule: str, mirror_steps: int = 1):
-    """Yield (phase, template mask, maccs, flops) for each phase of ``rule``."""
+    """Yield (phase, template mask, maccs, flops, elementwise or None) for each phase of ``rule``."""
     n = len(quantities.templates)
     zero = np.zeros(n, dtype=np.int64)
+    parts_of = recipe(rule, mirror_steps, quantities.cost_model)
     for phase in PHASES:
-        parts = recipe(rule, mirror_steps).get(phase)
+        parts = parts_of.get(phase)
         if not parts:
             continue
         mask = np.zeros(n, dtype=bool)
         maccs, flops = zero.copy(), zero.copy()
+        elementwise = None if quantities.elementwise is None else zero.copy()
         for name, times in parts:
             if name not in quantities.declared:
                 continue
             mask |= quantities.declared[name]
             maccs += times * quantities.maccs[name]
             flops += times * quantities.flops[name]
+            if elementwise is not None:
+                elementwise += times * quantities.elementwise.get(name, zero)
         if mask.any():
-            yield phase, mask, maccs, flops
+            yield phase, mask, maccs, flops, elementwise
 
 
 # ---------------------------------------------------------------------------
 # Tables
 
-TABLE_COLUMNS = ("config_id", "rule", "cost_model", "stack", "block", "layer", "layer_kind", "phase", "maccs", "flops")
+TABLE_COLUMNS = (
+    "config_id", "rule", "cost_model", "stack", "block", "layer", "layer_kind", "phase", "maccs", "flops", "elementwise_flops",
+)
 
 
 def _instances(templates: Templates, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -237,7 +269,7 @@ def layer_table(configs: pd.DataFrame, rules=RULES, cost_models=None, mirror_ste
         quantities = evaluate(model_name, configs, mirror_steps)
         t = quantities.templates
         for rule_rank, rule in enumerate(rules):
-            for phase, mask, maccs, flops in phase_costs(quantities, rule, mirror_steps):
+            for phase, mask, maccs, flops, elementwise in phase_costs(quantities, rule, mirror_steps):
                 rows = np.nonzero(mask)[0]
                 inst = _instances(t, rows)
                 rep = inst["rep"]
@@ -258,6 +290,9 @@ def layer_table(configs: pd.DataFrame, rules=RULES, cost_models=None, mirror_ste
                             "phase": phase,
                             "maccs": maccs[rep],
                             "flops": flops[rep],
+                            "elementwise_flops": pd.array(
+                                elementwise[rep] if elementwise is not None else [pd.NA] * len(rep), dtype="Int64"
+                            ),
                         }
                     )
                 )
@@ -287,7 +322,7 @@ def phase_totals(configs: pd.DataFrame, rules=RULES, cost_models=None, mirror_st
         order = np.argsort(t.cfg, kind="stable")
         starts = np.searchsorted(t.cfg[order], np.arange(len(configs)))
         for rule in rules:
-            for phase, mask, maccs, flops in phase_costs(quantities, rule, mirror_steps):
+            for phase, mask, maccs, flops, _ in phase_costs(quantities, rule, mirror_steps):
                 weight = np.where(mask, t.count, 0)
                 out[(model_name, rule, phase)] = (
                     np.add.reduceat((maccs * weight)[order], starts),
