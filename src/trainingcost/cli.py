@@ -8,13 +8,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import pandas as pd
 
 from . import __version__
 from .analytic import DEFAULT_COST_MODELS, PHASES, RULES, layer_table
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
-from .config import ConfigError, canonical_model, configs_frame, load_config, preset_entry
+from .config import ConfigError, canonical_model, config_id, configs_frame, load_config, preset_entry
 from .pipeline import write_analytic, write_configs
 from .presets import PRESETS
 
@@ -251,17 +252,36 @@ def cmd_train(args: argparse.Namespace) -> int:
         eval_batches=args.eval_batches,
         eval_every=args.eval_every,
         options=options,
+        measure=bool(args.measure or args.out_dir),
+        warmup=args.warmup,
     )
     result = train(spec)
+    written = []
+    if args.out_dir:
+        out_dir = Path(args.out_dir)
+        write_parquet(result.measured, out_dir / "measured.parquet")
+        write_parquet(result.steps, out_dir / "steps.parquet")
+        written.append(str(out_dir))
     if args.out:
         write_parquet(result.steps, args.out)
-    c = pd.Series({"config_id": result.steps["config_id"].iloc[0], **cfg})
-    where = f" -> {args.out}" if args.out else ""
-    print(
+        written.append(args.out)
+    c = pd.Series({"config_id": config_id(cfg), **cfg})
+    where = f" -> {', '.join(written)}" if written else ""
+    line = (
         f"{args.rule} on {args.task} ({describe_config(c)}), {len(result.steps)} steps on {result.device}: "
         f"status {result.status}; loss {result.first_loss:.4f} -> {result.final_loss:.4f}; "
-        f"validation loss {result.val_loss:.4f}, accuracy {result.val_accuracy:.4f}{where}"
+        f"validation loss {result.val_loss:.4f}, accuracy {result.val_accuracy:.4f}"
     )
+    m = result.summary
+    if m.get("timed_steps"):
+        line += (
+            f"; step {m['step_time_median_s'] * 1e3:.2f} ms (median of {m['timed_steps']}, IQR "
+            f"{m['step_time_iqr_s'] * 1e3:.2f} ms), {human(m['tokens_per_s'])} tokens/s, "
+            f"{human(m['flops_per_step'], 'FLOPs')} per step"
+        )
+    print(line + where)
+    if result.message:
+        sys.stderr.write(f"trainingcost train: run ended with status {result.status}: {result.message}\n")
     return 0
 
 
@@ -302,6 +322,9 @@ def build_parser() -> Parser:
     trn.add_argument("--eval-batches", type=_int, default=4, help="validation batches")
     trn.add_argument("--eval-every", type=_int, default=0, help="evaluate every N steps (default: after the last)")
     trn.add_argument("--out", help="write one row per step to this parquet file")
+    trn.add_argument("--measure", action="store_true", help="measure time, memory, energy and FLOPs (implied by --out-dir)")
+    trn.add_argument("--warmup", type=_int, default=2, help="steps before the FLOP-counted step and the timed steps")
+    trn.add_argument("--out-dir", help="measure, and write steps.parquet and measured.parquet here")
     trn.set_defaults(func=cmd_train)
 
     cfg = sub.add_parser("configs", help="enumerate a sweep into a parquet table")

@@ -58,6 +58,15 @@ class FlopMeter(TorchDispatchMode):
         self.counts: dict[tuple[str, str], int] = defaultdict(int)
         self.phase = "forward"
 
+    @contextmanager
+    def in_phase(self, name: str):
+        """The phase factory of a metered step: work inside counts under phase ``name``."""
+        previous, self.phase = self.phase, name
+        try:
+            yield
+        finally:
+            self.phase = previous
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
@@ -107,27 +116,28 @@ class LayerHooks:
         self.handles.clear()
 
 
+@contextmanager
+def metering(model):
+    """Count FLOPs per layer and phase while the block runs; yields the meter.
+
+    Pass ``meter.in_phase`` to a rule's ``step`` as its phase factory.
+    """
+    meter = FlopMeter()
+    hooks = LayerHooks(model)
+    try:
+        with meter:
+            yield meter
+    finally:
+        hooks.remove()
+
+
 def count_step(rule, batch) -> dict[tuple[str, str], int]:
     """Run one training step of ``rule`` on ``batch`` and return its FLOPs per (layer, execution phase).
 
     The step is a real one: the rule updates the model.
     """
-    meter = FlopMeter()
-
-    @contextmanager
-    def phase(name: str):
-        previous, meter.phase = meter.phase, name
-        try:
-            yield
-        finally:
-            meter.phase = previous
-
-    hooks = LayerHooks(rule.model)
-    try:
-        with meter:
-            rule.step(batch, phase)
-    finally:
-        hooks.remove()
+    with metering(rule.model) as meter:
+        rule.step(batch, meter.in_phase)
     return dict(meter.counts)
 
 
