@@ -13,6 +13,7 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/configs.smk"
 include: "workflow/rules/analytic.smk"
+include: "workflow/rules/train.smk"
 
 
 rule all:
@@ -21,3 +22,5 @@ rule all:
         "results/configs.parquet",
         "results/tables/analytic.parquet",
         "results/tables/memory.parquet",
+        "results/tables/measured.parquet",
+        "results/tables/steps.parquet",

@@ -21,7 +21,12 @@ TINY = {
         ],
     },
     "memory": {"dtypes": ["fp32"], "optimizers": ["adam"]},
+    "train": {"select": ["bytes"], "steps": 5, "eval_batches": 1},
 }
+TINY["sweep"]["models"] = [  # one encoder-decoder trained under every rule
+    {"name": "bytes", "arch": "encoder-decoder", "layers": 1, "d_model": 16, "heads": 2, "d_ff": 32, "vocab": 256, "seq_len": 8, "batch": 2}
+]
+RULES = {"bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa"}
 
 
 def snakemake(workdir: Path, config: dict, *args):
@@ -42,20 +47,43 @@ def test_tiny_sweep_end_to_end(tmp_path):
     configs = pd.read_parquet(tmp_path / "results/configs.parquet")
     costs = pd.read_parquet(tmp_path / "results/tables/analytic.parquet")
     memory = pd.read_parquet(tmp_path / "results/tables/memory.parquet")
-    assert len(configs) == 1 + 3 * 2
+    assert len(configs) == 1 + 3 * 2 + 1
     assert set(costs.config_id) == set(configs.config_id) == set(memory.config_id)
-    assert set(costs.rule) == {"bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa"}
+    assert set(costs.rule) == RULES
     assert set(costs.cost_model) == {"paper", "executed", "kaplan", "textbook", "survey"}
     assert costs.maccs.dtype == "int64" and costs.flops.dtype == "int64"
     assert not costs.duplicated(["config_id", "rule", "cost_model", "layer", "phase"]).any()
     assert set(memory.optimizer) == {"adam"} and len(memory) == len(configs) * 7
     assert not list(tmp_path.glob("results/**/*.tmp"))
+    measured = pd.read_parquet(tmp_path / "results/tables/measured.parquet")
+    steps = pd.read_parquet(tmp_path / "results/tables/steps.parquet")
+    assert set(measured.rule) == set(steps.rule) == RULES and set(measured.status) == {"ok"}
+    assert measured.config_id.nunique() == 1 and len(steps) == 7 * 5
+    assert (tmp_path / "results/runs" / measured.config_id.iloc[0] / "wm/seed0/train.log").read_text().startswith("wm on lm")
 
     # A second run from scratch gives byte-identical tables (no timestamps in them).
     first = {p: (tmp_path / p).read_bytes() for p in ("results/configs.parquet", "results/tables/analytic.parquet", "results/tables/memory.parquet")}
     shutil.rmtree(tmp_path / "results")
     assert snakemake(tmp_path, TINY).returncode == 0
     assert all((tmp_path / p).read_bytes() == data for p, data in first.items())
+
+
+def test_default_config_trains_every_rule_and_executed_equals_measured(tmp_path):
+    """The README's `make run` sweep: configs -> analytic, train (49 jobs) -> measured."""
+    result = subprocess.run(
+        [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+         str(REPO / "config/config.yaml"), "--cores", "2", "-q"],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    measured = pd.read_parquet(tmp_path / "results/tables/measured.parquet")
+    costs = pd.read_parquet(tmp_path / "results/tables/analytic.parquet")
+    assert set(measured.rule) == RULES and set(measured.status) == {"ok"} and measured.config_id.nunique() == 7
+    assert set(measured.arch) == {"encoder", "decoder", "encoder-decoder"}
+    executed = costs[(costs.cost_model == "executed") & costs.config_id.isin(measured.config_id)]
+    cells = measured.merge(executed, on=["config_id", "rule", "layer", "phase"], how="outer", suffixes=("", "_executed"))
+    assert (cells["flops"].fillna(0) == cells["flops_executed"].fillna(0)).all()
+    assert "measured: 49 runs (49 ok)" in result.stdout + result.stderr
 
 
 BAD = [
@@ -67,6 +95,10 @@ BAD = [
     ({"sweep": {"presets": ["bert-base"]}, "analytic": {"cost_models": ["flops"]}}, "analytic.cost_models[0]: 'flops' is not allowed"),
     ({"sweep": {"models": [{"arch": "encoder-decoder", "enc_layers": 1, "d_model": 8, "heads": 1, "d_ff": 8, "vocab": 9, "seq_len": 4}]}}, "encoder-decoder needs both stacks"),
     ({"sweep": {"presets": ["bert-base"], "extra": 1}}, "sweep: unknown key 'extra'"),
+    ({"sweep": {"presets": ["bert-base"]}, "train": {"select": ["tiny"]}}, "train.select[0]: no sweep entry is named 'tiny' (names: bert-base)"),
+    ({"sweep": {"presets": ["bert-base"]}, "train": {"select": ["bert-base"], "task": "copy"}}, "train.task: copy cannot train sweep entry 'bert-base'"),
+    ({"sweep": {"presets": ["bert-base"]}, "train": {"steps": 3}}, "train.steps: measuring needs at least warmup + 2 = 4 steps"),
+    ({"sweep": {"presets": ["bert-base"]}, "train": {"dtype": "fp16"}}, "train.dtype: 'fp16' is not allowed"),
     ({"sweep": {"models": [{"arch": "encoder", "layers": "1", "d_model": 8, "heads": 1, "d_ff": 8, "vocab": 9, "seq_len": 4}]}}, "sweep.models[0].layers: '1' is not of type 'integer'"),
 ]
 

@@ -227,6 +227,8 @@ def _float(text: str) -> float:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
     from .data import check_task, task_defaults
     from .io import write_parquet
     from .rules import RuleOptions
@@ -255,6 +257,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         measure=bool(args.measure or args.out_dir),
         warmup=args.warmup,
     )
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ConfigError(f"--threads: must be at least 1 (got {args.threads})")
+        torch.set_num_threads(args.threads)
     result = train(spec)
     written = []
     if args.out_dir:
@@ -325,6 +331,7 @@ def build_parser() -> Parser:
     trn.add_argument("--measure", action="store_true", help="measure time, memory, energy and FLOPs (implied by --out-dir)")
     trn.add_argument("--warmup", type=_int, default=2, help="steps before the FLOP-counted step and the timed steps")
     trn.add_argument("--out-dir", help="measure, and write steps.parquet and measured.parquet here")
+    trn.add_argument("--threads", type=_int, help="CPU threads for torch (default: torch's choice)")
     trn.set_defaults(func=cmd_train)
 
     cfg = sub.add_parser("configs", help="enumerate a sweep into a parquet table")

@@ -230,6 +230,30 @@ def enumerate_sweep(sweep: dict) -> list[tuple[str, dict]]:
     return list(seen.values())
 
 
+def entry_names(sweep: dict) -> list[str]:
+    """The names a sweep's entries answer to: presets by their own name, grids and models by ``name``."""
+    names = list(sweep.get("presets", []))
+    names += [entry["name"] for key in ("grids", "models") for entry in sweep.get(key, []) if entry.get("name")]
+    return list(dict.fromkeys(names))
+
+
+def select_sweep(sweep: dict, names: list[str], where: str) -> list[tuple[str, dict]]:
+    """The configurations of the sweep entries called ``names`` (train.select), in sweep order."""
+    known = entry_names(sweep)
+    for i, name in enumerate(names):
+        if name not in known:
+            raise ConfigError(f"{where}[{i}]: no sweep entry is named {name!r} (names: {', '.join(known) or 'none'})")
+    if not names:
+        return []
+    chosen = set(names)
+    sub = {
+        "presets": [p for p in sweep.get("presets", []) if p in chosen],
+        "grids": [g for g in sweep.get("grids", []) if g.get("name") in chosen],
+        "models": [m for m in sweep.get("models", []) if m.get("name") in chosen],
+    }
+    return enumerate_sweep(sub)
+
+
 def configs_frame(pairs: list[tuple[str, dict]]) -> pd.DataFrame:
     """One row per configuration, every parameter a column, int64 sizes."""
     rows = [{"config_id": config_id(c), "name": name, **c} for name, c in pairs]

@@ -6,11 +6,22 @@ import sys
 from snakemake.utils import validate
 
 from trainingcost.config import ConfigError, validate_config
+from trainingcost.pipeline import train_command, train_jobs
 
 try:
-    validate_config(config)
+    FILLED = validate_config(config)  # the config with every default filled in
+    TRAIN_JOBS = train_jobs(FILLED)
 except ConfigError as error:
     sys.stderr.write(f"config error: {error}\n")
     sys.exit(1)
 
 validate(config, "../schemas/config.schema.yaml")
+
+# The package's command line, run by the interpreter that runs this workflow (no PATH needed).
+TRAININGCOST = f'"{sys.executable}" -m trainingcost'
+
+# The measured runs and each one's command-line arguments, keyed by the train rule's wildcards.
+TRAIN = FILLED["train"]
+TRAIN_ARGS = {
+    (job.config_id, job.rule, job.seed): " ".join(train_command(job, FILLED)) for job in TRAIN_JOBS
+}

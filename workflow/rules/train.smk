@@ -1,0 +1,34 @@
+# Measured training runs: one job per (config_id, rule, seed) of train.select, then one table each.
+
+
+rule train:
+    output:
+        measured="results/runs/{config_id}/{rule}/seed{seed}/measured.parquet",
+        steps="results/runs/{config_id}/{rule}/seed{seed}/steps.parquet",
+    log:
+        "results/runs/{config_id}/{rule}/seed{seed}/train.log",
+    params:
+        command=TRAININGCOST,
+        args=lambda w: TRAIN_ARGS[(w.config_id, w.rule, int(w.seed))],
+    threads: TRAIN["resources"]["threads"]
+    resources:
+        mem_mb=TRAIN["resources"]["mem_mb"],
+        runtime=TRAIN["resources"]["runtime"],
+        gpu=TRAIN["resources"]["gpu"],
+    shell:
+        "{params.command} {params.args} > {log} 2>&1"
+
+
+rule measured:
+    input:
+        measured=[f"{job.run_dir}/measured.parquet" for job in TRAIN_JOBS],
+        steps=[f"{job.run_dir}/steps.parquet" for job in TRAIN_JOBS],
+    output:
+        measured="results/tables/measured.parquet",
+        steps="results/tables/steps.parquet",
+    run:
+        from trainingcost.pipeline import gather_runs
+
+        runs, statuses = gather_runs(input.measured, input.steps, output.measured, output.steps)
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
+        print(f"measured: {runs} runs ({counts}) -> {output.measured}")
