@@ -7,14 +7,17 @@ rule train:
         steps="results/runs/{config_id}/{rule}/seed{seed}/steps.parquet",
     log:
         "results/runs/{config_id}/{rule}/seed{seed}/train.log",
-    params:
-        command=TRAININGCOST,
-        args=lambda w: TRAIN_ARGS[(w.config_id, w.rule, int(w.seed))],
+    wildcard_constraints:
+        config_id="[0-9a-f]{10}",
+        seed="[0-9]+",
     threads: TRAIN["resources"]["threads"]
     resources:
         mem_mb=TRAIN["resources"]["mem_mb"],
         runtime=TRAIN["resources"]["runtime"],
         gpu=TRAIN["resources"]["gpu"],
+    params:
+        command=TRAININGCOST,
+        args=lambda w: TRAIN_ARGS[(w.config_id, w.rule, int(w.seed))],
     shell:
         "{params.command} {params.args} > {log} 2>&1"
 

@@ -1,0 +1,114 @@
+"""Run a config's measured training jobs without Snakemake, gather them, and print the headline figures.
+
+For a machine without snakemake (the lent GPU image): the same jobs as the
+workflow's ``train`` rule (``trainingcost.pipeline.train_jobs``), one after
+another on one device, each through ``python -m trainingcost train``; then the
+workflow's gathering step. Prints:
+
+- BP's MFU at the largest shapes (bf16 on a known GPU; measured FLOPs per step
+  over the median step time, divided by the dense bf16 peak);
+- each rule's step time relative to BP beside its executed-FLOP ratio to BP;
+- MEMPEPITA's peak memory beside PEPITA's and BP's.
+
+    python benchmarks/gpu_sweep.py --config config/gpu.yaml --out benchmarks/gpu
+    python benchmarks/gpu_sweep.py --config config/config.yaml --out /tmp/cpu --limit 14   # CPU check
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from trainingcost.config import load_config  # noqa: E402
+from trainingcost.pipeline import gather_runs, train_command, train_jobs  # noqa: E402
+
+
+def run_jobs(config: dict, out: Path, limit: int | None, timeout: int) -> tuple[Path, Path]:
+    jobs = train_jobs(config)[:limit]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    for n, job in enumerate(jobs, 1):
+        target = out / job.run_dir
+        if (target / "measured.parquet").exists():
+            continue  # resume: a finished job is not run again
+        target.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        with open(target / "train.log", "w") as log:
+            try:
+                code = subprocess.run([sys.executable, "-m", "trainingcost", *train_command(job, config)], cwd=out,
+                                      stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                code = "timeout"
+        line = (target / "train.log").read_text().strip().splitlines()
+        print(f"[{n}/{len(jobs)}] {job.name} {job.config_id} {job.rule}: exit {code}, {time.perf_counter() - start:.1f} s; "
+              f"{line[-1][-120:] if line else ''}", flush=True)
+    done = [out / j.run_dir for j in jobs if (out / j.run_dir / "measured.parquet").exists()]
+    measured, steps = out / "measured.parquet", out / "steps.parquet"
+    gather_runs([d / "measured.parquet" for d in done], [d / "steps.parquet" for d in done], measured, steps)
+    return measured, steps
+
+
+def headline(measured: pd.DataFrame) -> str:
+    runs = measured.groupby(["config_id", "rule"], sort=False).first().reset_index()
+    runs["shape"] = (runs["arch"] + " d" + runs["d_model"].astype(str) + " L" + (runs["enc_layers"] + runs["dec_layers"]).astype(str)
+                     + " T" + runs["seq_len"].astype(str))
+    lines = [f"device: {runs['device_name'].iloc[0]}; dtype {runs['dtype'].iloc[0]}; torch {runs['torch_version'].iloc[0]}; "
+             f"{len(runs)} runs ({', '.join(f'{n} {s}' for s, n in runs['status'].value_counts().items())})", ""]
+    ok = runs[runs["status"] == "ok"]
+    bp = ok[ok["rule"] == "bp"].set_index("config_id")
+    if len(bp):
+        largest = bp.sort_values("flops_per_step").tail(3)
+        lines.append("BP at the largest shapes: step time (median), achieved FLOP/s, MFU")
+        for _, r in largest.iterrows():
+            mfu = f"{r['mfu']:.1%}" if pd.notna(r["mfu"]) else "n/a (no known bf16 peak)"
+            lines.append(f"  {r['shape']:<32} {r['step_time_median_s'] * 1e3:9.2f} ms  {r['achieved_flops_per_s'] / 1e12:8.1f} TFLOP/s"
+                         f"  MFU {mfu}")
+        lines.append("")
+    rows = []
+    for _, r in ok.iterrows():
+        if r["config_id"] not in bp.index:
+            continue
+        base = bp.loc[r["config_id"]]
+        rows.append({"shape": r["shape"], "rule": r["rule"],
+                     "time/BP": r["step_time_median_s"] / base["step_time_median_s"],
+                     "FLOPs/BP": r["flops_per_step"] / base["flops_per_step"],
+                     "peak MiB": r["peak_memory_bytes"] / 2**20})
+    if rows:
+        table = pd.DataFrame(rows)
+        table["time/FLOPs"] = table["time/BP"] / table["FLOPs/BP"]
+        lines.append("Step time and executed FLOPs relative to BP, per rule (median over configurations), and the ratio of the two")
+        summary = table.groupby("rule", sort=False)[["time/BP", "FLOPs/BP", "time/FLOPs"]].median()
+        lines.append(summary.to_string(float_format=lambda v: f"{v:.3f}"))
+        lines.append("")
+        memory = table.pivot_table(index="shape", columns="rule", values="peak MiB", sort=False)
+        keep = [c for c in ("bp", "pepita", "mempepita") if c in memory.columns]
+        lines.append(f"Peak memory, MiB ({runs['memory_source'].iloc[0]})")
+        lines.append(memory[keep].to_string(float_format=lambda v: f"{v:.0f}"))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="config/gpu.yaml")
+    parser.add_argument("--out", default="benchmarks/gpu")
+    parser.add_argument("--limit", type=int, help="run the first N jobs only")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per job")
+    args = parser.parse_args()
+    config = load_config(args.config)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    measured, _ = run_jobs(config, out, args.limit, args.timeout)
+    print()
+    print(headline(pd.read_parquet(measured)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
