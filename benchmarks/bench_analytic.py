@@ -23,6 +23,7 @@ import pandas as pd  # noqa: E402
 
 from trainingcost.analytic import DEFAULT_COST_MODELS, RULES, layer_table, phase_totals  # noqa: E402
 from trainingcost.config import configs_frame  # noqa: E402
+from trainingcost.provenance import cpu_name  # noqa: E402
 
 
 def random_configs(n: int, seed: int = 0) -> pd.DataFrame:
@@ -66,7 +67,7 @@ def main() -> None:
 
     configs = random_configs(args.configs)
     seconds = median_time(lambda: phase_totals(configs, RULES, DEFAULT_COST_MODELS), args.repeats)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.processor() or 'unknown cpu'}, Python {platform.python_version()}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {cpu_name()}, Python {platform.python_version()}")
     print(f"engine: {args.configs} configurations x {len(RULES)} rules x {len(DEFAULT_COST_MODELS)} cost models "
           f"(per-phase totals): median {seconds:.2f} s over {args.repeats} runs = {args.configs / seconds:,.0f} configurations/s")
 

@@ -177,16 +177,15 @@ def _evaluate_formulas(model: CostModel, templates: Templates, dtype) -> tuple[d
     flops: dict[str, np.ndarray] = {}
     elementwise: dict[str, np.ndarray] = {}
     declared: dict[str, np.ndarray] = {}
-    for kind in np.unique(templates.kind):
+    for kind, index in sorted(templates.kind_index().items()):
         formula = model.formulas.get(kind)
         if formula is None:
             raise KeyError(f"cost model {model.name!r} has no formula for layer kind {kind!r}")
-        index = np.nonzero(templates.kind == kind)[0]
         shapes = Shapes(templates, index, dtype=dtype)
         for name, values in formula(shapes).items():
             for store, value in zip((maccs, flops, elementwise), values):
                 column = store.setdefault(name, np.zeros(n, dtype=dtype))
-                column[index] = np.broadcast_to(value, len(index)) * shapes.B
+                column[index] = np.broadcast_to(value, len(shapes)) * shapes.B
             declared.setdefault(name, np.zeros(n, dtype=bool))[index] = True
     return maccs, flops, elementwise, declared
 
@@ -261,6 +260,13 @@ def _instances(templates: Templates, rows: np.ndarray) -> dict[str, np.ndarray]:
     return {"rep": rep, "block": block, "layer": names}
 
 
+def _nullable(values: np.ndarray | None, rows: np.ndarray) -> pd.arrays.IntegerArray:
+    """Int64 values at ``rows``, or nulls where the cost model has no such column."""
+    if values is None:
+        return pd.arrays.IntegerArray(np.zeros(len(rows), dtype=np.int64), np.ones(len(rows), dtype=bool))
+    return pd.arrays.IntegerArray(values[rows].astype(np.int64), np.zeros(len(rows), dtype=bool))
+
+
 def layer_table(configs: pd.DataFrame, rules=RULES, cost_models=None, mirror_steps: int = 1) -> pd.DataFrame:
     """The long table: one row per (config_id, rule, cost_model, layer, phase), in forward order."""
     frames = []
@@ -268,10 +274,11 @@ def layer_table(configs: pd.DataFrame, rules=RULES, cost_models=None, mirror_ste
     for model_rank, model_name in enumerate(cost_models):
         quantities = evaluate(model_name, configs, mirror_steps)
         t = quantities.templates
+        every = _instances(t, np.arange(len(t)))  # named once per cost model, selected per phase
         for rule_rank, rule in enumerate(rules):
             for phase, mask, maccs, flops, elementwise in phase_costs(quantities, rule, mirror_steps):
-                rows = np.nonzero(mask)[0]
-                inst = _instances(t, rows)
+                keep = mask[every["rep"]]
+                inst = {key: value[keep] for key, value in every.items()}
                 rep = inst["rep"]
                 frames.append(
                     pd.DataFrame(
@@ -290,9 +297,7 @@ def layer_table(configs: pd.DataFrame, rules=RULES, cost_models=None, mirror_ste
                             "phase": phase,
                             "maccs": maccs[rep],
                             "flops": flops[rep],
-                            "elementwise_flops": pd.array(
-                                elementwise[rep] if elementwise is not None else [pd.NA] * len(rep), dtype="Int64"
-                            ),
+                            "elementwise_flops": _nullable(elementwise, rep),
                         }
                     )
                 )

@@ -50,9 +50,14 @@ class Templates:
     out: np.ndarray
     err_rows: np.ndarray
     config_columns: dict = field(default_factory=dict)
+    kind_slices: dict = field(default_factory=dict)  # layer kind -> slice of its rows
 
     def __len__(self) -> int:
         return len(self.cfg)
+
+    def kind_index(self) -> dict[str, slice]:
+        """The template rows of each layer kind: :func:`build` keeps each kind's rows contiguous."""
+        return self.kind_slices
 
     def config_column(self, name: str) -> np.ndarray:
         """A configuration parameter, gathered per template."""
@@ -87,7 +92,7 @@ class Shapes:
         self.N = t.N[index].astype(dtype)
         self.out = t.out[index].astype(dtype)
         self.err_rows = t.err_rows[index].astype(dtype)
-        self.zero = np.zeros(len(index), dtype=dtype)
+        self.zero = np.zeros(len(cfg), dtype=dtype)
 
     def __len__(self) -> int:
         return len(self.zero)
@@ -164,5 +169,13 @@ def build(configs: pd.DataFrame, granularity: str) -> Templates:
     else:  # pragma: no cover - guarded by the registry
         raise ValueError(f"unknown granularity {granularity!r}")
 
-    merged = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-    return Templates(configs=configs, config_columns=cols, **merged)
+    # Group the rows by layer kind (stable), so each formula reads and writes one contiguous slice.
+    kinds = list(dict.fromkeys(p["kind"][0] for p in parts))
+    grouped = sorted(parts, key=lambda p: kinds.index(p["kind"][0]))
+    merged = {key: np.concatenate([p[key] for p in grouped]) for key in parts[0]}
+    slices, start = {}, 0
+    for kind in kinds:
+        size = sum(len(p["cfg"]) for p in grouped if p["kind"][0] == kind)
+        slices[kind] = slice(start, start + size)
+        start += size
+    return Templates(configs=configs, config_columns=cols, kind_slices=slices, **merged)
