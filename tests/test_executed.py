@@ -107,3 +107,23 @@ def test_executed_differs_from_the_paper_where_the_code_does():
     # Only the executed model separates elementwise work.
     assert table.loc[table.cost_model == "paper", "elementwise_flops"].isna().all()
     assert (table.loc[table.cost_model == "executed", "elementwise_flops"] >= 0).all()
+
+
+def test_elementwise_flops_by_hand():
+    """The documented per-element constants, at three shapes (docs/cost_models.md, `elementwise_flops`)."""
+    for entry in (CONFIGS[1], CONFIGS[9], CONFIGS[16]):
+        cfg = canonical_model(entry, "test")
+        table = layer_table(configs_frame([("", cfg)]), ["bp", "pepita"], ["executed"])
+        cell = table.set_index(["rule", "layer", "phase"])["elementwise_flops"]
+        b, d, h, ff, v = cfg["batch"], cfg["d_model"], cfg["heads"], cfg["d_ff"], cfg["vocab"]
+        stack = "decoder" if cfg["dec_layers"] else "encoder"
+        t = cfg["tgt_len"] if stack == "decoder" else cfg["seq_len"]
+        assert cell["bp", f"{stack}.0.ffn", "forward"] == b * (t * ff + t * d + 8 * t * ff)  # biases, GELU
+        assert cell["bp", f"{stack}.0.ffn", "backward"] == b * 13 * t * ff  # GELU derivative
+        assert cell["bp", f"{stack}.0.ffn_norm", "forward"] == b * 9 * t * d  # residual + LayerNorm
+        assert cell["bp", f"{stack}.0.self_attention", "forward"] == b * (4 * t * d + 6 * t * t * h)  # biases, softmax
+        assert cell["bp", f"{stack}.0.self_attention", "backward"] == b * (10 * t * t * h + t * d)  # SDPA bwd, k+v sum
+        assert cell["bp", "head", "forward"] == b * 6 * t * v  # bias, log-softmax
+        # PEPITA's forward: the full pass plus the modulated pass, whose head only pools (nothing for an LM head).
+        assert cell["pepita", "head", "forward"] == b * 6 * t * v
+        assert cell["pepita", f"{stack}.0.ffn", "forward"] == 2 * b * (t * ff + t * d + 8 * t * ff)

@@ -187,3 +187,67 @@ def test_median_and_iqr():
     assert median_iqr([1, 2, 3, 4, 100]) == (3.0, 2.0)
     assert median_iqr([]) == (math.nan, math.nan) or all(math.isnan(v) for v in median_iqr([]))
     assert median_iqr([float("nan"), 2.0]) == (2.0, 0.0)
+
+
+def test_phase_memory_is_reset_per_phase_and_kept_as_the_largest(monkeypatch):
+    """The CUDA memory path, with the allocator statistics faked: the peak is reset at each phase start."""
+    allocated = iter([100, 700, 300])  # peaks read at the end of forward, backward, forward again
+    resets = []
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: resets.append(device))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: next(allocated))
+    from trainingcost.phase_timer import CpuClock
+
+    timer = PhaseTimer(torch.device("cuda", 0), clock=CpuClock())
+    for name in ("forward", "backward", "forward"):
+        with timer(name):
+            pass
+    _, _, peaks = timer.finish()
+    assert peaks == {"forward": 300, "backward": 700} and len(resets) == 3
+
+
+class FakeNvml:
+    """pynvml's four calls, with an energy counter in millijoules that advances 2500 mJ per read."""
+
+    def __init__(self, supported=True):
+        self.energy, self.supported, self.index = 10_000, supported, None
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        self.index = index
+        return "handle"
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        if not self.supported:
+            raise RuntimeError("Not Supported")
+        self.energy += 2500
+        return self.energy
+
+
+def test_energy_counter_reads_nvml_in_joules_and_is_null_elsewhere(monkeypatch):
+    import sys
+
+    from trainingcost.energy import EnergyCounter
+
+    assert EnergyCounter(torch.device("cpu")).read() is None
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(torch.cuda, "_get_nvml_device_index", lambda i: 3)
+    counter = EnergyCounter(torch.device("cuda", 1))
+    assert counter.available and fake.index == 3
+    first, second = counter.read(), counter.read()
+    assert second - first == 2.5
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(supported=False))
+    unsupported = EnergyCounter(torch.device("cuda", 0))
+    assert not unsupported.available and unsupported.read() is None and "Not Supported" in unsupported.reason
+
+
+def test_mfu_peaks_by_device_name():
+    from trainingcost.measurement import dense_bf16_peak
+
+    assert dense_bf16_peak("NVIDIA H100 80GB HBM3") == 989.4e12
+    assert dense_bf16_peak("NVIDIA H100 PCIe") == 756e12
+    assert dense_bf16_peak("NVIDIA H200") == 989.4e12
+    assert dense_bf16_peak("NVIDIA A100-SXM4-80GB") == 312e12
+    assert dense_bf16_peak("Intel(R) Xeon(R) Processor @ 2.10GHz") is None
