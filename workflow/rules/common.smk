@@ -6,11 +6,14 @@ import sys
 from snakemake.utils import validate
 
 from trainingcost.config import ConfigError, validate_config
+from trainingcost.findings import FIGURES as FIGURE_FILES
+from trainingcost.findings import figure_names
 from trainingcost.pipeline import train_command, train_jobs
 
 try:
     FILLED = validate_config(config)  # the config with every default filled in
     TRAIN_JOBS = train_jobs(FILLED)
+    FIGURE_NAMES = figure_names(FILLED)
 except ConfigError as error:
     sys.stderr.write(f"config error: {error}\n")
     sys.exit(1)

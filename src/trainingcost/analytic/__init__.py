@@ -1,5 +1,5 @@
 """Analytic training costs from shapes alone (no torch)."""
 
-from .engine import DEFAULT_COST_MODELS, PHASES, RULES, REGISTRY, evaluate, layer_table, phase_totals
+from .engine import COST_MODELS, DEFAULT_COST_MODELS, PHASES, RULES, REGISTRY, evaluate, layer_table, phase_totals
 
-__all__ = ["DEFAULT_COST_MODELS", "PHASES", "RULES", "REGISTRY", "evaluate", "layer_table", "phase_totals"]
+__all__ = ["COST_MODELS", "DEFAULT_COST_MODELS", "PHASES", "RULES", "REGISTRY", "evaluate", "layer_table", "phase_totals"]

@@ -1,0 +1,136 @@
+"""Predicted against measured: every cost model joined with the measured runs, and rule-to-BP ratios.
+
+Predicted and measured values stay in separate columns. Three granularities,
+each the finest that a cost model and the measurement share:
+
+- ``layer``: (config_id, rule, seed, layer, phase), for the per-layer cost
+  models (``paper``, ``executed``). A cell that one side lacks is 0 there (the
+  measurement has no row for a layer that runs no matrix product);
+- ``phase``: (config_id, rule, seed, phase), for every cost model; the
+  measured phase time sits beside it;
+- ``step``: (config_id, rule, seed), the whole training step, for every cost
+  model; with the measured step time and peak memory beside the memory model's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+KEYS = ["config_id", "rule", "seed"]
+COMPARISON_COLUMNS = [
+    "config_id", "rule", "seed", "cost_model", "granularity", "layer", "phase",
+    "predicted_flops", "measured_flops", "flops_ratio", "flops_rel_error",
+    "measured_time_s", "predicted_memory_bytes", "measured_peak_memory_bytes", "memory_source",
+    "arch", "d_model", "enc_layers", "dec_layers", "seq_len", "tgt_len", "batch", "dtype", "device_name", "status",
+]
+RUN_COLUMNS = ["arch", "d_model", "enc_layers", "dec_layers", "seq_len", "tgt_len", "batch", "dtype", "device_name", "status",
+               "optimizer", "step_time_median_s", "peak_memory_bytes", "memory_source", "flops_per_step"]
+
+
+def _ratios(frame: pd.DataFrame) -> pd.DataFrame:
+    measured = frame["measured_flops"].astype("float64")
+    predicted = frame["predicted_flops"].astype("float64")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(measured > 0, predicted / measured, np.nan)
+    frame["flops_ratio"] = ratio
+    frame["flops_rel_error"] = ratio - 1.0
+    return frame
+
+
+def runs_of(measured: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured run, with its run-level columns."""
+    columns = [c for c in RUN_COLUMNS if c in measured.columns]
+    return measured.groupby(KEYS, sort=False, as_index=False)[columns].first()
+
+
+def comparison_table(analytic: pd.DataFrame, measured: pd.DataFrame, memory: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The predicted-against-measured table (see the module docstring)."""
+    ok = measured[measured["status"] == "ok"]
+    runs = runs_of(ok)
+    if runs.empty:
+        return pd.DataFrame(columns=COMPARISON_COLUMNS)
+    cells = ok[ok["layer"] != ""][KEYS + ["layer", "phase", "flops", "phase_time_median_s"]]
+    predicted = analytic[analytic["config_id"].isin(runs["config_id"]) & analytic["rule"].isin(runs["rule"])]
+    frames = []
+
+    # Per layer: the per-layer cost models, each measured run against its configuration's rows.
+    per_layer = predicted[predicted["layer"] != "model"]
+    if len(per_layer):
+        left = per_layer.merge(runs[KEYS], on=["config_id", "rule"])
+        both = left.merge(cells[KEYS + ["layer", "phase", "flops"]], on=KEYS + ["layer", "phase"], how="outer",
+                          suffixes=("", "_measured"))
+        # A measured cell no per-layer model has (optimizer_step) is not a layer comparison.
+        both = both[both["cost_model"].notna()]
+        frame = pd.DataFrame({
+            **{k: both[k] for k in KEYS}, "cost_model": both["cost_model"], "granularity": "layer",
+            "layer": both["layer"], "phase": both["phase"],
+            "predicted_flops": both["flops"].fillna(0).astype("int64"),
+            "measured_flops": both["flops_measured"].fillna(0).astype("int64"),
+        })
+        frames.append(frame)
+
+    # Per phase and per step: every cost model.
+    phase_measured = cells.groupby(KEYS + ["phase"], as_index=False).agg(
+        measured_flops=("flops", "sum"), measured_time_s=("phase_time_median_s", "first"))
+    phase_predicted = predicted.groupby(["config_id", "rule", "cost_model", "phase"], as_index=False)["flops"].sum()
+    phase = phase_predicted.merge(runs[KEYS], on=["config_id", "rule"]).merge(phase_measured, on=KEYS + ["phase"], how="left")
+    phase = phase.rename(columns={"flops": "predicted_flops"})
+    phase["measured_flops"] = phase["measured_flops"].fillna(0).astype("int64")
+    phase["granularity"], phase["layer"] = "phase", ""
+    frames.append(phase)
+
+    step_predicted = predicted.groupby(["config_id", "rule", "cost_model"], as_index=False)["flops"].sum()
+    step = step_predicted.merge(runs, on=["config_id", "rule"])
+    step = step.rename(columns={"flops": "predicted_flops", "flops_per_step": "measured_flops",
+                                "step_time_median_s": "measured_time_s", "peak_memory_bytes": "measured_peak_memory_bytes"})
+    step["measured_flops"] = step["measured_flops"].fillna(0).astype("int64")
+    step["granularity"], step["layer"], step["phase"] = "step", "", ""
+    if memory is not None and len(memory):
+        model = memory.rename(columns={"total": "predicted_memory_bytes"})[
+            ["config_id", "rule", "optimizer", "dtype", "predicted_memory_bytes"]]
+        step = step.merge(model, on=["config_id", "rule", "optimizer", "dtype"], how="left")
+    frames.append(step)
+
+    table = pd.concat(frames, ignore_index=True)
+    table = table.drop(columns=[c for c in RUN_COLUMNS if c in table.columns and c not in COMPARISON_COLUMNS])
+    table = table.merge(runs[KEYS + [c for c in RUN_COLUMNS if c in runs.columns and c in COMPARISON_COLUMNS]], on=KEYS,
+                        how="left", suffixes=("_drop", ""))
+    table = table.drop(columns=[c for c in table.columns if c.endswith("_drop")])
+    for column in COMPARISON_COLUMNS:
+        if column not in table.columns:
+            table[column] = np.nan
+    table = _ratios(table[COMPARISON_COLUMNS].copy())
+    order = {"layer": 0, "phase": 1, "step": 2}
+    table = table.sort_values(["config_id", "rule", "seed", "cost_model", "granularity"], key=lambda s: s.map(order) if s.name == "granularity" else s,
+                              kind="stable").reset_index(drop=True)
+    for column in ("predicted_flops", "measured_flops"):
+        table[column] = table[column].astype("int64")
+    return table
+
+
+def rule_ratios(analytic: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """Each rule's cost relative to BP on the same configuration: per cost model, and as measured.
+
+    ``source`` is a cost model's name (metric ``flops``) or ``measured`` (metrics ``flops``,
+    ``step_time`` and ``peak_memory``, medians over seeds). Configurations without a BP row
+    have no ratio.
+    """
+    totals = analytic.groupby(["config_id", "cost_model", "rule"], as_index=False)["flops"].sum()
+    predicted = totals.rename(columns={"cost_model": "source", "flops": "value"}).assign(metric="flops")
+    frames = [predicted]
+    ok = measured[measured["status"] == "ok"]
+    if len(ok):
+        runs = runs_of(ok)
+        per_rule = runs.groupby(["config_id", "rule"], as_index=False).agg(
+            flops=("flops_per_step", "median"), step_time=("step_time_median_s", "median"),
+            peak_memory=("peak_memory_bytes", "median"))
+        for metric in ("flops", "step_time", "peak_memory"):
+            frames.append(per_rule[["config_id", "rule", metric]].rename(columns={metric: "value"})
+                          .assign(source="measured", metric=metric))
+    table = pd.concat(frames, ignore_index=True)
+    table["value"] = table["value"].astype("float64")
+    bp = table[table["rule"] == "bp"][["config_id", "source", "metric", "value"]].rename(columns={"value": "bp_value"})
+    table = table.merge(bp, on=["config_id", "source", "metric"], how="inner")
+    table["ratio_to_bp"] = table["value"] / table["bp_value"]
+    return table[["config_id", "rule", "source", "metric", "value", "bp_value", "ratio_to_bp"]].reset_index(drop=True)
