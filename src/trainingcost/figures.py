@@ -25,6 +25,7 @@ from .io import atomic_write  # noqa: E402
 
 RULE_COLORS = dict(zip(RULES, sns.color_palette("colorblind", len(RULES))))
 RULE_LABELS = {"bp": "BP", "pepita": "PEPITA", "mempepita": "MEMPEPITA", "fa": "FA", "kp": "KP", "wm": "WM", "dfa": "DFA"}
+RULE_MARKERS = dict(zip(RULES, ["o", "X", "s", "P", "D", "^", "v"]))
 MODEL_LINES = {"paper": (0, (4, 2)), "executed": "solid"}
 COLUMN, FULL = 3.4, 7.0
 
@@ -59,26 +60,47 @@ def _pct(x: float) -> str:
 def predicted_vs_measured_flops(comparison: pd.DataFrame):
     steps = comparison[comparison["granularity"] == "step"]
     models = [m for m in COST_MODELS if m in set(steps["cost_model"])]
-    fig, axes = plt.subplots(1, len(models), figsize=(FULL, 1.9), sharex=True, sharey=True, squeeze=False)
+    rules = [r for r in RULES if r in set(steps["rule"])]
+    fig, axes = plt.subplots(2, 3, figsize=(FULL, 4.4), sharex=True, sharey=True)
     errors = {}
-    for ax, model in zip(axes[0], models):
+    lo = steps[["measured_flops", "predicted_flops"]].replace(0, np.nan).min().min() / 1.3
+    hi = steps[["measured_flops", "predicted_flops"]].max().max() * 1.3
+    markers = {r: RULE_MARKERS[r] for r in rules}
+    for ax, model in zip(axes.flat, models):
         part = steps[steps["cost_model"] == model]
         errors[model] = float(np.median(part["flops_rel_error"]))
-        sns.scatterplot(data=part, x="measured_flops", y="predicted_flops", hue="rule", palette=RULE_COLORS,
-                        hue_order=[r for r in RULES if r in set(part["rule"])], s=12, ax=ax, legend=False, edgecolor="none")
-        ax.set(xscale="log", yscale="log", title=f"{model}: median error {_pct(errors[model])}",
-               xlabel="measured FLOPs per step")
-        ax.set_ylabel("predicted FLOPs per step")
-    lo = steps[["measured_flops", "predicted_flops"]].replace(0, np.nan).min().min()
-    hi = steps[["measured_flops", "predicted_flops"]].max().max()
-    for ax in axes[0]:
         ax.plot([lo, hi], [lo, hi], color="0.3", linewidth=0.8, zorder=0)
+        sns.scatterplot(data=part, x="measured_flops", y="predicted_flops", hue="rule", palette=RULE_COLORS, hue_order=rules,
+                        style="rule", style_order=rules, markers=markers, s=18, ax=ax, legend=False, edgecolor="none", alpha=0.85)
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), title=f"{model} (median error {_pct(errors[model])})",
+               xlabel="measured FLOPs per step", ylabel="predicted FLOPs per step")
+        _log_ticks(ax)
+    legend_ax = axes.flat[len(models)]
+    legend_ax.axis("off")
+    handles = [plt.Line2D([], [], color=RULE_COLORS[r], marker=RULE_MARKERS[r], linestyle="", markersize=5) for r in rules]
+    legend_ax.legend(handles, [RULE_LABELS[r] for r in rules], loc="center", frameon=False, title="rule", ncol=2)
+    for ax in axes.flat[len(models) + 1:]:
+        ax.axis("off")
     exact = [m for m, e in errors.items() if abs(e) < 1e-9]
     others = ", ".join(f"{m} {_pct(e)}" for m, e in errors.items() if m not in exact)
-    lead = f"Only the {' and '.join(exact)} model predicts the measured FLOPs exactly" if exact else "No model predicts the measured FLOPs"
-    fig.suptitle(f"{lead}; the others miss by {others} (median per step)", y=1.1)
-    _rule_legend(fig, [r for r in RULES if r in set(steps["rule"])], loc="lower center", bbox_to_anchor=(0.5, -0.18))
+    lead = (f"Only the {' and '.join(exact)} model predicts the measured FLOPs exactly"
+            if exact else "No cost model predicts the measured FLOPs")
+    fig.suptitle(f"{lead};\nthe others miss by {others} (median over {len(steps) // max(len(models), 1)} runs)")
+    fig.tight_layout()
     return fig
+
+
+def _log_ticks(ax) -> None:
+    """Log axes labelled at 1, 2 and 5 x 10^k over a short span, at decades over a long one."""
+    from matplotlib.ticker import EngFormatter, LogLocator, NullFormatter
+
+    for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        if axis.get_scale() != "log":
+            continue
+        decades = np.log10(max(limits) / max(min(limits), 1e-300))
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades < 2.5 else (1.0,)))
+        axis.set_major_formatter(EngFormatter(places=0, sep=""))
+        axis.set_minor_formatter(NullFormatter())
 
 
 # ---------------------------------------------------------------------------
@@ -86,33 +108,46 @@ def predicted_vs_measured_flops(comparison: pd.DataFrame):
 
 
 def layer_breakdown(analytic: pd.DataFrame, config_id: str, describe: str):
+    from matplotlib.ticker import EngFormatter
+
     rows = analytic[(analytic["config_id"] == config_id) & analytic["cost_model"].isin(["paper", "executed"])]
     sums = rows.groupby(["cost_model", "rule", "phase", "layer_kind"], as_index=False)["flops"].sum()
     kinds = [k for k in dict.fromkeys(rows["layer_kind"]) if sums.loc[sums["layer_kind"] == k, "flops"].sum() > 0]
     colors = dict(zip(kinds, sns.color_palette("Set2", len(kinds))))
-    fig, axes = plt.subplots(1, 2, figsize=(FULL, 2.8), sharey=True)
+    phases = ("forward", "backward", "error_projection", "weight_update", "feedback_update", "mirror")
+    short = {"forward": "fwd", "backward": "bwd", "error_projection": "proj", "weight_update": "W", "feedback_update": "B",
+             "mirror": "mirror"}
+    fig, axes = plt.subplots(2, 1, figsize=(FULL, 4.6), sharey=True)
     totals = {}
     for ax, model in zip(axes, ["paper", "executed"]):
         part = sums[sums["cost_model"] == model]
         bars = part.pivot_table(index=["rule", "phase"], columns="layer_kind", values="flops", aggfunc="sum", fill_value=0)
-        order = [(r, p) for r in RULES for p in ("forward", "backward", "error_projection", "weight_update", "feedback_update", "mirror")
-                 if (r, p) in bars.index]
+        order = [(r, p) for r in RULES for p in phases if (r, p) in bars.index]
         bars = bars.reindex(order)[[k for k in kinds if k in bars.columns]]
+        rule_index = [RULES.index(r) for r, _ in bars.index]
+        x = np.arange(len(bars)) + 0.8 * np.array(rule_index)  # a gap between rules
         bottom = np.zeros(len(bars))
-        x = np.arange(len(bars))
         for kind in bars.columns:
-            ax.bar(x, bars[kind].to_numpy(), bottom=bottom, color=colors[kind], width=0.8, label=kind)
+            ax.bar(x, bars[kind].to_numpy(), bottom=bottom, color=colors[kind], width=0.85)
             bottom += bars[kind].to_numpy()
-        ax.set_xticks(x, [f"{RULE_LABELS[r]} {p.replace('_', ' ')}" for r, p in bars.index], rotation=90, fontsize=6)
-        for tick, (rule, _) in zip(ax.get_xticklabels(), bars.index):
-            tick.set_color(RULE_COLORS[rule])
-        ax.set(title=f"{model} model", ylabel="FLOPs per step")
+        ax.set_xticks(x, [short[p] for _, p in bars.index], fontsize=6)
+        for rule in dict.fromkeys(r for r, _ in bars.index):
+            where = x[[r == rule for r, _ in bars.index]]
+            ax.text(where.mean(), 1.0, RULE_LABELS[rule], transform=ax.get_xaxis_transform(), ha="center", va="bottom",
+                    color=RULE_COLORS[rule], fontsize=7, fontweight="bold")
+        ax.set_ylabel(f"{model} model\nFLOPs per step")
+        ax.yaxis.set_major_formatter(EngFormatter(places=0, sep=""))
+        ax.grid(axis="x", visible=False)
         totals[model] = part.groupby("rule")["flops"].sum()
     ratio = {m: totals[m].get("pepita", np.nan) / totals[m].get("bp", np.nan) for m in totals}
-    fig.suptitle(f"Where the FLOPs go ({describe}): PEPITA/BP = {ratio['paper']:.2f} under the paper model, "
-                 f"{ratio['executed']:.2f} as executed", y=1.02)
+    fig.suptitle(f"Where the FLOPs go ({describe}):\nPEPITA/BP = {ratio['paper']:.2f} under the paper model, "
+                 f"{ratio['executed']:.2f} as executed")
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[k]) for k in kinds]
-    fig.legend(handles, [k.replace("_", " ") for k in kinds], ncol=4, frameon=False, loc="lower center", bbox_to_anchor=(0.5, -0.32))
+    fig.legend(handles, [k.replace("_", " ") for k in kinds], ncol=len(kinds), frameon=False, loc="lower center",
+               bbox_to_anchor=(0.5, -0.04))
+    fig.text(0.99, 0.005, "fwd forward, bwd backward, proj error projection, W weight update, B feedback update",
+             ha="right", va="bottom", fontsize=6, color="0.3")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
 
 
@@ -162,31 +197,36 @@ def _on_axis(runs: pd.DataFrame, base: dict, axis: str) -> pd.DataFrame:
 
 def scaling(curves: pd.DataFrame, runs: pd.DataFrame, base: dict, describe: str):
     axes_names = list(dict.fromkeys(curves["axis"]))
-    fig, axes = plt.subplots(1, len(axes_names), figsize=(FULL, 2.6), squeeze=False)
-    for ax, axis in zip(axes[0], axes_names):
-        part = curves[curves["axis"] == axis]
-        for (rule, model), line in part.groupby(["rule", "cost_model"], sort=False):
-            ax.plot(line["value"], line["flops"], color=RULE_COLORS[rule], linestyle=MODEL_LINES[model], linewidth=1)
+    rules = [r for r in RULES if r in set(curves["rule"])]
+    fig, axes = plt.subplots(len(axes_names), 2, figsize=(FULL, 2.3 * len(axes_names) + 0.6), squeeze=False, sharey="row")
+    labels = {"seq_len": "sequence length (tokens)", "d_model": "d_model"}
+    for row, axis in enumerate(axes_names):
         points = _on_axis(runs, base, axis)
-        if len(points):
-            ax.scatter(points[axis], points["flops_per_step"], c=[RULE_COLORS[r] for r in points["rule"]], s=14, zorder=3,
-                       edgecolor="black", linewidth=0.4)
-        ax.set(xscale="log", yscale="log", xlabel={"seq_len": "sequence length (tokens)", "d_model": "d_model"}[axis],
-               ylabel="FLOPs per training step")
-    last = curves[curves["axis"] == "seq_len"]
-    if len(last):
-        top = last[last["value"] == last["value"].max()].set_index(["rule", "cost_model"])["flops"]
+        for col, model in enumerate(["paper", "executed"]):
+            ax = axes[row, col]
+            part = curves[(curves["axis"] == axis) & (curves["cost_model"] == model)].sort_values("value")
+            for rule in rules:
+                line = part[part["rule"] == rule]
+                ax.plot(line["value"], line["flops"], color=RULE_COLORS[rule], linestyle=MODEL_LINES[model], linewidth=1.1,
+                        marker=RULE_MARKERS[rule], markersize=2.5)
+            if len(points):
+                ax.scatter(points[axis], points["flops_per_step"], c=[RULE_COLORS[r] for r in points["rule"]], s=22, zorder=3,
+                           edgecolor="black", linewidth=0.5)
+            ax.set(xscale="log", yscale="log", xlabel=labels[axis], ylabel="FLOPs per training step" if col == 0 else "",
+                   title=f"{model} model" + (", with the measured runs (black edge)" if len(points) else ""))
+            _log_ticks(ax)
+    part = curves[curves["axis"] == "seq_len"]
+    if len(part):
+        top = part[part["value"] == part["value"].max()].set_index(["rule", "cost_model"])["flops"]
         paper, executed = top["pepita", "paper"] / top["bp", "paper"], top["pepita", "executed"] / top["bp", "executed"]
-        title = (f"At {int(last['value'].max())} tokens PEPITA costs {paper:.2f}x BP under the paper model "
-                 f"but {executed:.2f}x as executed ({describe})")
+        title = (f"At {int(part['value'].max())} tokens PEPITA costs {paper:.2f}x BP under the paper model,\n"
+                 f"{executed:.2f}x as executed (varying one axis of: {describe})")
     else:
         title = f"Training cost against width ({describe})"
-    fig.suptitle(title, y=1.04)
-    handles = [plt.Line2D([], [], color="0.2", linestyle=MODEL_LINES[m]) for m in ("paper", "executed")]
-    handles.append(plt.Line2D([], [], color="0.2", marker="o", linestyle="", markeredgecolor="black", markersize=4))
-    fig.legend(handles, ["paper model", "executed model", "measured"], ncol=3, frameon=False, loc="lower center",
-               bbox_to_anchor=(0.3, -0.12))
-    _rule_legend(fig, list(dict.fromkeys(curves["rule"])), loc="lower center", bbox_to_anchor=(0.5, -0.2))
+    fig.suptitle(title)
+    handles = [plt.Line2D([], [], color=RULE_COLORS[r], marker=RULE_MARKERS[r], markersize=4) for r in rules]
+    fig.legend(handles, [RULE_LABELS[r] for r in rules], ncol=len(rules), frameon=False, loc="lower center", bbox_to_anchor=(0.5, 0))
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
 
@@ -202,9 +242,9 @@ def ratio_to_bp(curves: pd.DataFrame, runs: pd.DataFrame, base: dict, describe: 
         measured = measured.assign(flops_ratio=measured["flops_per_step"] / measured["flops_per_step_bp"],
                                    time_ratio=measured["step_time_median_s"] / measured["step_time_median_s_bp"])
     rules = [r for r in RULES if r != "bp" and r in set(part["rule"])]
-    fig, axes = plt.subplots(2, 3, figsize=(FULL, 3.8), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(2, 3, figsize=(FULL, 4.2), sharex=True, squeeze=False)
     for ax, rule in zip(axes.flat, rules):
-        for model, line in part[part["rule"] == rule].groupby("cost_model"):
+        for model, line in part[part["rule"] == rule].sort_values("value").groupby("cost_model"):
             ax.plot(line["value"], line["ratio"], color=RULE_COLORS[rule], linestyle=MODEL_LINES[model], linewidth=1.2)
         if len(measured):
             mine = measured[measured["rule"] == rule]
@@ -213,14 +253,15 @@ def ratio_to_bp(curves: pd.DataFrame, runs: pd.DataFrame, base: dict, describe: 
         ax.axhline(1.0, color="0.5", linewidth=0.6)
         ax.set(xscale="log", title=RULE_LABELS[rule], xlabel="sequence length (tokens)", ylabel="cost / BP")
     top = part[part["value"] == part["value"].max()].set_index(["rule", "cost_model"])["ratio"]
-    fig.suptitle(f"PEPITA's saving over BP is a convention: {top['pepita', 'paper']:.2f}x under the paper model, "
-                 f"{top['pepita', 'executed']:.2f}x as executed, at {int(part['value'].max())} tokens ({describe})", y=1.02)
+    fig.suptitle(f"Under the paper model PEPITA's saving grows far faster with context than in what runs:\n"
+                 f"{top['pepita', 'paper']:.2f}x BP (paper) against {top['pepita', 'executed']:.2f}x (executed) at "
+                 f"{int(part['value'].max())} tokens ({describe}, varying the length)", y=1.0)
     handles = [plt.Line2D([], [], color="0.2", linestyle=MODEL_LINES[m]) for m in ("paper", "executed")]
     handles += [plt.Line2D([], [], color="0.2", marker="o", linestyle=""),
                 plt.Line2D([], [], color="0.2", marker="s", markerfacecolor="white", linestyle="")]
     fig.legend(handles, ["paper model", "executed model", "measured FLOPs", "measured step time"], ncol=4, frameon=False,
-               loc="lower center", bbox_to_anchor=(0.5, -0.06))
-    fig.tight_layout()
+               loc="lower center", bbox_to_anchor=(0.5, 0))
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
 
@@ -228,47 +269,71 @@ def ratio_to_bp(curves: pd.DataFrame, runs: pd.DataFrame, base: dict, describe: 
 # 6-8. Memory, learning, energy
 
 
-def peak_memory(comparison: pd.DataFrame):
+def run_label(frame: pd.DataFrame) -> pd.Series:
+    """A short label per configuration: arch, blocks, tokens, and the head when it is a classifier."""
+    arch = frame["arch"].map({"encoder": "enc", "decoder": "dec", "encoder-decoder": "enc-dec"}).fillna(frame["arch"])
+    blocks = (frame["enc_layers"] + frame["dec_layers"]).astype(int).astype(str)
+    label = arch + " L" + blocks + " T" + frame["seq_len"].astype(int).astype(str) + " d" + frame["d_model"].astype(int).astype(str)
+    if "classes" in frame:
+        label = label + np.where(frame["classes"].fillna(0).astype(int) > 0, " cls", "")
+    return label
+
+
+def peak_memory(comparison: pd.DataFrame, runs: pd.DataFrame):
     steps = comparison[(comparison["granularity"] == "step") & (comparison["cost_model"] == "executed")].copy()
-    steps["label"] = steps["arch"] + " L" + (steps["enc_layers"] + steps["dec_layers"]).astype(int).astype(str) + " T" + \
-        steps["seq_len"].astype(int).astype(str)
+    steps = steps.merge(runs[["config_id", "rule", "seed", "classes"]], on=["config_id", "rule", "seed"], how="left")
+    steps["label"] = run_label(steps)
+    steps = steps.sort_values(["arch", "enc_layers", "dec_layers", "seq_len", "label"])
     cuda = steps["memory_source"].eq("cuda_max_memory_allocated").any()
     sources = [("predicted_memory_bytes", "memory model (bytes of one step)")]
     if cuda:
         sources.append(("measured_peak_memory_bytes", "measured peak (torch.cuda.max_memory_allocated)"))
-    fig, axes = plt.subplots(1, len(sources), figsize=(COLUMN * len(sources), 2.6), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(len(sources), 1, figsize=(FULL, 2.4 * len(sources) + 0.6), squeeze=False)
     rules = [r for r in RULES if r in set(steps["rule"])]
-    for ax, (column, title) in zip(axes[0], sources):
+    for ax, (column, title) in zip(axes[:, 0], sources):
         data = steps.assign(MiB=steps[column] / 2**20)
         sns.barplot(data=data, x="label", y="MiB", hue="rule", hue_order=rules, palette=RULE_COLORS, ax=ax, legend=False,
                     errorbar=None)
         ax.set(title=title, xlabel="", ylabel="MiB")
-        ax.tick_params(axis="x", rotation=90, labelsize=6)
+        ax.tick_params(axis="x", rotation=30, labelsize=6)
+        for tick in ax.get_xticklabels():
+            tick.set_horizontalalignment("right")
     source = "measured_peak_memory_bytes" if cuda else "predicted_memory_bytes"
-    per_rule = steps.groupby("rule")[source].median()
-    ratio = per_rule.get("mempepita", np.nan) / per_rule.get("bp", np.nan)
-    ratio_p = per_rule.get("mempepita", np.nan) / per_rule.get("pepita", np.nan)
-    what = "measured" if cuda else "by the memory model (CPU runs measure no tensor memory)"
-    fig.suptitle(f"MEMPEPITA needs {ratio:.2f}x BP's memory and {ratio_p:.2f}x PEPITA's, {what}", y=1.03)
-    _rule_legend(fig, rules, loc="lower center", bbox_to_anchor=(0.5, -0.25))
+    per_config = steps.pivot_table(index="config_id", columns="rule", values=source, aggfunc="median")
+    ratio = (per_config.get("mempepita") / per_config.get("bp")).median() if "bp" in per_config else np.nan
+    ratio_p = (per_config.get("mempepita") / per_config.get("pepita")).median() if "pepita" in per_config else np.nan
+    what = "measured on the GPU" if cuda else "by the memory model (CPU runs measure no tensor memory)"
+    fig.suptitle(f"MEMPEPITA needs {ratio:.2f}x BP's memory and {ratio_p:.2f}x PEPITA's (median over configurations),\n{what}")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=RULE_COLORS[r]) for r in rules]
+    fig.legend(handles, [RULE_LABELS[r] for r in rules], ncol=len(rules), frameon=False, loc="lower center", bbox_to_anchor=(0.5, 0))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 
 
 def loss_by_depth(runs: pd.DataFrame, steps_run: int):
     runs = runs.assign(depth=runs["enc_layers"] + runs["dec_layers"])
     rules = [r for r in RULES if r in set(runs["rule"])]
-    fig, axes = plt.subplots(1, 2, figsize=(FULL, 2.4), sharex=True)
+    fig, axes = plt.subplots(1, 2, figsize=(FULL, 2.7), sharex=True)
     for ax, (column, label) in zip(axes, [("val_loss", "validation loss (nats per target)"), ("val_accuracy", "validation accuracy")]):
-        sns.lineplot(data=runs, x="depth", y=column, hue="rule", hue_order=rules, palette=RULE_COLORS, marker="o", ax=ax,
-                     legend=False, errorbar=None, markersize=4)
+        per = runs.groupby(["rule", "depth"], as_index=False)[column].median()
+        for rule in rules:
+            line = per[per["rule"] == rule].sort_values("depth")
+            ax.plot(line["depth"], line[column], color=RULE_COLORS[rule], marker=RULE_MARKERS[rule], markersize=4,
+                    linestyle=(0, (3, 2)) if rule == "mempepita" else "solid", linewidth=1.2)
         ax.set(xlabel="blocks", ylabel=label)
         ax.set_xticks(sorted(runs["depth"].unique()))
     deepest = runs[runs["depth"] == runs["depth"].max()].groupby("rule")["val_loss"].median()
     best = deepest.idxmin() if len(deepest) else "bp"
-    fig.suptitle(f"After {steps_run} steps, {RULE_LABELS[best]} has the lowest validation loss at depth "
-                 f"{int(runs['depth'].max())} ({', '.join(f'{RULE_LABELS[r]} {deepest[r]:.2f}' for r in rules if r in deepest)})",
-                 y=1.04)
-    _rule_legend(fig, rules, loc="lower center", bbox_to_anchor=(0.5, -0.12))
+    same = ""
+    if {"pepita", "mempepita"} <= set(deepest.index) and np.isclose(deepest["pepita"], deepest["mempepita"]):
+        same = "; MEMPEPITA (dashed) learns exactly as PEPITA"
+    fig.suptitle(f"After {steps_run} training steps, {RULE_LABELS[best]} has the lowest validation loss at depth "
+                 f"{int(runs['depth'].max())}{same}\n("
+                 + ", ".join(f"{RULE_LABELS[r]} {deepest[r]:.2f}" for r in rules if r in deepest) + ")")
+    handles = [plt.Line2D([], [], color=RULE_COLORS[r], marker=RULE_MARKERS[r], markersize=4,
+                          linestyle=(0, (3, 2)) if r == "mempepita" else "solid") for r in rules]
+    fig.legend(handles, [RULE_LABELS[r] for r in rules], ncol=len(rules), frameon=False, loc="lower center", bbox_to_anchor=(0.5, 0))
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 

@@ -58,7 +58,7 @@ def entry_config(config: dict, name: str, where: str) -> dict:
 
 def describe(cfg: dict) -> str:
     depth = cfg["enc_layers"] + cfg["dec_layers"]
-    return f"{cfg['arch']}, {depth} blocks, d_model {cfg['d_model']}, {cfg['seq_len']} tokens, batch {cfg['batch']}"
+    return f"{cfg['arch']}, {depth} block{'s' if depth != 1 else ''}, d_model {cfg['d_model']}, {cfg['seq_len']} tokens, batch {cfg['batch']}"
 
 
 def write_figures(config: dict, analytic_path, comparison_path, measured_path, out_dir) -> list[Path]:
@@ -96,7 +96,7 @@ def write_figures(config: dict, analytic_path, comparison_path, measured_path, o
     curves = F.scaling_curves(base, axes)
     save(F.scaling(curves, runs, base, describe(base)), "scaling")
     save(F.ratio_to_bp(curves, runs, base, describe(base)), "ratios")
-    save(F.peak_memory(comparison), "memory")
+    save(F.peak_memory(comparison, runs), "memory")
     depth_runs = runs
     if settings["depth"]:
         chosen = {config_id(cfg) for _, cfg in select_sweep(config["sweep"], settings["depth"], "figures.depth")}
