@@ -20,6 +20,7 @@ install: $(BIN)/trainingcost
 
 run: install
 	$(BIN)/snakemake --cores $(CORES)
+	$(BIN)/snakemake --cores $(CORES) --report results/report.html
 
 dry-run: install
 	$(BIN)/snakemake -n
@@ -31,4 +32,4 @@ bench: install
 	$(BIN)/python benchmarks/bench_analytic.py
 
 clean:
-	rm -rf results/configs.parquet results/tables .snakemake
+	rm -rf results/configs.parquet results/tables results/runs results/figures results/summary.md results/report.html .snakemake

@@ -4,7 +4,6 @@
 
 import os
 
-
 if not config:
 
     configfile: "config/config.yaml"
@@ -31,11 +30,17 @@ rule all:
         "results/tables/comparison.parquet",
         "results/tables/rule_ratios.parquet",
         "results/summary.md",
-        expand("results/figures/{file}.{ext}", file=[FIGURE_FILES[n] for n in FIGURE_NAMES], ext=["png", "pdf"]),
+        expand(
+            "results/figures/{file}.{ext}",
+            file=[FIGURE_FILES[n] for n in FIGURE_NAMES],
+            ext=["png", "pdf"],
+        ),
 
 
 onsuccess:
     if os.path.exists("results/summary.md"):
         print(open("results/summary.md").read())
     if "energy" not in FIGURE_NAMES:
-        print("Energy figure skipped: figures.energy is false (CPU runs measure no energy; set it for NVIDIA GPU runs).")
+        print(
+            "Energy figure skipped: figures.energy is false (CPU runs measure no energy; set it for NVIDIA GPU runs)."
+        )

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import matplotlib.image
 import pandas as pd
 import pytest
 import yaml
@@ -60,8 +61,26 @@ def test_tiny_sweep_end_to_end(tmp_path):
     assert set(measured.rule) == set(steps.rule) == RULES and set(measured.status) == {"ok"}
     assert measured.config_id.nunique() == 1 and len(steps) == 7 * 5
     assert (tmp_path / "results/runs" / measured.config_id.iloc[0] / "wm/seed0/train.log").read_text().startswith("wm on lm")
+    # Findings: tables, summary (also printed at the end), figures (no energy on CPU), report.
+    comparison = pd.read_parquet(tmp_path / "results/tables/comparison.parquet")
+    assert set(comparison.cost_model) == {"paper", "executed", "kaplan", "textbook", "survey"}
+    assert (comparison.loc[comparison.cost_model == "executed", "flops_ratio"].dropna() == 1.0).all()
+    summary = (tmp_path / "results/summary.md").read_text()
+    assert "| executed | +0.0% | 0.0% | 0.0% | 7 |" in summary and summary.splitlines()[0] in result.stdout
+    assert "Energy figure skipped" in result.stdout
+    figures = sorted(p.name for p in (tmp_path / "results/figures").iterdir())
+    assert len(figures) == 12 and not any("energy" in f for f in figures)
+    for png in (tmp_path / "results/figures").glob("*.png"):
+        image = matplotlib.image.imread(png)
+        assert image.shape[0] > 300 and image.shape[1] > 600, png.name
+        assert image[..., :3].std() > 0.05, f"{png.name} looks blank"
+    assert all((tmp_path / "results/figures" / f).stat().st_size > 10_000 for f in figures if f.endswith(".pdf"))
+    report = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+                             str(tmp_path / "config.yaml"), "--report", "results/report.html"], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert (tmp_path / "results/report.html").stat().st_size > 100_000
 
-    # A second run from scratch gives byte-identical tables (no timestamps in them).
+    # A second run from scratch gives byte-identical analytic tables (no timestamps in them).
     first = {p: (tmp_path / p).read_bytes() for p in ("results/configs.parquet", "results/tables/analytic.parquet", "results/tables/memory.parquet")}
     shutil.rmtree(tmp_path / "results")
     assert snakemake(tmp_path, TINY).returncode == 0
@@ -69,7 +88,7 @@ def test_tiny_sweep_end_to_end(tmp_path):
 
 
 def test_default_config_trains_every_rule_and_executed_equals_measured(tmp_path):
-    """The README's `make run` sweep: configs -> analytic, train (49 jobs) -> measured."""
+    """The README's `make run` sweep: configs -> analytic, train (63 jobs) -> measured -> findings."""
     result = subprocess.run(
         [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
          str(REPO / "config/config.yaml"), "--cores", "2", "-q"],
@@ -78,12 +97,13 @@ def test_default_config_trains_every_rule_and_executed_equals_measured(tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     measured = pd.read_parquet(tmp_path / "results/tables/measured.parquet")
     costs = pd.read_parquet(tmp_path / "results/tables/analytic.parquet")
-    assert set(measured.rule) == RULES and set(measured.status) == {"ok"} and measured.config_id.nunique() == 7
+    assert set(measured.rule) == RULES and set(measured.status) == {"ok"} and measured.config_id.nunique() == 9
     assert set(measured.arch) == {"encoder", "decoder", "encoder-decoder"}
     executed = costs[(costs.cost_model == "executed") & costs.config_id.isin(measured.config_id)]
     cells = measured.merge(executed, on=["config_id", "rule", "layer", "phase"], how="outer", suffixes=("", "_executed"))
     assert (cells["flops"].fillna(0) == cells["flops_executed"].fillna(0)).all()
-    assert "measured: 49 runs (49 ok)" in result.stdout + result.stderr
+    assert "measured: 63 runs (63 ok)" in result.stdout + result.stderr
+    assert {p.name for p in (tmp_path / "results/figures").glob("*.png")} >= {"1_flops_predicted_vs_measured.png", "7_loss_by_depth.png"}
 
 
 BAD = [

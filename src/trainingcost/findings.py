@@ -11,7 +11,7 @@ import pandas as pd
 
 from .comparison import comparison_table, rule_ratios, runs_of
 from .config import ConfigError, config_id, select_sweep, validate_config
-from .io import write_parquet
+from .io import write_parquet, write_text
 
 FIGURES = {
     "flops": "1_flops_predicted_vs_measured",
@@ -32,12 +32,23 @@ def figure_names(config: dict) -> list[str]:
     return names
 
 
-def write_comparison(analytic_path, memory_path, measured_path, comparison_out, ratios_out) -> None:
+def write_comparison(analytic_path, memory_path, measured_path, comparison_out, ratios_out,
+                     comparison_csv=None, ratios_csv=None) -> None:
+    """The two tables as parquet; optionally, for the report, the per-step comparison and the measured
+    configurations' ratios as CSV."""
     analytic = pd.read_parquet(analytic_path)
     measured = pd.read_parquet(measured_path)
     memory = pd.read_parquet(memory_path)
-    write_parquet(comparison_table(analytic, measured, memory), comparison_out)
-    write_parquet(rule_ratios(analytic, measured), ratios_out)
+    comparison = comparison_table(analytic, measured, memory)
+    ratios = rule_ratios(analytic, measured)
+    write_parquet(comparison, comparison_out)
+    write_parquet(ratios, ratios_out)
+    if comparison_csv:
+        steps = comparison[comparison["granularity"] == "step"].drop(columns=["granularity", "layer", "phase"])
+        write_text(steps.to_csv(index=False, float_format="%.6g"), comparison_csv)
+    if ratios_csv:
+        measured_ids = set(measured["config_id"])
+        write_text(ratios[ratios["config_id"].isin(measured_ids)].to_csv(index=False, float_format="%.6g"), ratios_csv)
 
 
 def entry_config(config: dict, name: str, where: str) -> dict:

@@ -7,13 +7,15 @@ rule comparison:
         memory="results/tables/memory.parquet",
         measured="results/tables/measured.parquet",
     output:
-        comparison=report(
-            "results/tables/comparison.parquet",
+        comparison="results/tables/comparison.parquet",
+        ratios="results/tables/rule_ratios.parquet",
+        comparison_csv=report(
+            "results/tables/comparison_steps.csv",
             caption="../report/comparison.rst",
             category="Tables",
         ),
-        ratios=report(
-            "results/tables/rule_ratios.parquet",
+        ratios_csv=report(
+            "results/tables/rule_ratios.csv",
             caption="../report/rule_ratios.rst",
             category="Tables",
         ),
@@ -21,7 +23,13 @@ rule comparison:
         from trainingcost.findings import write_comparison
 
         write_comparison(
-            input.analytic, input.memory, input.measured, output.comparison, output.ratios
+            input.analytic,
+            input.memory,
+            input.measured,
+            output.comparison,
+            output.ratios,
+            output.comparison_csv,
+            output.ratios_csv,
         )
 
 
@@ -34,7 +42,6 @@ rule summary:
         report("results/summary.md", caption="../report/summary.rst", category="Summary"),
     run:
         import pandas as pd
-
         from trainingcost.summary import write_summary
 
         write_summary(
