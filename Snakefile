@@ -25,22 +25,14 @@ rule all:
         "results/configs.parquet",
         "results/tables/analytic.parquet",
         "results/tables/memory.parquet",
-        "results/tables/measured.parquet",
-        "results/tables/steps.parquet",
-        "results/tables/comparison.parquet",
-        "results/tables/rule_ratios.parquet",
-        "results/summary.md",
-        expand(
-            "results/figures/{file}.{ext}",
-            file=[FIGURE_FILES[n] for n in FIGURE_NAMES],
-            ext=["png", "pdf"],
-        ),
+        # Measured runs and their findings, when train.select names any configuration.
+        FINDINGS,
 
 
 onsuccess:
-    if os.path.exists("results/summary.md"):
+    if TRAIN_JOBS and os.path.exists("results/summary.md"):
         print(open("results/summary.md").read())
-    if "energy" not in FIGURE_NAMES:
+    if TRAIN_JOBS and "energy" not in FIGURE_NAMES:
         print(
             "Energy figure skipped: figures.energy is false (CPU runs measure no energy; set it for NVIDIA GPU runs)."
         )

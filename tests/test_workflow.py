@@ -67,9 +67,11 @@ def test_tiny_sweep_end_to_end(tmp_path):
     assert (comparison.loc[comparison.cost_model == "executed", "flops_ratio"].dropna() == 1.0).all()
     summary = (tmp_path / "results/summary.md").read_text()
     assert "| executed | +0.0% | 0.0% | 0.0% | 7 |" in summary and summary.splitlines()[0] in result.stdout
-    assert "Energy figure skipped" in result.stdout
+    assert "Energy figure skipped" in result.stdout and "## Step-time prediction" in summary
+    steps_compared = comparison[(comparison.granularity == "step") & (comparison.cost_model == "executed")]
+    assert (steps_compared.predicted_time_s > 0).all() and len(steps_compared) == 7
     figures = sorted(p.name for p in (tmp_path / "results/figures").iterdir())
-    assert len(figures) == 12 and not any("energy" in f for f in figures)
+    assert len(figures) == 14 and not any("energy" in f for f in figures)
     for png in (tmp_path / "results/figures").glob("*.png"):
         image = matplotlib.image.imread(png)
         assert image.shape[0] > 300 and image.shape[1] > 600, png.name

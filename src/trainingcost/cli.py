@@ -291,6 +291,31 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import torch
+
+    from .calibration import attention_shapes, calibrate, gemm_shapes, write_calibration
+    from .training import resolve_device
+
+    configs = pd.read_parquet(args.configs)
+    if args.config_ids:
+        wanted = args.config_ids.split(",")
+        unknown = sorted(set(wanted) - set(configs["config_id"]))
+        if unknown:
+            raise ConfigError(f"--config-ids: not in {args.configs}: {', '.join(unknown)}")
+        configs = configs[configs["config_id"].isin(wanted)]
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    result = calibrate(device, args.dtype, gemm_shapes(configs), repeats=args.repeats, attention=attention_shapes(configs))
+    write_calibration(result, args.out)
+    best = max(m["flops_per_s"] for m in result["matmul"]) if result["matmul"] else float("nan")
+    print(f"{result['provenance']['device_name']} ({args.dtype}): {len(result['matmul'])} GEMM shapes, best "
+          f"{human(best, 'FLOP/s')}; bandwidth {human(result['bandwidth_bytes_per_s'], 'B/s')}; launch "
+          f"{result['launch_overhead_s'] * 1e6:.1f} us -> {args.out}")
+    return 0
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="trainingcost", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"trainingcost {__version__}")
@@ -333,6 +358,16 @@ def build_parser() -> Parser:
     trn.add_argument("--out-dir", help="measure, and write steps.parquet and measured.parquet here")
     trn.add_argument("--threads", type=_int, help="CPU threads for torch (default: torch's choice)")
     trn.set_defaults(func=cmd_train)
+
+    cal = sub.add_parser("calibrate", help="measure a device's matmul, attention, bandwidth and launch rates")
+    cal.add_argument("--configs", required=True, help="a configs parquet: its GEMM and attention shapes are timed")
+    cal.add_argument("--config-ids", help="comma-separated config_ids to take shapes from (default: all)")
+    cal.add_argument("--device", default="auto", choices=DEVICES)
+    cal.add_argument("--dtype", default="fp32", choices=list(DTYPES))
+    cal.add_argument("--repeats", type=_int, default=7)
+    cal.add_argument("--threads", type=_int)
+    cal.add_argument("--out", required=True, help="the calibration JSON")
+    cal.set_defaults(func=cmd_calibrate)
 
     cfg = sub.add_parser("configs", help="enumerate a sweep into a parquet table")
     cfg.add_argument("--config", required=True, help="a config YAML file")

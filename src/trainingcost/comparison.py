@@ -21,7 +21,7 @@ KEYS = ["config_id", "rule", "seed"]
 COMPARISON_COLUMNS = [
     "config_id", "rule", "seed", "cost_model", "granularity", "layer", "phase",
     "predicted_flops", "measured_flops", "flops_ratio", "flops_rel_error",
-    "measured_time_s", "predicted_memory_bytes", "measured_peak_memory_bytes", "memory_source",
+    "predicted_time_s", "measured_time_s", "predicted_memory_bytes", "measured_peak_memory_bytes", "memory_source",
     "arch", "d_model", "enc_layers", "dec_layers", "seq_len", "tgt_len", "batch", "dtype", "device_name", "status",
 ]
 RUN_COLUMNS = ["arch", "d_model", "enc_layers", "dec_layers", "seq_len", "tgt_len", "batch", "dtype", "device_name", "status",

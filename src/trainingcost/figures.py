@@ -266,6 +266,43 @@ def ratio_to_bp(curves: pd.DataFrame, runs: pd.DataFrame, base: dict, describe: 
 
 
 # ---------------------------------------------------------------------------
+# 5. Step time
+
+
+def step_time(comparison: pd.DataFrame):
+    from .predictor import accuracy
+
+    steps = comparison[(comparison["granularity"] == "step") & (comparison["cost_model"] == "executed")]
+    rules = [r for r in RULES if r in set(steps["rule"])]
+    devices = list(dict.fromkeys(steps["device_name"].astype(str)))
+    fig, axes = plt.subplots(1, len(devices), figsize=(COLUMN * 1.4 * len(devices), 3.2), squeeze=False)
+    scores = []
+    for ax, device in zip(axes[0], devices):
+        part = steps[steps["device_name"].astype(str) == device]
+        score = accuracy(part["predicted_time_s"], part["measured_time_s"])
+        scores.append(score)
+        data = part.assign(predicted_ms=part["predicted_time_s"] * 1e3, measured_ms=part["measured_time_s"] * 1e3)
+        lo = np.nanmin(data[["predicted_ms", "measured_ms"]].to_numpy()) / 1.3
+        hi = np.nanmax(data[["predicted_ms", "measured_ms"]].to_numpy()) * 1.3
+        ax.plot([lo, hi], [lo, hi], color="0.3", linewidth=0.8, zorder=0)
+        for rule in rules:
+            mine = data[data["rule"] == rule]
+            ax.scatter(mine["measured_ms"], mine["predicted_ms"], color=RULE_COLORS[rule], marker=RULE_MARKERS[rule], s=18)
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured step time (ms, median)",
+               ylabel="predicted step time (ms)",
+               title=f"{device}\nMAPE {score['mape']:.0%}, Spearman {score['spearman']:.2f} ({score['n']} runs)")
+        _log_ticks(ax)
+    worst = max(scores, key=lambda s: s["mape"]) if scores else {"mape": np.nan, "spearman": np.nan}
+    fig.suptitle(f"The roofline predictor, calibrated on the device and never fitted to training steps,\n"
+                 f"misses the measured step time by {worst['mape']:.0%} on average and ranks runs at "
+                 f"Spearman {worst['spearman']:.2f}")
+    handles = [plt.Line2D([], [], color=RULE_COLORS[r], marker=RULE_MARKERS[r], linestyle="", markersize=5) for r in rules]
+    fig.legend(handles, [RULE_LABELS[r] for r in rules], ncol=4, frameon=False, loc="lower center", bbox_to_anchor=(0.5, 0))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
+# ---------------------------------------------------------------------------
 # 6-8. Memory, learning, energy
 
 

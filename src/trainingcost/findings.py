@@ -9,15 +9,18 @@ from pathlib import Path
 
 import pandas as pd
 
+from .calibration import read_calibration
 from .comparison import comparison_table, rule_ratios, runs_of
 from .config import ConfigError, config_id, select_sweep, validate_config
 from .io import write_parquet, write_text
+from .predictor import predict_steps
 
 FIGURES = {
     "flops": "1_flops_predicted_vs_measured",
     "breakdown": "2_layer_breakdown",
     "scaling": "3_cost_scaling",
     "ratios": "4_rule_ratio_vs_length",
+    "step_time": "5_step_time_predicted_vs_measured",
     "memory": "6_peak_memory",
     "depth": "7_loss_by_depth",
     "energy": "8_energy",
@@ -33,13 +36,16 @@ def figure_names(config: dict) -> list[str]:
 
 
 def write_comparison(analytic_path, memory_path, measured_path, comparison_out, ratios_out,
-                     comparison_csv=None, ratios_csv=None) -> None:
+                     comparison_csv=None, ratios_csv=None, configs_path=None, calibration_path=None) -> None:
     """The two tables as parquet; optionally, for the report, the per-step comparison and the measured
-    configurations' ratios as CSV."""
+    configurations' ratios as CSV. With a calibration, step rows get the predicted step time."""
     analytic = pd.read_parquet(analytic_path)
     measured = pd.read_parquet(measured_path)
     memory = pd.read_parquet(memory_path)
     comparison = comparison_table(analytic, measured, memory)
+    if calibration_path and configs_path and len(comparison):
+        comparison = add_predicted_times(comparison, analytic, pd.read_parquet(configs_path), read_calibration(calibration_path),
+                                         measured)
     ratios = rule_ratios(analytic, measured)
     write_parquet(comparison, comparison_out)
     write_parquet(ratios, ratios_out)
@@ -49,6 +55,22 @@ def write_comparison(analytic_path, memory_path, measured_path, comparison_out, 
     if ratios_csv:
         measured_ids = set(measured["config_id"])
         write_text(ratios[ratios["config_id"].isin(measured_ids)].to_csv(index=False, float_format="%.6g"), ratios_csv)
+
+
+def add_predicted_times(comparison: pd.DataFrame, analytic: pd.DataFrame, configs: pd.DataFrame, calibration: dict,
+                        measured: pd.DataFrame) -> pd.DataFrame:
+    """``predicted_time_s`` on every step row: the roofline predictor over the executed model (any cost model's
+    step row gets the same prediction: the predictor prices what runs)."""
+    runs = runs_of(measured[measured["status"] == "ok"])
+    executed = analytic[(analytic["cost_model"] == "executed") & analytic["config_id"].isin(runs["config_id"])]
+    if executed.empty:
+        comparison["predicted_time_s"] = float("nan")
+        return comparison
+    optimizer = str(runs["optimizer"].iloc[0]) if "optimizer" in runs else "sgd"
+    steps = predict_steps(executed, configs[configs["config_id"].isin(runs["config_id"])], calibration, optimizer)
+    out = comparison.merge(steps.rename(columns={"predicted_time_s": "_predicted"}), on=["config_id", "rule"], how="left")
+    out["predicted_time_s"] = out["_predicted"].where(out["granularity"] == "step")
+    return out.drop(columns=["_predicted"])
 
 
 def entry_config(config: dict, name: str, where: str) -> dict:
@@ -107,6 +129,7 @@ def write_figures(config: dict, analytic_path, comparison_path, measured_path, o
     curves = F.scaling_curves(base, axes)
     save(F.scaling(curves, runs, base, describe(base)), "scaling")
     save(F.ratio_to_bp(curves, runs, base, describe(base)), "ratios")
+    save(F.step_time(comparison), "step_time")
     save(F.peak_memory(comparison, runs), "memory")
     depth_runs = runs
     if settings["depth"]:

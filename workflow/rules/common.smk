@@ -20,6 +20,20 @@ except ConfigError as error:
 
 validate(config, "../schemas/config.schema.yaml")
 
+# The outputs that exist only when there are runs to measure.
+FINDINGS = (
+    [
+        "results/tables/measured.parquet",
+        "results/tables/steps.parquet",
+        "results/tables/comparison.parquet",
+        "results/tables/rule_ratios.parquet",
+        "results/summary.md",
+    ]
+    + [f"results/figures/{FIGURE_FILES[n]}.{ext}" for n in FIGURE_NAMES for ext in ("png", "pdf")]
+    if TRAIN_JOBS
+    else []
+)
+
 # The package's command line, run by the interpreter that runs this workflow (no PATH needed).
 TRAININGCOST = f'"{sys.executable}" -m trainingcost'
 

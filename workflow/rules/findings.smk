@@ -3,9 +3,11 @@
 
 rule comparison:
     input:
+        configs="results/configs.parquet",
         analytic="results/tables/analytic.parquet",
         memory="results/tables/memory.parquet",
         measured="results/tables/measured.parquet",
+        calibration=f"results/device/{TRAIN['device']}-{TRAIN['dtype']}.json",
     output:
         comparison="results/tables/comparison.parquet",
         ratios="results/tables/rule_ratios.parquet",
@@ -30,6 +32,8 @@ rule comparison:
             output.ratios,
             output.comparison_csv,
             output.ratios_csv,
+            input.configs,
+            input.calibration,
         )
 
 

@@ -22,6 +22,32 @@ rule train:
         "{params.command} {params.args} > {log} 2>&1"
 
 
+rule calibrate:
+    input:
+        "results/configs.parquet",
+    output:
+        report(
+            f"results/device/{TRAIN['device']}-{TRAIN['dtype']}.json",
+            caption="../report/calibration.rst",
+            category="Device",
+        ),
+    log:
+        f"results/device/{TRAIN['device']}-{TRAIN['dtype']}.log",
+    threads: TRAIN["resources"]["threads"]
+    resources:
+        mem_mb=TRAIN["resources"]["mem_mb"],
+        runtime=TRAIN["resources"]["runtime"],
+        gpu=TRAIN["resources"]["gpu"],
+    params:
+        command=TRAININGCOST,
+        ids=",".join(sorted({job.config_id for job in TRAIN_JOBS})),
+        device=TRAIN["device"],
+        dtype=TRAIN["dtype"],
+    shell:
+        "{params.command} calibrate --configs {input} --config-ids {params.ids} --device {params.device} "
+        "--dtype {params.dtype} --threads {threads} --out {output} > {log} 2>&1"
+
+
 rule measured:
     input:
         measured=[f"{job.run_dir}/measured.parquet" for job in TRAIN_JOBS],
