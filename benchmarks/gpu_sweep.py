@@ -12,6 +12,9 @@ workflow's gathering step. Prints:
 
     python benchmarks/gpu_sweep.py --config config/gpu.yaml --out benchmarks/gpu
     python benchmarks/gpu_sweep.py --config config/config.yaml --out /tmp/cpu --limit 14   # CPU check
+
+It then computes, under ``--out``, the analytic tables of the sweep, the device calibration, the comparison,
+``summary.md`` and the figures, as the workflow does (``--no-findings`` skips them).
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ def main() -> int:
     parser.add_argument("--out", default="benchmarks/gpu")
     parser.add_argument("--limit", type=int, help="run the first N jobs only")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per job")
+    parser.add_argument("--no-findings", action="store_true", help="gather and print the headline only")
     args = parser.parse_args()
     config = load_config(args.config)
     out = Path(args.out).resolve()
@@ -107,7 +111,41 @@ def main() -> int:
     measured, _ = run_jobs(config, out, args.limit, args.timeout)
     print()
     print(headline(pd.read_parquet(measured)))
+    if not args.no_findings:
+        findings(config, out, measured)
     return 0
+
+
+def findings(config: dict, out: Path, measured: Path) -> None:
+    """The workflow's last steps without Snakemake: analytic tables of the trained configurations, the device
+    calibration, the comparison, the summary and the figures, all under ``out``."""
+    from trainingcost.analytic import layer_table
+    from trainingcost.analytic.memory import memory_table
+    from trainingcost.calibration import attention_shapes, calibrate, gemm_shapes, write_calibration
+    from trainingcost.config import sweep_frame
+    from trainingcost.findings import write_comparison, write_figures
+    from trainingcost.io import write_parquet
+    from trainingcost.summary import write_summary
+    from trainingcost.training import resolve_device
+
+    runs = pd.read_parquet(measured)
+    configs = sweep_frame(config)
+    write_parquet(configs, out / "configs.parquet")
+    analytic = config["analytic"]
+    write_parquet(layer_table(configs, analytic["rules"], analytic["cost_models"], analytic["wm_mirror_steps"]), out / "analytic.parquet")
+    write_parquet(memory_table(configs, analytic["rules"], config["memory"]["dtypes"], config["memory"]["optimizers"]),
+                  out / "memory.parquet")
+    trained = configs[configs["config_id"].isin(runs["config_id"])]
+    train = config["train"]
+    device = resolve_device(train["device"])
+    calibration = calibrate(device, train["dtype"], gemm_shapes(trained), attention=attention_shapes(trained))
+    write_calibration(calibration, out / "calibration.json")
+    write_comparison(out / "analytic.parquet", out / "memory.parquet", measured, out / "comparison.parquet",
+                     out / "rule_ratios.parquet", configs_path=out / "configs.parquet", calibration_path=out / "calibration.json")
+    text = write_summary(pd.read_parquet(out / "comparison.parquet"), pd.read_parquet(out / "rule_ratios.parquet"), runs,
+                         out / "summary.md")
+    write_figures(config, out / "analytic.parquet", out / "comparison.parquet", measured, out / "figures")
+    print(text)
 
 
 if __name__ == "__main__":

@@ -375,13 +375,22 @@ def loss_by_depth(runs: pd.DataFrame, steps_run: int):
 
 
 def energy(runs: pd.DataFrame):
+    """Energy per step relative to BP on the same configuration, one box per rule (NVML)."""
     data = runs.dropna(subset=["energy_per_step_j"])
+    bp = data[data["rule"] == "bp"].groupby("config_id")["energy_per_step_j"].median().rename("bp")
+    data = data.merge(bp, left_on="config_id", right_index=True)
+    data = data.assign(ratio=data["energy_per_step_j"] / data["bp"], label=data["rule"].map(RULE_LABELS))
     rules = [r for r in RULES if r in set(data["rule"])]
-    fig, ax = plt.subplots(figsize=(COLUMN, 2.4))
-    sns.barplot(data=data, x="rule", y="energy_per_step_j", order=rules, hue="rule", palette=RULE_COLORS, ax=ax, legend=False,
-                errorbar=None)
-    ax.set(xlabel="", ylabel="energy per step (J)")
-    per_rule = data.groupby("rule")["energy_per_step_j"].median()
-    fig.suptitle(f"Energy per step, median over configurations: PEPITA {per_rule.get('pepita', np.nan) / per_rule.get('bp', np.nan):.2f}x BP",
-                 y=1.02)
+    fig, ax = plt.subplots(figsize=(COLUMN * 1.3, 2.6))
+    order = [RULE_LABELS[r] for r in rules]
+    sns.barplot(data=data, x="label", y="ratio", order=order, hue="rule", hue_order=rules, palette=RULE_COLORS, ax=ax,
+                legend=False, estimator="median", errorbar=None, alpha=0.6)
+    sns.stripplot(data=data, x="label", y="ratio", order=order, hue="rule", hue_order=rules, palette=RULE_COLORS, ax=ax,
+                  legend=False, size=3, edgecolor="black", linewidth=0.3, jitter=0.15)
+    ax.axhline(1.0, color="0.4", linewidth=0.7)
+    ax.set(xlabel="", ylabel="energy per step / BP's")
+    per_rule = data.groupby("rule")["ratio"].median()
+    fig.suptitle(f"Energy per training step (NVML): PEPITA {per_rule.get('pepita', np.nan):.2f}x BP, "
+                 f"MEMPEPITA {per_rule.get('mempepita', np.nan):.2f}x\n(median over {data['config_id'].nunique()} configurations)")
+    fig.tight_layout()
     return fig

@@ -135,6 +135,8 @@ def write_figures(config: dict, analytic_path, comparison_path, measured_path, o
     if settings["depth"]:
         chosen = {config_id(cfg) for _, cfg in select_sweep(config["sweep"], settings["depth"], "figures.depth")}
         depth_runs = runs[runs["config_id"].isin(chosen)]
+        if depth_runs.empty:  # none of those entries was trained (or all failed): show every run instead
+            depth_runs = runs
     save(F.loss_by_depth(depth_runs, int(runs["steps"].max()) if len(runs) else 0), "depth")
     if settings["energy"]:
         save(F.energy(runs), "energy")
