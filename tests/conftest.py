@@ -28,3 +28,13 @@ def phase_sum(table: pd.DataFrame, phase: str, rule: str, unit: str = "maccs", m
 @pytest.fixture
 def tiny_encoder():
     return dict(arch="encoder", layers=2, d_model=16, heads=4, d_ff=32, vocab=50, seq_len=8, batch=1)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The real-SLURM test runs last: once SLURM's client tools are installed, every snakemake call
+    with the SLURM plugin waits ~10 s for a controller whenever none is running."""
+    items.sort(key=lambda item: item.get_closest_marker("slurm") is not None)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slurm: starts a local SLURM cluster (root; runs last)")

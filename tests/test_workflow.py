@@ -134,3 +134,45 @@ def test_bad_config_stops_the_dry_run_with_one_line(tmp_path, config, message):
     lines = [line for line in output.splitlines() if line.strip()]
     assert lines == [line for line in lines if line.startswith("config error: ")] and len(lines) == 1, output
     assert message in lines[0]
+
+
+HOSTILE = ["; touch PWNED", "$(touch PWNED)`touch PWNED`' && touch PWNED && echo '"]
+STRING_FIELDS = {
+    "sweep.models[0].name": lambda value: {"sweep": {"models": [{**TINY["sweep"]["models"][0], "name": value}]}},
+    "sweep.grids[0].name": lambda value: {"sweep": {"grids": [{**TINY["sweep"]["grids"][0], "name": value}]}},
+    "train.select[0]": lambda value: {"sweep": TINY["sweep"], "train": {"select": [value]}},
+    "figures.breakdown": lambda value: {"sweep": TINY["sweep"], "figures": {"breakdown": value}},
+    "figures.scaling.base": lambda value: {"sweep": TINY["sweep"], "figures": {"scaling": {"base": value}}},
+    "figures.depth[0]": lambda value: {"sweep": TINY["sweep"], "figures": {"depth": [value]}},
+}
+
+
+def test_hostile_strings_in_the_config_run_nothing_and_give_one_line(tmp_path):
+    """Every free string of the config is refused with a one-line error naming its field; no shell ever sees it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cases = [(field, value, tmp_path / f"case{i}") for i, (field, value) in
+             enumerate((f, v) for f in STRING_FIELDS for v in HOSTILE)]
+    for _, _, where in cases:
+        where.mkdir()
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda case: snakemake(case[2], STRING_FIELDS[case[0]](case[1]), "-n"), cases))
+    for (field, value, _), result in zip(cases, results):
+        output = result.stdout + result.stderr
+        lines = [line for line in output.splitlines() if line.strip()]
+        assert result.returncode != 0 and "Traceback" not in output, (field, value, output[-500:])
+        assert len(lines) == 1 and lines[0].startswith(f"config error: {field}"), (field, value, lines)
+        assert not list(tmp_path.rglob("PWNED")), (field, value)
+
+
+def test_a_sweep_of_thousands_of_configurations_is_accepted_with_short_names(tmp_path):
+    grid = {"name": "big", "arch": ["encoder", "decoder", "encoder-decoder"], "d_model": [32, 64, 96, 128, 160, 192, 224, 256],
+            "heads": [1, 2, 4, 8], "ff_mult": [2, 4], "layers": [1, 2, 3, 4, 6], "seq_len": [16, 32, 64, 128, 256], "vocab": [256],
+            "batch": [1, 2]}
+    config = {"sweep": {"grids": [grid]}, "train": {"select": ["big"], "rules": ["bp"]}}
+    result = snakemake(tmp_path, config, "-n", "-q")
+    assert result.returncode == 0, result.stderr[-2000:]
+    from trainingcost.pipeline import train_jobs
+
+    jobs = train_jobs(config)
+    assert len(jobs) == 3 * 8 * 4 * 2 * 5 * 5 * 2 and max(len(job.run_dir) for job in jobs) < 60

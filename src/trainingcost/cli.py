@@ -232,7 +232,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .data import check_task, task_defaults
     from .io import write_parquet
     from .rules import RuleOptions
-    from .training import TrainSpec, train
+    from .training import TrainSpec, failed_run, train
 
     defaults = task_defaults(args.task)
     cfg = model_entry(args, {**TRAIN_MODEL_DEFAULTS, "vocab": defaults["vocab"]})
@@ -261,7 +261,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise ConfigError(f"--threads: must be at least 1 (got {args.threads})")
         torch.set_num_threads(args.threads)
-    result = train(spec)
+    result = failed_run(spec, args.record_failure) if args.record_failure is not None else train(spec)
     written = []
     if args.out_dir:
         out_dir = Path(args.out_dir)
@@ -357,6 +357,9 @@ def build_parser() -> Parser:
     trn.add_argument("--warmup", type=_int, default=2, help="steps before the FLOP-counted step and the timed steps")
     trn.add_argument("--out-dir", help="measure, and write steps.parquet and measured.parquet here")
     trn.add_argument("--threads", type=_int, help="CPU threads for torch (default: torch's choice)")
+    trn.add_argument("--record-failure", type=_int, metavar="EXIT_CODE",
+                     help="do not train: write the tables of this run as failed with EXIT_CODE (the workflow's fallback "
+                          "when a training process dies)")
     trn.set_defaults(func=cmd_train)
 
     cal = sub.add_parser("calibrate", help="measure a device's matmul, attention, bandwidth and launch rates")

@@ -155,6 +155,14 @@ def layer_breakdown(analytic: pd.DataFrame, config_id: str, describe: str):
 # 3-4. Scaling with sequence length and width; rule-to-BP ratios
 
 
+def _ratio(totals: pd.Series, rule: str, model: str) -> float:
+    """rule / BP under ``model`` from totals indexed by (rule, cost_model); NaN where either is missing."""
+    try:
+        return float(totals[rule, model] / totals["bp", model])
+    except KeyError:
+        return np.nan
+
+
 def axis_configs(base: dict, axis: str, values: list[int]) -> pd.DataFrame:
     """``base`` with one axis varied (tgt_len follows seq_len; heads kept where they divide d_model)."""
     from .config import configs_frame
@@ -218,7 +226,7 @@ def scaling(curves: pd.DataFrame, runs: pd.DataFrame, base: dict, describe: str)
     part = curves[curves["axis"] == "seq_len"]
     if len(part):
         top = part[part["value"] == part["value"].max()].set_index(["rule", "cost_model"])["flops"]
-        paper, executed = top["pepita", "paper"] / top["bp", "paper"], top["pepita", "executed"] / top["bp", "executed"]
+        paper, executed = _ratio(top, "pepita", "paper"), _ratio(top, "pepita", "executed")
         title = (f"At {int(part['value'].max())} tokens PEPITA costs {paper:.2f}x BP under the paper model,\n"
                  f"{executed:.2f}x as executed (varying one axis of: {describe})")
     else:
@@ -252,9 +260,12 @@ def ratio_to_bp(curves: pd.DataFrame, runs: pd.DataFrame, base: dict, describe: 
             ax.scatter(mine["seq_len"], mine["time_ratio"], color="white", edgecolor=RULE_COLORS[rule], marker="s", s=14, zorder=3)
         ax.axhline(1.0, color="0.5", linewidth=0.6)
         ax.set(xscale="log", title=RULE_LABELS[rule], xlabel="sequence length (tokens)", ylabel="cost / BP")
+    for ax in list(axes.flat)[len(rules):]:
+        ax.axis("off")
     top = part[part["value"] == part["value"].max()].set_index(["rule", "cost_model"])["ratio"]
     fig.suptitle(f"Under the paper model PEPITA's saving grows far faster with context than in what runs:\n"
-                 f"{top['pepita', 'paper']:.2f}x BP (paper) against {top['pepita', 'executed']:.2f}x (executed) at "
+                 f"{top.get(('pepita', 'paper'), np.nan):.2f}x BP (paper) against {top.get(('pepita', 'executed'), np.nan):.2f}x "
+                 f"(executed) at "
                  f"{int(part['value'].max())} tokens ({describe}, varying the length)", y=1.0)
     handles = [plt.Line2D([], [], color="0.2", linestyle=MODEL_LINES[m]) for m in ("paper", "executed")]
     handles += [plt.Line2D([], [], color="0.2", marker="o", linestyle=""),
@@ -337,8 +348,12 @@ def peak_memory(comparison: pd.DataFrame, runs: pd.DataFrame):
             tick.set_horizontalalignment("right")
     source = "measured_peak_memory_bytes" if cuda else "predicted_memory_bytes"
     per_config = steps.pivot_table(index="config_id", columns="rule", values=source, aggfunc="median")
-    ratio = (per_config.get("mempepita") / per_config.get("bp")).median() if "bp" in per_config else np.nan
-    ratio_p = (per_config.get("mempepita") / per_config.get("pepita")).median() if "pepita" in per_config else np.nan
+    def median_ratio(rule, base):
+        if rule not in per_config or base not in per_config:
+            return np.nan
+        return float((per_config[rule] / per_config[base]).median())
+
+    ratio, ratio_p = median_ratio("mempepita", "bp"), median_ratio("mempepita", "pepita")
     what = "measured on the GPU" if cuda else "by the memory model (CPU runs measure no tensor memory)"
     fig.suptitle(f"MEMPEPITA needs {ratio:.2f}x BP's memory and {ratio_p:.2f}x PEPITA's (median over configurations),\n{what}")
     handles = [plt.Rectangle((0, 0), 1, 1, color=RULE_COLORS[r]) for r in rules]

@@ -27,6 +27,15 @@ FIGURES = {
 }
 
 
+def check_figures(config: dict) -> None:
+    """Every name in ``figures`` refers to the sweep (ConfigError naming the field otherwise), before any job runs."""
+    config = validate_config(config)
+    settings = config["figures"]
+    entry_config(config, settings["breakdown"], "figures.breakdown")
+    entry_config(config, settings["scaling"]["base"], "figures.scaling.base")
+    select_sweep(config["sweep"], settings["depth"], "figures.depth")
+
+
 def figure_names(config: dict) -> list[str]:
     """The figures this config produces (the energy figure only where runs measure energy)."""
     names = [k for k in FIGURES if k != "energy"]

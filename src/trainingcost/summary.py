@@ -77,6 +77,11 @@ def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.D
         statuses = ", ".join(f"{n} {s}" for s, n in runs["status"].value_counts().items())
         lines += [f"{len(runs)} measured runs ({statuses}) of {runs['config_id'].nunique()} configurations on {device}; "
                   f"dtype {', '.join(sorted(set(runs['dtype'])))}; torch {runs['torch_version'].iloc[0]}.", ""]
+    failed = runs[runs["status"] != "ok"]
+    if len(failed):
+        lines += ["## Runs that did not finish", "",
+                  _table(failed[["config_id", "rule", "seed", "status", "message"]].fillna("")
+                         .assign(message=lambda f: f["message"].astype(str).str.replace("|", "/"))), ""]
     if len(ok) == 0:
         lines += ["No run finished: nothing to compare.", ""]
         text = "\n".join(lines)

@@ -30,6 +30,7 @@ from .rules import RuleOptions, make_rule, no_phases
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 DEVICES = ("auto", "cpu", "cuda")
 STATUS_OK, STATUS_DIVERGED, STATUS_OOM, STATUS_ERROR = "ok", "diverged", "oom", "error"
+STATUS_FAILED = "failed"  # the process died (a crash, a kill): recorded afterwards by `train --record-failure`
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,18 @@ def train(spec: TrainSpec, phase=no_phases) -> TrainResult:
         measured=measured,
         summary=summary,
     )
+
+
+def failed_run(spec: TrainSpec, exit_code: int) -> TrainResult:
+    """The tables of a run whose process died before writing them: status ``failed`` and its exit code."""
+    spec.check()
+    device = resolve_device(spec.device)
+    message = f"the training process exited with status {exit_code} before writing its tables (see train.log)"
+    columns = run_columns(spec, STATUS_FAILED, message, device, spec.options.weight_decay)
+    frame = steps_frame([], None, columns)
+    measured, _ = measured_frame(None, None, spec, columns, [], math.nan, math.nan) if spec.measure else (None, {})
+    return TrainResult(steps=frame, status=STATUS_FAILED, first_loss=math.nan, final_loss=math.nan, val_loss=math.nan,
+                       val_accuracy=math.nan, device=str(device), task_description="", message=message, measured=measured)
 
 
 def run_columns(spec: TrainSpec, status: str, message: str | None, device: torch.device, weight_decay) -> dict:

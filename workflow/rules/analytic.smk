@@ -4,6 +4,7 @@ rule analytic:
     output:
         costs="results/tables/analytic.parquet",
         memory="results/tables/memory.parquet",
+    localrule: True
     params:
         analytic=config["analytic"],
         memory=config["memory"],

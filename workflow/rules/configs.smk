@@ -1,6 +1,7 @@
 rule configs:
     output:
         "results/configs.parquet",
+    localrule: True
     params:
         sweep=config["sweep"],
     run:

@@ -21,6 +21,7 @@ rule comparison:
             caption="../report/rule_ratios.rst",
             category="Tables",
         ),
+    localrule: True
     run:
         from trainingcost.findings import write_comparison
 
@@ -44,6 +45,7 @@ rule summary:
         measured="results/tables/measured.parquet",
     output:
         report("results/summary.md", caption="../report/summary.rst", category="Summary"),
+    localrule: True
     run:
         import pandas as pd
         from trainingcost.summary import write_summary
@@ -71,6 +73,7 @@ rule figures:
             for name in FIGURE_NAMES
         ],
         [f"results/figures/{FIGURE_FILES[name]}.pdf" for name in FIGURE_NAMES],
+    localrule: True
     params:
         figures=config.get("figures"),
     run:

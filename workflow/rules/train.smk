@@ -19,7 +19,10 @@ rule train:
         command=TRAININGCOST,
         args=lambda w: TRAIN_ARGS[(w.config_id, w.rule, int(w.seed))],
     shell:
+        # A process that dies (a crash, a kill) leaves its run recorded as failed, so the sweep's
+        # tables and summary name it; a run that ends on its own (ok, diverged, oom, error) exits 0.
         "{params.command} {params.args} > {log} 2>&1"
+        " || {params.command} {params.args} --record-failure $? >> {log} 2>&1"
 
 
 rule calibrate:
@@ -44,8 +47,8 @@ rule calibrate:
         device=TRAIN["device"],
         dtype=TRAIN["dtype"],
     shell:
-        "{params.command} calibrate --configs {input} --config-ids {params.ids} --device {params.device} "
-        "--dtype {params.dtype} --threads {threads} --out {output} > {log} 2>&1"
+        "{params.command} calibrate --configs {input:q} --config-ids {params.ids:q} --device {params.device:q} "
+        "--dtype {params.dtype:q} --threads {threads} --out {output:q} > {log:q} 2>&1"
 
 
 rule measured:
@@ -55,6 +58,7 @@ rule measured:
     output:
         measured="results/tables/measured.parquet",
         steps="results/tables/steps.parquet",
+    localrule: True
     run:
         from trainingcost.pipeline import gather_runs
 

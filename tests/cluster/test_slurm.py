@@ -1,0 +1,97 @@
+"""The tiny sweep through Snakemake's SLURM executor plugin on a real single-node SLURM cluster.
+
+`slurm_local.sh start` installs slurm-wlm and munge when they are missing and starts munged, slurmctld
+and slurmd with two fake GPUs; the test stops them again, also when it fails. The sweep runs with the
+project's `profiles/slurm` plus the overrides a test cluster needs (partition, small memory, fast status
+checks), and its results must equal a local run of the same config.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tests/cluster/slurm_local.sh"
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+TINY = {
+    "sweep": {"models": [{"name": "bytes", "arch": "encoder-decoder", "layers": 1, "d_model": 16, "heads": 2, "d_ff": 32,
+                          "vocab": 256, "seq_len": 8, "batch": 2}]},
+    "memory": {"dtypes": ["fp32"], "optimizers": ["sgd"]},
+    "train": {"select": ["bytes"], "steps": 5, "eval_batches": 1, "resources": {"threads": 1, "mem_mb": 600, "runtime": 10, "gpu": 0}},
+}
+# What a test cluster needs on top of profiles/slurm: its partition, memory that fits the node, fast status checks.
+SLURM_OVERRIDES = [
+    "--default-resources", "slurm_partition=debug", "mem_mb=400", "runtime=10",
+    "--set-resources", "train:gpu=1", "train:mem_mb=600", "calibrate:gpu=1", "calibrate:cpus_per_gpu=1", "calibrate:mem_mb=600",
+    "--group-components", "trainers=2",  # the test node has 2 CPUs and 2 fake GPUs
+    "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2", "--jobs", "4",
+]
+
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("apt-get"), reason="needs root and apt-get to install SLURM"),
+]
+
+
+def run_sweep(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(TINY))
+    command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--configfile",
+               str(workdir / "config.yaml"), *extra]
+    return subprocess.run(command, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    started = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=600)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, text=True, timeout=120)
+
+
+def test_tiny_sweep_through_slurm_equals_the_local_run(cluster, tmp_path):
+    local = run_sweep(tmp_path / "local", "--cores", "2", "--workflow-profile", "none")
+    assert local.returncode == 0, local.stderr[-3000:]
+    before = set(job_records())
+    remote = run_sweep(tmp_path / "slurm", "--profile", str(REPO / "profiles/slurm"), *SLURM_OVERRIDES)
+    assert remote.returncode == 0, remote.stderr[-3000:]
+
+    # The training jobs went through sbatch, each asking for one GPU; the cheap rules ran locally.
+    jobs = [job for key, job in job_records().items() if key not in before]
+    train = [job for job in jobs if job.get("Comment", "").startswith("rule_trainers_train")]  # group jobs of 2 train jobs
+    assert len(train) == 4, jobs
+    assert all(job["TresPerJob"].startswith("gres:gpu:") and job["JobState"] == "COMPLETED" for job in train), train
+    assert sorted(job["TresPerJob"] for job in train) == ["gres:gpu:1"] + ["gres:gpu:2"] * 3
+    assert not [job for job in jobs if any(rule in job.get("Comment", "") for rule in ("analytic", "measured", "figures"))]
+
+    # The same results: byte-identical analytic tables, the same measured FLOPs with status ok, the same losses.
+    for table in ("results/configs.parquet", "results/tables/analytic.parquet", "results/tables/memory.parquet"):
+        assert (tmp_path / "local" / table).read_bytes() == (tmp_path / "slurm" / table).read_bytes(), table
+    keys = ["config_id", "rule", "seed", "layer", "phase"]
+    local_measured, remote_measured = (pd.read_parquet(tmp_path / where / "results/tables/measured.parquet")
+                                       .sort_values(keys).reset_index(drop=True) for where in ("local", "slurm"))
+    assert set(remote_measured.status) == {"ok"} and set(remote_measured.rule) == set(local_measured.rule)
+    pd.testing.assert_frame_equal(local_measured[keys + ["flops"]], remote_measured[keys + ["flops"]])
+    local_steps, remote_steps = (pd.read_parquet(tmp_path / where / "results/tables/steps.parquet").sort_values(["rule", "step"])
+                                 for where in ("local", "slurm"))
+    assert list(local_steps.loss) == list(remote_steps.loss)
+    assert (tmp_path / "slurm/results/summary.md").exists()
+
+
+def job_records() -> dict:
+    """Every job SLURM still remembers (MinJobAge keeps finished ones for 10 minutes), by job id and array task."""
+    out = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True).stdout
+    records = {}
+    for line in out.splitlines():
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        if "JobId" in fields:
+            records[(fields["JobId"], fields.get("ArrayTaskId", ""))] = fields
+    return records
