@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -264,9 +265,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     result = failed_run(spec, args.record_failure) if args.record_failure is not None else train(spec)
     written = []
     if args.out_dir:
+        from .provenance import file_metadata
+
         out_dir = Path(args.out_dir)
-        write_parquet(result.measured, out_dir / "measured.parquet")
-        write_parquet(result.steps, out_dir / "steps.parquet")
+        metadata = file_metadata(torch.device(result.device), args.config_hash)
+        write_parquet(result.measured, out_dir / "measured.parquet", metadata)
+        write_parquet(result.steps, out_dir / "steps.parquet", metadata)
         written.append(str(out_dir))
     if args.out:
         write_parquet(result.steps, args.out)
@@ -357,6 +361,9 @@ def build_parser() -> Parser:
     trn.add_argument("--warmup", type=_int, default=2, help="steps before the FLOP-counted step and the timed steps")
     trn.add_argument("--out-dir", help="measure, and write steps.parquet and measured.parquet here")
     trn.add_argument("--threads", type=_int, help="CPU threads for torch (default: torch's choice)")
+    trn.add_argument("--config-hash", default=os.environ.get("TRAININGCOST_CONFIG_HASH"),
+                     help="the workflow config's hash, kept in the tables' metadata (default: $TRAININGCOST_CONFIG_HASH, "
+                          "which the workflow sets without making it a job parameter)")
     trn.add_argument("--record-failure", type=_int, metavar="EXIT_CODE",
                      help="do not train: write the tables of this run as failed with EXIT_CODE (the workflow's fallback "
                           "when a training process dies)")

@@ -35,8 +35,28 @@ def atomic_write(path: str | Path, write) -> Path:
     return path
 
 
-def write_parquet(frame: pd.DataFrame, path: str | Path) -> Path:
-    return atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
+METADATA_PREFIX = "trainingcost."
+
+
+def write_parquet(frame: pd.DataFrame, path: str | Path, metadata: dict | None = None) -> Path:
+    """Write ``frame`` atomically; ``metadata`` becomes the file's key-value metadata (keys prefixed ``trainingcost.``)."""
+    if not metadata:
+        return atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    extra = {f"{METADATA_PREFIX}{key}".encode(): ("" if value is None else str(value)).encode() for key, value in metadata.items()}
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **extra})
+    return atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+
+
+def read_metadata(path: str | Path) -> dict:
+    """The ``trainingcost.`` key-value metadata of a parquet file, without the prefix."""
+    import pyarrow.parquet as pq
+
+    raw = pq.read_schema(path).metadata or {}
+    return {k.decode()[len(METADATA_PREFIX):]: v.decode() for k, v in raw.items() if k.decode().startswith(METADATA_PREFIX)}
 
 
 def write_text(text: str, path: str | Path) -> Path:

@@ -105,16 +105,39 @@ def train_command(job: TrainJob, config: dict) -> list[str]:
     return [str(a) for a in args]
 
 
+def config_hash(config: dict) -> str:
+    """A stable hash of the validated workflow config (defaults filled in)."""
+    import hashlib
+    import json
+
+    text = json.dumps(validate_config(config), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def gather_runs(measured: list, steps: list, measured_out: str | Path, steps_out: str | Path) -> tuple[int, dict]:
     """Concatenate every run's tables into one each; returns (runs, {status: count})."""
     frames = [pd.read_parquet(p) for p in measured]
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     step_frames = [pd.read_parquet(p) for p in steps]
     step_table = pd.concat([f for f in step_frames if len(f)], ignore_index=True) if step_frames else pd.DataFrame()
-    write_parquet(table, measured_out)
-    write_parquet(step_table, steps_out)
+    metadata = _gathered_metadata(measured)
+    write_parquet(table, measured_out, metadata)
+    write_parquet(step_table, steps_out, metadata)
     statuses = {}
     for frame in frames:
         status = str(frame["status"].iloc[0])
         statuses[status] = statuses.get(status, 0) + 1
     return len(frames), statuses
+
+
+def _gathered_metadata(paths: list) -> dict:
+    """The runs' metadata: a key shared by every run keeps its value; one that differs lists the values."""
+    from .io import read_metadata
+
+    values: dict[str, list] = {}
+    for path in paths:
+        for key, value in read_metadata(path).items():
+            values.setdefault(key, [])
+            if value not in values[key]:
+                values[key].append(value)
+    return {key: found[0] if len(found) == 1 else ";".join(found) for key, found in values.items()}

@@ -48,6 +48,22 @@ def device_name(device: torch.device) -> str:
     return cpu_name()
 
 
+def snakemake_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("snakemake")
+    except PackageNotFoundError:
+        return None
+
+
+def file_metadata(device: torch.device, config_hash: str | None) -> dict:
+    """Key-value metadata for a measured parquet file: what produced it and from which workflow config."""
+    p = provenance(device)
+    keys = ("trainingcost_version", "git_commit", "torch_version", "cuda_version", "device", "device_name", "hostname")
+    return {**{k: p[k] for k in keys}, "snakemake_version": snakemake_version(), "config_hash": config_hash}
+
+
 def provenance(device: torch.device) -> dict:
     return {
         "trainingcost_version": __version__,

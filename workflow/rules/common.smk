@@ -1,6 +1,7 @@
 # Validation first: one readable line and exit status 1 for any config mistake,
 # before a job runs. The package's checks print the line; snakemake.utils.validate
 # then applies the same schema and fills in its defaults.
+import os
 import shlex
 import sys
 
@@ -9,7 +10,7 @@ from snakemake.utils import validate
 from trainingcost.config import ConfigError, validate_config
 from trainingcost.findings import FIGURES as FIGURE_FILES
 from trainingcost.findings import check_figures, figure_names
-from trainingcost.pipeline import train_command, train_jobs
+from trainingcost.pipeline import config_hash, train_command, train_jobs
 
 try:
     FILLED = validate_config(config)  # the config with every default filled in
@@ -35,6 +36,10 @@ FINDINGS = (
     if TRAIN_JOBS
     else []
 )
+
+# The config's hash reaches every job's tables as metadata through the environment, not as a job
+# parameter: editing, say, the figures section must not make the training jobs run again.
+os.environ["TRAININGCOST_CONFIG_HASH"] = config_hash(FILLED)
 
 # The package's command line, run by the interpreter that runs this workflow (no PATH needed).
 TRAININGCOST = f"{shlex.quote(sys.executable)} -m trainingcost"

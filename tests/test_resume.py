@@ -1,0 +1,111 @@
+"""Sweeps that survive faults: a killed sweep resumes, a crashed run is recorded, tables reproduce."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from trainingcost.io import read_metadata
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+SWEEP = {
+    "sweep": {"models": [{"name": "dec", "arch": "decoder", "layers": 1, "d_model": 16, "heads": 2, "d_ff": 32, "vocab": 256,
+                          "seq_len": 8, "batch": 2}]},
+    "memory": {"dtypes": ["fp32"], "optimizers": ["sgd"]},
+    "train": {"select": ["dec"], "steps": 6, "eval_batches": 1, "resources": {"threads": 1}},
+}
+KEYS = ["config_id", "rule", "seed", "layer", "phase"]
+
+
+def command(workdir: Path, *extra: str) -> list[str]:
+    return [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--configfile",
+            str(workdir / "config.yaml"), "--cores", "1", *extra]
+
+
+def prepare(workdir: Path, config=SWEEP) -> Path:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    return workdir
+
+
+def finished_runs(workdir: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in (workdir / "results/runs").glob("*/*/seed*/*.parquet")}
+
+
+def comparable(workdir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    measured = pd.read_parquet(workdir / "results/tables/measured.parquet").sort_values(KEYS).reset_index(drop=True)
+    steps = pd.read_parquet(workdir / "results/tables/steps.parquet").sort_values(["rule", "step"]).reset_index(drop=True)
+    return measured[KEYS + ["flops", "status", "first_loss", "final_loss"]], steps[["rule", "step", "loss"]]
+
+
+def test_a_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
+    work = prepare(tmp_path / "killed")
+    sweep = subprocess.Popen(command(work), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 300
+    while len(finished_runs(work)) < 4 and time.time() < deadline and sweep.poll() is None:  # two runs of seven done
+        time.sleep(0.2)
+    assert sweep.poll() is None, "the sweep ended before it could be interrupted"
+    os.killpg(sweep.pid, signal.SIGTERM)
+    try:
+        sweep.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(sweep.pid, signal.SIGKILL)
+        sweep.wait()
+    kept = finished_runs(work)  # snakemake removes the outputs of the jobs it had not seen finish
+    for path in kept:  # no half-written file: every parquet present reads whole
+        pd.read_parquet(path)
+    assert not list(work.rglob("*.tmp"))
+    done = {path.parent for path in kept if path.name == "measured.parquet" and (path.parent / "steps.parquet") in kept}
+    assert 1 <= len(done) < 7
+
+    subprocess.run(command(work, "--unlock"), capture_output=True, text=True)
+    plan = subprocess.run(command(work, "-n", "--rerun-incomplete"), capture_output=True, text=True)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    stats = plan.stdout + plan.stderr
+    to_train = int(next(line.split()[1] for line in stats.splitlines() if line.startswith("train ")))
+    assert to_train == 7 - len(done)  # only the missing runs run again
+    resumed = subprocess.run(command(work, "--rerun-incomplete"), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    for path, data in kept.items():
+        if path.parent in done:
+            assert path.read_bytes() == data, f"{path} was rewritten"
+
+    clean = prepare(tmp_path / "clean")
+    assert subprocess.run(command(clean), capture_output=True, text=True).returncode == 0
+    for resumed_table, clean_table in zip(comparable(work), comparable(clean)):
+        pd.testing.assert_frame_equal(resumed_table, clean_table)
+
+
+def test_a_crashed_run_is_recorded_and_the_others_go_on(tmp_path):
+    """A training process that dies (SIGABRT here, injected through sitecustomize) leaves a `failed` row."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "if 'train' in sys.argv and 'dfa' in sys.argv and '--record-failure' not in sys.argv:\n"
+        "    os.abort()\n"
+    )
+    work = prepare(tmp_path / "crash")
+    env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    result = subprocess.run(command(work, "--keep-going"), capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    measured = pd.read_parquet(work / "results/tables/measured.parquet")
+    status = measured.groupby("rule")["status"].first()
+    assert status["dfa"] == "failed" and (status.drop("dfa") == "ok").all()
+    assert "exited with status 134" in measured.loc[measured.rule == "dfa", "message"].iloc[0]
+    summary = (work / "results/summary.md").read_text()
+    assert "## Runs that did not finish" in summary and "| dfa | 0 | failed |" in summary
+
+    # Provenance travels as key-value metadata, in every run's tables and in the gathered ones.
+    meta = read_metadata(work / "results/tables/measured.parquet")
+    for key in ("trainingcost_version", "git_commit", "torch_version", "cuda_version", "device", "snakemake_version", "config_hash"):
+        assert key in meta, key
+    assert meta["snakemake_version"] and len(meta["config_hash"]) == 16 and meta["device"] == "cpu"
+    run = next((work / "results/runs").glob("*/bp/seed0/measured.parquet"))
+    assert read_metadata(run)["config_hash"] == meta["config_hash"]
