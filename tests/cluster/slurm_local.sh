@@ -23,6 +23,7 @@ stop() {
 start() {
     if [[ $(id -u) != 0 ]]; then echo "slurm_local.sh: needs root to install and start SLURM" >&2; exit 3; fi
     stop  # daemons left by an earlier start of this script
+    trap 'stop' ERR  # a failed start leaves no daemon behind
     if pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null; then
         echo "slurm_local.sh: a SLURM daemon this script did not start is running; not touching it" >&2; exit 4
     fi
@@ -33,6 +34,7 @@ start() {
     fi
     host=$(hostname -s)
     cpus=$(nproc)
+    memory=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 * 3 / 4 ))  # MB, below what slurmd detects
     mkdir -p /etc/slurm /run/munge /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
     chown munge:munge /run/munge
     chown slurm:slurm /var/spool/slurmctld /var/log/slurm
@@ -63,7 +65,7 @@ SlurmdSpoolDir=/var/spool/slurmd
 StateSaveLocation=/var/spool/slurmctld
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=8000 Gres=gpu:fake:2 State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory Gres=gpu:fake:2 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
     echo "NodeName=$host Name=gpu Type=fake File=/dev/fakegpu[0-1]" > /etc/slurm/gres.conf
@@ -86,6 +88,7 @@ CONF
     echo "slurm_local.sh: the node did not come up" >&2
     sinfo >&2 || true
     tail -5 /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log >&2 || true
+    stop
     exit 1
 }
 
