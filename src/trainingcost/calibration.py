@@ -57,6 +57,12 @@ def attention_shapes(configs: pd.DataFrame) -> list[tuple[int, int, int, int, bo
     return sorted(shapes)
 
 
+def _calls_per_timing(flops: int, device: torch.device) -> int:
+    """Enough calls per timing that small operations outlast the clock's resolution (1 to 50)."""
+    budget = 2e9 if device.type == "cuda" else 2e7
+    return max(1, min(50, int(budget // max(flops, 1))))
+
+
 class _Timer:
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
@@ -92,7 +98,7 @@ def calibrate(device: torch.device, dtype: str, shapes: list[tuple[int, int, int
         a = torch.randn(m, k, device=device, dtype=torch_dtype)
         b = torch.randn(k, n, device=device, dtype=torch_dtype)
         flops = 2 * m * n * k
-        inner = max(1, min(50, int(2e9 // max(flops, 1)) if device.type == "cuda" else int(2e7 // max(flops, 1))))
+        inner = _calls_per_timing(flops, device)
         seconds = timer(lambda: torch.matmul(a, b), repeats, inner)
         matmul.append({"m": m, "n": n, "k": k, "seconds": seconds, "flops_per_s": flops / seconds})
     fused = []
@@ -100,7 +106,7 @@ def calibrate(device: torch.device, dtype: str, shapes: list[tuple[int, int, int
         q = torch.randn(1, bh, m, dk, device=device, dtype=torch_dtype)
         kv = torch.randn(1, bh, n, dk, device=device, dtype=torch_dtype)
         flops = 4 * bh * m * n * dk  # torch's count: QK^T and PV, causal masks not discounted
-        inner = max(1, min(50, int(2e9 // flops) if device.type == "cuda" else int(2e7 // flops)))
+        inner = _calls_per_timing(flops, device)
         seconds = timer(lambda: torch.nn.functional.scaled_dot_product_attention(q, kv, kv, is_causal=causal), repeats, inner)
         fused.append({"bh": bh, "m": m, "n": n, "dk": dk, "causal": causal, "seconds": seconds, "flops_per_s": flops / seconds})
     elements = copy_mib * 2**20 // torch.empty((), dtype=torch_dtype).element_size()

@@ -87,8 +87,7 @@ class StepRecorder:
 
     # -- statistics ---------------------------------------------------------------------
     def timed(self) -> pd.DataFrame:
-        frame = pd.DataFrame([r for r in self.rows if r["kind"] == TIMED])
-        return frame
+        return pd.DataFrame([r for r in self.rows if r["kind"] == TIMED])
 
     def analytic_phase_times(self) -> pd.DataFrame:
         """Seconds per timed step and analytic phase (execution phases merged, e.g. PEPITA's two passes)."""

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 import torch
 
-from .config import ConfigError, config_id
+from .config import CANONICAL_FIELDS, ConfigError, config_id
 from .data import make_task
 from .model import Transformer
 from .objective import Batch, correct, loss as loss_fn
@@ -109,15 +109,6 @@ def evaluate(model: Transformer, batches: list[Batch]) -> tuple[float, float]:
         hits += right
         rows += n
     return (total_loss / rows, hits / rows) if rows else (math.nan, math.nan)
-
-
-def build(spec: TrainSpec):
-    """Model, rule, task and device of a run (checked, seeded, on the device)."""
-    spec.check()
-    device = resolve_device(spec.device)
-    task = make_task(spec.task, spec.cfg, spec.corpus)
-    model, rule = build_model(spec, device)
-    return model, rule, task, device
 
 
 def build_model(spec: TrainSpec, device: torch.device):
@@ -270,4 +261,4 @@ def measured_frame(recorder, model, spec: TrainSpec, columns: dict, records, val
     return rows, summary
 
 
-CANONICAL_SIZES = ("d_model", "heads", "d_ff", "enc_layers", "dec_layers", "seq_len", "tgt_len", "vocab", "batch", "classes")
+CANONICAL_SIZES = tuple(name for name in CANONICAL_FIELDS if name != "arch")  # the configuration columns of a run
