@@ -1,6 +1,8 @@
-"""Command line: ``trainingcost estimate | train | configs | analytic``.
+"""Command line: ``trainingcost estimate | train | calibrate | configs | analytic``.
 
 User mistakes end with one line on stderr and exit status 2, never a traceback.
+``estimate``, ``configs``, ``analytic`` and ``--help`` never import torch; only
+``train`` and ``calibrate`` do.
 """
 
 from __future__ import annotations
@@ -8,17 +10,30 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from . import __version__
-from .analytic import DEFAULT_COST_MODELS, PHASES, RULES, layer_table
+from .analytic import PHASES, cost_model_names, layer_table, rule_names
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
-from .config import ConfigError, canonical_model, config_id, configs_frame, load_config, preset_entry
-from .pipeline import write_analytic, write_configs
-from .presets import PRESETS
+from .config import (
+    DEVICES,
+    OPTIMIZERS,
+    PRESETS,
+    TASKS,
+    TRAIN_DTYPES,
+    ConfigError,
+    ModelConfig,
+    RuleOptions,
+    TrainSpec,
+    canonical_model,
+    configs_frame,
+    preset_entry,
+    task_defaults,
+)
 
 # Model flags; each flag's dest is its config field (--d-model -> d_model).
 MODEL_FIELDS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "tgt_len", "batch", "classes")
@@ -76,6 +91,19 @@ def model_entry(args: argparse.Namespace, defaults: dict | None = None) -> dict:
     return canonical_model(entry, "")
 
 
+# Configuration fields the command line names differently.
+FLAG_NAMES = {"cost_models": "--cost-model", "rules": "--rule"}
+
+
+def flag_message(message: str) -> str:
+    """A domain error (``heads: 5 does not divide ...``) in the command line's terms (``--heads: ...``)."""
+    match = re.match(r"([a-z][a-z_]*)(?=[:\s])", message)
+    if not match:
+        return message
+    field = match.group(1)
+    return FLAG_NAMES.get(field, "--" + field.replace("_", "-")) + message[match.end():]
+
+
 # ---------------------------------------------------------------------------
 # Human-readable output
 
@@ -107,21 +135,27 @@ def _grid(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def describe_config(c: pd.Series) -> str:
-    if c["arch"] == "encoder-decoder":
-        depth = f"{c['enc_layers']}+{c['dec_layers']} layers, source {c['seq_len']}, target {c['tgt_len']} tokens"
+def describe_config(c: ModelConfig) -> str:
+    if c.encdec:
+        depth = f"{c.enc_layers}+{c.dec_layers} layers, source {c.seq_len}, target {c.tgt_len} tokens"
     else:
-        n = max(c["enc_layers"], c["dec_layers"])
-        depth = f"{n} layer{'s' if n != 1 else ''}, {c['seq_len']} tokens"
-    head = f"{c['classes']} classes" if c["classes"] else f"vocab {c['vocab']}"
+        depth = f"{c.layers} layer{'s' if c.layers != 1 else ''}, {c.seq_len} tokens"
+    head = f"{c.classes} classes" if c.classes else f"vocab {c.vocab}"
     return (
-        f"{c['arch']}, {depth}, d_model {c['d_model']}, {c['heads']} heads, d_ff {c['d_ff']}, {head}, "
-        f"batch {c['batch']} (config_id {c['config_id']})"
+        f"{c.arch}, {depth}, d_model {c.d_model}, {c.heads} heads, d_ff {c.d_ff}, {head}, "
+        f"batch {c.batch} (config_id {c.config_id})"
     )
 
 
+PER_LAYER_LEGEND = (
+    "A blank cell: the layer takes no part in that phase under this rule and cost model. "
+    "0: it takes part and the cost model charges it nothing (e.g. the embedding's gather)."
+)
+
+
 def render_costs(table: pd.DataFrame, metric: str) -> str:
-    out = []
+    """The per-layer view: one table per (rule, cost model), layers as rows, phases as columns."""
+    out = [PER_LAYER_LEGEND, ""]
     unit = "FLOPs" if metric == "flops" else "MACCs"
     for (rule, model), part in table.groupby(["rule", "cost_model"], sort=False):
         phases = [p for p in PHASES if p in set(part["phase"])]
@@ -137,6 +171,19 @@ def render_costs(table: pd.DataFrame, metric: str) -> str:
         out.append(_grid(["layer", "kind", *phases, "total"], rows))
         out.append("")
     return "\n".join(out)
+
+
+def render_phases(table: pd.DataFrame, metric: str) -> str:
+    """Per rule and cost model, the totals per phase and per step."""
+    sums = table.groupby(["rule", "cost_model", "phase"], sort=False)[metric].sum()
+    phases = [p for p in PHASES if p in set(table["phase"])]
+    rows = []
+    for (rule, model), part in sums.groupby(level=[0, 1], sort=False):
+        values = part.droplevel([0, 1])
+        rows.append([rule, model, *("" if p not in values else human(values[p]) for p in phases), human(values.sum())])
+    unit = "FLOPs" if metric == "flops" else "MACCs"
+    return (f"{unit} per training step by phase (blank: the rule has no such phase; --per-layer for every layer)\n"
+            + _grid(["rule", "cost model", *phases, "total"], rows) + "\n")
 
 
 def render_summary(table: pd.DataFrame, metric: str) -> str:
@@ -170,9 +217,10 @@ def render_memory(memory: pd.DataFrame) -> str:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    configs = configs_frame([(args.preset or "", model_entry(args))])
-    rules = list(RULES) if args.rule == "all" else [args.rule]
-    models = list(DEFAULT_COST_MODELS) if args.cost_model == "all" else [args.cost_model]
+    cfg = model_entry(args)
+    configs = configs_frame([(args.preset or "", cfg)])
+    rules = list(rule_names()) if args.rule == "all" else [args.rule]
+    models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
     memory = memory_table(configs, rules, [args.dtype], [args.optimizer])
     table = memory if args.memory else layer_table(configs, rules, models, args.mirror_steps)
     if args.format == "json":
@@ -180,23 +228,27 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         table.to_csv(sys.stdout, index=False)
     else:
-        print(describe_config(configs.iloc[0]))
+        print(describe_config(cfg))
         print()
         if not args.memory:
-            print(render_costs(table, args.metric))
+            print(render_costs(table, args.metric) if args.per_layer else render_phases(table, args.metric))
             print(render_summary(table, args.metric))
         print(render_memory(memory))
     return 0
 
 
 def cmd_configs(args: argparse.Namespace) -> int:
-    frame = write_configs(load_config(args.config), args.out)
+    from .pipeline import load_file, write_configs
+
+    frame = write_configs(load_file(args.config), args.out)
     print(f"{len(frame)} configurations -> {args.out}")
     return 0
 
 
 def cmd_analytic(args: argparse.Namespace) -> int:
-    write_analytic(load_config(args.config), args.configs, args.out, args.memory_out)
+    from .pipeline import load_file, write_analytic
+
+    write_analytic(load_file(args.config), args.configs, args.out, args.memory_out)
     print(f"analytic costs -> {args.out}; memory -> {args.memory_out}")
     return 0
 
@@ -228,18 +280,12 @@ def _float(text: str) -> float:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    import torch
-
-    from .data import check_task, task_defaults
-    from .io import write_parquet
-    from .rules import RuleOptions
-    from .training import TrainSpec, failed_run, train
-
     defaults = task_defaults(args.task)
     cfg = model_entry(args, {**TRAIN_MODEL_DEFAULTS, "vocab": defaults["vocab"]})
-    if args.classes is None and cfg["arch"] != "encoder-decoder":
-        cfg["classes"] = defaults.get("classes", 0)  # the task decides the head
-    check_task(args.task, cfg)
+    if args.classes is None and cfg.arch != "encoder-decoder":
+        cfg = cfg.replace(classes=defaults.get("classes", 0))  # the task decides the head
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"threads: must be at least 1 (got {args.threads})")
     options = RuleOptions(
         optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay, mirror_steps=args.mirror_steps
     )
@@ -258,14 +304,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         measure=bool(args.measure or args.out_dir),
         warmup=args.warmup,
     )
+    spec.check()  # every mistake is reported before torch is imported
+    import torch
+
+    from .io import write_parquet
+    from .measure.run import failed_run, train
+
     if args.threads is not None:
-        if args.threads < 1:
-            raise ConfigError(f"--threads: must be at least 1 (got {args.threads})")
         torch.set_num_threads(args.threads)
     result = failed_run(spec, args.record_failure) if args.record_failure is not None else train(spec)
     written = []
     if args.out_dir:
-        from .provenance import file_metadata
+        from .measure.provenance import file_metadata
 
         out_dir = Path(args.out_dir)
         metadata = file_metadata(torch.device(result.device), args.config_hash)
@@ -275,10 +325,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.out:
         write_parquet(result.steps, args.out)
         written.append(args.out)
-    c = pd.Series({"config_id": config_id(cfg), **cfg})
     where = f" -> {', '.join(written)}" if written else ""
     line = (
-        f"{args.rule} on {args.task} ({describe_config(c)}), {len(result.steps)} steps on {result.device}: "
+        f"{args.rule} on {args.task} ({describe_config(cfg)}), {len(result.steps)} steps on {result.device}: "
         f"status {result.status}; loss {result.first_loss:.4f} -> {result.final_loss:.4f}; "
         f"validation loss {result.val_loss:.4f}, accuracy {result.val_accuracy:.4f}"
     )
@@ -298,8 +347,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     import torch
 
-    from .calibration import attention_shapes, calibrate, gemm_shapes, write_calibration
-    from .training import resolve_device
+    from .findings.calibration import attention_shapes, calibrate, gemm_shapes, write_calibration
+    from .train.run import resolve_device
 
     configs = pd.read_parquet(args.configs)
     if args.config_ids:
@@ -309,6 +358,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             raise ConfigError(f"--config-ids: not in {args.configs}: {', '.join(unknown)}")
         configs = configs[configs["config_id"].isin(wanted)]
     if args.threads is not None:
+        if args.threads < 1:
+            raise ConfigError(f"threads: must be at least 1 (got {args.threads})")
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     result = calibrate(device, args.dtype, gemm_shapes(configs), repeats=args.repeats, attention=attention_shapes(configs))
@@ -327,19 +378,16 @@ def build_parser() -> Parser:
 
     est = sub.add_parser("estimate", help="analytic costs and memory of one model, per layer and phase")
     add_model_flags(est)
-    est.add_argument("--rule", default="all", choices=[*RULES, "all"])
-    est.add_argument("--cost-model", default="all", choices=[*DEFAULT_COST_MODELS, "all"])
+    est.add_argument("--rule", default="all", choices=[*rule_names(), "all"])
+    est.add_argument("--cost-model", default="all", choices=[*cost_model_names(), "all"])
     est.add_argument("--dtype", default="fp32", choices=list(DTYPE_BYTES), help="for the memory model")
     est.add_argument("--optimizer", default="sgd", choices=list(OPTIMIZER_SLOTS), help="for the memory model")
     est.add_argument("--mirror-steps", type=_int, default=1, help="weight-mirror steps per training step (WM)")
     est.add_argument("--metric", default="flops", choices=["flops", "maccs"], help="what the table shows")
     est.add_argument("--memory", action="store_true", help="with csv/json: print the memory table instead of costs")
+    est.add_argument("--per-layer", action="store_true", help="the table: every layer of every rule and cost model")
     est.add_argument("--format", default="table", choices=["table", "csv", "json"])
     est.set_defaults(func=cmd_estimate)
-
-    from .data import TASKS
-    from .rules import OPTIMIZERS, rule_names
-    from .training import DEVICES, DTYPES
 
     trn = sub.add_parser("train", help="train one model under one learning rule on a built-in task")
     add_model_flags(trn)
@@ -352,7 +400,7 @@ def build_parser() -> Parser:
     trn.add_argument("--weight-decay", type=_float, help="default: 0, or 1e-3 for kp")
     trn.add_argument("--mirror-steps", type=_int, default=1, help="weight-mirror steps per training step (wm)")
     trn.add_argument("--device", default="auto", choices=DEVICES)
-    trn.add_argument("--dtype", default="fp32", choices=list(DTYPES))
+    trn.add_argument("--dtype", default="fp32", choices=list(TRAIN_DTYPES))
     trn.add_argument("--corpus", help="a text file for task lm (default: the Python standard library's source)")
     trn.add_argument("--eval-batches", type=_int, default=4, help="validation batches")
     trn.add_argument("--eval-every", type=_int, default=0, help="evaluate every N steps (default: after the last)")
@@ -373,7 +421,7 @@ def build_parser() -> Parser:
     cal.add_argument("--configs", required=True, help="a configs parquet: its GEMM and attention shapes are timed")
     cal.add_argument("--config-ids", help="comma-separated config_ids to take shapes from (default: all)")
     cal.add_argument("--device", default="auto", choices=DEVICES)
-    cal.add_argument("--dtype", default="fp32", choices=list(DTYPES))
+    cal.add_argument("--dtype", default="fp32", choices=list(TRAIN_DTYPES))
     cal.add_argument("--repeats", type=_int, default=7)
     cal.add_argument("--threads", type=_int)
     cal.add_argument("--out", required=True, help="the calibration JSON")
@@ -400,7 +448,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("argument --mirror-steps: must be 0 or more")
     try:
         return args.func(args)
-    except (ConfigError, OverflowError) as exc:
+    except ConfigError as exc:
+        sys.stderr.write(f"trainingcost {args.command}: error: {flag_message(str(exc))}\n")
+        return 2
+    except OverflowError as exc:
         sys.stderr.write(f"trainingcost {args.command}: error: {exc}\n")
         return 2
     except BrokenPipeError:  # e.g. piped into head

@@ -1,30 +1,67 @@
-"""The workflow's steps as functions from a validated config to files.
+"""The workflow's steps, as functions from a validated config to files.
 
 Snakemake rules call these and nothing else, so every step can be run and
-tested without Snakemake.
+tested without Snakemake. A workflow config is validated once (:func:`load`),
+against the schema with the catalogue's rules and cost models, and the
+validated config (defaults filled in) flows to every step.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from .analytic import layer_table
+from .analytic import layer_table, vocabulary
 from .analytic.memory import memory_table
-from .config import ConfigError, config_id, select_sweep, sweep_frame, validate_config
-from .io import write_parquet
+from .config import (
+    ConfigError,
+    ModelConfig,
+    check_task,
+    entry_config,
+    enumerate_sweep,
+    read_config,
+    select_sweep,
+    sweep_frame,
+    validate_config,
+)
+from .io import read_metadata, write_parquet, write_text
+
+FIGURES = {
+    "flops": "1_flops_predicted_vs_measured",
+    "breakdown": "2_layer_breakdown",
+    "scaling": "3_cost_scaling",
+    "ratios": "4_rule_ratio_vs_length",
+    "step_time": "5_step_time_predicted_vs_measured",
+    "memory": "6_peak_memory",
+    "depth": "7_loss_by_depth",
+    "energy": "8_energy",
+}
+
+
+def load(config: dict) -> dict:
+    """Validate a workflow config once, with every check that needs no job: the schema (the catalogue's rules
+    and cost models), every configuration, the training jobs and the figures' names. Returns it with defaults."""
+    filled = validate_config(config, vocabulary())
+    train_jobs(filled)
+    check_figures(filled)
+    return filled
+
+
+def load_file(path: str | Path) -> dict:
+    return load(read_config(path))
 
 
 def write_configs(config: dict, out: str | Path) -> pd.DataFrame:
-    frame = sweep_frame(validate_config(config))
+    frame = sweep_frame(config)
     write_parquet(frame, out)
     return frame
 
 
 def write_analytic(config: dict, configs_path: str | Path, costs_out: str | Path, memory_out: str | Path) -> None:
-    config = validate_config(config)
     configs = pd.read_parquet(configs_path)
     analytic, memory = config["analytic"], config["memory"]
     costs = layer_table(configs, analytic["rules"], analytic["cost_models"], analytic["wm_mirror_steps"])
@@ -44,7 +81,7 @@ class TrainJob:
     rule: str
     seed: int
     name: str
-    cfg: dict
+    cfg: ModelConfig
     task: str
 
     @property
@@ -56,17 +93,14 @@ def run_dir(config_id: str, rule: str, seed) -> str:
     return f"results/runs/{config_id}/{rule}/seed{seed}"
 
 
-def job_task(train: dict, cfg: dict) -> str:
+def job_task(train: dict, cfg: ModelConfig) -> str:
     if train["task"] != "auto":
         return train["task"]
-    return "classify" if cfg["classes"] else "lm"
+    return "classify" if cfg.classes else "lm"
 
 
 def train_jobs(config: dict) -> list[TrainJob]:
-    """Every (configuration, rule, seed) of ``train.select``, checked before any job runs."""
-    from .data import check_task  # torch is imported only when there are runs to plan
-
-    config = validate_config(config)
+    """Every (configuration, rule, seed) of ``train.select`` of a validated config, checked before any job runs."""
     train = config["train"]
     if train["steps"] < train["warmup"] + 2:
         raise ConfigError(
@@ -79,24 +113,24 @@ def train_jobs(config: dict) -> list[TrainJob]:
         try:
             check_task(task, cfg)
         except ConfigError as error:
-            raise ConfigError(f"train.task: {task} cannot train sweep entry {name!r} ({config_id(cfg)}): {error}") from None
+            raise ConfigError(f"train.task: {task} cannot train sweep entry {name!r} ({cfg.config_id}): {error}") from None
         for rule in train["rules"]:
             for seed in train["seeds"]:
-                jobs.append(TrainJob(config_id(cfg), rule, seed, name, cfg, task))
+                jobs.append(TrainJob(cfg.config_id, rule, seed, name, cfg, task))
     return jobs
 
 
 def train_command(job: TrainJob, config: dict) -> list[str]:
     """The ``trainingcost train`` arguments of one job (model flags, run settings, output directory)."""
     cfg, train = job.cfg, config["train"]
-    if cfg["arch"] == "encoder-decoder":
-        depth = ["--enc-layers", cfg["enc_layers"], "--dec-layers", cfg["dec_layers"], "--tgt-len", cfg["tgt_len"]]
+    if cfg.arch == "encoder-decoder":
+        depth = ["--enc-layers", cfg.enc_layers, "--dec-layers", cfg.dec_layers, "--tgt-len", cfg.tgt_len]
     else:
-        depth = ["--layers", cfg["enc_layers"] or cfg["dec_layers"]]
+        depth = ["--layers", cfg.layers]
     args = [
-        "train", "--arch", cfg["arch"], *depth, "--d-model", cfg["d_model"], "--heads", cfg["heads"],
-        "--d-ff", cfg["d_ff"], "--vocab", cfg["vocab"], "--seq-len", cfg["seq_len"], "--batch", cfg["batch"],
-        *(["--classes", cfg["classes"]] if cfg["classes"] else []),
+        "train", "--arch", cfg.arch, *depth, "--d-model", cfg.d_model, "--heads", cfg.heads,
+        "--d-ff", cfg.d_ff, "--vocab", cfg.vocab, "--seq-len", cfg.seq_len, "--batch", cfg.batch,
+        *(["--classes", cfg.classes] if cfg.classes else []),
         "--task", job.task, "--rule", job.rule, "--seed", job.seed, "--steps", train["steps"], "--warmup", train["warmup"],
         "--dtype", train["dtype"], "--device", train["device"], "--optimizer", train["optimizer"], "--lr", train["lr"],
         "--mirror-steps", config["analytic"]["wm_mirror_steps"], "--eval-batches", train["eval_batches"],
@@ -107,10 +141,7 @@ def train_command(job: TrainJob, config: dict) -> list[str]:
 
 def config_hash(config: dict) -> str:
     """A stable hash of the validated workflow config (defaults filled in)."""
-    import hashlib
-    import json
-
-    text = json.dumps(validate_config(config), sort_keys=True, separators=(",", ":"))
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -132,8 +163,6 @@ def gather_runs(measured: list, steps: list, measured_out: str | Path, steps_out
 
 def _gathered_metadata(paths: list) -> dict:
     """The runs' metadata: a key shared by every run keeps its value; one that differs lists the values."""
-    from .io import read_metadata
-
     values: dict[str, list] = {}
     for path in paths:
         for key, value in read_metadata(path).items():
@@ -141,3 +170,126 @@ def _gathered_metadata(paths: list) -> dict:
             if value not in values[key]:
                 values[key].append(value)
     return {key: found[0] if len(found) == 1 else ";".join(found) for key, found in values.items()}
+
+
+# ---------------------------------------------------------------------------
+# Findings: comparison tables, the summary and the figures, from the gathered tables
+
+
+def check_figures(config: dict) -> None:
+    """Every name in ``figures`` refers to the sweep (ConfigError naming the field otherwise), before any job runs."""
+    settings = config["figures"]
+    entry_config(config, settings["breakdown"], "figures.breakdown")
+    entry_config(config, settings["scaling"]["base"], "figures.scaling.base")
+    select_sweep(config["sweep"], settings["depth"], "figures.depth")
+
+
+def figure_names(config: dict) -> list[str]:
+    """The figures this config produces (the energy figure only where runs measure energy)."""
+    names = [k for k in FIGURES if k != "energy"]
+    if config["figures"]["energy"]:
+        names.append("energy")
+    return names
+
+
+def write_comparison(analytic_path, memory_path, measured_path, comparison_out, ratios_out,
+                     comparison_csv=None, ratios_csv=None, configs_path=None, calibration_path=None) -> None:
+    """The two tables as parquet; optionally, for the report, the per-step comparison and the measured
+    configurations' ratios as CSV. With a calibration, step rows get the predicted step time."""
+    from .findings.calibration import read_calibration
+    from .findings.comparison import comparison_table, rule_ratios
+
+    analytic = pd.read_parquet(analytic_path)
+    measured = pd.read_parquet(measured_path)
+    memory = pd.read_parquet(memory_path)
+    comparison = comparison_table(analytic, measured, memory)
+    if calibration_path and configs_path and len(comparison):
+        comparison = add_predicted_times(comparison, analytic, pd.read_parquet(configs_path), read_calibration(calibration_path),
+                                         measured)
+    ratios = rule_ratios(analytic, measured)
+    write_parquet(comparison, comparison_out)
+    write_parquet(ratios, ratios_out)
+    if comparison_csv:
+        steps = comparison[comparison["granularity"] == "step"].drop(columns=["granularity", "layer", "phase"])
+        write_text(steps.to_csv(index=False, float_format="%.6g"), comparison_csv)
+    if ratios_csv:
+        measured_ids = set(measured["config_id"])
+        write_text(ratios[ratios["config_id"].isin(measured_ids)].to_csv(index=False, float_format="%.6g"), ratios_csv)
+
+
+def add_predicted_times(comparison: pd.DataFrame, analytic: pd.DataFrame, configs: pd.DataFrame, calibration: dict,
+                        measured: pd.DataFrame) -> pd.DataFrame:
+    """``predicted_time_s`` on every step row: the roofline predictor over the executed model (any cost model's
+    step row gets the same prediction: the predictor prices what runs)."""
+    from .findings.comparison import runs_of
+    from .findings.predictor import predict_steps
+
+    runs = runs_of(measured[measured["status"] == "ok"])
+    executed = analytic[(analytic["cost_model"] == "executed") & analytic["config_id"].isin(runs["config_id"])]
+    if executed.empty:
+        comparison["predicted_time_s"] = float("nan")
+        return comparison
+    optimizer = str(runs["optimizer"].iloc[0]) if "optimizer" in runs else "sgd"
+    steps = predict_steps(executed, configs[configs["config_id"].isin(runs["config_id"])], calibration, optimizer)
+    out = comparison.merge(steps.rename(columns={"predicted_time_s": "_predicted"}), on=["config_id", "rule"], how="left")
+    out["predicted_time_s"] = out["_predicted"].where(out["granularity"] == "step")
+    return out.drop(columns=["_predicted"])
+
+
+def write_summary(comparison_path, ratios_path, measured_path, out) -> str:
+    """``summary.md`` from the comparison, ratio and measured tables."""
+    from .findings.summary import write_summary as summarise
+
+    return summarise(pd.read_parquet(comparison_path), pd.read_parquet(ratios_path), pd.read_parquet(measured_path), out)
+
+
+def describe(cfg: ModelConfig) -> str:
+    depth = cfg.blocks
+    return f"{cfg.arch}, {depth} block{'s' if depth != 1 else ''}, d_model {cfg.d_model}, {cfg.seq_len} tokens, batch {cfg.batch}"
+
+
+def write_figures(config: dict, analytic_path, comparison_path, measured_path, out_dir) -> list[Path]:
+    """Every figure of :data:`FIGURES` that a validated config asks for, as PNG and PDF under ``out_dir``."""
+    from .config import configs_frame
+    from .findings import figures as F
+    from .findings.comparison import runs_of
+
+    settings = config["figures"]
+    analytic = pd.read_parquet(analytic_path)
+    comparison = pd.read_parquet(comparison_path)
+    measured = pd.read_parquet(measured_path)
+    runs = runs_of(measured[measured["status"] == "ok"]) if len(measured) else pd.DataFrame()
+    if len(runs):
+        extra = measured.groupby(["config_id", "rule", "seed"], as_index=False)[
+            ["heads", "vocab", "classes", "val_loss", "val_accuracy", "energy_per_step_j", "steps"]].first()
+        runs = runs.merge(extra, on=["config_id", "rule", "seed"])
+    out_dir = Path(out_dir)
+    F.style()
+    written: list[Path] = []
+
+    def save(fig, key):
+        written.extend(F.save(fig, out_dir / f"{FIGURES[key]}.png"))
+
+    save(F.predicted_vs_measured_flops(comparison), "flops")
+    breakdown = entry_config(config, settings["breakdown"], "figures.breakdown")
+    breakdown_rows = analytic[analytic["config_id"] == breakdown.config_id]
+    if breakdown_rows.empty:
+        breakdown_rows = layer_table(configs_frame([("", breakdown)]), cost_models=["paper", "executed"])
+    save(F.layer_breakdown(breakdown_rows, breakdown.config_id, describe(breakdown)), "breakdown")
+    base = entry_config(config, settings["scaling"]["base"], "figures.scaling.base")
+    axes = {"seq_len": settings["scaling"]["seq_len"], "d_model": settings["scaling"]["d_model"]}
+    curves = F.scaling_curves(base, axes)
+    save(F.scaling(curves, runs, base, describe(base)), "scaling")
+    save(F.ratio_to_bp(curves, runs, base, describe(base)), "ratios")
+    save(F.step_time(comparison), "step_time")
+    save(F.peak_memory(comparison, runs), "memory")
+    depth_runs = runs
+    if settings["depth"]:
+        chosen = {cfg.config_id for _, cfg in select_sweep(config["sweep"], settings["depth"], "figures.depth")}
+        depth_runs = runs[runs["config_id"].isin(chosen)]
+        if depth_runs.empty:  # none of those entries was trained (or all failed): show every run instead
+            depth_runs = runs
+    save(F.loss_by_depth(depth_runs, int(runs["steps"].max()) if len(runs) else 0), "depth")
+    if settings["energy"]:
+        save(F.energy(runs), "energy")
+    return written

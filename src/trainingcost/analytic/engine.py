@@ -23,111 +23,33 @@ A quantity may carry a third number, the *elementwise* FLOPs that the FLOP
 count leaves out (bias additions, softmax, GELU, LayerNorm ...); only cost
 models whose FLOPs are matmul-only (``executed``) declare it.
 
-A rule's *recipe* (:data:`RECIPES`) says which quantities, with which
-multiplicity, make each of its phases; Table 2 of the paper is the recipe of
-BP, PEPITA and MEMPEPITA. A layer appears in a phase when its formula declares
-one of the phase's quantities, so adding a layer kind or a cost model touches
-one registry entry, and adding a rule touches one recipe.
+A rule's *recipe* (``RuleSpec.recipe`` in ``rules/<name>/__init__.py``) says
+which quantities, with which multiplicity, make each of its phases; Table 2 of
+the paper is the recipe of BP, PEPITA and MEMPEPITA. A layer appears in a
+phase when its formula declares one of the phase's quantities, so adding a
+layer kind or a cost model touches one registry entry per formula, and adding
+a rule touches its own folder.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from . import templates as T
+from .catalogue import rule, rule_names
+from .registry import CostModel, cost_model, cost_model_names
 from .templates import Shapes, Templates
 
-RULES = ("bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa")
-COST_MODELS = ("paper", "executed", "kaplan", "textbook", "survey")
-DEFAULT_COST_MODELS = COST_MODELS
 PHASES = ("forward", "backward", "error_projection", "weight_update", "feedback_update", "mirror")
 INT64_LIMIT = float(2**63 - 1)
 
-Cost = tuple  # (maccs, flops)
 
-
-def cost(maccs, flops, elementwise=None) -> Cost:
-    return (maccs, flops) if elementwise is None else (maccs, flops, elementwise)
-
-
-Formula = Callable[[Shapes], dict]
-
-
-@dataclass
-class CostModel:
-    name: str
-    granularity: str  # 'layer' (per layer instance) or 'model' (one row named 'model')
-    formulas: dict  # layer kind -> Formula
-    recipes: dict = field(default_factory=dict)  # rule -> {phase: parts}: this model's departures from :func:`recipe`
-
-
-REGISTRY: dict[str, CostModel] = {}
-
-
-def register(cost_model: str, kind: str, granularity: str = "layer"):
-    """Decorator: register ``formula`` for ``kind`` under ``cost_model``."""
-
-    def decorate(formula: Formula) -> Formula:
-        model = REGISTRY.setdefault(cost_model, CostModel(cost_model, granularity, {}))
-        model.formulas[kind] = formula
-        return formula
-
-    return decorate
-
-
-def register_recipe(cost_model: str, rule: str, phases: dict) -> None:
-    """Replace some phases of ``rule``'s recipe under ``cost_model`` only."""
-    model = REGISTRY.setdefault(cost_model, CostModel(cost_model, "layer", {}))
-    model.recipes.setdefault(rule, {}).update(phases)
-
-
-def _load_models() -> None:
-    from . import baselines, executed, paper  # noqa: F401  (registration side effects)
-
-
-# ---------------------------------------------------------------------------
-# Rule recipes: phase -> [(quantity, multiplicity)]. ``s`` is the number of
-# weight-mirror steps per training step.
-
-
-def recipe(rule: str, mirror_steps: int = 1, cost_model: str | None = None) -> dict[str, list[tuple[str, int]]]:
-    bp = {
-        "forward": [("forward", 1)],
-        "backward": [("backward_total", 1)],
-        "weight_update": [("weight_grad", 1)],
-    }
-    pepita = {
-        "error_projection": [("error_projection", 1)],
-        "weight_update": [("weight_grad", 1), ("weight_grad_dense", 1)],
-    }
-    recipes = {
-        "bp": bp,
-        # FA: a fixed B in place of W^T has W^T's shape, so every product keeps its cost.
-        "fa": bp,
-        # KP: B receives its own update, the outer product of W's update (Akrout et al. 2019, eq. 17).
-        "kp": {**bp, "feedback_update": [("linear_weight_grad", 1)]},
-        # WM: each mirror step drives every weight matrix with noise and accumulates x y^T into B.
-        "wm": {**bp, "mirror": [("linear_forward", mirror_steps), ("linear_weight_grad", mirror_steps)]},
-        # DFA: no gradient leaves a block; the output error reaches each block through a projection.
-        "dfa": {
-            "forward": [("forward", 1)],
-            "backward": [("backward_dfa", 1)],
-            "error_projection": [("dfa_projection", 1)],
-            "weight_update": [("weight_grad", 1)],
-        },
-        # Table 2: PEPITA = 2 forward + weight update + error projection; MEMPEPITA = 3 forward + ...
-        "pepita": {"forward": [("forward", 2)], **pepita},
-        "mempepita": {"forward": [("forward", 3)], **pepita},
-    }
-    chosen = dict(recipes[rule])
-    if cost_model is not None:
-        _load_models()
-        chosen.update(REGISTRY[cost_model].recipes.get(rule, {}))
-    return chosen
+def recipe(rule_name: str, mirror_steps: int = 1, cost_model_name: str | None = None) -> dict[str, list[tuple[str, int]]]:
+    """The phases of ``rule_name`` as (quantity, multiplicity) lists, under ``cost_model_name``'s overrides."""
+    return rule(rule_name).recipe_for(cost_model_name, {"mirror_steps": mirror_steps})
 
 
 # ---------------------------------------------------------------------------
@@ -190,10 +112,9 @@ def _evaluate_formulas(model: CostModel, templates: Templates, dtype) -> tuple[d
     return maccs, flops, elementwise, declared
 
 
-def evaluate(cost_model: str, configs: pd.DataFrame, mirror_steps: int = 1) -> Quantities:
-    """Evaluate every formula of ``cost_model`` on every configuration, per batch."""
-    _load_models()
-    model = REGISTRY[cost_model]
+def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1) -> Quantities:
+    """Evaluate every formula of ``cost_model_name`` on every configuration, per batch."""
+    model = cost_model(cost_model_name)
     templates = T.build(configs, model.granularity)
     maccs, flops, elementwise, declared = _evaluate_formulas(model, templates, np.int64)
     # The same polynomials in floating point reveal any int64 overflow.
@@ -202,12 +123,12 @@ def evaluate(cost_model: str, configs: pd.DataFrame, mirror_steps: int = 1) -> Q
     worst = max(float(np.max(np.abs(v))) for v in values) if values else 0.0
     if worst * max(3, 2 * mirror_steps) >= INT64_LIMIT:
         raise OverflowError(
-            f"cost model {cost_model}: a cost reaches {worst:.3g} FLOPs, beyond exact 64-bit integers; "
+            f"cost model {cost_model_name}: a cost reaches {worst:.3g} FLOPs, beyond exact 64-bit integers; "
             "reduce batch or sizes"
         )
     q = {"maccs": maccs, "flops": flops, **({"elementwise": elementwise} if elementwise else {})}
     _derive_backward(q, declared, templates.block_entry, len(templates))
-    return Quantities(cost_model, templates, maccs, flops, declared, q.get("elementwise"))
+    return Quantities(cost_model_name, templates, maccs, flops, declared, q.get("elementwise"))
 
 
 def phase_costs(quantities: Quantities, rule: str, mirror_steps: int = 1):
@@ -267,10 +188,11 @@ def _nullable(values: np.ndarray | None, rows: np.ndarray) -> pd.arrays.IntegerA
     return pd.arrays.IntegerArray(values[rows].astype(np.int64), np.zeros(len(rows), dtype=bool))
 
 
-def layer_table(configs: pd.DataFrame, rules=RULES, cost_models=None, mirror_steps: int = 1) -> pd.DataFrame:
+def layer_table(configs: pd.DataFrame, rules=None, cost_models=None, mirror_steps: int = 1) -> pd.DataFrame:
     """The long table: one row per (config_id, rule, cost_model, layer, phase), in forward order."""
     frames = []
-    cost_models = cost_models or DEFAULT_COST_MODELS
+    rules = rules or rule_names()
+    cost_models = cost_models or cost_model_names()
     for model_rank, model_name in enumerate(cost_models):
         quantities = evaluate(model_name, configs, mirror_steps)
         t = quantities.templates
@@ -315,13 +237,14 @@ def layer_table(configs: pd.DataFrame, rules=RULES, cost_models=None, mirror_ste
     return table
 
 
-def phase_totals(configs: pd.DataFrame, rules=RULES, cost_models=None, mirror_steps: int = 1) -> dict:
+def phase_totals(configs: pd.DataFrame, rules=None, cost_models=None, mirror_steps: int = 1) -> dict:
     """Per-configuration totals, {(cost_model, rule, phase): (maccs, flops)} arrays of len(configs).
 
     The vectorised core without naming layer instances: what the benchmark times.
     """
     out = {}
-    for model_name in cost_models or DEFAULT_COST_MODELS:
+    rules = rules or rule_names()
+    for model_name in cost_models or cost_model_names():
         quantities = evaluate(model_name, configs, mirror_steps)
         t = quantities.templates
         order = np.argsort(t.cfg, kind="stable")
@@ -334,3 +257,17 @@ def phase_totals(configs: pd.DataFrame, rules=RULES, cost_models=None, mirror_st
                     np.add.reduceat((flops * weight)[order], starts),
                 )
     return out
+
+
+def instance_shapes(configs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (config_id, layer) of the per-layer models: its kind and shapes per sequence
+    (``M`` rows, ``N`` key/value rows, ``out`` the head's width), as the formulas see them."""
+    t = T.build(configs, "layer")
+    every = _instances(t, np.arange(len(t)))
+    rep = every["rep"]
+    return pd.DataFrame({
+        "config_id": configs["config_id"].to_numpy()[t.cfg[rep]],
+        "layer": every["layer"].astype(str),
+        "layer_kind": t.kind[rep].astype(str),
+        "M": t.M[rep], "N": t.N[rep], "out": t.out[rep],
+    })

@@ -1,89 +1,66 @@
 """The memory model: bytes held during one training step, per rule, optimizer and dtype.
 
 Components (each in bytes, all tensors in the given dtype):
-- ``parameters``: every trainable tensor, biases included, no weight tying;
+- ``parameters``: every trainable tensor, biases included, no weight tying
+  (each layer kind's ``params``, :mod:`.layers`);
 - ``gradients``: one gradient per parameter (every rule writes ``.grad``), plus
-  KP's gradient for its feedback matrices;
-- ``feedback``: FA/KP/WM keep a B of W's shape for every weight matrix (q, k,
-  v, o, both FFN layers, head); DFA one d x d matrix per block and per stack
-  embedding; PEPITA and MEMPEPITA one F per stack that maps the output error
-  (vocab or classes wide) into the input-embedding space (out x d);
+  the feedback matrices of a rule that trains them (KP);
+- ``feedback`` (the rule's ``memory.feedback``): ``weights``, a B of W's shape
+  for every weight matrix (FA, KP, WM); ``blocks``, one d x d matrix per block
+  and per stack embedding (DFA); ``output``, one F per stack that maps the
+  output error (vocab or classes wide) into the input-embedding space (PEPITA,
+  MEMPEPITA);
 - ``optimizer_state``: SGD none, SGD with momentum one slot, Adam two slots,
-  for each parameter (and KP's feedback matrices, which its optimizer trains);
-- ``activations``: what a step keeps between its passes, times the batch.
-  BP-like rules keep what autograd saves for the backward (inputs of products,
-  Q, K, V, the fused attention's output and log-sum-exp, LayerNorm input and
-  statistics, both FFN hidden tensors, the logits). PEPITA keeps the standard
-  pass's outputs that its updates subtract, plus the largest single-layer
-  working set (input, intermediates, output) of the modulated pass, and the
-  output error. MEMPEPITA keeps only the largest working set twice, for the
-  clean and the modulated pass run side by side (what two adjacent layers
-  need, Pau & Aymone 2023), plus the output error.
+  for each trained tensor;
+- ``activations`` (the rule's ``memory.activations``), times the batch:
+  ``autograd`` keeps what autograd saves for the backward (each kind's
+  ``saved``); ``pepita`` keeps the standard pass's outputs that its updates
+  subtract (``kept``), plus the largest single-layer ``working`` set of the
+  modulated pass, and the output error; ``mempepita`` keeps only the largest
+  working set twice, for the clean and the modulated pass run side by side
+  (what two adjacent layers need, Pau & Aymone 2023), plus the output error.
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 
 from . import templates as T
+from .catalogue import rule
+from .layers import KINDS
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
 OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}
 COMPONENTS = ("parameters", "gradients", "feedback", "optimizer_state", "activations")
 MEMORY_COLUMNS = ("config_id", "rule", "optimizer", "dtype", "parameter_count", *COMPONENTS, "total")
-FEEDBACK_RULES = ("fa", "kp", "wm")
+PER_LAYER = ("params", "weights", "saved", "working", "kept")
+
+
+def shapes_namespace(t: T.Templates, index) -> SimpleNamespace:
+    """The names a layer kind's expressions read (see :class:`.spec.LayerKind`), for templates ``index``."""
+    def conf(name):
+        return t.config_column(name)[index]
+
+    return SimpleNamespace(d=conf("d_model"), h=conf("heads"), ff=conf("d_ff"), V=conf("vocab"), classes=conf("classes"),
+                           M=t.M[index], N=t.N[index], out=t.out[index])
 
 
 def _per_layer(t: T.Templates) -> dict[str, np.ndarray]:
-    """Elements per layer instance: parameters, weight-matrix entries, and per-sequence activations."""
-    kind = t.kind
-    d = t.config_column("d_model")
-    ff = t.config_column("d_ff")
-    h = t.config_column("heads")
-    V = t.config_column("vocab")
-    M, N, out = t.M, t.N, t.out
-    attention = np.isin(kind, ("self_attention", "masked_self_attention", "cross_attention"))
-    head = np.isin(kind, ("lm_head", "classifier_head"))
-    is_ = {k: kind == k for k in ("embedding", "positional_encoding", "ffn", "add_norm")}
-    zero = np.zeros(len(t), dtype=np.int64)
-
-    def pick(*cases):
-        value = zero.copy()
-        for mask, expr in cases:
-            value = np.where(mask, expr, value)
-        return value
-
-    return {
-        "params": pick(
-            (is_["embedding"], V * d),
-            (attention, 4 * d * d + 4 * d),
-            (is_["ffn"], 2 * d * ff + ff + d),
-            (is_["add_norm"], 2 * d),
-            (head, d * out + out),
-        ),
-        "weights": pick((attention, 4 * d * d), (is_["ffn"], 2 * d * ff), (head, d * out)),
-        "saved": pick(
-            (attention, 3 * M * d + 2 * N * d + M * h),
-            (is_["add_norm"], M * d + 2 * M),
-            (is_["ffn"], M * d + 2 * M * ff),
-            (head, M * d + M * out),
-        ),
-        # Alive during one forward of the layer without autograd: input, intermediates, output.
-        "working": pick(
-            (is_["embedding"], M * d),
-            (is_["positional_encoding"], 2 * M * d),
-            (attention, 4 * M * d + 2 * N * d),
-            (is_["add_norm"], 3 * M * d),
-            (is_["ffn"], 2 * M * d + 2 * M * ff),
-            (head, M * d + M * out),
-        ),
-        "kept": pick(
-            (is_["embedding"] | is_["add_norm"], M * d),
-            (attention, 2 * M * d + 2 * N * d),
-            (is_["ffn"], M * ff + M * d),
-        ),
-    }
+    """Elements per layer instance of each declared quantity (0 where a kind declares none)."""
+    values = {name: np.zeros(len(t), dtype=np.int64) for name in PER_LAYER}
+    for kind, index in t.kind_index().items():
+        spec = KINDS[kind] if kind in KINDS else None
+        if spec is None:
+            continue
+        s = shapes_namespace(t, index)
+        for name in PER_LAYER:
+            expr = getattr(spec, name)
+            if expr is not None:
+                values[name][index] = expr(s)
+    return values
 
 
 def _reduce(values: np.ndarray, order: np.ndarray, starts: np.ndarray, op) -> np.ndarray:
@@ -93,7 +70,7 @@ def _reduce(values: np.ndarray, order: np.ndarray, starts: np.ndarray, op) -> np
 def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sgd",)) -> pd.DataFrame:
     """One row per (config_id, rule, optimizer, dtype), bytes per component."""
     t = T.build(configs, "layer")
-    model_layer = ~np.isin(t.kind, ("error_projection", "dfa_projection"))
+    model_layer = np.array([KINDS[k].model_layer for k in t.kind], dtype=bool)
     per = _per_layer(t)
     count = np.where(model_layer, t.count, 0)
     order = np.argsort(t.cfg, kind="stable")
@@ -115,44 +92,38 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
     error = out_rows * out_width
 
     params = total("params")
-    weights = total("weights")
-    saved = total("saved") + encoder_output
     working = peak("working")
     activations = {
-        "bp": saved,
-        "fa": saved,
-        "kp": saved,
-        "wm": saved,
-        "dfa": saved,
-        "pepita": total("kept") + working + error + encoder_output,
-        "mempepita": 2 * working + error + 2 * encoder_output,
+        "autograd": lambda: total("saved") + encoder_output,
+        "pepita": lambda: total("kept") + working + error + encoder_output,
+        "mempepita": lambda: 2 * working + error + 2 * encoder_output,
     }
     feedback = {
-        "bp": 0 * params,
-        "fa": weights,
-        "kp": weights,
-        "wm": weights,
-        "dfa": (c["enc_layers"] + c["dec_layers"] + n_stacks) * d * d,  # one per block and per embedding
-        "pepita": n_stacks * out_width * d,  # one F per stack input
-        "mempepita": n_stacks * out_width * d,
+        "none": lambda: 0 * params,
+        "weights": lambda: total("weights"),
+        "blocks": lambda: (c["enc_layers"] + c["dec_layers"] + n_stacks) * d * d,  # one per block and per embedding
+        "output": lambda: n_stacks * out_width * d,  # one F per stack input
     }
     frames = []
-    for rule in rules:
-        trained = params + (feedback[rule] if rule == "kp" else 0)
+    for name in rules:
+        parts = rule(name).memory
+        fed = feedback[parts.feedback]()
+        kept = activations[parts.activations]()
+        trained = params + (fed if parts.trains_feedback else 0)
         for optimizer in optimizers:
             for dtype in dtypes:
                 size = DTYPE_BYTES[dtype]
                 part = {
                     "parameters": params * size,
                     "gradients": trained * size,
-                    "feedback": feedback[rule] * size,
+                    "feedback": fed * size,
                     "optimizer_state": OPTIMIZER_SLOTS[optimizer] * trained * size,
-                    "activations": activations[rule] * B * size,
+                    "activations": kept * B * size,
                 }
                 frame = pd.DataFrame(
                     {
                         "config_id": configs["config_id"].to_numpy(),
-                        "rule": rule,
+                        "rule": name,
                         "optimizer": optimizer,
                         "dtype": dtype,
                         "parameter_count": params,

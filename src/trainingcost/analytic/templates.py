@@ -4,7 +4,7 @@ All blocks of a stack have the same shapes, so the engine evaluates each
 distinct (configuration, layer) once, as a *template* with a repeat ``count``,
 and names the instances (``encoder.0.ffn`` ... ``encoder.11.ffn``) only when
 it writes a table. Templates come from the block structure in
-:mod:`trainingcost.layers`, so the names match the model's.
+:mod:`.layers`, so the names match the model's.
 
 Shapes, per template and per sequence:
 - ``M``: query rows of an attention layer, or the rows of any other layer;
@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .. import layers as L
+from ..config.model import ARCHES
+from . import layers as L
 
 STACK_RANK = {"encoder": 0, "decoder": 1, "": 2}
 END_RANK = {"embedding": 0, "positional_encoding": 1}
@@ -144,7 +145,7 @@ def build(configs: pd.DataFrame, granularity: str) -> Templates:
             has = depth > 0
             for end, rank in END_RANK.items():
                 add(has, end, stack, end, 1, False, False, rank, rows)
-            for arch_name in L.ARCHES:
+            for arch_name in ARCHES:
                 mask = has & (arch == arch_name)
                 if not mask.any():
                     continue

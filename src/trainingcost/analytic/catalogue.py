@@ -1,0 +1,74 @@
+"""The rule catalogue: every learning rule, discovered from its own folder under ``trainingcost/rules/``.
+
+A rule is a folder ``rules/<name>/``: its ``__init__.py`` declares ``SPEC``, a
+:class:`~.spec.RuleSpec` (torch-free), and its ``step.py`` holds the training
+step (torch; read by :mod:`trainingcost.train.registry`). Nothing lists the
+rules by hand: the tables, the memory model, the predictor, the figures, the
+schema's enums and the command line's choices all read :func:`rules`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import lru_cache
+
+from .spec import RuleSpec
+
+RULES_PACKAGE = "trainingcost.rules"
+
+
+def _register(found: dict[str, RuleSpec], spec: RuleSpec, where: str) -> None:
+    if not isinstance(spec, RuleSpec):
+        raise TypeError(f"{where}: SPEC must be a RuleSpec, not {type(spec).__name__}")
+    if spec.name in found:
+        raise ValueError(f"rule {spec.name!r} is declared twice ({where})")
+    found[spec.name] = spec
+
+
+_PACKAGES: dict[str, str] = {}  # rule name -> the package that declares it
+
+
+@lru_cache(maxsize=1)
+def _catalogue() -> dict[str, RuleSpec]:
+    package = importlib.import_module(RULES_PACKAGE)
+    found: dict[str, RuleSpec] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        if not info.ispkg or info.name.startswith("_"):
+            continue
+        where = f"{RULES_PACKAGE}.{info.name}"
+        spec = getattr(importlib.import_module(where), "SPEC", None)
+        if spec is None:
+            raise ValueError(f"{where}: a rule folder must declare SPEC")
+        _register(found, spec, where)
+        _PACKAGES[spec.name] = where
+    return dict(sorted(found.items(), key=lambda item: (item[1].order, item[0])))
+
+
+def package(name: str) -> str:
+    """The package that declares rule ``name`` (its training step is ``<package>.step``)."""
+    rule(name)
+    return _PACKAGES[name]
+
+
+def rules() -> tuple[RuleSpec, ...]:
+    """Every rule, in table order."""
+    return tuple(_catalogue().values())
+
+
+def rule_names() -> tuple[str, ...]:
+    return tuple(_catalogue())
+
+
+def rule(name: str) -> RuleSpec:
+    try:
+        return _catalogue()[name]
+    except KeyError:
+        raise KeyError(f"unknown rule {name!r} (allowed: {', '.join(rule_names())})") from None
+
+
+def vocabulary() -> dict[str, tuple[str, ...]]:
+    """The schema enums the catalogue decides: rules and cost models."""
+    from .registry import cost_model_names
+
+    return {"rule": rule_names(), "cost_model": cost_model_names()}

@@ -1,0 +1,21 @@
+"""The ``survey`` baseline: seed 002's counts, in multiplications, as totals per phase in one layer named ``model``."""
+
+from __future__ import annotations
+
+from ..registry import declare, register
+from ..templates import Shapes
+from ._baseline import phases
+
+declare("survey", order=50, granularity="model", description="seed 002 (survey slides): 4 n d^2 + 2 n^2 d + 8 n d^2 multiplications")
+
+
+@register("survey", "model")
+def survey(s: Shapes):
+    # Seed 002 (survey slides), counted in multiplications (MACCs): self-attention 4 n d^2 + 2 n^2 d,
+    # position-wise FFN 8 n d^2 at d_ff = 4 d, i.e. 2 n d d_ff. FLOPs are twice the MACCs.
+    d, ff, N, M = s.d, s.ff, s.src_len, s.tgt_len
+    enc_maccs_w = s.enc_layers * (4 * N * d * d + 2 * N * d * ff)
+    enc_maccs_s = s.enc_layers * (2 * N * N * d)
+    dec_maccs_w = s.dec_layers * (4 * M * d * d + 2 * M * d * ff + s.encdec * (2 * M * d * d + 2 * N * d * d))
+    dec_maccs_s = s.dec_layers * (2 * M * M * d + s.encdec * 2 * M * N * d)
+    return phases(2 * (enc_maccs_w + dec_maccs_w), 2 * (enc_maccs_s + dec_maccs_s))

@@ -1,0 +1,9 @@
+"""The one exception type for user mistakes."""
+
+
+class ConfigError(ValueError):
+    """A user mistake in a configuration; its message is one line that starts with the field it names.
+
+    Domain code names configuration fields (``heads``, ``train.lr``); the command line
+    maps a leading field name to its flag (``--heads``).
+    """

@@ -1,0 +1,142 @@
+"""Sweeps: a workflow config validated once, its configurations enumerated, selected and tabulated.
+
+The workflow and the command line validate with the same JSON schema
+(:mod:`.schema`) and the same relational checks (:mod:`.model`), and report
+every mistake as one line that names the field, through :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+import yaml
+
+from .errors import ConfigError
+from .model import CANONICAL_FIELDS, ModelConfig, canonical_model, preset_entry
+from .schema import Vocabulary, fill_defaults, schema, validate
+
+CONFIG_COLUMNS = ("config_id", "name", *CANONICAL_FIELDS)
+
+
+def validate_config(config: dict, vocabulary: Vocabulary | None = None) -> dict:
+    """Validate a whole workflow config; return a copy with defaults filled in.
+
+    ``vocabulary`` gives the catalogue's rules and cost models (see :mod:`.schema`).
+    """
+    if not isinstance(config, dict):
+        raise ConfigError("config: expected a mapping with a 'sweep' section")
+    validate(config, "", vocabulary=vocabulary)
+    filled = fill_defaults(copy.deepcopy(config), schema(vocabulary))
+    enumerate_sweep(filled["sweep"])  # relational checks on every configuration
+    return filled
+
+
+def read_config(path: str | Path) -> dict:
+    """A YAML config file, parsed (not yet validated)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file: no such file: {path}")
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config file {path}: invalid YAML{where}") from None
+
+
+def _grid_entries(grid: dict) -> Iterable[dict]:
+    axes = {k: v for k, v in grid.items() if k != "name"}
+    keys = list(axes)
+    for values in itertools.product(*(axes[k] for k in keys)):
+        yield dict(zip(keys, values))
+
+
+def enumerate_sweep(sweep: dict) -> list[tuple[str, ModelConfig]]:
+    """All (name, configuration) pairs of a sweep, in order, without duplicates."""
+    seen: dict[str, tuple[str, ModelConfig]] = {}
+
+    def add(name: str, cfg: ModelConfig) -> None:
+        seen.setdefault(cfg.config_id, (name, cfg))
+
+    for i, preset in enumerate(sweep.get("presets", [])):
+        where = f"sweep.presets[{i}]"
+        add(preset, canonical_model(preset_entry(preset, where), where))
+    for i, grid in enumerate(sweep.get("grids", [])):
+        where = f"sweep.grids[{i}]"
+        for entry in _grid_entries(grid):
+            add(grid.get("name", ""), canonical_model(entry, where, strict=False))
+    for i, model in enumerate(sweep.get("models", [])):
+        where = f"sweep.models[{i}]"
+        add(model.get("name", ""), canonical_model({k: v for k, v in model.items() if k != "name"}, where))
+    if not seen:
+        raise ConfigError("sweep: no configurations (give presets, grids or models)")
+    return list(seen.values())
+
+
+def entry_names(sweep: dict) -> list[str]:
+    """The names a sweep's entries answer to: presets by their own name, grids and models by ``name``."""
+    names = list(sweep.get("presets", []))
+    names += [entry["name"] for key in ("grids", "models") for entry in sweep.get(key, []) if entry.get("name")]
+    return list(dict.fromkeys(names))
+
+
+def select_sweep(sweep: dict, names: list[str], where: str) -> list[tuple[str, ModelConfig]]:
+    """The configurations of the sweep entries called ``names`` (train.select), in sweep order."""
+    known = entry_names(sweep)
+    for i, name in enumerate(names):
+        if name not in known:
+            raise ConfigError(f"{where}[{i}]: no sweep entry is named {name!r} (names: {', '.join(known) or 'none'})")
+    if not names:
+        return []
+    chosen = set(names)
+    sub = {
+        "presets": [p for p in sweep.get("presets", []) if p in chosen],
+        "grids": [g for g in sweep.get("grids", []) if g.get("name") in chosen],
+        "models": [m for m in sweep.get("models", []) if m.get("name") in chosen],
+    }
+    return enumerate_sweep(sub)
+
+
+def entry_config(config: dict, name: str, where: str) -> ModelConfig:
+    """The first configuration of sweep entry ``name``, or the configuration whose config_id is ``name``.
+
+    Empty: the first trained configuration, else the sweep's first.
+    """
+    if not name:
+        chosen = select_sweep(config["sweep"], config["train"]["select"], "train.select") or enumerate_sweep(config["sweep"])
+        return chosen[0][1]
+    for _, cfg in enumerate_sweep(config["sweep"]):
+        if cfg.config_id == name:
+            return cfg
+    pairs = select_sweep(config["sweep"], [name], where)
+    if not pairs:
+        raise ConfigError(f"{where}: sweep entry {name!r} has no configuration")
+    return pairs[0][1]
+
+
+def configs_frame(pairs: list[tuple[str, ModelConfig]]) -> pd.DataFrame:
+    """One row per configuration, every parameter a column, int64 sizes."""
+    rows = [{"config_id": cfg.config_id, "name": name, **cfg.as_dict()} for name, cfg in pairs]
+    frame = pd.DataFrame(rows, columns=list(CONFIG_COLUMNS))
+    for column in CANONICAL_FIELDS:
+        if column != "arch":
+            frame[column] = frame[column].astype("int64")
+    frame["arch"] = frame["arch"].astype(str)
+    frame["name"] = frame["name"].astype(str)
+    frame["config_id"] = frame["config_id"].astype(str)
+    return frame
+
+
+def frame_configs(frame: pd.DataFrame) -> list[ModelConfig]:
+    """The configurations of a configs frame, in row order."""
+    return [ModelConfig(**{k: (str(v) if k == "arch" else int(v)) for k, v in zip(CANONICAL_FIELDS, row)})
+            for row in frame[list(CANONICAL_FIELDS)].itertuples(index=False)]
+
+
+def sweep_frame(config: dict) -> pd.DataFrame:
+    """The configurations of a validated workflow config."""
+    return configs_frame(enumerate_sweep(config["sweep"]))

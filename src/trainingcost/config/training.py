@@ -1,0 +1,116 @@
+"""What a training run may be asked for, checked without torch: tasks, devices, dtypes, optimizers.
+
+The training code (:mod:`trainingcost.train`) implements these; the command
+line and the workflow check a run's settings here, before any job starts or
+torch is imported. A test keeps these names equal to the schema's enums and to
+what the training code implements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .model import ModelConfig
+
+TASKS = ("lm", "classify", "copy", "reverse")
+DEVICES = ("auto", "cpu", "cuda")
+TRAIN_DTYPES = ("fp32", "bf16")
+OPTIMIZERS = ("sgd", "momentum", "adam")
+CLASSIFY_CLASSES = 3
+LM_MIN_VOCAB = 256  # byte-level
+
+
+def check_task(task: str, cfg: ModelConfig) -> None:
+    """One-line errors, naming the field, for a task that cannot run on this model shape."""
+    arch, vocab, classes = cfg.arch, cfg.vocab, cfg.classes
+    if task not in TASKS:
+        raise ConfigError(f"task: unknown task {task!r} (allowed: {', '.join(TASKS)})")
+    if task in ("copy", "reverse") and arch != "encoder-decoder":
+        raise ConfigError(f"task: {task} is a sequence-to-sequence task and needs arch encoder-decoder (arch is {arch})")
+    if task == "classify":
+        if arch == "encoder-decoder":
+            raise ConfigError("task: classify needs arch encoder or decoder (a classifier head on one stack)")
+        if classes != CLASSIFY_CLASSES:
+            raise ConfigError(f"classes: task classify has {CLASSIFY_CLASSES} classes (got {classes})")
+        if vocab < 4:
+            raise ConfigError(f"vocab: task classify needs at least 4 token ids (got {vocab})")
+    elif classes:
+        raise ConfigError(f"classes: task {task} uses an LM head; classes apply to task classify only")
+    if task == "lm" and vocab < LM_MIN_VOCAB:
+        raise ConfigError(f"vocab: task lm is byte-level and needs vocab >= {LM_MIN_VOCAB} (got {vocab})")
+    if task in ("copy", "reverse") and vocab < 3:
+        raise ConfigError(f"vocab: task {task} needs at least 3 token ids (got {vocab})")
+
+
+def task_defaults(task: str) -> dict:
+    """Model fields a task fixes or suggests when the user gives none."""
+    return {
+        "lm": {"vocab": LM_MIN_VOCAB},
+        "classify": {"vocab": 16, "classes": CLASSIFY_CLASSES},
+        "copy": {"vocab": 32},
+        "reverse": {"vocab": 32},
+    }[task]
+
+
+@dataclass(frozen=True)
+class RuleOptions:
+    """A learning rule's hyperparameters; None means the rule's declared default."""
+
+    optimizer: str = "sgd"
+    lr: float = 0.05
+    weight_decay: float | None = None
+    mirror_steps: int = 1  # WM: mirror steps per training step
+    mirror_lr: float | None = None  # WM: Hebbian rate
+    mirror_decay: float | None = None  # WM: decay of B per mirror step
+    mirror_noise: float | None = None  # WM: std of the noise input
+    pepita_f_scale: float | None = None  # PEPITA: std(F) = scale * sqrt(2 / d_model)
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """One training run, as asked for: a model, a task, a rule and how to run it."""
+
+    cfg: ModelConfig
+    task: str
+    rule: str
+    steps: int = 200
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "fp32"
+    corpus: str | None = None
+    eval_batches: int = 4
+    eval_every: int = 0  # 0: evaluate after the last step only
+    options: RuleOptions = RuleOptions()
+    measure: bool = False
+    warmup: int = 2  # steps before the counted step and the timed steps (with measure)
+
+    def check(self) -> None:
+        """One-line errors naming the field, before anything runs."""
+        check_task(self.task, self.cfg)
+        if self.steps <= 0:
+            raise ConfigError(f"steps: must be a positive number of steps (got {self.steps})")
+        if self.eval_batches <= 0:
+            raise ConfigError(f"eval_batches: must be positive (got {self.eval_batches})")
+        if self.eval_every < 0:
+            raise ConfigError(f"eval_every: must be 0 (end only) or positive (got {self.eval_every})")
+        if self.dtype not in TRAIN_DTYPES:
+            raise ConfigError(f"dtype: {self.dtype!r} is not allowed (allowed: {', '.join(TRAIN_DTYPES)})")
+        if self.device not in DEVICES:
+            raise ConfigError(f"device: {self.device!r} is not allowed (allowed: {', '.join(DEVICES)})")
+        if self.options.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"optimizer: {self.options.optimizer!r} is not allowed (allowed: {', '.join(OPTIMIZERS)})")
+        if not self.options.lr > 0 or not math.isfinite(self.options.lr):
+            raise ConfigError(f"lr: must be a positive number (got {self.options.lr})")
+        if self.options.mirror_steps < 0:
+            raise ConfigError(f"mirror_steps: must be 0 or more (got {self.options.mirror_steps})")
+        if self.warmup < 0:
+            raise ConfigError(f"warmup: must be 0 or more (got {self.warmup})")
+        if self.measure and self.steps < self.warmup + 2:
+            raise ConfigError(
+                f"steps: measuring needs at least warmup + 2 = {self.warmup + 2} steps "
+                f"(warm-up, one FLOP-counted step, timed steps); got {self.steps}"
+            )
+        if self.corpus is not None and self.task != "lm":
+            raise ConfigError(f"corpus: applies to task lm only (task is {self.task})")

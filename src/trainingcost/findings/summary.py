@@ -1,0 +1,118 @@
+"""``results/summary.md``: the headline numbers of a sweep in a few short tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..analytic import cost_model_names, rule_names
+
+
+def _table(frame: pd.DataFrame, floatfmt: str = ".2f") -> str:
+    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    lines = [header, rule]
+    for _, row in frame.iterrows():
+        cells = []
+        for value in row:
+            if isinstance(value, (float, np.floating)):
+                cells.append("n/a" if not np.isfinite(value) else format(value, floatfmt))
+            else:
+                cells.append(str(value))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def model_errors(comparison: pd.DataFrame) -> pd.DataFrame:
+    steps = comparison[comparison["granularity"] == "step"]
+    rows = []
+    for model in [m for m in cost_model_names() if m in set(steps["cost_model"])]:
+        part = steps[steps["cost_model"] == model]["flops_rel_error"]
+        rows.append({"cost model": model, "median error": f"{part.median():+.1%}", "median |error|": f"{part.abs().median():.1%}",
+                     "worst |error|": f"{part.abs().max():.1%}", "runs": len(part)})
+    return pd.DataFrame(rows)
+
+
+def ratio_table(ratios: pd.DataFrame, measured_configs) -> pd.DataFrame:
+    """Median rule/BP ratio over the measured configurations, by source."""
+    part = ratios[ratios["config_id"].isin(measured_configs)]
+    wide = part.assign(column=np.where(part["source"] == "measured", "measured " + part["metric"].str.replace("_", " "),
+                                       part["source"] + " FLOPs"))
+    table = wide.pivot_table(index="rule", columns="column", values="ratio_to_bp", aggfunc="median")
+    columns = [c for c in ["paper FLOPs", "executed FLOPs", "kaplan FLOPs", "measured flops", "measured step time"] if c in table]
+    table = table.reindex([r for r in rule_names() if r in table.index])[columns].reset_index()
+    return table.rename(columns={"measured flops": "measured FLOPs"})
+
+
+def step_time_section(comparison: pd.DataFrame) -> list[str]:
+    from .predictor import accuracy
+
+    steps = comparison[(comparison["granularity"] == "step") & (comparison["cost_model"] == "executed")]
+    if "predicted_time_s" not in steps or steps["predicted_time_s"].isna().all():
+        return ["## Step-time prediction", "", "No device calibration: no predicted step times.", ""]
+    rows = []
+    for device, part in steps.groupby(steps["device_name"].astype(str)):
+        for rule, mine in [("all", part), *((r, part[part["rule"] == r]) for r in rule_names() if r in set(part["rule"]))]:
+            score = accuracy(mine["predicted_time_s"], mine["measured_time_s"])
+            long = mine[mine["measured_time_s"] >= 1e-3]
+            score_long = accuracy(long["predicted_time_s"], long["measured_time_s"])
+            pct = lambda v: "n/a" if not np.isfinite(v) else f"{v:.0%}"  # noqa: E731
+            rows.append({"device": device, "rule": rule, "runs": score["n"], "MAPE": pct(score["mape"]),
+                         "Spearman": score["spearman"], "MAPE, steps >= 1 ms": pct(score_long["mape"]),
+                         "predicted / measured (median)": float(np.median(mine["predicted_time_s"] / mine["measured_time_s"]))})
+    return ["## Step-time prediction", "",
+            "The roofline predictor (docs/figures.md) prices the executed model's work with the device's calibrated "
+            "rates; it is never fitted to training steps. MAPE = mean |predicted − measured| / measured.", "",
+            _table(pd.DataFrame(rows)), ""]
+
+
+def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.DataFrame, path) -> str:
+    from ..io import write_text
+
+    runs = measured.groupby(["config_id", "rule", "seed"], as_index=False).first()
+    ok = runs[runs["status"] == "ok"]
+    lines = ["# trainingcost: summary of the sweep", ""]
+    if len(runs):
+        device = ", ".join(sorted(set(runs["device_name"].astype(str))))
+        statuses = ", ".join(f"{n} {s}" for s, n in runs["status"].value_counts().items())
+        lines += [f"{len(runs)} measured runs ({statuses}) of {runs['config_id'].nunique()} configurations on {device}; "
+                  f"dtype {', '.join(sorted(set(runs['dtype'])))}; torch {runs['torch_version'].iloc[0]}.", ""]
+    failed = runs[runs["status"] != "ok"]
+    if len(failed):
+        lines += ["## Runs that did not finish", "",
+                  _table(failed[["config_id", "rule", "seed", "status", "message"]].fillna("")
+                         .assign(message=lambda f: f["message"].astype(str).str.replace("|", "/"))), ""]
+    if len(ok) == 0:
+        lines += ["No run finished: nothing to compare.", ""]
+        text = "\n".join(lines)
+        write_text(text, path)
+        return text
+    lines += ["## How close is each cost model to the measured FLOPs?", "",
+              "Error = predicted / measured − 1 for a whole training step, over every measured run.", "",
+              _table(model_errors(comparison)), ""]
+    lines += ["## What does each rule cost relative to BP?", "",
+              "Median over the measured configurations of rule / BP on the same configuration.", "",
+              _table(ratio_table(ratios, ok["config_id"])), ""]
+    steps = comparison[(comparison["granularity"] == "step") & (comparison["cost_model"] == "executed")]
+    memory = steps.groupby("rule")[["predicted_memory_bytes", "measured_peak_memory_bytes"]].median()
+    if "bp" in memory.index:
+        rows = []
+        for rule in [r for r in ("bp", "pepita", "mempepita") if r in memory.index]:
+            rows.append({"rule": rule, "memory model / BP": memory.at[rule, "predicted_memory_bytes"] / memory.at["bp", "predicted_memory_bytes"],
+                         "measured peak / BP": memory.at[rule, "measured_peak_memory_bytes"] / memory.at["bp", "measured_peak_memory_bytes"]})
+        source = str(steps["memory_source"].iloc[0])
+        lines += ["## Memory: MEMPEPITA against PEPITA and BP", "",
+                  f"Medians over configurations. Measured: `{source}`"
+                  + (" (the process's peak resident set: it does not isolate the model's tensors)." if source.startswith("cpu") else "."),
+                  "", _table(pd.DataFrame(rows)), ""]
+    depth = ok.assign(blocks=ok["enc_layers"] + ok["dec_layers"])
+    loss = depth.pivot_table(index="rule", columns="blocks", values="val_loss", aggfunc="median")
+    loss = loss.reindex([r for r in rule_names() if r in loss.index])
+    loss.columns = [f"{c} blocks" for c in loss.columns]
+    lines += ["## Validation loss by depth and rule", "",
+              f"Median over configurations and seeds, after {int(ok['steps'].max())} steps.", "",
+              _table(loss.reset_index()), ""]
+    lines += step_time_section(comparison)
+    text = "\n".join(lines)
+    write_text(text, path)
+    return text

@@ -1,0 +1,186 @@
+"""What a training run measures: FLOPs per layer and phase, time, memory and energy per step.
+
+Steps ``1 .. warmup`` are warm-up: run, timed, and marked so, never in the
+statistics. Step ``warmup + 1`` is the *counted* step: it runs under the FLOP
+meter (:mod:`.flops`), which slows it, so it is not timed either.
+Every later step is *timed* (:mod:`.timer`): time per
+execution phase, the whole step, peak memory per phase on CUDA, and energy
+from NVML where available. Statistics are medians and interquartile ranges
+over the timed steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..analytic import layers as L
+from .energy import EnergyCounter
+from .flops import analytic_phase, metering
+from .timer import PhaseTimer, process_peak_rss
+
+WARMUP, COUNTED, TIMED = "warmup", "counted", "timed"
+OPTIMIZER_LAYER = "optimizer"  # the row that carries the optimizer step's time (no FLOPs)
+
+# Dense (no sparsity) bf16 tensor-core peaks, TFLOP/s, from NVIDIA's data sheets. The MFU
+# column divides measured FLOPs per second by this peak; it is null for other devices and dtypes.
+DENSE_BF16_PEAK_TFLOPS = (
+    ("H200", 989.4),
+    ("H100 PCIe", 756.0),
+    ("H100 NVL", 835.0),
+    ("H100", 989.4),  # SXM5
+    ("A100", 312.0),
+    ("L40S", 362.1),
+)
+
+
+def dense_bf16_peak(device_name: str) -> float | None:
+    for key, tflops in DENSE_BF16_PEAK_TFLOPS:
+        if key in device_name:
+            return tflops * 1e12
+    return None
+
+
+class StepRecorder:
+    """Runs each step of a training loop as a warm-up, counted or timed step and keeps what it saw."""
+
+    def __init__(self, rule, device: torch.device, warmup: int):
+        self.rule = rule
+        self.device = device
+        self.warmup = warmup
+        self.energy = EnergyCounter(device)
+        self.rows: list[dict] = []  # one per step
+        self.flops: dict[tuple[str, str], int] | None = None  # (layer, execution phase) -> FLOPs
+
+    def kind(self, step: int) -> str:
+        if step <= self.warmup:
+            return WARMUP
+        return COUNTED if step == self.warmup + 1 else TIMED
+
+    def run(self, step: int, batch) -> torch.Tensor:
+        kind = self.kind(step)
+        if kind == COUNTED:
+            with metering(self.rule.model) as meter:
+                loss = self.rule.step(batch, meter.in_phase)
+            self.flops = dict(meter.counts)
+            self.rows.append({"step": step, "kind": kind})
+            return loss
+        timer = PhaseTimer(self.device)
+        before = self.energy.read()
+        with timer.step():
+            loss = self.rule.step(batch, timer)
+        seconds, step_seconds, peaks = timer.finish()
+        after = self.energy.read()
+        row = {"step": step, "kind": kind, "step_time_s": step_seconds}
+        row.update({f"time_{name}_s": value for name, value in seconds.items()})
+        if peaks:
+            row["peak_memory_bytes"] = max(peaks.values())
+            row.update({f"peak_memory_{name}_bytes": value for name, value in peaks.items()})
+        if before is not None and after is not None:
+            row["energy_j"] = after - before
+        self.rows.append(row)
+        return loss
+
+    # -- statistics ---------------------------------------------------------------------
+    def timed(self) -> pd.DataFrame:
+        return pd.DataFrame([r for r in self.rows if r["kind"] == TIMED])
+
+    def analytic_phase_times(self) -> pd.DataFrame:
+        """Seconds per timed step and analytic phase (execution phases merged, e.g. PEPITA's two passes)."""
+        timed = self.timed()
+        out = {}
+        for column in timed.columns if len(timed) else []:
+            if column.startswith("time_") and column.endswith("_s"):
+                name = analytic_phase(column[len("time_") : -len("_s")])
+                out[name] = out.get(name, 0.0) + timed[column].fillna(0.0)
+        return pd.DataFrame(out)
+
+    def analytic_phase_peaks(self) -> dict[str, int]:
+        peaks: dict[str, int] = defaultdict(int)
+        for row in self.rows:
+            if row["kind"] != TIMED:
+                continue
+            for key, value in row.items():
+                if key.startswith("peak_memory_") and key != "peak_memory_bytes":
+                    name = analytic_phase(key[len("peak_memory_") : -len("_bytes")])
+                    peaks[name] = max(peaks[name], int(value))
+        return dict(peaks)
+
+
+def median_iqr(values) -> tuple[float, float]:
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if len(values) == 0:
+        return math.nan, math.nan
+    q25, q50, q75 = np.percentile(values, [25, 50, 75])
+    return float(q50), float(q75 - q25)
+
+
+def layer_kinds(model) -> dict[str, str]:
+    """Every layer a measured step may attribute work to, in forward order, with its kind."""
+    kinds = dict(model.layer_plan())
+    kinds.update(L.rule_layers(model.cfg))
+    kinds[OPTIMIZER_LAYER] = OPTIMIZER_LAYER
+    return kinds
+
+
+def run_summary(recorder: StepRecorder, tokens_per_step: int, dtype: str, device_name: str) -> dict:
+    """Run-level measurements: step time, throughput, memory, energy, FLOPs per step, MFU."""
+    timed = recorder.timed()
+    step_median, step_iqr = median_iqr(timed["step_time_s"]) if len(timed) else (math.nan, math.nan)
+    flops_per_step = sum(recorder.flops.values()) if recorder.flops is not None else None
+    summary = {
+        "timed_steps": len(timed),
+        "step_time_median_s": step_median,
+        "step_time_iqr_s": step_iqr,
+        "tokens_per_s": tokens_per_step / step_median if step_median > 0 else math.nan,
+        "flops_per_step": flops_per_step,
+        "achieved_flops_per_s": flops_per_step / step_median if flops_per_step and step_median > 0 else math.nan,
+    }
+    peak = dense_bf16_peak(device_name) if recorder.device.type == "cuda" and dtype == "bf16" else None
+    summary["peak_flops_per_s"] = peak if peak else math.nan
+    summary["mfu"] = summary["achieved_flops_per_s"] / peak if peak else math.nan
+    if recorder.device.type == "cuda":
+        summary["peak_memory_bytes"] = float(timed["peak_memory_bytes"].max()) if "peak_memory_bytes" in timed else math.nan
+        summary["memory_source"] = "cuda_max_memory_allocated"
+    else:
+        summary["peak_memory_bytes"] = float(process_peak_rss())
+        summary["memory_source"] = "cpu_process_max_rss"
+    energy = timed["energy_j"] if "energy_j" in timed else pd.Series(dtype=float)
+    summary["energy_per_step_j"] = float(energy.median()) if len(energy.dropna()) else math.nan
+    summary["energy_source"] = "nvml_total_energy" if recorder.energy.available else None
+    return summary
+
+
+def measured_rows(recorder: StepRecorder, model) -> pd.DataFrame:
+    """One row per (layer, analytic phase) with FLOPs, plus the optimizer step's time row."""
+    kinds = layer_kinds(model)
+    flops: dict[tuple[str, str], int] = defaultdict(int)
+    for (layer, phase), value in (recorder.flops or {}).items():
+        flops[(layer, analytic_phase(phase))] += value
+    times = recorder.analytic_phase_times()
+    peaks = recorder.analytic_phase_peaks()
+    phases_timed = list(times.columns)
+    order = {name: i for i, name in enumerate(kinds)}
+    cells = sorted(flops, key=lambda k: (order.get(k[0], len(order)), k[1]))
+    if "optimizer_step" in phases_timed or not cells:
+        cells.append((OPTIMIZER_LAYER, "optimizer_step"))
+    rows = []
+    for layer, phase in cells:
+        median, iqr = median_iqr(times[phase]) if phase in times else (math.nan, math.nan)
+        rows.append(
+            {
+                "layer": layer,
+                "layer_kind": kinds.get(layer, ""),
+                "phase": phase,
+                "flops": flops.get((layer, phase), 0),
+                "phase_time_median_s": median,
+                "phase_time_iqr_s": iqr,
+                "phase_peak_memory_bytes": float(peaks[phase]) if phase in peaks else math.nan,
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,142 @@
+"""One recorded run: training (:mod:`trainingcost.train.run`) plus its tables.
+
+:func:`train` returns one row per step (loss, validation loss and accuracy,
+the columns that identify the run and where it ran). With ``spec.measure``
+each step runs through a :class:`~.recorder.StepRecorder`, and the result also
+holds one row per (layer, phase): measured FLOPs, time per phase and step,
+memory and energy. :func:`failed_run` writes the same tables for a process
+that died before writing them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+import torch
+
+from ..config.model import CANONICAL_FIELDS
+from ..config.training import TrainSpec
+from ..train.rule import no_phases
+from ..train.run import STATUS_FAILED, resolve_device, run_steps
+from .provenance import provenance
+from .recorder import StepRecorder, measured_rows, run_summary
+
+STEP_COLUMNS = ["step", "loss", "val_loss", "val_accuracy"]
+CANONICAL_SIZES = tuple(name for name in CANONICAL_FIELDS if name != "arch")  # the configuration columns of a run
+
+
+@dataclass
+class TrainResult:
+    steps: pd.DataFrame
+    status: str
+    first_loss: float
+    final_loss: float
+    val_loss: float
+    val_accuracy: float
+    device: str
+    task_description: str
+    message: str | None = None
+    measured: pd.DataFrame | None = None  # with measure: one row per (layer, phase)
+    summary: dict = field(default_factory=dict)  # with measure: run-level measurements
+
+
+def train(spec: TrainSpec, phase=no_phases) -> TrainResult:
+    """Train ``spec`` and tabulate it (measured too, with ``spec.measure``)."""
+    observe = (lambda rule, device: StepRecorder(rule, device, spec.warmup)) if spec.measure else None
+    done = run_steps(spec, observe, phase)
+    columns = run_columns(spec, done.status, done.message, done.device, done.weight_decay)
+    recorder = done.observer
+    frame = steps_frame(done.records, recorder, columns)
+    measured, summary = None, {}
+    if spec.measure:
+        measured, summary = measured_frame(recorder, done.model, spec, columns, done.records, done.val_loss,
+                                           done.val_accuracy)
+    return TrainResult(
+        steps=frame,
+        status=done.status,
+        first_loss=done.losses[0] if done.losses else math.nan,
+        final_loss=done.losses[-1] if done.losses else math.nan,
+        val_loss=done.val_loss,
+        val_accuracy=done.val_accuracy,
+        device=str(done.device),
+        task_description=done.task_description,
+        message=done.message,
+        measured=measured,
+        summary=summary,
+    )
+
+
+def failed_run(spec: TrainSpec, exit_code: int) -> TrainResult:
+    """The tables of a run whose process died before writing them: status ``failed`` and its exit code."""
+    spec.check()
+    device = resolve_device(spec.device)
+    message = f"the training process exited with status {exit_code} before writing its tables (see train.log)"
+    columns = run_columns(spec, STATUS_FAILED, message, device, spec.options.weight_decay)
+    frame = steps_frame([], None, columns)
+    measured, _ = measured_frame(None, None, spec, columns, [], math.nan, math.nan) if spec.measure else (None, {})
+    return TrainResult(steps=frame, status=STATUS_FAILED, first_loss=math.nan, final_loss=math.nan, val_loss=math.nan,
+                       val_accuracy=math.nan, device=str(device), task_description="", message=message, measured=measured)
+
+
+def run_columns(spec: TrainSpec, status: str, message: str | None, device: torch.device, weight_decay) -> dict:
+    """The columns that identify a run and where it ran, on every row it writes."""
+    options = asdict(spec.options)
+    return {
+        "config_id": spec.cfg.config_id,
+        "rule": spec.rule,
+        "task": spec.task,
+        "seed": spec.seed,
+        "status": status,
+        "message": message,
+        "arch": spec.cfg.arch,
+        "optimizer": options["optimizer"],
+        "lr": options["lr"],
+        "weight_decay": float(weight_decay) if weight_decay is not None else math.nan,
+        "mirror_steps": options["mirror_steps"],
+        "dtype": spec.dtype,
+        "steps": spec.steps,
+        "warmup": spec.warmup if spec.measure else 0,
+        **provenance(device),
+    }
+
+
+def steps_frame(records: list[dict], recorder, columns: dict) -> pd.DataFrame:
+    frame = pd.DataFrame.from_records(records, columns=STEP_COLUMNS)
+    if recorder is not None and recorder.rows:
+        timing = pd.DataFrame(recorder.rows)
+        frame = frame.merge(timing, on="step", how="left")
+    frame["step"] = frame["step"].astype("int64")
+    for column, value in columns.items():
+        frame[column] = value
+    return frame
+
+
+def measured_frame(recorder, model, spec: TrainSpec, columns: dict, records, val_loss, val_accuracy):
+    """One row per (layer, phase): measured FLOPs and phase times, with run-level columns."""
+    summary = {}
+    if recorder is not None:
+        summary = run_summary(recorder, spec.cfg.tokens_per_step, spec.dtype, columns["device_name"])
+    if recorder is None or recorder.flops is None:  # the run ended before its counted step: one row for the run
+        rows = pd.DataFrame({"layer": [""], "layer_kind": [""], "phase": [""]})
+    else:
+        rows = measured_rows(recorder, model)
+    losses = [r["loss"] for r in records]
+    run = {
+        **summary,
+        "steps_run": len(records),
+        "first_loss": losses[0] if losses else math.nan,
+        "final_loss": losses[-1] if losses else math.nan,
+        "val_loss": val_loss,
+        "val_accuracy": val_accuracy,
+        **{k: getattr(spec.cfg, k) for k in CANONICAL_SIZES},
+        **columns,
+    }
+    for column, value in run.items():
+        rows[column] = value
+    if "flops" in rows:
+        rows["flops"] = rows["flops"].astype("Int64")
+    else:
+        rows["flops"] = pd.array([pd.NA] * len(rows), dtype="Int64")
+    return rows, summary

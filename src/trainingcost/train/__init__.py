@@ -1,0 +1,1 @@
+"""Training: the model, the tasks, the objective, the rule interface and one run (torch)."""
