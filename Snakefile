@@ -22,11 +22,19 @@ include: "workflow/rules/findings.smk"
 rule all:
     default_target: True
     input:
-        "results/configs.parquet",
-        "results/tables/analytic.parquet",
-        "results/tables/memory.parquet",
+        rules.configs.output,
+        rules.analytic.output,
         # Measured runs and their findings, when train.select names any configuration.
-        FINDINGS,
+        (
+            [
+                rules.measured.output,
+                rules.comparison.output,
+                rules.summary.output,
+                rules.figures.output,
+            ]
+            if TRAIN_JOBS
+            else []
+        ),
 
 
 onsuccess:

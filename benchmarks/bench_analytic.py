@@ -21,9 +21,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core, as the goal says
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from trainingcost.analytic import DEFAULT_COST_MODELS, RULES, layer_table, phase_totals  # noqa: E402
+from trainingcost.analytic import cost_model_names, layer_table, phase_totals, rule_names  # noqa: E402
 from trainingcost.config import configs_frame  # noqa: E402
-from trainingcost.provenance import cpu_name  # noqa: E402
+from trainingcost.measure.provenance import cpu_name  # noqa: E402
 
 
 def random_configs(n: int, seed: int = 0) -> pd.DataFrame:
@@ -66,14 +66,14 @@ def main() -> None:
     args = parser.parse_args()
 
     configs = random_configs(args.configs)
-    seconds = median_time(lambda: phase_totals(configs, RULES, DEFAULT_COST_MODELS), args.repeats)
+    seconds = median_time(lambda: phase_totals(configs, rule_names(), cost_model_names()), args.repeats)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {cpu_name()}, Python {platform.python_version()}")
-    print(f"engine: {args.configs} configurations x {len(RULES)} rules x {len(DEFAULT_COST_MODELS)} cost models "
+    print(f"engine: {args.configs} configurations x {len(rule_names())} rules x {len(cost_model_names())} cost models "
           f"(per-phase totals): median {seconds:.2f} s over {args.repeats} runs = {args.configs / seconds:,.0f} configurations/s")
 
     small = configs.iloc[: args.table_configs].reset_index(drop=True)
-    table_seconds = median_time(lambda: layer_table(small, RULES, DEFAULT_COST_MODELS), max(1, args.repeats // 2))
-    rows = len(layer_table(small, RULES, DEFAULT_COST_MODELS))
+    table_seconds = median_time(lambda: layer_table(small, rule_names(), cost_model_names()), max(1, args.repeats // 2))
+    rows = len(layer_table(small, rule_names(), cost_model_names()))
     print(f"long table: {args.table_configs} configurations -> {rows:,} rows: median {table_seconds:.2f} s "
           f"= {args.table_configs / table_seconds:,.0f} configurations/s")
 

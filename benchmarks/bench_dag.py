@@ -23,7 +23,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from trainingcost.pipeline import train_jobs  # noqa: E402
-from trainingcost.provenance import cpu_name  # noqa: E402
+from trainingcost.measure.provenance import cpu_name  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")

@@ -30,7 +30,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from trainingcost.config import load_config  # noqa: E402
+from trainingcost.pipeline import load_file as load_config  # noqa: E402
 from trainingcost.pipeline import gather_runs, train_command, train_jobs  # noqa: E402
 
 
@@ -121,12 +121,12 @@ def findings(config: dict, out: Path, measured: Path) -> None:
     calibration, the comparison, the summary and the figures, all under ``out``."""
     from trainingcost.analytic import layer_table
     from trainingcost.analytic.memory import memory_table
-    from trainingcost.calibration import attention_shapes, calibrate, gemm_shapes, write_calibration
+    from trainingcost.findings.calibration import attention_shapes, calibrate, gemm_shapes, write_calibration
     from trainingcost.config import sweep_frame
-    from trainingcost.findings import write_comparison, write_figures
+    from trainingcost.pipeline import write_comparison, write_figures
     from trainingcost.io import write_parquet
-    from trainingcost.summary import write_summary
-    from trainingcost.training import resolve_device
+    from trainingcost.findings.summary import write_summary
+    from trainingcost.train.run import resolve_device
 
     runs = pd.read_parquet(measured)
     configs = sweep_frame(config)

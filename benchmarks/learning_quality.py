@@ -25,8 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from trainingcost.config import canonical_model  # noqa: E402
 from trainingcost.io import write_parquet  # noqa: E402
-from trainingcost.rules import RuleOptions, rule_names  # noqa: E402
-from trainingcost.training import TrainSpec, train  # noqa: E402
+from trainingcost.config import RuleOptions
+from trainingcost.analytic import rule_names  # noqa: E402
+from trainingcost.config import TrainSpec
+from trainingcost.measure.run import train  # noqa: E402
 
 DEPTHS = (1, 2, 4, 6)
 TASKS = {

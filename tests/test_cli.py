@@ -17,9 +17,10 @@ def run(*args):
 
 
 def test_estimate_paper_example_prints_the_per_layer_table():
-    result = run("estimate", "--preset", "paper-example", "--rule", "all")
+    result = run("estimate", "--preset", "paper-example", "--rule", "all", "--per-layer")
     assert result.returncode == 0, result.stderr
     out = result.stdout
+    assert "A blank cell" in out and "0: it takes part" in out  # the legend
     for name in ("encoder.embedding", "encoder.0.self_attention", "encoder.0.ffn_norm", "head", "error_projection"):
         assert name in out
     for rule in ("bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa"):
@@ -48,14 +49,14 @@ def test_preset_flags_override():
 BAD = [
     (["--preset", "bert-base", "--heads", "5"], "heads: 5 does not divide d_model 768"),
     (["--preset", "bert-base", "--layers", "0"], "layers: 0 is less than the minimum of 1"),
-    (["--preset", "bert-base", "--d-model", "-8"], "d_model: -8 is less than the minimum of 1"),
+    (["--preset", "bert-base", "--d-model", "-8"], "--d-model: -8 is less than the minimum of 1"),
     (["--preset", "bert-base", "--rule", "backprop"], "argument --rule: invalid choice: 'backprop'"),
     (["--preset", "bert-large"], "--preset: unknown preset 'bert-large' (allowed: paper-example"),
     (["--preset", "bert-base", "--arch", "rnn"], "arch: 'rnn' is not allowed (allowed: encoder, decoder, encoder-decoder)"),
     (["--preset", "bert-base", "--cost-model", "chinchilla"], "argument --cost-model: invalid choice: 'chinchilla'"),
     (["--arch", "encoder-decoder", "--enc-layers", "2", "--d-model", "64", "--heads", "4", "--d-ff", "64", "--vocab", "9", "--seq-len", "8"],
-     "dec_layers: encoder-decoder needs both stacks"),
-    (["--preset", "gpt2-small", "--tgt-len", "8"], "tgt_len: applies only to arch encoder-decoder"),
+     "--dec-layers: encoder-decoder needs both stacks"),
+    (["--preset", "gpt2-small", "--tgt-len", "8"], "--tgt-len: applies only to arch encoder-decoder"),
     (["--preset", "bert-base", "--batch", "two"], "argument --batch: expected an integer, got 'two'"),
     (["--arch", "encoder", "--layers", "1"], "--d-model: required without --preset"),
 ]

@@ -5,8 +5,8 @@ import math
 import pandas as pd
 import pytest
 
-from trainingcost.comparison import comparison_table, rule_ratios
-from trainingcost.summary import model_errors, ratio_table
+from trainingcost.findings.comparison import comparison_table, rule_ratios
+from trainingcost.findings.summary import model_errors, ratio_table
 
 
 def analytic_rows():

@@ -2,19 +2,24 @@
 
 import pytest
 
-from trainingcost.analytic import DEFAULT_COST_MODELS, RULES
+from trainingcost.analytic import cost_model_names, rule_names
 from trainingcost.analytic.memory import DTYPE_BYTES, OPTIMIZER_SLOTS
+from trainingcost.analytic import vocabulary
 from trainingcost.config import (
-    CONFIG_COLUMNS,
     ConfigError,
     canonical_model,
     config_id,
     preset_entry,
     schema_enum,
     sweep_frame,
-    validate_config,
 )
-from trainingcost.presets import PRESETS
+from trainingcost.config import validate_config as validate_with
+from trainingcost.config.presets import PRESETS
+from trainingcost.config.sweep import CONFIG_COLUMNS
+
+
+def validate_config(config):
+    return validate_with(config, vocabulary())
 
 GRID = dict(
     arch=["encoder", "decoder", "encoder-decoder"],
@@ -29,8 +34,8 @@ GRID = dict(
 
 
 def test_schema_enums_match_the_code():
-    assert schema_enum("rule") == RULES
-    assert schema_enum("cost_model") == DEFAULT_COST_MODELS
+    assert schema_enum("rule") == rule_names()
+    assert schema_enum("cost_model") == cost_model_names()
     assert schema_enum("preset") == tuple(PRESETS)
     assert set(schema_enum("dtype")) == set(DTYPE_BYTES)
     assert set(schema_enum("optimizer")) == set(OPTIMIZER_SLOTS)
@@ -41,7 +46,7 @@ def test_config_id_is_stable_and_canonical():
     assert config_id(paper) == "b0a1b5c74f"  # changing it breaks every stored result path
     same = canonical_model(dict(arch="encoder", layers=1, d_model=512, heads=8, ff_mult=4, vocab=37000, seq_len=512, batch=1), "q")
     assert config_id(same) == config_id(paper)
-    assert config_id({**paper, "batch": 2}) != config_id(paper)
+    assert config_id(paper.replace(batch=2)) != config_id(paper)
 
 
 def test_grid_union_presets_and_models():
@@ -64,13 +69,13 @@ def test_grid_union_presets_and_models():
     assert (others.tgt_len == others.seq_len).all()  # tgt_len does not apply: dropped
     assert (frame[frame.arch == "decoder"].enc_layers == 0).all()
     # Defaults are filled in.
-    assert config["analytic"]["rules"] == list(RULES)
+    assert config["analytic"]["rules"] == list(rule_names())
     assert (frame.batch == 1).all()
 
 
 def test_ff_mult_and_batch_default():
     c = canonical_model(dict(arch="decoder", layers=2, d_model=48, heads=3, ff_mult=3, vocab=9, seq_len=5), "m")
-    assert c["d_ff"] == 144 and c["batch"] == 1 and c["classes"] == 0
+    assert c.d_ff == 144 and c.batch == 1 and c.classes == 0
 
 
 BAD = [

@@ -3,8 +3,8 @@
 import torch
 
 from trainingcost.config import canonical_model
-from trainingcost.data import BOS_ID, MARKER_A, MARKER_B, MASK_ID, make_task, stdlib_corpus
-from trainingcost.objective import IGNORE
+from trainingcost.train.data import BOS_ID, MARKER_A, MARKER_B, MASK_ID, make_task, stdlib_corpus
+from trainingcost.train.objective import IGNORE
 
 
 def cfg(**kw):

@@ -13,8 +13,9 @@ import torch
 from trainingcost.analytic import layer_table
 from trainingcost.analytic.engine import recipe
 from trainingcost.config import canonical_model, configs_frame
-from trainingcost.measure import UNATTRIBUTED, by_analytic_phase, count_step
-from trainingcost.rules import RuleOptions, make_rule, rule_names
+from trainingcost.measure.flops import UNATTRIBUTED, by_analytic_phase, count_step
+from trainingcost.config import RuleOptions
+from trainingcost.train.registry import make_rule, rule_names
 
 from torch_helpers import batch_of, model_of
 
@@ -103,7 +104,7 @@ def test_executed_differs_from_the_paper_where_the_code_does():
     assert total["bp", "paper", "backward"] > total["bp", "executed", "backward"]
     # The paper's PEPITA updates the embedding densely (M V d MACCs); the code index-adds.
     emb = table[(table.layer == "decoder.embedding") & (table.phase == "weight_update") & (table.rule == "pepita")]
-    assert emb.set_index("cost_model")["flops"].to_dict() == {"paper": 2 * cfg["batch"] * 6 * 11 * 16, "executed": 0}
+    assert emb.set_index("cost_model")["flops"].to_dict() == {"paper": 2 * cfg.batch * 6 * 11 * 16, "executed": 0}
     # Only the executed model separates elementwise work.
     assert table.loc[table.cost_model == "paper", "elementwise_flops"].isna().all()
     assert (table.loc[table.cost_model == "executed", "elementwise_flops"] >= 0).all()
@@ -115,9 +116,9 @@ def test_elementwise_flops_by_hand():
         cfg = canonical_model(entry, "test")
         table = layer_table(configs_frame([("", cfg)]), ["bp", "pepita"], ["executed"])
         cell = table.set_index(["rule", "layer", "phase"])["elementwise_flops"]
-        b, d, h, ff, v = cfg["batch"], cfg["d_model"], cfg["heads"], cfg["d_ff"], cfg["vocab"]
-        stack = "decoder" if cfg["dec_layers"] else "encoder"
-        t = cfg["tgt_len"] if stack == "decoder" else cfg["seq_len"]
+        b, d, h, ff, v = cfg.batch, cfg.d_model, cfg.heads, cfg.d_ff, cfg.vocab
+        stack = "decoder" if cfg.dec_layers else "encoder"
+        t = cfg.tgt_len if stack == "decoder" else cfg.seq_len
         assert cell["bp", f"{stack}.0.ffn", "forward"] == b * (t * ff + t * d + 8 * t * ff)  # biases, GELU
         assert cell["bp", f"{stack}.0.ffn", "backward"] == b * 13 * t * ff  # GELU derivative
         assert cell["bp", f"{stack}.0.ffn_norm", "forward"] == b * 9 * t * d  # residual + LayerNorm

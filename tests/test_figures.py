@@ -4,14 +4,14 @@ import matplotlib.image
 import numpy as np
 import pandas as pd
 
-from trainingcost import figures as F
-from trainingcost.analytic import RULES
+from trainingcost.findings import figures as F
+from trainingcost.analytic import rule_names
 
 
 def test_energy_figure_from_synthetic_runs(tmp_path):
     rng = np.random.default_rng(0)
     rows = [{"config_id": f"c{i}", "rule": rule, "seed": 0, "energy_per_step_j": (1 + 0.1 * rank) * (1 + 0.05 * rng.standard_normal())}
-            for i in range(4) for rank, rule in enumerate(RULES)]
+            for i in range(4) for rank, rule in enumerate(rule_names())]
     F.style()
     fig = F.energy(pd.DataFrame(rows))
     assert "PEPITA 1.1" in fig._suptitle.get_text()  # PEPITA is the second rule: about 1.1x BP by construction
@@ -21,4 +21,4 @@ def test_energy_figure_from_synthetic_runs(tmp_path):
 
 
 def test_every_rule_has_its_own_colour_and_marker():
-    assert len(set(F.RULE_COLORS.values())) == len(RULES) == len(set(F.RULE_MARKERS.values()))
+    assert len(set(F.RULE_COLORS.values())) == len(rule_names()) == len(set(F.RULE_MARKERS.values()))

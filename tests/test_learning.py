@@ -19,8 +19,9 @@ from functools import lru_cache
 import pytest
 
 from trainingcost.config import canonical_model
-from trainingcost.rules import RuleOptions
-from trainingcost.training import TrainSpec, train
+from trainingcost.config import RuleOptions
+from trainingcost.config import TrainSpec
+from trainingcost.measure.run import train
 
 CFG = canonical_model(
     dict(arch="encoder", layers=2, d_model=32, heads=4, d_ff=64, vocab=16, seq_len=16, batch=32, classes=3), "test"

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from trainingcost.measure import UNATTRIBUTED, count_step
-from trainingcost.rules import make_rule, rule_names
+from trainingcost.measure.flops import UNATTRIBUTED, count_step
+from trainingcost.train.registry import make_rule, rule_names
 
 from torch_helpers import batch_of, cfg_of, model_of
 
@@ -42,7 +42,7 @@ def test_meter_total_equals_flop_counter_mode_and_everything_is_attributed(name)
 def test_linear_flops_by_hand():
     """One encoder block, BP: q, k, v, o and the FFN, forward, backward and weight gradients."""
     cfg = cfg_of("encoder", layers=1)
-    b, n, d, ff = cfg["batch"], cfg["seq_len"], cfg["d_model"], cfg["d_ff"]
+    b, n, d, ff = cfg.batch, cfg.seq_len, cfg.d_model, cfg.d_ff
     counts = metered_step(make_rule("bp", model_of(cfg, dtype=torch.float32)), batch_of(cfg))
     rows = b * n
     assert counts[("encoder.0.ffn", "forward")] == 2 * rows * d * ff * 2
@@ -52,4 +52,4 @@ def test_linear_flops_by_hand():
     assert counts[("encoder.0.self_attention", "forward")] == 4 * 2 * rows * d * d + sdpa
     assert counts[("encoder.0.self_attention", "backward")] == 4 * 2 * rows * d * d + 5 * sdpa // 2
     assert counts[("encoder.0.self_attention", "weight_update")] == 4 * 2 * rows * d * d
-    assert counts[("head", "forward")] == 2 * rows * d * cfg["vocab"]
+    assert counts[("head", "forward")] == 2 * rows * d * cfg.vocab

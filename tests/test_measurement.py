@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from trainingcost.analytic import layer_table
-from trainingcost.config import configs_frame
-from trainingcost.measurement import median_iqr
-from trainingcost.phase_timer import CudaClock, PhaseTimer, clock_for
-from trainingcost.rules import rule_names
-from trainingcost.rules.bp import Backprop
+from trainingcost.config import ModelConfig, configs_frame
+from trainingcost.measure.recorder import median_iqr
+from trainingcost.measure.timer import CudaClock, PhaseTimer, clock_for
+from trainingcost.analytic import rule_names
+from trainingcost.rules.bp.step import Backprop
 
 from test_train import run_here
 
@@ -37,8 +37,8 @@ def test_measured_flops_equal_the_executed_model_and_times_are_positive(tmp_path
         assert set(measured["status"]) == {"ok"} and set(measured["rule"]) == {rule}
         assert measured[RUN_COLUMNS[:-1]].notna().all().all()  # cuda_version is null on CPU
         # FLOPs: the executed model of the same configuration, cell by cell.
-        configs = configs_frame([("", {k: int(measured[k].iloc[0]) if k != "arch" else arch for k in (
-            "arch", "d_model", "heads", "d_ff", "enc_layers", "dec_layers", "seq_len", "tgt_len", "vocab", "batch", "classes")})])
+        configs = configs_frame([("", ModelConfig(**{k: int(measured[k].iloc[0]) if k != "arch" else arch for k in (
+            "arch", "d_model", "heads", "d_ff", "enc_layers", "dec_layers", "seq_len", "tgt_len", "vocab", "batch", "classes")}))])
         assert configs["config_id"].iloc[0] == measured["config_id"].iloc[0]
         table = layer_table(configs, [rule], ["executed"])
         predicted = {(layer, p): f for layer, p, f in zip(table.layer, table.phase, table.flops) if f}
@@ -195,7 +195,7 @@ def test_phase_memory_is_reset_per_phase_and_kept_as_the_largest(monkeypatch):
     resets = []
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: resets.append(device))
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: next(allocated))
-    from trainingcost.phase_timer import CpuClock
+    from trainingcost.measure.timer import CpuClock
 
     timer = PhaseTimer(torch.device("cuda", 0), clock=CpuClock())
     for name in ("forward", "backward", "forward"):
@@ -228,7 +228,7 @@ class FakeNvml:
 def test_energy_counter_reads_nvml_in_joules_and_is_null_elsewhere(monkeypatch):
     import sys
 
-    from trainingcost.energy import EnergyCounter
+    from trainingcost.measure.energy import EnergyCounter
 
     assert EnergyCounter(torch.device("cpu")).read() is None
     fake = FakeNvml()
@@ -244,7 +244,7 @@ def test_energy_counter_reads_nvml_in_joules_and_is_null_elsewhere(monkeypatch):
 
 
 def test_mfu_peaks_by_device_name():
-    from trainingcost.measurement import dense_bf16_peak
+    from trainingcost.measure.recorder import dense_bf16_peak
 
     assert dense_bf16_peak("NVIDIA H100 80GB HBM3") == 989.4e12
     assert dense_bf16_peak("NVIDIA H100 PCIe") == 756e12

@@ -1,11 +1,11 @@
 """The memory model, against hand counts."""
 
-from trainingcost.analytic import RULES
+from trainingcost.analytic import rule_names
 from trainingcost.analytic.memory import memory_table
 from conftest import frame_of
 
 
-def table(entry, rules=RULES, dtypes=("fp32",), optimizers=("sgd",)):
+def table(entry, rules=rule_names(), dtypes=("fp32",), optimizers=("sgd",)):
     return memory_table(frame_of(m=entry), rules, dtypes, optimizers).set_index(["rule", "optimizer", "dtype"])
 
 

@@ -5,8 +5,8 @@ import torch
 
 from trainingcost.analytic.memory import memory_table
 from trainingcost.config import configs_frame
-from trainingcost.layers import layer_plan
-from trainingcost.model import Attention, Linear, sinusoidal_positions
+from trainingcost.analytic.layers import layer_plan
+from trainingcost.train.model import Attention, Linear, sinusoidal_positions
 
 from torch_helpers import ARCH_SHAPES, batch_of, cfg_of, model_of
 
@@ -16,7 +16,7 @@ def test_every_analytic_layer_is_a_module_of_the_right_kind(name):
     cfg = cfg_of(name)
     model = model_of(cfg)
     modules = dict(model.named_modules())
-    plan = layer_plan(cfg["arch"], cfg["enc_layers"], cfg["dec_layers"], cfg["classes"])
+    plan = layer_plan(cfg)
     expected = {"attention": Attention, "ffn": torch.nn.Module, "add_norm": torch.nn.Module, "lm_head": Linear, "classifier_head": Linear}
     for layer, kind in plan:
         assert layer in modules, layer
@@ -40,7 +40,7 @@ def test_parameter_count_equals_the_memory_model(name):
 def test_output_shape(name):
     cfg = cfg_of(name)
     logits = model_of(cfg)(batch_of(cfg).tokens)
-    expected = (cfg["batch"], cfg["classes"]) if cfg["classes"] else (cfg["batch"], cfg["tgt_len"], cfg["vocab"])
+    expected = (cfg.batch, cfg.classes) if cfg.classes else (cfg.batch, cfg.tgt_len, cfg.vocab)
     assert tuple(logits.shape) == expected
 
 
@@ -48,10 +48,10 @@ def test_decoder_is_causal_and_encoder_is_not():
     for name, causal in (("decoder", True), ("encoder", False)):
         cfg = cfg_of(name)
         model = model_of(cfg)
-        stack = cfg["arch"]
+        stack = cfg.arch
         tokens = batch_of(cfg).tokens
         changed = {stack: tokens[stack].clone()}
-        changed[stack][:, -1] = (changed[stack][:, -1] + 1) % cfg["vocab"]  # change the last token only
+        changed[stack][:, -1] = (changed[stack][:, -1] + 1) % cfg.vocab  # change the last token only
         before, after = model(tokens), model(changed)
         same_prefix = torch.allclose(before[:, :-1], after[:, :-1])
         assert same_prefix == causal, name
@@ -61,7 +61,7 @@ def test_encoder_decoder_decoder_reads_the_source():
     cfg = cfg_of("encoder-decoder")
     model = model_of(cfg)
     tokens = batch_of(cfg).tokens
-    changed = dict(tokens, encoder=(tokens["encoder"] + 1) % cfg["vocab"])
+    changed = dict(tokens, encoder=(tokens["encoder"] + 1) % cfg.vocab)
     assert not torch.allclose(model(tokens), model(changed))
 
 
@@ -77,10 +77,10 @@ def test_post_ln_block_by_hand():
     """LayerNorm(x + Sublayer(x)) twice, written out with torch.nn.functional."""
     cfg = cfg_of("encoder", layers=1)
     model = model_of(cfg)
-    x = torch.randn(2, cfg["seq_len"], cfg["d_model"], dtype=torch.float64)
+    x = torch.randn(2, cfg.seq_len, cfg.d_model, dtype=torch.float64)
     block = model.encoder.get_submodule("0")
     att = block.self_attention
-    b, t, d, h = 2, cfg["seq_len"], cfg["d_model"], cfg["heads"]
+    b, t, d, h = 2, cfg.seq_len, cfg.d_model, cfg.heads
 
     def heads(y):
         return y.view(b, t, h, d // h).transpose(1, 2)

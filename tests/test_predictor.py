@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from trainingcost.analytic import layer_table
-from trainingcost.calibration import attention_shapes, calibrate, gemm_shapes
+from trainingcost.findings.calibration import attention_shapes, calibrate, gemm_shapes
 from trainingcost.config import canonical_model, configs_frame
-from trainingcost.predictor import KERNELS, accuracy, predict_layer_times, predict_steps
+from trainingcost.analytic.layers import KINDS
+from trainingcost.findings.predictor import accuracy, predict_layer_times, predict_steps
 
 CFG = canonical_model(dict(arch="decoder", layers=2, d_model=16, heads=2, d_ff=32, vocab=40, seq_len=8, batch=2), "")
 CONFIGS = configs_frame([("", CFG)])
@@ -60,10 +61,10 @@ def test_memory_and_launch_terms():
     assert norm.predicted_memory_s == pytest.approx(2 * B * T * D * 2 * 4 / 1e9)
     att = rows[(rows.layer == "decoder.0.self_attention") & (rows.phase == "forward")].iloc[0]
     assert att.predicted_memory_s == pytest.approx(4 * B * T * D * 2 * 4 / 1e9)  # the biases; the softmax stays in the kernel
-    assert norm.predicted_launch_s == pytest.approx(KERNELS[("add_norm", "forward")] * 1e-6)
+    assert norm.predicted_launch_s == pytest.approx(KINDS["add_norm"].kernels["forward"] * 1e-6)
     pepita = predict_layer_times(executed("pepita"), CONFIGS, synthetic(rate=float("inf"), launch=1e-6))
     fwd = pepita[(pepita.layer == "decoder.0.ffn") & (pepita.phase == "forward")].iloc[0]
-    assert fwd.predicted_launch_s == pytest.approx(2 * KERNELS[("ffn", "forward")] * 1e-6)  # two passes
+    assert fwd.predicted_launch_s == pytest.approx(2 * KINDS["ffn"].kernels["forward"] * 1e-6)  # two passes
 
 
 def test_step_adds_the_optimizer_and_rules_rank_by_work():

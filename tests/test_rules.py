@@ -1,24 +1,27 @@
 """Learning rules against small reference computations (issue 3, tests 1-5)."""
 
 import numpy as np
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainingcost import objective
-from trainingcost.model import Linear, Stage, Stream
-from trainingcost.rules import REGISTRY, RuleOptions, make_rule, rule_names
-from trainingcost.analytic.engine import RULES as ANALYTIC_RULES
+from trainingcost.train import objective
+from trainingcost.train.model import Linear, Stage, Stream
+from trainingcost.config import RuleOptions
+from trainingcost.train.registry import make_rule, rule_class, rule_names
+from trainingcost.analytic import rule_names as analytic_rule_names
 
 from torch_helpers import ARCH_SHAPES, batch_of, cfg_of, grads, model_of
 
 
 def test_the_registry_has_exactly_the_analytic_rules():
-    assert rule_names() == ANALYTIC_RULES
+    assert rule_names() == analytic_rule_names()
     for name in rule_names():
-        assert REGISTRY[name].name == name
-        assert set(REGISTRY[name].phases) >= {"forward", "optimizer_step"}
+        assert rule_class(name).spec.name == name
+        assert set(rule_class(name).spec.phases) >= {"forward", "optimizer_step"}
 
 
 # ---------------------------------------------------------------------------
@@ -54,8 +57,8 @@ def test_fa_with_feedback_equal_to_the_weights_reproduces_bp(name):
     model = model_of(cfg)
     rule = make_rule("fa", model)
     linears = model.linears()
-    cross = 4 * cfg["dec_layers"] if cfg["arch"] == "encoder-decoder" else 0
-    assert len(linears) == 6 * (cfg["enc_layers"] + cfg["dec_layers"]) + cross + 1  # q k v o up down (+ cross q k v o), head
+    cross = 4 * cfg.dec_layers if cfg.arch == "encoder-decoder" else 0
+    assert len(linears) == 6 * (cfg.enc_layers + cfg.dec_layers) + cross + 1  # q k v o up down (+ cross q k v o), head
     for linear in linears.values():
         assert linear.feedback is not None and not torch.equal(linear.feedback, linear.weight)
         linear.feedback = linear.weight.detach().clone()
@@ -83,7 +86,7 @@ def test_every_weight_matrix_of_every_attention_gets_feedback():
     model = model_of(cfg)
     make_rule("fa", model)
     names = set(model.linears())
-    for stack, depth in (("encoder", cfg["enc_layers"]), ("decoder", cfg["dec_layers"])):
+    for stack, depth in (("encoder", cfg.enc_layers), ("decoder", cfg.dec_layers)):
         for i in range(depth):
             attentions = ["self_attention"] + (["cross_attention"] if stack == "decoder" else [])
             for att in attentions:
@@ -166,7 +169,7 @@ class MLP(nn.Module):
 
     def __init__(self, n_in, n_hidden, n_out):
         super().__init__()
-        self.cfg = {"d_model": n_in, "classes": n_out}
+        self.cfg = SimpleNamespace(d_model=n_in, classes=n_out)
         self.classes = self.out_features = n_out
         self.hidden = Linear(n_in, n_hidden, activation="relu")
         self.head = Linear(n_hidden, n_out)

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from trainingcost.analytic import RULES, layer_table, phase_totals
-from trainingcost.layers import layer_plan
+from trainingcost.analytic import layer_table, phase_totals, rule_names
+from trainingcost.analytic.layers import layer_plan
+from trainingcost.config import canonical_model
 from conftest import cell, costs, frame_of, phase_sum
 
 ALL_MODELS = ("paper", "kaplan", "textbook", "survey")
@@ -36,14 +37,14 @@ def test_encoder_decoder_sums_its_parts():
 @pytest.mark.parametrize("arch", ["encoder", "decoder", "encoder-decoder"])
 def test_costs_are_linear_in_batch(arch):
     entry = dict(arch=arch, layers=2, d_model=32, heads=4, d_ff=64, vocab=40, seq_len=9)
-    one = costs(entry, rules=RULES, cost_models=ALL_MODELS)
-    four = costs({**entry, "batch": 4}, rules=RULES, cost_models=ALL_MODELS)
+    one = costs(entry, rules=rule_names(), cost_models=ALL_MODELS)
+    four = costs({**entry, "batch": 4}, rules=rule_names(), cost_models=ALL_MODELS)
     assert (four.maccs.to_numpy() == 4 * one.maccs.to_numpy()).all()
     assert (four.flops.to_numpy() == 4 * one.flops.to_numpy()).all()
 
 
 @pytest.mark.parametrize("arch", ["encoder", "decoder", "encoder-decoder"])
-@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("rule", rule_names())
 def test_n_layers_cost_n_blocks_plus_the_ends(arch, rule):
     def total(n):
         entry = dict(arch=arch, layers=n, d_model=24, heads=3, d_ff=40, vocab=30, seq_len=7, tgt_len=5) if arch == "encoder-decoder" else dict(arch=arch, layers=n, d_model=24, heads=3, d_ff=40, vocab=30, seq_len=7)
@@ -62,10 +63,10 @@ def test_n_layers_cost_n_blocks_plus_the_ends(arch, rule):
 def test_layer_names_match_the_model_plan(arch):
     t = costs(dict(arch=arch, layers=3, d_model=16, heads=2, d_ff=32, vocab=11, seq_len=4))
     names = list(dict.fromkeys(t.layer))
-    plan = [name for name, _ in layer_plan(arch, 3 if arch != "decoder" else 0, 3 if arch != "encoder" else 0)]
+    plan = [name for name, _ in layer_plan(canonical_model(dict(arch=arch, d_model=8, heads=2, d_ff=8, vocab=9, seq_len=4, **({'layers': 3})), ''))]
     assert names == plan
     kinds = dict(zip(t.layer, t.layer_kind))
-    assert all(kinds[name] == kind for name, kind in layer_plan(arch, 3 if arch != "decoder" else 0, 3 if arch != "encoder" else 0))
+    assert all(kinds[name] == kind for name, kind in layer_plan(canonical_model(dict(arch=arch, d_model=8, heads=2, d_ff=8, vocab=9, seq_len=4, **({'layers': 3})), '')))
 
 
 def test_fa_costs_what_bp_costs_and_kp_wm_add_their_extras(tiny_encoder):
@@ -115,8 +116,8 @@ def test_phase_totals_match_the_long_table():
         b=dict(arch="encoder-decoder", layers=2, d_model=16, heads=2, d_ff=48, vocab=30, seq_len=5, tgt_len=7),
         c=dict(arch="decoder", layers=1, d_model=16, heads=2, d_ff=48, vocab=30, seq_len=5, classes=4),
     )
-    totals = phase_totals(frame, RULES, ALL_MODELS)
-    table = layer_table(frame, RULES, ALL_MODELS)
+    totals = phase_totals(frame, rule_names(), ALL_MODELS)
+    table = layer_table(frame, rule_names(), ALL_MODELS)
     for (model, rule, phase), (maccs, flops) in totals.items():
         part = table[(table.cost_model == model) & (table.rule == rule) & (table.phase == phase)]
         by_config = part.groupby("config_id", sort=False)[["maccs", "flops"]].sum().reindex(frame.config_id, fill_value=0)

@@ -7,8 +7,10 @@ import pytest
 
 from trainingcost.cli import main
 from trainingcost.config import canonical_model, config_id
-from trainingcost.rules import RuleOptions, rule_names
-from trainingcost.training import TrainSpec, train
+from trainingcost.config import RuleOptions
+from trainingcost.analytic import rule_names
+from trainingcost.config import TrainSpec
+from trainingcost.measure.run import train
 
 from test_cli import run
 
@@ -76,9 +78,9 @@ def test_divergence_stops_the_run_with_status_diverged():
         (["--steps", "0"], "--steps: must be a positive number of steps (got 0)"),
         (["--steps", "-3"], "--steps: must be a positive number"),
         (["--corpus", "/no/such/file.txt"], "--corpus: no such file: /no/such/file.txt"),
-        (["--task", "copy"], "--task copy: a sequence-to-sequence task needs --arch encoder-decoder (arch is decoder)"),
-        (["--task", "reverse", "--arch", "encoder"], "needs --arch encoder-decoder (arch is encoder)"),
-        (["--task", "classify", "--arch", "encoder-decoder"], "--task classify: needs --arch encoder or decoder"),
+        (["--task", "copy"], "--task: copy is a sequence-to-sequence task and needs arch encoder-decoder (arch is decoder)"),
+        (["--task", "reverse", "--arch", "encoder"], "needs arch encoder-decoder (arch is encoder)"),
+        (["--task", "classify", "--arch", "encoder-decoder"], "--task: classify needs arch encoder or decoder"),
         (["--task", "classify", "--classes", "4"], "--classes: task classify has 3 classes (got 4)"),
         (["--task", "lm", "--vocab", "100"], "--vocab: task lm is byte-level and needs vocab >= 256 (got 100)"),
         (["--task", "copy", "--arch", "encoder-decoder", "--corpus", "README.md"], "--corpus: applies to task lm only"),

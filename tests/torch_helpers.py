@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from trainingcost.config import canonical_model
-from trainingcost.model import Transformer
-from trainingcost.objective import IGNORE, Batch
+from trainingcost.train.model import Transformer
+from trainingcost.train.objective import IGNORE, Batch
 
 ARCH_SHAPES = {
     "encoder": dict(arch="encoder", layers=2, d_model=16, heads=4, d_ff=24, vocab=11, seq_len=6, batch=3),
@@ -29,14 +29,14 @@ def model_of(cfg: dict, seed: int = 0, dtype=torch.float64) -> Transformer:
 
 def batch_of(cfg: dict, seed: int = 0, ignore_some: bool = True) -> Batch:
     g = torch.Generator().manual_seed(seed)
-    b, n, m, v = cfg["batch"], cfg["seq_len"], cfg["tgt_len"], cfg["vocab"]
+    b, n, m, v = cfg.batch, cfg.seq_len, cfg.tgt_len, cfg.vocab
     tokens = {}
-    if cfg["enc_layers"]:
+    if cfg.enc_layers:
         tokens["encoder"] = torch.randint(0, v, (b, n), generator=g)
-    if cfg["dec_layers"]:
+    if cfg.dec_layers:
         tokens["decoder"] = torch.randint(0, v, (b, m), generator=g)
-    if cfg["classes"]:
-        targets = torch.randint(0, cfg["classes"], (b,), generator=g)
+    if cfg.classes:
+        targets = torch.randint(0, cfg.classes, (b,), generator=g)
     else:
         targets = torch.randint(0, v, (b, m), generator=g)
         if ignore_some:

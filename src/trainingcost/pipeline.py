@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+import traceback
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +56,30 @@ def load(config: dict) -> dict:
 
 def load_file(path: str | Path) -> dict:
     return load(read_config(path))
+
+
+def write_schema(path: str | Path) -> str:
+    """The schema with the catalogue's rules and cost models, written out (for snakemake.utils.validate)."""
+    import yaml
+
+    from .config.schema import schema
+
+    write_text(yaml.safe_dump(schema(vocabulary()), sort_keys=False), path)
+    return str(Path(path).resolve())
+
+
+@contextmanager
+def logged(path: str | Path):
+    """A workflow step's log: what it prints, how long it took, and its traceback if it fails."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(path, "w") as log, redirect_stdout(log), redirect_stderr(log):
+        try:
+            yield log
+        except BaseException:
+            traceback.print_exc(file=log)
+            raise
+        print(f"done in {time.perf_counter() - start:.2f} s", file=log)
 
 
 def write_configs(config: dict, out: str | Path) -> pd.DataFrame:

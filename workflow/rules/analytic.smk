@@ -1,14 +1,17 @@
 rule analytic:
     input:
-        "results/configs.parquet",
+        rules.configs.output,
     output:
         costs="results/tables/analytic.parquet",
         memory="results/tables/memory.parquet",
+    log:
+        "results/logs/analytic.log",
     localrule: True
     params:
-        analytic=config["analytic"],
-        memory=config["memory"],
+        analytic=FILLED["analytic"],
+        memory=FILLED["memory"],
     run:
-        from trainingcost.pipeline import write_analytic
+        from trainingcost.pipeline import logged, write_analytic
 
-        write_analytic(config, input[0], output.costs, output.memory)
+        with logged(log[0]):
+            write_analytic(FILLED, input[0], output.costs, output.memory)

@@ -1,41 +1,26 @@
-# Validation first: one readable line and exit status 1 for any config mistake,
-# before a job runs. The package's checks print the line; snakemake.utils.validate
-# then applies the same schema and fills in its defaults.
+# Validation first: one readable line and exit status 1 for any config mistake, before a job runs.
+# The package validates the config once (the schema with the catalogue's rules and cost models, every
+# configuration, the training jobs, the figures' names); snakemake.utils.validate then applies the same
+# schema, written out with the catalogue's enums, and fills in its defaults.
 import os
 import shlex
 import sys
 
 from snakemake.utils import validate
 
-from trainingcost.config import ConfigError, validate_config
-from trainingcost.findings import FIGURES as FIGURE_FILES
-from trainingcost.findings import check_figures, figure_names
-from trainingcost.pipeline import config_hash, train_command, train_jobs
+from trainingcost.config import ConfigError
+from trainingcost.pipeline import FIGURES as FIGURE_FILES
+from trainingcost.pipeline import config_hash, figure_names, load, train_command, train_jobs, write_schema
 
 try:
-    FILLED = validate_config(config)  # the config with every default filled in
+    FILLED = load(config)  # the config with every default filled in
     TRAIN_JOBS = train_jobs(FILLED)
     FIGURE_NAMES = figure_names(FILLED)
-    check_figures(FILLED)
 except ConfigError as error:
     sys.stderr.write(f"config error: {error}\n")
     sys.exit(1)
 
-validate(config, "../schemas/config.schema.yaml")
-
-# The outputs that exist only when there are runs to measure.
-FINDINGS = (
-    [
-        "results/tables/measured.parquet",
-        "results/tables/steps.parquet",
-        "results/tables/comparison.parquet",
-        "results/tables/rule_ratios.parquet",
-        "results/summary.md",
-    ]
-    + [f"results/figures/{FIGURE_FILES[n]}.{ext}" for n in FIGURE_NAMES for ext in ("png", "pdf")]
-    if TRAIN_JOBS
-    else []
-)
+validate(config, write_schema(".snakemake/trainingcost/config.schema.yaml"))
 
 # The config's hash reaches every job's tables as metadata through the environment, not as a job
 # parameter: editing, say, the figures section must not make the training jobs run again.

@@ -1,10 +1,13 @@
 rule configs:
     output:
         "results/configs.parquet",
+    log:
+        "results/logs/configs.log",
     localrule: True
     params:
-        sweep=config["sweep"],
+        sweep=FILLED["sweep"],
     run:
-        from trainingcost.pipeline import write_configs
+        from trainingcost.pipeline import logged, write_configs
 
-        write_configs(config, output[0])
+        with logged(log[0]):
+            write_configs(FILLED, output[0])

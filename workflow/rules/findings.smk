@@ -3,11 +3,11 @@
 
 rule comparison:
     input:
-        configs="results/configs.parquet",
-        analytic="results/tables/analytic.parquet",
-        memory="results/tables/memory.parquet",
-        measured="results/tables/measured.parquet",
-        calibration=f"results/device/{TRAIN['device']}-{TRAIN['dtype']}.json",
+        configs=rules.configs.output[0],
+        analytic=rules.analytic.output.costs,
+        memory=rules.analytic.output.memory,
+        measured=rules.measured.output.measured,
+        calibration=rules.calibrate.output[0],
     output:
         comparison="results/tables/comparison.parquet",
         ratios="results/tables/rule_ratios.parquet",
@@ -21,48 +21,48 @@ rule comparison:
             caption="../report/rule_ratios.rst",
             category="Tables",
         ),
+    log:
+        "results/logs/comparison.log",
     localrule: True
     run:
-        from trainingcost.findings import write_comparison
+        from trainingcost.pipeline import logged, write_comparison
 
-        write_comparison(
-            input.analytic,
-            input.memory,
-            input.measured,
-            output.comparison,
-            output.ratios,
-            output.comparison_csv,
-            output.ratios_csv,
-            input.configs,
-            input.calibration,
-        )
+        with logged(log[0]):
+            write_comparison(
+                input.analytic,
+                input.memory,
+                input.measured,
+                output.comparison,
+                output.ratios,
+                output.comparison_csv,
+                output.ratios_csv,
+                input.configs,
+                input.calibration,
+            )
 
 
 rule summary:
     input:
-        comparison="results/tables/comparison.parquet",
-        ratios="results/tables/rule_ratios.parquet",
-        measured="results/tables/measured.parquet",
+        comparison=rules.comparison.output.comparison,
+        ratios=rules.comparison.output.ratios,
+        measured=rules.measured.output.measured,
     output:
         report("results/summary.md", caption="../report/summary.rst", category="Summary"),
+    log:
+        "results/logs/summary.log",
     localrule: True
     run:
-        import pandas as pd
-        from trainingcost.summary import write_summary
+        from trainingcost.pipeline import logged, write_summary
 
-        write_summary(
-            pd.read_parquet(input.comparison),
-            pd.read_parquet(input.ratios),
-            pd.read_parquet(input.measured),
-            output[0],
-        )
+        with logged(log[0]):
+            write_summary(input.comparison, input.ratios, input.measured, output[0])
 
 
 rule figures:
     input:
-        analytic="results/tables/analytic.parquet",
-        comparison="results/tables/comparison.parquet",
-        measured="results/tables/measured.parquet",
+        analytic=rules.analytic.output.costs,
+        comparison=rules.comparison.output.comparison,
+        measured=rules.measured.output.measured,
     output:
         [
             report(
@@ -73,12 +73,15 @@ rule figures:
             for name in FIGURE_NAMES
         ],
         [f"results/figures/{FIGURE_FILES[name]}.pdf" for name in FIGURE_NAMES],
+    log:
+        "results/logs/figures.log",
     localrule: True
     params:
-        figures=config.get("figures"),
+        figures=FILLED["figures"],
     run:
-        from trainingcost.findings import write_figures
+        from trainingcost.pipeline import logged, write_figures
 
-        write_figures(
-            FILLED, input.analytic, input.comparison, input.measured, "results/figures"
-        )
+        with logged(log[0]):
+            write_figures(
+                FILLED, input.analytic, input.comparison, input.measured, "results/figures"
+            )

@@ -27,7 +27,7 @@ rule train:
 
 rule calibrate:
     input:
-        "results/configs.parquet",
+        rules.configs.output,
     output:
         report(
             f"results/device/{TRAIN['device']}-{TRAIN['dtype']}.json",
@@ -58,10 +58,13 @@ rule measured:
     output:
         measured="results/tables/measured.parquet",
         steps="results/tables/steps.parquet",
+    log:
+        "results/logs/measured.log",
     localrule: True
     run:
-        from trainingcost.pipeline import gather_runs
+        from trainingcost.pipeline import gather_runs, logged
 
-        runs, statuses = gather_runs(input.measured, input.steps, output.measured, output.steps)
+        with logged(log[0]):
+            runs, statuses = gather_runs(input.measured, input.steps, output.measured, output.steps)
         counts = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
         print(f"measured: {runs} runs ({counts}) -> {output.measured}")
