@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from trainingcost.analytic import cost_model_names, layer_table, phase_totals, rule_names  # noqa: E402
-from trainingcost.config import configs_frame  # noqa: E402
+from trainingcost.config import ModelConfig, configs_frame  # noqa: E402
 from trainingcost.measure.provenance import cpu_name  # noqa: E402
 
 
@@ -38,7 +38,7 @@ def random_configs(n: int, seed: int = 0) -> pd.DataFrame:
     for i in range(n):
         encdec = arch[i] == "encoder-decoder"
         rows.append(
-            ("", dict(
+            ("", ModelConfig(
                 arch=str(arch[i]), d_model=int(d_model[i]), heads=int(heads[i]), d_ff=int(4 * d_model[i]),
                 enc_layers=int(layers[i]) if arch[i] != "decoder" else 0,
                 dec_layers=int(layers[i]) if arch[i] != "encoder" else 0,

@@ -13,11 +13,11 @@ import torch
 from trainingcost.analytic import layer_table
 from trainingcost.analytic.engine import recipe
 from trainingcost.config import canonical_model, configs_frame
-from trainingcost.measure.flops import UNATTRIBUTED, by_analytic_phase, count_step
+from trainingcost.measure.flops import UNATTRIBUTED
 from trainingcost.config import RuleOptions
 from trainingcost.train.registry import make_rule, rule_names
 
-from torch_helpers import batch_of, model_of
+from torch_helpers import batch_of, by_analytic_phase, count_step, model_of
 
 E, D, ED = "encoder", "decoder", "encoder-decoder"
 # Shapes vary on every axis: width, heads (d_k from 2 to 16), d_ff, depth, lengths, vocab, batch, classes.

@@ -4,10 +4,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from trainingcost.measure.flops import UNATTRIBUTED, count_step
+from trainingcost.measure.flops import UNATTRIBUTED
 from trainingcost.train.registry import make_rule, rule_names
 
-from torch_helpers import batch_of, cfg_of, model_of
+from torch_helpers import batch_of, cfg_of, count_step, model_of
 
 aten = torch.ops.aten
 CPU_SDPA = {  # FlopCounterMode has no CPU flash-attention formula in torch 2.13; the fused kernels' formulas apply

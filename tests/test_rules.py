@@ -163,7 +163,7 @@ def test_weight_mirror_aligns_feedback_with_weights():
 
 
 class MLP(nn.Module):
-    """Two layers with the stage protocol of :class:`trainingcost.model.Transformer`."""
+    """Two layers with the stage protocol of :class:`trainingcost.train.model.Transformer`."""
 
     stack_names = ("input",)
 

@@ -27,7 +27,7 @@ TINY = {
 TINY["sweep"]["models"] = [  # one encoder-decoder trained under every rule
     {"name": "bytes", "arch": "encoder-decoder", "layers": 1, "d_model": 16, "heads": 2, "d_ff": 32, "vocab": 256, "seq_len": 8, "batch": 2}
 ]
-rule_names() = {"bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa"}
+RULES = {"bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa"}
 
 
 def snakemake(workdir: Path, config: dict, *args):
@@ -50,7 +50,7 @@ def test_tiny_sweep_end_to_end(tmp_path):
     memory = pd.read_parquet(tmp_path / "results/tables/memory.parquet")
     assert len(configs) == 1 + 3 * 2 + 1
     assert set(costs.config_id) == set(configs.config_id) == set(memory.config_id)
-    assert set(costs.rule) == rule_names()
+    assert set(costs.rule) == RULES
     assert set(costs.cost_model) == {"paper", "executed", "kaplan", "textbook", "survey"}
     assert costs.maccs.dtype == "int64" and costs.flops.dtype == "int64"
     assert not costs.duplicated(["config_id", "rule", "cost_model", "layer", "phase"]).any()
@@ -58,7 +58,7 @@ def test_tiny_sweep_end_to_end(tmp_path):
     assert not list(tmp_path.glob("results/**/*.tmp"))
     measured = pd.read_parquet(tmp_path / "results/tables/measured.parquet")
     steps = pd.read_parquet(tmp_path / "results/tables/steps.parquet")
-    assert set(measured.rule) == set(steps.rule) == rule_names() and set(measured.status) == {"ok"}
+    assert set(measured.rule) == set(steps.rule) == RULES and set(measured.status) == {"ok"}
     assert measured.config_id.nunique() == 1 and len(steps) == 7 * 5
     assert (tmp_path / "results/runs" / measured.config_id.iloc[0] / "wm/seed0/train.log").read_text().startswith("wm on lm")
     # Findings: tables, summary (also printed at the end), figures (no energy on CPU), report.
@@ -99,7 +99,7 @@ def test_default_config_trains_every_rule_and_executed_equals_measured(tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     measured = pd.read_parquet(tmp_path / "results/tables/measured.parquet")
     costs = pd.read_parquet(tmp_path / "results/tables/analytic.parquet")
-    assert set(measured.rule) == rule_names() and set(measured.status) == {"ok"} and measured.config_id.nunique() == 9
+    assert set(measured.rule) == RULES and set(measured.status) == {"ok"} and measured.config_id.nunique() == 9
     assert set(measured.arch) == {"encoder", "decoder", "encoder-decoder"}
     executed = costs[(costs.cost_model == "executed") & costs.config_id.isin(measured.config_id)]
     cells = measured.merge(executed, on=["config_id", "rule", "layer", "phase"], how="outer", suffixes=("", "_executed"))
@@ -172,7 +172,7 @@ def test_a_sweep_of_thousands_of_configurations_is_accepted_with_short_names(tmp
     config = {"sweep": {"grids": [grid]}, "train": {"select": ["big"], "rules": ["bp"]}}
     result = snakemake(tmp_path, config, "-n", "-q")
     assert result.returncode == 0, result.stderr[-2000:]
-    from trainingcost.pipeline import train_jobs
+    from trainingcost.pipeline import load, train_jobs
 
-    jobs = train_jobs(config)
+    jobs = train_jobs(load(config))
     assert len(jobs) == 3 * 8 * 4 * 2 * 5 * 5 * 2 and max(len(job.run_dir) for job in jobs) < 60

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from collections import defaultdict
+
 from trainingcost.config import canonical_model
+from trainingcost.measure.flops import analytic_phase, metering
 from trainingcost.train.model import Transformer
 from trainingcost.train.objective import IGNORE, Batch
 
@@ -46,3 +49,21 @@ def batch_of(cfg: dict, seed: int = 0, ignore_some: bool = True) -> Batch:
 
 def grads(model) -> dict[str, torch.Tensor]:
     return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def count_step(rule, batch) -> dict[tuple[str, str], int]:
+    """Run one training step of ``rule`` on ``batch`` and return its FLOPs per (layer, execution phase).
+
+    The step is a real one: the rule updates the model.
+    """
+    with metering(rule.model) as meter:
+        rule.step(batch, meter.in_phase)
+    return dict(meter.counts)
+
+
+def by_analytic_phase(counts: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    """Merge execution phases into analytic ones (PEPITA's two forward passes become one cell)."""
+    merged: dict[tuple[str, str], int] = defaultdict(int)
+    for (layer, phase), flops in counts.items():
+        merged[(layer, analytic_phase(phase))] += flops
+    return dict(merged)

@@ -41,7 +41,7 @@ CPU_SDPA_FORMULAS = {
 }
 FORMULAS = {**CPU_SDPA_FORMULAS, **flop_registry}
 
-# The analytic phase of each execution phase (rules/base.py): the modulated pass is one of
+# The analytic phase of each execution phase (train/rule.py): the modulated pass is one of
 # PEPITA's forward passes (paper Table 2); the others keep their names.
 ANALYTIC_PHASE = {"modulated_pass": "forward"}
 
@@ -129,21 +129,3 @@ def metering(model):
             yield meter
     finally:
         hooks.remove()
-
-
-def count_step(rule, batch) -> dict[tuple[str, str], int]:
-    """Run one training step of ``rule`` on ``batch`` and return its FLOPs per (layer, execution phase).
-
-    The step is a real one: the rule updates the model.
-    """
-    with metering(rule.model) as meter:
-        rule.step(batch, meter.in_phase)
-    return dict(meter.counts)
-
-
-def by_analytic_phase(counts: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
-    """Merge execution phases into analytic ones (PEPITA's two forward passes become one cell)."""
-    merged: dict[tuple[str, str], int] = defaultdict(int)
-    for (layer, phase), flops in counts.items():
-        merged[(layer, analytic_phase(phase))] += flops
-    return dict(merged)

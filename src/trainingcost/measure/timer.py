@@ -1,7 +1,7 @@
 """Time and peak memory of each phase of a training step.
 
 A :class:`PhaseTimer` is the phase factory a rule's ``step`` receives
-(:mod:`trainingcost.rules.base`): ``with timer("backward"): ...`` marks the
+(:mod:`trainingcost.train.rule`): ``with timer("backward"): ...`` marks the
 phase's start and end. A phase entered several times in one step accumulates.
 
 - On a CUDA device the marks are CUDA events, read after one synchronisation

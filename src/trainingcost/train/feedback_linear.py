@@ -10,7 +10,7 @@ optimizer gives both the same update.
 With no feedback matrix (``feedback=None``) the backward uses W itself: this
 is backpropagation, with autograd's products, written out so that the weight
 gradient can be attributed to the ``weight_update`` phase
-(:mod:`trainingcost.attribution`) apart from the input gradient.
+(:mod:`trainingcost.train.attribution`) apart from the input gradient.
 
 Works on any number of leading dimensions ([batch, tokens, features]), unlike
 implementations that call ``mm`` on 2-D inputs only.

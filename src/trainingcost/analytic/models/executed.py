@@ -141,7 +141,7 @@ register("executed", "lm_head", "classifier_head")(_head)
 
 @register("executed", "error_projection")
 def error_projection(s: Shapes):
-    # PEPITA's e F, one per stack (rules/pepita.py). The error has M = tgt_len rows per sequence;
+    # PEPITA's e F, one per stack (rules/pepita/step.py). The error has M = tgt_len rows per sequence;
     # the stack that produces the output takes one row per position, 2 M out d. A classifier's
     # error is one row per sequence, 2 out d; the encoder of an encoder-decoder takes the mean
     # error over target positions (M out additions), 2 out d.
@@ -153,7 +153,7 @@ def error_projection(s: Shapes):
 
 @register("executed", "dfa_projection")
 def dfa_projection(s: Shapes):
-    # e B per feedback point (rules/dfa.py): err_rows rows of width d. A per-sequence error is
+    # e B per feedback point (rules/dfa/step.py): err_rows rows of width d. A per-sequence error is
     # divided by the block's length and broadcast over its M positions (M d divisions).
     spread = (s.err_rows != s.M) * s.M * s.d
     return {"dfa_projection": _matmul(2 * s.err_rows * s.d * s.d, spread)}

@@ -1,0 +1,362 @@
+"""The catalogue's promises: one declaration per rule, layer kind and cost model, read by everyone else.
+
+- a rule copied to a new folder (only its name and class names changed) is accepted everywhere, with the
+  original's results; a cost model copied like ``kaplan`` appears in the tables, the summary and figure 1;
+- ``config`` and ``analytic`` (and the ``estimate``, ``configs`` and ``--help`` commands) never import torch;
+- registration refuses duplicates; the schema's enums equal the catalogue;
+- no module imports a stage above its own, and there is no import cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from trainingcost.analytic import catalogue, registry
+from trainingcost.analytic.catalogue import rule, rule_names
+from trainingcost.analytic.layers import KINDS, _kinds
+from trainingcost.analytic.memory import DTYPE_BYTES, OPTIMIZER_SLOTS
+from trainingcost.analytic.registry import cost_model_names
+from trainingcost.config.presets import PRESETS
+from trainingcost.config.schema import schema, schema_enum
+from trainingcost.config.training import DEVICES, OPTIMIZERS, TASKS, TRAIN_DTYPES
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "src" / "trainingcost"
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+
+
+# -- torch stays out of the torch-free stages and commands ---------------------------------------------------
+
+TORCH_FREE = """
+import sys, io, contextlib
+import trainingcost.config, trainingcost.analytic, trainingcost.analytic.memory, trainingcost.config.sweep
+from trainingcost import cli
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = cli.main(["estimate", "--preset", "gpt2-small", "--rule", "all", "--cost-model", "all"])
+    try:
+        cli.main(["--help"])
+    except SystemExit:
+        pass
+assert code == 0 and "BP" in out.getvalue() and "usage" in out.getvalue(), out.getvalue()[-500:]
+loaded = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
+print("torch modules:", len(loaded))
+"""
+
+
+def test_config_analytic_and_estimate_never_import_torch():
+    result = subprocess.run([sys.executable, "-c", TORCH_FREE], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "torch modules: 0" in result.stdout
+
+
+def test_configs_command_never_imports_torch(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"sweep": {"presets": ["paper-example"]}}))
+    code = f"""
+import sys
+from trainingcost import cli
+assert cli.main(["configs", "--config", {str(config)!r}, "--out", {str(tmp_path / 'c.parquet')!r}]) == 0
+print("torch" in sys.modules)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("False")
+
+
+# -- duplicates are refused ------------------------------------------------------------------------------------
+
+
+def test_a_rule_declared_twice_is_refused():
+    found = {}
+    catalogue._register(found, rule("fa"), "trainingcost.rules.fa")
+    with pytest.raises(ValueError, match="rule 'fa' is declared twice"):
+        catalogue._register(found, rule("fa"), "trainingcost.rules.fa_copy")
+
+
+def test_a_cost_model_or_formula_declared_twice_is_refused(monkeypatch):
+    cost_model_names()  # load the shipped models first
+    monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))
+    with pytest.raises(ValueError, match="cost model 'kaplan' is declared twice"):
+        registry.declare("kaplan", order=99)
+    registry.declare("twice", order=99)
+    registry.register("twice", "ffn")(lambda s: None)
+    with pytest.raises(ValueError, match="two formulas for layer kind 'ffn'"):
+        registry.register("twice", "ffn")(lambda s: None)
+    with pytest.raises(KeyError, match="not declared"):
+        registry.register("undeclared", "ffn")(lambda s: None)
+
+
+def test_a_layer_kind_declared_twice_is_refused():
+    with pytest.raises(ValueError, match="layer kind 'ffn' is declared twice"):
+        _kinds(KINDS["ffn"], KINDS["ffn"])
+
+
+# -- the schema's enums are the catalogue's ------------------------------------------------------------------
+
+
+def test_schema_file_enums_equal_the_catalogue():
+    """The shipped schema file (read by people and tools) lists what the code accepts, in the same order."""
+    assert schema_enum("rule") == rule_names()
+    assert schema_enum("cost_model") == cost_model_names()
+    assert schema_enum("preset") == tuple(PRESETS)
+    file = schema()
+    train = file["properties"]["train"]["properties"]
+    assert tuple(train["device"]["enum"]) == DEVICES
+    assert tuple(train["dtype"]["enum"]) == tuple(TRAIN_DTYPES)
+    assert schema_enum("optimizer") == OPTIMIZERS == tuple(OPTIMIZER_SLOTS)
+    assert schema_enum("dtype") == tuple(DTYPE_BYTES)
+    assert set(train["task"]["enum"]) == {*TASKS, "auto"}
+    # Defaults that list every rule or cost model are every rule or cost model.
+    assert file["properties"]["analytic"]["properties"]["rules"]["default"] == list(rule_names())
+    assert file["properties"]["analytic"]["properties"]["cost_models"]["default"] == list(cost_model_names())
+    assert train["rules"]["default"] == list(rule_names())
+
+
+def test_schema_takes_its_enums_from_a_vocabulary():
+    vocabulary = {"rule": ("bp", "new"), "cost_model": ("paper",)}
+    filled = schema(vocabulary)
+    assert filled["$defs"]["rule"]["enum"] == ["bp", "new"]
+    assert filled["properties"]["train"]["properties"]["rules"]["default"] == ["bp", "new"]
+    assert schema()["$defs"]["rule"]["enum"] == list(rule_names())  # the file's copy is untouched
+
+
+# -- the stages: no upward import, no cycle -------------------------------------------------------------------
+
+# A stage may import its own modules and those of the stages listed.
+ALLOWED = {
+    "config": {"config"},
+    "analytic": {"config", "analytic"},
+    "rules.spec": {"config", "analytic"},  # rules/<name>/__init__.py: torch-free declarations
+    "rules.step": {"config", "analytic", "train", "rules.spec"},  # rules/<name>/step.py: the training step
+    "train": {"config", "analytic", "train"},
+    "measure": {"config", "analytic", "train", "measure", "io"},
+    "findings": {"config", "analytic", "train", "measure", "findings", "io"},
+    "io": set(),
+    "top": {"config", "analytic", "train", "measure", "findings", "io", "top", "rules.spec"},
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _stage(module: str) -> str:
+    parts = module.split(".")[1:]
+    if not parts or parts[0] in ("cli", "pipeline", "__main__"):
+        return "top"
+    if parts[0] == "rules":
+        return "rules.step" if parts[-1] == "step" else "rules.spec"
+    return parts[0]
+
+
+def _imports(path: Path, module: str) -> list[tuple[str, bool]]:
+    """(imported trainingcost module, at top level?) for each import in ``path``."""
+    tree = ast.parse(path.read_text())
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    top_level = set(map(id, tree.body))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names = [f"{target}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name.startswith("trainingcost"):
+                found.append((name, id(node) in top_level))
+    return found
+
+
+def _package_modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str:
+    """``a.b.c`` names a module, or a name inside module ``a.b``."""
+    while name not in modules and "." in name:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def test_no_module_imports_a_stage_above_its_own():
+    modules = _package_modules()
+    wrong = []
+    for module, path in modules.items():
+        stage = _stage(module)
+        for name, _ in _imports(path, module):
+            target = _resolve(name, modules)
+            if target == "trainingcost":
+                continue  # the package's own __init__ (its version)
+            if _stage(target) not in ALLOWED[stage] | {stage}:
+                wrong.append(f"{module} ({stage}) imports {target} ({_stage(target)})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_there_is_no_import_cycle():
+    modules = _package_modules()
+    graph = {module: set() for module in modules}
+    for module, path in modules.items():
+        for name, top_level in _imports(path, module):
+            target = _resolve(name, modules)
+            if top_level and target != module and target != "trainingcost":
+                graph[module].add(target)
+    # A package's __init__ re-exporting its own modules is an edge package -> module; that is no cycle unless
+    # a module also imports the package back at top level.
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+
+
+# -- the acceptance test: copy a rule and a cost model, change only their names ----------------------------
+
+MODEL = {"name": "tiny", "arch": "decoder", "layers": 1, "d_model": 16, "heads": 2, "d_ff": 32, "vocab": 256,
+         "seq_len": 8, "batch": 2}
+MODEL_FLAGS = ["--arch", "decoder", "--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--vocab", "256",
+               "--seq-len", "8", "--batch", "2"]
+
+
+@pytest.fixture(scope="module")
+def copied_tree(tmp_path_factory) -> Path:
+    """A copy of the package with rule ``fa`` copied to ``fa2`` and cost model ``kaplan`` to ``kaplan2``."""
+    root = tmp_path_factory.mktemp("copied")
+    src = root / "src"
+    shutil.copytree(PACKAGE, src / "trainingcost", ignore=shutil.ignore_patterns("__pycache__"))
+    rules = src / "trainingcost" / "rules"
+    shutil.copytree(rules / "fa", rules / "fa2")
+    init = (rules / "fa2" / "__init__.py").read_text()
+    assert init.count('name="fa"') == 1
+    (rules / "fa2" / "__init__.py").write_text(init.replace('name="fa"', 'name="fa2"'))
+    step = (rules / "fa2" / "step.py").read_text()
+    classes = re.findall(r"^class (\w+)", step, flags=re.M)
+    assert classes
+    for name in classes:
+        step = re.sub(rf"\b{name}\b", f"{name}Copy", step)
+    (rules / "fa2" / "step.py").write_text(step)
+    models = src / "trainingcost" / "analytic" / "models"
+    kaplan = (models / "kaplan.py").read_text()
+    assert kaplan.count('"kaplan"') == 2  # declared once, registered once
+    (models / "kaplan2.py").write_text(kaplan.replace('"kaplan"', '"kaplan2"').replace("order=30", "order=31"))
+    return root
+
+
+def _run(tree: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(list(args), capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def _estimate(tree: Path, rule_name: str) -> pd.DataFrame:
+    result = _run(tree, sys.executable, "-m", "trainingcost", "estimate", *MODEL_FLAGS, "--rule", rule_name,
+                  "--cost-model", "all", "--format", "csv", "--per-layer")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return pd.read_csv(io.StringIO(result.stdout)).drop(columns="rule")
+
+
+def test_a_copied_rule_estimates_like_the_original_under_every_cost_model(copied_tree):
+    fa, fa2 = _estimate(copied_tree, "fa"), _estimate(copied_tree, "fa2")
+    assert set(fa.cost_model) == {*cost_model_names(), "kaplan2"}
+    pd.testing.assert_frame_equal(fa, fa2)
+    memory = [_run(copied_tree, sys.executable, "-m", "trainingcost", "estimate", *MODEL_FLAGS, "--rule", name,
+                   "--memory", "--format", "csv") for name in ("fa", "fa2")]
+    assert all(m.returncode == 0 for m in memory)
+    frames = [pd.read_csv(io.StringIO(m.stdout)).drop(columns="rule") for m in memory]
+    pd.testing.assert_frame_equal(*frames)
+
+
+def test_a_copied_rule_trains_like_the_original(copied_tree, tmp_path):
+    losses = []
+    for name in ("fa", "fa2"):
+        out = tmp_path / f"{name}.parquet"
+        result = _run(copied_tree, sys.executable, "-m", "trainingcost", "train", *MODEL_FLAGS, "--rule", name,
+                      "--steps", "3", "--eval-batches", "1", "--threads", "1", "--out", str(out))
+        assert result.returncode == 0, result.stderr[-2000:]
+        losses.append(pd.read_parquet(out)["loss"].to_numpy())
+    assert len(losses[0]) == 3 and (losses[0] == losses[1]).all()
+
+
+def test_a_copied_rule_and_cost_model_run_through_the_workflow(copied_tree):
+    work = copied_tree / "work"
+    work.mkdir()
+    config = {
+        "sweep": {"models": [MODEL]},
+        "memory": {"dtypes": ["fp32"], "optimizers": ["sgd"]},
+        "train": {"select": ["tiny"], "rules": ["bp", "fa", "fa2"], "steps": 4, "warmup": 1, "eval_batches": 1},
+        "figures": {"breakdown": "tiny", "scaling": {"base": "tiny", "seq_len": [8, 16], "d_model": [16, 32]},
+                    "depth": ["tiny"]},
+    }
+    (work / "config.yaml").write_text(yaml.safe_dump(config))
+    result = _run(copied_tree, str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(work),
+                  "--configfile", str(work / "config.yaml"), "--cores", "2", cwd=work)
+    assert result.returncode == 0, result.stderr[-3000:]
+    analytic = pd.read_parquet(work / "results/tables/analytic.parquet")
+    assert {"fa2"} <= set(analytic.rule) and {"kaplan2"} <= set(analytic.cost_model)
+    key = ["layer", "phase", "cost_model"]
+    fa = analytic[analytic.rule == "fa"].drop(columns="rule").sort_values(key).reset_index(drop=True)
+    fa2 = analytic[analytic.rule == "fa2"].drop(columns="rule").sort_values(key).reset_index(drop=True)
+    pd.testing.assert_frame_equal(fa, fa2)
+    kaplan = analytic[analytic.cost_model == "kaplan"].drop(columns="cost_model").reset_index(drop=True)
+    kaplan2 = analytic[analytic.cost_model == "kaplan2"].drop(columns="cost_model").reset_index(drop=True)
+    pd.testing.assert_frame_equal(kaplan, kaplan2)
+    measured = pd.read_parquet(work / "results/tables/measured.parquet")
+    assert set(measured.rule) == {"bp", "fa", "fa2"} and set(measured.status) == {"ok"}
+    flops = measured.groupby("rule")["flops"].sum()
+    assert flops["fa"] == flops["fa2"] > 0
+    summary = (work / "results/summary.md").read_text()
+    assert "| fa2 |" in summary and "| kaplan2 |" in summary
+    figures = sorted(p.name for p in (work / "results/figures").glob("*.png"))
+    assert figures
+    # Figure 1 draws one panel per cost model; its legend and style give fa2 a look of its own.
+    check = _run(copied_tree, sys.executable, "-c", FIGURE_ONE.format(work=str(work)))
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert "kaplan2" in check.stdout and "FA (fa2)" in check.stdout and "distinct" in check.stdout
+
+
+FIGURE_ONE = """
+import pandas as pd
+from trainingcost.findings import figures
+from trainingcost.findings.style import rule_styles
+comparison = pd.read_parquet("{work}/results/tables/comparison.parquet")
+fig = figures.predicted_vs_measured_flops(comparison)
+print([ax.get_title() for ax in fig.axes])
+print([t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()])
+styles = rule_styles()
+looks = [(s.color, s.marker) for s in styles.values()]
+assert len({{c for c, _ in looks}}) == len(looks) and len({{m for _, m in looks}}) == len(looks)
+print("distinct")
+"""
