@@ -29,6 +29,7 @@ test: install
 	$(BIN)/pytest -q
 
 bench: install
+	$(BIN)/python benchmarks/bench_cli.py
 	$(BIN)/python benchmarks/bench_analytic.py
 
 clean:

@@ -25,6 +25,22 @@ def test_kaplan_table1_decoder():
         assert total == ctx * (6 * N + 6 * L * ctx * d)  # C = 6N per token plus the attention term
 
 
+def test_kaplan_encoder_decoder_charges_cross_attention_keys_and_values_on_source_rows():
+    # The reproduction: 1 + 1 layers, d 64, d_ff 256, N = 64 source tokens, M = 16 target tokens.
+    # Per token 2 FLOPs per weight it meets: encoder rows meet 4d^2 + 2d ff; decoder rows meet the same
+    # plus the cross-attention's Q and O (2d^2); its K and V (2d^2) act on the N encoder rows.
+    # Attention: 2 n_ctx d per token, n_ctx = N in the encoder, M (self) + N (cross) in the decoder.
+    d, ff = 64, 256
+    for N, M in ((64, 16), (16, 64), (32, 32)):
+        block = 4 * d * d + 2 * d * ff
+        forward = 2 * N * block + 2 * M * (block + 2 * d * d) + 2 * N * 2 * d * d + 2 * N * N * d + 2 * M * (M + N) * d
+        t = costs(dict(arch="encoder-decoder", layers=1, d_model=d, heads=4, d_ff=ff, vocab=100, seq_len=N, tgt_len=M),
+                  rules=("wm",), cost_models=("kaplan",))
+        assert phase_sum(t, "forward", "wm", "flops", "kaplan") == forward
+    assert 2 * 64 * (4 * d * d + 2 * d * ff) + 2 * 16 * (4 * d * d + 2 * d * ff + 2 * d * d) + 2 * 64 * 2 * d * d \
+        + 2 * 64 * 64 * d + 2 * 16 * 80 * d == 9_863_168  # the first case, by hand
+
+
 def test_survey_slides_per_layer():
     for n, d in ((128, 64), (50, 200)):
         t = costs(dict(arch="encoder", layers=1, d_model=d, heads=4, d_ff=4 * d, vocab=10, seq_len=n), cost_models=("survey",))

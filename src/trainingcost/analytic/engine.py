@@ -106,16 +106,21 @@ def _evaluate_formulas(model: CostModel, templates: Templates, dtype) -> tuple[d
         shapes = Shapes(templates, index, dtype=dtype)
         for name, values in formula(shapes).items():
             for store, value in zip((maccs, flops, elementwise), values):
-                column = store.setdefault(name, np.zeros(n, dtype=dtype))
-                column[index] = np.broadcast_to(value, len(shapes)) * shapes.B
-            declared.setdefault(name, np.zeros(n, dtype=bool))[index] = True
+                if name not in store:
+                    store[name] = np.zeros(n, dtype=dtype)
+                np.multiply(value, shapes.B, out=store[name][index])
+            if name not in declared:
+                declared[name] = np.zeros(n, dtype=bool)
+            declared[name][index] = True
     return maccs, flops, elementwise, declared
 
 
-def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1) -> Quantities:
-    """Evaluate every formula of ``cost_model_name`` on every configuration, per batch."""
+def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
+             templates: Templates | None = None) -> Quantities:
+    """Evaluate every formula of ``cost_model_name`` on every configuration, per batch
+    (on ``templates`` when the caller has built them for the model's granularity)."""
     model = cost_model(cost_model_name)
-    templates = T.build(configs, model.granularity)
+    templates = templates if templates is not None else T.build(configs, model.granularity)
     maccs, flops, elementwise, declared = _evaluate_formulas(model, templates, np.int64)
     # The same polynomials in floating point reveal any int64 overflow.
     _, shadow, shadow_elementwise, _ = _evaluate_formulas(model, templates, np.float64)
@@ -129,6 +134,16 @@ def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1)
     q = {"maccs": maccs, "flops": flops, **({"elementwise": elementwise} if elementwise else {})}
     _derive_backward(q, declared, templates.block_entry, len(templates))
     return Quantities(cost_model_name, templates, maccs, flops, declared, q.get("elementwise"))
+
+
+def _evaluate_all(configs: pd.DataFrame, cost_models, mirror_steps: int):
+    """Yield (rank, name, Quantities) per cost model, building the templates once per granularity."""
+    built: dict[str, Templates] = {}
+    for rank, name in enumerate(cost_models):
+        granularity = cost_model(name).granularity
+        if granularity not in built:
+            built[granularity] = T.build(configs, granularity)
+        yield rank, name, evaluate(name, configs, mirror_steps, built[granularity])
 
 
 def phase_costs(quantities: Quantities, rule: str, mirror_steps: int = 1):
@@ -193,8 +208,7 @@ def layer_table(configs: pd.DataFrame, rules=None, cost_models=None, mirror_step
     frames = []
     rules = rules or rule_names()
     cost_models = cost_models or cost_model_names()
-    for model_rank, model_name in enumerate(cost_models):
-        quantities = evaluate(model_name, configs, mirror_steps)
+    for model_rank, model_name, quantities in _evaluate_all(configs, cost_models, mirror_steps):
         t = quantities.templates
         every = _instances(t, np.arange(len(t)))  # named once per cost model, selected per phase
         for rule_rank, rule in enumerate(rules):
@@ -240,22 +254,38 @@ def layer_table(configs: pd.DataFrame, rules=None, cost_models=None, mirror_step
 def phase_totals(configs: pd.DataFrame, rules=None, cost_models=None, mirror_steps: int = 1) -> dict:
     """Per-configuration totals, {(cost_model, rule, phase): (maccs, flops)} arrays of len(configs).
 
-    The vectorised core without naming layer instances: what the benchmark times.
+    The vectorised core without naming layer instances: what the benchmark times. A phase is a
+    weighted sum of quantities, and a quantity is zero on the templates that do not declare it,
+    so each quantity is summed per configuration once and the phases combine those sums.
     """
     out = {}
     rules = rules or rule_names()
-    for model_name in cost_models or cost_model_names():
-        quantities = evaluate(model_name, configs, mirror_steps)
+    for _, model_name, quantities in _evaluate_all(configs, cost_models or cost_model_names(), mirror_steps):
         t = quantities.templates
         order = np.argsort(t.cfg, kind="stable")
         starts = np.searchsorted(t.cfg[order], np.arange(len(configs)))
+        count = t.count[order]
+        sums: dict[tuple[str, str], np.ndarray] = {}
+
+        def per_config(store: str, name: str) -> np.ndarray:
+            if (store, name) not in sums:
+                values = getattr(quantities, store)[name]
+                sums[(store, name)] = np.add.reduceat(values[order] * count, starts)
+            return sums[(store, name)]
+
+        declared = {name: bool(mask.any()) for name, mask in quantities.declared.items()}
+        zero = np.zeros(len(configs), dtype=np.int64)
         for rule in rules:
-            for phase, mask, maccs, flops, _ in phase_costs(quantities, rule, mirror_steps):
-                weight = np.where(mask, t.count, 0)
-                out[(model_name, rule, phase)] = (
-                    np.add.reduceat((maccs * weight)[order], starts),
-                    np.add.reduceat((flops * weight)[order], starts),
-                )
+            parts_of = recipe(rule, mirror_steps, model_name)
+            for phase in PHASES:
+                parts = [(name, times) for name, times in parts_of.get(phase, ()) if declared.get(name)]
+                if not parts:
+                    continue
+                maccs, flops = zero.copy(), zero.copy()
+                for name, times in parts:
+                    maccs += times * per_config("maccs", name)
+                    flops += times * per_config("flops", name)
+                out[(model_name, rule, phase)] = (maccs, flops)
     return out
 
 

@@ -23,7 +23,6 @@ Components (each in bytes, all tensors in the given dtype):
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -39,13 +38,9 @@ MEMORY_COLUMNS = ("config_id", "rule", "optimizer", "dtype", "parameter_count", 
 PER_LAYER = ("params", "weights", "saved", "working", "kept")
 
 
-def shapes_namespace(t: T.Templates, index) -> SimpleNamespace:
+def shapes_namespace(t: T.Templates, index) -> T.Shapes:
     """The names a layer kind's expressions read (see :class:`.spec.LayerKind`), for templates ``index``."""
-    def conf(name):
-        return t.config_column(name)[index]
-
-    return SimpleNamespace(d=conf("d_model"), h=conf("heads"), ff=conf("d_ff"), V=conf("vocab"), classes=conf("classes"),
-                           M=t.M[index], N=t.N[index], out=t.out[index])
+    return T.Shapes(t, index)
 
 
 def _per_layer(t: T.Templates) -> dict[str, np.ndarray]:

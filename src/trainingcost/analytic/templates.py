@@ -33,15 +33,25 @@ HEAD_RANK, ERROR_PROJECTION_RANK, MODEL_RANK = 0, 1, 0
 CONFIG_INT_COLUMNS = ("d_model", "heads", "d_ff", "enc_layers", "dec_layers", "seq_len", "tgt_len", "vocab", "batch", "classes")
 
 
+# Shape columns the formulas read, gathered per template once (config columns and per-template rows).
+SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": "batch", "classes": "classes",
+                 "src_len": "seq_len", "tgt_len": "tgt_len", "enc_layers": "enc_layers", "dec_layers": "dec_layers"}
+TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows")
+
+
 @dataclass
 class Templates:
-    """Column arrays, one entry per template."""
+    """Column arrays, one entry per template.
+
+    Rows come in *parts* (one ``add`` of :func:`build`: one layer kind, stack and sublayer for a
+    subset of configurations); the string columns ``kind``, ``stack`` and ``sub`` are expanded
+    from the parts' labels only when a table names layers.
+    """
 
     configs: pd.DataFrame
     cfg: np.ndarray  # index into configs
-    kind: np.ndarray  # layer kind (str)
-    stack: np.ndarray  # 'encoder', 'decoder' or '' for model-level layers
-    sub: np.ndarray  # sublayer name (block layers) or layer name (end layers)
+    part: np.ndarray  # index into labels
+    labels: tuple  # per part: (kind, stack, sub)
     count: np.ndarray  # instances of this template
     is_block: np.ndarray  # bool: one instance per block
     block_entry: np.ndarray  # bool: residual input is the block input
@@ -52,9 +62,28 @@ class Templates:
     err_rows: np.ndarray
     config_columns: dict = field(default_factory=dict)
     kind_slices: dict = field(default_factory=dict)  # layer kind -> slice of its rows
+    _cache: dict = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return len(self.cfg)
+
+    def _label(self, position: int) -> np.ndarray:
+        key = ("label", position)
+        if key not in self._cache:
+            self._cache[key] = np.array([label[position] for label in self.labels], dtype=object)[self.part]
+        return self._cache[key]
+
+    @property
+    def kind(self) -> np.ndarray:  # layer kind (str)
+        return self._label(0)
+
+    @property
+    def stack(self) -> np.ndarray:  # 'encoder', 'decoder' or '' for model-level layers
+        return self._label(1)
+
+    @property
+    def sub(self) -> np.ndarray:  # sublayer name (block layers) or layer name (end layers)
+        return self._label(2)
 
     def kind_index(self) -> dict[str, slice]:
         """The template rows of each layer kind: :func:`build` keeps each kind's rows contiguous."""
@@ -64,36 +93,37 @@ class Templates:
         """A configuration parameter, gathered per template."""
         return self.config_columns[name][self.cfg]
 
+    def shape_columns(self, dtype) -> dict[str, np.ndarray]:
+        """Every shape a formula reads, per template, in ``dtype``, read-only (computed once)."""
+        key = ("shapes", np.dtype(dtype).str)
+        if key not in self._cache:
+            if ("shapes", "int") not in self._cache:
+                arch = self.config_columns["arch"][self.cfg]
+                columns = {name: self.config_column(column) for name, column in SHAPE_COLUMNS.items()}
+                columns.update({name: getattr(self, name).astype(np.int64) for name in TEMPLATE_COLUMNS})
+                columns.update(encoder_only=arch == "encoder", decoder_only=arch == "decoder", encdec=arch == "encoder-decoder")
+                self._cache[("shapes", "int")] = columns
+            ints = self._cache[("shapes", "int")]
+            columns = {name: (v if v.dtype == bool else v.astype(dtype, copy=False)) for name, v in ints.items()}
+            for v in columns.values():
+                v.setflags(write=False)
+            self._cache[key] = columns
+        return self._cache[key]
+
 
 class Shapes:
-    """The shapes of a subset of templates, as the formulas see them (per sequence)."""
+    """The shapes of a subset of templates, as the formulas see them (per sequence).
 
-    def __init__(self, templates: Templates, index: np.ndarray, dtype=np.int64):
-        t = templates
-        cfg = t.cfg[index]
+    Attributes: ``d``, ``h``, ``ff``, ``V``, ``B``, ``classes``, ``src_len``, ``tgt_len``,
+    ``enc_layers``, ``dec_layers`` (the configuration's), ``M``, ``N``, ``out``, ``err_rows`` (the
+    template's), ``encoder_only``, ``decoder_only``, ``encdec`` (bool) and ``zero``. Read-only
+    views where ``index`` is a slice.
+    """
 
-        def conf(name):
-            return t.config_columns[name][cfg].astype(dtype)
-
-        self.d = conf("d_model")
-        self.h = conf("heads")
-        self.ff = conf("d_ff")
-        self.V = conf("vocab")
-        self.B = conf("batch")
-        self.classes = conf("classes")
-        self.src_len = conf("seq_len")
-        self.tgt_len = conf("tgt_len")
-        self.enc_layers = conf("enc_layers")
-        self.dec_layers = conf("dec_layers")
-        arch = t.config_columns["arch"][cfg]
-        self.encoder_only = arch == "encoder"
-        self.decoder_only = arch == "decoder"
-        self.encdec = arch == "encoder-decoder"
-        self.M = t.M[index].astype(dtype)
-        self.N = t.N[index].astype(dtype)
-        self.out = t.out[index].astype(dtype)
-        self.err_rows = t.err_rows[index].astype(dtype)
-        self.zero = np.zeros(len(cfg), dtype=dtype)
+    def __init__(self, templates: Templates, index, dtype=np.int64):
+        for name, values in templates.shape_columns(dtype).items():
+            setattr(self, name, values[index])
+        self.zero = np.zeros(len(self.d), dtype=dtype)
 
     def __len__(self) -> int:
         return len(self.zero)
@@ -120,9 +150,7 @@ def build(configs: pd.DataFrame, granularity: str) -> Templates:
         parts.append(
             dict(
                 cfg=idx,
-                kind=np.full(len(idx), kind, dtype=object),
-                stack=np.full(len(idx), stack, dtype=object),
-                sub=np.full(len(idx), sub, dtype=object),
+                label=(kind, stack, sub),
                 count=pick(count),
                 is_block=np.full(len(idx), is_block),
                 block_entry=np.full(len(idx), block_entry),
@@ -171,12 +199,14 @@ def build(configs: pd.DataFrame, granularity: str) -> Templates:
         raise ValueError(f"unknown granularity {granularity!r}")
 
     # Group the rows by layer kind (stable), so each formula reads and writes one contiguous slice.
-    kinds = list(dict.fromkeys(p["kind"][0] for p in parts))
-    grouped = sorted(parts, key=lambda p: kinds.index(p["kind"][0]))
-    merged = {key: np.concatenate([p[key] for p in grouped]) for key in parts[0]}
+    kinds = list(dict.fromkeys(p["label"][0] for p in parts))
+    grouped = sorted(parts, key=lambda p: kinds.index(p["label"][0]))
+    merged = {key: np.concatenate([p[key] for p in grouped]) for key in parts[0] if key != "label"}
+    labels = tuple(p["label"] for p in grouped)
+    merged["part"] = np.repeat(np.arange(len(grouped)), [len(p["cfg"]) for p in grouped])
     slices, start = {}, 0
     for kind in kinds:
-        size = sum(len(p["cfg"]) for p in grouped if p["kind"][0] == kind)
+        size = sum(len(p["cfg"]) for p in grouped if p["label"][0] == kind)
         slices[kind] = slice(start, start + size)
         start += size
-    return Templates(configs=configs, config_columns=cols, kind_slices=slices, **merged)
+    return Templates(configs=configs, config_columns=cols, kind_slices=slices, labels=labels, **merged)
