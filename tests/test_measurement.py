@@ -105,6 +105,8 @@ def test_injected_nan_gives_diverged(tmp_path, capsys, monkeypatch):
     assert list(steps["step"]) == [1, 2, 3, 4] and math.isnan(steps["loss"].iloc[-1])
     measured = pd.read_parquet(out / "measured.parquet")
     assert set(measured["status"]) == {"diverged"} and measured["flops"].sum() > 0  # step 3 was counted
+    message = measured["message"].iloc[0]
+    assert message.startswith("the training loss is nan at step 4 (lr ") and "parameters are still finite" in message
 
 
 def test_other_exceptions_give_error_with_the_message(tmp_path, capsys, monkeypatch):
@@ -117,7 +119,19 @@ def test_other_exceptions_give_error_with_the_message(tmp_path, capsys, monkeypa
     assert "RuntimeError: cuBLAS went sideways" in stderr
     measured = pd.read_parquet(out / "measured.parquet")
     assert list(measured["status"]) == ["error"] and list(measured["layer"]) == [""] and measured["message"].iloc[0] == "RuntimeError: cuBLAS went sideways"
-    assert len(pd.read_parquet(out / "steps.parquet")) == 0
+    steps = pd.read_parquet(out / "steps.parquet")  # one row, step 0, so the steps table records how the run ended
+    assert list(steps["step"]) == [0] and list(steps["status"]) == ["error"] and steps["loss"].isna().all()
+
+
+def test_the_cpu_allocator_running_out_is_oom_not_error(tmp_path, capsys, monkeypatch):
+    def step(self, batch, phase):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] . DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)")
+
+    monkeypatch.setattr(Backprop, "step", step)
+    status, stdout, stderr, out = measured_run(tmp_path, capsys, "--arch", "decoder", "--seq-len", "8", "--rule", "bp")
+    assert status == 0 and "status oom" in stdout
+    assert set(pd.read_parquet(out / "measured.parquet")["status"]) == {"oom"}
 
 
 def test_an_interrupted_run_leaves_no_file(tmp_path, capsys, monkeypatch):

@@ -176,3 +176,33 @@ def test_a_sweep_of_thousands_of_configurations_is_accepted_with_short_names(tmp
 
     jobs = train_jobs(load(config))
     assert len(jobs) == 3 * 8 * 4 * 2 * 5 * 5 * 2 and max(len(job.run_dir) for job in jobs) < 60
+
+
+def test_step_logs_from_interleaved_threads_leave_stdout_open(tmp_path):
+    """Snakemake runs local `run:` jobs in threads: two overlapping steps must not swap or close sys.stdout."""
+    import threading
+
+    from trainingcost.pipeline import logged
+
+    stdout = sys.stdout
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with logged(tmp_path / "a.log"):
+            a_in.set()
+            b_in.wait(5)
+        a_out.set()
+
+    def second():
+        a_in.wait(5)
+        with logged(tmp_path / "b.log"):
+            b_in.set()
+            a_out.wait(5)  # the first step leaves while this one is still open
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sys.stdout is stdout and not sys.stdout.closed
+    assert all((tmp_path / name).read_text().startswith("done in ") for name in ("a.log", "b.log"))

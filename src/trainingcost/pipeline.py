@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 import traceback
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,10 +70,15 @@ def write_schema(path: str | Path) -> str:
 
 @contextmanager
 def logged(path: str | Path):
-    """A workflow step's log: what it prints, how long it took, and its traceback if it fails."""
+    """A workflow step's log: how long it took, and its traceback if it fails.
+
+    It writes to its own file and never redirects sys.stdout: Snakemake runs local `run:` jobs in
+    threads, and interleaved redirections restore one another's closed files (the SLURM sweep's
+    onsuccess print then failed with "I/O operation on closed file").
+    """
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    with open(path, "w") as log, redirect_stdout(log), redirect_stderr(log):
+    with open(path, "w") as log:
         try:
             yield log
         except BaseException:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from .errors import ConfigError
 from .model import ModelConfig
@@ -112,5 +113,23 @@ class TrainSpec:
                 f"steps: measuring needs at least warmup + 2 = {self.warmup + 2} steps "
                 f"(warm-up, one FLOP-counted step, timed steps); got {self.steps}"
             )
-        if self.corpus is not None and self.task != "lm":
-            raise ConfigError(f"corpus: applies to task lm only (task is {self.task})")
+        if self.corpus is not None:
+            if self.task != "lm":
+                raise ConfigError(f"corpus: applies to task lm only (task is {self.task})")
+            check_corpus(self.corpus)
+
+
+def check_corpus(path: str) -> None:
+    """A corpus must be a readable, non-empty file."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"corpus: {path} is a directory; give a text file")
+    if not p.exists():
+        raise ConfigError(f"corpus: no such file: {path}")
+    try:
+        with p.open("rb") as handle:
+            empty = not handle.read(1)
+    except OSError as exc:
+        raise ConfigError(f"corpus: cannot read {path}: {exc.strerror or exc}") from None
+    if empty:
+        raise ConfigError(f"corpus: {path} is empty; give a text file with at least a few windows of seq_len bytes")

@@ -103,6 +103,9 @@ def run_columns(spec: TrainSpec, status: str, message: str | None, device: torch
 
 
 def steps_frame(records: list[dict], recorder, columns: dict) -> pd.DataFrame:
+    """One row per step run; a run that ended before its first step gets one row, step 0, that records how."""
+    if not records:
+        records = [{"step": 0, "loss": math.nan, "val_loss": math.nan, "val_accuracy": math.nan}]
     frame = pd.DataFrame.from_records(records, columns=STEP_COLUMNS)
     if recorder is not None and recorder.rows:
         timing = pd.DataFrame(recorder.rows)

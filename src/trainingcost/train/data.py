@@ -28,7 +28,7 @@ import torch
 
 from ..config.errors import ConfigError
 from ..config.model import ModelConfig
-from ..config.training import CLASSIFY_CLASSES, TASKS, check_task
+from ..config.training import CLASSIFY_CLASSES, TASKS, check_corpus, check_task
 from .objective import IGNORE, Batch
 
 MASK_ID = 0  # encoder masked-token modelling; corpus NUL bytes are mapped to spaces
@@ -60,10 +60,8 @@ def stdlib_corpus(limit: int = STDLIB_BYTES) -> bytes:
 def read_corpus(path: str | None) -> tuple[bytes, str]:
     if path is None:
         return stdlib_corpus(), f"python {sysconfig.get_python_version()} standard library"
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"corpus: no such file: {path}")
-    return p.read_bytes(), str(p)
+    check_corpus(path)
+    return Path(path).read_bytes(), str(path)
 
 
 @dataclass
@@ -94,6 +92,12 @@ class LanguageModelling(Task):
                     f"corpus: the {split} split has {len(part)} bytes, fewer than one window of {self.window + 1}; "
                     "give a longer text or a shorter seq_len"
                 )
+        windows = len(self.splits["train"]) - self.window
+        if windows < cfg.batch:
+            raise ConfigError(
+                f"batch: {cfg.batch} sequences per step need {cfg.batch} distinct windows of {self.window + 1} bytes, "
+                f"but the corpus's train split has {windows}; give a longer corpus or a smaller batch"
+            )
 
     def batch(self, generator: torch.Generator, split: str = "train") -> Batch:
         data = self.splits[split]

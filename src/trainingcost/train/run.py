@@ -90,6 +90,26 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:500]
 
 
+# How the CPU allocator says it is out of memory (torch raises a plain RuntimeError there).
+CPU_OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and any(text in str(exc) for text in CPU_OOM_MESSAGES)
+
+
+def _divergence(step: int, loss: float, model: Transformer | None, spec: TrainSpec) -> str:
+    """Where a run went non-finite: the loss at ``step``, and the first parameter that is no longer finite."""
+    text = f"the training loss is {loss} at step {step} (lr {spec.options.lr}, optimizer {spec.options.optimizer})"
+    if model is not None:
+        bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+        if bad:
+            text += f"; {len(bad)} parameter tensors are non-finite, first {bad[0]}"
+        else:
+            text += "; the parameters are still finite (the forward pass overflowed)"
+    return text
+
+
 def run_steps(spec: TrainSpec, observe: Callable[[Rule, torch.device], Observer] | None = None,
               phase=no_phases) -> Trained:
     """Train ``spec``; ``observe(rule, device)`` builds the observer that runs each step, if given."""
@@ -109,17 +129,18 @@ def run_steps(spec: TrainSpec, observe: Callable[[Rule, torch.device], Observer]
             record = {"step": step, "loss": loss, "val_loss": math.nan, "val_accuracy": math.nan}
             done.records.append(record)
             if not math.isfinite(loss):
-                done.status = STATUS_DIVERGED
+                done.status, done.message = STATUS_DIVERGED, _divergence(step, loss, done.model, spec)
                 break
             if step == spec.steps or (spec.eval_every and step % spec.eval_every == 0):
                 done.val_loss, done.val_accuracy = evaluate(done.model, validation)
                 record.update(val_loss=done.val_loss, val_accuracy=done.val_accuracy)
-    except torch.OutOfMemoryError as exc:
+    except (torch.OutOfMemoryError, MemoryError) as exc:
         done.status, done.message = STATUS_OOM, _one_line(exc)
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - recorded as the run's status, so the sweep goes on
-        done.status, done.message = STATUS_ERROR, _one_line(exc)
+        done.status = STATUS_OOM if _out_of_memory(exc) else STATUS_ERROR
+        done.message = _one_line(exc)
     if done.status in (STATUS_OOM, STATUS_ERROR) and device.type == "cuda":
         torch.cuda.empty_cache()
     done.losses = [r["loss"] for r in done.records]
