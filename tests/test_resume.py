@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 from trainingcost.io import read_metadata
@@ -44,14 +45,24 @@ def comparable(workdir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return measured[KEYS + ["flops", "status", "first_loss", "final_loss"]], steps[["rule", "step", "loss"]]
 
 
-def test_a_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
+@pytest.fixture(scope="module")
+def clean_sweep(tmp_path_factory) -> Path:
+    """The same sweep, never interrupted (run once for both signals)."""
+    clean = prepare(tmp_path_factory.mktemp("clean"))
+    assert subprocess.run(command(clean), capture_output=True, text=True).returncode == 0
+    return clean
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path, sig, clean_sweep):
+    """SIGTERM (a scheduler, `kill`) or SIGINT (Ctrl-C, sent to the whole process group as a terminal does)."""
     work = prepare(tmp_path / "killed")
     sweep = subprocess.Popen(command(work), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
     while len(finished_runs(work)) < 4 and time.time() < deadline and sweep.poll() is None:  # two runs of seven done
         time.sleep(0.2)
     assert sweep.poll() is None, "the sweep ended before it could be interrupted"
-    os.killpg(sweep.pid, signal.SIGTERM)
+    os.killpg(sweep.pid, sig)
     try:
         sweep.wait(timeout=20)
     except subprocess.TimeoutExpired:
@@ -76,9 +87,7 @@ def test_a_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
         if path.parent in done:
             assert path.read_bytes() == data, f"{path} was rewritten"
 
-    clean = prepare(tmp_path / "clean")
-    assert subprocess.run(command(clean), capture_output=True, text=True).returncode == 0
-    for resumed_table, clean_table in zip(comparable(work), comparable(clean)):
+    for resumed_table, clean_table in zip(comparable(work), comparable(clean_sweep)):
         pd.testing.assert_frame_equal(resumed_table, clean_table)
 
 

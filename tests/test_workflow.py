@@ -85,7 +85,7 @@ def test_tiny_sweep_end_to_end(tmp_path):
     # A second run from scratch gives byte-identical analytic tables (no timestamps in them).
     first = {p: (tmp_path / p).read_bytes() for p in ("results/configs.parquet", "results/tables/analytic.parquet", "results/tables/memory.parquet")}
     shutil.rmtree(tmp_path / "results")
-    assert snakemake(tmp_path, TINY).returncode == 0
+    assert snakemake(tmp_path, TINY, "results/tables/analytic.parquet").returncode == 0  # the analytic part only
     assert all((tmp_path / p).read_bytes() == data for p, data in first.items())
 
 
@@ -122,6 +122,15 @@ BAD = [
     ({"sweep": {"presets": ["bert-base"]}, "train": {"steps": 3}}, "train.steps: measuring needs at least warmup + 2 = 4 steps"),
     ({"sweep": {"presets": ["bert-base"]}, "train": {"dtype": "fp16"}}, "train.dtype: 'fp16' is not allowed"),
     ({"sweep": {"models": [{"arch": "encoder", "layers": "1", "d_model": 8, "heads": 1, "d_ff": 8, "vocab": 9, "seq_len": 4}]}}, "sweep.models[0].layers: '1' is not of type 'integer'"),
+    # Issue 18: sizes whose costs leave int64, non-finite numbers, duplicate names, grids too large to enumerate.
+    ({"sweep": {"models": [{**TINY["sweep"]["models"][0], "d_model": 10**12}]}},
+     "sweep: configuration 'bytes': d_model: 1000000000000 makes a step's cost"),
+    ({"sweep": {"presets": ["bert-base"]}, "train": {"lr": float("nan")}}, "train.lr: nan is not a finite number"),
+    ({"sweep": {"presets": ["bert-base"]}, "train": {"lr": float("inf")}}, "train.lr: inf is not a finite number"),
+    ({"sweep": {"models": [TINY["sweep"]["models"][0], {**TINY["sweep"]["models"][0], "layers": 2}]}, "train": {"select": ["bytes"]}},
+     "sweep.models[1].name: 'bytes' is already the name of sweep.models[0].name"),
+    ({"sweep": {"grids": [{**TINY["sweep"]["grids"][0], "d_model": list(range(8, 8 + 8 * 200, 8)), "seq_len": list(range(1, 400))}]}},
+     "sweep: 478,800 configurations (sweep.grids[0] 478,800); the limit is 100,000 per sweep"),
 ]
 
 

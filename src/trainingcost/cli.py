@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
+import signal
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 import pandas as pd
 
 from . import __version__
-from .analytic import PHASES, cost_model_names, layer_table, rule_names
+from .io import created_count, undo_since
+from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
 from .config import (
+    DEFAULT_LR,
     DEVICES,
     OPTIMIZERS,
     PRESETS,
@@ -96,12 +102,13 @@ FLAG_NAMES = {"cost_models": "--cost-model", "rules": "--rule"}
 
 
 def flag_message(message: str) -> str:
-    """A domain error (``heads: 5 does not divide ...``) in the command line's terms (``--heads: ...``)."""
-    match = re.match(r"([a-z][a-z_]*)(?=[:\s])", message)
+    """A domain error (``heads: 5 does not divide ...``, ``layers, d_model: ...``) in the command line's
+    terms (``--heads: ...``, ``--layers, --d-model: ...``)."""
+    match = re.match(r"([a-z][a-z_]*(?:, [a-z][a-z_]*)*)(?=:)", message)
     if not match:
         return message
-    field = match.group(1)
-    return FLAG_NAMES.get(field, "--" + field.replace("_", "-")) + message[match.end():]
+    flags = [FLAG_NAMES.get(field, "--" + field.replace("_", "-")) for field in match.group(1).split(", ")]
+    return ", ".join(flags) + message[match.end():]
 
 
 # ---------------------------------------------------------------------------
@@ -216,24 +223,50 @@ def render_memory(memory: pd.DataFrame) -> str:
 # Commands
 
 
+# The most rows --per-layer, csv and json may print: a per-layer table of a million rows is about 300 MB
+# in memory and unreadable on a terminal; the phase totals (the default view) have no such limit.
+MAX_TABLE_ROWS = 1_000_000
+
+
+def phase_table(configs: pd.DataFrame, rules: list[str], models: list[str], mirror_steps: int) -> pd.DataFrame:
+    """The per-phase totals of one configuration, without building its per-layer table."""
+    totals = phase_totals(configs, rules, models, mirror_steps)
+    rows = [{"rule": rule, "cost_model": model, "phase": phase, "maccs": int(totals[(model, rule, phase)][0][0]),
+             "flops": int(totals[(model, rule, phase)][1][0])}
+            for rule in rules for model in models for phase in PHASES if (model, rule, phase) in totals]
+    return pd.DataFrame(rows)
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
     cfg = model_entry(args)
     configs = configs_frame([(args.preset or "", cfg)])
     rules = list(rule_names()) if args.rule == "all" else [args.rule]
     models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
     memory = memory_table(configs, rules, [args.dtype], [args.optimizer])
-    table = memory if args.memory else layer_table(configs, rules, models, args.mirror_steps)
-    if args.format == "json":
-        print(json.dumps(table.to_dict(orient="records"), indent=1))
-    elif args.format == "csv":
-        table.to_csv(sys.stdout, index=False)
+    per_layer = args.per_layer or (args.format != "table" and not args.memory)
+    if per_layer:
+        rows = layer_rows(configs, rules, models)
+        if rows > MAX_TABLE_ROWS:
+            flag = "--per-layer" if args.per_layer else f"--format {args.format}"
+            raise ConfigError(f"{flag}: the per-layer table would have {rows:,} rows, more than {MAX_TABLE_ROWS:,}; "
+                              "name one --rule and one --cost-model, or fewer layers (the default table view prints the "
+                              "totals per phase at any size)")
+        table = layer_table(configs, rules, models, args.mirror_steps)
     else:
-        print(describe_config(cfg))
-        print()
-        if not args.memory:
-            print(render_costs(table, args.metric) if args.per_layer else render_phases(table, args.metric))
-            print(render_summary(table, args.metric))
-        print(render_memory(memory))
+        table = phase_table(configs, rules, models, args.mirror_steps)
+    if args.format != "table":
+        out = memory if args.memory else table
+        if args.format == "json":
+            print(json.dumps(out.to_dict(orient="records"), indent=1))
+        else:
+            out.to_csv(sys.stdout, index=False)
+        return 0
+    print(describe_config(cfg))
+    print()
+    if not args.memory:
+        print(render_costs(table, args.metric) if args.per_layer else render_phases(table, args.metric))
+        print(render_summary(table, args.metric))
+    print(render_memory(memory))
     return 0
 
 
@@ -242,6 +275,16 @@ def cmd_configs(args: argparse.Namespace) -> int:
 
     frame = write_configs(load_file(args.config), args.out)
     print(f"{len(frame)} configurations -> {args.out}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .config import enumerate_sweep
+    from .pipeline import load_file, train_jobs
+
+    filled = load_file(args.config)
+    print(f"{args.config}: valid; {len(enumerate_sweep(filled['sweep']))} configurations, "
+          f"{len(train_jobs(filled))} training jobs")
     return 0
 
 
@@ -274,9 +317,12 @@ TRAIN_MODEL_DEFAULTS = dict(arch="decoder", layers=2, d_model=64, heads=4, ff_mu
 
 def _float(text: str) -> float:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -286,8 +332,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = cfg.replace(classes=defaults.get("classes", 0))  # the task decides the head
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"threads: must be at least 1 (got {args.threads})")
+    optimizer = args.optimizer or defaults["optimizer"]
     options = RuleOptions(
-        optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay, mirror_steps=args.mirror_steps
+        optimizer=optimizer, lr=DEFAULT_LR[optimizer] if args.lr is None else args.lr,
+        weight_decay=args.weight_decay, mirror_steps=args.mirror_steps
     )
     spec = TrainSpec(
         cfg=cfg,
@@ -395,8 +443,9 @@ def build_parser() -> Parser:
     trn.add_argument("--rule", default="bp", choices=rule_names())
     trn.add_argument("--steps", type=_int, default=200)
     trn.add_argument("--seed", type=_int, default=0)
-    trn.add_argument("--lr", type=_float, default=0.05)
-    trn.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS, help="sgd, momentum (SGD, 0.9) or adam (AdamW)")
+    trn.add_argument("--lr", type=_float, help="default: 0.05 for sgd and momentum, 0.003 for adam")
+    trn.add_argument("--optimizer", choices=OPTIMIZERS,
+                     help="sgd, momentum (SGD, 0.9) or adam (AdamW); default: adam for copy and reverse, else sgd")
     trn.add_argument("--weight-decay", type=_float, help="default: 0, or 1e-3 for kp")
     trn.add_argument("--mirror-steps", type=_int, default=1, help="weight-mirror steps per training step (wm)")
     trn.add_argument("--device", default="auto", choices=DEVICES)
@@ -432,6 +481,10 @@ def build_parser() -> Parser:
     cfg.add_argument("--out", required=True)
     cfg.set_defaults(func=cmd_configs)
 
+    chk = sub.add_parser("check", help="validate a workflow config file as the workflow does, and run nothing")
+    chk.add_argument("--config", required=True, help="a config YAML file")
+    chk.set_defaults(func=cmd_check)
+
     ana = sub.add_parser("analytic", help="analytic cost and memory tables of a sweep")
     ana.add_argument("--config", required=True)
     ana.add_argument("--configs", required=True, help="the configs parquet")
@@ -441,21 +494,68 @@ def build_parser() -> Parser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the process is, so that it unwinds like Ctrl-C."""
+
+
+def _terminate(signum, frame):
+    raise Terminated
+
+
+# Outputs each command writes: (argument, whether it names a directory).
+OUTPUTS = (("out", False), ("out_dir", True), ("memory_out", False))
+
+
+def check_output(path: str, field: str, directory: bool) -> None:
+    """Refuse an output path that cannot be written, before any work: a directory where a file goes (or the
+    reverse), a file in the way of its parent, or a place this process may not create files in."""
+    target = Path(path)
+    if directory and target.exists() and not target.is_dir():
+        raise ConfigError(f"{field}: {path} is a file, not a directory")
+    if not directory and target.is_dir():
+        raise ConfigError(f"{field}: {path} is a directory; give a file name")
+    parent = target if directory and target.is_dir() else target.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{field}: {parent} is a file, so {path} cannot be created")
+    try:  # the one reliable test (root passes os.access, /proc refuses files): create and remove a file
+        fd, probe = tempfile.mkstemp(prefix=".trainingcost-probe.", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"{field}: cannot create files in {parent} ({exc.strerror})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Exit status: 0 done, 2 a user mistake (one line), 130 interrupted (Ctrl-C),
+    143 terminated (SIGTERM); an interrupted command removes the files it had written."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "mirror_steps", 1) < 0:
         parser.error("argument --mirror-steps: must be 0 or more")
+    mark = created_count()
+    previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
     try:
+        for name, directory in OUTPUTS:
+            if getattr(args, name, None):
+                check_output(getattr(args, name), name, directory)
         return args.func(args)
-    except ConfigError as exc:
-        sys.stderr.write(f"trainingcost {args.command}: error: {flag_message(str(exc))}\n")
+    except ConfigError as exc:  # (a SizeOverflowError too)
+        # Commands that read a config file name its fields; the others name their flags.
+        text = str(exc) if args.command in ("configs", "analytic", "check") else flag_message(str(exc))
+        sys.stderr.write(f"trainingcost {args.command}: error: {text}\n")
         return 2
-    except OverflowError as exc:
-        sys.stderr.write(f"trainingcost {args.command}: error: {exc}\n")
-        return 2
+    except (KeyboardInterrupt, Terminated) as exc:
+        undo_since(mark)
+        how = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
+        sys.stderr.write(f"trainingcost {args.command}: {how}; nothing written\n")
+        return 130 if isinstance(exc, KeyboardInterrupt) else 143
     except BrokenPipeError:  # e.g. piped into head
         return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

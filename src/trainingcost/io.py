@@ -15,6 +15,38 @@ def _umask() -> int:
     return mask
 
 
+# Every file and directory this process created through atomic_write, in order: an interrupted
+# command removes what it wrote (see :func:`undo_since`), so an interruption leaves nothing behind.
+_created: list[Path] = []
+
+
+def created_count() -> int:
+    return len(_created)
+
+
+def undo_since(mark: int) -> int:
+    """Remove the files and (then empty) directories created since ``created_count()`` returned ``mark``."""
+    undone = 0
+    while len(_created) > mark:
+        path = _created.pop()
+        try:
+            path.rmdir() if path.is_dir() else path.unlink()
+            undone += 1
+        except OSError:
+            pass  # a directory that someone else filled meanwhile stays
+    return undone
+
+
+def _make_parents(directory: Path) -> None:
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for d in reversed(missing):
+        d.mkdir(exist_ok=True)
+        _created.append(d)
+
+
 def atomic_write(path: str | Path, write) -> Path:
     """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place.
 
@@ -22,13 +54,14 @@ def atomic_write(path: str | Path, write) -> Path:
     interruption leaves no temporary file behind.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_parents(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+        _created.append(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

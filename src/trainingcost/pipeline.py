@@ -19,7 +19,9 @@ from pathlib import Path
 import pandas as pd
 
 from .analytic import layer_table, vocabulary
+from .analytic.engine import check_overflow
 from .analytic.memory import memory_table
+from .config.errors import SizeOverflowError
 from .config import (
     ConfigError,
     ModelConfig,
@@ -51,6 +53,11 @@ def load(config: dict) -> dict:
     filled = validate_config(config, vocabulary())
     train_jobs(filled)
     check_figures(filled)
+    analytic = filled["analytic"]
+    try:  # the analytic job would otherwise die on it, after the configs table is written
+        check_overflow(sweep_frame(filled), analytic["cost_models"], analytic["wm_mirror_steps"])
+    except SizeOverflowError as exc:
+        raise ConfigError(f"sweep: configuration {exc.config_name!r}: {exc}") from None
     return filled
 
 

@@ -7,10 +7,10 @@
 """
 
 from .catalogue import rule, rule_names, rules, vocabulary
-from .engine import PHASES, evaluate, layer_table, phase_totals, recipe
+from .engine import PHASES, evaluate, layer_rows, layer_table, phase_totals, recipe
 from .registry import cost_model, cost_model_names
 
 __all__ = [
-    "PHASES", "cost_model", "cost_model_names", "evaluate", "layer_table", "phase_totals", "recipe", "rule",
+    "PHASES", "cost_model", "cost_model_names", "evaluate", "layer_rows", "layer_table", "phase_totals", "recipe", "rule",
     "rule_names", "rules", "vocabulary",
 ]

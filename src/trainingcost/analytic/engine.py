@@ -42,6 +42,7 @@ from . import templates as T
 from .catalogue import rule, rule_names
 from .registry import CostModel, cost_model, cost_model_names
 from .templates import Shapes, Templates
+from ..config.errors import SizeOverflowError
 
 PHASES = ("forward", "backward", "error_projection", "weight_update", "feedback_update", "mirror")
 INT64_LIMIT = float(2**63 - 1)
@@ -124,16 +125,87 @@ def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
     maccs, flops, elementwise, declared = _evaluate_formulas(model, templates, np.int64)
     # The same polynomials in floating point reveal any int64 overflow.
     _, shadow, shadow_elementwise, _ = _evaluate_formulas(model, templates, np.float64)
-    values = [*shadow.values(), *shadow_elementwise.values()]
-    worst = max(float(np.max(np.abs(v))) for v in values) if values else 0.0
-    if worst * max(3, 2 * mirror_steps) >= INT64_LIMIT:
-        raise OverflowError(
-            f"cost model {cost_model_name}: a cost reaches {worst:.3g} FLOPs, beyond exact 64-bit integers; "
-            "reduce batch or sizes"
-        )
+    _refuse_overflow(model, configs, templates, [*shadow.values(), *shadow_elementwise.values()], mirror_steps)
     q = {"maccs": maccs, "flops": flops, **({"elementwise": elementwise} if elementwise else {})}
     _derive_backward(q, declared, templates.block_entry, len(templates))
     return Quantities(cost_model_name, templates, maccs, flops, declared, q.get("elementwise"))
+
+
+def _headroom(mirror_steps: int) -> int:
+    """How many times a phase may add its largest quantity (the backward is twice the forward; WM mirrors)."""
+    return max(3, 2 * mirror_steps)
+
+
+def _total_per_config(templates: Templates, values: list[np.ndarray], n: int) -> np.ndarray:
+    """Per configuration, the sum over its layer instances of every quantity: a bound on any phase's total / headroom."""
+    weight = templates.count.astype(np.float64)
+    return sum(np.bincount(templates.cfg, weights=np.abs(v) * weight, minlength=n) for v in values)
+
+
+def _refuse_overflow(model: CostModel, configs: pd.DataFrame, templates: Templates, values: list[np.ndarray],
+                     mirror_steps: int) -> None:
+    if not values:
+        return
+    worst = _total_per_config(templates, values, len(configs))
+    if worst.max() * _headroom(mirror_steps) < INT64_LIMIT:
+        return
+    i = int(np.argmax(worst))
+    error = SizeOverflowError(overflow_message(model, configs.iloc[[i]].reset_index(drop=True), float(worst[i]) * _headroom(mirror_steps)))
+    error.config_name = str(configs["name"].iloc[i]) if "name" in configs else ""
+    raise error
+
+
+def overflow_message(model: CostModel, row: pd.DataFrame, reach: float) -> str:
+    """Which size fields of the one-row frame ``row`` make its costs overflow, and how.
+
+    Each size is halved in turn: the factor by which the step's cost falls gives the size's degree
+    in it (d_model enters squared, batch linearly), and degree x log2(size) its share of the total.
+    The fields named are those with at least half the largest share.
+    """
+    from ..config.model import CANONICAL_FIELDS
+
+    encdec = row.at[0, "arch"] == "encoder-decoder"
+    tied = {} if encdec else {"seq_len": ("seq_len", "tgt_len"), "layers": ("enc_layers", "dec_layers")}
+    groups = {name: cols for name, cols in tied.items()}
+    for field in CANONICAL_FIELDS:
+        if field != "arch" and not any(field in cols for cols in tied.values()):
+            groups[field] = (field,)
+    names, variants = [], []
+    for name, cols in groups.items():
+        value = max(int(row.at[0, c]) for c in cols)
+        if value >= 2:
+            variant = row.copy()
+            for c in cols:
+                variant.loc[0, c] = max(1, int(row.at[0, c]) // 2)
+            names.append((name, value))
+            variants.append(variant)
+    if not variants:
+        return f"the {model.name} cost model's costs reach {reach:.3g} FLOPs, beyond exact 64-bit integers"
+    frame = pd.concat([row, *variants], ignore_index=True)
+    templates = T.build(frame, model.granularity)
+    _, shadow, shadow_elementwise, _ = _evaluate_formulas(model, templates, np.float64)
+    worst = _total_per_config(templates, [*shadow.values(), *shadow_elementwise.values()], len(frame))
+    shares = {}
+    for (name, value), halved in zip(names, worst[1:]):
+        degree = np.log2(worst[0] / halved) if halved > 0 else 1.0
+        shares[name] = (degree * np.log2(value), value)
+    top = max(share for share, _ in shares.values())
+    culprits = [name for name, (share, _) in sorted(shares.items(), key=lambda kv: -kv[1][0]) if share >= top / 2]
+    sizes = " and ".join(str(shares[name][1]) for name in culprits)
+    return (f"{', '.join(culprits)}: {sizes} make{'s' if len(culprits) == 1 else ''} a step's cost under the {model.name} cost model reach {reach:.3g} "
+            f"FLOPs, beyond exact 64-bit integers ({INT64_LIMIT:.3g}); reduce {' or '.join(culprits)}")
+
+
+def check_overflow(configs: pd.DataFrame, cost_models=None, mirror_steps: int = 1) -> None:
+    """Refuse configurations whose costs leave exact 64-bit integers, before any table is built."""
+    built: dict[str, Templates] = {}
+    for name in cost_models or cost_model_names():
+        model = cost_model(name)
+        if model.granularity not in built:
+            built[model.granularity] = T.build(configs, model.granularity)
+        templates = built[model.granularity]
+        _, shadow, shadow_elementwise, _ = _evaluate_formulas(model, templates, np.float64)
+        _refuse_overflow(model, configs, templates, [*shadow.values(), *shadow_elementwise.values()], mirror_steps)
 
 
 def _evaluate_all(configs: pd.DataFrame, cost_models, mirror_steps: int):
@@ -249,6 +321,16 @@ def layer_table(configs: pd.DataFrame, rules=None, cost_models=None, mirror_step
     table["maccs"] = table["maccs"].astype("int64")
     table["flops"] = table["flops"].astype("int64")
     return table
+
+
+def layer_rows(configs: pd.DataFrame, rules=None, cost_models=None) -> int:
+    """At most how many rows :func:`layer_table` returns, counted from the templates alone."""
+    rules, cost_models = rules or rule_names(), cost_models or cost_model_names()
+    rows = 0
+    for granularity in {cost_model(name).granularity for name in cost_models}:
+        per_model = sum(1 for name in cost_models if cost_model(name).granularity == granularity)
+        rows += int(T.build(configs, granularity).count.sum()) * per_model
+    return rows * len(rules) * len(PHASES)
 
 
 def phase_totals(configs: pd.DataFrame, rules=None, cost_models=None, mirror_steps: int = 1) -> dict:

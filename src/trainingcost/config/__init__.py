@@ -4,7 +4,7 @@ from .errors import ConfigError
 from .model import ARCHES, CANONICAL_FIELDS, ModelConfig, canonical_model, config_id, preset_entry
 from .presets import PRESETS
 from .schema import schema, schema_enum
-from .training import DEVICES, OPTIMIZERS, TASKS, TRAIN_DTYPES, RuleOptions, TrainSpec, check_task, task_defaults
+from .training import DEFAULT_LR, DEVICES, OPTIMIZERS, TASKS, TRAIN_DTYPES, RuleOptions, TrainSpec, check_task, task_defaults
 from .sweep import (
     configs_frame,
     entry_config,
@@ -21,5 +21,5 @@ __all__ = [
     "ARCHES", "CANONICAL_FIELDS", "PRESETS", "ConfigError", "ModelConfig", "canonical_model", "config_id",
     "configs_frame", "entry_config", "entry_names", "enumerate_sweep", "frame_configs", "preset_entry", "read_config",
     "schema", "schema_enum", "select_sweep", "sweep_frame", "validate_config",
-    "DEVICES", "OPTIMIZERS", "TASKS", "TRAIN_DTYPES", "RuleOptions", "TrainSpec", "check_task", "task_defaults",
+    "DEFAULT_LR", "DEVICES", "OPTIMIZERS", "TASKS", "TRAIN_DTYPES", "RuleOptions", "TrainSpec", "check_task", "task_defaults",
 ]

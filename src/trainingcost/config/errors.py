@@ -7,3 +7,7 @@ class ConfigError(ValueError):
     Domain code names configuration fields (``heads``, ``train.lr``); the command line
     maps a leading field name to its flag (``--heads``).
     """
+
+
+class SizeOverflowError(ConfigError, OverflowError):
+    """A configuration whose costs leave exact 64-bit integers; the message names the fields that make them."""

@@ -29,7 +29,9 @@ PRESETS: dict[str, dict] = {
     "bert-base": dict(arch="encoder", layers=12, d_model=768, heads=12, d_ff=3072, vocab=30522, seq_len=512),
     # Sanh et al. 2019: BERT-base with half the layers.
     "distilbert": dict(arch="encoder", layers=6, d_model=768, heads=12, d_ff=3072, vocab=30522, seq_len=512),
-    # Radford et al. 2019, the 124M model.
+    # Radford et al. 2019, the shape of the 124M model. That count ties the head to the token embedding
+    # and has learned positions; here the head has its own 50257 x 768 weights (+38.6M) and positions are
+    # sinusoidal, so trainingcost counts 162.3M parameters until the head can be tied (issue 14).
     "gpt2-small": dict(arch="decoder", layers=12, d_model=768, heads=12, d_ff=3072, vocab=50257, seq_len=1024),
     # Raffel et al. 2020.
     "t5-small": dict(

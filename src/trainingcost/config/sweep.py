@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from pathlib import Path
 from typing import Iterable
 
@@ -21,6 +22,10 @@ from .schema import Vocabulary, fill_defaults, schema, validate
 
 CONFIG_COLUMNS = ("config_id", "name", *CANONICAL_FIELDS)
 
+# The most configurations one sweep may enumerate: the analytic tables of 100,000 configurations take
+# about a second and a few hundred MB (benchmarks/bench_analytic.py); beyond it, split the sweep.
+MAX_CONFIGURATIONS = 100_000
+
 
 def validate_config(config: dict, vocabulary: Vocabulary | None = None) -> dict:
     """Validate a whole workflow config; return a copy with defaults filled in.
@@ -29,7 +34,9 @@ def validate_config(config: dict, vocabulary: Vocabulary | None = None) -> dict:
     """
     if not isinstance(config, dict):
         raise ConfigError("config: expected a mapping with a 'sweep' section")
+    check_finite(config, "")
     validate(config, "", vocabulary=vocabulary)
+    check_unique_names(config["sweep"])
     filled = fill_defaults(copy.deepcopy(config), schema(vocabulary))
     enumerate_sweep(filled["sweep"])  # relational checks on every configuration
     return filled
@@ -38,14 +45,55 @@ def validate_config(config: dict, vocabulary: Vocabulary | None = None) -> dict:
 def read_config(path: str | Path) -> dict:
     """A YAML config file, parsed (not yet validated)."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file: {path} is a directory, not a YAML file")
     if not path.is_file():
         raise ConfigError(f"config file: no such file: {path}")
     try:
-        return yaml.safe_load(path.read_text()) or {}
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot be read ({exc.strerror})") from None
+    try:
+        return yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"config file {path}: invalid YAML{where}") from None
+
+
+def check_finite(value, where: str) -> None:
+    """Refuse NaN and infinities anywhere in a config (YAML reads ``.nan`` and ``.inf`` as numbers)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where or 'config'}: {value} is not a finite number")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            check_finite(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_finite(item, f"{where}[{i}]")
+
+
+def check_unique_names(sweep: dict) -> None:
+    """Each sweep entry's name names one entry: train.select and the figures pick entries by name."""
+    owners: dict[str, str] = {}
+    for i, preset in enumerate(sweep.get("presets", [])):
+        owners.setdefault(preset, f"sweep.presets[{i}]")
+    for key in ("grids", "models"):
+        for i, entry in enumerate(sweep.get(key, [])):
+            name, where = entry.get("name"), f"sweep.{key}[{i}].name"
+            if not name:
+                continue
+            if name in owners:
+                raise ConfigError(f"{where}: {name!r} is already the name of {owners[name]}; give each entry its own name")
+            owners[name] = where
+
+
+def count_configurations(sweep: dict) -> int:
+    """How many configurations a sweep enumerates at most (before duplicates are merged), without enumerating."""
+    grids = sum(math.prod(len(v) for k, v in grid.items() if k != "name") for grid in sweep.get("grids", []))
+    return len(sweep.get("presets", [])) + grids + len(sweep.get("models", []))
 
 
 def _grid_entries(grid: dict) -> Iterable[dict]:
@@ -57,6 +105,12 @@ def _grid_entries(grid: dict) -> Iterable[dict]:
 
 def enumerate_sweep(sweep: dict) -> list[tuple[str, ModelConfig]]:
     """All (name, configuration) pairs of a sweep, in order, without duplicates."""
+    total = count_configurations(sweep)
+    if total > MAX_CONFIGURATIONS:
+        sizes = ", ".join(f"sweep.grids[{i}] {math.prod(len(v) for k, v in g.items() if k != 'name'):,}"
+                          for i, g in enumerate(sweep.get("grids", [])))
+        raise ConfigError(f"sweep: {total:,} configurations ({sizes}); the limit is {MAX_CONFIGURATIONS:,} per sweep: "
+                          "narrow the grids or split the sweep")
     seen: dict[str, tuple[str, ModelConfig]] = {}
 
     def add(name: str, cfg: ModelConfig) -> None:

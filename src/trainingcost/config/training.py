@@ -46,13 +46,22 @@ def check_task(task: str, cfg: ModelConfig) -> None:
 
 
 def task_defaults(task: str) -> dict:
-    """Model fields a task fixes or suggests when the user gives none."""
+    """Fields a task fixes or suggests when the user gives none: model sizes, and the optimizer.
+
+    Sequence-to-sequence copy and reverse barely move under SGD at 0.05 (2.86 -> 2.72 in 150 steps); under
+    AdamW at 3e-3, BP reaches 0.93 (copy) and 0.97 (reverse) validation accuracy in the default 200 steps
+    (tests/test_learning.py).
+    """
     return {
-        "lm": {"vocab": LM_MIN_VOCAB},
-        "classify": {"vocab": 16, "classes": CLASSIFY_CLASSES},
-        "copy": {"vocab": 32},
-        "reverse": {"vocab": 32},
+        "lm": {"vocab": LM_MIN_VOCAB, "optimizer": "sgd"},
+        "classify": {"vocab": 16, "classes": CLASSIFY_CLASSES, "optimizer": "sgd"},
+        "copy": {"vocab": 32, "optimizer": "adam"},
+        "reverse": {"vocab": 32, "optimizer": "adam"},
     }[task]
+
+
+# The learning rate when none is given, per optimizer: SGD's 0.05 is far too large for Adam's normalised steps.
+DEFAULT_LR = {"sgd": 0.05, "momentum": 0.05, "adam": 3e-3}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,171 @@
+"""Issue 18: bad input as a new user gives it. Each case runs the command as a user would and asserts the exit
+status, a single line on stderr that names the field, no traceback, and no file left behind."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from test_train import TINY, run_here
+
+ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "trainingcost", *args], capture_output=True, text=True, env=ENV, cwd=cwd)
+
+
+def one_line(stderr: str, command: str, field: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    assert lines[0].startswith(f"trainingcost {command}: error: {field}"), lines[0]
+    return lines[0]
+
+
+def files_under(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file())
+
+
+# -- rows 1, 2, 14: the corpus --------------------------------------------------------------------
+
+@pytest.mark.parametrize("make,expect", [
+    (lambda d: (d / "empty.txt").write_text("") and None or d / "empty.txt", "is empty"),
+    (lambda d: d, "is a directory"),
+    (lambda d: d / "missing.txt", "no such file"),
+])
+def test_a_bad_corpus_is_one_line_before_training(tmp_path, capsys, make, expect):
+    corpus = make(tmp_path)
+    out = tmp_path / "steps.parquet"
+    status, stdout, stderr = run_here(capsys, "train", "--task", "lm", "--corpus", str(corpus), "--steps", "5", "--out", str(out))
+    assert status == 2 and expect in one_line(stderr, "train", "--corpus")
+    assert not out.exists()
+
+
+def test_a_batch_larger_than_the_corpus_has_windows_is_named(tmp_path, capsys):
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("a small corpus of a few hundred bytes. " * 8)
+    status, stdout, stderr = run_here(capsys, "train", "--task", "lm", "--corpus", str(corpus), "--batch", "5000", "--steps", "5",
+                                      "--seq-len", "16", "--d-model", "16", "--heads", "2", "--layers", "1")
+    assert status == 2 and "5000 sequences per step need 5000 distinct windows" in one_line(stderr, "train", "--batch")
+
+
+# -- row 3: outputs that cannot be written are refused before the run ---------------------------------
+
+@pytest.mark.parametrize("flag,target,expect", [
+    ("--out", "/proc/run.parquet", "cannot create files in /proc"),
+    ("--out", "DIR", "is a directory; give a file name"),
+    ("--out-dir", "FILE", "is a file, not a directory"),
+    ("--out", "FILE/steps.parquet", "is a file, so"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_training(tmp_path, flag, target, expect):
+    (tmp_path / "DIR").mkdir()
+    (tmp_path / "FILE").write_text("x")
+    target = target if target.startswith("/") else str(tmp_path / target)
+    started = time.perf_counter()
+    result = cli("train", "--steps", "300", flag, target)
+    assert result.returncode == 2 and expect in one_line(result.stderr, "train", flag)
+    assert time.perf_counter() - started < 30  # refused before 300 steps ran
+    assert files_under(tmp_path) == [tmp_path / "FILE"]
+
+
+# -- rows 5 and 13: sizes -----------------------------------------------------------------------------
+
+def test_a_huge_model_is_estimated_as_phase_totals_and_its_per_layer_table_is_refused(capsys):
+    flags = ["--arch", "decoder", "--layers", "100000", "--d-model", "64", "--heads", "4", "--d-ff", "256", "--vocab", "256",
+             "--seq-len", "64", "--rule", "all"]
+    status, stdout, stderr = run_here(capsys, "estimate", *flags)
+    assert status == 0 and "FLOPs per training step by phase" in stdout
+    status, stdout, stderr = run_here(capsys, "estimate", *flags, "--per-layer")
+    assert status == 2 and "would have 42,000,546 rows, more than 1,000,000" in one_line(stderr, "estimate", "--per-layer")
+    status, stdout, stderr = run_here(capsys, "estimate", *flags, "--format", "csv")
+    assert status == 2 and stdout == "" and "rows" in one_line(stderr, "estimate", "--format csv")
+
+
+@pytest.mark.parametrize("flags,fields", [
+    (["--d-model", str(10**12)], "--d-model: 1000000000000 makes"),
+    (["--batch", str(10**14)], "--batch: 100000000000000 makes"),
+    (["--layers", str(10**9), "--d-model", "4096"], "--layers, --d-model: 1000000000 and 4096 make"),
+])
+def test_an_overflow_names_the_fields_that_cause_it(capsys, flags, fields):
+    base = {"--arch": "decoder", "--layers": "2", "--d-model": "64", "--heads": "4", "--d-ff": "256", "--vocab": "256", "--seq-len": "64"}
+    base.update(zip(flags[::2], flags[1::2]))
+    status, stdout, stderr = run_here(capsys, "estimate", *[x for pair in base.items() for x in pair])
+    line = one_line(stderr, "estimate", fields)
+    assert status == 2 and "beyond exact 64-bit integers" in line
+
+
+# -- row 7 on the command line: non-finite numbers ----------------------------------------------------
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_non_finite_learning_rate_is_refused(capsys, value):
+    with pytest.raises(SystemExit) as exit_:
+        from trainingcost.cli import main
+
+        main(["train", f"--lr={value}"])
+    assert exit_.value.code == 2
+    assert f"argument --lr: expected a finite number, got '{value}'" in capsys.readouterr().err
+
+
+# -- row 8: a config file that is missing, a directory, or not UTF-8 ------------------------------------
+
+def test_check_names_an_unreadable_config_file(tmp_path, capsys):
+    (tmp_path / "bad.yaml").write_bytes(b"sweep: {presets: [\xff\xfe]}\n")
+    for path, expect in [(tmp_path / "nope.yaml", "no such file"), (tmp_path, "is a directory"),
+                         (tmp_path / "bad.yaml", "not UTF-8 text")]:
+        status, stdout, stderr = run_here(capsys, "check", "--config", str(path))
+        assert status == 2 and expect in one_line(stderr, "check", "config file")
+
+
+def test_check_accepts_the_default_config(capsys):
+    status, stdout, stderr = run_here(capsys, "check", "--config", str(Path(__file__).parents[1] / "config/config.yaml"))
+    assert status == 0 and "valid;" in stdout and "configurations" in stdout
+
+
+# -- row 12: divergence says where --------------------------------------------------------------------
+
+def test_a_diverged_run_says_at_which_step_and_what(tmp_path, capsys):
+    out = tmp_path / "steps.parquet"
+    status, stdout, stderr = run_here(capsys, "train", *TINY, "--steps", "30", "--lr", "1e9", "--out", str(out))
+    assert status == 0 and "status diverged" in stdout
+    assert "the training loss is" in stderr and "at step" in stderr and "lr 1000000000.0" in stderr
+    steps = pd.read_parquet(out)
+    assert set(steps["status"]) == {"diverged"}
+
+
+# -- row 11: interrupts --------------------------------------------------------------------------------
+
+def test_an_interrupted_write_removes_what_the_command_had_written(tmp_path, capsys, monkeypatch):
+    """Ctrl-C between measured.parquet and steps.parquet: the first file and the new directory go again."""
+    import trainingcost.io as io
+
+    original, calls = io.write_parquet, []
+
+    def write(frame, path, metadata=None):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(frame, path, metadata)
+
+    monkeypatch.setattr(io, "write_parquet", write)
+    out = tmp_path / "deep" / "run"
+    status, stdout, stderr = run_here(capsys, "train", *TINY, "--steps", "5", "--out-dir", str(out))
+    assert status == 130 and stderr == "trainingcost train: interrupted; nothing written\n"
+    assert len(calls) == 2 and not (tmp_path / "deep").exists()
+
+
+@pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_a_signal_during_training_exits_with_one_line_and_no_file(tmp_path, sig, code, word):
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "trainingcost", "train", "--steps", "100000", "--out-dir", str(out),
+                                "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    time.sleep(8)  # past torch's import, into the steps
+    process.send_signal(sig)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    assert stderr == f"trainingcost train: {word}; nothing written\n"
+    assert not out.exists() and not list(tmp_path.iterdir())
