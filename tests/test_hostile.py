@@ -139,6 +139,18 @@ def test_a_diverged_run_says_at_which_step_and_what(tmp_path, capsys):
 
 # -- row 11: interrupts --------------------------------------------------------------------------------
 
+def test_a_shell_sees_130_and_stops(tmp_path):
+    """`trainingcost train ... || fallback`: the fallback must not run after Ctrl-C (the workflow's train rule)."""
+    script = (f"{sys.executable} -m trainingcost train --steps 100000 --threads 1 || touch {tmp_path}/fallback; "
+              f"echo after > {tmp_path}/after")
+    process = subprocess.Popen(["bash", "-c", script], stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+    time.sleep(8)
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group
+    _, stderr = process.communicate(timeout=60)
+    assert stderr == "trainingcost train: interrupted; nothing written\n"
+    assert process.returncode in (-signal.SIGINT, 130) and not list(tmp_path.iterdir())
+
+
 def test_an_interrupted_write_removes_what_the_command_had_written(tmp_path, capsys, monkeypatch):
     """Ctrl-C between measured.parquet and steps.parquet: the first file and the new directory go again."""
     import trainingcost.io as io
@@ -166,6 +178,8 @@ def test_a_signal_during_training_exits_with_one_line_and_no_file(tmp_path, sig,
     time.sleep(8)  # past torch's import, into the steps
     process.send_signal(sig)
     stdout, stderr = process.communicate(timeout=60)
-    assert process.returncode == code, stderr
+    # After cleaning up it dies of the same signal, as a program must for its shell to stop too: a shell
+    # reports 128 + N (130, 143); Popen reports -N.
+    assert process.returncode == -sig and 128 + sig == code, stderr
     assert stderr == f"trainingcost train: {word}; nothing written\n"
     assert not out.exists() and not list(tmp_path.iterdir())

@@ -39,6 +39,10 @@ def finished_runs(workdir: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in (workdir / "results/runs").glob("*/*/seed*/*.parquet")}
 
 
+def started_runs(workdir: Path) -> int:
+    return len(list((workdir / "results/runs").glob("*/*/seed*/train.log")))
+
+
 def comparable(workdir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     measured = pd.read_parquet(workdir / "results/tables/measured.parquet").sort_values(KEYS).reset_index(drop=True)
     steps = pd.read_parquet(workdir / "results/tables/steps.parquet").sort_values(["rule", "step"]).reset_index(drop=True)
@@ -59,8 +63,12 @@ def test_a_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path, sig, 
     work = prepare(tmp_path / "killed")
     sweep = subprocess.Popen(command(work), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
-    while len(finished_runs(work)) < 4 and time.time() < deadline and sweep.poll() is None:  # two runs of seven done
-        time.sleep(0.2)
+    # Interrupt during the third run: with --cores 1 it starts (its train.log appears) only once Snakemake
+    # has recorded the second as finished. Interrupting as the second run's files appear would race with
+    # that record, and Snakemake would rightly redo the run it had not seen finish.
+    while not (len(finished_runs(work)) >= 4 and started_runs(work) > len(finished_runs(work)) // 2) \
+            and time.time() < deadline and sweep.poll() is None:
+        time.sleep(0.1)
     assert sweep.poll() is None, "the sweep ended before it could be interrupted"
     os.killpg(sweep.pid, sig)
     try:

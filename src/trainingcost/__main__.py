@@ -1,7 +1,5 @@
 """``python -m trainingcost``: the command line, without relying on PATH."""
 
-import sys
+from .cli import run
 
-from .cli import main
-
-sys.exit(main())
+run()

@@ -558,5 +558,23 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def run() -> None:
+    """The console entry point: :func:`main`, and after an interrupt, death by the same signal.
+
+    A process that catches SIGINT to clean up must then die of it, not exit 130, so that a calling shell
+    stops too (bash's "wait and cooperative exit"): otherwise the workflow's `|| --record-failure` fallback
+    would record an interrupted run as a failed one. Shells report the status as 130 (SIGINT) or 143 (SIGTERM).
+    """
+    status = main()
+    if status in INTERRUPT_STATUS:
+        sys.stderr.flush()
+        signal.signal(INTERRUPT_STATUS[status], signal.SIG_DFL)
+        os.kill(os.getpid(), INTERRUPT_STATUS[status])
+    sys.exit(status)
+
+
+INTERRUPT_STATUS = {130: signal.SIGINT, 143: signal.SIGTERM}
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
