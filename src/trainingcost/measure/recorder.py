@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
@@ -21,6 +22,7 @@ import torch
 from ..analytic import layers as L
 from .energy import EnergyCounter
 from .flops import analytic_phase, metering
+from .memory import CATEGORIES, MemoryReading, TensorMeter, rule_tensors
 from .timer import PhaseTimer, process_peak_rss
 
 WARMUP, COUNTED, TIMED = "warmup", "counted", "timed"
@@ -55,6 +57,7 @@ class StepRecorder:
         self.energy = EnergyCounter(device)
         self.rows: list[dict] = []  # one per step
         self.flops: dict[tuple[str, str], int] | None = None  # (layer, execution phase) -> FLOPs
+        self.memory: MemoryReading | None = None  # the counted step's tensor memory
 
     def kind(self, step: int) -> str:
         if step <= self.warmup:
@@ -64,9 +67,19 @@ class StepRecorder:
     def run(self, step: int, batch) -> torch.Tensor:
         kind = self.kind(step)
         if kind == COUNTED:
-            with metering(self.rule.model) as meter:
-                loss = self.rule.step(batch, meter.in_phase)
+            tensors = TensorMeter()
+            own = (self.rule.model, self.rule.optimizer, rule_tensors(self.rule))
+            with metering(self.rule.model) as meter, tensors:
+                tensors.begin(*own, batch=[*batch.tokens.values(), batch.targets])
+
+                @contextmanager
+                def in_phase(name):
+                    with meter.in_phase(name), tensors.in_phase(name):
+                        yield
+
+                loss = self.rule.step(batch, in_phase)
             self.flops = dict(meter.counts)
+            self.memory = tensors.reading(*own)
             self.rows.append({"step": step, "kind": kind})
             return loss
         timer = PhaseTimer(self.device)
@@ -150,10 +163,24 @@ def run_summary(recorder: StepRecorder, tokens_per_step: int, dtype: str, device
     else:
         summary["peak_memory_bytes"] = float(process_peak_rss())
         summary["memory_source"] = "cpu_process_max_rss"
+    summary.update(tensor_memory_columns(recorder.memory))
     energy = timed["energy_j"] if "energy_j" in timed else pd.Series(dtype=float)
     summary["energy_per_step_j"] = float(energy.median()) if len(energy.dropna()) else math.nan
     summary["energy_source"] = "nvml_total_energy" if recorder.energy.available else None
     return summary
+
+
+def tensor_memory_columns(reading: MemoryReading | None) -> dict:
+    """Run-level columns of the counted step's tensor memory (null when the run ended before it)."""
+    columns = {"tensor_start_bytes": math.nan, "tensor_peak_bytes": math.nan, "tensor_end_bytes": math.nan,
+               "tensor_peak_layer": None, "tensor_peak_phase": None, "tensor_peak_op": None}
+    columns.update({f"tensor_peak_{name}_bytes": math.nan for name in CATEGORIES})
+    if reading is not None:
+        columns.update(tensor_start_bytes=reading.start, tensor_peak_bytes=reading.peak, tensor_end_bytes=reading.end,
+                       tensor_peak_layer=reading.peak_layer, tensor_peak_phase=analytic_phase(reading.peak_phase),
+                       tensor_peak_op=reading.peak_op)
+        columns.update({f"tensor_peak_{name}_bytes": value for name, value in reading.at_peak.items()})
+    return columns
 
 
 def measured_rows(recorder: StepRecorder, model) -> pd.DataFrame:
@@ -164,6 +191,9 @@ def measured_rows(recorder: StepRecorder, model) -> pd.DataFrame:
         flops[(layer, analytic_phase(phase))] += value
     times = recorder.analytic_phase_times()
     peaks = recorder.analytic_phase_peaks()
+    tensor_peaks: dict[str, int] = defaultdict(int)
+    for phase, value in (recorder.memory.phase_peaks if recorder.memory else {}).items():
+        tensor_peaks[analytic_phase(phase)] = max(tensor_peaks[analytic_phase(phase)], value)
     phases_timed = list(times.columns)
     order = {name: i for i, name in enumerate(kinds)}
     cells = sorted(flops, key=lambda k: (order.get(k[0], len(order)), k[1]))
@@ -181,6 +211,7 @@ def measured_rows(recorder: StepRecorder, model) -> pd.DataFrame:
                 "phase_time_median_s": median,
                 "phase_time_iqr_s": iqr,
                 "phase_peak_memory_bytes": float(peaks[phase]) if phase in peaks else math.nan,
+                "phase_tensor_peak_bytes": float(tensor_peaks[phase]) if phase in tensor_peaks else math.nan,
             }
         )
     return pd.DataFrame(rows)

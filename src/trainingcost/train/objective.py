@@ -37,12 +37,14 @@ def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 def output_error(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
     """e = softmax(logits) - onehot(target) on rows with a target, 0 elsewhere; and the number of such rows.
 
-    e / rows is the gradient of :func:`loss` with respect to the logits.
+    e / rows is the gradient of :func:`loss` with respect to the logits. Built in place on the softmax:
+    one logits-sized tensor, where a one-hot (int64, then cast) held five at once.
     """
     valid = targets != IGNORE
-    probs = torch.softmax(_wide(logits), dim=-1)
-    onehot = F.one_hot(targets.clamp(min=0), logits.shape[-1]).to(probs.dtype)
-    error = (probs - onehot) * valid.unsqueeze(-1)
+    with torch.no_grad():
+        error = torch.softmax(_wide(logits), dim=-1)
+        error.scatter_add_(-1, targets.clamp(min=0).unsqueeze(-1), -valid.unsqueeze(-1).to(error.dtype))
+        error.mul_(valid.unsqueeze(-1))
     return error.to(logits.dtype), int(valid.sum())
 
 

@@ -52,6 +52,7 @@ class DirectFeedbackAlignment(Rule):
                 points.append((stage, stream.x))
                 stream.x = stream.x.detach()  # the next segment starts from a constant
             loss = objective.loss(logits, batch.targets)
+            del logits  # vocabulary-wide: released before the backward, which does not need it
         with phase("backward"):
             loss.backward()  # the head's gradients, and the error at its input
         error = head_input.grad

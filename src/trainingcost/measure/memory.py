@@ -1,0 +1,212 @@
+"""Tensor memory of one training step, per layer and phase, on any device.
+
+:class:`TensorMeter` is a ``TorchDispatchMode`` that follows tensor *storages*: the storage behind every
+op's output is counted once, when first seen, and uncounted when it is freed (a weakref finalizer on the
+storage). Views and in-place results share a storage and cost nothing more. The storages alive when the
+meter starts (parameters, last step's gradients, optimizer state, feedback matrices, the batch) are found
+through the garbage collector and counted as the step's starting bytes.
+
+What it reports for the step:
+
+- ``start``: tensor bytes alive when the step begins;
+- ``peak``: the most bytes alive at once, the (layer, phase) running then, and the op whose output set it;
+- each execution phase's own peak;
+- what was alive at the peak: parameters, gradients, optimizer state, other persistent tensors (feedback
+  matrices, buffers), and everything else (saved activations and transients of the step).
+
+Why not torch's own tools alone: ``torch.distributed._tools.mem_tracker.MemTracker`` raises
+``NotImplementedError`` when a module runs twice in one step (PEPITA's two passes), and the profiler's
+memory events (``profile_memory=True``) give allocator sizes without layers or phases. The tests check this
+meter against the profiler on BP, where both work, and against hand counts.
+
+The meter sees tensors, not the allocator: CUDA's caching allocator rounds and reserves more
+(``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` are recorded beside it on CUDA), and kernel
+workspaces that never become tensors (e.g. a fused attention's scratch) are invisible to it.
+"""
+
+from __future__ import annotations
+
+import gc
+import warnings
+import weakref
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..train import attribution
+
+UNATTRIBUTED = "unattributed"
+CATEGORIES = ("parameters", "gradients", "optimizer_state", "other_persistent", "batch", "activations")
+
+
+def _storage_key(storage: torch.UntypedStorage) -> tuple[int, str]:
+    return storage.data_ptr(), str(storage.device)
+
+
+@dataclass
+class MemoryReading:
+    """What one metered step held."""
+
+    start: int  # bytes alive when the step began
+    peak: int  # most bytes alive at once
+    peak_layer: str
+    peak_phase: str
+    peak_op: str
+    end: int  # bytes alive when the step ended
+    phase_peaks: dict[str, int] = field(default_factory=dict)  # execution phase -> its own peak
+    at_peak: dict[str, int] = field(default_factory=dict)  # category -> bytes alive at the peak
+    at_start: dict[str, int] = field(default_factory=dict)  # category -> bytes alive at the start
+
+
+class TensorMeter(TorchDispatchMode):
+    """Live tensor bytes while active; see the module's docstring."""
+
+    def __init__(self):
+        super().__init__()
+        self.sizes: dict[tuple[int, str], int] = {}  # storage key -> bytes, for every live storage
+        self.finalizers: list[weakref.finalize] = []
+        self.live = 0
+        self.phase = "forward"
+        self.phase_peaks: dict[str, int] = defaultdict(int)
+        self.peak = 0
+        self.peak_where = (UNATTRIBUTED, "forward", "")
+        self.peak_keys: frozenset = frozenset()
+        self.freed_since_peak: dict[tuple[int, str], int] = {}
+        self.start = 0
+        self.outside = 0  # bytes alive at the start that the step does not own (not reported)
+        self.outside_keys: frozenset = frozenset()
+        self.batch_keys: frozenset = frozenset()
+        self.at_start: dict[str, int] = {}
+
+    # -- counting ---------------------------------------------------------------------
+    def _track(self, tensor: torch.Tensor) -> None:
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
+            return
+        storage = tensor.untyped_storage()
+        size = storage.nbytes()
+        if size == 0:
+            return
+        key = _storage_key(storage)
+        if key in self.sizes:
+            return
+        self.sizes[key] = size
+        self.live += size
+        self.finalizers.append(weakref.finalize(storage, self._free, key))
+
+    def _free(self, key) -> None:
+        size = self.sizes.pop(key, None)
+        if size is not None:
+            self.live -= size
+            if key in self.peak_keys:  # still part of the peak's breakdown; the first free is the peak's storage
+                self.freed_since_peak.setdefault(key, size)  # (a later storage may reuse the address)
+
+    def begin(self, model: torch.nn.Module | None = None, optimizer=None, persistent=(), batch=()) -> None:
+        """Start the step: find every tensor alive now (the garbage collector's view, so that a view of an old
+        tensor is never taken for a new one), and set aside those the step does not own (data sets, caches):
+        the model's state, the optimizer's, the rule's own tensors and the batch are the step's starting bytes."""
+        gc.collect()
+        with warnings.catch_warnings():  # isinstance() on some lazy module proxies warns
+            warnings.simplefilter("ignore")
+            for obj in gc.get_objects():
+                try:
+                    if isinstance(obj, torch.Tensor):
+                        self._track(obj)
+                except (ReferenceError, RuntimeError, NotImplementedError):  # a dead proxy; no storage (sparse)
+                    continue
+        owned = owners(model, optimizer, persistent)
+        for tensor in batch:
+            if isinstance(tensor, torch.Tensor):
+                owned.setdefault(_storage_key(tensor.untyped_storage()), "batch")
+        self.batch_keys = frozenset(key for key, category in owned.items() if category == "batch")
+        self.at_start = dict.fromkeys(CATEGORIES, 0)
+        for key, size in self.sizes.items():
+            if key in owned:
+                self.at_start[owned[key]] += size
+        self.outside = sum(size for key, size in self.sizes.items() if key not in owned)
+        self.outside_keys = frozenset(key for key in self.sizes if key not in owned)
+        self.start = self.peak = self.live
+        self.peak_keys = frozenset(self.sizes)
+
+    @contextmanager
+    def in_phase(self, name: str):
+        """A rule's phase factory: work inside counts under phase ``name``."""
+        previous, self.phase = self.phase, name
+        self.phase_peaks[name] = max(self.phase_peaks[name], self.live)
+        try:
+            yield
+        finally:
+            self.phase = previous
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in torch.utils._pytree.tree_leaves(out):
+            self._track(tensor)
+        phase = attribution.current_phase_override() or self.phase
+        if self.live > self.phase_peaks[phase]:
+            self.phase_peaks[phase] = self.live
+        if self.live > self.peak:
+            self.peak = self.live
+            self.peak_where = (self.layer_now(), phase, str(func._overloadpacket.__name__))
+            self.peak_keys = frozenset(self.sizes)
+            self.freed_since_peak = {}
+        return out
+
+    @staticmethod
+    def layer_now() -> str:
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            return node.metadata.get(attribution.LAYER_KEY, UNATTRIBUTED)
+        return attribution.current_layer() or UNATTRIBUTED
+
+    def __exit__(self, *exc):
+        for finalizer in self.finalizers:  # storages that outlive the step no longer report to this meter
+            finalizer.detach()
+        self.finalizers.clear()
+        return super().__exit__(*exc)
+
+    # -- the reading ----------------------------------------------------------------------
+    def reading(self, model: torch.nn.Module | None = None, optimizer=None, persistent=()) -> MemoryReading:
+        """The step's reading, without the bytes it does not own; the model, optimizer and the rule's own
+        tensors sort the bytes alive at the peak."""
+        owned = owners(model, optimizer, persistent)
+        owned.update(dict.fromkeys(self.batch_keys, "batch"))
+        at_peak = dict.fromkeys(CATEGORIES, 0)
+        sizes = {**self.sizes, **self.freed_since_peak}
+        for key in self.peak_keys - self.outside_keys:
+            at_peak[owned.get(key, "activations")] += sizes.get(key, 0)
+        layer, phase, op = self.peak_where
+        less = self.outside
+        return MemoryReading(self.start - less, self.peak - less, layer, phase, op, self.live - less,
+                             {name: value - less for name, value in self.phase_peaks.items()}, at_peak,
+                             dict(self.at_start))
+
+
+def owners(model: torch.nn.Module | None, optimizer=None, persistent=()) -> dict[tuple[int, str], str]:
+    """Storage key -> category, for the tensors a training step keeps between steps."""
+    owned: dict[tuple[int, str], str] = {}
+
+    def claim(tensors, category):
+        for tensor in tensors:
+            if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().nbytes():
+                owned.setdefault(_storage_key(tensor.untyped_storage()), category)
+
+    if model is not None:
+        claim(model.parameters(), "parameters")
+        claim((p.grad for p in model.parameters() if p.grad is not None), "gradients")
+        claim(model.buffers(), "other_persistent")
+    if optimizer is not None:
+        claim((v for state in optimizer.state.values() for v in state.values()), "optimizer_state")
+    claim(persistent, "other_persistent")
+    return owned
+
+
+def rule_tensors(rule) -> list[torch.Tensor]:
+    """Tensors a rule keeps as its own attributes (feedback matrices, projections), one level into dicts and lists."""
+    found = []
+    for value in vars(rule).values():
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        found.extend(item for item in items if isinstance(item, torch.Tensor))
+    return found
