@@ -22,10 +22,12 @@ COMPARISON_COLUMNS = [
     "config_id", "rule", "seed", "cost_model", "granularity", "layer", "phase",
     "predicted_flops", "measured_flops", "flops_ratio", "flops_rel_error",
     "predicted_time_s", "measured_time_s", "predicted_memory_bytes", "measured_peak_memory_bytes", "memory_source",
+    "measured_tensor_peak_bytes",
     "arch", "d_model", "enc_layers", "dec_layers", "seq_len", "tgt_len", "batch", "dtype", "device_name", "status",
 ]
 RUN_COLUMNS = ["arch", "d_model", "enc_layers", "dec_layers", "seq_len", "tgt_len", "batch", "dtype", "device_name", "status",
-               "optimizer", "step_time_median_s", "peak_memory_bytes", "memory_source", "flops_per_step"]
+               "optimizer", "step_time_median_s", "peak_memory_bytes", "memory_source", "flops_per_step",
+               "tensor_peak_bytes"]
 
 
 def _ratios(frame: pd.DataFrame) -> pd.DataFrame:
@@ -83,7 +85,8 @@ def comparison_table(analytic: pd.DataFrame, measured: pd.DataFrame, memory: pd.
     step_predicted = predicted.groupby(["config_id", "rule", "cost_model"], as_index=False)["flops"].sum()
     step = step_predicted.merge(runs, on=["config_id", "rule"])
     step = step.rename(columns={"flops": "predicted_flops", "flops_per_step": "measured_flops",
-                                "step_time_median_s": "measured_time_s", "peak_memory_bytes": "measured_peak_memory_bytes"})
+                                "step_time_median_s": "measured_time_s", "peak_memory_bytes": "measured_peak_memory_bytes",
+                                "tensor_peak_bytes": "measured_tensor_peak_bytes"})
     step["measured_flops"] = step["measured_flops"].fillna(0).astype("int64")
     step["granularity"], step["layer"], step["phase"] = "step", "", ""
     if memory is not None and len(memory):
@@ -113,7 +116,7 @@ def rule_ratios(analytic: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     """Each rule's cost relative to BP on the same configuration: per cost model, and as measured.
 
     ``source`` is a cost model's name (metric ``flops``) or ``measured`` (metrics ``flops``,
-    ``step_time`` and ``peak_memory``, medians over seeds). Configurations without a BP row
+    ``step_time``, ``peak_memory`` and ``tensor_peak``, medians over seeds). Configurations without a BP row
     have no ratio.
     """
     totals = analytic.groupby(["config_id", "cost_model", "rule"], as_index=False)["flops"].sum()
@@ -122,10 +125,12 @@ def rule_ratios(analytic: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     ok = measured[measured["status"] == "ok"]
     if len(ok):
         runs = runs_of(ok)
+        if "tensor_peak_bytes" not in runs:  # tables from before the tensor meter
+            runs = runs.assign(tensor_peak_bytes=np.nan)
         per_rule = runs.groupby(["config_id", "rule"], as_index=False).agg(
             flops=("flops_per_step", "median"), step_time=("step_time_median_s", "median"),
-            peak_memory=("peak_memory_bytes", "median"))
-        for metric in ("flops", "step_time", "peak_memory"):
+            peak_memory=("peak_memory_bytes", "median"), tensor_peak=("tensor_peak_bytes", "median"))
+        for metric in ("flops", "step_time", "peak_memory", "tensor_peak"):
             frames.append(per_rule[["config_id", "rule", metric]].rename(columns={metric: "value"})
                           .assign(source="measured", metric=metric))
     table = pd.concat(frames, ignore_index=True)

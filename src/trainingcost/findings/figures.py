@@ -341,7 +341,10 @@ def peak_memory(comparison: pd.DataFrame, runs: pd.DataFrame):
     steps["label"] = run_label(steps)
     steps = steps.sort_values(["arch", "enc_layers", "dec_layers", "seq_len", "label"])
     cuda = steps["memory_source"].eq("cuda_max_memory_allocated").any()
+    metered = steps["measured_tensor_peak_bytes"].notna().any() if "measured_tensor_peak_bytes" in steps else False
     sources = [("predicted_memory_bytes", "memory model (bytes of one step)")]
+    if metered:
+        sources.append(("measured_tensor_peak_bytes", "measured tensor peak of one step (tensor meter)"))
     if cuda:
         sources.append(("measured_peak_memory_bytes", "measured peak (torch.cuda.max_memory_allocated)"))
     fig, axes = plt.subplots(len(sources), 1, figsize=(FULL, 2.4 * len(sources) + 0.6), squeeze=False)
@@ -354,7 +357,7 @@ def peak_memory(comparison: pd.DataFrame, runs: pd.DataFrame):
         ax.tick_params(axis="x", rotation=30, labelsize=6)
         for tick in ax.get_xticklabels():
             tick.set_horizontalalignment("right")
-    source = "measured_peak_memory_bytes" if cuda else "predicted_memory_bytes"
+    source = "measured_tensor_peak_bytes" if metered else "measured_peak_memory_bytes" if cuda else "predicted_memory_bytes"
     per_config = steps.pivot_table(index="config_id", columns="rule", values=source, aggfunc="median")
     def median_ratio(rule, base):
         if rule not in per_config or base not in per_config:
@@ -362,7 +365,8 @@ def peak_memory(comparison: pd.DataFrame, runs: pd.DataFrame):
         return float((per_config[rule] / per_config[base]).median())
 
     ratio, ratio_p = median_ratio("mempepita", "bp"), median_ratio("mempepita", "pepita")
-    what = "measured on the GPU" if cuda else "by the memory model (CPU runs measure no tensor memory)"
+    what = ("measured tensor peaks" if metered else "measured on the GPU" if cuda
+            else "by the memory model (these runs predate the tensor meter)")
     fig.suptitle(f"MEMPEPITA needs {ratio:.2f}x BP's memory and {ratio_p:.2f}x PEPITA's (median over configurations),\n{what}")
     handles = [plt.Rectangle((0, 0), 1, 1, color=RULE_COLORS[r]) for r in rules]
     fig.legend(handles, [RULE_LABELS[r] for r in rules], ncol=len(rules), frameon=False, loc="lower center", bbox_to_anchor=(0.5, 0))

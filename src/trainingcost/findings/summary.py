@@ -94,16 +94,30 @@ def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.D
               "Median over the measured configurations of rule / BP on the same configuration.", "",
               _table(ratio_table(ratios, ok["config_id"])), ""]
     steps = comparison[(comparison["granularity"] == "step") & (comparison["cost_model"] == "executed")]
-    memory = steps.groupby("rule")[["predicted_memory_bytes", "measured_peak_memory_bytes"]].median()
-    if "bp" in memory.index:
-        rows = []
-        for rule in [r for r in ("bp", "pepita", "mempepita") if r in memory.index]:
-            rows.append({"rule": rule, "memory model / BP": memory.at[rule, "predicted_memory_bytes"] / memory.at["bp", "predicted_memory_bytes"],
-                         "measured peak / BP": memory.at[rule, "measured_peak_memory_bytes"] / memory.at["bp", "measured_peak_memory_bytes"]})
+    columns = ["predicted_memory_bytes", "measured_tensor_peak_bytes", "measured_peak_memory_bytes"]
+    per_config = steps.pivot_table(index="config_id", columns="rule", values=columns, aggfunc="median")
+
+    def median_ratio(column: str, rule: str, base: str) -> float:
+        if (column, rule) not in per_config or (column, base) not in per_config:
+            return float("nan")
+        return float((per_config[(column, rule)] / per_config[(column, base)]).median())
+
+    if "bp" in set(steps["rule"]):
         source = str(steps["memory_source"].iloc[0])
+        process = "process peak RSS" if source.startswith("cpu") else "CUDA max allocated"
+        rows = []
+        for rule in [r for r in ("bp", "pepita", "mempepita") if r in set(steps["rule"])]:
+            row = {"rule": rule}
+            for column, name in zip(columns, ("memory model", "measured tensor peak", process)):
+                row[f"{name} / BP"] = median_ratio(column, rule, "bp")
+            row["measured tensor peak / PEPITA"] = median_ratio("measured_tensor_peak_bytes", rule, "pepita")
+            rows.append(row)
         lines += ["## Memory: MEMPEPITA against PEPITA and BP", "",
-                  f"Medians over configurations. Measured: `{source}`"
-                  + (" (the process's peak resident set: it does not isolate the model's tensors)." if source.startswith("cpu") else "."),
+                  "Median over configurations of each rule's bytes / BP's on the same configuration. The measured "
+                  "tensor peak is the counted "
+                  "step's, from the tensor meter (docs/measurement.md), on every device; the memory model adds its "
+                  f"components as if alive together; `{source}`"
+                  + (" does not isolate the model's tensors." if source.startswith("cpu") else " includes allocator rounding."),
                   "", _table(pd.DataFrame(rows)), ""]
     depth = ok.assign(blocks=ok["enc_layers"] + ok["dec_layers"])
     loss = depth.pivot_table(index="rule", columns="blocks", values="val_loss", aggfunc="median")
