@@ -183,3 +183,24 @@ def test_a_signal_during_training_exits_with_one_line_and_no_file(tmp_path, sig,
     assert process.returncode == -sig and 128 + sig == code, stderr
     assert stderr == f"trainingcost train: {word}; nothing written\n"
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+# -- row 4: the CPU running out of memory, for real ----------------------------------------------------
+
+def test_a_model_too_big_for_memory_ends_with_status_oom_and_a_row(tmp_path):
+    """d_model 65536 asks for 17 GB per attention weight; an address-space limit makes the CPU allocator refuse
+    it here (without one, Linux may grant it lazily and kill the process later, which the workflow records as
+    `failed`)."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
+
+    out = tmp_path / "steps.parquet"
+    result = subprocess.run([sys.executable, "-m", "trainingcost", "train", "--threads", "1", "--d-model", "65536",
+                             "--heads", "4", "--d-ff", "256", "--steps", "3", "--out", str(out)],
+                            capture_output=True, text=True, env=ENV, preexec_fn=limit)
+    assert result.returncode == 0 and "status oom" in result.stdout, result.stderr[-500:]
+    assert "DefaultCPUAllocator: can't allocate memory" in result.stderr and "Traceback" not in result.stderr
+    steps = pd.read_parquet(out)
+    assert list(steps["status"]) == ["oom"] and list(steps["step"]) == [0]

@@ -105,3 +105,11 @@ def test_a_measured_run_records_tensor_memory_for_every_rule(tmp_path, capsys):
         assert run["tensor_peak_op"] and run["tensor_peak_phase"] in set(measured["phase"]) | {"forward", "backward"}
         phases = measured.dropna(subset=["phase_tensor_peak_bytes"])
         assert phases["phase_tensor_peak_bytes"].max() == run["tensor_peak_bytes"]
+
+
+@pytest.mark.parametrize("flag,value", [("--dtype", "fp8"), ("--optimizer", "lion")])
+def test_an_unknown_dtype_or_optimizer_for_the_memory_table_is_one_line(capsys, flag, value):
+    status, stdout, stderr = run_here(capsys, "estimate", "--preset", "paper-example", "--memory", "--format", "csv", flag, value)
+    lines = stderr.splitlines()
+    assert status == 2 and stdout == "" and len(lines) == 1
+    assert f"argument {flag}: invalid choice: '{value}'" in lines[0]
