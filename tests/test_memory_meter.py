@@ -113,3 +113,39 @@ def test_an_unknown_dtype_or_optimizer_for_the_memory_table_is_one_line(capsys, 
     lines = stderr.splitlines()
     assert status == 2 and stdout == "" and len(lines) == 1
     assert f"argument {flag}: invalid choice: '{value}'" in lines[0]
+
+
+PERSISTENT_ARCHES = {
+    "decoder": (dict(arch="decoder", layers=2, vocab=256), "lm"),
+    "encoder": (dict(arch="encoder", layers=2, vocab=16, classes=3), "classify"),
+    "encoder-decoder": (dict(arch="encoder-decoder", layers=1, vocab=32), "copy"),
+}
+PERSISTENT_CASES = [(arch, rule, "sgd", "fp32") for arch in PERSISTENT_ARCHES for rule in
+                    ("bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa")]
+PERSISTENT_CASES += [(arch, rule, "adam", "fp32") for arch in PERSISTENT_ARCHES for rule in ("bp", "pepita")]
+PERSISTENT_CASES += [(arch, rule, optimizer, "bf16") for arch in PERSISTENT_ARCHES for rule in ("bp", "dfa")
+                     for optimizer in ("sgd", "adam")]
+
+
+def test_the_bytes_held_between_steps_equal_the_memory_model():
+    """Parameters, gradients, feedback matrices and optimizer state at a step's start, as metered, equal the memory
+    model to the byte: 3 arches x 7 rules with SGD, Adam (with its float32 `step` scalar per parameter tensor) on
+    BP and PEPITA, and bf16. (KP with Adam is left out: the model does not yet count its feedback's step scalars.)"""
+    from trainingcost.measure.recorder import StepRecorder
+    from trainingcost.train.run import run_steps
+
+    mismatches = []
+    for arch, rule, optimizer, dtype in PERSISTENT_CASES:
+        fields, task = PERSISTENT_ARCHES[arch]
+        cfg = canonical_model(dict(d_model=16, heads=2, d_ff=32, seq_len=8, batch=2, **fields), "")
+        spec = TrainSpec(cfg=cfg, task=task, rule=rule, steps=4, seed=0, measure=True, dtype=dtype,
+                         options=RuleOptions(optimizer=optimizer))
+        recorders = []
+        done = run_steps(spec, lambda r, d: recorders.append(StepRecorder(r, d, 2)) or recorders[-1])
+        assert done.status == "ok", (arch, rule, done.message)
+        metered = recorders[0].memory.at_start
+        model = memory_table(configs_frame([("", cfg)]), [rule], [dtype], [optimizer]).iloc[0]
+        for part in ("parameters", "gradients", "feedback", "optimizer_state"):
+            if metered[part] != int(model[part]):
+                mismatches.append((arch, rule, optimizer, dtype, part, metered[part], int(model[part])))
+    assert not mismatches, mismatches

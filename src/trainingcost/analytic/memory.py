@@ -11,7 +11,9 @@ Components (each in bytes, all tensors in the given dtype):
   output error (vocab or classes wide) into the input-embedding space (PEPITA,
   MEMPEPITA);
 - ``optimizer_state``: SGD none, SGD with momentum one slot, Adam two slots,
-  for each trained tensor;
+  for each trained tensor; Adam also keeps a float32 ``step`` scalar per
+  parameter tensor (torch.optim.Adam/AdamW, capturable or not: 4 bytes each,
+  whatever the dtype; found by the tensor meter, issue 12);
 - ``activations`` (the rule's ``memory.activations``), times the batch:
   ``autograd`` keeps what autograd saves for the backward (each kind's
   ``saved``); ``pepita`` keeps the standard pass's outputs that its updates
@@ -33,6 +35,7 @@ from .layers import KINDS
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
 OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}
+STEP_SCALAR_BYTES = {"sgd": 0, "momentum": 0, "adam": 4}  # Adam's float32 `step` per parameter tensor
 COMPONENTS = ("parameters", "gradients", "feedback", "optimizer_state", "activations")
 MEMORY_COLUMNS = ("config_id", "rule", "optimizer", "dtype", "parameter_count", *COMPONENTS, "total")
 PER_LAYER = ("params", "weights", "saved", "working", "kept")
@@ -87,6 +90,8 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
     error = out_rows * out_width
 
     params = total("params")
+    param_tensors = _reduce(np.where(model_layer, t.count * np.array([KINDS[k].tensors for k in t.kind]), 0),
+                            order, starts, np.add)
     working = peak("working")
     activations = {
         "autograd": lambda: total("saved") + encoder_output,
@@ -112,7 +117,9 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
                     "parameters": params * size,
                     "gradients": trained * size,
                     "feedback": fed * size,
-                    "optimizer_state": OPTIMIZER_SLOTS[optimizer] * trained * size,
+                    # (KP's trained feedback matrices would add their own step scalars: not counted yet)
+                    "optimizer_state": OPTIMIZER_SLOTS[optimizer] * trained * size
+                    + STEP_SCALAR_BYTES[optimizer] * param_tensors,
                     "activations": kept * B * size,
                 }
                 frame = pd.DataFrame(

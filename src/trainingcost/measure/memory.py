@@ -11,8 +11,8 @@ What it reports for the step:
 - ``start``: tensor bytes alive when the step begins;
 - ``peak``: the most bytes alive at once, the (layer, phase) running then, and the op whose output set it;
 - each execution phase's own peak;
-- what was alive at the peak: parameters, gradients, optimizer state, other persistent tensors (feedback
-  matrices, buffers), and everything else (saved activations and transients of the step).
+- what was alive at the peak: parameters, gradients, feedback matrices (module tensors named ``feedback``,
+  a rule's ``feedback`` and ``projection``), optimizer state, other persistent tensors (buffers), and everything else (saved activations and transients of the step).
 
 Why not torch's own tools alone: ``torch.distributed._tools.mem_tracker.MemTracker`` raises
 ``NotImplementedError`` when a module runs twice in one step (PEPITA's two passes), and the profiler's
@@ -39,7 +39,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..train import attribution
 
 UNATTRIBUTED = "unattributed"
-CATEGORIES = ("parameters", "gradients", "optimizer_state", "other_persistent", "batch", "activations")
+CATEGORIES = ("parameters", "gradients", "feedback", "optimizer_state", "other_persistent", "batch", "activations")
+FEEDBACK_NAMES = ("feedback", "projection")  # module tensors and rule attributes that hold feedback matrices
 
 
 def _storage_key(storage: torch.UntypedStorage) -> tuple[int, str]:
@@ -193,20 +194,38 @@ def owners(model: torch.nn.Module | None, optimizer=None, persistent=()) -> dict
             if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().nbytes():
                 owned.setdefault(_storage_key(tensor.untyped_storage()), category)
 
+    def is_feedback(name: str) -> bool:
+        return name.rsplit(".", 1)[-1] in FEEDBACK_NAMES
+
+    rule_owned = persistent if isinstance(persistent, RuleTensors) else RuleTensors([], list(persistent))
+    feedback, others = rule_owned.feedback, rule_owned.other
     if model is not None:
+        named = [*model.named_parameters(), *model.named_buffers()]
+        claim((t for name, t in named if is_feedback(name)), "feedback")  # FA, WM: buffers; KP: parameters
         claim(model.parameters(), "parameters")
         claim((p.grad for p in model.parameters() if p.grad is not None), "gradients")
         claim(model.buffers(), "other_persistent")
     if optimizer is not None:
         claim((v for state in optimizer.state.values() for v in state.values()), "optimizer_state")
-    claim(persistent, "other_persistent")
+    claim(feedback, "feedback")  # DFA's B_i, PEPITA's F
+    claim(others, "other_persistent")
     return owned
 
 
-def rule_tensors(rule) -> list[torch.Tensor]:
-    """Tensors a rule keeps as its own attributes (feedback matrices, projections), one level into dicts and lists."""
-    found = []
-    for value in vars(rule).values():
+@dataclass
+class RuleTensors:
+    feedback: list  # feedback matrices a rule keeps itself (DFA's B_i, PEPITA's F)
+    other: list  # its other tensors (e.g. WM's norms)
+
+    def __iter__(self):  # all of them, as a plain sequence of tensors
+        return iter([*self.feedback, *self.other])
+
+
+def rule_tensors(rule) -> RuleTensors:
+    """Tensors a rule keeps as its own attributes, one level into dicts and lists, sorted by attribute name."""
+    found = RuleTensors([], [])
+    for name, value in vars(rule).items():
         items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
-        found.extend(item for item in items if isinstance(item, torch.Tensor))
+        tensors = [item for item in items if isinstance(item, torch.Tensor)]
+        (found.feedback if name in FEEDBACK_NAMES else found.other).extend(tensors)
     return found
