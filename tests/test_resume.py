@@ -91,12 +91,14 @@ def test_a_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path, sig, 
     assert plan.returncode == 0, plan.stderr[-2000:]
     stats = plan.stdout + plan.stderr
     to_train = int(next(line.split()[1] for line in stats.splitlines() if line.startswith("train ")))
-    assert to_train == RUNS - len(done)  # only the missing runs run again
+    # Only the missing runs run again, and at most one more: with --cores 1 one job is in flight, and if it had
+    # written both files but Snakemake had not recorded it as finished when the signal came, it is redone.
+    in_flight = to_train - (RUNS - len(done))
+    assert in_flight in (0, 1), (to_train, len(done))
     resumed = subprocess.run(command(work, "--rerun-incomplete"), capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    for path, data in kept.items():
-        if path.parent in done:
-            assert path.read_bytes() == data, f"{path} was rewritten"
+    rewritten = {path.parent for path, data in kept.items() if path.parent in done and path.read_bytes() != data}
+    assert len(rewritten) <= in_flight, f"{rewritten} were rewritten"
 
     for resumed_table, clean_table in zip(comparable(work), comparable(clean_sweep)):
         pd.testing.assert_frame_equal(resumed_table, clean_table)
