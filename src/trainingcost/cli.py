@@ -558,6 +558,9 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+INTERRUPT_STATUS = {130: signal.SIGINT, 143: signal.SIGTERM}  # what main() returns after each signal
+
+
 def run() -> None:
     """The console entry point: :func:`main`, and after an interrupt, death by the same signal.
 
@@ -571,9 +574,6 @@ def run() -> None:
         signal.signal(INTERRUPT_STATUS[status], signal.SIG_DFL)
         os.kill(os.getpid(), INTERRUPT_STATUS[status])
     sys.exit(status)
-
-
-INTERRUPT_STATUS = {130: signal.SIGINT, 143: signal.SIGTERM}
 
 
 if __name__ == "__main__":

@@ -124,11 +124,16 @@ def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
     templates = templates if templates is not None else T.build(configs, model.granularity)
     maccs, flops, elementwise, declared = _evaluate_formulas(model, templates, np.int64)
     # The same polynomials in floating point reveal any int64 overflow.
-    _, shadow, shadow_elementwise, _ = _evaluate_formulas(model, templates, np.float64)
-    _refuse_overflow(model, configs, templates, [*shadow.values(), *shadow_elementwise.values()], mirror_steps)
+    _refuse_overflow(model, configs, templates, _float_values(model, templates), mirror_steps)
     q = {"maccs": maccs, "flops": flops, **({"elementwise": elementwise} if elementwise else {})}
     _derive_backward(q, declared, templates.block_entry, len(templates))
     return Quantities(cost_model_name, templates, maccs, flops, declared, q.get("elementwise"))
+
+
+def _float_values(model: CostModel, templates: Templates) -> list[np.ndarray]:
+    """Every quantity of ``model`` on ``templates``, in float64 (where int64 would wrap, floats only round)."""
+    _, flops, elementwise, _ = _evaluate_formulas(model, templates, np.float64)
+    return [*flops.values(), *elementwise.values()]
 
 
 def _headroom(mirror_steps: int) -> int:
@@ -166,7 +171,7 @@ def overflow_message(model: CostModel, row: pd.DataFrame, reach: float) -> str:
 
     encdec = row.at[0, "arch"] == "encoder-decoder"
     tied = {} if encdec else {"seq_len": ("seq_len", "tgt_len"), "layers": ("enc_layers", "dec_layers")}
-    groups = {name: cols for name, cols in tied.items()}
+    groups = dict(tied)
     for field in CANONICAL_FIELDS:
         if field != "arch" and not any(field in cols for cols in tied.values()):
             groups[field] = (field,)
@@ -183,8 +188,7 @@ def overflow_message(model: CostModel, row: pd.DataFrame, reach: float) -> str:
         return f"the {model.name} cost model's costs reach {reach:.3g} FLOPs, beyond exact 64-bit integers"
     frame = pd.concat([row, *variants], ignore_index=True)
     templates = T.build(frame, model.granularity)
-    _, shadow, shadow_elementwise, _ = _evaluate_formulas(model, templates, np.float64)
-    worst = _total_per_config(templates, [*shadow.values(), *shadow_elementwise.values()], len(frame))
+    worst = _total_per_config(templates, _float_values(model, templates), len(frame))
     shares = {}
     for (name, value), halved in zip(names, worst[1:]):
         degree = np.log2(worst[0] / halved) if halved > 0 else 1.0
@@ -198,24 +202,24 @@ def overflow_message(model: CostModel, row: pd.DataFrame, reach: float) -> str:
 
 def check_overflow(configs: pd.DataFrame, cost_models=None, mirror_steps: int = 1) -> None:
     """Refuse configurations whose costs leave exact 64-bit integers, before any table is built."""
+    for model, templates in _templates_per_model(configs, cost_models or cost_model_names()):
+        _refuse_overflow(model, configs, templates, _float_values(model, templates), mirror_steps)
+
+
+def _templates_per_model(configs: pd.DataFrame, cost_models):
+    """Yield (CostModel, its Templates) per cost model, building the templates once per granularity."""
     built: dict[str, Templates] = {}
-    for name in cost_models or cost_model_names():
+    for name in cost_models:
         model = cost_model(name)
         if model.granularity not in built:
             built[model.granularity] = T.build(configs, model.granularity)
-        templates = built[model.granularity]
-        _, shadow, shadow_elementwise, _ = _evaluate_formulas(model, templates, np.float64)
-        _refuse_overflow(model, configs, templates, [*shadow.values(), *shadow_elementwise.values()], mirror_steps)
+        yield model, built[model.granularity]
 
 
 def _evaluate_all(configs: pd.DataFrame, cost_models, mirror_steps: int):
     """Yield (rank, name, Quantities) per cost model, building the templates once per granularity."""
-    built: dict[str, Templates] = {}
-    for rank, name in enumerate(cost_models):
-        granularity = cost_model(name).granularity
-        if granularity not in built:
-            built[granularity] = T.build(configs, granularity)
-        yield rank, name, evaluate(name, configs, mirror_steps, built[granularity])
+    for rank, (model, templates) in enumerate(_templates_per_model(configs, cost_models)):
+        yield rank, model.name, evaluate(model.name, configs, mirror_steps, templates)
 
 
 def phase_costs(quantities: Quantities, rule: str, mirror_steps: int = 1):

@@ -50,6 +50,15 @@ def analytic_phase(execution_phase: str) -> str:
     return ANALYTIC_PHASE.get(execution_phase, execution_phase)
 
 
+def running_layer() -> str:
+    """The layer whose work is running: in the backward, the layer that created the running autograd node;
+    otherwise the innermost layer whose forward runs, or the one a rule named (:mod:`..train.attribution`)."""
+    node = torch._C._current_autograd_node()
+    if node is not None:
+        return node.metadata.get(attribution.LAYER_KEY, UNATTRIBUTED)
+    return attribution.current_layer() or UNATTRIBUTED
+
+
 class FlopMeter(TorchDispatchMode):
     """Counts FLOPs into ``counts[(layer, phase)]`` while active."""
 
@@ -79,10 +88,7 @@ class FlopMeter(TorchDispatchMode):
 
     @staticmethod
     def layer_now() -> str:
-        node = torch._C._current_autograd_node()
-        if node is not None:
-            return node.metadata.get(attribution.LAYER_KEY, UNATTRIBUTED)
-        return attribution.current_layer() or UNATTRIBUTED
+        return running_layer()
 
 
 class LayerHooks:

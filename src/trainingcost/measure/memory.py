@@ -37,8 +37,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..train import attribution
+from .flops import UNATTRIBUTED, running_layer
 
-UNATTRIBUTED = "unattributed"
 CATEGORIES = ("parameters", "gradients", "feedback", "optimizer_state", "other_persistent", "batch", "activations")
 FEEDBACK_NAMES = ("feedback", "projection")  # module tensors and rule attributes that hold feedback matrices
 
@@ -150,17 +150,10 @@ class TensorMeter(TorchDispatchMode):
             self.phase_peaks[phase] = self.live
         if self.live > self.peak:
             self.peak = self.live
-            self.peak_where = (self.layer_now(), phase, str(func._overloadpacket.__name__))
+            self.peak_where = (running_layer(), phase, str(func._overloadpacket.__name__))
             self.peak_keys = frozenset(self.sizes)
             self.freed_since_peak = {}
         return out
-
-    @staticmethod
-    def layer_now() -> str:
-        node = torch._C._current_autograd_node()
-        if node is not None:
-            return node.metadata.get(attribution.LAYER_KEY, UNATTRIBUTED)
-        return attribution.current_layer() or UNATTRIBUTED
 
     def __exit__(self, *exc):
         for finalizer in self.finalizers:  # storages that outlive the step no longer report to this meter
