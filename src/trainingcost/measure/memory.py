@@ -70,10 +70,10 @@ class TensorMeter(TorchDispatchMode):
         self.sizes: dict[tuple[int, str], int] = {}  # storage key -> bytes, for every live storage
         self.finalizers: list[weakref.finalize] = []
         self.live = 0
-        self.phase = "forward"
+        self.phase: str | None = None  # None outside the rule's phases (zero_grad, the returned loss's detach)
         self.phase_peaks: dict[str, int] = defaultdict(int)
         self.peak = 0
-        self.peak_where = (UNATTRIBUTED, "forward", "")
+        self.peak_where = (UNATTRIBUTED, "forward", "")  # (layer, phase, op)
         self.peak_keys: frozenset = frozenset()
         self.freed_since_peak: dict[tuple[int, str], int] = {}
         self.start = 0
@@ -146,11 +146,11 @@ class TensorMeter(TorchDispatchMode):
         for tensor in torch.utils._pytree.tree_leaves(out):
             self._track(tensor)
         phase = attribution.current_phase_override() or self.phase
-        if self.live > self.phase_peaks[phase]:
+        if phase is not None and self.live > self.phase_peaks[phase]:
             self.phase_peaks[phase] = self.live
         if self.live > self.peak:
             self.peak = self.live
-            self.peak_where = (running_layer(), phase, str(func._overloadpacket.__name__))
+            self.peak_where = (running_layer(), phase or "forward", str(func._overloadpacket.__name__))
             self.peak_keys = frozenset(self.sizes)
             self.freed_since_peak = {}
         return out

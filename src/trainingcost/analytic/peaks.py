@@ -1,0 +1,638 @@
+"""The executed memory model: tensor bytes alive through one training step, op by op, from shapes alone.
+
+The hand model (:mod:`.memory`) adds up components. Peaks are set by what is alive *together*, so this
+module replays one step of our PyTorch code (``train/model.py`` and each rule's ``step.py``) as a tape of
+allocations and frees, on CPU and without torch: every op output the tensor meter
+(:class:`trainingcost.measure.memory.TensorMeter`) would count, freed when the last reference to it goes
+(a Python variable reassigned, a saved tensor released by its autograd node, a gradient consumed). The tape
+is vectorised: each event's size is an array over a group of configurations of the same structure.
+
+What the tape follows, and where it comes from:
+
+- the forward pass of the model's stages, with what autograd saves (the inputs of each linear layer, the
+  fused attention's q, k, v, output and float32 log-sum-exp, LayerNorm's input, mean and rstd, GELU's
+  input) and what Python variables keep alive (a block's last branch output until the block returns);
+- autograd's backward in reverse order of creation (the engine's order when every node leads to the loss):
+  a node allocates its outputs, then releases its input gradient and its saved tensors, then hands its
+  outputs on; a tensor that receives a second gradient allocates their sum (``add``). Weight gradients
+  become ``.grad`` without a copy;
+- the loss in at least float32 (a bf16 model's logits are widened: one more float32 copy);
+- PEPITA's and MEMPEPITA's passes without a graph, the outputs their forward hooks keep, their per-layer
+  updates (``sub``, ``mm``, the division by the row count, LayerNorm's recomputed normalisation);
+- DFA's detached segments and projections, WM's mirror steps, KP's copied feedback gradients;
+- the optimizer on CPU: torch's single-tensor loops (``foreach`` is off on CPU). Adam keeps one
+  ``denom`` from the previous parameter while it builds the next (``sqrt``, then ``div``); SGD with weight
+  decay builds ``grad + wd * param`` per parameter.
+
+Not modelled: the batch (token ids and targets: the input pipeline's, not the step's; the meter counts it
+separately) and CUDA's ``foreach`` optimizers (a GPU run's optimizer transients differ).
+
+The tests compare this tape with the meter's reading to the byte (``tests/test_peaks.py``).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import layers as L
+
+FLOAT32, INT64, BOOL = 4, 8, 1
+STEP_PHASES = ("forward", "backward", "error_projection", "modulated_pass", "weight_update", "optimizer_step",
+               "mirror")
+
+
+class Buf:
+    """One storage on the tape: its bytes (an array over the group) and how many references hold it."""
+
+    __slots__ = ("nbytes", "refs", "label")
+
+    def __init__(self, nbytes: np.ndarray, label: str):
+        self.nbytes, self.refs, self.label = nbytes, 1, label
+
+
+class Tape:
+    """Live bytes of a group of configurations, event by event, with the peak of every phase."""
+
+    def __init__(self, start: np.ndarray):
+        self.live = np.asarray(start, dtype=np.int64).copy()
+        self.start = self.live.copy()
+        self.peak = self.live.copy()
+        self.phase = "forward"
+        self.phase_peaks: dict[str, np.ndarray] = {}
+        self.events: list[tuple[str, np.ndarray, str, str]] | None = None  # (+/-, bytes, label, phase) to debug
+
+    def new(self, nbytes, label: str = "") -> Buf:
+        buf = Buf(np.broadcast_to(np.asarray(nbytes, dtype=np.int64), self.live.shape), label)
+        self.live = self.live + buf.nbytes
+        self._mark()
+        if self.events is not None:
+            self.events.append(("+", buf.nbytes, label, self.phase))
+        return buf
+
+    def hold(self, *bufs: Buf | None) -> None:
+        for buf in bufs:
+            if buf is not None:
+                buf.refs += 1
+
+    def drop(self, *bufs: Buf | None) -> None:
+        for buf in bufs:
+            if buf is None:
+                continue
+            if buf.refs <= 0:
+                raise RuntimeError(f"tape: {buf.label} dropped twice")
+            buf.refs -= 1
+            if buf.refs == 0:
+                self.live = self.live - buf.nbytes
+                if self.events is not None:
+                    self.events.append(("-", buf.nbytes, buf.label, self.phase))
+
+    def _mark(self) -> None:
+        self.peak = np.maximum(self.peak, self.live)
+        if self.phase in self.phase_peaks:
+            self.phase_peaks[self.phase] = np.maximum(self.phase_peaks[self.phase], self.live)
+        else:
+            self.phase_peaks[self.phase] = self.live.copy()
+
+    @contextmanager
+    def in_phase(self, name: str):
+        previous, self.phase = self.phase, name
+        self._mark()  # a phase's peak counts what is alive when it begins
+        try:
+            yield
+        finally:
+            self.phase = previous
+
+
+def bytes_(elements, size: int) -> np.ndarray:
+    return np.asarray(elements, dtype=np.int64) * size
+
+
+# ---------------------------------------------------------------------------
+# Shapes of a group
+
+
+@dataclass
+class Group:
+    """Configurations of one structure (arch, depths, head): the sizes are arrays, the structure is shared."""
+
+    arch: str
+    depth: dict[str, int]  # stack -> blocks
+    classifier: bool
+    B: np.ndarray
+    d: np.ndarray
+    ff: np.ndarray
+    h: np.ndarray
+    V: np.ndarray
+    C: np.ndarray
+    rows: dict[str, np.ndarray]  # stack -> positions per sequence
+    z: int  # bytes per element of the model's dtype
+
+    @property
+    def stacks(self) -> tuple[str, ...]:
+        return L.stacks(self.arch)
+
+    @property
+    def out(self) -> np.ndarray:
+        return np.where(self.classifier, self.C, self.V)
+
+    @property
+    def out_stack(self) -> str:
+        return self.stacks[-1]
+
+    def M(self, stack: str) -> np.ndarray:
+        return self.B * self.rows[stack]
+
+    @property
+    def out_rows(self) -> np.ndarray:
+        """Rows of logits (and of targets): one per sequence for a classifier, else one per output position."""
+        return self.B if self.classifier else self.M(self.out_stack)
+
+    def aligned(self, stack: str) -> bool:
+        """Whether the output error has one row per position of ``stack`` (ModelConfig.error_aligned)."""
+        return not self.classifier and stack == self.out_stack
+
+    def linears(self) -> list[tuple[int, int]]:
+        """(in, out) of every weight matrix, in the order of ``model.parameters()``; sizes are arrays."""
+        out: list[tuple] = []
+        for stack in self.stacks:
+            for _ in range(self.depth[stack]):
+                for sub in L.block_sublayers(self.arch, stack):
+                    family = L.KINDS[sub.kind].family
+                    if family == "attention":
+                        out += [(self.d, self.d)] * 4
+                    elif family == "ffn":
+                        out += [(self.d, self.ff), (self.ff, self.d)]
+        return out + [(self.d, self.out)]
+
+    def parameters(self, feedback_parameters: bool = False) -> list[np.ndarray]:
+        """Elements of every parameter tensor, in the order of ``model.parameters()`` (KP: W, b, B per linear)."""
+        sizes: list[np.ndarray] = []
+
+        def linear(n_in, n_out):
+            sizes.extend([n_in * n_out, n_out] + ([n_in * n_out] if feedback_parameters else []))
+
+        for stack in self.stacks:
+            sizes.append(self.V * self.d)  # token embedding
+            for _ in range(self.depth[stack]):
+                for sub in L.block_sublayers(self.arch, stack):
+                    family = L.KINDS[sub.kind].family
+                    if family == "attention":
+                        for _ in range(4):
+                            linear(self.d, self.d)
+                    elif family == "ffn":
+                        linear(self.d, self.ff)
+                        linear(self.ff, self.d)
+                    else:
+                        sizes.extend([self.d, self.d])  # LayerNorm gamma, beta
+        linear(self.d, self.out)
+        return sizes
+
+
+# ---------------------------------------------------------------------------
+# The model's ops, with or without autograd
+
+
+class Value:
+    """A forward tensor: its storage, rows x width, and whether autograd tracks it."""
+
+    __slots__ = ("buf", "rows", "width", "tracked", "grad")
+
+    def __init__(self, buf: Buf, rows, width, tracked: bool):
+        self.buf, self.rows, self.width, self.tracked, self.grad = buf, rows, width, tracked, None
+
+
+class Ops:
+    """The model's ops on a tape. With ``graph`` they record autograd nodes (run by :meth:`backward` in
+    reverse order of creation); without, they run as under ``torch.no_grad()``.
+
+    Each op returns a :class:`Value` holding one reference (the caller's variable); ``t.drop(v.buf)``
+    is the variable going out of scope. ``feedback``: the linear layers' backward matrix is a trained
+    parameter whose gradient is a copy of the weight's (KP). ``hook``: called with (kind, input, output)
+    for every linear and LayerNorm output under no_grad (PEPITA's recording hooks).
+    """
+
+    def __init__(self, tape: Tape, g: Group, graph: bool = True, kp: bool = False):
+        self.t, self.g, self.graph, self.kp = tape, g, graph, kp
+        self.nodes: list = []  # (output value, backward function), in order of creation
+        self.hook = None
+
+    # -- autograd ------------------------------------------------------------------------
+    def _node(self, out: Value, backward, saved=()) -> Value:
+        if self.graph:
+            self.t.hold(*saved)
+            out.tracked = True
+            self.nodes.append((out, backward, saved))
+        return out
+
+    def deliver(self, value: Value, grad: Buf | None) -> None:
+        """Hand ``grad`` (its reference is transferred) to ``value``; a second gradient is summed out of place."""
+        if grad is None:
+            return
+        if not value.tracked:
+            self.t.drop(grad)
+        elif value.grad is None:
+            value.grad = grad
+        else:
+            total = self.t.new(value.buf.nbytes, "accumulate")
+            self.t.drop(value.grad, grad)
+            value.grad = total
+
+    def backward(self, seeds: list[tuple[Value, Buf]], since: int = 0) -> None:
+        """Seed ``values`` with gradients (references transferred) and run the nodes created after the first
+        ``since``, last first."""
+        for value, grad in seeds:
+            self.deliver(value, grad)
+        while len(self.nodes) > since:
+            out, backward, saved = self.nodes.pop()
+            grad, out.grad = out.grad, None
+            backward(grad, saved)
+
+    def release(self, grad: Buf | None, saved) -> None:
+        self.t.drop(grad)
+        self.t.drop(*saved)
+
+    def param_grad(self, elements, phase: str | None = None, label: str = "grad") -> Buf:
+        """A parameter's gradient (it becomes ``.grad``: never dropped within the step)."""
+        if phase is None:
+            return self.t.new(bytes_(elements, self.g.z), label)
+        with self.t.in_phase(phase):
+            return self.t.new(bytes_(elements, self.g.z), label)
+
+    # -- ops ------------------------------------------------------------------------------
+    def value(self, elements_rows, width, label: str, size: int | None = None) -> Value:
+        size = self.g.z if size is None else size
+        return Value(self.t.new(bytes_(elements_rows * width, size), label), elements_rows, width, False)
+
+    def embedding(self, stack: str) -> Value:
+        out = self.value(self.g.M(stack), self.g.d, "embedding")
+
+        def backward(grad, saved):
+            self.param_grad(self.g.V * self.g.d, label="embedding grad")
+            self.release(grad, saved)
+
+        return self._node(out, backward)
+
+    def add(self, a: Value, b: Value | None, label: str = "add") -> Value:
+        """a + b (``b`` None: a constant, such as the positional table)."""
+        out = self.value(a.rows, a.width, label)
+
+        def backward(grad, saved):
+            for operand in (a, b):
+                if operand is not None and operand.tracked:
+                    self.t.hold(grad)
+                    self.deliver(operand, grad)
+            self.t.drop(grad)
+
+        return self._node(out, backward) if (a.tracked or (b is not None and b.tracked)) else out
+
+    def linear(self, x: Value, n_out, label: str = "linear") -> Value:
+        n_in = x.width
+        out = self.value(x.rows, n_out, label)
+        if self.hook is not None:
+            self.hook("linear", x, out)
+
+        def backward(grad, saved):
+            grad_x = self.t.new(bytes_(x.rows * n_in, self.g.z), "grad_x") if x.tracked else None
+            self.param_grad(n_in * n_out, "weight_update", "grad_w")
+            if self.kp:
+                self.param_grad(n_in * n_out, "weight_update", "grad_feedback")
+            self.param_grad(n_out, "weight_update", "grad_b")
+            self.release(grad, saved)
+            self.deliver(x, grad_x)
+
+        return self._node(out, backward, [x.buf])
+
+    def gelu(self, u: Value) -> Value:
+        out = self.value(u.rows, u.width, "gelu")
+
+        def backward(grad, saved):
+            grad_u = self.t.new(u.buf.nbytes, "gelu_backward")
+            self.release(grad, saved)
+            self.deliver(u, grad_u)
+
+        return self._node(out, backward, [u.buf])
+
+    def up(self, x: Value) -> Value:
+        """The FFN's first matrix with its GELU (``Linear(activation='gelu')``)."""
+        u = self.linear(x, self.g.ff, "ffn.up")
+        y = self.gelu(u)
+        self.t.drop(u.buf)
+        if self.hook is not None:
+            self.hook("gelu", x, y)
+        return y
+
+    def attention(self, x: Value, source: Value) -> Value:
+        """q, k, v projections, fused attention (output and float32 log-sum-exp), o projection."""
+        q = self.linear(x, self.g.d, "q")
+        k = self.linear(source, self.g.d, "k")
+        v = self.linear(source, self.g.d, "v")
+        a = self.value(x.rows, self.g.d, "sdpa")
+        lse = self.t.new(bytes_(self.g.h * x.rows, FLOAT32), "logsumexp")
+
+        def backward(grad, saved):
+            dq = self.t.new(q.buf.nbytes, "dq")
+            dk = self.t.new(k.buf.nbytes, "dk")
+            dv = self.t.new(v.buf.nbytes, "dv")
+            self.release(grad, saved)
+            self.deliver(q, dq)
+            self.deliver(k, dk)
+            self.deliver(v, dv)
+
+        self._node(a, backward, [q.buf, k.buf, v.buf, a.buf, lse])
+        self.t.drop(lse)
+        o = self.linear(a, self.g.d, "o")
+        self.t.drop(q.buf, k.buf, v.buf, a.buf)
+        return o
+
+    def layer_norm(self, s: Value) -> Value:
+        y = self.value(s.rows, s.width, "layer_norm")
+        mean = self.t.new(bytes_(s.rows, self.g.z), "mean")
+        rstd = self.t.new(bytes_(s.rows, self.g.z), "rstd")
+
+        def backward(grad, saved):
+            grad_s = self.t.new(s.buf.nbytes, "layer_norm_backward")
+            self.param_grad(self.g.d, label="grad_gamma")
+            self.param_grad(self.g.d, label="grad_beta")
+            self.release(grad, saved)
+            self.deliver(s, grad_s)
+
+        self._node(y, backward, [s.buf, mean, rstd])
+        self.t.drop(mean, rstd)
+        if self.hook is not None:
+            self.hook("norm", s, y)
+        return y
+
+    def add_norm(self, x: Value, branch: Value) -> Value:
+        s = self.add(x, branch)
+        y = self.layer_norm(s)
+        self.t.drop(s.buf)
+        return y
+
+    def mean_rows(self, x: Value, stack: str) -> Value:
+        """The classifier's mean over positions: [B, L, d] -> [B, d]."""
+        out = self.value(self.g.B, x.width, "mean")
+
+        def backward(grad, saved):
+            grad_x = self.t.new(x.buf.nbytes, "mean_backward")
+            self.release(grad, saved)
+            self.deliver(x, grad_x)
+
+        return self._node(out, backward)
+
+    # -- the model ----------------------------------------------------------------------------
+    def embed(self, stack: str, modulation: Value | None = None) -> Value:
+        e = self.embedding(stack)
+        x = self.add(e, None, "positions")
+        self.t.drop(e.buf)
+        if modulation is not None:
+            modulated = self.add(x, modulation, "modulate")
+            self.t.drop(x.buf)
+            x = modulated
+        return x
+
+    def block(self, stack: str, x: Value, memory: Value | None) -> Value:
+        """One block (``Block.forward``): ``out`` lives until the next branch's output replaces it."""
+        out = None
+        for sub in L.block_sublayers(self.g.arch, stack):
+            family = L.KINDS[sub.kind].family
+            if family == "attention":
+                new = self.attention(x, memory if sub.kind == "cross_attention" else x)
+            elif family == "ffn":
+                hidden = self.up(x)
+                new = self.linear(hidden, self.g.d, "ffn.down")
+                self.t.drop(hidden.buf)
+            else:
+                y = self.add_norm(x, out)
+                if x is not self._block_input:
+                    self.t.drop(x.buf)
+                x = y
+                continue
+            if out is not None:
+                self.t.drop(out.buf)
+            out = new
+        self.t.drop(out.buf)
+        return x
+
+    _block_input = None
+
+    def run_block(self, stack: str, x: Value, memory: Value | None, keep_input: bool = False) -> Value:
+        """``s.x = block(s.x, s.memory)``: the caller's reference to the block input goes after the block."""
+        self._block_input = x
+        y = self.block(stack, x, memory)
+        self._block_input = None
+        if not keep_input:
+            self.t.drop(x.buf)
+        return y
+
+    def detach(self, x: Value, leaf: bool = False) -> Value:
+        """``x.detach()`` (a new reference to the same storage); ``leaf``: then ``.requires_grad_()``."""
+        self.t.hold(x.buf)
+        return Value(x.buf, x.rows, x.width, leaf)
+
+    def head(self, x: Value) -> Value:
+        if self.g.classifier:
+            pooled = self.mean_rows(x, self.g.out_stack)
+            logits = self.linear(pooled, self.g.out, "head")
+            self.t.drop(pooled.buf)
+            return logits
+        return self.linear(x, self.g.out, "head")
+
+    def forward(self, modulation: dict[str, Value] | None = None) -> Value:
+        """``Transformer.forward``: the stages in order; the stream's references go when it returns."""
+        x = memory = None
+        for stack in self.g.stacks:
+            if stack == "decoder" and x is not None:
+                memory = x  # s.memory = s.x: the same reference moves
+            elif x is not None:
+                self.t.drop(x.buf)
+            x = self.embed(stack, (modulation or {}).get(stack))
+            for _ in range(self.g.depth[stack]):
+                x = self.run_block(stack, x, memory)
+        logits = self.head(x)
+        self.t.drop(x.buf)
+        if memory is not None:
+            self.t.drop(memory.buf)
+        return logits
+
+    def loss(self, logits: Value) -> tuple[Buf, Value | None]:
+        """``objective.loss``: cross-entropy in at least float32. Returns the loss scalar and, with a graph,
+        the node to seed (the loss value)."""
+        wide = logits
+        if self.g.z < FLOAT32:
+            wide = self.value(logits.rows, logits.width, "to_float32", FLOAT32)
+            if self.graph and logits.tracked:
+                def to_backward(grad, saved):
+                    narrow = self.t.new(logits.buf.nbytes, "to_dtype")
+                    self.release(grad, saved)
+                    self.deliver(logits, narrow)
+
+                self._node(wide, to_backward)
+        log_probs = self.value(logits.rows, logits.width, "log_softmax", FLOAT32)
+
+        def log_softmax_backward(grad, saved):
+            grad_wide = self.t.new(wide.buf.nbytes if wide is not logits else logits.buf.nbytes, "log_softmax_backward")
+            self.release(grad, saved)
+            self.deliver(wide, grad_wide)
+
+        if wide.tracked:
+            self._node(log_probs, log_softmax_backward, [log_probs.buf])
+        loss = self.t.new(np.full_like(self.t.live, FLOAT32), "loss")
+        total_weight = self.t.new(np.full_like(self.t.live, FLOAT32), "total_weight")
+        loss_value = Value(loss, 1, 1, False)
+
+        def nll_backward(grad, saved):
+            grad_log_probs = self.t.new(log_probs.buf.nbytes, "nll_loss_backward")
+            self.release(grad, saved)
+            self.deliver(log_probs, grad_log_probs)
+
+        if log_probs.tracked:
+            self._node(loss_value, nll_backward, [log_probs.buf, total_weight])
+        self.t.drop(total_weight, log_probs.buf)
+        if wide is not logits:
+            self.t.drop(wide.buf)
+        return loss, (loss_value if loss_value.tracked else None)
+
+
+# ---------------------------------------------------------------------------
+# The optimizer (torch's single-tensor loops on CPU)
+
+
+def optimizer_step(t: Tape, g: Group, optimizer: str, weight_decay: float, kp: bool = False) -> None:
+    sizes = [bytes_(p, g.z) for p in g.parameters(kp)]
+    if optimizer == "adam":  # AdamW: decay in place; denom = sqrt(v) / c2 + eps, kept until the next one
+        previous = None
+        for size in sizes:
+            root = t.new(size, "sqrt")
+            denom = t.new(size, "div")
+            t.drop(root, previous)
+            previous = denom
+        t.drop(previous)
+    elif weight_decay:  # SGD (with or without momentum): grad = grad + wd * param, one parameter at a time
+        for size in sizes:
+            t.drop(t.new(size, "add"))
+
+
+# ---------------------------------------------------------------------------
+# The rules' steps
+
+
+def autograd_step(t: Tape, g: Group, optimizer: str, weight_decay: float, kp: bool = False) -> Ops:
+    """BP, FA, KP, WM: the model's forward, the loss, autograd's backward, the optimizer (Backprop.step)."""
+    ops = Ops(t, g, graph=True, kp=kp)
+    with t.in_phase("forward"):
+        logits = ops.forward()
+        loss, root = ops.loss(logits)
+        t.drop(logits.buf)
+    with t.in_phase("backward"):
+        seed = t.new(np.full_like(t.live, FLOAT32), "ones_like")
+        t.hold(seed)  # the engine keeps the root gradient until the backward ends
+        ops.backward([(root, seed)])
+        t.drop(seed)
+    with t.in_phase("optimizer_step"):
+        optimizer_step(t, g, optimizer, weight_decay, kp)
+    return ops
+
+
+def mirror(t: Tape, g: Group, steps: int) -> None:
+    """WM's mirror steps (``WeightMirror.mirror``): per weight matrix, float32 noise x (cast to the dtype),
+    y = x Wᵀ, B += yᵀx, and B rescaled by a float64 norm; x and y live until the next matrix replaces them."""
+    seen = {"encoder": g.M("encoder") if "encoder" in g.stacks else None, "decoder": g.M("decoder") if "decoder" in g.stacks else None}
+    rows = []  # rows each weight matrix saw in the step, in the order of model.linears()
+    for stack in g.stacks:
+        for _ in range(g.depth[stack]):
+            for sub in L.block_sublayers(g.arch, stack):
+                family = L.KINDS[sub.kind].family
+                if family == "attention":
+                    source = seen["encoder"] if sub.kind == "cross_attention" else seen[stack]
+                    rows += [seen[stack], source, source, seen[stack]]
+                elif family == "ffn":
+                    rows += [seen[stack]] * 2
+    rows.append(g.out_rows)
+    for _ in range(steps):
+        x = y = None
+        for (n_in, n_out), r in zip(g.linears(), rows):
+            noise = t.new(bytes_(r * n_in, FLOAT32), "randn")
+            if g.z != FLOAT32:
+                cast = t.new(bytes_(r * n_in, g.z), "to_dtype")
+                t.drop(noise)
+                noise = cast
+            t.drop(x)
+            x = noise
+            product = t.new(bytes_(r * n_out, g.z), "y")
+            t.drop(y)
+            y = product
+            t.drop(t.new(bytes_(n_in * n_out, g.z), "ytx"))
+            wide = t.new(bytes_(n_in * n_out, 8), "double")
+            norm = t.new(np.full_like(t.live, 8), "norm")
+            t.drop(wide)
+            t.drop(t.new(np.full_like(t.live, 8), "ratio"))
+            t.drop(norm)
+        t.drop(x, y)
+
+
+def dfa_step(t: Tape, g: Group, optimizer: str, weight_decay: float) -> None:
+    """``DirectFeedbackAlignment.step``: detached segments, the head's backward, B_i e per point, their backward."""
+    ops = Ops(t, g, graph=True)
+    with t.in_phase("forward"):
+        points: list[tuple[str, Value]] = []  # (stack, a stage's output): kept by the step until it returns
+        x = memory = None
+        for stack in g.stacks:
+            if stack == "decoder" and x is not None:
+                memory = x
+            elif x is not None:
+                t.drop(x.buf)
+            out = ops.embed(stack)
+            points.append((stack, out))
+            x = ops.detach(out)
+            for _ in range(g.depth[stack]):
+                out = ops.run_block(stack, x, memory)
+                points.append((stack, out))
+                x = ops.detach(out)
+        if g.classifier:
+            pooled = ops.value(g.B, g.d, "mean")  # of a detached tensor: no graph
+            head_input = Value(pooled.buf, g.B, g.d, True)
+        else:
+            head_input = ops.detach(x, leaf=True)
+        before_head = len(ops.nodes)
+        logits = ops.linear(head_input, g.out, "head")
+        loss, root = ops.loss(logits)
+        t.drop(logits.buf)
+    with t.in_phase("backward"):
+        seed = t.new(np.full_like(t.live, FLOAT32), "ones_like")
+        t.hold(seed)
+        ops.backward([(root, seed)], since=before_head)
+        t.drop(seed)
+    error = head_input.grad  # stays alive: head_input.grad
+    grads = []
+    with t.in_phase("error_projection"):
+        for stack, out in points:
+            if g.aligned(stack):
+                grads.append(t.new(bytes_(g.M(stack) * g.d, g.z), "error @ B"))
+                continue
+            summed = None if g.classifier else t.new(bytes_(g.B * g.d, g.z), "sum")
+            product = t.new(bytes_(g.B * g.d, g.z), "mm")
+            grads.append(t.new(bytes_(g.B * g.d, g.z), "div"))
+            t.drop(product, summed)
+    with t.in_phase("backward"):
+        t.hold(*grads)  # the list `grads` keeps them
+        ops.backward(list(zip([out for _, out in points], grads)))
+    with t.in_phase("optimizer_step"):
+        optimizer_step(t, g, optimizer, weight_decay)
+
+
+def wm_step(t: Tape, g: Group, optimizer: str, weight_decay: float, mirror_steps: int = 1) -> None:
+    autograd_step(t, g, optimizer, weight_decay)
+    with t.in_phase("mirror"):
+        mirror(t, g, mirror_steps)
+
+
+PROGRAMS = {
+    "bp": autograd_step,
+    "fa": autograd_step,
+    "kp": lambda t, g, optimizer, weight_decay: autograd_step(t, g, optimizer, weight_decay, kp=True),
+    "wm": wm_step,
+    "dfa": dfa_step,
+}
