@@ -204,6 +204,20 @@ class Value:
         self.buf, self.rows, self.width, self.tracked, self.grad = buf, rows, width, tracked, None
 
 
+class Stream:
+    """The residual stream and the encoder output, as a :class:`train.model.Stream` holds them."""
+
+    def __init__(self):
+        self.x: Value | None = None
+        self.memory: Value | None = None
+
+    def close(self, t: Tape) -> None:
+        for value in (self.x, self.memory):
+            if value is not None:
+                t.drop(value.buf)
+        self.x = self.memory = None
+
+
 class Ops:
     """The model's ops on a tape. With ``graph`` they record autograd nodes (run by :meth:`backward` in
     reverse order of creation); without, they run as under ``torch.no_grad()``.
@@ -288,10 +302,11 @@ class Ops:
 
         return self._node(out, backward) if (a.tracked or (b is not None and b.tracked)) else out
 
-    def linear(self, x: Value, n_out, label: str = "linear") -> Value:
+    def linear(self, x: Value, n_out, label: str = "linear", unit: bool = True) -> Value:
+        """A linear layer; ``unit``: a module PEPITA's hooks record (every linear but the head)."""
         n_in = x.width
         out = self.value(x.rows, n_out, label)
-        if self.hook is not None:
+        if unit and self.hook is not None:
             self.hook("linear", x, out)
 
         def backward(grad, saved):
@@ -317,11 +332,11 @@ class Ops:
 
     def up(self, x: Value) -> Value:
         """The FFN's first matrix with its GELU (``Linear(activation='gelu')``)."""
-        u = self.linear(x, self.g.ff, "ffn.up")
+        u = self.linear(x, self.g.ff, "ffn.up", unit=False)
         y = self.gelu(u)
         self.t.drop(u.buf)
         if self.hook is not None:
-            self.hook("gelu", x, y)
+            self.hook("linear", x, y)
         return y
 
     def attention(self, x: Value, source: Value) -> Value:
@@ -435,26 +450,35 @@ class Ops:
     def head(self, x: Value) -> Value:
         if self.g.classifier:
             pooled = self.mean_rows(x, self.g.out_stack)
-            logits = self.linear(pooled, self.g.out, "head")
+            logits = self.linear(pooled, self.g.out, "head", unit=False)
             self.t.drop(pooled.buf)
             return logits
-        return self.linear(x, self.g.out, "head")
+        return self.linear(x, self.g.out, "head", unit=False)
 
-    def forward(self, modulation: dict[str, Value] | None = None) -> Value:
-        """``Transformer.forward``: the stages in order; the stream's references go when it returns."""
-        x = memory = None
+    def stages(self) -> list[tuple[str, str]]:
+        """(kind, stack) of every stage but the head, in order (``Transformer.stages``)."""
+        out = []
         for stack in self.g.stacks:
-            if stack == "decoder" and x is not None:
-                memory = x  # s.memory = s.x: the same reference moves
-            elif x is not None:
-                self.t.drop(x.buf)
-            x = self.embed(stack, (modulation or {}).get(stack))
-            for _ in range(self.g.depth[stack]):
-                x = self.run_block(stack, x, memory)
-        logits = self.head(x)
-        self.t.drop(x.buf)
-        if memory is not None:
-            self.t.drop(memory.buf)
+            out.append(("embedding", stack))
+            out += [("block", stack)] * self.g.depth[stack]
+        return out
+
+    def run_stage(self, kind: str, stack: str, s: "Stream", modulation: Value | None = None) -> None:
+        if kind == "embedding":
+            if stack == "decoder" and s.x is not None:
+                s.memory, s.x = s.x, None  # s.memory = s.x: the same reference moves
+            self.t.drop(s.x.buf if s.x is not None else None)
+            s.x = self.embed(stack, modulation)
+        else:
+            s.x = self.run_block(stack, s.x, s.memory)
+
+    def forward(self) -> Value:
+        """``Transformer.forward``: the stages in order; the stream's references go when it returns."""
+        s = Stream()
+        for kind, stack in self.stages():
+            self.run_stage(kind, stack, s)
+        logits = self.head(s.x)
+        s.close(self.t)
         return logits
 
     def loss(self, logits: Value) -> tuple[Buf, Value | None]:
@@ -629,7 +653,120 @@ def wm_step(t: Tape, g: Group, optimizer: str, weight_decay: float, mirror_steps
         mirror(t, g, mirror_steps)
 
 
+def output_error(t: Tape, g: Group) -> Buf:
+    """``objective.output_error``: softmax(logits) - onehot(targets) in place on the float32 softmax, in the
+    logits' dtype."""
+    rows, width = g.out_rows, g.out
+    valid = t.new(bytes_(rows, BOOL), "targets != IGNORE")
+    if g.z < FLOAT32:
+        wide = t.new(bytes_(rows * width, FLOAT32), "to_float32")
+        error = t.new(bytes_(rows * width, FLOAT32), "softmax")
+        t.drop(wide)
+    else:
+        error = t.new(bytes_(rows * width, FLOAT32), "softmax")
+    index = t.new(bytes_(rows, INT64), "clamp")
+    ones = t.new(bytes_(rows, FLOAT32), "valid.to")
+    negative = t.new(bytes_(rows, FLOAT32), "neg")
+    t.drop(ones, index, negative)
+    narrow = t.new(bytes_(rows * width, g.z), "error.to") if g.z < FLOAT32 else None  # return error.to(dtype),
+    t.drop(t.new(np.full_like(t.live, INT64), "valid.sum"))  # int(valid.sum())
+    if narrow is not None:
+        t.drop(error)
+        error = narrow
+    t.drop(valid)
+    return error
+
+
+def pepita_step(t: Tape, g: Group, optimizer: str, weight_decay: float, recompute: bool = False) -> None:
+    """``Pepita.step`` (``recompute``: MEMPEPITA's): a standard pass without a graph whose unit outputs the
+    forward hooks keep (MEMPEPITA: none), the output error, F e per stack, then stage by stage the modulated
+    pass (hooks keep each unit's input and output) and the updates, which free them stage by stage."""
+    ops = Ops(t, g, graph=False)
+    clean: list[Buf] = []  # the standard pass's unit outputs, in order, until their update pops them
+    modulated: list[tuple[Value, Value]] = []  # this stage's (input, output) per unit
+
+    def keep_clean(kind, x, out):
+        t.hold(out.buf)
+        clean.append(out.buf)
+
+    def keep_modulated(kind, x, out):
+        t.hold(x.buf, out.buf)
+        modulated.append((kind, x, out))
+
+    with t.in_phase("forward"):
+        ops.hook = None if recompute else keep_clean
+        logits = ops.forward()
+        ops.hook = None
+        loss, _ = ops.loss(logits)
+        error = output_error(t, g)
+        t.drop(logits.buf)
+    modulation: dict[str, Value] = {}
+    with t.in_phase("error_projection"):
+        mean = None  # `per_sequence`, a local of Pepita.modulation: alive until it returns
+        for stack in g.stacks:
+            if g.aligned(stack):
+                modulation[stack] = ops.value(g.M(stack), g.d, "e F")
+                continue
+            if not g.classifier:
+                mean = t.new(bytes_(g.B * g.out, g.z), "mean")
+            modulation[stack] = ops.value(g.B, g.d, "e F")
+        t.drop(mean)
+    mod, reference = Stream(), Stream()
+    for kind, stack in ops.stages():
+        if recompute:
+            with t.in_phase("forward"):
+                ops.hook = keep_clean
+                ops.run_stage(kind, stack, reference)
+        with t.in_phase("modulated_pass"):
+            ops.hook = keep_modulated
+            ops.run_stage(kind, stack, mod, modulation[stack] if kind == "embedding" else None)
+            ops.hook = None
+        with t.in_phase("weight_update"):
+            if kind == "embedding":
+                grad = t.new(bytes_(g.V * g.d, g.z), "zeros_like")  # becomes .grad
+                if not g.aligned(stack):  # the per-sequence shift, expanded over positions, then flattened: a copy
+                    t.drop(t.new(bytes_(g.M(stack) * g.d, g.z), "shift.reshape"))
+            for unit, x_mod, h_mod in modulated:
+                h = clean.pop(0)
+                rows, n_in, n_out = x_mod.rows, x_mod.width, h_mod.width
+                diff = t.new(bytes_(rows * n_out, g.z), "h - h_mod")
+                if unit == "norm":
+                    normalised = t.new(bytes_(rows * n_out, g.z), "layer_norm")
+                    t.drop(t.new(bytes_(rows, g.z), "mean"), t.new(bytes_(rows, g.z), "rstd"))
+                    product = t.new(bytes_(rows * n_out, g.z), "diff * normalised")
+                    total = t.new(bytes_(n_out, g.z), "sum")
+                    t.drop(product)
+                    t.new(bytes_(n_out, g.z), "grad_gamma")
+                    t.drop(total)
+                    to_drop = [normalised]
+                else:
+                    product = t.new(bytes_(n_out * n_in, g.z), "mm")
+                    t.new(bytes_(n_out * n_in, g.z), "grad_w")
+                    t.drop(product)
+                    to_drop = []
+                total = t.new(bytes_(n_out, g.z), "sum")
+                t.new(bytes_(n_out, g.z), "grad_b")
+                t.drop(total)
+                t.drop(*to_drop, diff, h)
+            for _, x_mod, h_mod in modulated:
+                t.drop(x_mod.buf, h_mod.buf)
+            modulated.clear()
+    with t.in_phase("modulated_pass"):
+        head_input = ops.value(g.B, g.d, "mean") if g.classifier else ops.detach(mod.x)
+    with t.in_phase("weight_update"):
+        product = t.new(bytes_(g.out * g.d, g.z), "mm")
+        t.new(bytes_(g.out * g.d, g.z), "head grad_w")
+        t.drop(product)
+        total = t.new(bytes_(g.out, g.z), "sum")
+        t.new(bytes_(g.out, g.z), "head grad_b")
+        t.drop(total)
+    with t.in_phase("optimizer_step"):
+        optimizer_step(t, g, optimizer, weight_decay)
+
+
 PROGRAMS = {
+    "pepita": pepita_step,
+    "mempepita": lambda t, g, optimizer, weight_decay: pepita_step(t, g, optimizer, weight_decay, recompute=True),
     "bp": autograd_step,
     "fa": autograd_step,
     "kp": lambda t, g, optimizer, weight_decay: autograd_step(t, g, optimizer, weight_decay, kp=True),

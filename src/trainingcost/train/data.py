@@ -106,15 +106,14 @@ class LanguageModelling(Task):
         windows = data[starts[:, None] + torch.arange(self.window)]
         arch = self.cfg.arch
         if arch == "decoder":
-            # Contiguous targets: the loss flattens them without a copy inside the step.
-            return Batch({"decoder": windows[:, :n]}, windows[:, 1 : n + 1].contiguous())
+            return Batch({"decoder": windows[:, :n]}, windows[:, 1 : n + 1])
         if arch == "encoder":
             tokens = windows[:, :n].clone()
             masked = torch.rand(b, n, generator=generator) < MASK_FRACTION
             targets = torch.where(masked, tokens, torch.full_like(tokens, IGNORE))
             tokens[masked] = MASK_ID
             return Batch({"encoder": tokens}, targets)
-        target = windows[:, n:].contiguous()
+        target = windows[:, n:]
         return Batch({"encoder": windows[:, :n], "decoder": shift_right(target)}, target)
 
 

@@ -20,6 +20,12 @@ class Batch:
     tokens: dict[str, torch.Tensor]  # per stack: 'encoder' and/or 'decoder', [batch, length] int64
     targets: torch.Tensor  # [batch, length] or [batch], int64, IGNORE where there is no target
 
+    def __post_init__(self):
+        # Contiguous token ids and targets: the step flattens them (the loss, PEPITA's embedding update)
+        # without a copy of its own, as the executed memory model assumes (analytic/peaks.py).
+        self.tokens = {stack: ids.contiguous() for stack, ids in self.tokens.items()}
+        self.targets = self.targets.contiguous()
+
     def to(self, device) -> "Batch":
         return Batch({k: v.to(device) for k, v in self.tokens.items()}, self.targets.to(device))
 
