@@ -122,7 +122,7 @@ PERSISTENT_ARCHES = {
 }
 PERSISTENT_CASES = [(arch, rule, "sgd", "fp32") for arch in PERSISTENT_ARCHES for rule in
                     ("bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa")]
-PERSISTENT_CASES += [(arch, rule, "adam", "fp32") for arch in PERSISTENT_ARCHES for rule in ("bp", "pepita")]
+PERSISTENT_CASES += [(arch, rule, "adam", "fp32") for arch in PERSISTENT_ARCHES for rule in ("bp", "pepita", "kp")]
 PERSISTENT_CASES += [(arch, rule, optimizer, "bf16") for arch in PERSISTENT_ARCHES for rule in ("bp", "dfa")
                      for optimizer in ("sgd", "adam")]
 
@@ -130,7 +130,7 @@ PERSISTENT_CASES += [(arch, rule, optimizer, "bf16") for arch in PERSISTENT_ARCH
 def test_the_bytes_held_between_steps_equal_the_memory_model():
     """Parameters, gradients, feedback matrices and optimizer state at a step's start, as metered, equal the memory
     model to the byte: 3 arches x 7 rules with SGD, Adam (with its float32 `step` scalar per parameter tensor) on
-    BP and PEPITA, and bf16. (KP with Adam is left out: the model does not yet count its feedback's step scalars.)"""
+    BP, PEPITA and KP (whose trained feedback matrices have step scalars too), and bf16."""
     from trainingcost.measure.recorder import StepRecorder
     from trainingcost.train.run import run_steps
 

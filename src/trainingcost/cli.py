@@ -24,6 +24,7 @@ from . import __version__
 from .io import created_count, undo_since
 from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
+from .analytic.peaks import PEAK_PHASE_COLUMNS
 from .config import (
     DEFAULT_LR,
     DEVICES,
@@ -213,10 +214,19 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
 
 
 def render_memory(memory: pd.DataFrame) -> str:
-    rows = [[r["rule"], "", *(human_bytes(r[c]) for c in (*COMPONENTS, "total"))] for _, r in memory.iterrows()]
     first = memory.iloc[0]
-    title = f"Memory per training step ({first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters)"
-    return title + "\n" + _grid(["rule", "", *COMPONENTS, "total"], rows) + "\n"
+    setting = f"{first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters"
+    phases = [c for c in PEAK_PHASE_COLUMNS if (memory[c] >= 0).any()]
+    rows = [[r["rule"], "", human_bytes(r["step_start"] - r["batch"]),
+             *(human_bytes(r[c]) if r[c] >= 0 else "" for c in phases), human_bytes(r["peak"])]
+            for _, r in memory.iterrows()]
+    header = ["rule", "", "persistent", *(c.removeprefix("peak_") for c in phases), "step peak"]
+    executed = (f"Tensor memory of one training step, executed model ({setting}; CPU, batch of ids excluded "
+                f"from persistent)\n" + _grid(header, rows) + "\n")
+    rows = [[r["rule"], "", *(human_bytes(r[c]) for c in (*COMPONENTS, "total"))] for _, r in memory.iterrows()]
+    hand = (f"Components summed, the paper's accounting (activations: autograd's saved tensors; PEPITA/MEMPEPITA "
+            f"as Pau & Aymone count them)\n" + _grid(["rule", "", *COMPONENTS, "total"], rows) + "\n")
+    return executed + "\n" + hand
 
 
 # ---------------------------------------------------------------------------

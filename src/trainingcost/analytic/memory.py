@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from . import peaks
 from . import templates as T
 from .catalogue import rule
 from .layers import KINDS
@@ -37,7 +38,13 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
 OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}
 STEP_SCALAR_BYTES = {"sgd": 0, "momentum": 0, "adam": 4}  # Adam's float32 `step` per parameter tensor
 COMPONENTS = ("parameters", "gradients", "feedback", "optimizer_state", "activations")
-MEMORY_COLUMNS = ("config_id", "rule", "optimizer", "dtype", "parameter_count", *COMPONENTS, "total")
+PERSISTENT = ("parameters", "gradients", "feedback", "optimizer_state")
+# The executed model (:mod:`.peaks`): bytes alive when a step begins (what it keeps between steps, its buffers and
+# its batch) and the most bytes alive during the step and during each of its phases (-1: no such phase).
+EXECUTED_COLUMNS = ("buffers", "batch", "step_start", "peak", *peaks.PEAK_PHASE_COLUMNS)
+MEMORY_COLUMNS = ("config_id", "rule", "optimizer", "dtype", "parameter_count", *COMPONENTS, "total", *EXECUTED_COLUMNS)
+TOKEN_BYTES = 8  # int64 token ids and targets
+WEIGHT_MATRICES = {"attention": 4, "ffn": 2, "head": 1}  # linear layers per layer family (train/model.py)
 PER_LAYER = ("params", "weights", "saved", "working", "kept")
 
 
@@ -66,7 +73,8 @@ def _reduce(values: np.ndarray, order: np.ndarray, starts: np.ndarray, op) -> np
 
 
 def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sgd",)) -> pd.DataFrame:
-    """One row per (config_id, rule, optimizer, dtype), bytes per component."""
+    """One row per (config_id, rule, optimizer, dtype): bytes per component (the hand model, summed: ``total``)
+    and the executed model's step start, step peak and phase peaks (:mod:`.peaks`)."""
     t = T.build(configs, "layer")
     model_layer = np.array([KINDS[k].model_layer for k in t.kind], dtype=bool)
     per = _per_layer(t)
@@ -104,9 +112,17 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
         "blocks": lambda: (c["enc_layers"] + c["dec_layers"] + n_stacks) * d * d,  # one per block and per embedding
         "output": lambda: n_stacks * out_width * d,  # one F per stack input
     }
+    # Buffers: each stack's positional table (rows x d, in the dtype); WM's float64 norm per weight matrix.
+    rows_per_stack = np.where(encdec | (configs["arch"].to_numpy() == "encoder"), c["seq_len"], 0) + np.where(
+        configs["arch"].to_numpy() != "encoder", c["tgt_len"], 0)
+    linears = _reduce(np.where(model_layer, t.count * np.array([WEIGHT_MATRICES.get(KINDS[k].family, 0) for k in t.kind]), 0),
+                      order, starts, np.add)
+    # The batch: int64 token ids per stack and targets (one per output row), each its own storage.
+    batch = TOKEN_BYTES * (B * rows_per_stack + B * out_rows)
     frames = []
     for name in rules:
         parts = rule(name).memory
+        spec = rule(name)
         fed = feedback[parts.feedback]()
         kept = activations[parts.activations]()
         trained = params + (fed if parts.trains_feedback else 0)
@@ -117,9 +133,9 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
                     "parameters": params * size,
                     "gradients": trained * size,
                     "feedback": fed * size,
-                    # (KP's trained feedback matrices would add their own step scalars: not counted yet)
+                    # (KP's feedback matrices are parameters too: one more step scalar per weight matrix)
                     "optimizer_state": OPTIMIZER_SLOTS[optimizer] * trained * size
-                    + STEP_SCALAR_BYTES[optimizer] * param_tensors,
+                    + STEP_SCALAR_BYTES[optimizer] * (param_tensors + (linears if parts.trains_feedback else 0)),
                     "activations": kept * B * size,
                 }
                 frame = pd.DataFrame(
@@ -133,9 +149,16 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
                     }
                 )
                 frame["total"] = sum(part.values())
+                buffers = rows_per_stack * d * size + (8 * linears if name == "wm" else 0)
+                start = sum(part[k] for k in PERSISTENT) + buffers + batch
+                frame["buffers"], frame["batch"], frame["step_start"] = buffers, batch, start
+                executed = peaks.step_peaks(configs, name, optimizer, size, start, part["gradients"],
+                                            spec.defaults.get("weight_decay", 0.0))
+                for column, values in executed.items():
+                    frame[column] = values
                 frames.append(frame)
     table = pd.concat(frames, ignore_index=True)
-    for column in ("parameter_count", *COMPONENTS, "total"):
+    for column in ("parameter_count", *COMPONENTS, "total", *EXECUTED_COLUMNS):
         table[column] = table[column].astype("int64")
     # Configuration-major order, like the cost table.
     position = {cid: i for i, cid in enumerate(configs["config_id"])}

@@ -773,3 +773,49 @@ PROGRAMS = {
     "wm": wm_step,
     "dfa": dfa_step,
 }
+
+
+# ---------------------------------------------------------------------------
+# The table
+
+PEAK_PHASE_COLUMNS = tuple(f"peak_{phase}" for phase in STEP_PHASES)
+
+
+def groups(configs) -> list[tuple[np.ndarray, tuple]]:
+    """Row indices of ``configs`` per structure (arch, encoder and decoder depth, classifier or not)."""
+    keys = list(zip(configs["arch"], configs["enc_layers"].astype(int), configs["dec_layers"].astype(int),
+                    configs["classes"].astype(int) > 0))
+    out: dict[tuple, list[int]] = {}
+    for i, key in enumerate(keys):
+        out.setdefault(key, []).append(i)
+    return [(np.array(rows), key) for key, rows in out.items()]
+
+
+def group_of(configs, rows: np.ndarray, key: tuple, dtype_bytes: int) -> Group:
+    arch, enc, dec, classifier = key
+    col = {c: configs[c].to_numpy(dtype=np.int64)[rows] for c in
+           ("batch", "d_model", "d_ff", "heads", "vocab", "classes", "seq_len", "tgt_len")}
+    depth = {"encoder": enc, "decoder": dec}
+    return Group(arch, {s: depth[s] for s in L.stacks(arch)}, bool(classifier), col["batch"], col["d_model"],
+                 col["d_ff"], col["heads"], col["vocab"], col["classes"],
+                 {"encoder": col["seq_len"], "decoder": col["tgt_len"]}, dtype_bytes)
+
+
+def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start: np.ndarray, gradients: np.ndarray,
+               weight_decay: float = 0.0, mirror_steps: int = 1) -> dict[str, np.ndarray]:
+    """The step's peak and each phase's peak (bytes, -1 where the rule has no such phase), per configuration,
+    for a step that begins with ``start`` bytes alive, ``gradients`` of them last step's gradients."""
+    n = len(configs)
+    out = {"peak": np.zeros(n, dtype=np.int64), **{c: np.full(n, -1, dtype=np.int64) for c in PEAK_PHASE_COLUMNS}}
+    for rows, key in groups(configs):
+        g = group_of(configs, rows, key, dtype_bytes)
+        t = Tape(start[rows])
+        t.live = t.live - gradients[rows]  # zero_grad(set_to_none=True), every rule's first line
+        if rule_name == "wm":
+            wm_step(t, g, optimizer, weight_decay, mirror_steps)
+        else:
+            PROGRAMS[rule_name](t, g, optimizer, weight_decay)
+        out["peak"][rows] = t.peak
+        for phase, values in t.phase_peaks.items():
+            out[f"peak_{phase}"][rows] = values
+    return out

@@ -15,16 +15,24 @@ import torch.nn.functional as F
 IGNORE = -100
 
 
+def _own(ids: torch.Tensor) -> torch.Tensor:
+    """``ids``, or a contiguous copy where it is a view into a larger storage."""
+    if ids.is_contiguous() and ids.untyped_storage().nbytes() == ids.numel() * ids.element_size():
+        return ids
+    return ids.clone(memory_format=torch.contiguous_format)
+
+
 @dataclass
 class Batch:
     tokens: dict[str, torch.Tensor]  # per stack: 'encoder' and/or 'decoder', [batch, length] int64
     targets: torch.Tensor  # [batch, length] or [batch], int64, IGNORE where there is no target
 
     def __post_init__(self):
-        # Contiguous token ids and targets: the step flattens them (the loss, PEPITA's embedding update)
-        # without a copy of its own, as the executed memory model assumes (analytic/peaks.py).
-        self.tokens = {stack: ids.contiguous() for stack, ids in self.tokens.items()}
-        self.targets = self.targets.contiguous()
+        # Each tensor contiguous and alone in its storage: the step flattens ids and targets without a copy of its
+        # own (the loss, PEPITA's embedding update), and the batch's bytes are those of its tensors, as the
+        # executed memory model counts them (analytic/peaks.py), whatever view of a window a task hands over.
+        self.tokens = {stack: _own(ids) for stack, ids in self.tokens.items()}
+        self.targets = _own(self.targets)
 
     def to(self, device) -> "Batch":
         return Batch({k: v.to(device) for k, v in self.tokens.items()}, self.targets.to(device))

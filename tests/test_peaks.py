@@ -1,0 +1,111 @@
+"""The executed memory model (analytic/peaks.py) against the tensor meter, to the byte (issue 12)."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from trainingcost.analytic import peaks as P
+from trainingcost.analytic.catalogue import rule_names
+from trainingcost.analytic.memory import memory_table
+from trainingcost.config import RuleOptions, TrainSpec, canonical_model, configs_frame
+from trainingcost.measure.recorder import StepRecorder
+from trainingcost.train.run import run_steps
+
+ARCHES = {  # arch -> (fields, task)
+    "decoder": (dict(arch="decoder"), "lm"),
+    "encoder": (dict(arch="encoder", classes=3), "classify"),
+    "encoder-decoder": (dict(arch="encoder-decoder"), "copy"),
+}
+SHAPES = [  # (layers, d_model, heads, d_ff, seq_len, batch, vocab): 24 tiny shapes, cycled over the cases
+    (layers, d, heads, d_ff, seq, batch, vocab)
+    for layers, (d, heads), d_ff, (seq, batch), vocab in itertools.islice(
+        zip(itertools.cycle([1, 2, 3]), itertools.cycle([(16, 2), (24, 4), (32, 2), (16, 4)]),
+            itertools.cycle([32, 48, 64, 40, 24]), itertools.cycle([(8, 2), (6, 3), (12, 2), (5, 4), (7, 1)]),
+            itertools.cycle([16, 64, 256, 40, 130, 300, 24])), 24)
+]
+CASES = [(arch, rule, optimizer, dtype) for arch in ARCHES for rule in rule_names()
+         for optimizer in ("sgd", "momentum", "adam") for dtype in ("fp32", "bf16")]
+
+
+def metered(arch: str, rule: str, optimizer: str, dtype: str, shape):
+    layers, d, heads, d_ff, seq, batch, vocab = shape
+    fields, task = ARCHES[arch]
+    vocab = vocab + 256 if task == "lm" else vocab  # the byte-level LM needs 256 ids
+    cfg = canonical_model(dict(layers=layers, d_model=d, heads=heads, d_ff=d_ff, seq_len=seq, batch=batch, vocab=vocab,
+                               **fields), "")
+    spec = TrainSpec(cfg=cfg, task=task, rule=rule, steps=3, seed=0, measure=True, dtype=dtype, warmup=1,
+                     options=RuleOptions(optimizer=optimizer))
+    recorders = []
+    done = run_steps(spec, lambda r, device: recorders.append(StepRecorder(r, device, 1)) or recorders[-1])
+    assert done.status == "ok", (arch, rule, done.message)
+    return cfg, recorders[0].memory
+
+
+def test_the_cases_cover_every_arch_rule_optimizer_and_dtype_with_twenty_shapes():
+    assert len(CASES) == 3 * len(rule_names()) * 3 * 2 and len(set(SHAPES)) >= 20
+
+
+def test_the_executed_model_equals_the_meter_to_the_byte():
+    """Step peak, every phase's peak and the step's starting bytes, for 3 arches x 7 rules x SGD, momentum and
+    Adam x fp32 and bf16 (126 steps over 24 shapes, depths 1-3): no tolerance."""
+    mismatches = []
+    for index, (arch, rule, optimizer, dtype) in enumerate(CASES):
+        cfg, reading = metered(arch, rule, optimizer, dtype, SHAPES[index % len(SHAPES)])
+        model = memory_table(configs_frame([("", cfg)]), [rule], [dtype], [optimizer]).iloc[0]
+        got = {"start": int(model["step_start"]), "peak": int(model["peak"]),
+               **{p: int(model[f"peak_{p}"]) for p in P.STEP_PHASES if model[f"peak_{p}"] >= 0}}
+        want = {"start": reading.start, "peak": reading.peak, **reading.phase_peaks}
+        if got != want:
+            mismatches.append((arch, rule, optimizer, dtype, cfg, got, want))
+    assert not mismatches, mismatches[:3]
+
+
+def test_a_hand_count_of_one_bp_step():
+    """One decoder block, fp32, SGD: the step peak is at the log-softmax's backward, where the saved activations,
+    the logits' two float32 gradients and the log-probabilities are alive together (counted here by hand)."""
+    B, T, d, h, ff, V = 2, 8, 16, 2, 32, 256
+    cfg = canonical_model(dict(arch="decoder", layers=1, d_model=d, heads=h, d_ff=ff, seq_len=T, batch=B, vocab=V), "")
+    row = memory_table(configs_frame([("", cfg)]), ["bp"], ["fp32"], ["sgd"]).iloc[0]
+    M = B * T
+    saved = (
+        M * d  # the block input (the embedding plus positions), saved by q, k and v
+        + 4 * M * d + h * M  # q, k, v, attention output; log-sum-exp per head and row
+        + 2 * (M * d + 2 * M)  # each LayerNorm's input, mean and rstd
+        + M * d  # the first LayerNorm's output, saved by the FFN's first matrix
+        + 2 * M * ff  # the GELU's input and output
+        + M * d  # the last LayerNorm's output, saved by the head
+    )
+    at_peak = saved + 3 * M * V + 1 + 1  # log-probabilities and their two gradients; the loss and d(loss)
+    persistent_without_grads = row["step_start"] - row["gradients"]
+    assert row["peak"] == persistent_without_grads + 4 * at_peak
+    assert row["peak_backward"] == row["peak"]
+
+
+def test_mempepita_holds_one_block_at_a_time():
+    """MEMPEPITA's executed peak does not grow with depth; PEPITA's and BP's do."""
+    frames = []
+    for layers in (2, 6):
+        cfg = canonical_model(dict(arch="decoder", layers=layers, d_model=64, heads=4, d_ff=256, seq_len=128, batch=8,
+                                   vocab=256), "")
+        frames.append(memory_table(configs_frame([("", cfg)]), ["bp", "pepita", "mempepita"]).set_index("rule"))
+    activation = {rule: [f.at[rule, "peak"] - f.at[rule, "step_start"] for f in frames] for rule in frames[0].index}
+    assert activation["mempepita"][1] == activation["mempepita"][0]
+    assert activation["pepita"][1] > 2 * activation["pepita"][0] and activation["bp"][1] > 2 * activation["bp"][0]
+
+
+def test_the_tape_refuses_a_double_free():
+    tape = P.Tape(np.zeros(1, dtype=np.int64))
+    buf = tape.new(8)
+    tape.drop(buf)
+    with pytest.raises(RuntimeError, match="dropped twice"):
+        tape.drop(buf)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
