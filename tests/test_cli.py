@@ -25,7 +25,7 @@ def test_estimate_paper_example_prints_the_per_layer_table():
         assert name in out
     for rule in ("bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa"):
         assert f"rule {rule} | cost model paper" in out
-    assert "Total FLOPs per training step" in out and "Memory per training step" in out
+    assert "Total FLOPs per training step" in out and "Tensor memory of one training step, executed model" in out
 
 
 def test_estimate_json_records():
@@ -70,3 +70,23 @@ def test_bad_flags_give_one_line(args, message):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert message in lines[0]
+
+
+def test_estimate_memory_prints_persistent_bytes_phase_peaks_and_the_step_peak_per_rule(capsys):
+    from test_train import run_here
+
+    from trainingcost.analytic.memory import memory_table
+    from trainingcost.config import canonical_model, configs_frame
+    from trainingcost.config.presets import PRESETS
+
+    status, stdout, stderr = run_here(capsys, "estimate", "--preset", "paper-example", "--memory", "--optimizer", "adam")
+    assert status == 0, stderr
+    lines = stdout.splitlines()
+    header = next(line for line in lines if line.startswith("rule") and "step peak" in line)
+    for phase in ("persistent", "forward", "backward", "error_projection", "modulated_pass", "weight_update",
+                  "optimizer_step", "mirror"):
+        assert phase in header
+    table = memory_table(configs_frame([("", canonical_model(PRESETS["paper-example"], ""))]),
+                         ["mempepita", "wm"], ["fp32"], ["adam"]).set_index("rule")
+    row = next(line for line in lines if line.startswith("mempepita ") and "MiB" in line and "GiB" not in line)
+    assert row.split()[-2:] == [f"{table.at['mempepita', 'peak'] / 2**20:.2f}", "MiB"]

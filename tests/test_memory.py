@@ -29,9 +29,10 @@ def test_feedback_gradients_and_optimizer_state():
     assert int(t.loc[("kp", "adam", "bf16"), "gradients"]) == 2 * (params + weights)
     # Adam: two bf16 slots per trained element, and a float32 `step` scalar per parameter tensor: the token
     # embedding, 16 per block (4 weights and 4 biases of attention, 2 of each norm, 2 weights and 2 biases of
-    # the FFN), the head's weight and bias. (KP's feedback matrices' own step scalars are not counted yet.)
+    # the FFN), the head's weight and bias; KP's feedback matrices are parameters too, one per weight matrix.
     tensors = 1 + L * 16 + 2
-    assert int(t.loc[("kp", "adam", "bf16"), "optimizer_state"]) == 2 * 2 * (params + weights) + 4 * tensors
+    matrices = L * 6 + 1
+    assert int(t.loc[("kp", "adam", "bf16"), "optimizer_state"]) == 2 * 2 * (params + weights) + 4 * (tensors + matrices)
     assert int(t.loc[("bp", "adam", "bf16"), "optimizer_state"]) == 2 * 2 * params + 4 * tensors
     row = t.loc[("wm", "adam", "bf16")]
     assert int(row.total) == int(row.parameters + row.gradients + row.feedback + row.optimizer_state + row.activations)

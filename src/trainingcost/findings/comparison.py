@@ -9,7 +9,8 @@ each the finest that a cost model and the measurement share:
 - ``phase``: (config_id, rule, seed, phase), for every cost model; the
   measured phase time sits beside it;
 - ``step``: (config_id, rule, seed), the whole training step, for every cost
-  model; with the measured step time and peak memory beside the memory model's.
+  model; with the measured step time and peak memory beside the memory models': ``predicted_memory_bytes``
+  is the executed model's step peak (analytic/peaks.py), ``paper_memory_bytes`` the components summed.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ COMPARISON_COLUMNS = [
     "config_id", "rule", "seed", "cost_model", "granularity", "layer", "phase",
     "predicted_flops", "measured_flops", "flops_ratio", "flops_rel_error",
     "predicted_time_s", "measured_time_s", "predicted_memory_bytes", "measured_peak_memory_bytes", "memory_source",
-    "measured_tensor_peak_bytes",
+    "measured_tensor_peak_bytes", "paper_memory_bytes",
     "arch", "d_model", "enc_layers", "dec_layers", "seq_len", "tgt_len", "batch", "dtype", "device_name", "status",
 ]
 RUN_COLUMNS = ["arch", "d_model", "enc_layers", "dec_layers", "seq_len", "tgt_len", "batch", "dtype", "device_name", "status",
@@ -90,8 +91,9 @@ def comparison_table(analytic: pd.DataFrame, measured: pd.DataFrame, memory: pd.
     step["measured_flops"] = step["measured_flops"].fillna(0).astype("int64")
     step["granularity"], step["layer"], step["phase"] = "step", "", ""
     if memory is not None and len(memory):
-        model = memory.rename(columns={"total": "predicted_memory_bytes"})[
-            ["config_id", "rule", "optimizer", "dtype", "predicted_memory_bytes"]]
+        executed = "peak" if "peak" in memory else "total"  # memory tables from before the executed model
+        model = memory.assign(predicted_memory_bytes=memory[executed], paper_memory_bytes=memory["total"])[
+            ["config_id", "rule", "optimizer", "dtype", "predicted_memory_bytes", "paper_memory_bytes"]]
         step = step.merge(model, on=["config_id", "rule", "optimizer", "dtype"], how="left")
     frames.append(step)
 

@@ -342,9 +342,11 @@ def peak_memory(comparison: pd.DataFrame, runs: pd.DataFrame):
     steps = steps.sort_values(["arch", "enc_layers", "dec_layers", "seq_len", "label"])
     cuda = steps["memory_source"].eq("cuda_max_memory_allocated").any()
     metered = steps["measured_tensor_peak_bytes"].notna().any() if "measured_tensor_peak_bytes" in steps else False
-    sources = [("predicted_memory_bytes", "memory model (bytes of one step)")]
+    sources = [("predicted_memory_bytes", "executed memory model: peak of one step, from shapes")]
     if metered:
         sources.append(("measured_tensor_peak_bytes", "measured tensor peak of one step (tensor meter)"))
+    if "paper_memory_bytes" in steps and steps["paper_memory_bytes"].notna().any():
+        sources.append(("paper_memory_bytes", "components summed, as if alive together (the paper's accounting)"))
     if cuda:
         sources.append(("measured_peak_memory_bytes", "measured peak (torch.cuda.max_memory_allocated)"))
     fig, axes = plt.subplots(len(sources), 1, figsize=(FULL, 2.4 * len(sources) + 0.6), squeeze=False)
