@@ -44,6 +44,7 @@ FIGURES = {
     "memory": "6_peak_memory",
     "depth": "7_loss_by_depth",
     "energy": "8_energy",
+    "memory_scaling": "9_peak_memory_scaling",
 }
 
 
@@ -322,6 +323,12 @@ def write_figures(config: dict, analytic_path, comparison_path, measured_path, o
     save(F.ratio_to_bp(curves, runs, base, describe(base)), "ratios")
     save(F.step_time(comparison), "step_time")
     save(F.peak_memory(comparison, runs), "memory")
+    trained = runs if len(runs) else pd.DataFrame({"dtype": ["fp32"], "optimizer": ["sgd"]})
+    depth_base = entry_config(config, settings["depth"][0], "figures.depth") if settings["depth"] else base
+    depths = sorted({*range(1, 9), int(depth_base.enc_layers or depth_base.dec_layers)})
+    memory_curves = F.memory_curves(base, axes["seq_len"], depth_base, depths, str(trained["dtype"].mode()[0]),
+                                    str(trained["optimizer"].mode()[0]))
+    save(F.memory_scaling(memory_curves, runs, describe(base)), "memory_scaling")
     depth_runs = runs
     if settings["depth"]:
         chosen = {cfg.config_id for _, cfg in select_sweep(config["sweep"], settings["depth"], "figures.depth")}

@@ -399,7 +399,7 @@ def loss_by_depth(runs: pd.DataFrame, steps_run: int):
     handles = [plt.Line2D([], [], color=RULE_COLORS[r], marker=RULE_MARKERS[r], markersize=4,
                           linestyle=(0, (3, 2)) if r == "mempepita" else "solid") for r in rules]
     fig.legend(handles, [RULE_LABELS[r] for r in rules], ncol=len(rules), frameon=False, loc="lower center", bbox_to_anchor=(0.5, 0))
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.tight_layout(rect=(0, 0.08, 1, 0.97))
     return fig
 
 
@@ -422,4 +422,66 @@ def energy(runs: pd.DataFrame):
     fig.suptitle(f"Energy per training step (NVML): PEPITA {per_rule.get('pepita', np.nan):.2f}x BP, "
                  f"MEMPEPITA {per_rule.get('mempepita', np.nan):.2f}x\n(median over {data['config_id'].nunique()} configurations)")
     fig.tight_layout()
+    return fig
+
+
+def memory_curves(base, seq_lens: list[int], depth_base, depths: list[int], dtype: str = "fp32",
+                  optimizer: str = "sgd", rules=None) -> pd.DataFrame:
+    """The executed memory model's step peak along sequence length (from ``base``) and along depth (from
+    ``depth_base``)."""
+    from ..analytic.memory import memory_table
+
+    depth_axis = "dec_layers" if depth_base.dec_layers else "enc_layers"
+    frames = []
+    for start, axis, values in ((base, "seq_len", seq_lens), (depth_base, depth_axis, depths)):
+        configs = axis_configs(start, axis, values)
+        table = memory_table(configs, list(rules or RULES), [dtype], [optimizer])
+        table = table.merge(configs[["config_id", axis]].rename(columns={axis: "value"}), on="config_id")
+        frames.append(table[["config_id", "rule", "peak", "step_start", "value"]].assign(axis=axis, base=[start] * len(table)))
+    return pd.concat(frames, ignore_index=True)
+
+
+def memory_scaling(curves: pd.DataFrame, runs: pd.DataFrame, describe: str):
+    """Peak tensor memory of one step against sequence length and depth: the executed model as lines, the
+    measured tensor peaks as points."""
+    axes_names = list(dict.fromkeys(curves["axis"]))
+    rules = [r for r in RULES if r in set(curves["rule"])]
+    fig, axes = plt.subplots(1, len(axes_names), figsize=(FULL, 2.9), squeeze=False)
+    labels = {"seq_len": "sequence length (tokens)", "dec_layers": "blocks", "enc_layers": "blocks"}
+    matched = total = 0
+    for ax, axis in zip(axes[0], axes_names):
+        part = curves[curves["axis"] == axis].sort_values("value")
+        for rule in rules:
+            line = part[part["rule"] == rule]
+            ax.plot(line["value"], line["peak"] / 2**20, color=RULE_COLORS[rule], marker=RULE_MARKERS[rule],
+                    markersize=2.5, linewidth=1.1, linestyle=(0, (3, 2)) if rule == "mempepita" else "solid")
+        base = part["base"].iloc[0]
+        points = _on_axis(runs, base, axis) if len(runs) and "tensor_peak_bytes" in runs else pd.DataFrame()
+        if len(points):
+            points = points.dropna(subset=["tensor_peak_bytes"])
+            ax.scatter(points[axis], points["tensor_peak_bytes"] / 2**20, c=[RULE_COLORS[r] for r in points["rule"]],
+                       s=22, zorder=3, edgecolor="black", linewidth=0.5)
+            model = part.set_index(["rule", "value"])["peak"]
+            for _, p in points.iterrows():
+                key = (p["rule"], p[axis])
+                if key in model.index:
+                    total += 1
+                    matched += int(model[key] == p["tensor_peak_bytes"])
+        ax.set(xlabel=labels[axis], ylabel="step peak, tensor MiB", xscale="log" if axis == "seq_len" else "linear",
+               yscale="log", title=f"{labels[axis]} varied", )
+        if axis != "seq_len":
+            ax.set_xticks(sorted(part["value"].unique()))
+    longest = curves[(curves["axis"] == "seq_len") & (curves["value"] == curves.loc[curves["axis"] == "seq_len", "value"].max())]
+    peak = longest.set_index("rule")["peak"]
+    ratio = peak.get("mempepita", np.nan) / peak.get("bp", np.nan)
+    ratio_p = peak.get("mempepita", np.nan) / peak.get("pepita", np.nan)
+    agree = f"; the model equals {matched} of {total} measured points to the byte" if total else ""
+    fig.suptitle(f"Executed memory model (lines) and measured tensor peaks (points){agree}\n"
+                 f"at {int(longest['value'].max())} tokens MEMPEPITA needs {ratio:.2f}x BP's peak and {ratio_p:.2f}x "
+                 f"PEPITA's ({describe})", fontsize=8)
+    handles = [plt.Line2D([], [], color=RULE_COLORS[r], marker=RULE_MARKERS[r], markersize=4,
+                          linestyle=(0, (3, 2)) if r == "mempepita" else "solid") for r in rules]
+    fig.legend(handles, [RULE_LABELS[r] for r in rules], ncol=len(rules), frameon=False, loc="lower center",
+               bbox_to_anchor=(0.5, 0))
+    fig.tight_layout(rect=(0, 0.08, 1, 0.97))
     return fig
