@@ -23,8 +23,10 @@ import pandas as pd
 from . import __version__
 from .io import created_count, undo_since
 from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names
+from . import interrupts
+from .interrupts import Terminated
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
-from .analytic.peaks import PEAK_PHASE_COLUMNS
+from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS
 from .config import (
     DEFAULT_LR,
     DEVICES,
@@ -218,7 +220,8 @@ def render_memory(memory: pd.DataFrame) -> str:
     setting = f"{first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters"
     phases = [c for c in PEAK_PHASE_COLUMNS if (memory[c] >= 0).any()]
     rows = [[r["rule"], "", human_bytes(r["step_start"] - r["batch"]),
-             *(human_bytes(r[c]) if r[c] >= 0 else "" for c in phases), human_bytes(r["peak"])]
+             *(human_bytes(r[c]) if r[c] >= 0 else "" for c in phases),
+             human_bytes(r["peak"]) if r["peak"] >= 0 else f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)"]
             for _, r in memory.iterrows()]
     header = ["rule", "", "persistent", *(c.removeprefix("peak_") for c in phases), "step peak"]
     executed = (f"Tensor memory of one training step, executed model ({setting}; CPU, batch of ids excluded "
@@ -504,14 +507,6 @@ def build_parser() -> Parser:
     return parser
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised where the process is, so that it unwinds like Ctrl-C."""
-
-
-def _terminate(signum, frame):
-    raise Terminated
-
-
 # Outputs each command writes: (argument, whether it names a directory).
 OUTPUTS = (("out", False), ("out_dir", True), ("memory_out", False))
 
@@ -545,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "mirror_steps", 1) < 0:
         parser.error("argument --mirror-steps: must be 0 or more")
     mark = created_count()
-    previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
+    previous = interrupts.install() if threading.current_thread() is threading.main_thread() else None
     try:
         for name, directory in OUTPUTS:
             if getattr(args, name, None):
@@ -565,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+            interrupts.restore(previous)
 
 
 INTERRUPT_STATUS = {130: signal.SIGINT, 143: signal.SIGTERM}  # what main() returns after each signal

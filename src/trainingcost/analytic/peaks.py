@@ -408,26 +408,32 @@ class Ops:
             x = modulated
         return x
 
+    def branch(self, sub, x: Value, memory: Value | None) -> Value:
+        """A sublayer's branch output: attention (cross-attention reads the encoder output) or the FFN."""
+        if L.KINDS[sub.kind].family == "attention":
+            return self.attention(x, memory if sub.kind == "cross_attention" else x)
+        hidden = self.up(x)
+        out = self.linear(hidden, self.g.d, "ffn.down")
+        self.t.drop(hidden.buf)
+        return out
+
+    def pairs(self, stack: str) -> list[tuple]:
+        """(branch, add & norm) sublayers of one block of ``stack`` (``Block.pairs``)."""
+        subs = L.block_sublayers(self.g.arch, stack)
+        return [(subs[i], subs[i + 1]) for i in range(0, len(subs), 2)]
+
     def block(self, stack: str, x: Value, memory: Value | None) -> Value:
         """One block (``Block.forward``): ``out`` lives until the next branch's output replaces it."""
         out = None
-        for sub in L.block_sublayers(self.g.arch, stack):
-            family = L.KINDS[sub.kind].family
-            if family == "attention":
-                new = self.attention(x, memory if sub.kind == "cross_attention" else x)
-            elif family == "ffn":
-                hidden = self.up(x)
-                new = self.linear(hidden, self.g.d, "ffn.down")
-                self.t.drop(hidden.buf)
-            else:
-                y = self.add_norm(x, out)
-                if x is not self._block_input:
-                    self.t.drop(x.buf)
-                x = y
-                continue
+        for branch, _ in self.pairs(stack):
+            new = self.branch(branch, x, memory)
             if out is not None:
                 self.t.drop(out.buf)
             out = new
+            y = self.add_norm(x, out)
+            if x is not self._block_input:
+                self.t.drop(x.buf)
+            x = y
         self.t.drop(out.buf)
         return x
 
@@ -455,27 +461,36 @@ class Ops:
             return logits
         return self.linear(x, self.g.out, "head", unit=False)
 
-    def stages(self) -> list[tuple[str, str]]:
-        """(kind, stack) of every stage but the head, in order (``Transformer.stages``)."""
+    def stages(self, by: str = "block") -> list[tuple]:
+        """(kind, stack, pair) of every stage but the head, in order (``Transformer.stages(by)``)."""
         out = []
         for stack in self.g.stacks:
-            out.append(("embedding", stack))
-            out += [("block", stack)] * self.g.depth[stack]
+            out.append(("embedding", stack, None))
+            for _ in range(self.g.depth[stack]):
+                if by == "sublayer":
+                    out += [("sublayer", stack, pair) for pair in self.pairs(stack)]
+                else:
+                    out.append(("block", stack, None))
         return out
 
-    def run_stage(self, kind: str, stack: str, s: "Stream", modulation: Value | None = None) -> None:
+    def run_stage(self, kind: str, stack: str, s: "Stream", modulation: Value | None = None, pair=None) -> None:
         if kind == "embedding":
             if stack == "decoder" and s.x is not None:
                 s.memory, s.x = s.x, None  # s.memory = s.x: the same reference moves
             self.t.drop(s.x.buf if s.x is not None else None)
             s.x = self.embed(stack, modulation)
+        elif kind == "sublayer":  # Block.sublayer: the branch output goes when the pair returns
+            out = self.branch(pair[0], s.x, s.memory)
+            y = self.add_norm(s.x, out)
+            self.t.drop(out.buf, s.x.buf)
+            s.x = y
         else:
             s.x = self.run_block(stack, s.x, s.memory)
 
     def forward(self) -> Value:
         """``Transformer.forward``: the stages in order; the stream's references go when it returns."""
         s = Stream()
-        for kind, stack in self.stages():
+        for kind, stack, _ in self.stages():
             self.run_stage(kind, stack, s)
         logits = self.head(s.x)
         s.close(self.t)
@@ -562,7 +577,8 @@ def autograd_step(t: Tape, g: Group, optimizer: str, weight_decay: float, kp: bo
 
 def mirror(t: Tape, g: Group, steps: int) -> None:
     """WM's mirror steps (``WeightMirror.mirror``): per weight matrix, float32 noise x (cast to the dtype),
-    y = x Wᵀ, B += yᵀx, and B rescaled by a float64 norm; x and y live until the next matrix replaces them."""
+    y = x Wᵀ, B += yᵀx, and B rescaled by its norm accumulated in float64; x and y live until the next matrix
+    replaces them."""
     seen = {"encoder": g.M("encoder") if "encoder" in g.stacks else None, "decoder": g.M("decoder") if "decoder" in g.stacks else None}
     rows = []  # rows each weight matrix saw in the step, in the order of model.linears()
     for stack in g.stacks:
@@ -589,9 +605,7 @@ def mirror(t: Tape, g: Group, steps: int) -> None:
             t.drop(y)
             y = product
             t.drop(t.new(bytes_(n_in * n_out, g.z), "ytx"))
-            wide = t.new(bytes_(n_in * n_out, 8), "double")
-            norm = t.new(np.full_like(t.live, 8), "norm")
-            t.drop(wide)
+            norm = t.new(np.full_like(t.live, 8), "norm")  # vector_norm(B, dtype=float64): no float64 copy of B
             t.drop(t.new(np.full_like(t.live, 8), "ratio"))
             t.drop(norm)
         t.drop(x, y)
@@ -679,8 +693,9 @@ def output_error(t: Tape, g: Group) -> Buf:
 
 def pepita_step(t: Tape, g: Group, optimizer: str, weight_decay: float, recompute: bool = False) -> None:
     """``Pepita.step`` (``recompute``: MEMPEPITA's): a standard pass without a graph whose unit outputs the
-    forward hooks keep (MEMPEPITA: none), the output error, F e per stack, then stage by stage the modulated
-    pass (hooks keep each unit's input and output) and the updates, which free them stage by stage."""
+    forward hooks keep (MEMPEPITA: none), the output error, F e per stack, then stage by stage (embedding, each
+    sublayer with its add & norm, head) the modulated pass (hooks keep each unit's input and output) and the
+    updates, which free them stage by stage."""
     ops = Ops(t, g, graph=False)
     clean: list[Buf] = []  # the standard pass's unit outputs, in order, until their update pops them
     modulated: list[tuple[Value, Value]] = []  # this stage's (input, output) per unit
@@ -712,14 +727,14 @@ def pepita_step(t: Tape, g: Group, optimizer: str, weight_decay: float, recomput
             modulation[stack] = ops.value(g.B, g.d, "e F")
         t.drop(mean)
     mod, reference = Stream(), Stream()
-    for kind, stack in ops.stages():
+    for kind, stack, pair in ops.stages(by="sublayer"):
         if recompute:
             with t.in_phase("forward"):
                 ops.hook = keep_clean
-                ops.run_stage(kind, stack, reference)
+                ops.run_stage(kind, stack, reference, pair=pair)
         with t.in_phase("modulated_pass"):
             ops.hook = keep_modulated
-            ops.run_stage(kind, stack, mod, modulation[stack] if kind == "embedding" else None)
+            ops.run_stage(kind, stack, mod, modulation[stack] if kind == "embedding" else None, pair)
             ops.hook = None
         with t.in_phase("weight_update"):
             if kind == "embedding":
@@ -779,6 +794,8 @@ PROGRAMS = {
 # The table
 
 PEAK_PHASE_COLUMNS = tuple(f"peak_{phase}" for phase in STEP_PHASES)
+# The tape replays every block (about a millisecond per block and rule): deeper models get -1 (not replayed).
+MAX_TAPE_BLOCKS = 1024
 
 
 def groups(configs) -> list[tuple[np.ndarray, tuple]]:
@@ -804,10 +821,13 @@ def group_of(configs, rows: np.ndarray, key: tuple, dtype_bytes: int) -> Group:
 def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start: np.ndarray, gradients: np.ndarray,
                weight_decay: float = 0.0, mirror_steps: int = 1) -> dict[str, np.ndarray]:
     """The step's peak and each phase's peak (bytes, -1 where the rule has no such phase), per configuration,
-    for a step that begins with ``start`` bytes alive, ``gradients`` of them last step's gradients."""
+    for a step that begins with ``start`` bytes alive, ``gradients`` of them last step's gradients. A model of
+    more than :data:`MAX_TAPE_BLOCKS` blocks is not replayed: -1 everywhere."""
     n = len(configs)
-    out = {"peak": np.zeros(n, dtype=np.int64), **{c: np.full(n, -1, dtype=np.int64) for c in PEAK_PHASE_COLUMNS}}
+    out = {"peak": np.full(n, -1, dtype=np.int64), **{c: np.full(n, -1, dtype=np.int64) for c in PEAK_PHASE_COLUMNS}}
     for rows, key in groups(configs):
+        if key[1] + key[2] > MAX_TAPE_BLOCKS:
+            continue
         g = group_of(configs, rows, key, dtype_bytes)
         t = Tape(start[rows])
         t.live = t.live - gradients[rows]  # zero_grad(set_to_none=True), every rule's first line

@@ -134,6 +134,13 @@ class Block(nn.Module):
             x = getattr(self, norm_name)(x, out)
         return x
 
+    def sublayer(self, pair: tuple[str, str], x: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
+        """One (branch, add & norm) pair of :meth:`forward` on its own."""
+        branch_name, norm_name = pair
+        branch = getattr(self, branch_name)
+        out = branch(x, memory) if branch_name == "cross_attention" else branch(x)
+        return getattr(self, norm_name)(x, out)
+
 
 def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
     """Vaswani et al. 2017, section 3.5: sin on even features, cos on odd ones."""
@@ -212,15 +219,28 @@ class Transformer(nn.Module):
         return self.cfg.error_aligned(stack)
 
     # -- the forward pass as stages -------------------------------------------------
-    def stages(self) -> list[Stage]:
+    def stages(self, by: str = "block") -> list[Stage]:
+        """The embedding of each stack, its blocks (``by="sublayer"``: each block's (branch, add & norm) pairs,
+        kind ``sublayer``), and the head."""
         stages = []
         for stack_name in self.cfg.stacks:
             stack = getattr(self, stack_name)
             stages.append(Stage(f"{stack_name}.embedding", "embedding", stack_name, self._embed_stage(stack_name)))
             for index, block in enumerate(stack.blocks()):
-                stages.append(Stage(f"{stack_name}.{index}", "block", stack_name, self._block_stage(block)))
+                if by == "sublayer":
+                    stages += [Stage(f"{stack_name}.{index}.{pair[0]}", "sublayer", stack_name,
+                                     self._sublayer_stage(block, pair)) for pair in block.pairs]
+                else:
+                    stages.append(Stage(f"{stack_name}.{index}", "block", stack_name, self._block_stage(block)))
         stages.append(Stage(L.HEAD, "head", "", self._head_stage))
         return stages
+
+    @staticmethod
+    def _sublayer_stage(block: Block, pair: tuple[str, str]) -> Callable[[Stream], None]:
+        def run(s: Stream) -> None:
+            s.x = block.sublayer(pair, s.x, s.memory)
+
+        return run
 
     def _embed_stage(self, stack_name: str) -> Callable[[Stream], None]:
         stack = getattr(self, stack_name)

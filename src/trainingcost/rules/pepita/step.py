@@ -11,8 +11,9 @@ One step:
    gets its own e_t F; otherwise (a classifier; the encoder of an
    encoder-decoder, modulated by the mean error over target positions) one
    row per sequence is added to every position;
-4. modulated pass, stage by stage (embedding, each block, head), and after each
-   stage the updates of its layers (Algorithm 1 updates inside the loop):
+4. modulated pass, stage by stage (embedding, each sublayer with its add & norm, head), and after each
+   stage the updates of its layers (Algorithm 1 updates inside the loop; a stage per sublayer rather than per
+   block keeps one sublayer's activations alive at a time, issue 12):
 
    - weight matrices: ΔW = (h - h_mod)ᵀ x_mod / rows, Δb = Σ (h - h_mod) / rows,
      where h is the layer's output (after GELU for the FFN's first matrix: the
@@ -93,7 +94,7 @@ class Pepita(Rule):
                 modulation = self.modulation(error)
             modulated = Stream(batch.tokens, modulation)
             reference = Stream(batch.tokens)
-            for stage in model.stages():
+            for stage in model.stages(by="sublayer"):  # update after each (branch, add & norm): one sublayer's tensors at a time
                 if stage.kind == "head":
                     # The head learns from e at its modulated input; its modulated output is never used.
                     with phase("modulated_pass"):

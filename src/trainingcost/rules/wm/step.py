@@ -22,6 +22,12 @@ from ...train.rule import no_phases
 from ..fa.step import FeedbackAlignment
 
 
+def _norm(matrix: torch.Tensor) -> torch.Tensor:
+    """The Frobenius norm accumulated in float64, without a float64 copy of the matrix (``.double().norm()``
+    made one: 8 bytes per entry, a head-sized B's worth, WM's step peak; found by the executed memory model)."""
+    return torch.linalg.vector_norm(matrix, dtype=torch.float64)
+
+
 class WeightMirror(FeedbackAlignment):
 
     def setup(self) -> None:
@@ -29,7 +35,7 @@ class WeightMirror(FeedbackAlignment):
         self.linears = self.model.linears()
         self.layer_of = {name: self.model.layer_of(name) for name in self.linears}
         self.rows: dict[str, int] = {}
-        self.norms = {name: linear.feedback.double().norm() for name, linear in self.linears.items()}
+        self.norms = {name: _norm(linear.feedback) for name, linear in self.linears.items()}
         for name, linear in self.linears.items():
             linear.register_forward_hook(self._count_rows(name))
 
@@ -55,4 +61,4 @@ class WeightMirror(FeedbackAlignment):
                 y = x @ linear.weight.t()
                 feedback = linear.feedback
                 feedback.mul_(1.0 - self.hp('mirror_decay')).add_(y.t() @ x, alpha=self.hp('mirror_lr') / rows)
-                feedback.mul_(float(self.norms[name] / feedback.double().norm()))
+                feedback.mul_(float(self.norms[name] / _norm(feedback)))
