@@ -71,7 +71,7 @@ def test_tiny_sweep_end_to_end(tmp_path):
     steps_compared = comparison[(comparison.granularity == "step") & (comparison.cost_model == "executed")]
     assert (steps_compared.predicted_time_s > 0).all() and len(steps_compared) == 7
     figures = sorted(p.name for p in (tmp_path / "results/figures").iterdir())
-    assert len(figures) == 14 and not any("energy" in f for f in figures)
+    assert len(figures) == 16 and not any("energy" in f for f in figures)
     for png in (tmp_path / "results/figures").glob("*.png"):
         image = matplotlib.image.imread(png)
         assert image.shape[0] > 300 and image.shape[1] > 600, png.name

@@ -23,8 +23,6 @@ import pandas as pd
 from . import __version__
 from .io import created_count, undo_since
 from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names
-from . import interrupts
-from .interrupts import Terminated
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
 from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS
 from .config import (
@@ -507,6 +505,14 @@ def build_parser() -> Parser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the process is, so that it unwinds like Ctrl-C."""
+
+
+def _terminate(signum, frame):
+    raise Terminated
+
+
 # Outputs each command writes: (argument, whether it names a directory).
 OUTPUTS = (("out", False), ("out_dir", True), ("memory_out", False))
 
@@ -540,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "mirror_steps", 1) < 0:
         parser.error("argument --mirror-steps: must be 0 or more")
     mark = created_count()
-    previous = interrupts.install() if threading.current_thread() is threading.main_thread() else None
+    previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
     try:
         for name, directory in OUTPUTS:
             if getattr(args, name, None):
@@ -560,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         if previous is not None:
-            interrupts.restore(previous)
+            signal.signal(signal.SIGTERM, previous)
 
 
 INTERRUPT_STATUS = {130: signal.SIGINT, 143: signal.SIGTERM}  # what main() returns after each signal

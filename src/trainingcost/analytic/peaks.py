@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import catalogue
 from . import layers as L
 
 FLOAT32, INT64, BOOL = 4, 8, 1
@@ -779,15 +780,22 @@ def pepita_step(t: Tape, g: Group, optimizer: str, weight_decay: float, recomput
         optimizer_step(t, g, optimizer, weight_decay)
 
 
-PROGRAMS = {
-    "pepita": pepita_step,
-    "mempepita": lambda t, g, optimizer, weight_decay: pepita_step(t, g, optimizer, weight_decay, recompute=True),
-    "bp": autograd_step,
-    "fa": autograd_step,
-    "kp": lambda t, g, optimizer, weight_decay: autograd_step(t, g, optimizer, weight_decay, kp=True),
-    "wm": wm_step,
-    "dfa": dfa_step,
-}
+def program(rule_name: str):
+    """The tape of a rule's step, chosen from its catalogue declaration (so a copied rule needs no entry here):
+    PEPITA's or MEMPEPITA's activations, DFA's per-block feedback, a mirror phase (WM), trained feedback (KP),
+    or autograd's step (BP, FA)."""
+    spec = catalogue.rule(rule_name)
+    memory = spec.memory
+    if memory.activations in ("pepita", "mempepita"):
+        recompute = memory.activations == "mempepita"
+        return lambda t, g, o, wd, steps: pepita_step(t, g, o, wd, recompute=recompute)
+    if memory.feedback == "blocks":
+        return lambda t, g, o, wd, steps: dfa_step(t, g, o, wd)
+    if "mirror" in spec.phases:
+        return wm_step
+    return lambda t, g, o, wd, steps: autograd_step(t, g, o, wd, kp=memory.trains_feedback)
+
+
 
 
 # ---------------------------------------------------------------------------
@@ -831,10 +839,7 @@ def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start:
         g = group_of(configs, rows, key, dtype_bytes)
         t = Tape(start[rows])
         t.live = t.live - gradients[rows]  # zero_grad(set_to_none=True), every rule's first line
-        if rule_name == "wm":
-            wm_step(t, g, optimizer, weight_decay, mirror_steps)
-        else:
-            PROGRAMS[rule_name](t, g, optimizer, weight_decay)
+        program(rule_name)(t, g, optimizer, weight_decay, mirror_steps)
         out["peak"][rows] = t.peak
         for phase, values in t.phase_peaks.items():
             out[f"peak_{phase}"][rows] = values

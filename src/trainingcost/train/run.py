@@ -21,7 +21,6 @@ from typing import Callable, Protocol
 import torch
 
 from ..config.errors import ConfigError
-from ..interrupts import raise_pending
 from ..config.training import DEVICES, TrainSpec
 from .data import make_task
 from .model import Transformer
@@ -125,7 +124,6 @@ def run_steps(spec: TrainSpec, observe: Callable[[Rule, torch.device], Observer]
         data = torch.Generator().manual_seed(spec.seed + 2)
         validation = [b.to(device) for b in task.validation(spec.seed, spec.eval_batches)]
         for step in range(1, spec.steps + 1):
-            raise_pending()  # a Ctrl-C or SIGTERM that a finalizer swallowed
             batch = task.batch(data).to(device)
             loss = float(done.observer.run(step, batch) if done.observer else done.rule.step(batch, phase))
             record = {"step": step, "loss": loss, "val_loss": math.nan, "val_accuracy": math.nan}
