@@ -140,11 +140,18 @@ def test_a_diverged_run_says_at_which_step_and_what(tmp_path, capsys):
 
 # -- row 11: interrupts --------------------------------------------------------------------------------
 
+def default_sigint():
+    """In the child: Ctrl-C's default disposition. A suite started in the background (``cmd &``) inherits SIGINT
+    ignored, and a program rightly keeps an ignored SIGINT ignored: these tests are about a terminal's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_a_shell_sees_130_and_stops(tmp_path):
     """`trainingcost train ... || fallback`: the fallback must not run after Ctrl-C (the workflow's train rule)."""
     script = (f"{sys.executable} -m trainingcost train --steps 100000 --threads 1 || touch {tmp_path}/fallback; "
               f"echo after > {tmp_path}/after")
-    process = subprocess.Popen(["bash", "-c", script], stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+    process = subprocess.Popen(["bash", "-c", script], stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True,
+                               preexec_fn=default_sigint)
     time.sleep(8)
     os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group
     _, stderr = process.communicate(timeout=60)
@@ -175,7 +182,7 @@ def test_an_interrupted_write_removes_what_the_command_had_written(tmp_path, cap
 def test_a_signal_during_training_exits_with_one_line_and_no_file(tmp_path, sig, code, word):
     out = tmp_path / "run"
     process = subprocess.Popen([sys.executable, "-m", "trainingcost", "train", "--steps", "100000", "--out-dir", str(out),
-                                "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+                                "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, preexec_fn=default_sigint)
     time.sleep(8)  # past torch's import, into the steps
     process.send_signal(sig)
     stdout, stderr = process.communicate(timeout=60)

@@ -64,7 +64,8 @@ def clean_sweep(tmp_path_factory) -> Path:
 def test_a_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path, sig, clean_sweep):
     """SIGTERM (a scheduler, `kill`) or SIGINT (Ctrl-C, sent to the whole process group as a terminal does)."""
     work = prepare(tmp_path / "killed")
-    sweep = subprocess.Popen(command(work), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    sweep = subprocess.Popen(command(work), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # see test_hostile
     deadline = time.time() + 300
     # Interrupt during the third run: with --cores 1 it starts (its train.log appears) only once Snakemake
     # has recorded the second as finished. Interrupting as the second run's files appear would race with
