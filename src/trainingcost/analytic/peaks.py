@@ -39,10 +39,10 @@ import numpy as np
 
 from . import catalogue
 from . import layers as L
+from .spec import EXECUTION_PHASES
 
 FLOAT32, INT64, BOOL = 4, 8, 1
-STEP_PHASES = ("forward", "backward", "error_projection", "modulated_pass", "weight_update", "optimizer_step",
-               "mirror")
+STEP_PHASES = EXECUTION_PHASES
 
 
 class Buf:
@@ -387,7 +387,7 @@ class Ops:
         self.t.drop(s.buf)
         return y
 
-    def mean_rows(self, x: Value, stack: str) -> Value:
+    def mean_rows(self, x: Value) -> Value:
         """The classifier's mean over positions: [B, L, d] -> [B, d]."""
         out = self.value(self.g.B, x.width, "mean")
 
@@ -456,7 +456,7 @@ class Ops:
 
     def head(self, x: Value) -> Value:
         if self.g.classifier:
-            pooled = self.mean_rows(x, self.g.out_stack)
+            pooled = self.mean_rows(x)
             logits = self.linear(pooled, self.g.out, "head", unit=False)
             self.t.drop(pooled.buf)
             return logits
@@ -644,7 +644,7 @@ def dfa_step(t: Tape, g: Group, optimizer: str, weight_decay: float) -> None:
         t.hold(seed)
         ops.backward([(root, seed)], since=before_head)
         t.drop(seed)
-    error = head_input.grad  # stays alive: head_input.grad
+    # head_input.grad, DFA's error, stays alive to the end of the step
     grads = []
     with t.in_phase("error_projection"):
         for stack, out in points:

@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Union
 
+# The execution phases a rule's training step may run, in order (train/rule.py describes each).
+EXECUTION_PHASES = ("forward", "backward", "error_projection", "modulated_pass", "weight_update", "optimizer_step",
+                    "mirror")
+
 # A recipe part: (quantity, multiplicity). The multiplicity is a count, or the name
 # of a run setting that gives it ("mirror_steps": WM's mirror steps per training step).
 Times = Union[int, str]

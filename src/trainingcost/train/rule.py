@@ -28,12 +28,11 @@ from typing import Callable, ClassVar, ContextManager
 
 import torch
 
-from ..analytic.spec import RuleSpec
+from ..analytic.spec import EXECUTION_PHASES, RuleSpec  # noqa: F401 (re-exported)
 from ..config.training import OPTIMIZERS, RuleOptions
 from .model import Transformer
 from .objective import Batch
 
-EXECUTION_PHASES = ("forward", "backward", "error_projection", "modulated_pass", "weight_update", "optimizer_step", "mirror")
 MOMENTUM = 0.9
 
 PhaseFactory = Callable[[str], ContextManager]
