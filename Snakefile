@@ -40,6 +40,12 @@ rule all:
 onsuccess:
     if TRAIN_JOBS and os.path.exists("results/summary.md"):
         print(open("results/summary.md").read())
+    if TRAIN_JOBS and os.path.exists("results/tables/measured.parquet"):
+        from trainingcost.findings.summary import flagged_runs_warning
+
+        warning = flagged_runs_warning("results/tables/measured.parquet")
+        if warning:
+            print(warning)
     if TRAIN_JOBS and "energy" not in FIGURE_NAMES:
         print(
             "Energy figure skipped: figures.energy is false (CPU runs measure no energy; set it for NVIDIA GPU runs)."

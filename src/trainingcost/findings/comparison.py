@@ -23,12 +23,12 @@ COMPARISON_COLUMNS = [
     "config_id", "rule", "seed", "cost_model", "granularity", "layer", "phase",
     "predicted_flops", "measured_flops", "flops_ratio", "flops_rel_error",
     "predicted_time_s", "measured_time_s", "predicted_memory_bytes", "measured_peak_memory_bytes", "memory_source",
-    "measured_tensor_peak_bytes", "paper_memory_bytes",
+    "measured_tensor_peak_bytes", "paper_memory_bytes", "timing_quality",
     "arch", "d_model", "enc_layers", "dec_layers", "seq_len", "tgt_len", "batch", "dtype", "device_name", "status",
 ]
 RUN_COLUMNS = ["arch", "d_model", "enc_layers", "dec_layers", "seq_len", "tgt_len", "batch", "dtype", "device_name", "status",
                "optimizer", "step_time_median_s", "peak_memory_bytes", "memory_source", "flops_per_step",
-               "tensor_peak_bytes"]
+               "tensor_peak_bytes", "timing_quality"]
 
 
 def _ratios(frame: pd.DataFrame) -> pd.DataFrame:

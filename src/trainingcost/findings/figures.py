@@ -296,9 +296,12 @@ def step_time(comparison: pd.DataFrame):
     devices = list(dict.fromkeys(steps["device_name"].astype(str)))
     fig, axes = plt.subplots(1, len(devices), figsize=(COLUMN * 1.4 * len(devices), 3.2), squeeze=False)
     scores = []
+    flagged_all = (steps["timing_quality"].isin(["noisy", "contended"]) if "timing_quality" in steps
+                   else pd.Series(False, index=steps.index))
     for ax, device in zip(axes[0], devices):
         part = steps[steps["device_name"].astype(str) == device]
-        score = accuracy(part["predicted_time_s"], part["measured_time_s"])
+        trusted = part[~flagged_all.loc[part.index]]
+        score = accuracy(trusted["predicted_time_s"], trusted["measured_time_s"])
         scores.append(score)
         data = part.assign(predicted_ms=part["predicted_time_s"] * 1e3, measured_ms=part["measured_time_s"] * 1e3)
         lo = np.nanmin(data[["predicted_ms", "measured_ms"]].to_numpy()) / 1.3
@@ -306,10 +309,16 @@ def step_time(comparison: pd.DataFrame):
         ax.plot([lo, hi], [lo, hi], color="0.3", linewidth=0.8, zorder=0)
         for rule in rules:
             mine = data[data["rule"] == rule]
-            ax.scatter(mine["measured_ms"], mine["predicted_ms"], color=RULE_COLORS[rule], marker=RULE_MARKERS[rule], s=18)
+            bad = flagged_all.loc[mine.index]
+            ax.scatter(mine.loc[~bad, "measured_ms"], mine.loc[~bad, "predicted_ms"], color=RULE_COLORS[rule],
+                       marker=RULE_MARKERS[rule], s=18)
+            ax.scatter(mine.loc[bad, "measured_ms"], mine.loc[bad, "predicted_ms"], facecolors="none",
+                       edgecolors=RULE_COLORS[rule], marker=RULE_MARKERS[rule], s=18, linewidths=0.8)  # hollow: flagged
+        left_out = int(flagged_all.loc[part.index].sum())
         ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured step time (ms, median)",
                ylabel="predicted step time (ms)",
-               title=f"{device}\nMAPE {score['mape']:.0%}, Spearman {score['spearman']:.2f} ({score['n']} runs)")
+               title=f"{device}\nMAPE {score['mape']:.0%}, Spearman {score['spearman']:.2f} ({score['n']} runs"
+                     + (f"; {left_out} noisy or contended, hollow, left out)" if left_out else ")"))
         _log_ticks(ax)
     worst = max(scores, key=lambda s: s["mape"]) if scores else {"mape": np.nan, "spearman": np.nan}
     fig.suptitle(f"The roofline predictor, calibrated on the device and never fitted to training steps,\n"

@@ -51,18 +51,25 @@ def step_time_section(comparison: pd.DataFrame) -> list[str]:
     if "predicted_time_s" not in steps or steps["predicted_time_s"].isna().all():
         return ["## Step-time prediction", "", "No device calibration: no predicted step times.", ""]
     rows = []
+    quality = steps["timing_quality"].fillna("unknown") if "timing_quality" in steps else pd.Series("ok", index=steps.index)
+    flagged = steps[quality.isin(["noisy", "contended"])]
     for device, part in steps.groupby(steps["device_name"].astype(str)):
         for rule, mine in [("all", part), *((r, part[part["rule"] == r]) for r in rule_names() if r in set(part["rule"]))]:
+            left_out = int(quality.loc[mine.index].isin(["noisy", "contended"]).sum())
+            mine = mine[~quality.loc[mine.index].isin(["noisy", "contended"])]
             score = accuracy(mine["predicted_time_s"], mine["measured_time_s"])
             long = mine[mine["measured_time_s"] >= 1e-3]
             score_long = accuracy(long["predicted_time_s"], long["measured_time_s"])
             pct = lambda v: "n/a" if not np.isfinite(v) else f"{v:.0%}"  # noqa: E731
-            rows.append({"device": device, "rule": rule, "runs": score["n"], "MAPE": pct(score["mape"]),
+            rows.append({"device": device, "rule": rule, "runs": score["n"], "left out": left_out, "MAPE": pct(score["mape"]),
                          "Spearman": score["spearman"], "MAPE, steps >= 1 ms": pct(score_long["mape"]),
                          "predicted / measured (median)": float(np.median(mine["predicted_time_s"] / mine["measured_time_s"]))})
     return ["## Step-time prediction", "",
             "The roofline predictor (docs/figures.md) prices the executed model's work with the device's calibrated "
-            "rates; it is never fitted to training steps. MAPE = mean |predicted − measured| / measured.", "",
+            "rates; it is never fitted to training steps. MAPE = mean |predicted − measured| / measured. Runs whose "
+            "timings were flagged `noisy` or `contended` (docs/measurement.md) are left out of MAPE and Spearman"
+            + (f": {len(flagged)} here ({', '.join(f'{n} {q}' for q, n in quality[flagged.index].value_counts().items())})."
+               if len(flagged) else "; none was flagged."), "",
             _table(pd.DataFrame(rows)), ""]
 
 
@@ -139,3 +146,17 @@ def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.D
     text = "\n".join(lines)
     write_text(text, path)
     return text
+
+
+def flagged_runs_warning(measured_path) -> str | None:
+    """One warning line when any run's timings were flagged noisy or contended (printed at the workflow's end)."""
+    measured = pd.read_parquet(measured_path)
+    if "timing_quality" not in measured:
+        return None
+    runs = measured.groupby(["config_id", "rule", "seed"], as_index=False)["timing_quality"].first()
+    flagged = runs[runs["timing_quality"].isin(["noisy", "contended"])]
+    if flagged.empty:
+        return None
+    counts = ", ".join(f"{n} {q}" for q, n in flagged["timing_quality"].value_counts().items())
+    return (f"WARNING: {len(flagged)} of {len(runs)} runs have untrusted timings ({counts}): the machine was busy or "
+            "the step times spread; they are left out of the step-time accuracy (results/summary.md)")

@@ -22,6 +22,7 @@ import torch
 from ..analytic import layers as L
 from .energy import EnergyCounter
 from .flops import analytic_phase, metering
+from .load import LoadWatch
 from .memory import CATEGORIES, MemoryReading, TensorMeter, rule_tensors
 from .timer import PhaseTimer, process_peak_rss
 
@@ -58,6 +59,7 @@ class StepRecorder:
         self.rows: list[dict] = []  # one per step
         self.flops: dict[tuple[str, str], int] | None = None  # (layer, execution phase) -> FLOPs
         self.memory: MemoryReading | None = None  # the counted step's tensor memory
+        self.load = LoadWatch()  # CPU time, runnable tasks and steal around the timed steps
 
     def kind(self, step: int) -> str:
         if step <= self.warmup:
@@ -83,10 +85,15 @@ class StepRecorder:
             self.rows.append({"step": step, "kind": kind})
             return loss
         timer = PhaseTimer(self.device)
+        if not any(r["kind"] == TIMED for r in self.rows):
+            self.load.begin()
         before = self.energy.read()
+        self.load.step_start()
         with timer.step():
             loss = self.rule.step(batch, timer)
         seconds, step_seconds, peaks = timer.finish()
+        self.load.step_end()
+        self.load.end()  # the last timed step's reading stands
         after = self.energy.read()
         row = {"step": step, "kind": kind, "step_time_s": step_seconds}
         row.update({f"time_{name}_s": value for name, value in seconds.items()})
@@ -150,6 +157,8 @@ def run_summary(recorder: StepRecorder, tokens_per_step: int, dtype: str, device
         "timed_steps": len(timed),
         "step_time_median_s": step_median,
         "step_time_iqr_s": step_iqr,
+        "step_time_min_s": float(timed["step_time_s"].min()) if len(timed) else math.nan,
+        **recorder.load.columns(step_median, step_iqr, recorder.device.type),
         "tokens_per_s": tokens_per_step / step_median if step_median > 0 else math.nan,
         "flops_per_step": flops_per_step,
         "achieved_flops_per_s": flops_per_step / step_median if flops_per_step and step_median > 0 else math.nan,
@@ -202,6 +211,7 @@ def measured_rows(recorder: StepRecorder, model) -> pd.DataFrame:
     rows = []
     for layer, phase in cells:
         median, iqr = median_iqr(times[phase]) if phase in times else (math.nan, math.nan)
+        fastest = float(times[phase].min()) if phase in times and len(times[phase]) else math.nan
         rows.append(
             {
                 "layer": layer,
@@ -210,6 +220,7 @@ def measured_rows(recorder: StepRecorder, model) -> pd.DataFrame:
                 "flops": flops.get((layer, phase), 0),
                 "phase_time_median_s": median,
                 "phase_time_iqr_s": iqr,
+                "phase_time_min_s": fastest,
                 "phase_peak_memory_bytes": float(peaks[phase]) if phase in peaks else math.nan,
                 "phase_tensor_peak_bytes": float(tensor_peaks[phase]) if phase in tensor_peaks else math.nan,
             }
