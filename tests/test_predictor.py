@@ -1,89 +1,215 @@
-"""The roofline step-time predictor on synthetic calibrations with known answers."""
+"""The trace-driven step-time predictor: tracing (against the FLOP meter, without arithmetic), pricing by hand,
+and a calibration that converges or refuses."""
 
-import math
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from trainingcost.analytic import layer_table
-from trainingcost.findings.calibration import attention_shapes, calibrate, gemm_shapes
-from trainingcost.config import canonical_model, configs_frame
-from trainingcost.analytic.layers import KINDS
-from trainingcost.findings.predictor import accuracy, predict_layer_times, predict_steps
+from trainingcost.config import RuleOptions, TrainSpec, canonical_model
+from trainingcost.findings import calibration as C
+from trainingcost.findings.predictor import Pricer, accuracy, predict_steps, price
+from trainingcost.measure.flops import analytic_phase, metering
+from trainingcost.measure.trace import cell_totals, trace_step
+from trainingcost.train.data import make_task
+from trainingcost.train.run import build_model
 
-CFG = canonical_model(dict(arch="decoder", layers=2, d_model=16, heads=2, d_ff=32, vocab=40, seq_len=8, batch=2), "")
-CONFIGS = configs_frame([("", CFG)])
-B, T, D, FF, V, H = 2, 8, 16, 32, 40, 2
-
-
-def synthetic(rate=1e9, attention_rate=None, bandwidth=1e12, launch=0.0):
-    shapes = gemm_shapes(CONFIGS)
-    calibration = {"dtype": "fp32", "bandwidth_bytes_per_s": bandwidth, "launch_overhead_s": launch,
-                   "matmul": [{"m": m, "n": n, "k": k, "flops_per_s": rate} for m, n, k in shapes]}
-    if attention_rate:
-        calibration["attention"] = [{"bh": bh, "m": m, "n": n, "dk": dk, "flops_per_s": attention_rate}
-                                    for bh, m, n, dk, _ in attention_shapes(CONFIGS)]
-    return calibration
+RULES = ["bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa"]
 
 
-def executed(rule="bp"):
-    return layer_table(CONFIGS, [rule], ["executed"])
+def tiny(arch="decoder", **sizes):
+    fields = dict(arch=arch, layers=2, d_model=32, heads=4, d_ff=64, seq_len=16, batch=4, vocab=256)
+    fields.update(sizes)
+    return canonical_model(fields, "")
 
 
-def test_shapes_of_the_sweep():
-    assert gemm_shapes(CONFIGS) == sorted({(B * T, D, D), (B * T, FF, D), (B * T, D, FF), (B * T, V, D)})
-    assert attention_shapes(CONFIGS) == [(B * H, T, T, D // H, True)]
+def spec(cfg, rule, optimizer="sgd"):
+    task = "reverse" if cfg.arch == "encoder-decoder" else "lm"
+    return TrainSpec(cfg=cfg, task=task, rule=rule, steps=3, seed=0, measure=True, options=RuleOptions(optimizer=optimizer))
 
 
-def test_pure_matmul_time_is_flops_over_rate():
-    rows = predict_layer_times(executed(), CONFIGS, synthetic(rate=1e9, bandwidth=float("inf")))
-    assert rows["predicted_time_s"].sum() == pytest.approx(rows["flops"].sum() / 1e9)
-    ffn = rows[(rows.layer == "decoder.0.ffn") & (rows.phase == "forward")].iloc[0]
-    assert ffn.predicted_time_s == pytest.approx(4 * B * T * D * FF / 1e9)
+def metered(s: TrainSpec) -> dict:
+    """The FLOP meter's count of the second step of a real run, per (layer, analytic phase)."""
+    model, rule = build_model(s, torch.device("cpu"))
+    batch = make_task(s.task, s.cfg).batch(torch.Generator().manual_seed(s.seed + 2))
+    rule.step(batch)
+    with metering(model) as meter:
+        rule.step(batch, meter.in_phase)
+    counts: dict = {}
+    for (layer, phase), n in meter.counts.items():
+        counts[(layer, analytic_phase(phase))] = counts.get((layer, analytic_phase(phase)), 0) + n
+    return {k: v for k, v in counts.items() if v}
 
 
-def test_attention_priced_at_its_own_rate():
-    rows = predict_layer_times(executed(), CONFIGS, synthetic(rate=1e9, attention_rate=1e8, bandwidth=float("inf")))
-    att = rows[(rows.layer == "decoder.0.self_attention")].set_index("phase")["predicted_time_s"]
-    sdpa = 4 * B * T * T * D
-    projections = 8 * B * T * D * D
-    assert att["forward"] == pytest.approx(projections / 1e9 + sdpa / 1e8)
-    assert att["backward"] == pytest.approx((2 * B * T * D * D + 2 * B * T * D * D + 4 * B * T * D * D) / 1e9 + 2.5 * sdpa / 1e8)
-    assert att["weight_update"] == pytest.approx(projections / 1e9)
+@pytest.mark.parametrize("arch,optimizer", [("decoder", "adam"), ("encoder", "sgd"), ("encoder-decoder", "momentum")])
+def test_trace_equals_the_meter_in_every_cell(arch, optimizer):
+    cfg = tiny(arch)
+    for rule in RULES:
+        s = spec(cfg, rule, optimizer)
+        cells = cell_totals(trace_step(s))
+        traced = {(l, p): int(f) for l, p, f in cells[["layer", "phase", "flops"]].itertuples(index=False) if f}
+        assert traced == metered(s), (arch, rule, optimizer)
 
 
-def test_memory_and_launch_terms():
-    rows = predict_layer_times(executed(), CONFIGS, synthetic(rate=float("inf"), bandwidth=1e9, launch=1e-6))
-    norm = rows[(rows.layer == "decoder.0.ffn_norm") & (rows.phase == "forward")].iloc[0]
-    # Residual + LayerNorm: 9 FLOPs per element of the output, 4.5 per element moved (2 per output), 4 bytes read + 4 written.
-    assert norm.predicted_memory_s == pytest.approx(2 * B * T * D * 2 * 4 / 1e9)
-    att = rows[(rows.layer == "decoder.0.self_attention") & (rows.phase == "forward")].iloc[0]
-    assert att.predicted_memory_s == pytest.approx(4 * B * T * D * 2 * 4 / 1e9)  # the biases; the softmax stays in the kernel
-    assert norm.predicted_launch_s == pytest.approx(KINDS["add_norm"].kernels["forward"] * 1e-6)
-    pepita = predict_layer_times(executed("pepita"), CONFIGS, synthetic(rate=float("inf"), launch=1e-6))
-    fwd = pepita[(pepita.layer == "decoder.0.ffn") & (pepita.phase == "forward")].iloc[0]
-    assert fwd.predicted_launch_s == pytest.approx(2 * KINDS["ffn"].kernels["forward"] * 1e-6)  # two passes
+def test_a_trace_records_bytes_classes_and_phases():
+    trace = trace_step(spec(tiny(), "bp", "adam"))
+    assert set(trace["cls"]) <= {"matmul", "attention", "elementwise", "view", "host"}
+    mm = trace[trace["op"] == "aten.addmm.default"].iloc[0]
+    args = json.loads(mm["signature"])[0]
+    (bias, _, _), (a, _, _), (b, _, _) = (x["t"] for x in args[:3])
+    assert mm["bytes_read"] == 4 * (np.prod(bias) + np.prod(a) + np.prod(b))
+    assert mm["bytes_written"] == 4 * a[0] * b[1] and mm["flops"] == 2 * a[0] * a[1] * b[1]
+    views = trace[trace["cls"] == "view"]
+    assert (views["bytes_read"] == 0).all() and (views["bytes_written"] == 0).all()
+    # BP's weight gradients count as weight_update (FLOPs) but run inside the timed backward phase.
+    grads = trace[(trace["phase"] == "weight_update")]
+    assert len(grads) and set(grads["timed_phase"]) == {"backward"}
+    assert {"forward", "backward", "optimizer_step"} <= set(trace["timed_phase"])
 
 
-def test_step_adds_the_optimizer_and_rules_rank_by_work():
-    calibration = synthetic(rate=1e9, bandwidth=1e9, launch=0.0)
-    steps = pd.concat([predict_steps(executed(r), CONFIGS, calibration) for r in ("bp", "wm")]).set_index("rule")
-    layers = predict_layer_times(executed("bp"), CONFIGS, calibration)["predicted_time_s"].sum()
-    assert steps.at["bp", "predicted_time_s"] > layers  # the SGD step streams 3 x parameters
-    assert steps.at["wm", "predicted_time_s"] > steps.at["bp", "predicted_time_s"]
+def test_tracing_needs_no_arithmetic():
+    """d_model 4096, 32 blocks, 4096 tokens: 6.4 billion parameters (26 GB in fp32) never allocated."""
+    cfg = canonical_model(dict(arch="decoder", layers=32, d_model=4096, heads=32, d_ff=16384, seq_len=4096, batch=1,
+                               vocab=50257), "")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    began = time.perf_counter()
+    trace = trace_step(TrainSpec(cfg=cfg, task="lm", rule="bp", steps=2, seed=0, options=RuleOptions(optimizer="adam")))
+    seconds = time.perf_counter() - began
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    flops = int((trace["flops"] * trace["count"]).sum())
+    assert flops > 1.9e14  # 6 x 6.4e9 parameters x 4096 tokens, and attention
+    assert seconds < 60 and grown < 2 * 2**30, (seconds, grown)
+
+
+def calibration(kernels, launch=1e-6, view=5e-7, ladder=((1_000, 1e-6 + 1e-6), (1_000_000, 1e-6 + 1e-4))):
+    return {"launch_overhead_s": launch, "view_overhead_s": view, "kernels": kernels,
+            "copy_ladder": [{"bytes": b, "seconds": s} for b, s in ladder]}
+
+
+def mm_sig(m, k, n):
+    return json.dumps([[{"t": [[m, k], [k, 1], "float32"]}, {"t": [[k, n], [n, 1], "float32"]}], {"kw": {}}])
+
+
+def test_the_pricing_by_hand():
+    """A calibrated matmul, an elementwise op the calibration never saw, and a view."""
+    mm = {"op": "aten.mm.default", "signature": mm_sig(8, 16, 32), "cls": "matmul", "flops": 2 * 8 * 16 * 32,
+          "bytes_read": 4 * (8 * 16 + 16 * 32), "bytes_written": 4 * 8 * 32, "seconds": 7e-6}
+    cal = calibration([mm])
+    gelu = {"op": "aten.gelu.default", "signature": "[]", "cls": "elementwise", "flops": 0, "bytes_read": 10_000,
+            "bytes_written": 10_000}
+    view = {"op": "aten.view.default", "signature": "[]", "cls": "view", "flops": 0, "bytes_read": 0, "bytes_written": 0}
+    trace = pd.DataFrame([{**mm, "count": 3}, {**gelu, "count": 2}, {**view, "count": 5}]).drop(columns="seconds")
+    trace = trace.assign(layer="x", phase="forward", timed_phase="forward", config_id="c", rule="bp", seed=0)
+    # The ladder's bandwidth, linear in log bytes between 1e3 B at 1e-6 s and 1e6 B at 1e-4 s (launch taken off):
+    # at 2e4 B, log rate = log(1e9) + (log 2e4 - log 1e3) / (log 1e6 - log 1e3) * (log 1e10 - log 1e9).
+    rate = np.exp(np.log(1e9) + np.log(20) / np.log(1000) * np.log(10))
+    expected = 3 * 7e-6 + 2 * (1e-6 + 20_000 / rate) + 5 * 5e-7
+    priced = price(trace, cal)
+    assert priced["seconds"].sum() == pytest.approx(expected, rel=1e-12)
+    assert priced["launch_s"].sum() == pytest.approx(3 * 1e-6 + 2 * 1e-6 + 5 * 5e-7)
+    assert priced["matmul_s"].sum() == pytest.approx(3 * 6e-6)
+    step = predict_steps(trace, cal).iloc[0]
+    assert step["predicted_time_s"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_an_uncalibrated_matmul_takes_the_rate_of_its_neighbours():
+    """Two calibrated products at 1 and 4 GFLOP/s; one between them (equally far in log space) gets the geometric
+    mean of their rates, 2 GFLOP/s, plus the launch."""
+    small, large = (16, 16, 16), (64, 64, 64)
+    kernels = [{"op": "aten.mm.default", "signature": mm_sig(m, k, n), "cls": "matmul", "flops": 2 * m * n * k,
+                "bytes_read": 0, "bytes_written": 0, "seconds": 1e-6 + 2 * m * n * k / r}
+               for (m, k, n), r in ((small, 1e9), (large, 4e9))]
+    pricer = Pricer(calibration(kernels))
+    flops = 2 * 32 ** 3
+    assert pricer.seconds("aten.mm.default", "matmul", mm_sig(32, 32, 32), flops, 0) == pytest.approx(1e-6 + flops / 2e9)
+
+
+def test_sanity_refuses_a_larger_gemm_that_runs_much_slower_per_flop():
+    rows = [{"op": "aten.mm.default", "signature": mm_sig(m, m, m), "cls": "matmul", "flops": 2 * m ** 3,
+             "seconds": 2 * m ** 3 / rate} for m, rate in ((16, 1e9), (64, 2e8))]
+    assert len(C.sanity_violations(pd.DataFrame(rows))) == 1  # 64^3 at 5x slower per FLOP than 16^3
+    rows[1]["seconds"] = 2 * 64 ** 3 / 5e8
+    assert C.sanity_violations(pd.DataFrame(rows)) == []  # 2x: allowed
+
+
+@pytest.fixture(scope="module")
+def small_trace():
+    return pd.concat([trace_step(spec(tiny(layers=1, d_model=16, seq_len=8, batch=2), r)) for r in RULES])
+
+
+def test_calibration_converges_with_a_steady_clock(small_trace):
+    def clock(fn, calls):
+        return 1e-5
+    result = C.calibrate(torch.device("cpu"), "fp32", small_trace, clock=clock)
+    assert result["rounds"] == C.MIN_ROUNDS and result["round_agreement"] == 0.0
+    assert len(result["kernels"]) == len(C.kernels(small_trace)) and result["launch_overhead_s"] == 1e-5
+
+
+def test_calibration_refuses_on_a_busy_machine(small_trace, tmp_path):
+    """A machine that gets 30% busier with every round: the rounds never agree, and the calibration stops at its cap."""
+    calls: dict = {}
+
+    def clock(fn, n):
+        calls[id(fn)] = calls.get(id(fn), 0) + 1
+        return 1e-5 * 1.3 ** calls[id(fn)]
+    with pytest.raises(C.CalibrationBusy, match="machine is busy.*no calibration written"):
+        C.calibrate(torch.device("cpu"), "fp32", small_trace, clock=clock, time_cap_s=0.5)
+
+
+def test_the_calibrate_command_writes_nothing_when_busy(small_trace, tmp_path, monkeypatch, capsys):
+    from trainingcost.cli import main
+
+    trace_path = tmp_path / "trace.parquet"
+    small_trace.to_parquet(trace_path)
+
+    def busy(*args, **kwargs):
+        raise C.CalibrationBusy("calibration: the machine is busy: test; no calibration written")
+    monkeypatch.setattr(C, "calibrate", busy)
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--trace", str(trace_path), "--device", "cpu", "--out", str(out)]) == 1
+    assert not out.exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "machine is busy" in err[0]
+
+
+def test_a_real_calibration_times_every_kernel_and_prices_its_trace_exactly(small_trace):
+    torch.set_num_threads(1)
+    result = C.calibrate(torch.device("cpu"), "fp32", small_trace, tolerance=0.5, time_cap_s=60)
+    timed = pd.DataFrame(result["kernels"])
+    assert (timed["seconds"] > 0).all() and len(timed) == len(C.kernels(small_trace))
+    assert set(timed["cls"]) == {"matmul", "attention", "elementwise"}
+    priced = price(small_trace, result)
+    kernel = priced[priced["cls"].isin(["matmul", "attention", "elementwise"])]
+    exact = dict(zip(zip(timed["op"], timed["signature"]), timed["seconds"]))
+    assert np.allclose(kernel["seconds"], [exact[(o, s)] * n for o, s, n in
+                                           zip(kernel["op"], kernel["signature"], kernel["count"])])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/loadavg"), reason="Linux /proc")
+def test_calibration_beside_cpu_burners_is_flagged_or_refused(small_trace):
+    cores = len(os.sched_getaffinity(0))
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * cores)]
+    try:
+        time.sleep(1.0)
+        try:
+            result = C.calibrate(torch.device("cpu"), "fp32", small_trace, time_cap_s=20)
+        except C.CalibrationBusy:
+            return
+    finally:
+        for burner in burners:
+            burner.kill()
+        for burner in burners:
+            burner.wait()
+    assert result["load"]["timing_quality"] in ("contended", "noisy"), result["load"]
 
 
 def test_accuracy_scores():
     score = accuracy([1.1, 2.2, 2.7], [1.0, 2.0, 3.0])
     assert score["mape"] == pytest.approx((0.1 + 0.1 + 0.1) / 3) and score["spearman"] == 1.0 and score["n"] == 3
-    assert accuracy([1.0, np.nan], [0.0, 1.0])["n"] == 0
-
-
-def test_calibration_on_this_machine_is_positive_and_finite():
-    result = calibrate(torch.device("cpu"), "fp32", gemm_shapes(CONFIGS), repeats=3, copy_mib=8, attention=attention_shapes(CONFIGS))
-    rates = [m["flops_per_s"] for m in result["matmul"]] + [a["flops_per_s"] for a in result["attention"]]
-    assert all(math.isfinite(r) and r > 0 for r in rates)
-    assert result["bandwidth_bytes_per_s"] > 0 and 0 < result["launch_overhead_s"] < 0.01
-    assert result["provenance"]["device"] == "cpu"

@@ -336,6 +336,18 @@ def _float(text: str) -> float:
     return value
 
 
+def run_trace(spec, device: str):
+    """The ops of one step of ``spec`` (measure/trace.py), keyed by run; empty, with a warning, if it cannot trace."""
+    from .measure.trace import TRACE_COLUMNS, trace_step
+
+    try:
+        trace = trace_step(spec, device)
+    except Exception as exc:  # noqa: BLE001 - a run's tables do not depend on its trace; the predictor skips it
+        sys.stderr.write(f"trainingcost train: no trace of the step ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})\n")
+        trace = pd.DataFrame(columns=TRACE_COLUMNS)
+    return trace.assign(config_id=spec.cfg.config_id, rule=spec.rule, seed=spec.seed)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     defaults = task_defaults(args.task)
     cfg = model_entry(args, {**TRAIN_MODEL_DEFAULTS, "vocab": defaults["vocab"]})
@@ -380,6 +392,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         metadata = file_metadata(torch.device(result.device), args.config_hash)
         write_parquet(result.measured, out_dir / "measured.parquet", metadata)
         write_parquet(result.steps, out_dir / "steps.parquet", metadata)
+        write_parquet(run_trace(spec, result.device), out_dir / "trace.parquet", metadata)
         written.append(str(out_dir))
     if args.out:
         write_parquet(result.steps, args.out)
@@ -404,29 +417,35 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"threads: must be at least 1 (got {args.threads})")
+    if not 0 < args.tolerance < 1:
+        raise ConfigError(f"tolerance: must be between 0 and 1 (got {args.tolerance})")
+    if not args.time_cap > 0:
+        raise ConfigError(f"time-cap: must be positive seconds (got {args.time_cap})")
+    if not Path(args.trace).is_file():
+        raise ConfigError(f"--trace: {args.trace} is not a file")
+    trace = pd.read_parquet(args.trace)
+    if trace.empty:
+        raise ConfigError(f"--trace: {args.trace} holds no traced operations (train with --out-dir writes trace.parquet)")
     import torch
 
-    from .findings.calibration import attention_shapes, calibrate, gemm_shapes, write_calibration
+    from .findings.calibration import CalibrationBusy, calibrate, write_calibration
     from .train.run import resolve_device
 
-    configs = pd.read_parquet(args.configs)
-    if args.config_ids:
-        wanted = args.config_ids.split(",")
-        unknown = sorted(set(wanted) - set(configs["config_id"]))
-        if unknown:
-            raise ConfigError(f"--config-ids: not in {args.configs}: {', '.join(unknown)}")
-        configs = configs[configs["config_id"].isin(wanted)]
     if args.threads is not None:
-        if args.threads < 1:
-            raise ConfigError(f"threads: must be at least 1 (got {args.threads})")
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    result = calibrate(device, args.dtype, gemm_shapes(configs), repeats=args.repeats, attention=attention_shapes(configs))
+    try:
+        result = calibrate(device, args.dtype, trace, tolerance=args.tolerance, time_cap_s=args.time_cap)
+    except CalibrationBusy as busy:
+        sys.stderr.write(f"trainingcost {busy}\n")
+        return 1
     write_calibration(result, args.out)
-    best = max(m["flops_per_s"] for m in result["matmul"]) if result["matmul"] else float("nan")
-    print(f"{result['provenance']['device_name']} ({args.dtype}): {len(result['matmul'])} GEMM shapes, best "
-          f"{human(best, 'FLOP/s')}; bandwidth {human(result['bandwidth_bytes_per_s'], 'B/s')}; launch "
-          f"{result['launch_overhead_s'] * 1e6:.1f} us -> {args.out}")
+    print(f"{result['provenance']['device_name']} ({args.dtype}): {len(result['kernels'])} kernels timed in "
+          f"{result['rounds']} rounds ({result['seconds_spent']:.1f} s; the last two agree within "
+          f"{result['round_agreement']:.1%}); launch {result['launch_overhead_s'] * 1e6:.2f} us; timing quality "
+          f"{result['load']['timing_quality']} -> {args.out}")
     return 0
 
 
@@ -477,12 +496,15 @@ def build_parser() -> Parser:
                           "when a training process dies)")
     trn.set_defaults(func=cmd_train)
 
-    cal = sub.add_parser("calibrate", help="measure a device's matmul, attention, bandwidth and launch rates")
-    cal.add_argument("--configs", required=True, help="a configs parquet: its GEMM and attention shapes are timed")
-    cal.add_argument("--config-ids", help="comma-separated config_ids to take shapes from (default: all)")
+    cal = sub.add_parser("calibrate", help="time every kernel of traced steps on a device, until two rounds agree")
+    cal.add_argument("--trace", required=True, help="a trace parquet (the trace.parquet of `train --out-dir`, or "
+                                                     "the workflow's results/tables/trace.parquet)")
     cal.add_argument("--device", default="auto", choices=DEVICES)
     cal.add_argument("--dtype", default="fp32", choices=list(TRAIN_DTYPES))
-    cal.add_argument("--repeats", type=_int, default=7)
+    cal.add_argument("--tolerance", type=_float, default=0.05,
+                     help="two rounds agree when their medians differ by at most this share of the time (default 0.05)")
+    cal.add_argument("--time-cap", type=_float, default=60.0,
+                     help="seconds; without convergence by then: a one-line 'machine is busy' error, no file")
     cal.add_argument("--threads", type=_int)
     cal.add_argument("--out", required=True, help="the calibration JSON")
     cal.set_defaults(func=cmd_calibrate)

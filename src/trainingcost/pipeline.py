@@ -185,7 +185,8 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def gather_runs(measured: list, steps: list, measured_out: str | Path, steps_out: str | Path) -> tuple[int, dict]:
+def gather_runs(measured: list, steps: list, measured_out: str | Path, steps_out: str | Path,
+                traces: list = (), trace_out: str | Path | None = None) -> tuple[int, dict]:
     """Concatenate every run's tables into one each; returns (runs, {status: count})."""
     frames = [pd.read_parquet(p) for p in measured]
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -194,6 +195,9 @@ def gather_runs(measured: list, steps: list, measured_out: str | Path, steps_out
     metadata = _gathered_metadata(measured)
     write_parquet(table, measured_out, metadata)
     write_parquet(step_table, steps_out, metadata)
+    if trace_out is not None:
+        trace_frames = [f for f in (pd.read_parquet(p) for p in traces) if len(f)]
+        write_parquet(pd.concat(trace_frames, ignore_index=True) if trace_frames else pd.DataFrame(), trace_out, metadata)
     statuses = {}
     for frame in frames:
         status = str(frame["status"].iloc[0])
@@ -233,19 +237,21 @@ def figure_names(config: dict) -> list[str]:
 
 
 def write_comparison(analytic_path, memory_path, measured_path, comparison_out, ratios_out,
-                     comparison_csv=None, ratios_csv=None, configs_path=None, calibration_path=None) -> None:
+                     comparison_csv=None, ratios_csv=None, trace_path=None, calibration_path=None) -> None:
     """The two tables as parquet; optionally, for the report, the per-step comparison and the measured
-    configurations' ratios as CSV. With a calibration, step rows get the predicted step time."""
+    configurations' ratios as CSV. With the runs' traces and a calibration, step and phase rows get the
+    predicted time (findings/predictor.py) and the executed rows the traced bytes and ops."""
     from .findings.calibration import read_calibration
-    from .findings.comparison import comparison_table, rule_ratios
+    from .findings.comparison import add_trace_columns, comparison_table, rule_ratios
 
     analytic = pd.read_parquet(analytic_path)
     measured = pd.read_parquet(measured_path)
     memory = pd.read_parquet(memory_path)
     comparison = comparison_table(analytic, measured, memory)
-    if calibration_path and configs_path and len(comparison):
-        comparison = add_predicted_times(comparison, analytic, pd.read_parquet(configs_path), read_calibration(calibration_path),
-                                         measured)
+    if trace_path and len(comparison):
+        trace = pd.read_parquet(trace_path)
+        calibration = read_calibration(calibration_path) if calibration_path else None
+        comparison = add_trace_columns(comparison, trace, calibration)
     ratios = rule_ratios(analytic, measured)
     write_parquet(comparison, comparison_out)
     write_parquet(ratios, ratios_out)
@@ -255,25 +261,6 @@ def write_comparison(analytic_path, memory_path, measured_path, comparison_out, 
     if ratios_csv:
         measured_ids = set(measured["config_id"])
         write_text(ratios[ratios["config_id"].isin(measured_ids)].to_csv(index=False, float_format="%.6g"), ratios_csv)
-
-
-def add_predicted_times(comparison: pd.DataFrame, analytic: pd.DataFrame, configs: pd.DataFrame, calibration: dict,
-                        measured: pd.DataFrame) -> pd.DataFrame:
-    """``predicted_time_s`` on every step row: the roofline predictor over the executed model (any cost model's
-    step row gets the same prediction: the predictor prices what runs)."""
-    from .findings.comparison import runs_of
-    from .findings.predictor import predict_steps
-
-    runs = runs_of(measured[measured["status"] == "ok"])
-    executed = analytic[(analytic["cost_model"] == "executed") & analytic["config_id"].isin(runs["config_id"])]
-    if executed.empty:
-        comparison["predicted_time_s"] = float("nan")
-        return comparison
-    optimizer = str(runs["optimizer"].iloc[0]) if "optimizer" in runs else "sgd"
-    steps = predict_steps(executed, configs[configs["config_id"].isin(runs["config_id"])], calibration, optimizer)
-    out = comparison.merge(steps.rename(columns={"predicted_time_s": "_predicted"}), on=["config_id", "rule"], how="left")
-    out["predicted_time_s"] = out["_predicted"].where(out["granularity"] == "step")
-    return out.drop(columns=["_predicted"])
 
 
 def write_summary(comparison_path, ratios_path, measured_path, out) -> str:

@@ -3,10 +3,10 @@
 
 rule comparison:
     input:
-        configs=rules.configs.output[0],
         analytic=rules.analytic.output.costs,
         memory=rules.analytic.output.memory,
         measured=rules.measured.output.measured,
+        trace=rules.measured.output.trace,
         calibration=rules.calibrate.output[0],
     output:
         comparison="results/tables/comparison.parquet",
@@ -36,7 +36,7 @@ rule comparison:
                 output.ratios,
                 output.comparison_csv,
                 output.ratios_csv,
-                input.configs,
+                input.trace,
                 input.calibration,
             )
 

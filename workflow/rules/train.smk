@@ -5,6 +5,7 @@ rule train:
     output:
         measured="results/runs/{config_id}/{rule}/seed{seed}/measured.parquet",
         steps="results/runs/{config_id}/{rule}/seed{seed}/steps.parquet",
+        trace="results/runs/{config_id}/{rule}/seed{seed}/trace.parquet",
     log:
         "results/runs/{config_id}/{rule}/seed{seed}/train.log",
     wildcard_constraints:
@@ -27,7 +28,7 @@ rule train:
 
 rule calibrate:
     input:
-        rules.configs.output,
+        "results/tables/trace.parquet",
     output:
         report(
             f"results/device/{TRAIN['device']}-{TRAIN['dtype']}.json",
@@ -43,21 +44,25 @@ rule calibrate:
         gpu=TRAIN["resources"]["gpu"],
     params:
         command=TRAININGCOST,
-        ids=",".join(sorted({job.config_id for job in TRAIN_JOBS})),
         device=TRAIN["device"],
         dtype=TRAIN["dtype"],
+        tolerance=TRAIN["calibration"]["tolerance"],
+        time_cap=TRAIN["calibration"]["time_cap"],
     shell:
-        "{params.command} calibrate --configs {input:q} --config-ids {params.ids:q} --device {params.device:q} "
-        "--dtype {params.dtype:q} --threads {threads} --out {output:q} > {log:q} 2>&1"
+        # After the training jobs (it reads their traces), so it times the kernels on a machine they no longer load.
+        "{params.command} calibrate --trace {input:q} --device {params.device:q} --dtype {params.dtype:q} "
+        "--tolerance {params.tolerance} --time-cap {params.time_cap} --threads {threads} --out {output:q} > {log:q} 2>&1"
 
 
 rule measured:
     input:
         measured=[f"{job.run_dir}/measured.parquet" for job in TRAIN_JOBS],
         steps=[f"{job.run_dir}/steps.parquet" for job in TRAIN_JOBS],
+        traces=[f"{job.run_dir}/trace.parquet" for job in TRAIN_JOBS],
     output:
         measured="results/tables/measured.parquet",
         steps="results/tables/steps.parquet",
+        trace="results/tables/trace.parquet",
     log:
         "results/logs/measured.log",
     localrule: True
@@ -65,6 +70,7 @@ rule measured:
         from trainingcost.pipeline import gather_runs, logged
 
         with logged(log[0]):
-            runs, statuses = gather_runs(input.measured, input.steps, output.measured, output.steps)
+            runs, statuses = gather_runs(input.measured, input.steps, output.measured, output.steps,
+                                         input.traces, output.trace)
         counts = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
         print(f"measured: {runs} runs ({counts}) -> {output.measured}")

@@ -41,9 +41,7 @@ def _attention(name: str, description: str) -> LayerKind:
         saved=lambda s: 3 * s.M * s.d + 2 * s.N * s.d + s.M * s.h,
         working=lambda s: 4 * s.M * s.d + 2 * s.N * s.d,
         kept=lambda s: 2 * s.M * s.d + 2 * s.N * s.d,
-        gemms=lambda s: [(s.M, s.d, s.d)],
-        kernels={"forward": 8, "backward": 12, "weight_update": 8, "mirror": 24},
-        tensors=8,
+        param_tensors=8,
     )
 
 
@@ -54,11 +52,7 @@ def _head(name: str, description: str) -> LayerKind:
         weights=lambda s: s.d * s.out,
         saved=lambda s: s.M * s.d + s.M * s.out,
         working=lambda s: s.M * s.d + s.M * s.out,
-        gemms=lambda s: [(s.M, s.out, s.d)],
-        kernels={"forward": 4 if name == "lm_head" else 5, "backward": 4 if name == "lm_head" else 5,
-                 "weight_update": 2, "mirror": 6},
-        tensors=2,
-        flops_per_element=3.0,  # bias and log-softmax per logit
+        param_tensors=2,
     )
 
 
@@ -68,13 +62,11 @@ KINDS: dict[str, LayerKind] = _kinds(
         params=lambda s: s.V * s.d,
         working=lambda s: s.M * s.d,
         kept=lambda s: s.M * s.d,
-        kernels={"forward": 1, "backward": 1, "weight_update": 2},
-        tensors=1,
+        param_tensors=1,
     ),
     LayerKind(
         "positional_encoding", "positions", "sinusoidal positions, added to the embedding",
         working=lambda s: 2 * s.M * s.d,
-        kernels={"forward": 1},
     ),
     _attention("self_attention", "multi-head self-attention: q, k, v, o projections around fused attention"),
     _attention("masked_self_attention", "causal multi-head self-attention"),
@@ -86,10 +78,7 @@ KINDS: dict[str, LayerKind] = _kinds(
         saved=lambda s: s.M * s.d + 2 * s.M * s.ff,
         working=lambda s: 2 * s.M * s.d + 2 * s.M * s.ff,
         kept=lambda s: s.M * s.ff + s.M * s.d,
-        gemms=lambda s: [(s.M, s.ff, s.d), (s.M, s.d, s.ff)],
-        kernels={"forward": 3, "backward": 5, "weight_update": 4, "mirror": 12},
-        tensors=4,
-        flops_per_element=4.5,  # bias + GELU: 9 T ff + T d FLOPs over 2 T ff + T d elements
+        param_tensors=4,
     ),
     LayerKind(
         "add_norm", "norm", "post-LN residual: LayerNorm(x + sublayer(x))",
@@ -97,23 +86,17 @@ KINDS: dict[str, LayerKind] = _kinds(
         saved=lambda s: s.M * s.d + 2 * s.M,
         working=lambda s: 3 * s.M * s.d,
         kept=lambda s: s.M * s.d,
-        kernels={"forward": 2, "backward": 3, "weight_update": 2},
-        tensors=2,
-        flops_per_element=4.5,  # residual + LayerNorm
+        param_tensors=2,
     ),
     _head("lm_head", "linear layer over the vocabulary, softmax cross-entropy"),
     _head("classifier_head", "linear layer over C classes on one mean-pooled row per sequence"),
     LayerKind(
         "error_projection", "projection", "PEPITA's projection of the output error onto each stack's input",
         model_layer=False,
-        gemms=lambda s: [(np.where(s.classes > 0, 1, s.M), s.out, s.d)],
-        kernels={"error_projection": 3},
     ),
     LayerKind(
         "dfa_projection", "projection", "DFA's projection of the output error onto a block's output",
         model_layer=False,
-        gemms=lambda s: [(s.M, s.d, s.d)],
-        kernels={"error_projection": 3},
     ),
 )
 ATTENTION_KINDS = tuple(k for k, spec in KINDS.items() if spec.family == "attention")

@@ -98,7 +98,7 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
     error = out_rows * out_width
 
     params = total("params")
-    param_tensors = _reduce(np.where(model_layer, t.count * np.array([KINDS[k].tensors for k in t.kind]), 0),
+    param_tensors = _reduce(np.where(model_layer, t.count * np.array([KINDS[k].param_tensors for k in t.kind]), 0),
                             order, starts, np.add)
     working = peak("working")
     activations = {

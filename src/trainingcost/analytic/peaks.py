@@ -440,12 +440,13 @@ class Ops:
 
     _block_input = None
 
-    def run_block(self, stack: str, x: Value, memory: Value | None) -> Value:
+    def run_block(self, stack: str, x: Value, memory: Value | None, keep_input: bool = False) -> Value:
         """``s.x = block(s.x, s.memory)``: the caller's reference to the block input goes after the block."""
         self._block_input = x
         y = self.block(stack, x, memory)
         self._block_input = None
-        self.t.drop(x.buf)
+        if not keep_input:
+            self.t.drop(x.buf)
         return y
 
     def detach(self, x: Value, leaf: bool = False) -> Value:
@@ -512,7 +513,7 @@ class Ops:
         log_probs = self.value(logits.rows, logits.width, "log_softmax", FLOAT32)
 
         def log_softmax_backward(grad, saved):
-            grad_wide = self.t.new(wide.buf.nbytes, "log_softmax_backward")
+            grad_wide = self.t.new(wide.buf.nbytes if wide is not logits else logits.buf.nbytes, "log_softmax_backward")
             self.release(grad, saved)
             self.deliver(wide, grad_wide)
 

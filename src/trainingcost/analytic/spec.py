@@ -85,7 +85,5 @@ class LayerKind:
     saved: Expr | None = None  # elements autograd keeps for the backward
     working: Expr | None = None  # alive during one forward without autograd: input, intermediates, output
     kept: Expr | None = None  # PEPITA: the standard pass's outputs its updates subtract
-    gemms: Callable | None = None  # (rows, n, k) per sequence of its matrix products, forward orientation
-    kernels: Mapping[str, int] = field(default_factory=dict)  # kernels launched per instance, by analytic phase
-    tensors: int = 0  # parameter tensors (the optimizer launches per tensor)
-    flops_per_element: float = 1.0  # elementwise FLOPs per element moved (predictor)
+    param_tensors: int = 0  # parameter tensors (a count, not an estimate: the memory model's per-tensor optimizer
+    # scalars; tests/test_peaks.py checks the bytes it implies against torch)

@@ -1,20 +1,36 @@
-"""Device calibration: the rates a roofline step-time predictor needs, measured once per device.
+"""Device calibration: the time of every kernel a sweep's steps run, measured until it converges.
 
-- **matmul throughput** for each GEMM shape (m, n, k) the sweep runs, in FLOP/s
-  (2·m·n·k per product);
-- **memory bandwidth**, bytes per second of a large device-to-device copy
-  (each element read once and written once);
-- **launch overhead**, seconds per tiny operation: the fixed cost that every
-  kernel (on GPU) or every dispatched op (on CPU) pays.
+The shapes come from the traces of the sweep's steps (:mod:`trainingcost.measure.trace`), not from a list of
+layer kinds: each distinct kernel the traces contain (an aten op with its argument layout, the ``signature``)
+is **replayed** on the device with real tensors of the traced shapes, strides and dtypes (floats uniform in
+[0.5, 1): no NaN from a square root or a log; integers 0: a valid index and class everywhere). Besides:
 
-Every figure is the median of ``repeats`` timed runs after warm-up, timed with
-CUDA events on GPU and ``perf_counter`` on CPU. The result is a JSON document
-(:func:`write_calibration`) with the device and torch provenance.
+- ``launch_overhead_s``: one call of the smallest kernel (``aten.add`` of two one-element tensors), the fixed
+  cost every dispatched op pays (on GPU, the launch; on CPU, the dispatch);
+- ``view_overhead_s``: one call of a view op (no kernel, the dispatch alone);
+- a **copy ladder** (``aten.copy_`` at 4 KiB to 64 MiB): the bandwidth at which an op the calibration never
+  saw is priced, by the size of its operands (caches make small copies faster than DRAM).
+
+**Convergence.** Rounds are interleaved: each round times every signature once (each timing averages enough
+calls to last ``timing_s``), so a slow spell of the machine hits all shapes alike rather than a few. A
+signature's time is its median over the rounds so far. After each round from the third on, the medians are
+compared with the previous round's: the calibration has converged when their time-weighted relative change
+is at most ``tolerance`` (default 5%) and the sanity check passes. It stops at ``time_cap_s`` otherwise and
+raises :class:`CalibrationBusy`, one line that says the machine is busy, and nothing is written.
+
+**Sanity.** A matrix product at least as large as another in every dimension (m, n, k), with the same op
+and operand layout, may not run more than :data:`MAX_SLOWDOWN_PER_FLOP` times slower per FLOP: larger
+GEMMs use the cores at least as well, and a violation means a timing caught the machine busy.
+
+The file records every signature's seconds and its spread (the IQR of its per-round timings over their
+median), the rounds, their final agreement, the machine's load during the calibration
+(:mod:`trainingcost.measure.load`: a ``timing_quality`` of the calibration itself) and the provenance.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -23,115 +39,197 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..analytic import templates as T
-from ..analytic.layers import KINDS
-from ..analytic.memory import shapes_namespace
 from ..io import write_text
+from ..measure.load import LoadWatch
 from ..measure.provenance import provenance
+from ..measure.trace import KERNEL_CLASSES
 from ..train.run import DTYPES
+from .predictor import _gemm_dims
+
+MAX_SLOWDOWN_PER_FLOP = 3.0
+TOLERANCE = 0.05
+MIN_ROUNDS = 3
+COPY_LADDER = [2**k for k in range(12, 27, 2)]  # bytes copied: 4 KiB ... 64 MiB
+aten = torch.ops.aten
 
 
-def _model_templates(configs: pd.DataFrame):
-    """(kind spec, batch, shapes namespace) per layer kind of the configurations' models."""
-    t = T.build(configs, "layer")
-    for kind, index in t.kind_index().items():
-        spec = KINDS[kind]
-        if spec.model_layer:
-            yield spec, t.config_column("batch")[index], shapes_namespace(t, index)
+class CalibrationBusy(RuntimeError):
+    """The calibration did not converge within its time cap: the machine was too busy to time it."""
 
 
-def gemm_shapes(configs: pd.DataFrame) -> list[tuple[int, int, int]]:
-    """The distinct (m, n, k) of the matrix products that the configurations' layers declare
-    (analytic/layers.py), forward orientation, m = batch × rows."""
-    shapes = set()
-    for spec, batch, s in _model_templates(configs):
-        if spec.gemms is None:
-            continue
-        for rows, n, k in spec.gemms(s):
-            m = batch * np.broadcast_to(rows, len(batch))
-            shapes |= set(zip(m.tolist(), np.broadcast_to(n, len(batch)).tolist(), np.broadcast_to(k, len(batch)).tolist()))
-    return sorted(shapes)
+def _op(name: str):
+    """``aten.mm.default`` -> the OpOverload."""
+    namespace, packet, overload = name.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
 
 
-def attention_shapes(configs: pd.DataFrame) -> list[tuple[int, int, int, int, bool]]:
-    """The distinct fused-attention shapes (batch·heads, M, N, d_k, causal) of the configurations."""
-    shapes = set()
-    for spec, batch, s in _model_templates(configs):
-        if spec.family == "attention":
-            causal = spec.name == "masked_self_attention"
-            shapes |= {(b * h, m, n, d // h, causal) for b, h, m, n, d in zip(batch, s.h, s.M, s.N, s.d)}
-    return sorted((int(a), int(b), int(c), int(d), e) for a, b, c, d, e in shapes)
+_ENUMS = {str(v): v for v in (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
+                              torch.bool, torch.uint8, torch.int8, torch.strided, torch.contiguous_format,
+                              torch.preserve_format, torch.channels_last)}
 
 
-def _calls_per_timing(flops: int, device: torch.device) -> int:
-    """Enough calls per timing that small operations outlast the clock's resolution (1 to 50)."""
-    budget = 2e9 if device.type == "cuda" else 2e7
-    return max(1, min(50, int(budget // max(flops, 1))))
+def _decode(value, device: torch.device):
+    if isinstance(value, list):
+        return [_decode(v, device) for v in value]
+    if isinstance(value, dict):
+        if "t" in value:
+            shape, stride, dtype = value["t"]
+            dtype = getattr(torch, dtype)
+            extent = 1 + sum((size - 1) * step for size, step in zip(shape, stride)) if all(shape) else 0
+            base = torch.empty(extent, dtype=dtype, device=device)  # the storage, filled once (strides may repeat it)
+            base.uniform_(0.5, 1.0) if dtype.is_floating_point else base.zero_()
+            return base.as_strided(shape, stride)
+        if "kw" in value:
+            return {k: _decode(v, device) for k, v in value["kw"].items()}
+        if "nan" in value:
+            return math.nan
+        text = value["e"]
+        if text in _ENUMS:
+            return _ENUMS[text]
+        if text.startswith("<torch._C.Generator"):
+            return torch.Generator(device=device).manual_seed(0)
+        return torch.device(text) if text.split(":")[0] in ("cpu", "cuda", "meta") else text
+    return value
 
 
-class _Timer:
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-
-    def __call__(self, fn, repeats: int, inner: int = 1) -> float:
-        """Median seconds of one call of ``fn`` (each timing averages ``inner`` calls)."""
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(repeats):
-            if self.cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(inner):
-                    fn()
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end) / 1000.0 / inner)
-            else:
-                begin = time.perf_counter()
-                for _ in range(inner):
-                    fn()
-                times.append((time.perf_counter() - begin) / inner)
-        return statistics.median(times)
+def replay(op: str, signature: str, device: torch.device):
+    """A call of ``op`` on fresh tensors of the traced signature, with the same non-tensor arguments."""
+    args, kwargs = json.loads(signature)
+    func = _op(op)
+    args, kwargs = _decode(args, device), _decode(kwargs, device)
+    return lambda: func(*args, **kwargs)
 
 
-def calibrate(device: torch.device, dtype: str, shapes: list[tuple[int, int, int]], repeats: int = 7,
-              copy_mib: int = 256, attention: list | None = None) -> dict:
-    timer = _Timer(device)
+def kernels(trace: pd.DataFrame) -> pd.DataFrame:
+    """The distinct kernels of a trace (one row per op and signature) with their FLOPs and bytes."""
+    k = trace[trace["cls"].isin(KERNEL_CLASSES)]
+    return k.groupby(["op", "signature"], as_index=False).agg(
+        cls=("cls", "first"), flops=("flops", "first"), bytes_read=("bytes_read", "first"),
+        bytes_written=("bytes_written", "first"), count=("count", "sum"))
+
+
+def _clock(device: torch.device):
+    if device.type == "cuda":
+        def timed(fn, calls):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(end) / 1000.0 / calls
+    else:
+        def timed(fn, calls):
+            begin = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            return (time.perf_counter() - begin) / calls
+    return timed
+
+
+def sanity_violations(table: pd.DataFrame) -> list[str]:
+    """Pairs of matrix products where the larger one (in every dimension) is over MAX_SLOWDOWN_PER_FLOP slower per FLOP."""
+    gemms = table[table["cls"] == "matmul"].copy()
+    if gemms.empty:
+        return []
+    dims = [_gemm_dims(o, s) for o, s in zip(gemms["op"], gemms["signature"])]
+    gemms["dims"] = dims
+    gemms = gemms[gemms["dims"].notna()]
+    bad = []
+    for (op, layout), part in gemms.groupby([gemms["op"], gemms["dims"].map(lambda d: d[3])]):
+        d = np.array([x[:3] for x in part["dims"]], dtype=float)
+        per_flop = part["seconds"].to_numpy() / np.maximum(part["flops"].to_numpy(), 1)
+        larger = (d[:, None, :] >= d[None, :, :]).all(axis=2) & ~(d[:, None, :] == d[None, :, :]).all(axis=2)
+        worse = larger & (per_flop[:, None] > MAX_SLOWDOWN_PER_FLOP * per_flop[None, :])
+        for i, j in zip(*np.nonzero(worse)):
+            bad.append(f"{op} {layout} {tuple(int(v) for v in d[i])} is {per_flop[i] / per_flop[j]:.1f}x slower per "
+                       f"FLOP than {tuple(int(v) for v in d[j])}")
+    return bad
+
+
+def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, tolerance: float = TOLERANCE,
+              time_cap_s: float = 60.0, timing_s: float = 2e-4, max_calls: int = 64, clock=None) -> dict:
+    """Time every kernel of ``trace`` (and the overheads and copy ladder) in interleaved rounds until two
+    rounds agree within ``tolerance``; raise :class:`CalibrationBusy` at ``time_cap_s``.
+
+    ``clock(fn, calls)`` returns the seconds of one call (default: the device's clock); tests pass a fake.
+    """
+    clock = clock or _clock(device)
+    table = kernels(trace).drop(columns="count")
     torch_dtype = DTYPES[dtype]
-    matmul = []
-    for m, n, k in shapes:
-        a = torch.randn(m, k, device=device, dtype=torch_dtype)
-        b = torch.randn(k, n, device=device, dtype=torch_dtype)
-        flops = 2 * m * n * k
-        inner = _calls_per_timing(flops, device)
-        seconds = timer(lambda: torch.matmul(a, b), repeats, inner)
-        matmul.append({"m": m, "n": n, "k": k, "seconds": seconds, "flops_per_s": flops / seconds})
-    fused = []
-    for bh, m, n, dk, causal in attention or []:
-        q = torch.randn(1, bh, m, dk, device=device, dtype=torch_dtype)
-        kv = torch.randn(1, bh, n, dk, device=device, dtype=torch_dtype)
-        flops = 4 * bh * m * n * dk  # torch's count: QK^T and PV, causal masks not discounted
-        inner = _calls_per_timing(flops, device)
-        seconds = timer(lambda: torch.nn.functional.scaled_dot_product_attention(q, kv, kv, is_causal=causal), repeats, inner)
-        fused.append({"bh": bh, "m": m, "n": n, "dk": dk, "causal": causal, "seconds": seconds, "flops_per_s": flops / seconds})
-    elements = copy_mib * 2**20 // torch.empty((), dtype=torch_dtype).element_size()
-    source = torch.randn(elements, device=device, dtype=torch_dtype)
-    target = torch.empty_like(source)
-    copy_seconds = timer(lambda: target.copy_(source), repeats)
-    bandwidth = 2 * source.numel() * source.element_size() / copy_seconds
-    tiny_a = torch.ones(1, device=device, dtype=torch_dtype)
-    tiny_b = torch.ones(1, device=device, dtype=torch_dtype)
-    launch = timer(lambda: torch.add(tiny_a, tiny_b), repeats, inner=200)
+    extra = [
+        {"op": "aten.add.Tensor", "signature": _sig([[1], [1], torch_dtype], [[1], [1], torch_dtype]), "cls": "launch"},
+        {"op": "aten.view.default", "signature": json.dumps([[{"t": [[4, 4], [4, 1], str(torch_dtype)[6:]]}, [16]], {"kw": {}}]),
+         "cls": "view"},
+    ]
+    for nbytes in COPY_LADDER:
+        n = max(1, nbytes // 2 // torch.empty((), dtype=torch_dtype).element_size())
+        extra.append({"op": "aten.copy_.default", "signature": _sig([[n], [1], torch_dtype], [[n], [1], torch_dtype]),
+                      "cls": "copy", "bytes_read": 0, "bytes_written": 0})
+    extra = pd.DataFrame(extra)
+    extra["flops"] = 0
+    extra["bytes_read"] = [0, 0] + [nb // 2 for nb in COPY_LADDER]
+    extra["bytes_written"] = [0, 0] + [nb // 2 for nb in COPY_LADDER]
+    table = pd.concat([table, extra], ignore_index=True)
+    calls = [replay(op, sig, device) for op, sig in zip(table["op"], table["signature"])]
+    inner = []
+    for fn in calls:  # warm up; the calls per timing that make one timing last about timing_s
+        fn()
+        once = max(clock(fn, 1), 1e-9)
+        inner.append(int(min(max_calls, max(1, timing_s // once))))
+    watch = LoadWatch()
+    watch.begin()
+    started = time.perf_counter()
+    timings: list[list[float]] = [[] for _ in calls]
+    previous, agreement, rounds, problems = None, math.inf, 0, []
+    while True:
+        watch.step_start()
+        for i, fn in enumerate(calls):
+            timings[i].append(clock(fn, inner[i]))
+        watch.step_end()
+        rounds += 1
+        medians = np.array([statistics.median(t) for t in timings])
+        if previous is not None:
+            agreement = float(np.abs(medians - previous).sum() / max(medians.sum(), 1e-30))
+        previous = medians
+        if rounds >= MIN_ROUNDS and agreement <= tolerance:
+            problems = sanity_violations(table.assign(seconds=medians))
+            if not problems:
+                break
+        if time.perf_counter() - started > time_cap_s:
+            watch.end()
+            why = (f"{len(problems)} matmul sanity violations, e.g. {problems[0]}" if problems and agreement <= tolerance
+                   else f"the last two rounds differ by {agreement:.0%} (tolerance {tolerance:.0%})")
+            raise CalibrationBusy(
+                f"calibration: the machine is busy: no convergence after {rounds} rounds in {time_cap_s:g} s: {why}; "
+                f"CPU time / wall {watch.cpu_per_wall:.2f}, load {watch.load_after:.1f} on {watch.cores} cores; "
+                "no calibration written")
+    watch.end()
+    spread = [float(np.subtract(*np.percentile(t, [75, 25])) / statistics.median(t)) if statistics.median(t) > 0 else 0.0
+              for t in timings]
+    table = table.assign(seconds=medians, spread=spread)
+    load = watch.columns(float(np.median(medians)) if len(medians) else math.nan, 0.0, device.type)
+    special = table[table["cls"].isin(["launch", "view", "copy"])]
     return {
         "dtype": dtype,
-        "matmul": matmul,
-        "attention": fused,
-        "bandwidth_bytes_per_s": bandwidth,
-        "launch_overhead_s": launch,
-        "repeats": repeats,
+        "method": "replay",
+        "kernels": table[~table["cls"].isin(["launch", "view", "copy"])].to_dict("records"),
+        "copy_ladder": [{"bytes": int(r.bytes_read + r.bytes_written), "seconds": float(r.seconds)}
+                        for r in special[special["cls"] == "copy"].itertuples()],
+        "launch_overhead_s": float(special.loc[special["cls"] == "launch", "seconds"].iloc[0]),
+        "view_overhead_s": float(special.loc[special["cls"] == "view", "seconds"].iloc[0]),
+        "rounds": rounds,
+        "round_agreement": agreement,
+        "tolerance": tolerance,
+        "seconds_spent": time.perf_counter() - started,
+        "load": load,
         "provenance": provenance(device),
     }
+
+
+def _sig(*tensors) -> str:
+    return json.dumps([[{"t": [shape, stride, str(dtype).removeprefix("torch.")]} for shape, stride, dtype in tensors],
+                       {"kw": {}}])
 
 
 def write_calibration(calibration: dict, path) -> Path:

@@ -24,6 +24,8 @@ COMPARISON_COLUMNS = [
     "predicted_flops", "measured_flops", "flops_ratio", "flops_rel_error",
     "predicted_time_s", "measured_time_s", "predicted_memory_bytes", "measured_peak_memory_bytes", "memory_source",
     "measured_tensor_peak_bytes", "paper_memory_bytes", "timing_quality",
+    "predicted_matmul_s", "predicted_attention_s", "predicted_elementwise_s", "predicted_launch_s", "dominant_class",
+    "bytes_moved", "ops",
     "arch", "d_model", "enc_layers", "dec_layers", "seq_len", "tgt_len", "batch", "dtype", "device_name", "status",
 ]
 RUN_COLUMNS = ["arch", "d_model", "enc_layers", "dec_layers", "seq_len", "tgt_len", "batch", "dtype", "device_name", "status",
@@ -112,6 +114,35 @@ def comparison_table(analytic: pd.DataFrame, measured: pd.DataFrame, memory: pd.
     for column in ("predicted_flops", "measured_flops"):
         table[column] = table[column].astype("int64")
     return table
+
+
+def add_trace_columns(comparison: pd.DataFrame, trace: pd.DataFrame, calibration: dict | None) -> pd.DataFrame:
+    """From the runs' traces (measure/trace.py): ``bytes_moved`` and ``ops`` (kernels) on the ``executed`` model's
+    layer and phase rows, cell for cell with its FLOPs; with a calibration, the predicted time on every step and
+    phase row (findings/predictor.py: every cost model's row gets the same prediction, the predictor prices what
+    runs), its parts per class of work and the class with the largest part (``dominant_class``)."""
+    from .predictor import PARTS, dominant_part, predict_phases
+
+    out = comparison.drop(columns=[c for c in ("bytes_moved", "ops", "predicted_time_s", *[f"predicted_{p}" for p in PARTS],
+                                               "dominant_class") if c in comparison.columns])
+    if trace.empty:
+        return out.reindex(columns=COMPARISON_COLUMNS)
+    t = trace.assign(bytes_moved=(trace["bytes_read"] + trace["bytes_written"]) * trace["count"],
+                     ops=trace["count"].where(trace["cls"].isin(["matmul", "attention", "elementwise"]), 0))
+    layer_cells = t.groupby(KEYS + ["layer", "phase"], as_index=False)[["bytes_moved", "ops"]].sum().assign(granularity="layer")
+    phase_cells = t.groupby(KEYS + ["phase"], as_index=False)[["bytes_moved", "ops"]].sum().assign(granularity="phase", layer="")
+    cells = pd.concat([layer_cells, phase_cells], ignore_index=True).assign(cost_model="executed")
+    out = out.merge(cells, on=KEYS + ["cost_model", "granularity", "layer", "phase"], how="left")
+    if calibration is not None:
+        phases = predict_phases(trace, calibration)
+        renamed = {"predicted_time_s": "predicted_time_s", **{p: f"predicted_{p}" for p in PARTS}}
+        steps = phases.groupby(KEYS, as_index=False)[["predicted_time_s", *PARTS]].sum()
+        steps["dominant_class"] = dominant_part(steps)
+        phases["dominant_class"] = dominant_part(phases)
+        predicted = pd.concat([phases.assign(granularity="phase"), steps.assign(granularity="step", phase="")],
+                              ignore_index=True).rename(columns=renamed)
+        out = out.merge(predicted, on=KEYS + ["granularity", "phase"], how="left")
+    return out.reindex(columns=COMPARISON_COLUMNS)
 
 
 def rule_ratios(analytic: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:

@@ -44,33 +44,72 @@ def ratio_table(ratios: pd.DataFrame, measured_configs) -> pd.DataFrame:
     return table.rename(columns={"measured flops": "measured FLOPs"})
 
 
+FLAGGED = ("noisy", "contended")
+
+
+def _pct(v: float) -> str:
+    return "n/a" if not np.isfinite(v) else f"{v:.0%}"
+
+
 def step_time_section(comparison: pd.DataFrame) -> list[str]:
     from .predictor import accuracy
 
-    steps = comparison[(comparison["granularity"] == "step") & (comparison["cost_model"] == "executed")]
+    executed = comparison[comparison["cost_model"] == "executed"]
+    steps = executed[executed["granularity"] == "step"]
     if "predicted_time_s" not in steps or steps["predicted_time_s"].isna().all():
-        return ["## Step-time prediction", "", "No device calibration: no predicted step times.", ""]
+        return ["## Step-time prediction", "", "No device calibration or no traces: no predicted step times.", ""]
+    quality = executed["timing_quality"].fillna("unknown") if "timing_quality" in executed else \
+        pd.Series("ok", index=executed.index)
+    trusted = ~quality.isin(FLAGGED)
+    flagged = steps[~trusted.loc[steps.index]]
     rows = []
-    quality = steps["timing_quality"].fillna("unknown") if "timing_quality" in steps else pd.Series("ok", index=steps.index)
-    flagged = steps[quality.isin(["noisy", "contended"])]
     for device, part in steps.groupby(steps["device_name"].astype(str)):
         for rule, mine in [("all", part), *((r, part[part["rule"] == r]) for r in rule_names() if r in set(part["rule"]))]:
-            left_out = int(quality.loc[mine.index].isin(["noisy", "contended"]).sum())
-            mine = mine[~quality.loc[mine.index].isin(["noisy", "contended"])]
+            left_out = int((~trusted.loc[mine.index]).sum())
+            mine = mine[trusted.loc[mine.index]]
             score = accuracy(mine["predicted_time_s"], mine["measured_time_s"])
             long = mine[mine["measured_time_s"] >= 1e-3]
             score_long = accuracy(long["predicted_time_s"], long["measured_time_s"])
-            pct = lambda v: "n/a" if not np.isfinite(v) else f"{v:.0%}"  # noqa: E731
-            rows.append({"device": device, "rule": rule, "runs": score["n"], "left out": left_out, "MAPE": pct(score["mape"]),
-                         "Spearman": score["spearman"], "MAPE, steps >= 1 ms": pct(score_long["mape"]),
-                         "predicted / measured (median)": float(np.median(mine["predicted_time_s"] / mine["measured_time_s"]))})
-    return ["## Step-time prediction", "",
-            "The roofline predictor (docs/figures.md) prices the executed model's work with the device's calibrated "
-            "rates; it is never fitted to training steps. MAPE = mean |predicted − measured| / measured. Runs whose "
-            "timings were flagged `noisy` or `contended` (docs/measurement.md) are left out of MAPE and Spearman"
-            + (f": {len(flagged)} here ({', '.join(f'{n} {q}' for q, n in quality[flagged.index].value_counts().items())})."
-               if len(flagged) else "; none was flagged."), "",
-            _table(pd.DataFrame(rows)), ""]
+            rows.append({"device": device, "rule": rule, "runs": score["n"], "left out": left_out, "MAPE": _pct(score["mape"]),
+                         "Spearman": score["spearman"], "MAPE, steps >= 1 ms": _pct(score_long["mape"]),
+                         "predicted / measured (median)": float(np.median(mine["predicted_time_s"] / mine["measured_time_s"]))
+                         if len(mine) else float("nan")})
+    lines = ["## Step-time prediction", "",
+             "The predictor (docs/measurement.md) prices the operations that a trace of each run's step contains with "
+             "the device's calibration of those kernels; it is never fitted to training steps. MAPE = mean |predicted − "
+             "measured| / measured. Runs whose timings were flagged `noisy` or `contended` (docs/measurement.md) are "
+             "left out of MAPE and Spearman"
+             + (f": {len(flagged)} here ({', '.join(f'{n} {q}' for q, n in quality[flagged.index].value_counts().items())})."
+                if len(flagged) else "; none was flagged."), "",
+             _table(pd.DataFrame(rows)), ""]
+    phases = executed[(executed["granularity"] == "phase") & trusted & executed["predicted_time_s"].notna()
+                      & executed["measured_time_s"].notna()]
+    if len(phases):
+        rows = []
+        for phase, part in phases.groupby("phase", sort=False):
+            score = accuracy(part["predicted_time_s"], part["measured_time_s"])
+            rows.append({"phase": phase, "cells": score["n"], "MAPE": _pct(score["mape"]), "Spearman": score["spearman"],
+                         "predicted / measured (median)": float(np.median(part["predicted_time_s"] / part["measured_time_s"]))})
+        lines += ["Per phase (each run's measured phase time against the predicted time of the ops traced in that "
+                  "phase; work between phases counts in the step only):", "", _table(pd.DataFrame(rows)), ""]
+    good = steps[trusted.loc[steps.index] & steps["predicted_time_s"].notna() & (steps["measured_time_s"] > 0)]
+    if len(good) and "dominant_class" in good:
+        miss = good["predicted_time_s"] / good["measured_time_s"] - 1
+        rows = []
+        for cls, part in good.groupby("dominant_class"):
+            m = miss.loc[part.index]
+            rows.append({"largest predicted part": cls, "runs": len(part), "MAPE": _pct(float(m.abs().mean())),
+                         "median miss": f"{m.median():+.0%}", "its median share": _pct(float(
+                             (part[f"predicted_{cls}_s"] / part["predicted_time_s"]).median()))})
+        shares = {c: float((good[f"predicted_{c}_s"] / good["predicted_time_s"]).median())
+                  for c in ("matmul", "attention", "elementwise", "launch")}
+        lines += ["Where the misses come from: runs grouped by the class of work with the largest predicted part "
+                  "(miss = predicted / measured − 1). Median predicted shares over all runs: "
+                  + ", ".join(f"{c} {_pct(v)}" for c, v in shares.items())
+                  + ". The trace does not see the Python between ops nor autograd's bookkeeping; runs dominated by "
+                    "launches and the optimizer's per-tensor loop are where that shows.", "",
+                  _table(pd.DataFrame(rows)), ""]
+    return lines
 
 
 def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.DataFrame, path) -> str:

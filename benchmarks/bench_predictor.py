@@ -1,0 +1,139 @@
+"""Benchmark: the trace-driven step-time predictor against measured steps, on CPU.
+
+For a fixed set of configurations (--configs, default 12: the three arches across width, depth and sequence
+length) under every rule:
+
+1. traces one step of each run (fake tensors: no arithmetic);
+2. calibrates the device on the kernels the traces contain (interleaved rounds until two agree);
+3. trains each run for --steps steps, measuring each phase and step (the first --warmup steps untimed),
+   interleaving the runs in --rounds rounds so that a slow spell of the machine hits every run alike;
+4. predicts each run's step and phase times and prints MAPE and Spearman (all runs, per rule, per phase),
+   each rule's step time / BP's, predicted against measured, and which class of work dominates the misses.
+
+Every figure is the median over the rounds of a run's median step time. The machine, its load before and
+after, and each run's timing quality (:mod:`trainingcost.measure.load`) are printed; runs flagged noisy or
+contended are left out of the scores and counted.
+
+    python benchmarks/bench_predictor.py [--configs 12] [--steps 14] [--rounds 3] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+
+from trainingcost.analytic import rule_names
+from trainingcost.config import RuleOptions, TrainSpec, canonical_model
+from trainingcost.findings.calibration import calibrate
+from trainingcost.findings.predictor import PARTS, accuracy, predict_phases
+from trainingcost.measure.load import load_average
+from trainingcost.measure.provenance import cpu_name
+from trainingcost.measure.run import train
+from trainingcost.measure.trace import trace_step
+
+CONFIGS = [  # arch, layers, d_model, seq_len, batch
+    ("decoder", 2, 64, 32, 8), ("decoder", 2, 64, 128, 8), ("decoder", 2, 64, 256, 8), ("decoder", 1, 128, 64, 8),
+    ("decoder", 4, 64, 64, 8), ("decoder", 2, 256, 64, 8), ("encoder", 2, 64, 64, 8), ("encoder", 2, 128, 128, 8),
+    ("encoder", 4, 128, 32, 4), ("encoder-decoder", 2, 64, 64, 8), ("encoder-decoder", 1, 128, 32, 8),
+    ("decoder", 2, 128, 128, 16), ("encoder", 1, 256, 128, 8), ("encoder-decoder", 2, 128, 128, 4),
+]
+
+
+def model(arch, layers, d_model, seq_len, batch):
+    return canonical_model(dict(arch=arch, layers=layers, d_model=d_model, heads=4, d_ff=4 * d_model, seq_len=seq_len,
+                                batch=batch, vocab=256), "")
+
+
+def task(arch: str) -> str:
+    return "reverse" if arch == "encoder-decoder" else "lm"
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%" if x == x else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=14)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--optimizer", default="sgd")
+    parser.add_argument("--rules", default=",".join(rule_names()))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    rules = args.rules.split(",")
+    runs = [(i, c, r) for i, c in enumerate(CONFIGS[: args.configs]) for r in rules]
+    print(f"machine: {cpu_name()} ({os.cpu_count()} cores, {args.threads} thread(s)), torch {torch.__version__}, "
+          f"Python {platform.python_version()}; load average before {load_average():.2f}")
+    began = time.perf_counter()
+    specs = {(i, r): TrainSpec(cfg=model(*c), task=task(c[0]), rule=r, steps=args.steps, warmup=args.warmup, seed=0,
+                               measure=True, options=RuleOptions(optimizer=args.optimizer)) for i, c, r in runs}
+    traces = pd.concat([trace_step(spec).assign(run=f"{i}:{r}", config=i, rule=r) for (i, r), spec in specs.items()])
+    traced = time.perf_counter() - began
+    cal = calibrate(torch.device("cpu"), "fp32", traces, time_cap_s=120)
+    print(f"traced {len(runs)} runs in {traced:.1f} s; calibrated {len(cal['kernels'])} kernels in "
+          f"{cal['seconds_spent']:.1f} s ({cal['rounds']} rounds, last two agree within {pct(cal['round_agreement'])}; "
+          f"launch {cal['launch_overhead_s'] * 1e6:.2f} us, view {cal['view_overhead_s'] * 1e6:.2f} us)")
+    steps: dict[str, list] = {}
+    phases: dict[tuple[str, str], list] = {}
+    quality: dict[str, list] = {}
+    for _ in range(args.rounds):
+        for (i, r), spec in specs.items():
+            result = train(spec)
+            steps.setdefault(f"{i}:{r}", []).append(result.summary["step_time_median_s"])
+            quality.setdefault(f"{i}:{r}", []).append(result.summary["timing_quality"])
+            for phase, t in result.measured.groupby("phase")["phase_time_median_s"].first().items():
+                phases.setdefault((f"{i}:{r}", phase), []).append(t)
+    predicted = predict_phases(traces, cal, keys=("run",))
+    step_pred = predicted.groupby("run")[["predicted_time_s", *PARTS]].sum()
+    frame = step_pred.assign(measured=pd.Series({k: statistics.median(v) for k, v in steps.items()}),
+                             quality=pd.Series({k: "ok" if q.count("ok") * 2 > len(q) else
+                                                max(set(q), key=q.count) for k, q in quality.items()}))
+    frame["rule"] = [k.split(":")[1] for k in frame.index]
+    frame["config"] = [int(k.split(":")[0]) for k in frame.index]
+    flagged = frame["quality"] != "ok"
+    good = frame[~flagged]
+    print(f"measured {len(runs)} runs x {args.rounds} rounds of {args.steps} steps in "
+          f"{time.perf_counter() - began:.0f} s in all; load average after {load_average():.2f}; "
+          f"{int(flagged.sum())} runs flagged noisy or contended, left out")
+    score = accuracy(good["predicted_time_s"], good["measured"])
+    print(f"\nstep time, all runs: MAPE {pct(score['mape'])}, Spearman {score['spearman']:.3f} (n={score['n']})")
+    print("\n| rule | runs | MAPE | Spearman | step time / BP, measured | predicted | difference |")
+    print("|---|---|---|---|---|---|---|")
+    bp = good[good["rule"] == "bp"].set_index("config")
+    for r in rules:
+        part = good[good["rule"] == r]
+        s = accuracy(part["predicted_time_s"], part["measured"])
+        joined = part.set_index("config").join(bp, rsuffix="_bp", how="inner")
+        measured_ratio = float(np.median(joined["measured"] / joined["measured_bp"])) if len(joined) else np.nan
+        predicted_ratio = float(np.median(joined["predicted_time_s"] / joined["predicted_time_s_bp"])) if len(joined) else np.nan
+        print(f"| {r} | {s['n']} | {pct(s['mape'])} | {s['spearman']:.3f} | {measured_ratio:.3f} | {predicted_ratio:.3f} | "
+              f"{pct(predicted_ratio / measured_ratio - 1)} |")
+    print("\n| phase | cells | MAPE | Spearman | predicted / measured, median |")
+    print("|---|---|---|---|---|")
+    measured_phases = pd.Series({k: statistics.median(v) for k, v in phases.items()}, name="measured")
+    measured_phases.index = pd.MultiIndex.from_tuples(measured_phases.index, names=["run", "phase"])
+    cells = predicted.set_index(["run", "phase"]).join(measured_phases, how="inner").reset_index()
+    cells = cells[~cells["run"].isin(frame.index[flagged])]
+    for phase, part in cells.groupby("phase"):
+        s = accuracy(part["predicted_time_s"], part["measured"])
+        print(f"| {phase} | {s['n']} | {pct(s['mape'])} | {s['spearman']:.3f} | "
+              f"{float(np.median(part['predicted_time_s'] / part['measured'])):.3f} |")
+    shares = good[PARTS].div(good["predicted_time_s"], axis=0).median()
+    print("\npredicted share of the step time (median over runs): "
+          + ", ".join(f"{k.removesuffix('_s')} {pct(v)}" for k, v in shares.items()))
+    miss = (good["predicted_time_s"] - good["measured"]) / good["measured"]
+    print(f"misses: median {pct(float(miss.median()))}, under-predicted runs {int((miss < 0).sum())} of {len(miss)}")
+
+
+if __name__ == "__main__":
+    main()
