@@ -86,11 +86,13 @@ def main() -> None:
     steps: dict[str, list] = {}
     phases: dict[tuple[str, str], list] = {}
     quality: dict[str, list] = {}
+    classes: dict[str, list] = {}
     for _ in range(args.rounds):
         for (i, r), spec in specs.items():
             result = train(spec)
             steps.setdefault(f"{i}:{r}", []).append(result.summary["step_time_median_s"])
             quality.setdefault(f"{i}:{r}", []).append(result.summary["timing_quality"])
+            classes.setdefault(f"{i}:{r}", []).append({p: result.summary[f"measured_{p}"] for p in PARTS})
             for phase, t in result.measured.groupby("phase")["phase_time_median_s"].first().items():
                 phases.setdefault((f"{i}:{r}", phase), []).append(t)
     predicted = predict_phases(traces, cal, keys=("run",))
@@ -113,7 +115,7 @@ def main() -> None:
     for r in rules:
         part = good[good["rule"] == r]
         s = accuracy(part["predicted_time_s"], part["measured"])
-        joined = part.set_index("config").join(bp, rsuffix="_bp", how="inner")
+        joined = part.merge(bp, left_on="config", right_index=True, suffixes=("", "_bp"))
         measured_ratio = float(np.median(joined["measured"] / joined["measured_bp"])) if len(joined) else np.nan
         predicted_ratio = float(np.median(joined["predicted_time_s"] / joined["predicted_time_s_bp"])) if len(joined) else np.nan
         print(f"| {r} | {s['n']} | {pct(s['mape'])} | {s['spearman']:.3f} | {measured_ratio:.3f} | {predicted_ratio:.3f} | "
@@ -128,9 +130,15 @@ def main() -> None:
         s = accuracy(part["predicted_time_s"], part["measured"])
         print(f"| {phase} | {s['n']} | {pct(s['mape'])} | {s['spearman']:.3f} | "
               f"{float(np.median(part['predicted_time_s'] / part['measured'])):.3f} |")
-    shares = good[PARTS].div(good["predicted_time_s"], axis=0).median()
-    print("\npredicted share of the step time (median over runs): "
-          + ", ".join(f"{k.removesuffix('_s')} {pct(v)}" for k, v in shares.items()))
+    split = pd.DataFrame({k: pd.DataFrame(v).median() for k, v in classes.items()}).T.loc[good.index]
+    print("\n| class | predicted, share of the step | measured (profiled), share | predicted − measured, share | "
+          "runs it misses most |")
+    print("|---|---|---|---|---|")
+    worst = (good[PARTS] - split[PARTS]).abs().idxmax(axis=1)
+    for p in PARTS:
+        print(f"| {p.removesuffix('_s')} | {pct(float((good[p] / good['predicted_time_s']).median()))} | "
+              f"{pct(float((split[p] / good['measured']).median()))} | "
+              f"{float(((good[p] - split[p]) / good['measured']).median()):+.1%} | {int((worst == p).sum())} |")
     miss = (good["predicted_time_s"] - good["measured"]) / good["measured"]
     print(f"misses: median {pct(float(miss.median()))}, under-predicted runs {int((miss < 0).sum())} of {len(miss)}")
 

@@ -1,6 +1,7 @@
 """The trace-driven step-time predictor: tracing (against the FLOP meter, without arithmetic), pricing by hand,
 and a calibration that converges or refuses."""
 
+import dataclasses
 import json
 import os
 import resource
@@ -113,8 +114,9 @@ def test_the_pricing_by_hand():
     expected = 3 * 7e-6 + 2 * (1e-6 + 20_000 / rate) + 5 * 5e-7
     priced = price(trace, cal)
     assert priced["seconds"].sum() == pytest.approx(expected, rel=1e-12)
-    assert priced["launch_s"].sum() == pytest.approx(3 * 1e-6 + 2 * 1e-6 + 5 * 5e-7)
-    assert priced["matmul_s"].sum() == pytest.approx(3 * 6e-6)
+    assert priced["launch_s"].sum() == pytest.approx(5 * 5e-7)  # dispatches without a kernel
+    assert priced["matmul_s"].sum() == pytest.approx(3 * 7e-6)
+    assert priced["elementwise_s"].sum() == pytest.approx(2 * (1e-6 + 20_000 / rate))
     step = predict_steps(trace, cal).iloc[0]
     assert step["predicted_time_s"] == pytest.approx(expected, rel=1e-12)
 
@@ -213,3 +215,29 @@ def test_calibration_beside_cpu_burners_is_flagged_or_refused(small_trace):
 def test_accuracy_scores():
     score = accuracy([1.1, 2.2, 2.7], [1.0, 2.0, 3.0])
     assert score["mape"] == pytest.approx((0.1 + 0.1 + 0.1) / 3) and score["spearman"] == 1.0 and score["n"] == 3
+
+
+def test_a_profiled_step_splits_by_the_traces_classes():
+    """Ops the trace sees count at their total; ops inside them (a copy_ inside _to_copy) and ops the trace does
+    not have (linear's glue) do not; the rest of the step is launch; all scaled to the median step."""
+    from trainingcost.measure.trace import class_times
+
+    trace = pd.DataFrame({"op": ["aten.addmm.default", "aten._to_copy.default", "aten.view.default"],
+                          "cls": ["matmul", "elementwise", "view"]})
+    profile = pd.DataFrame([("aten::linear", 4.0, ""), ("aten::addmm", 3.0, "aten::linear"),
+                            ("aten::_to_copy", 1.5, ""), ("aten::copy_", 1.0, "aten::_to_copy"), ("aten::view", 0.2, "")],
+                           columns=["name", "total_s", "inside"])
+    split = class_times(profile, trace, profiled_s=10.0, step_s=5.0)
+    assert split == {"measured_matmul_s": 1.5, "measured_attention_s": 0.0, "measured_elementwise_s": 0.75,
+                     "measured_launch_s": 2.75}
+
+
+def test_a_measured_run_splits_its_step_by_class():
+    from trainingcost.measure.run import train
+
+    result = train(dataclasses.replace(spec(tiny(), "wm"), steps=8))  # 2 warm-up, counted, 4 timed, profiled
+    s = result.summary
+    parts = [s[f"measured_{c}_s"] for c in ("matmul", "attention", "elementwise", "launch")]
+    assert all(p >= 0 for p in parts) and s["measured_matmul_s"] > 0
+    assert sum(parts) == pytest.approx(s["step_time_median_s"], rel=1e-9)
+    assert result.trace is not None and set(result.trace["rule"]) == {"wm"}

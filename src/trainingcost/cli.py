@@ -225,8 +225,8 @@ def render_memory(memory: pd.DataFrame) -> str:
     executed = (f"Tensor memory of one training step, executed model ({setting}; CPU, batch of ids excluded "
                 f"from persistent)\n" + _grid(header, rows) + "\n")
     rows = [[r["rule"], "", *(human_bytes(r[c]) for c in (*COMPONENTS, "total"))] for _, r in memory.iterrows()]
-    hand = (f"Components summed, the paper's accounting (activations: autograd's saved tensors; PEPITA/MEMPEPITA "
-            f"as Pau & Aymone count them)\n" + _grid(["rule", "", *COMPONENTS, "total"], rows) + "\n")
+    hand = ("Components summed, the paper's accounting (activations: autograd's saved tensors; PEPITA/MEMPEPITA "
+            "as Pau & Aymone count them)\n" + _grid(["rule", "", *COMPONENTS, "total"], rows) + "\n")
     return executed + "\n" + hand
 
 
@@ -336,18 +336,6 @@ def _float(text: str) -> float:
     return value
 
 
-def run_trace(spec, device: str):
-    """The ops of one step of ``spec`` (measure/trace.py), keyed by run; empty, with a warning, if it cannot trace."""
-    from .measure.trace import TRACE_COLUMNS, trace_step
-
-    try:
-        trace = trace_step(spec, device)
-    except Exception as exc:  # noqa: BLE001 - a run's tables do not depend on its trace; the predictor skips it
-        sys.stderr.write(f"trainingcost train: no trace of the step ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})\n")
-        trace = pd.DataFrame(columns=TRACE_COLUMNS)
-    return trace.assign(config_id=spec.cfg.config_id, rule=spec.rule, seed=spec.seed)
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     defaults = task_defaults(args.task)
     cfg = model_entry(args, {**TRAIN_MODEL_DEFAULTS, "vocab": defaults["vocab"]})
@@ -380,6 +368,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from .io import write_parquet
     from .measure.run import failed_run, train
+    from .measure.trace import TRACE_COLUMNS
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -392,7 +381,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         metadata = file_metadata(torch.device(result.device), args.config_hash)
         write_parquet(result.measured, out_dir / "measured.parquet", metadata)
         write_parquet(result.steps, out_dir / "steps.parquet", metadata)
-        write_parquet(run_trace(spec, result.device), out_dir / "trace.parquet", metadata)
+        trace = result.trace if result.trace is not None else pd.DataFrame(columns=TRACE_COLUMNS)
+        write_parquet(trace, out_dir / "trace.parquet", metadata)
         written.append(str(out_dir))
     if args.out:
         write_parquet(result.steps, args.out)

@@ -27,7 +27,6 @@ from .config import (
     ModelConfig,
     check_task,
     entry_config,
-    enumerate_sweep,
     read_config,
     select_sweep,
     sweep_frame,

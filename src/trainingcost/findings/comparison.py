@@ -25,12 +25,14 @@ COMPARISON_COLUMNS = [
     "predicted_time_s", "measured_time_s", "predicted_memory_bytes", "measured_peak_memory_bytes", "memory_source",
     "measured_tensor_peak_bytes", "paper_memory_bytes", "timing_quality",
     "predicted_matmul_s", "predicted_attention_s", "predicted_elementwise_s", "predicted_launch_s", "dominant_class",
+    "measured_matmul_s", "measured_attention_s", "measured_elementwise_s", "measured_launch_s", "miss_class",
     "bytes_moved", "ops",
     "arch", "d_model", "enc_layers", "dec_layers", "seq_len", "tgt_len", "batch", "dtype", "device_name", "status",
 ]
 RUN_COLUMNS = ["arch", "d_model", "enc_layers", "dec_layers", "seq_len", "tgt_len", "batch", "dtype", "device_name", "status",
                "optimizer", "step_time_median_s", "peak_memory_bytes", "memory_source", "flops_per_step",
-               "tensor_peak_bytes", "timing_quality"]
+               "tensor_peak_bytes", "timing_quality",
+               "measured_matmul_s", "measured_attention_s", "measured_elementwise_s", "measured_launch_s"]
 
 
 def _ratios(frame: pd.DataFrame) -> pd.DataFrame:
@@ -80,7 +82,13 @@ def comparison_table(analytic: pd.DataFrame, measured: pd.DataFrame, memory: pd.
         measured_flops=("flops", "sum"), measured_time_s=("phase_time_median_s", "first"))
     phase_predicted = predicted.groupby(["config_id", "rule", "cost_model", "phase"], as_index=False)["flops"].sum()
     phase = phase_predicted.merge(runs[KEYS], on=["config_id", "rule"]).merge(phase_measured, on=KEYS + ["phase"], how="left")
-    phase = phase.rename(columns={"flops": "predicted_flops"})
+    # A measured phase no cost model has a row for (the optimizer step: no FLOPs) is a phase row of every cost
+    # model too, at 0 FLOPs, so its time stands beside a predicted time.
+    models = phase[KEYS + ["cost_model"]].drop_duplicates()
+    extra = models.merge(phase_measured, on=KEYS).merge(phase[KEYS + ["cost_model", "phase"]], how="left", indicator=True,
+                                                        on=KEYS + ["cost_model", "phase"])
+    extra = extra[extra["_merge"] == "left_only"].drop(columns="_merge").assign(flops=0)
+    phase = pd.concat([phase, extra], ignore_index=True).rename(columns={"flops": "predicted_flops"})
     phase["measured_flops"] = phase["measured_flops"].fillna(0).astype("int64")
     phase["granularity"], phase["layer"] = "phase", ""
     frames.append(phase)
@@ -121,7 +129,7 @@ def add_trace_columns(comparison: pd.DataFrame, trace: pd.DataFrame, calibration
     layer and phase rows, cell for cell with its FLOPs; with a calibration, the predicted time on every step and
     phase row (findings/predictor.py: every cost model's row gets the same prediction, the predictor prices what
     runs), its parts per class of work and the class with the largest part (``dominant_class``)."""
-    from .predictor import PARTS, dominant_part, predict_phases
+    from .predictor import PARTS, dominant_part, miss_class, predict_phases
 
     out = comparison.drop(columns=[c for c in ("bytes_moved", "ops", "predicted_time_s", *[f"predicted_{p}" for p in PARTS],
                                                "dominant_class") if c in comparison.columns])
@@ -142,6 +150,11 @@ def add_trace_columns(comparison: pd.DataFrame, trace: pd.DataFrame, calibration
         predicted = pd.concat([phases.assign(granularity="phase"), steps.assign(granularity="step", phase="")],
                               ignore_index=True).rename(columns=renamed)
         out = out.merge(predicted, on=KEYS + ["granularity", "phase"], how="left")
+        if "measured_launch_s" in out:
+            step = out["granularity"] == "step"
+            for name in PARTS:  # the profiled split is the step's: on step rows only
+                out[f"measured_{name}"] = out[f"measured_{name}"].where(step)
+            out["miss_class"] = miss_class(out, out).where(step)
     return out.reindex(columns=COMPARISON_COLUMNS)
 
 

@@ -252,10 +252,15 @@ def ratio_to_bp(curves: pd.DataFrame, runs: pd.DataFrame, base: dict, describe: 
     part["ratio"] = part["flops"] / part["bp"]
     measured = _on_axis(runs, base, "seq_len")
     if len(measured):
-        base_runs = measured[measured["rule"] == "bp"][["seq_len", "flops_per_step", "step_time_median_s"]]
+        if "timing_quality" not in measured:
+            measured = measured.assign(timing_quality="ok")
+        base_runs = measured[measured["rule"] == "bp"][["seq_len", "flops_per_step", "step_time_median_s", "timing_quality"]]
         measured = measured.merge(base_runs, on="seq_len", suffixes=("", "_bp"))
+        flagged = (measured["timing_quality"].isin(["noisy", "contended"])
+                   | measured["timing_quality_bp"].isin(["noisy", "contended"]))
         measured = measured.assign(flops_ratio=measured["flops_per_step"] / measured["flops_per_step_bp"],
-                                   time_ratio=measured["step_time_median_s"] / measured["step_time_median_s_bp"])
+                                   time_ratio=measured["step_time_median_s"] / measured["step_time_median_s_bp"],
+                                   flagged=flagged)
     rules = [r for r in RULES if r != "bp" and r in set(part["rule"])]
     nrows, ncols = _grid(len(rules))
     fig, axes = plt.subplots(nrows, ncols, figsize=(FULL, 2.1 * nrows), sharex=True, squeeze=False)
@@ -265,7 +270,10 @@ def ratio_to_bp(curves: pd.DataFrame, runs: pd.DataFrame, base: dict, describe: 
         if len(measured):
             mine = measured[measured["rule"] == rule]
             ax.scatter(mine["seq_len"], mine["flops_ratio"], color=RULE_COLORS[rule], edgecolor="black", s=16, zorder=3, linewidth=0.4)
-            ax.scatter(mine["seq_len"], mine["time_ratio"], color="white", edgecolor=RULE_COLORS[rule], marker="s", s=14, zorder=3)
+            trusted, flagged = mine[~mine["flagged"]], mine[mine["flagged"]]
+            ax.scatter(trusted["seq_len"], trusted["time_ratio"], color="white", edgecolor=RULE_COLORS[rule], marker="s",
+                       s=14, zorder=3)
+            ax.scatter(flagged["seq_len"], flagged["time_ratio"], color="0.55", marker="x", s=14, zorder=3, linewidth=0.8)
         ax.axhline(1.0, color="0.5", linewidth=0.6)
         ax.set(xscale="log", title=RULE_LABELS[rule], xlabel="sequence length (tokens)", ylabel="cost / BP")
     for ax in list(axes.flat)[len(rules):]:
@@ -277,8 +285,10 @@ def ratio_to_bp(curves: pd.DataFrame, runs: pd.DataFrame, base: dict, describe: 
                  f"{int(part['value'].max())} tokens ({describe}, varying the length)", y=1.0)
     handles = [plt.Line2D([], [], color="0.2", linestyle=MODEL_LINES[m]) for m in ("paper", "executed")]
     handles += [plt.Line2D([], [], color="0.2", marker="o", linestyle=""),
-                plt.Line2D([], [], color="0.2", marker="s", markerfacecolor="white", linestyle="")]
-    fig.legend(handles, ["paper model", "executed model", "measured FLOPs", "measured step time"], ncol=4, frameon=False,
+                plt.Line2D([], [], color="0.2", marker="s", markerfacecolor="white", linestyle=""),
+                plt.Line2D([], [], color="0.55", marker="x", linestyle="")]
+    fig.legend(handles, ["paper model", "executed model", "measured FLOPs", "measured step time",
+                         "step time, noisy or contended (untrusted)"], ncol=5, frameon=False,
                loc="lower center", bbox_to_anchor=(0.5, 0))
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
@@ -321,7 +331,7 @@ def step_time(comparison: pd.DataFrame):
                      + (f"; {left_out} noisy or contended, hollow, left out)" if left_out else ")"))
         _log_ticks(ax)
     worst = max(scores, key=lambda s: s["mape"]) if scores else {"mape": np.nan, "spearman": np.nan}
-    fig.suptitle(f"The roofline predictor, calibrated on the device and never fitted to training steps,\n"
+    fig.suptitle(f"The trace-driven predictor, calibrated on the device and never fitted to training steps,\n"
                  f"misses the measured step time by {worst['mape']:.0%} on average and ranks runs at "
                  f"Spearman {worst['spearman']:.2f}")
     handles = [plt.Line2D([], [], color=RULE_COLORS[r], marker=RULE_MARKERS[r], linestyle="", markersize=5) for r in rules]

@@ -20,9 +20,10 @@ One call of an op costs:
   per-op calibrated bandwidth carries their arithmetic (a GELU moves the bytes of a copy and costs more);
 - a **view**: ``view_overhead_s`` (a dispatch, no kernel); a **host** op (a device query, a scalar read): 0.
 
-Each op's seconds split into ``launch`` (the launch overhead, or the whole call where it is shorter; every
-view's overhead) and the rest, credited to its class: the parts ``matmul_s``, ``attention_s``,
-``elementwise_s`` and ``launch_s`` explain each miss.
+The parts of a prediction: ``matmul_s``, ``attention_s`` and ``elementwise_s``, the seconds of the kernels of
+each class (their launches included), and ``launch_s``, the dispatches that launch no kernel (views). A run's
+profiled step splits the measured time the same way (:func:`trainingcost.measure.trace.class_times`), so each
+miss has a class that dominates it.
 
 What the trace cannot see, and so the prediction leaves out: the Python interpreter between ops (module
 calls, hooks, the rules' own Python), autograd's bookkeeping (recording nodes in the forward, the engine's
@@ -129,13 +130,10 @@ def price(trace: pd.DataFrame, calibration: dict) -> pd.DataFrame:
     call = np.array([per_call[(o, s)] for o, s in zip(rows["op"], rows["signature"])], dtype=float)
     count = rows["count"].to_numpy(float)
     cls = rows["cls"].to_numpy()
-    is_kernel = np.isin(cls, KERNEL_CLASSES)
-    launch = np.where(is_kernel, np.minimum(call, pricer.launch), np.where(cls == "view", call, 0.0))
-    body = call - launch
     rows["seconds"] = call * count
-    rows["launch_s"] = launch * count
     for name in KERNEL_CLASSES:
-        rows[f"{name}_s"] = np.where(cls == name, body, 0.0) * count
+        rows[f"{name}_s"] = np.where(cls == name, rows["seconds"], 0.0)
+    rows["launch_s"] = np.where(np.isin(cls, KERNEL_CLASSES), 0.0, rows["seconds"])
     return rows
 
 
@@ -157,6 +155,14 @@ def predict_steps(traces: pd.DataFrame, calibration: dict, keys=("config_id", "r
 def dominant_part(frame: pd.DataFrame) -> pd.Series:
     """The class of work with the largest predicted share of each row ('matmul', 'attention', 'elementwise', 'launch')."""
     return frame[PARTS].idxmax(axis=1).str.removesuffix("_s")
+
+
+def miss_class(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.Series:
+    """The class whose predicted seconds miss its measured seconds by the most (``predicted_<class>_s`` against
+    ``measured_<class>_s``, same index); null where the run has no profiled split."""
+    names = [p.removesuffix("_s") for p in PARTS]
+    miss = pd.DataFrame({n: (predicted[f"predicted_{n}_s"] - measured[f"measured_{n}_s"]).abs() for n in names})
+    return miss.idxmax(axis=1).where(miss.notna().all(axis=1))
 
 
 def accuracy(predicted: np.ndarray, measured: np.ndarray) -> dict:

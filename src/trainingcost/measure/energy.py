@@ -41,3 +41,28 @@ class EnergyCounter:
         if self.handle is None:
             return None
         return self.pynvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) / 1000.0
+
+
+# NVML's clock event ("throttle") reasons (nvml.h, nvmlClocksEventReason*): bit -> name.
+CLOCK_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+                 0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+                 0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
+# The reasons that mean the GPU ran slower than it can for a cause outside the run: its timings are contended.
+SLOWDOWN_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+
+
+def clock_reasons(counter: EnergyCounter) -> int | None:
+    """The bitmask of why the GPU's clocks are below their maximum now (NVML), or None without NVML."""
+    if counter.handle is None:
+        return None
+    nvml = counter.pynvml
+    read = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+    try:
+        return int(read(counter.handle)) if read else None
+    except Exception:  # noqa: BLE001 - not supported on this GPU or driver
+        return None
+
+
+def reason_names(mask: int | None) -> str | None:
+    return None if mask is None else ",".join(name for bit, name in CLOCK_REASONS.items() if mask & bit)

@@ -15,7 +15,9 @@ The verdict, ``timing_quality``:
   on CPU, CPU time below :data:`MIN_CPU_PER_WALL` of the wall time (a runnable process gets close to 1.0 of a
   core or more); the median number of other runnable tasks above the cores the run leaves free
   (``cores - 1``: the run's own first thread is the sampler, its other threads may be spinning); or more than
-  :data:`MAX_STEAL` of the machine's time stolen;
+  :data:`MAX_STEAL` of the machine's time stolen; on CUDA, when NVML reports a clock slowdown for a cause outside
+  the run (hardware slowdown, thermal slowdown, power brake: ``energy.SLOWDOWN_REASONS``) after any timed step
+  (every reason seen is kept in ``gpu_clock_reasons``);
 - ``noisy`` when the step time's IQR exceeds :data:`MAX_IQR_PER_MEDIAN` of its median;
 - ``ok`` otherwise; ``unknown`` without timed steps.
 
@@ -76,6 +78,7 @@ class LoadWatch:
     ticks_before: tuple[int, int] | None = None
     ticks_after: tuple[int, int] | None = None
     runnable: list[int] = field(default_factory=list)
+    gpu_reasons: int | None = None  # NVML clock event reasons seen after any timed step (OR of the masks)
     cpu_seconds: float = 0.0
     wall_seconds: float = 0.0
     _cpu: float = 0.0
@@ -90,7 +93,9 @@ class LoadWatch:
     def step_start(self) -> None:
         self._cpu, self._wall = time.process_time(), time.perf_counter()
 
-    def step_end(self) -> None:
+    def step_end(self, gpu_reasons: int | None = None) -> None:
+        if gpu_reasons is not None:
+            self.gpu_reasons = (self.gpu_reasons or 0) | gpu_reasons
         self.cpu_seconds += time.process_time() - self._cpu
         self.wall_seconds += time.perf_counter() - self._wall
         others = runnable_others()
@@ -109,7 +114,11 @@ class LoadWatch:
         return self.cpu_seconds / self.wall_seconds if self.wall_seconds > 0 else float("nan")
 
     def columns(self, step_median: float, step_iqr: float, device_type: str) -> dict:
+        from .energy import SLOWDOWN_REASONS, reason_names
+
         others = statistics.median(self.runnable) if self.runnable else float("nan")
+        reasons = reason_names(self.gpu_reasons)
+        slowed = bool(reasons) and any(r in reasons.split(",") for r in SLOWDOWN_REASONS)
         return {
             "cpu_time_per_wall": self.cpu_per_wall,
             "runnable_others_median": float(others),
@@ -117,16 +126,18 @@ class LoadWatch:
             "load_after": self.load_after,
             "steal_fraction": self.steal,
             "cores": self.cores,
+            "gpu_clock_reasons": reasons,
             "timing_quality": quality(step_median, step_iqr, self.cpu_per_wall if device_type == "cpu" else float("nan"),
-                                      others, self.cores, self.steal),
+                                      others, self.cores, self.steal, slowed),
         }
 
 
-def quality(median: float, iqr: float, cpu_per_wall: float, others: float, cores: int, steal: float) -> str:
+def quality(median: float, iqr: float, cpu_per_wall: float, others: float, cores: int, steal: float,
+            gpu_slowed: bool = False) -> str:
     """The verdict on one run's timings (see the module's docstring)."""
     if not median > 0:
         return "unknown"
-    if cpu_per_wall < MIN_CPU_PER_WALL or others > cores - 1 or steal > MAX_STEAL:
+    if cpu_per_wall < MIN_CPU_PER_WALL or others > cores - 1 or steal > MAX_STEAL or gpu_slowed:
         return "contended"
     if iqr / median > MAX_IQR_PER_MEDIAN:
         return "noisy"

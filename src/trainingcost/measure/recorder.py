@@ -20,13 +20,13 @@ import pandas as pd
 import torch
 
 from ..analytic import layers as L
-from .energy import EnergyCounter
+from .energy import EnergyCounter, clock_reasons
 from .flops import analytic_phase, metering
 from .load import LoadWatch
 from .memory import CATEGORIES, MemoryReading, TensorMeter, rule_tensors
 from .timer import PhaseTimer, process_peak_rss
 
-WARMUP, COUNTED, TIMED = "warmup", "counted", "timed"
+WARMUP, COUNTED, TIMED, PROFILED = "warmup", "counted", "timed", "profiled"
 OPTIMIZER_LAYER = "optimizer"  # the row that carries the optimizer step's time (no FLOPs)
 
 # Dense (no sparsity) bf16 tensor-core peaks, TFLOP/s, from NVIDIA's data sheets. The MFU
@@ -51,8 +51,11 @@ def dense_bf16_peak(device_name: str) -> float | None:
 class StepRecorder:
     """Runs each step of a training loop as a warm-up, counted or timed step and keeps what it saw."""
 
-    def __init__(self, rule, device: torch.device, warmup: int):
+    def __init__(self, rule, device: torch.device, warmup: int, profile_step: int | None = None):
         self.rule = rule
+        self.profile_step = profile_step  # a step run under torch.profiler, not timed (the last, where 2+ remain timed)
+        self.profile: pd.DataFrame | None = None  # its self time per profiler event name
+        self.profiled_s = math.nan
         self.device = device
         self.warmup = warmup
         self.energy = EnergyCounter(device)
@@ -64,6 +67,8 @@ class StepRecorder:
     def kind(self, step: int) -> str:
         if step <= self.warmup:
             return WARMUP
+        if step == self.profile_step:
+            return PROFILED
         return COUNTED if step == self.warmup + 1 else TIMED
 
     def run(self, step: int, batch) -> torch.Tensor:
@@ -84,6 +89,8 @@ class StepRecorder:
             self.memory = tensors.reading(*own)
             self.rows.append({"step": step, "kind": kind})
             return loss
+        if kind == PROFILED:
+            return self.profiled(step, batch)
         timer = PhaseTimer(self.device)
         if not any(r["kind"] == TIMED for r in self.rows):
             self.load.begin()
@@ -92,7 +99,7 @@ class StepRecorder:
         with timer.step():
             loss = self.rule.step(batch, timer)
         seconds, step_seconds, peaks = timer.finish()
-        self.load.step_end()
+        self.load.step_end(clock_reasons(self.energy))
         self.load.end()  # the last timed step's reading stands
         after = self.energy.read()
         row = {"step": step, "kind": kind, "step_time_s": step_seconds}
@@ -103,6 +110,37 @@ class StepRecorder:
         if before is not None and after is not None:
             row["energy_j"] = after - before
         self.rows.append(row)
+        return loss
+
+    def profiled(self, step: int, batch) -> torch.Tensor:
+        """One step under torch.profiler: every aten op's total time (on CUDA the device time of the kernels it
+        launched) and the aten ops it ran inside, to split the step by class of work (:func:`.trace.class_times`)."""
+        import os
+
+        from torch.profiler import ProfilerActivity, profile
+
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # no start/stop lines in the job's log
+
+        cuda = self.device.type == "cuda"
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        clock = PhaseTimer(self.device)
+        with profile(activities=activities) as prof:
+            with clock.step():
+                loss = self.rule.step(batch)
+            _, self.profiled_s, _ = clock.finish()
+        rows = []
+        for e in prof.events():  # aten ops, with the aten ops they run inside (the hierarchy that self times lose)
+            if not e.name.startswith("aten::"):
+                continue
+            inside, parent = [], e.cpu_parent
+            while parent is not None:
+                if parent.name.startswith("aten::"):
+                    inside.append(parent.name)
+                parent = parent.cpu_parent
+            total = getattr(e, "device_time_total", 0.0) if cuda else e.cpu_time_total
+            rows.append({"name": e.name, "total_s": total / 1e6, "inside": "|".join(inside)})
+        self.profile = pd.DataFrame(rows, columns=["name", "total_s", "inside"])
+        self.rows.append({"step": step, "kind": PROFILED})
         return loss
 
     # -- statistics ---------------------------------------------------------------------

@@ -11,6 +11,7 @@ that died before writing them.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
@@ -22,6 +23,7 @@ from ..train.rule import no_phases
 from ..train.run import STATUS_FAILED, resolve_device, run_steps
 from .provenance import provenance
 from .recorder import StepRecorder, measured_rows, run_summary
+from .trace import TRACE_COLUMNS, class_times, trace_step
 
 STEP_COLUMNS = ["step", "loss", "val_loss", "val_accuracy"]
 CANONICAL_SIZES = tuple(name for name in CANONICAL_FIELDS if name != "arch")  # the configuration columns of a run
@@ -40,19 +42,23 @@ class TrainResult:
     message: str | None = None
     measured: pd.DataFrame | None = None  # with measure: one row per (layer, phase)
     summary: dict = field(default_factory=dict)  # with measure: run-level measurements
+    trace: pd.DataFrame | None = None  # with measure: the ops of one step (measure/trace.py)
 
 
 def train(spec: TrainSpec, phase=no_phases) -> TrainResult:
     """Train ``spec`` and tabulate it (measured too, with ``spec.measure``)."""
-    observe = (lambda rule, device: StepRecorder(rule, device, spec.warmup)) if spec.measure else None
+    # The last step is profiled (split by class of work) where at least two timed steps remain.
+    profile_step = spec.steps if spec.steps >= spec.warmup + 4 else None
+    observe = (lambda rule, device: StepRecorder(rule, device, spec.warmup, profile_step)) if spec.measure else None
     done = run_steps(spec, observe, phase)
     columns = run_columns(spec, done.status, done.message, done.device, done.weight_decay)
     recorder = done.observer
     frame = steps_frame(done.records, recorder, columns)
-    measured, summary = None, {}
+    measured, summary, trace = None, {}, None
     if spec.measure:
+        trace = traced(spec, done.device)
         measured, summary = measured_frame(recorder, done.model, spec, columns, done.records, done.val_loss,
-                                           done.val_accuracy)
+                                           done.val_accuracy, trace)
     return TrainResult(
         steps=frame,
         status=done.status,
@@ -65,7 +71,18 @@ def train(spec: TrainSpec, phase=no_phases) -> TrainResult:
         message=done.message,
         measured=measured,
         summary=summary,
+        trace=trace,
     )
+
+
+def traced(spec: TrainSpec, device) -> pd.DataFrame:
+    """The ops of one step of the run (:mod:`.trace`), keyed by run; empty, with a warning, if it cannot trace."""
+    try:
+        trace = trace_step(spec, device)
+    except Exception as exc:  # noqa: BLE001 - a run's measurements do not depend on its trace; the predictor skips it
+        warnings.warn(f"no trace of the step ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})", stacklevel=2)
+        trace = pd.DataFrame(columns=TRACE_COLUMNS)
+    return trace.assign(config_id=spec.cfg.config_id, rule=spec.rule, seed=spec.seed)
 
 
 def failed_run(spec: TrainSpec, exit_code: int) -> TrainResult:
@@ -116,11 +133,15 @@ def steps_frame(records: list[dict], recorder, columns: dict) -> pd.DataFrame:
     return frame
 
 
-def measured_frame(recorder, model, spec: TrainSpec, columns: dict, records, val_loss, val_accuracy):
+def measured_frame(recorder, model, spec: TrainSpec, columns: dict, records, val_loss, val_accuracy, trace=None):
     """One row per (layer, phase): measured FLOPs and phase times, with run-level columns."""
     summary = {}
     if recorder is not None:
         summary = run_summary(recorder, spec.cfg.tokens_per_step, spec.dtype, columns["device_name"])
+        if recorder.profile is not None and trace is not None and len(trace):
+            summary.update(class_times(recorder.profile, trace, recorder.profiled_s, summary["step_time_median_s"]))
+        else:
+            summary.update({f"measured_{c}_s": math.nan for c in ("matmul", "attention", "elementwise", "launch")})
     if recorder is None or recorder.flops is None:  # the run ended before its counted step: one row for the run
         rows = pd.DataFrame({"layer": [""], "layer_kind": [""], "phase": [""]})
     else:

@@ -197,3 +197,28 @@ def cell_totals(trace: pd.DataFrame) -> pd.DataFrame:
                      bytes_moved=(trace["bytes_read"] + trace["bytes_written"]) * trace["count"],
                      ops=trace["count"].where(trace["cls"].isin(KERNEL_CLASSES), 0))
     return t.groupby(["layer", "phase"], as_index=False)[["flops", "bytes_moved", "ops"]].sum()
+
+
+def class_times(profile: pd.DataFrame, trace: pd.DataFrame, profiled_s: float, step_s: float) -> dict:
+    """A profiled step's time per class of work, scaled to the run's median step ``step_s``.
+
+    ``profile``: one row per aten op event of a step that took ``profiled_s`` (``name`` as ``aten::addmm``, its
+    ``total_s`` with the ops it calls, and the aten ops it ran ``inside``, ``|``-joined). An event counts where
+    the trace sees it: its op is in the run's trace (by overload packet) and it runs inside no op the trace has
+    (ops that kernels call internally, such as the ``copy_`` inside ``_to_copy``, belong to their caller). Its
+    total time goes to its trace class. ``launch`` is the rest of the step: views, composite ops' glue, autograd's
+    nodes, the optimizer's Python, the interpreter between ops. The shares are the profiled step's; the profiler's
+    own overhead slows that step, so the seconds are its shares of the median timed step.
+    """
+    classes = {op.split(".")[1]: cls for op, cls in zip(trace["op"], trace["cls"]) if op.startswith("aten.")}
+    seconds = dict.fromkeys(KERNEL_CLASSES, 0.0)
+    for name, total, inside in zip(profile["name"], profile["total_s"], profile["inside"]):
+        cls = classes.get(name.removeprefix("aten::"))
+        if cls in seconds and not any(classes.get(p.removeprefix("aten::")) for p in inside.split("|") if p):
+            seconds[cls] += float(total)
+    if not profiled_s > 0:
+        return {f"measured_{c}_s": float("nan") for c in (*KERNEL_CLASSES, "launch")}
+    scale = step_s / profiled_s
+    out = {f"measured_{c}_s": v * scale for c, v in seconds.items()}
+    out["measured_launch_s"] = max(profiled_s - sum(seconds.values()), 0.0) * scale
+    return out

@@ -28,7 +28,7 @@ import torch
 
 from ..config.errors import ConfigError
 from ..config.model import ModelConfig
-from ..config.training import CLASSIFY_CLASSES, TASKS, check_corpus, check_task
+from ..config.training import CLASSIFY_CLASSES, check_corpus, check_task
 from .objective import IGNORE, Batch
 
 MASK_ID = 0  # encoder masked-token modelling; corpus NUL bytes are mapped to spaces
