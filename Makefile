@@ -31,6 +31,7 @@ test: install
 bench: install
 	$(BIN)/python benchmarks/bench_cli.py
 	$(BIN)/python benchmarks/bench_analytic.py
+	$(BIN)/python benchmarks/bench_predictor.py
 
 clean:
 	rm -rf results/configs.parquet results/tables results/runs results/figures results/summary.md results/report.html .snakemake

@@ -35,8 +35,7 @@ from trainingcost.findings.calibration import calibrate
 from trainingcost.findings.predictor import PARTS, accuracy, predict_phases
 from trainingcost.measure.load import load_average
 from trainingcost.measure.provenance import cpu_name
-from trainingcost.measure.run import train
-from trainingcost.measure.trace import trace_step
+from trainingcost.measure.run import traced, train
 
 CONFIGS = [  # arch, layers, d_model, seq_len, batch
     ("decoder", 2, 64, 32, 8), ("decoder", 2, 64, 128, 8), ("decoder", 2, 64, 256, 8), ("decoder", 1, 128, 64, 8),
@@ -77,10 +76,11 @@ def main() -> None:
     began = time.perf_counter()
     specs = {(i, r): TrainSpec(cfg=model(*c), task=task(c[0]), rule=r, steps=args.steps, warmup=args.warmup, seed=0,
                                measure=True, options=RuleOptions(optimizer=args.optimizer)) for i, c, r in runs}
-    traces = pd.concat([trace_step(spec).assign(run=f"{i}:{r}", config=i, rule=r) for (i, r), spec in specs.items()])
-    traced = time.perf_counter() - began
-    cal = calibrate(torch.device("cpu"), "fp32", traces, time_cap_s=120)
-    print(f"traced {len(runs)} runs in {traced:.1f} s; calibrated {len(cal['kernels'])} kernels in "
+    traces = pd.concat([traced(spec, torch.device("cpu")).assign(run=f"{i}:{r}", config=i) for (i, r), spec in specs.items()])
+    trace_seconds = time.perf_counter() - began
+    cal = calibrate(torch.device("cpu"), "fp32", traces, time_cap_s=120, probe=True)
+    probed_cal, cal = cal, {**cal, "probes": []}  # the default prices the traced ops alone; the probes are compared
+    print(f"traced {len(runs)} runs in {trace_seconds:.1f} s; calibrated {len(cal['kernels'])} kernels in "
           f"{cal['seconds_spent']:.1f} s ({cal['rounds']} rounds, last two agree within {pct(cal['round_agreement'])}; "
           f"launch {cal['launch_overhead_s'] * 1e6:.2f} us, view {cal['view_overhead_s'] * 1e6:.2f} us)")
     steps: dict[str, list] = {}
@@ -109,6 +109,12 @@ def main() -> None:
           f"{int(flagged.sum())} runs flagged noisy or contended, left out")
     score = accuracy(good["predicted_time_s"], good["measured"])
     print(f"\nstep time, all runs: MAPE {pct(score['mape'])}, Spearman {score['spearman']:.3f} (n={score['n']})")
+    print(f"predicted / measured, median {float((good['predicted_time_s'] / good['measured']).median()):.3f}")
+    probed = predict_phases(traces, probed_cal, keys=("run",)).groupby("run")["predicted_time_s"].sum()
+    score_probed = accuracy(probed.loc[good.index], good["measured"])
+    print(f"with the probes (calibrate --probe: kernel bodies + the step at minimal sizes): MAPE "
+          f"{pct(score_probed['mape'])}, Spearman {score_probed['spearman']:.3f}, predicted / measured "
+          f"{float((probed.loc[good.index] / good['measured']).median()):.3f}")
     print("\n| rule | runs | MAPE | Spearman | step time / BP, measured | predicted | difference |")
     print("|---|---|---|---|---|---|---|")
     bp = good[good["rule"] == "bp"].set_index("config")

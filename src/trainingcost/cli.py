@@ -427,7 +427,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     try:
-        result = calibrate(device, args.dtype, trace, tolerance=args.tolerance, time_cap_s=args.time_cap)
+        result = calibrate(device, args.dtype, trace, tolerance=args.tolerance, time_cap_s=args.time_cap, probe=args.probe)
     except CalibrationBusy as busy:
         sys.stderr.write(f"trainingcost {busy}\n")
         return 1
@@ -493,6 +493,8 @@ def build_parser() -> Parser:
     cal.add_argument("--dtype", default="fp32", choices=list(TRAIN_DTYPES))
     cal.add_argument("--tolerance", type=_float, default=0.05,
                      help="two rounds agree when their medians differ by at most this share of the time (default 0.05)")
+    cal.add_argument("--probe", action="store_true",
+                     help="also time each run's step at minimal sizes (the host's overhead; measure/probe.py)")
     cal.add_argument("--time-cap", type=_float, default=60.0,
                      help="seconds; without convergence by then: a one-line 'machine is busy' error, no file")
     cal.add_argument("--threads", type=_int)

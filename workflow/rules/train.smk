@@ -48,10 +48,12 @@ rule calibrate:
         dtype=TRAIN["dtype"],
         tolerance=TRAIN["calibration"]["tolerance"],
         time_cap=TRAIN["calibration"]["time_cap"],
+        probe="--probe" if TRAIN["calibration"]["probe"] else "",
     shell:
         # After the training jobs (it reads their traces), so it times the kernels on a machine they no longer load.
         "{params.command} calibrate --trace {input:q} --device {params.device:q} --dtype {params.dtype:q} "
-        "--tolerance {params.tolerance} --time-cap {params.time_cap} --threads {threads} --out {output:q} > {log:q} 2>&1"
+        "--tolerance {params.tolerance} --time-cap {params.time_cap} {params.probe} --threads {threads} --out {output:q} "
+        "> {log:q} 2>&1"
 
 
 rule measured:

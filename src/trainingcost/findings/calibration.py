@@ -18,6 +18,11 @@ compared with the previous round's: the calibration has converged when their tim
 is at most ``tolerance`` (default 5%) and the sanity check passes. It stops at ``time_cap_s`` otherwise and
 raises :class:`CalibrationBusy`, one line that says the machine is busy, and nothing is written.
 
+**Probes** (``probe=True``): for every run of the trace, the same step at minimal sizes
+(:mod:`trainingcost.measure.probe`), timed in the same rounds; the predictor then adds the real kernels' bodies
+to the probe's time. Off by default: on the benchmark's quiet machine the traced ops alone came closer
+(benchmarks/bench_predictor.md).
+
 **Sanity.** A matrix product at least as large as another in every dimension (m, n, k), with the same op
 and operand layout, may not run more than :data:`MAX_SLOWDOWN_PER_FLOP` times slower per FLOP: larger
 GEMMs use the cores at least as well, and a violation means a timing caught the machine busy.
@@ -127,6 +132,21 @@ def _clock(device: torch.device):
     return timed
 
 
+def build_probes(trace: pd.DataFrame, device: torch.device) -> dict:
+    """A warmed-up probe (measure/probe.py) per run of the trace that says how to rebuild its step."""
+    from ..measure.probe import Probe, spec_from_json
+
+    if "spec" not in trace.columns:
+        return {}
+    probes = {}
+    for (config_id, rule, seed), text in trace.groupby(["config_id", "rule", "seed"])["spec"].first().items():
+        run = Probe(spec_from_json(text), device)
+        for _ in range(3):
+            run()
+        probes[(config_id, rule, seed)] = run
+    return probes
+
+
 def sanity_violations(table: pd.DataFrame) -> list[str]:
     """Pairs of matrix products where the larger one (in every dimension) is over MAX_SLOWDOWN_PER_FLOP slower per FLOP."""
     gemms = table[table["cls"] == "matmul"].copy()
@@ -148,7 +168,8 @@ def sanity_violations(table: pd.DataFrame) -> list[str]:
 
 
 def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, tolerance: float = TOLERANCE,
-              time_cap_s: float = 60.0, timing_s: float = 2e-4, max_calls: int = 64, clock=None) -> dict:
+              time_cap_s: float = 60.0, timing_s: float = 2e-4, max_calls: int = 64, clock=None,
+              probe: bool = False) -> dict:
     """Time every kernel of ``trace`` (and the overheads and copy ladder) in interleaved rounds until two
     rounds agree within ``tolerance``; raise :class:`CalibrationBusy` at ``time_cap_s``.
 
@@ -177,23 +198,28 @@ def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, toleranc
         fn()
         once = max(clock(fn, 1), 1e-9)
         inner.append(int(min(max_calls, max(1, timing_s // once))))
+    probes = build_probes(trace, device) if probe else {}
     watch = LoadWatch()
     watch.begin()
     started = time.perf_counter()
     timings: list[list[float]] = [[] for _ in calls]
+    probe_timings: dict[tuple, list[dict]] = {key: [] for key in probes}
     previous, agreement, rounds, problems = None, math.inf, 0, []
     while True:
         watch.step_start()
         for i, fn in enumerate(calls):
             timings[i].append(clock(fn, inner[i]))
+        for key, run in probes.items():
+            probe_timings[key].append(run())
         watch.step_end()
         rounds += 1
-        medians = np.array([statistics.median(t) for t in timings])
+        medians = np.array([statistics.median(t) for t in timings]
+                           + [statistics.median(sum(p.values()) for p in probe_timings[key]) for key in probes])
         if previous is not None:
             agreement = float(np.abs(medians - previous).sum() / max(medians.sum(), 1e-30))
         previous = medians
         if rounds >= MIN_ROUNDS and agreement <= tolerance:
-            problems = sanity_violations(table.assign(seconds=medians))
+            problems = sanity_violations(table.assign(seconds=medians[: len(calls)]))
             if not problems:
                 break
         if time.perf_counter() - started > time_cap_s:
@@ -204,6 +230,14 @@ def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, toleranc
                 f"calibration: the machine is busy: no convergence after {rounds} rounds in {time_cap_s:g} s: {why}; "
                 f"CPU time / wall {watch.cpu_per_wall:.2f}, load {watch.load_after:.1f} on {watch.cores} cores; "
                 "no calibration written")
+    medians = medians[: len(calls)]
+    probe_rows = []
+    for (config_id, rule, seed), readings in probe_timings.items():
+        for phase in readings[0]:
+            values = [r.get(phase, 0.0) for r in readings]
+            median = statistics.median(values)
+            probe_rows.append({"config_id": config_id, "rule": rule, "seed": int(seed), "phase": phase, "seconds": median,
+                               "spread": float(np.subtract(*np.percentile(values, [75, 25])) / median) if median > 0 else 0.0})
     watch.end()
     spread = [float(np.subtract(*np.percentile(t, [75, 25])) / statistics.median(t)) if statistics.median(t) > 0 else 0.0
               for t in timings]
@@ -218,6 +252,7 @@ def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, toleranc
                         for r in special[special["cls"] == "copy"].itertuples()],
         "launch_overhead_s": float(special.loc[special["cls"] == "launch", "seconds"].iloc[0]),
         "view_overhead_s": float(special.loc[special["cls"] == "view", "seconds"].iloc[0]),
+        "probes": probe_rows,
         "rounds": rounds,
         "round_agreement": agreement,
         "tolerance": tolerance,

@@ -138,11 +138,39 @@ def price(trace: pd.DataFrame, calibration: dict) -> pd.DataFrame:
 
 
 def predict_phases(traces: pd.DataFrame, calibration: dict, keys=("config_id", "rule", "seed")) -> pd.DataFrame:
-    """Predicted seconds per run and timed phase (the phase a timer times the work in), with the parts."""
+    """Predicted seconds per run and timed phase (the phase a timer times the work in), with the parts.
+
+    A run the calibration probed (``calibration["probes"]``, measure/probe.py: the same step at minimal sizes)
+    is predicted as the bodies of its kernels (each call less the launch overhead) plus the probe's time of the
+    phase, the host's overhead, which is then its ``launch_s``. Any other run: the ops' seconds as priced.
+    """
     priced = price(traces, calibration)
     keys = [k for k in keys if k in priced.columns]
-    return priced.groupby(keys + ["timed_phase"], as_index=False)[["seconds", *PARTS]].sum().rename(
-        columns={"timed_phase": "phase", "seconds": "predicted_time_s"})
+    launch = float(calibration["launch_overhead_s"])
+    kernel = priced["cls"].isin(KERNEL_CLASSES).to_numpy()
+    body = np.where(kernel, np.maximum(priced["seconds"] - priced["count"] * launch, 0.0), 0.0)
+    group = keys + ["timed_phase"]
+    plain = priced.groupby(group, as_index=False)[["seconds", *PARTS]].sum()
+    probes = pd.DataFrame(calibration.get("probes") or [], columns=["config_id", "rule", "seed", "phase", "seconds"])
+    if probes.empty or not {"config_id", "rule", "seed"} <= set(priced.columns):
+        return plain.rename(columns={"timed_phase": "phase", "seconds": "predicted_time_s"})
+    bodies = priced.assign(**{f"{c}_s": np.where(priced["cls"] == c, body, 0.0) for c in KERNEL_CLASSES})
+    run_keys = ["config_id", "rule", "seed"]
+    probed = bodies.merge(probes[run_keys].drop_duplicates(), on=run_keys)
+    if probed.empty:
+        return plain.rename(columns={"timed_phase": "phase", "seconds": "predicted_time_s"})
+    parts = probed.groupby(run_keys + ["timed_phase"], as_index=False)[[f"{c}_s" for c in KERNEL_CLASSES]].sum()
+    parts = parts.merge(probes.rename(columns={"phase": "timed_phase", "seconds": "launch_s"}), on=run_keys + ["timed_phase"],
+                        how="outer").fillna({f"{c}_s": 0.0 for c in (*KERNEL_CLASSES, "launch")})
+    parts["seconds"] = parts[PARTS].sum(axis=1)
+    if any(k not in run_keys for k in keys):  # a caller's extra keys (a benchmark's run label) follow the run
+        labels = priced[list(dict.fromkeys(run_keys + keys))].drop_duplicates()
+        parts = parts.merge(labels, on=run_keys)
+    parts = parts.groupby(group, as_index=False)[["seconds", *PARTS]].sum()
+    probed_runs = probed[keys].drop_duplicates()
+    rest = plain.merge(probed_runs, on=keys, how="left", indicator=True)
+    rest = rest[rest["_merge"] == "left_only"].drop(columns="_merge")
+    return pd.concat([parts, rest], ignore_index=True).rename(columns={"timed_phase": "phase", "seconds": "predicted_time_s"})
 
 
 def predict_steps(traces: pd.DataFrame, calibration: dict, keys=("config_id", "rule", "seed")) -> pd.DataFrame:
@@ -154,15 +182,25 @@ def predict_steps(traces: pd.DataFrame, calibration: dict, keys=("config_id", "r
 
 def dominant_part(frame: pd.DataFrame) -> pd.Series:
     """The class of work with the largest predicted share of each row ('matmul', 'attention', 'elementwise', 'launch')."""
-    return frame[PARTS].idxmax(axis=1).str.removesuffix("_s")
+    parts = frame[PARTS].astype(float)
+    known = parts.notna().all(axis=1)
+    out = pd.Series(None, index=frame.index, dtype=object)
+    if known.any():
+        out[known] = parts[known].idxmax(axis=1).str.removesuffix("_s")
+    return out
 
 
 def miss_class(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.Series:
     """The class whose predicted seconds miss its measured seconds by the most (``predicted_<class>_s`` against
     ``measured_<class>_s``, same index); null where the run has no profiled split."""
     names = [p.removesuffix("_s") for p in PARTS]
-    miss = pd.DataFrame({n: (predicted[f"predicted_{n}_s"] - measured[f"measured_{n}_s"]).abs() for n in names})
-    return miss.idxmax(axis=1).where(miss.notna().all(axis=1))
+    miss = pd.DataFrame({n: (predicted[f"predicted_{n}_s"] - measured[f"measured_{n}_s"]).abs() for n in names},
+                        index=predicted.index).astype(float)
+    known = miss.notna().all(axis=1)
+    out = pd.Series(None, index=predicted.index, dtype=object)
+    if known.any():
+        out[known] = miss[known].idxmax(axis=1)
+    return out
 
 
 def accuracy(predicted: np.ndarray, measured: np.ndarray) -> dict:

@@ -23,6 +23,7 @@ from ..train.rule import no_phases
 from ..train.run import STATUS_FAILED, resolve_device, run_steps
 from .provenance import provenance
 from .recorder import StepRecorder, measured_rows, run_summary
+from .probe import spec_json
 from .trace import TRACE_COLUMNS, class_times, trace_step
 
 STEP_COLUMNS = ["step", "loss", "val_loss", "val_accuracy"]
@@ -82,7 +83,7 @@ def traced(spec: TrainSpec, device) -> pd.DataFrame:
     except Exception as exc:  # noqa: BLE001 - a run's measurements do not depend on its trace; the predictor skips it
         warnings.warn(f"no trace of the step ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})", stacklevel=2)
         trace = pd.DataFrame(columns=TRACE_COLUMNS)
-    return trace.assign(config_id=spec.cfg.config_id, rule=spec.rule, seed=spec.seed)
+    return trace.assign(config_id=spec.cfg.config_id, rule=spec.rule, seed=spec.seed, spec=spec_json(spec))
 
 
 def failed_run(spec: TrainSpec, exit_code: int) -> TrainResult:

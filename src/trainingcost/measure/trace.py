@@ -206,9 +206,10 @@ def class_times(profile: pd.DataFrame, trace: pd.DataFrame, profiled_s: float, s
     ``total_s`` with the ops it calls, and the aten ops it ran ``inside``, ``|``-joined). An event counts where
     the trace sees it: its op is in the run's trace (by overload packet) and it runs inside no op the trace has
     (ops that kernels call internally, such as the ``copy_`` inside ``_to_copy``, belong to their caller). Its
-    total time goes to its trace class. ``launch`` is the rest of the step: views, composite ops' glue, autograd's
-    nodes, the optimizer's Python, the interpreter between ops. The shares are the profiled step's; the profiler's
-    own overhead slows that step, so the seconds are its shares of the median timed step.
+    total time goes to its trace class. ``launch`` is the rest of the median timed step ``step_s``: views,
+    composite ops' glue, autograd's nodes, the optimizer's Python, the interpreter between ops. The profiler's own
+    overhead (a few microseconds per event) slows the profiled step around the ops, not inside them, so the ops'
+    totals stand as they are and the overhead falls out of ``launch``.
     """
     classes = {op.split(".")[1]: cls for op, cls in zip(trace["op"], trace["cls"]) if op.startswith("aten.")}
     seconds = dict.fromkeys(KERNEL_CLASSES, 0.0)
@@ -216,9 +217,8 @@ def class_times(profile: pd.DataFrame, trace: pd.DataFrame, profiled_s: float, s
         cls = classes.get(name.removeprefix("aten::"))
         if cls in seconds and not any(classes.get(p.removeprefix("aten::")) for p in inside.split("|") if p):
             seconds[cls] += float(total)
-    if not profiled_s > 0:
+    if not profiled_s > 0 or not step_s > 0:
         return {f"measured_{c}_s": float("nan") for c in (*KERNEL_CLASSES, "launch")}
-    scale = step_s / profiled_s
-    out = {f"measured_{c}_s": v * scale for c, v in seconds.items()}
-    out["measured_launch_s"] = max(profiled_s - sum(seconds.values()), 0.0) * scale
+    out = {f"measured_{c}_s": v for c, v in seconds.items()}
+    out["measured_launch_s"] = max(step_s - sum(seconds.values()), 0.0)
     return out
