@@ -1,5 +1,6 @@
 """The Snakemake workflow end to end on a tiny sweep, and its refusal of bad configs."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -70,6 +71,17 @@ def test_tiny_sweep_end_to_end(tmp_path):
     assert "Energy figure skipped" in result.stdout and "## Step-time prediction" in summary
     steps_compared = comparison[(comparison.granularity == "step") & (comparison.cost_model == "executed")]
     assert (steps_compared.predicted_time_s > 0).all() and len(steps_compared) == 7
+    # The predictor's inputs: every run's traced step, and a calibration of their kernels.
+    trace = pd.read_parquet(tmp_path / "results/tables/trace.parquet")
+    assert set(trace.rule) == RULES and {"matmul", "attention", "elementwise"} <= set(trace.cls)
+    calibration = json.loads(next((tmp_path / "results/device").glob("*.json")).read_text())
+    assert len(calibration["kernels"]) == trace[trace.cls.isin(["matmul", "attention", "elementwise"])].drop_duplicates(
+        ["op", "signature"]).shape[0] and calibration["round_agreement"] <= calibration["tolerance"]
+    executed_layers = comparison[(comparison.granularity == "layer") & (comparison.cost_model == "executed")]
+    assert (executed_layers.bytes_moved.dropna() > 0).any() and executed_layers.ops.notna().any()
+    phases = comparison[(comparison.granularity == "phase") & (comparison.cost_model == "executed")]
+    assert {"forward", "backward", "optimizer_step"} <= set(phases.dropna(subset=["predicted_time_s"]).phase)
+    assert "Per phase" in summary
     figures = sorted(p.name for p in (tmp_path / "results/figures").iterdir())
     assert len(figures) == 16 and not any("energy" in f for f in figures)
     for png in (tmp_path / "results/figures").glob("*.png"):

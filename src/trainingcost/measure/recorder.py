@@ -115,11 +115,7 @@ class StepRecorder:
     def profiled(self, step: int, batch) -> torch.Tensor:
         """One step under torch.profiler: every aten op's total time (on CUDA the device time of the kernels it
         launched) and the aten ops it ran inside, to split the step by class of work (:func:`.trace.class_times`)."""
-        import os
-
         from torch.profiler import ProfilerActivity, profile
-
-        os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # no start/stop lines in the job's log
 
         cuda = self.device.type == "cuda"
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
