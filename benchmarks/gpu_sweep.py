@@ -54,7 +54,8 @@ def run_jobs(config: dict, out: Path, limit: int | None, timeout: int) -> tuple[
               f"{line[-1][-120:] if line else ''}", flush=True)
     done = [out / j.run_dir for j in jobs if (out / j.run_dir / "measured.parquet").exists()]
     measured, steps = out / "measured.parquet", out / "steps.parquet"
-    gather_runs([d / "measured.parquet" for d in done], [d / "steps.parquet" for d in done], measured, steps)
+    gather_runs([d / "measured.parquet" for d in done], [d / "steps.parquet" for d in done], measured, steps,
+                [d / "trace.parquet" for d in done if (d / "trace.parquet").exists()], out / "trace.parquet")
     return measured, steps
 
 
@@ -121,7 +122,7 @@ def findings(config: dict, out: Path, measured: Path) -> None:
     calibration, the comparison, the summary and the figures, all under ``out``."""
     from trainingcost.analytic import layer_table
     from trainingcost.analytic.memory import memory_table
-    from trainingcost.findings.calibration import attention_shapes, calibrate, gemm_shapes, write_calibration
+    from trainingcost.findings.calibration import calibrate, write_calibration
     from trainingcost.config import sweep_frame
     from trainingcost.pipeline import write_comparison, write_figures
     from trainingcost.io import write_parquet
@@ -135,13 +136,17 @@ def findings(config: dict, out: Path, measured: Path) -> None:
     write_parquet(layer_table(configs, analytic["rules"], analytic["cost_models"], analytic["wm_mirror_steps"]), out / "analytic.parquet")
     write_parquet(memory_table(configs, analytic["rules"], config["memory"]["dtypes"], config["memory"]["optimizers"]),
                   out / "memory.parquet")
-    trained = configs[configs["config_id"].isin(runs["config_id"])]
+    import torch
+
     train = config["train"]
     device = resolve_device(train["device"])
-    calibration = calibrate(device, train["dtype"], gemm_shapes(trained), attention=attention_shapes(trained))
+    torch.set_num_threads(train["resources"]["threads"])  # as the training jobs ran (the workflow's calibrate does too)
+    settings = train["calibration"]
+    calibration = calibrate(device, train["dtype"], pd.read_parquet(out / "trace.parquet"), tolerance=settings["tolerance"],
+                            time_cap_s=settings["time_cap"], probe=settings["probe"])
     write_calibration(calibration, out / "calibration.json")
     write_comparison(out / "analytic.parquet", out / "memory.parquet", measured, out / "comparison.parquet",
-                     out / "rule_ratios.parquet", configs_path=out / "configs.parquet", calibration_path=out / "calibration.json")
+                     out / "rule_ratios.parquet", trace_path=out / "trace.parquet", calibration_path=out / "calibration.json")
     text = write_summary(pd.read_parquet(out / "comparison.parquet"), pd.read_parquet(out / "rule_ratios.parquet"), runs,
                          out / "summary.md")
     write_figures(config, out / "analytic.parquet", out / "comparison.parquet", measured, out / "figures")
