@@ -31,7 +31,7 @@ def test_measured_flops_equal_the_executed_model_and_times_are_positive(tmp_path
     for rule in rule_names():
         status, stdout, stderr, out = measured_run(tmp_path, capsys, "--arch", arch, "--task", task, "--seq-len", seq, "--rule", rule)
         assert status == 0, stderr
-        assert "ms (median of 4" in stdout
+        assert "ms (median of 3" in stdout  # 7 steps: 2 warm-up, 1 counted, 3 timed, the last one profiled
         measured = pd.read_parquet(out / "measured.parquet")
         steps = pd.read_parquet(out / "steps.parquet")
         assert set(measured["status"]) == {"ok"} and set(measured["rule"]) == {rule}
@@ -55,8 +55,8 @@ def test_measured_flops_equal_the_executed_model_and_times_are_positive(tmp_path
             assert values.notna().all() and (values >= 0).all() and values.map(math.isfinite).all(), (rule, column)
         assert (measured.loc[~untimed, "phase_time_median_s"] > 0).all() and (measured["step_time_median_s"] > 0).all()
         assert set(measured["memory_source"]) == {"cpu_process_max_rss"} and measured["energy_per_step_j"].isna().all()
-        # Steps: warm-up, one counted step, then timed steps with a time per phase.
-        assert list(steps["kind"]) == ["warmup", "warmup", "counted"] + ["timed"] * 4
+        # Steps: warm-up, one counted step, timed steps with a time per phase, and the profiled last step.
+        assert list(steps["kind"]) == ["warmup", "warmup", "counted"] + ["timed"] * 3 + ["profiled"]
         timed = steps[steps["kind"] == "timed"]
         phase_columns = [c for c in steps.columns if c.startswith("time_")]
         assert {f"time_{p}_s" for p in ("forward", "optimizer_step")} <= set(phase_columns)

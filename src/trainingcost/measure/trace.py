@@ -41,6 +41,7 @@ from ..train.data import make_task
 from ..train.model import Transformer
 from ..train.objective import Batch
 from ..train.registry import make_rule
+from ..train.rule import no_phases
 from ..train.run import DTYPES
 from .flops import FORMULAS, FlopMeter, LayerHooks, analytic_phase
 
@@ -171,7 +172,7 @@ def trace_step(spec: TrainSpec, device: str | torch.device = "cpu") -> pd.DataFr
         batch = task.batch(torch.Generator().manual_seed(spec.seed + 2))
         batch = Batch({stack: mode.from_tensor(ids) for stack, ids in batch.tokens.items()}, mode.from_tensor(batch.targets))
         batch = batch.to(device)
-        rule.step(batch)  # untraced: the optimizer's state, lazy feedback
+        rule.step(batch, no_phases)  # untraced: the optimizer's state, lazy feedback
         meter = TraceMeter()
         hooks = LayerHooks(model)
         try:
