@@ -260,8 +260,8 @@ def test_energy_counter_reads_nvml_in_joules_and_is_null_elsewhere(monkeypatch):
 def test_mfu_peaks_by_device_name():
     from trainingcost.measure.recorder import dense_bf16_peak
 
-    assert dense_bf16_peak("NVIDIA H100 80GB HBM3") == 989.4e12
-    assert dense_bf16_peak("NVIDIA H100 PCIe") == 756e12
-    assert dense_bf16_peak("NVIDIA H200") == 989.4e12
+    assert dense_bf16_peak("NVIDIA H100 80GB HBM3") == 989.5e12  # 1,979 with sparsity, halved
+    assert dense_bf16_peak("NVIDIA H100 PCIe") == 756.5e12
+    assert dense_bf16_peak("NVIDIA H200") == 989.5e12
     assert dense_bf16_peak("NVIDIA A100-SXM4-80GB") == 312e12
     assert dense_bf16_peak("Intel(R) Xeon(R) Processor @ 2.10GHz") is None

@@ -1,4 +1,4 @@
-"""Command line: ``trainingcost estimate | train | calibrate | configs | analytic``.
+"""Command line: ``trainingcost estimate | train | calibrate | hardware | configs | analytic``.
 
 User mistakes end with one line on stderr and exit status 2, never a traceback.
 ``estimate``, ``configs``, ``analytic`` and ``--help`` never import torch; only
@@ -439,6 +439,30 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_hardware(args: argparse.Namespace) -> int:
+    from .config.hardware import DTYPES, devices
+
+    rows = []
+    for d in devices().values():
+        row = {"device": d.name, "label": d.label}
+        row.update({f"{t} TFLOP/s": (None if d.peak(t) is None else d.peak(t) / 1e12) for t in DTYPES})
+        row.update({"memory GB": d.memory_bytes / 1e9, "bandwidth GB/s": d.bandwidth_bytes_per_s / 1e9,
+                    "power W": d.power_w})
+        if args.sources:
+            row.update({f"source of {q}": d.sources[q] for q in d.sources})
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if args.format == "csv":
+        sys.stdout.write(table.to_csv(index=False))
+    elif args.format == "json":
+        sys.stdout.write(table.to_json(orient="records", indent=1) + "\n")
+    else:
+        print(table.to_string(index=False, na_rep="-"))
+        print("Dense peaks (sparsity figures halved, as the datasheets' footnotes say); sources: --sources, or "
+              "src/trainingcost/config/hardware.yaml.")
+    return 0
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="trainingcost", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"trainingcost {__version__}")
@@ -500,6 +524,11 @@ def build_parser() -> Parser:
     cal.add_argument("--threads", type=_int)
     cal.add_argument("--out", required=True, help="the calibration JSON")
     cal.set_defaults(func=cmd_calibrate)
+
+    hw = sub.add_parser("hardware", help="the hardware catalogue: dense peaks, memory, bandwidth, power, cited")
+    hw.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    hw.add_argument("--sources", action="store_true", help="add the source of every quantity")
+    hw.set_defaults(func=cmd_hardware)
 
     cfg = sub.add_parser("configs", help="enumerate a sweep into a parquet table")
     cfg.add_argument("--config", required=True, help="a config YAML file")

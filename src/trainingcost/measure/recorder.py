@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 
 from ..analytic import layers as L
+from ..config.hardware import match_device
 from .energy import EnergyCounter, clock_reasons
 from .flops import analytic_phase, metering
 from .load import LoadWatch
@@ -29,23 +30,11 @@ from .timer import PhaseTimer, process_peak_rss
 WARMUP, COUNTED, TIMED, PROFILED = "warmup", "counted", "timed", "profiled"
 OPTIMIZER_LAYER = "optimizer"  # the row that carries the optimizer step's time (no FLOPs)
 
-# Dense (no sparsity) bf16 tensor-core peaks, TFLOP/s, from NVIDIA's data sheets. The MFU
-# column divides measured FLOPs per second by this peak; it is null for other devices and dtypes.
-DENSE_BF16_PEAK_TFLOPS = (
-    ("H200", 989.4),
-    ("H100 PCIe", 756.0),
-    ("H100 NVL", 835.0),
-    ("H100", 989.4),  # SXM5
-    ("A100", 312.0),
-    ("L40S", 362.1),
-)
-
-
 def dense_bf16_peak(device_name: str) -> float | None:
-    for key, tflops in DENSE_BF16_PEAK_TFLOPS:
-        if key in device_name:
-            return tflops * 1e12
-    return None
+    """The dense bf16 peak FLOP/s of the catalogue device torch's name names (config/hardware.yaml, cited), or
+    None: the MFU column divides measured FLOPs per second by it, and is null for other devices and dtypes."""
+    found = match_device(device_name)
+    return found.peak("bf16") if found is not None else None
 
 
 class StepRecorder:

@@ -1,0 +1,127 @@
+"""The hardware catalogue: named devices with their dense peaks, memory, bandwidth and power, each cited.
+
+``hardware.yaml`` (package data) holds one entry per device. Each has its dense peak throughput per dtype
+(fp32, tf32, bf16, fp16, fp8; null where the device has no such mode; never the structured-sparsity figures),
+memory capacity, memory bandwidth and power (TDP or maximum board power), and names the vendor document each
+quantity comes from. :func:`devices` reads it once; :func:`with_user_devices` adds devices a user declares
+(same fields, a ``source`` string instead of ``cite``), each field checked with a one-line error.
+
+Readers: the measured runs' MFU (:mod:`trainingcost.measure.recorder`, matching torch's device name), the
+``trainingcost hardware`` command, and the whole-run planner.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from .errors import ConfigError
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+QUANTITIES = ("peak_tflops", "memory_gb", "bandwidth_gbs", "power_w")
+CATALOGUE = Path(__file__).with_name("hardware.yaml")
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    label: str
+    peak_flops: dict  # dtype -> dense peak FLOP/s, or None
+    memory_bytes: int
+    bandwidth_bytes_per_s: float
+    power_w: float
+    sources: dict = field(default_factory=dict)  # quantity -> the document it comes from
+    match: tuple = ()  # substrings of torch.cuda.get_device_name that name this device
+
+    def peak(self, dtype: str) -> float | None:
+        return self.peak_flops.get(dtype)
+
+
+def _number(value, where: str, allow_null: bool = False) -> float | None:
+    if value is None and allow_null:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{where}: {value!r} is not a positive number")
+    return float(value)
+
+
+def parse_device(name: str, entry, sources: dict, where: str) -> Device:
+    """One catalogue or user entry; a mistake is a ConfigError naming the field."""
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be a mapping with {', '.join(QUANTITIES)}")
+    allowed = {"label", "match", "cite", "source", *QUANTITIES}
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+    for key in QUANTITIES:
+        if key not in entry:
+            raise ConfigError(f"{where}.{key}: missing (every device needs {', '.join(QUANTITIES)})")
+    peaks = entry["peak_tflops"]
+    if not isinstance(peaks, dict):
+        raise ConfigError(f"{where}.peak_tflops: must map dtypes ({', '.join(DTYPES)}) to TFLOP/s")
+    bad = sorted(set(peaks) - set(DTYPES))
+    if bad:
+        raise ConfigError(f"{where}.peak_tflops: {bad[0]!r} is not a dtype (allowed: {', '.join(DTYPES)})")
+    flops = {d: (None if (v := _number(peaks.get(d), f"{where}.peak_tflops.{d}", True)) is None else v * 1e12)
+             for d in DTYPES}
+    if "source" in entry:
+        if not isinstance(entry["source"], str) or not entry["source"].strip():
+            raise ConfigError(f"{where}.source: must say where the numbers come from")
+        cited = dict.fromkeys(QUANTITIES, entry["source"])
+    else:
+        cite = entry.get("cite")
+        if not isinstance(cite, dict) or any(cite.get(q) not in sources for q in QUANTITIES):
+            raise ConfigError(f"{where}: every quantity needs a source ({where}.source, or cite: with a known source key)")
+        cited = {q: sources[cite[q]] for q in QUANTITIES}
+    match = entry.get("match", [])
+    if not isinstance(match, list) or not all(isinstance(m, str) and m for m in match):
+        raise ConfigError(f"{where}.match: must be a list of device-name substrings")
+    return Device(name=name, label=str(entry.get("label", name)), peak_flops=flops,
+                  memory_bytes=int(_number(entry["memory_gb"], f"{where}.memory_gb") * 1e9),
+                  bandwidth_bytes_per_s=_number(entry["bandwidth_gbs"], f"{where}.bandwidth_gbs") * 1e9,
+                  power_w=_number(entry["power_w"], f"{where}.power_w"), sources=cited, match=tuple(match))
+
+
+@lru_cache(maxsize=1)
+def _catalogue() -> tuple[Device, ...]:
+    data = yaml.safe_load(CATALOGUE.read_text())
+    return tuple(parse_device(name, entry, data["sources"], f"hardware.{name}") for name, entry in data["devices"].items())
+
+
+def devices() -> dict[str, Device]:
+    """The packaged catalogue, by name, in file order."""
+    return {d.name: d for d in _catalogue()}
+
+
+def with_user_devices(entries: dict | None) -> dict[str, Device]:
+    """The catalogue plus a config's own devices (``{name: {label?, peak_tflops, memory_gb, bandwidth_gbs,
+    power_w, source}}``); a user device may not reuse a catalogue name."""
+    table = devices()
+    if entries is None:
+        return table
+    if not isinstance(entries, dict):
+        raise ConfigError("hardware: must map device names to their specifications")
+    for name, entry in entries.items():
+        if name in table:
+            raise ConfigError(f"hardware.{name}: already in the catalogue (choose another name)")
+        table[name] = parse_device(name, entry, {}, f"hardware.{name}")
+    return table
+
+
+def device(name: str, table: dict[str, Device] | None = None) -> Device:
+    table = table if table is not None else devices()
+    if name not in table:
+        raise ConfigError(f"gpu: {name!r} is not in the hardware catalogue (allowed: {', '.join(table)})")
+    return table[name]
+
+
+def match_device(torch_name: str) -> Device | None:
+    """The catalogue device that torch's device name names (first match in file order), or None."""
+    for d in _catalogue():
+        if any(m in torch_name for m in d.match):
+            return d
+    return None

@@ -1,0 +1,84 @@
+"""The hardware catalogue: cited dense peaks, torch names matched, user devices checked field by field."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from trainingcost.config import ConfigError
+from trainingcost.config.hardware import DTYPES, QUANTITIES, device, devices, match_device, with_user_devices
+
+REQUIRED = ["h100-sxm", "h100-pcie", "h200", "a100-40gb", "a100-80gb", "v100", "l4", "a10g", "rtx-4090", "mi300x"]
+
+
+def test_the_catalogue_has_every_required_device_each_number_cited():
+    table = devices()
+    assert set(REQUIRED) <= set(table)
+    for d in table.values():
+        assert set(d.sources) == set(QUANTITIES) and all(len(s) > 20 for s in d.sources.values()), d.name
+        peaks = [d.peak(t) for t in DTYPES]
+        assert d.peak("fp32") and d.memory_bytes > 0 and d.bandwidth_bytes_per_s > 0 and d.power_w > 0
+        present = [p for p in peaks if p is not None]
+        assert present == sorted(present), f"{d.name}: a lower precision is never slower"
+
+
+def test_dense_peaks_not_sparsity_figures():
+    """The datasheets print 1,979 (H100 bf16) and 624 (A100 bf16) TFLOP/s with sparsity."""
+    assert device("h100-sxm").peak("bf16") == 1979e12 / 2
+    assert device("h200").peak("fp8") == 3958e12 / 2
+    assert device("a100-80gb").peak("bf16") == 312e12 and device("a100-40gb").peak("fp8") is None
+    assert device("l4").peak("bf16") == 242e12 / 2
+    assert device("h100-sxm").memory_bytes == 80e9 and device("h200").bandwidth_bytes_per_s == 4.8e12
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H200", "h200"),
+    ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("Tesla V100-SXM2-32GB", "v100"),
+    ("NVIDIA L4", "l4"), ("NVIDIA A10G", "a10g"), ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+    ("AMD Instinct MI300X", "mi300x"), ("Intel(R) Xeon(R) Processor @ 2.10GHz", None),
+])
+def test_torch_device_names_match_their_entry(name, expected):
+    found = match_device(name)
+    assert (found.name if found else None) == expected
+
+
+def test_a_user_device_joins_the_catalogue():
+    spec = {"label": "my accelerator", "peak_tflops": {"fp32": 10, "bf16": 100}, "memory_gb": 16, "bandwidth_gbs": 500,
+            "power_w": 200, "source": "our lab's measurement, 2026-11"}
+    table = with_user_devices({"lab-x": spec})
+    assert table["lab-x"].peak("bf16") == 100e12 and table["lab-x"].peak("fp8") is None
+    assert table["lab-x"].sources["power_w"] == spec["source"] and "h100-sxm" in table
+
+
+GOOD = {"peak_tflops": {"fp32": 10}, "memory_gb": 16, "bandwidth_gbs": 500, "power_w": 200, "source": "a datasheet"}
+
+
+@pytest.mark.parametrize("entries,message", [
+    ({"h100-sxm": GOOD}, "hardware.h100-sxm: already in the catalogue"),
+    ({"x": {**GOOD, "memory_gb": -1}}, "hardware.x.memory_gb: -1 is not a positive number"),
+    ({"x": {**GOOD, "peak_tflops": {"fp4": 1}}}, "hardware.x.peak_tflops: 'fp4' is not a dtype (allowed: fp32, tf32, bf16, fp16, fp8)"),
+    ({"x": {k: v for k, v in GOOD.items() if k != "power_w"}}, "hardware.x.power_w: missing"),
+    ({"x": {k: v for k, v in GOOD.items() if k != "source"}}, "hardware.x: every quantity needs a source"),
+    ({"x": {**GOOD, "tdp": 3}}, "hardware.x: unknown key 'tdp'"),
+    ({"x": {**GOOD, "peak_tflops": {"fp32": "fast"}}}, "hardware.x.peak_tflops.fp32: 'fast' is not a positive number"),
+])
+def test_bad_user_devices_give_one_line(entries, message):
+    with pytest.raises(ConfigError) as error:
+        with_user_devices(entries)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_an_unknown_device_names_the_allowed_ones():
+    with pytest.raises(ConfigError, match=r"gpu: 'h300' is not in the hardware catalogue \(allowed: h100-sxm, "):
+        device("h300")
+
+
+def test_the_hardware_command_lists_the_catalogue_without_torch():
+    code = ("import sys; from trainingcost.cli import main; code = main(['hardware', '--format', 'json', '--sources']); "
+            "assert 'torch' not in sys.modules; sys.exit(code)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["device"] for r in rows][: len(REQUIRED)] == REQUIRED
+    assert rows[0]["bf16 TFLOP/s"] == 989.5 and "sparsity" in rows[0]["source of peak_tflops"]
