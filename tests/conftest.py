@@ -46,8 +46,3 @@ def pytest_collection_modifyitems(config, items):
 def pytest_configure(config):
     config.addinivalue_line("markers", "slurm: starts a local SLURM cluster (root; runs last)")
 
-
-def pytest_collection_modifyitems(config, items):
-    """The SLURM test last: it installs SLURM's client tools, and once its controller is stopped the
-    executor plugin makes every later snakemake call wait about 10 s (19 dry runs alone: over 3 minutes)."""
-    items.sort(key=lambda item: "/cluster/" in str(item.path).replace("\\", "/"))
