@@ -16,9 +16,9 @@ import torch
 
 from trainingcost.config import RuleOptions, TrainSpec, canonical_model
 from trainingcost.findings import calibration as C
-from trainingcost.findings.predictor import Pricer, accuracy, predict_steps, price
+from trainingcost.findings.predictor import Pricer, accuracy, cell_totals, predict_steps, price
 from trainingcost.measure.flops import analytic_phase, metering
-from trainingcost.measure.trace import cell_totals, trace_step
+from trainingcost.measure.trace import trace_step
 from trainingcost.train.data import make_task
 from trainingcost.train.run import build_model
 

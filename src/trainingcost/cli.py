@@ -412,7 +412,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not 0 < args.tolerance < 1:
         raise ConfigError(f"tolerance: must be between 0 and 1 (got {args.tolerance})")
     if not args.time_cap > 0:
-        raise ConfigError(f"time-cap: must be positive seconds (got {args.time_cap})")
+        raise ConfigError(f"time_cap: must be positive seconds (got {args.time_cap})")
     if not Path(args.trace).is_file():
         raise ConfigError(f"--trace: {args.trace} is not a file")
     trace = pd.read_parquet(args.trace)

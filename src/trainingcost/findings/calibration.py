@@ -49,7 +49,7 @@ from ..measure.load import LoadWatch
 from ..measure.provenance import provenance
 from ..measure.trace import KERNEL_CLASSES
 from ..train.run import DTYPES
-from .predictor import _gemm_dims
+from .predictor import gemm_dims
 
 MAX_SLOWDOWN_PER_FLOP = 3.0
 TOLERANCE = 0.05
@@ -152,7 +152,7 @@ def sanity_violations(table: pd.DataFrame) -> list[str]:
     gemms = table[table["cls"] == "matmul"].copy()
     if gemms.empty:
         return []
-    dims = [_gemm_dims(o, s) for o, s in zip(gemms["op"], gemms["signature"])]
+    dims = [gemm_dims(o, s) for o, s in zip(gemms["op"], gemms["signature"])]
     gemms["dims"] = dims
     gemms = gemms[gemms["dims"].notna()]
     bad = []
@@ -178,20 +178,17 @@ def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, toleranc
     clock = clock or _clock(device)
     table = kernels(trace).drop(columns="count")
     torch_dtype = DTYPES[dtype]
-    extra = [
-        {"op": "aten.add.Tensor", "signature": _sig([[1], [1], torch_dtype], [[1], [1], torch_dtype]), "cls": "launch"},
-        {"op": "aten.view.default", "signature": json.dumps([[{"t": [[4, 4], [4, 1], str(torch_dtype)[6:]]}, [16]], {"kw": {}}]),
-         "cls": "view"},
+    itemsize = torch.empty((), dtype=torch_dtype).element_size()
+    overheads = [  # the launch and view overheads and the copy ladder, timed in the same rounds
+        {"op": "aten.add.Tensor", "signature": _sig([[1], [1], torch_dtype], [[1], [1], torch_dtype]), "cls": "launch",
+         "bytes_read": 0, "bytes_written": 0},
+        {"op": "aten.view.default", "cls": "view", "bytes_read": 0, "bytes_written": 0,
+         "signature": json.dumps([[{"t": [[4, 4], [4, 1], str(torch_dtype).removeprefix("torch.")]}, [16]], {"kw": {}}])},
+        *({"op": "aten.copy_.default", "cls": "copy", "bytes_read": nbytes // 2, "bytes_written": nbytes // 2,
+           "signature": _sig([[nbytes // 2 // itemsize], [1], torch_dtype], [[nbytes // 2 // itemsize], [1], torch_dtype])}
+          for nbytes in COPY_LADDER),
     ]
-    for nbytes in COPY_LADDER:
-        n = max(1, nbytes // 2 // torch.empty((), dtype=torch_dtype).element_size())
-        extra.append({"op": "aten.copy_.default", "signature": _sig([[n], [1], torch_dtype], [[n], [1], torch_dtype]),
-                      "cls": "copy", "bytes_read": 0, "bytes_written": 0})
-    extra = pd.DataFrame(extra)
-    extra["flops"] = 0
-    extra["bytes_read"] = [0, 0] + [nb // 2 for nb in COPY_LADDER]
-    extra["bytes_written"] = [0, 0] + [nb // 2 for nb in COPY_LADDER]
-    table = pd.concat([table, extra], ignore_index=True)
+    table = pd.concat([table, pd.DataFrame(overheads).assign(flops=0)], ignore_index=True)
     calls = [replay(op, sig, device) for op, sig in zip(table["op"], table["signature"])]
     inner = []
     for fn in calls:  # warm up; the calls per timing that make one timing last about timing_s

@@ -129,21 +129,19 @@ def add_trace_columns(comparison: pd.DataFrame, trace: pd.DataFrame, calibration
     layer and phase rows, cell for cell with its FLOPs; with a calibration, the predicted time on every step and
     phase row (findings/predictor.py: every cost model's row gets the same prediction, the predictor prices what
     runs), its parts per class of work and the class with the largest part (``dominant_class``)."""
-    from .predictor import PARTS, dominant_part, miss_class, predict_phases
+    from .predictor import PARTS, cell_totals, dominant_part, miss_class, predict_phases
 
     out = comparison.drop(columns=[c for c in ("bytes_moved", "ops", "predicted_time_s", *[f"predicted_{p}" for p in PARTS],
                                                "dominant_class") if c in comparison.columns])
     if trace.empty:
         return out.reindex(columns=COMPARISON_COLUMNS)
-    t = trace.assign(bytes_moved=(trace["bytes_read"] + trace["bytes_written"]) * trace["count"],
-                     ops=trace["count"].where(trace["cls"].isin(["matmul", "attention", "elementwise"]), 0))
-    layer_cells = t.groupby(KEYS + ["layer", "phase"], as_index=False)[["bytes_moved", "ops"]].sum().assign(granularity="layer")
-    phase_cells = t.groupby(KEYS + ["phase"], as_index=False)[["bytes_moved", "ops"]].sum().assign(granularity="phase", layer="")
-    cells = pd.concat([layer_cells, phase_cells], ignore_index=True).assign(cost_model="executed")
+    layer_cells = cell_totals(trace, KEYS + ["layer", "phase"]).assign(granularity="layer")
+    phase_cells = cell_totals(trace, KEYS + ["phase"]).assign(granularity="phase", layer="")
+    cells = pd.concat([layer_cells, phase_cells], ignore_index=True).drop(columns="flops").assign(cost_model="executed")
     out = out.merge(cells, on=KEYS + ["cost_model", "granularity", "layer", "phase"], how="left")
     if calibration is not None:
         phases = predict_phases(trace, calibration)
-        renamed = {"predicted_time_s": "predicted_time_s", **{p: f"predicted_{p}" for p in PARTS}}
+        renamed = {p: f"predicted_{p}" for p in PARTS}
         steps = phases.groupby(KEYS, as_index=False)[["predicted_time_s", *PARTS]].sum()
         steps["dominant_class"] = dominant_part(steps)
         phases["dominant_class"] = dominant_part(phases)

@@ -42,7 +42,8 @@ PARTS = ["matmul_s", "attention_s", "elementwise_s", "launch_s"]
 KERNEL_CLASSES = ("matmul", "attention", "elementwise")
 
 
-def _gemm_dims(op: str, signature: str):
+def gemm_dims(op: str, signature: str):
+    """(m, n, k, layout) of a matrix-product signature (bmm folds its batch into m); layout 'nn', 'tn', ..."""
     args = json.loads(signature)[0]
     tensors = [a["t"] for a in args if isinstance(a, dict) and "t" in a]
     if op.startswith(("aten.addmm", "aten.baddbmm")):
@@ -79,7 +80,7 @@ class Pricer:
         gemms = k[k["cls"] == "matmul"]
         self.gemms = {}
         for op, sig, flops, body in zip(gemms["op"], gemms["signature"], gemms["flops"], gemms["body"]):
-            dims = _gemm_dims(op, sig)
+            dims = gemm_dims(op, sig)
             if dims:
                 self.gemms.setdefault((op, dims[3]), []).append((np.log(np.maximum(dims[:3], 1)), np.log(flops / body)))
 
@@ -93,7 +94,7 @@ class Pricer:
             return known
         same = self.kernels[self.kernels["op"] == op]
         if cls == "matmul" and flops > 0:
-            dims = _gemm_dims(op, signature)
+            dims = gemm_dims(op, signature)
             points = self.gemms.get((op, dims[3])) if dims else None
             if not points:
                 points = [p for (o, _), ps in self.gemms.items() if o == op for p in ps] or \
@@ -117,6 +118,15 @@ class Pricer:
             return self.launch + nbytes / np.exp(rate)
         rate = _interpolate_1d(max(nbytes, 1.0), self.ladder_bytes, self.ladder_rate)
         return self.launch + nbytes / np.exp(rate)
+
+
+def cell_totals(trace: pd.DataFrame, keys=("layer", "phase")) -> pd.DataFrame:
+    """Per ``keys`` cell of a trace: FLOPs, bytes moved (read + written) and kernel ops (views and host ops
+    launch none)."""
+    t = trace.assign(flops=trace["flops"] * trace["count"],
+                     bytes_moved=(trace["bytes_read"] + trace["bytes_written"]) * trace["count"],
+                     ops=trace["count"].where(trace["cls"].isin(KERNEL_CLASSES), 0))
+    return t.groupby(list(keys), as_index=False)[["flops", "bytes_moved", "ops"]].sum()
 
 
 def price(trace: pd.DataFrame, calibration: dict) -> pd.DataFrame:

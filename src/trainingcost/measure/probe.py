@@ -24,6 +24,7 @@ from ..config.model import ModelConfig
 from ..config.training import RuleOptions, TrainSpec
 from ..train.data import make_task
 from ..train.run import build_model
+from .flops import analytic_phase
 from .timer import PhaseTimer
 from .trace import BETWEEN
 
@@ -55,12 +56,9 @@ class Probe:
     """A built probe: :meth:`__call__` runs one step and returns (seconds per analytic phase, step seconds)."""
 
     def __init__(self, spec: TrainSpec, device: torch.device):
-        from .flops import analytic_phase
-
-        self.analytic_phase = analytic_phase
         self.spec = probe_spec(spec)
         self.device = device
-        self.model, self.rule = build_model(replace(self.spec, device=device.type), device)
+        self.model, self.rule = build_model(self.spec, device)
         task = make_task(self.spec.task, self.spec.cfg, self.spec.corpus)
         self.batch = task.batch(torch.Generator().manual_seed(self.spec.seed + 2)).to(device)
 
@@ -71,6 +69,6 @@ class Probe:
         seconds, step, _ = timer.finish()
         phases: dict[str, float] = {}
         for name, value in seconds.items():
-            phases[self.analytic_phase(name)] = phases.get(self.analytic_phase(name), 0.0) + value
+            phases[analytic_phase(name)] = phases.get(analytic_phase(name), 0.0) + value
         phases[BETWEEN] = max(step - sum(phases.values()), 0.0)
         return phases

@@ -4,7 +4,7 @@
 dtypes, no storage, no arithmetic), runs one untraced step (the optimizer's state and any lazy feedback come
 into being) and then traces the next, steady-state step. Every aten op the step dispatches becomes one record:
 
-- the op, its **class** (:data:`CLASSES`): ``matmul`` (``mm``, ``addmm``, ``bmm``, ``baddbmm``), ``attention``
+- the op, its **class**: ``matmul`` (``mm``, ``addmm``, ``bmm``, ``baddbmm``), ``attention``
   (the fused scaled-dot-product kernels, forward and backward), ``view`` (an op whose output aliases its input:
   no kernel), ``host`` (an op that returns no tensor: a device query, a scalar read) or ``elementwise``
   (every other kernel: pointwise ops, reductions, norms, softmax, copies, the optimizer's updates);
@@ -37,6 +37,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
 from ..config.training import TrainSpec
+from ..train import attribution
 from ..train.data import make_task
 from ..train.model import Transformer
 from ..train.objective import Batch
@@ -46,11 +47,15 @@ from ..train.run import DTYPES
 from .flops import FORMULAS, FlopMeter, LayerHooks, analytic_phase
 
 aten = torch.ops.aten
-CLASSES = ("matmul", "attention", "elementwise", "view", "host")
 KERNEL_CLASSES = ("matmul", "attention", "elementwise")  # the classes that launch a kernel
 BETWEEN = "between_phases"  # work of a step outside every phase (the step's time includes it)
 MATMUL_OPS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm}
 TRACE_COLUMNS = ["layer", "phase", "timed_phase", "op", "cls", "count", "flops", "bytes_read", "bytes_written", "signature"]
+
+
+def placeholder(tensor: torch.Tensor):
+    """What a scalar read of a fake tensor returns (its values are fake; no rule's ops depend on them)."""
+    return True if tensor.dtype == torch.bool else 1.0 if tensor.dtype.is_floating_point else 1
 
 
 def _storages(values) -> set:
@@ -118,10 +123,7 @@ class TraceMeter(FlopMeter):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is aten._local_scalar_dense.default:  # fake values: a placeholder scalar
-            out = True if args[0].dtype == torch.bool else 1.0 if args[0].dtype.is_floating_point else 1
-        else:
-            out = func(*args, **kwargs)
+        out = placeholder(args[0]) if func is aten._local_scalar_dense.default else func(*args, **kwargs)
         cls = op_class(func, out, args, kwargs)
         formula = FORMULAS.get(func._overloadpacket)
         flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
@@ -137,8 +139,6 @@ class TraceMeter(FlopMeter):
         return out
 
     def phase_now(self) -> str:
-        from ..train import attribution
-
         return attribution.current_phase_override() or self.phase
 
     def frame(self) -> pd.DataFrame:
@@ -187,17 +187,7 @@ class _ScalarReads(torch.utils._python_dispatch.TorchDispatchMode):
     """Outside the traced step: a scalar read of a fake tensor returns a placeholder."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is aten._local_scalar_dense.default:
-            return True if args[0].dtype == torch.bool else 1.0 if args[0].dtype.is_floating_point else 1
-        return func(*args, **(kwargs or {}))
-
-
-def cell_totals(trace: pd.DataFrame) -> pd.DataFrame:
-    """Per (layer, phase): FLOPs, bytes moved (read + written) and kernel ops of a trace."""
-    t = trace.assign(flops=trace["flops"] * trace["count"],
-                     bytes_moved=(trace["bytes_read"] + trace["bytes_written"]) * trace["count"],
-                     ops=trace["count"].where(trace["cls"].isin(KERNEL_CLASSES), 0))
-    return t.groupby(["layer", "phase"], as_index=False)[["flops", "bytes_moved", "ops"]].sum()
+        return placeholder(args[0]) if func is aten._local_scalar_dense.default else func(*args, **(kwargs or {}))
 
 
 def class_times(profile: pd.DataFrame, trace: pd.DataFrame, profiled_s: float, step_s: float) -> dict:
