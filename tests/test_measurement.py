@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from trainingcost.analytic import layer_table
-from trainingcost.config import ModelConfig, configs_frame
+from trainingcost.config import configs_frame
+from trainingcost.config.model import config_from_row
 from trainingcost.measure.recorder import median_iqr
 from trainingcost.measure.timer import CudaClock, PhaseTimer, clock_for
 from trainingcost.analytic import rule_names
@@ -37,8 +38,7 @@ def test_measured_flops_equal_the_executed_model_and_times_are_positive(tmp_path
         assert set(measured["status"]) == {"ok"} and set(measured["rule"]) == {rule}
         assert measured[RUN_COLUMNS[:-1]].notna().all().all()  # cuda_version is null on CPU
         # FLOPs: the executed model of the same configuration, cell by cell.
-        configs = configs_frame([("", ModelConfig(**{k: int(measured[k].iloc[0]) if k != "arch" else arch for k in (
-            "arch", "d_model", "heads", "d_ff", "enc_layers", "dec_layers", "seq_len", "tgt_len", "vocab", "batch", "classes")}))])
+        configs = configs_frame([("", config_from_row(measured.iloc[0]))])
         assert configs["config_id"].iloc[0] == measured["config_id"].iloc[0]
         table = layer_table(configs, [rule], ["executed"])
         predicted = {(layer, p): f for layer, p, f in zip(table.layer, table.phase, table.flops) if f}

@@ -6,8 +6,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from trainingcost.analytic.memory import memory_table
-from trainingcost.config import ModelConfig, RuleOptions, TrainSpec, canonical_model, configs_frame
-from trainingcost.config.model import CANONICAL_FIELDS
+from trainingcost.config import RuleOptions, TrainSpec, canonical_model, configs_frame
+from trainingcost.config.model import config_from_row
 from trainingcost.measure.memory import CATEGORIES, TensorMeter, rule_tensors
 from trainingcost.train.run import build_model, make_task
 
@@ -99,7 +99,7 @@ def test_a_measured_run_records_tensor_memory_for_every_rule(tmp_path, capsys):
         breakdown = sum(run[f"tensor_peak_{name}_bytes"] for name in CATEGORIES)
         assert run["tensor_peak_bytes"] == breakdown > run["tensor_start_bytes"] > 0
         # The parameters alive at the peak are exactly the memory model's parameter bytes.
-        cfg = ModelConfig(**{k: (str(run[k]) if k == "arch" else int(run[k])) for k in CANONICAL_FIELDS})
+        cfg = config_from_row(run)
         model = memory_table(configs_frame([("", cfg)]), [rule], ["fp32"], ["sgd"]).iloc[0]
         assert run["tensor_peak_parameters_bytes"] == model["parameters"]
         assert run["tensor_peak_op"] and run["tensor_peak_phase"] in set(measured["phase"]) | {"forward", "backward"}

@@ -75,18 +75,19 @@ class Quantities:
 BACKWARD_PARTS = ("backward", "backward_q", "backward_kv", "backward_skip")
 
 
-def _derive_backward(q: dict, declared: dict, block_entry: np.ndarray, n: int) -> None:
+def _derive_backward(q: dict, declared: dict, block_entry: np.ndarray, kv_entry: np.ndarray, n: int) -> None:
     """The backward of BP (everything) and of DFA (what stays inside the block).
 
-    DFA drops the key/value gradient of every attention (a block input, or the
-    encoder output for cross-attention), and the query and skip gradients of the
+    DFA drops the key/value gradient of every attention whose keys and values read
+    a block input or the encoder output, and the query and skip gradients of the
     sublayers whose residual input is the block input.
     """
     zero = np.zeros(n, dtype=np.int64)
     for store in q.values():
         part = {k: store.get(k, zero) for k in BACKWARD_PARTS}
         store["backward_total"] = part["backward"] + part["backward_q"] + part["backward_kv"] + part["backward_skip"]
-        store["backward_dfa"] = part["backward"] + np.where(block_entry, 0, part["backward_q"] + part["backward_skip"])
+        store["backward_dfa"] = (part["backward"] + np.where(block_entry, 0, part["backward_q"] + part["backward_skip"])
+                                 + np.where(kv_entry, 0, part["backward_kv"]))
     any_part = np.zeros(n, dtype=bool)
     for k in BACKWARD_PARTS:
         any_part |= declared.get(k, np.zeros(n, dtype=bool))
@@ -106,13 +107,16 @@ def _evaluate_formulas(model: CostModel, templates: Templates, dtype) -> tuple[d
             raise KeyError(f"cost model {model.name!r} has no formula for layer kind {kind!r}")
         shapes = Shapes(templates, index, dtype=dtype)
         for name, values in formula(shapes).items():
-            for store, value in zip((maccs, flops, elementwise), values):
+            where = values[3] if len(values) == 4 else True
+            for store, value in zip((maccs, flops, elementwise), values[:3]):
+                if value is None:
+                    continue
                 if name not in store:
                     store[name] = np.zeros(n, dtype=dtype)
                 np.multiply(value, shapes.B, out=store[name][index])
             if name not in declared:
                 declared[name] = np.zeros(n, dtype=bool)
-            declared[name][index] = True
+            declared[name][index] = where
     return maccs, flops, elementwise, declared
 
 
@@ -121,12 +125,12 @@ def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
     """Evaluate every formula of ``cost_model_name`` on every configuration, per batch
     (on ``templates`` when the caller has built them for the model's granularity)."""
     model = cost_model(cost_model_name)
-    templates = templates if templates is not None else T.build(configs, model.granularity)
+    templates = templates if templates is not None else build_for(model, configs)
     maccs, flops, elementwise, declared = _evaluate_formulas(model, templates, np.int64)
     # The same polynomials in floating point reveal any int64 overflow.
     _refuse_overflow(model, configs, templates, _float_values(model, templates), mirror_steps)
     q = {"maccs": maccs, "flops": flops, **({"elementwise": elementwise} if elementwise else {})}
-    _derive_backward(q, declared, templates.block_entry, len(templates))
+    _derive_backward(q, declared, templates.block_entry, templates.kv_entry, len(templates))
     return Quantities(cost_model_name, templates, maccs, flops, declared, q.get("elementwise"))
 
 
@@ -167,12 +171,12 @@ def overflow_message(model: CostModel, row: pd.DataFrame, reach: float) -> str:
     in it (d_model enters squared, batch linearly), and degree x log2(size) its share of the total.
     The fields named are those with at least half the largest share.
     """
-    from ..config.model import CANONICAL_FIELDS
+    from ..config.model import SIZE_FIELDS
 
     encdec = row.at[0, "arch"] == "encoder-decoder"
     tied = {} if encdec else {"seq_len": ("seq_len", "tgt_len"), "layers": ("enc_layers", "dec_layers")}
     groups = dict(tied)
-    for field in CANONICAL_FIELDS:
+    for field in SIZE_FIELDS:
         if field != "arch" and not any(field in cols for cols in tied.values()):
             groups[field] = (field,)
     names, variants = [], []
@@ -187,7 +191,7 @@ def overflow_message(model: CostModel, row: pd.DataFrame, reach: float) -> str:
     if not variants:
         return f"the {model.name} cost model's costs reach {reach:.3g} FLOPs, beyond exact 64-bit integers"
     frame = pd.concat([row, *variants], ignore_index=True)
-    templates = T.build(frame, model.granularity)
+    templates = build_for(model, frame)
     worst = _total_per_config(templates, _float_values(model, templates), len(frame))
     shares = {}
     for (name, value), halved in zip(names, worst[1:]):
@@ -206,14 +210,28 @@ def check_overflow(configs: pd.DataFrame, cost_models=None, mirror_steps: int = 
         _refuse_overflow(model, configs, templates, _float_values(model, templates), mirror_steps)
 
 
+def build_for(model: CostModel, configs: pd.DataFrame) -> Templates:
+    """The templates ``model`` prices: every configuration, or (scope 'default') those of the 2017 transformer."""
+    only = T.option_columns(configs)["default_arch"] > 0 if model.scope == "default" else None
+    return T.build(configs, model.granularity, only=only)
+
+
+def out_of_scope(model_name: str, configs: pd.DataFrame) -> pd.DataFrame:
+    """The configurations ``model_name`` does not define (their rows are absent from its tables)."""
+    if cost_model(model_name).scope != "default":
+        return configs.iloc[0:0]
+    return configs[T.option_columns(configs)["default_arch"] == 0]
+
+
 def _templates_per_model(configs: pd.DataFrame, cost_models):
-    """Yield (CostModel, its Templates) per cost model, building the templates once per granularity."""
-    built: dict[str, Templates] = {}
+    """Yield (CostModel, its Templates) per cost model, building the templates once per granularity and scope."""
+    built: dict[tuple[str, str], Templates] = {}
     for name in cost_models:
         model = cost_model(name)
-        if model.granularity not in built:
-            built[model.granularity] = T.build(configs, model.granularity)
-        yield model, built[model.granularity]
+        key = (model.granularity, model.scope)
+        if key not in built:
+            built[key] = build_for(model, configs)
+        yield model, built[key]
 
 
 def _evaluate_all(configs: pd.DataFrame, cost_models, mirror_steps: int):
@@ -316,7 +334,8 @@ def layer_table(configs: pd.DataFrame, rules=None, cost_models=None, mirror_step
     table = pd.concat(frames, ignore_index=True)
     # Forward order: stack by stack, the ends before block 0, block by block, sublayers in order.
     table = table.assign(_stack=table["_rank"] // 1000, _sub=table["_rank"] % 1000)
-    table = table.sort_values(["_cfg", "_rule", "_model", "_stack", "block", "_sub", "_phase"], kind="stable")
+    table = table.assign(_tail=table["_sub"] >= T.TAIL_RANK)  # a stack's final norm follows its blocks
+    table = table.sort_values(["_cfg", "_rule", "_model", "_stack", "_tail", "block", "_sub", "_phase"], kind="stable")
     table.insert(0, "config_id", configs["config_id"].to_numpy()[table["_cfg"].to_numpy()])
     table = table[list(TABLE_COLUMNS)].reset_index(drop=True)
     for column in ("config_id", "rule", "cost_model", "stack", "layer", "layer_kind", "phase"):

@@ -33,60 +33,77 @@ def _kinds(*kinds: LayerKind) -> dict[str, LayerKind]:
 
 
 def _attention(name: str, description: str) -> LayerKind:
+    # a = heads x head_dim (queries, attention output), kv = kv_heads x head_dim (keys, values). Grouped-query
+    # attention expands k and v to every head before the fused kernel, which keeps the expanded copies.
     return LayerKind(
         name, "attention", description,
-        params=lambda s: 4 * s.d * s.d + 4 * s.d,
-        weights=lambda s: 4 * s.d * s.d,
-        saved=lambda s: 3 * s.M * s.d + 2 * s.N * s.d + s.M * s.h,
-        working=lambda s: 4 * s.M * s.d + 2 * s.N * s.d,
-        kept=lambda s: 2 * s.M * s.d + 2 * s.N * s.d,
-        param_tensors=8,
+        params=lambda s: 2 * s.d * s.a + 2 * s.d * s.kv + s.bq * (s.a + 2 * s.kv) + s.bo * s.d,
+        weights=lambda s: 2 * s.d * s.a + 2 * s.d * s.kv,
+        saved=lambda s: s.M * s.d + 2 * s.M * s.a + 2 * s.N * s.a + s.M * s.h,
+        working=lambda s: 2 * s.M * s.d + 2 * s.M * s.a + 2 * s.N * s.a,
+        kept=lambda s: s.M * s.a + 2 * s.N * s.kv + s.M * s.d,
+        param_tensors=lambda s: 4 + 3 * s.bq + s.bo,
     )
 
 
 def _head(name: str, description: str) -> LayerKind:
+    # A tied head multiplies by the input embedding's table: no weights of its own (its B, under FA, is its own).
     return LayerKind(
         name, "head", description,
-        params=lambda s: s.d * s.out + s.out,
+        params=lambda s: (1 - s.shared) * s.d * s.out + s.bh * s.out,
         weights=lambda s: s.d * s.out,
         saved=lambda s: s.M * s.d + s.M * s.out,
         working=lambda s: s.M * s.d + s.M * s.out,
-        param_tensors=2,
+        param_tensors=lambda s: 1 - s.shared + s.bh,
+    )
+
+
+def _norm_kind(name: str, description: str, residual: bool) -> LayerKind:
+    # LayerNorm has gamma and beta and saves its mean and rstd per row; RMSNorm gamma and rstd (s.g: 2 or 1).
+    return LayerKind(
+        name, "norm", description,
+        params=lambda s: s.g * s.d,
+        saved=lambda s: s.M * s.d + s.g * s.M,
+        working=lambda s: (3 if residual else 2) * s.M * s.d,
+        kept=lambda s: s.M * s.d,
+        param_tensors=lambda s: s.g,
     )
 
 
 KINDS: dict[str, LayerKind] = _kinds(
     LayerKind(
         "embedding", "embedding", "token embedding, a gather (V x d table)",
-        params=lambda s: s.V * s.d,
+        params=lambda s: (1 - s.shared) * s.V * s.d,
         working=lambda s: s.M * s.d,
         kept=lambda s: s.M * s.d,
-        param_tensors=1,
+        param_tensors=lambda s: 1 - s.shared,
     ),
     LayerKind(
-        "positional_encoding", "positions", "sinusoidal positions, added to the embedding",
+        "token_type_embedding", "embedding", "token-type (segment) embedding, gathered and added (BERT)",
+        params=lambda s: s.tv * s.d,
         working=lambda s: 2 * s.M * s.d,
+        param_tensors=lambda s: 1 + s.zero,
+    ),
+    LayerKind(
+        "positional_encoding", "positions", "positions added to the embedding: sinusoidal, or a learned table",
+        params=lambda s: s.learned * s.pos_rows * s.d,
+        working=lambda s: 2 * s.M * s.d,
+        param_tensors=lambda s: s.learned,
     ),
     _attention("self_attention", "multi-head self-attention: q, k, v, o projections around fused attention"),
     _attention("masked_self_attention", "causal multi-head self-attention"),
     _attention("cross_attention", "multi-head attention of decoder rows (M) over encoder rows (N)"),
     LayerKind(
-        "ffn", "ffn", "position-wise feed-forward: d -> d_ff, GELU, d_ff -> d",
-        params=lambda s: 2 * s.d * s.ff + s.ff + s.d,
-        weights=lambda s: 2 * s.d * s.ff,
-        saved=lambda s: s.M * s.d + 2 * s.M * s.ff,
-        working=lambda s: 2 * s.M * s.d + 2 * s.M * s.ff,
-        kept=lambda s: s.M * s.ff + s.M * s.d,
-        param_tensors=4,
+        "ffn", "ffn", "position-wise feed-forward: d -> d_ff, activation, d_ff -> d; gated: act(x Wg) * (x Wu), then Wd",
+        params=lambda s: (2 + s.gated) * s.d * s.ff + s.bo * ((1 + s.gated) * s.ff + s.d),
+        weights=lambda s: (2 + s.gated) * s.d * s.ff,
+        saved=lambda s: s.M * s.d + (2 + 2 * s.gated - s.relu) * s.M * s.ff,
+        working=lambda s: 2 * s.M * s.d + (2 + 2 * s.gated) * s.M * s.ff,
+        kept=lambda s: (1 + s.gated) * s.M * s.ff + s.M * s.d,
+        param_tensors=lambda s: (2 + s.gated) * (1 + s.bo),
     ),
-    LayerKind(
-        "add_norm", "norm", "post-LN residual: LayerNorm(x + sublayer(x))",
-        params=lambda s: 2 * s.d,
-        saved=lambda s: s.M * s.d + 2 * s.M,
-        working=lambda s: 3 * s.M * s.d,
-        kept=lambda s: s.M * s.d,
-        param_tensors=2,
-    ),
+    _norm_kind("add_norm", "a residual and its norm: post-LN norm(x + f(x)), or pre-LN x + f(norm(x))", True),
+    _norm_kind("norm", "a norm alone: a stack's final norm (pre-LN), or the embedding's norm (BERT)", False),
     _head("lm_head", "linear layer over the vocabulary, softmax cross-entropy"),
     _head("classifier_head", "linear layer over C classes on one mean-pooled row per sequence"),
     LayerKind(
@@ -114,46 +131,66 @@ def kind(name: str) -> LayerKind:
 class Sublayer:
     """One sublayer of a transformer block.
 
-    ``block_entry`` is true when the sublayer's residual input is the block's
-    input, so the gradient it sends to its input leaves the block (what direct
-    feedback alignment does without).
+    ``block_entry`` is true when the sublayer's residual (or query) input is the block's input, so the
+    gradient it sends to its input leaves the block (what direct feedback alignment does without);
+    ``kv_entry`` when an attention's keys and values read the block's input or the encoder output.
     """
 
     name: str
     kind: str
     block_entry: bool
+    kv_entry: bool = False
 
 
-ENCODER_BLOCK = (
-    Sublayer("self_attention", "self_attention", True),
-    Sublayer("self_attention_norm", "add_norm", True),
-    Sublayer("ffn", "ffn", False),
-    Sublayer("ffn_norm", "add_norm", False),
-)
-DECODER_ONLY_BLOCK = (
-    Sublayer("self_attention", "masked_self_attention", True),
-    Sublayer("self_attention_norm", "add_norm", True),
-    Sublayer("ffn", "ffn", False),
-    Sublayer("ffn_norm", "add_norm", False),
-)
-ENC_DEC_DECODER_BLOCK = (
-    Sublayer("self_attention", "masked_self_attention", True),
-    Sublayer("self_attention_norm", "add_norm", True),
-    Sublayer("cross_attention", "cross_attention", False),
-    Sublayer("cross_attention_norm", "add_norm", False),
-    Sublayer("ffn", "ffn", False),
-    Sublayer("ffn_norm", "add_norm", False),
-)
-STACK_ENDS = ("embedding", "positional_encoding")  # each stack's first layers, by name = kind
+def _block(pairs: tuple[tuple[str, str], ...], pre: bool) -> tuple[Sublayer, ...]:
+    """A block's sublayers from its (branch, branch kind) pairs: post-LN puts each add & norm after its
+    branch; pre-LN puts the norm first. Only the first sublayer reads the block input."""
+    subs: list[Sublayer] = []
+    for name, kind in pairs:
+        entry = not subs
+        cross = kind == "cross_attention"
+        attention = kind in ("self_attention", "masked_self_attention", "cross_attention")
+        norm = Sublayer(f"{name}_norm", "add_norm", entry)
+        if pre:
+            subs += [norm, Sublayer(name, kind, False, attention and cross)]
+        else:
+            subs += [Sublayer(name, kind, entry, attention and (entry or cross)), norm]
+    return tuple(subs)
 
 
-def block_sublayers(arch: str, stack: str) -> tuple[Sublayer, ...]:
-    """The sublayers of one block of ``stack`` ('encoder' or 'decoder') in ``arch``."""
+_ENCODER = (("self_attention", "self_attention"), ("ffn", "ffn"))
+_DECODER_ONLY = (("self_attention", "masked_self_attention"), ("ffn", "ffn"))
+_ENC_DEC_DECODER = (("self_attention", "masked_self_attention"), ("cross_attention", "cross_attention"), ("ffn", "ffn"))
+ENCODER_BLOCK = _block(_ENCODER, pre=False)
+DECODER_ONLY_BLOCK = _block(_DECODER_ONLY, pre=False)
+ENC_DEC_DECODER_BLOCK = _block(_ENC_DEC_DECODER, pre=False)
+NORM_POSITIONS = ("post", "pre")
+# A stack's first layers (name = kind but for the embedding's norm), the ones a configuration has:
+STACK_ENDS = ("embedding", "token_type_embedding", "positional_encoding", "embedding_norm")
+EMBEDDING_NORM, FINAL_NORM = "embedding_norm", "final_norm"  # kind "norm"
+
+
+def block_sublayers(arch: str, stack: str, pre: bool = False) -> tuple[Sublayer, ...]:
+    """The sublayers of one block of ``stack`` ('encoder' or 'decoder') in ``arch``, post-LN or ``pre``-LN."""
     if stack == "encoder":
-        return ENCODER_BLOCK
-    if arch == "encoder-decoder":
-        return ENC_DEC_DECODER_BLOCK
-    return DECODER_ONLY_BLOCK
+        pairs = _ENCODER
+    elif arch == "encoder-decoder":
+        pairs = _ENC_DEC_DECODER
+    else:
+        pairs = _DECODER_ONLY
+    return _block(pairs, pre)
+
+
+def stack_ends(cfg) -> tuple[tuple[str, str], ...]:
+    """The (name, kind) of the layers before a stack's first block that ``cfg`` has."""
+    ends = [("embedding", "embedding")]
+    if cfg.type_vocab:
+        ends.append(("token_type_embedding", "token_type_embedding"))
+    if cfg.added_positions:
+        ends.append(("positional_encoding", "positional_encoding"))
+    if cfg.embedding_norm:
+        ends.append((EMBEDDING_NORM, "norm"))
+    return tuple(ends)
 
 
 def stacks(arch: str) -> tuple[str, ...]:
@@ -187,11 +224,13 @@ def layer_plan(cfg) -> list[tuple[str, str]]:
     """
     plan: list[tuple[str, str]] = []
     for stack in cfg.stacks:
-        for end in STACK_ENDS:
-            plan.append((end_layer_name(stack, end), end))
+        for end, kind in stack_ends(cfg):
+            plan.append((end_layer_name(stack, end), kind))
         for index in range(cfg.depth(stack)):
-            for sub in block_sublayers(cfg.arch, stack):
+            for sub in block_sublayers(cfg.arch, stack, cfg.pre_norm):
                 plan.append((block_layer_name(stack, index, sub.name), sub.kind))
+        if cfg.pre_norm:
+            plan.append((end_layer_name(stack, FINAL_NORM), "norm"))
     plan.append((HEAD, head_kind(cfg.classes)))
     return plan
 

@@ -45,7 +45,7 @@ EXECUTED_COLUMNS = ("buffers", "batch", "step_start", "peak", *peaks.PEAK_PHASE_
 MEMORY_COLUMNS = ("config_id", "rule", "optimizer", "dtype", "parameter_count", *COMPONENTS, "total", *EXECUTED_COLUMNS)
 TOKEN_BYTES = 8  # int64 token ids and targets
 WEIGHT_MATRICES = {"attention": 4, "ffn": 2, "head": 1}  # linear layers per layer family (train/model.py)
-PER_LAYER = ("params", "weights", "saved", "working", "kept")
+PER_LAYER = ("params", "weights", "saved", "working", "kept", "param_tensors")
 
 
 def shapes_namespace(t: T.Templates, index) -> T.Shapes:
@@ -98,8 +98,7 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
     error = out_rows * out_width
 
     params = total("params")
-    param_tensors = _reduce(np.where(model_layer, t.count * np.array([KINDS[k].param_tensors for k in t.kind]), 0),
-                            order, starts, np.add)
+    param_tensors = total("param_tensors")
     working = peak("working")
     activations = {
         "autograd": lambda: total("saved") + encoder_output,

@@ -21,7 +21,11 @@ from typing import Callable
 MODELS_PACKAGE = "trainingcost.analytic.models"
 
 
-def cost(maccs, flops, elementwise=None) -> tuple:
+def cost(maccs, flops, elementwise=None, where=None) -> tuple:
+    """A quantity: MACCs and FLOPs per sequence, optionally the elementwise FLOPs, and optionally ``where``,
+    a bool array: the templates that have the quantity at all (default: every template of the kind)."""
+    if where is not None:
+        return (maccs, flops, elementwise, where)
     return (maccs, flops) if elementwise is None else (maccs, flops, elementwise)
 
 
@@ -31,19 +35,26 @@ class CostModel:
     order: int  # place in tables and figures
     granularity: str  # 'layer' (per layer instance) or 'model' (one row named 'model')
     description: str
+    scope: str = "any"  # 'any' architecture, or 'default': only the 2017 transformer (every option at its default)
     formulas: dict[str, Callable] = field(default_factory=dict)  # layer kind -> formula
 
 
 REGISTRY: dict[str, CostModel] = {}
 
 
-def declare(name: str, *, order: int, granularity: str = "layer", description: str = "") -> CostModel:
-    """Declare a cost model (once)."""
+SCOPES = ("any", "default")
+
+
+def declare(name: str, *, order: int, granularity: str = "layer", description: str = "", scope: str = "any") -> CostModel:
+    """Declare a cost model (once). ``scope='default'``: it defines the 2017 transformer only, and configurations
+    with another architecture have no rows under it."""
     if name in REGISTRY:
         raise ValueError(f"cost model {name!r} is declared twice")
     if granularity not in ("layer", "model"):
         raise ValueError(f"cost model {name!r}: granularity must be 'layer' or 'model', not {granularity!r}")
-    REGISTRY[name] = CostModel(name, order, granularity, description)
+    if scope not in SCOPES:
+        raise ValueError(f"cost model {name!r}: scope must be one of {', '.join(SCOPES)}, not {scope!r}")
+    REGISTRY[name] = CostModel(name, order, granularity, description, scope=scope)
     return REGISTRY[name]
 
 

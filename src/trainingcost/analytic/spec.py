@@ -85,5 +85,5 @@ class LayerKind:
     saved: Expr | None = None  # elements autograd keeps for the backward
     working: Expr | None = None  # alive during one forward without autograd: input, intermediates, output
     kept: Expr | None = None  # PEPITA: the standard pass's outputs its updates subtract
-    param_tensors: int = 0  # parameter tensors (a count, not an estimate: the memory model's per-tensor optimizer
+    param_tensors: Expr | None = None  # parameter tensors (a count, not an estimate: the memory model's per-tensor optimizer
     # scalars; tests/test_peaks.py checks the bytes it implies against torch)

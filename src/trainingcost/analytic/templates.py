@@ -24,10 +24,11 @@ from ..config.model import ARCHES
 from . import layers as L
 
 STACK_RANK = {"encoder": 0, "decoder": 1, "": 2}
-END_RANK = {"embedding": 0, "positional_encoding": 1}
-EMBEDDING_DFA_RANK = 2  # '<stack>.embedding.dfa_projection' follows the stack's ends
+END_RANK = {"embedding": 0, "token_type_embedding": 1, "positional_encoding": 2, L.EMBEDDING_NORM: 3}
+EMBEDDING_DFA_RANK = 5  # '<stack>.embedding.dfa_projection' follows the stack's ends
 BLOCK_SUB_OFFSET = 2  # sublayer ranks inside a block start here
 DFA_SUB_RANK = 50  # a block's DFA projection is listed after its sublayers
+TAIL_RANK = 900  # ranks from here on follow the stack's blocks (its final norm)
 HEAD_RANK, ERROR_PROJECTION_RANK, MODEL_RANK = 0, 1, 0
 
 CONFIG_INT_COLUMNS = ("d_model", "heads", "d_ff", "enc_layers", "dec_layers", "seq_len", "tgt_len", "vocab", "batch", "classes")
@@ -35,8 +36,58 @@ CONFIG_INT_COLUMNS = ("d_model", "heads", "d_ff", "enc_layers", "dec_layers", "s
 
 # Shape columns the formulas read, gathered per template once (config columns and per-template rows).
 SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": "batch", "classes": "classes",
-                 "src_len": "seq_len", "tgt_len": "tgt_len", "enc_layers": "enc_layers", "dec_layers": "dec_layers"}
-TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows")
+                 "src_len": "seq_len", "tgt_len": "tgt_len", "enc_layers": "enc_layers", "dec_layers": "dec_layers",
+                 # architecture options, as integers (see option_columns)
+                 "a": "attn_width", "kv": "kv_width", "kvh": "kv_heads", "dh": "head_dim", "gated": "gated",
+                 "relu": "relu", "silu": "silu", "g": "norm_vectors", "rms": "rms", "pre": "pre", "tied": "tied", "bq": "qkv_bias",
+                 "bo": "out_bias", "bh": "head_bias", "learned": "learned", "rotary": "rotary", "tv": "type_vocab",
+                 "max_pos": "max_positions", "default_arch": "default_arch"}
+TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows", "shared")
+
+
+def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The architecture options of each configuration as the int64 columns the formulas read.
+
+    A frame without an option's column (written before the option existed) has its default.
+    """
+    from ..config.model import OPTION_DEFAULTS
+
+    n = len(configs)
+
+    def column(name):
+        if name in configs:
+            return configs[name].to_numpy()
+        default = OPTION_DEFAULTS[name]
+        if name == "kv_heads":
+            return configs["heads"].to_numpy(dtype=np.int64)
+        if name == "head_dim":
+            return configs["d_model"].to_numpy(dtype=np.int64) // configs["heads"].to_numpy(dtype=np.int64)
+        if name == "head_bias":
+            return column("bias") == "all"
+        return np.full(n, default, dtype=object if isinstance(default, str) else None)
+
+    i64 = lambda v: np.asarray(v).astype(np.int64)  # noqa: E731
+    heads, head_dim, kv_heads = i64(configs["heads"]), i64(column("head_dim")), i64(column("kv_heads"))
+    norm, ffn, positions, bias = (column(k).astype(str) for k in ("norm", "ffn", "positions", "bias"))
+    cols = {
+        "attn_width": heads * head_dim, "kv_width": kv_heads * head_dim, "kv_heads": kv_heads, "head_dim": head_dim,
+        "gated": i64(np.isin(ffn, ("swiglu", "geglu"))), "relu": i64(ffn == "relu"), "silu": i64(ffn == "swiglu"),
+        "rms": i64(norm == "rmsnorm"), "norm_vectors": i64(np.where(norm == "rmsnorm", 1, 2)),
+        "pre": i64(column("norm_position").astype(str) == "pre"), "tied": i64(column("tie_embeddings").astype(bool)),
+        "qkv_bias": i64(bias != "none"), "out_bias": i64(bias == "all"), "head_bias": i64(column("head_bias").astype(bool)),
+        "learned": i64(positions == "learned"), "rotary": i64(positions == "rotary"),
+        "added_positions": i64(np.isin(positions, ("sinusoidal", "learned"))),
+        "type_vocab": i64(column("type_vocab")), "max_positions": i64(column("max_positions")),
+        "embedding_norm": i64(column("embedding_norm").astype(bool)),
+    }
+    default = np.ones(n, dtype=bool)
+    for name, value in OPTION_DEFAULTS.items():
+        if name in ("kv_heads", "head_dim", "head_bias"):
+            continue
+        default &= column(name) == value
+    default &= (kv_heads == heads) & (heads * head_dim == i64(configs["d_model"])) & (cols["head_bias"] == cols["out_bias"])
+    cols["default_arch"] = i64(default)
+    return cols
 
 
 @dataclass
@@ -55,11 +106,13 @@ class Templates:
     count: np.ndarray  # instances of this template
     is_block: np.ndarray  # bool: one instance per block
     block_entry: np.ndarray  # bool: residual input is the block input
+    kv_entry: np.ndarray  # bool: an attention's keys and values read the block input or the encoder output
     rank: np.ndarray  # order of the layer inside its stack
     M: np.ndarray
     N: np.ndarray
     out: np.ndarray
     err_rows: np.ndarray
+    shared: np.ndarray  # 1 where the layer's weight table is another layer's (tied embeddings)
     config_columns: dict = field(default_factory=dict)
     kind_slices: dict = field(default_factory=dict)  # layer kind -> slice of its rows
     _cache: dict = field(default_factory=dict, repr=False)
@@ -115,32 +168,38 @@ class Shapes:
     """The shapes of a subset of templates, as the formulas see them (per sequence).
 
     Attributes: ``d``, ``h``, ``ff``, ``V``, ``B``, ``classes``, ``src_len``, ``tgt_len``,
-    ``enc_layers``, ``dec_layers`` (the configuration's), ``M``, ``N``, ``out``, ``err_rows`` (the
-    template's), ``encoder_only``, ``decoder_only``, ``encdec`` (bool) and ``zero``. Read-only
-    views where ``index`` is a slice.
+    ``enc_layers``, ``dec_layers`` (the configuration's), ``M``, ``N``, ``out``, ``err_rows``,
+    ``shared`` (1 where the layer's table is another layer's: a tied head) (the template's),
+    ``encoder_only``, ``decoder_only``, ``encdec`` (bool) and ``zero``; the architecture options
+    as integers (:data:`SHAPE_COLUMNS`: ``a`` = heads x head_dim, ``kv`` = kv_heads x head_dim,
+    ``gated``, ``g`` the norm's parameter vectors, ``bq``/``bo``/``bh`` biases ...), and
+    ``pos_rows``, the rows of a learned position table. Read-only views where ``index`` is a slice.
     """
 
     def __init__(self, templates: Templates, index, dtype=np.int64):
         for name, values in templates.shape_columns(dtype).items():
             setattr(self, name, values[index])
         self.zero = np.zeros(len(self.d), dtype=dtype)
+        self.pos_rows = np.where(self.max_pos > 0, self.max_pos, self.M)
 
     def __len__(self) -> int:
         return len(self.zero)
 
 
-def build(configs: pd.DataFrame, granularity: str) -> Templates:
-    """Templates for every configuration: per layer ('layer') or one per model ('model')."""
+def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = None) -> Templates:
+    """Templates for every configuration (or the ``only`` ones): per layer ('layer') or one per model ('model')."""
     n = len(configs)
     cols = {c: configs[c].to_numpy(dtype=np.int64) for c in CONFIG_INT_COLUMNS}
     cols["arch"] = configs["arch"].to_numpy(dtype=object)
+    cols.update(option_columns(configs))
     arch = cols["arch"]
     classes = cols["classes"]
     out_width = np.where(classes > 0, classes, cols["vocab"])
     parts: list[dict] = []
 
-    def add(mask, kind, stack, sub, count, is_block, block_entry, rank, M, N=None, out=0, err_rows=0):
-        idx = np.nonzero(mask)[0]
+    def add(mask, kind, stack, sub, count, is_block, block_entry, rank, M, N=None, out=0, err_rows=0, kv_entry=False,
+            shared=0):
+        idx = np.nonzero(mask if only is None else mask & only)[0]
         if len(idx) == 0:
             return
 
@@ -154,11 +213,13 @@ def build(configs: pd.DataFrame, granularity: str) -> Templates:
                 count=pick(count),
                 is_block=np.full(len(idx), is_block),
                 block_entry=np.full(len(idx), block_entry),
+                kv_entry=np.full(len(idx), kv_entry),
                 rank=np.full(len(idx), STACK_RANK[stack] * 1000 + rank, dtype=np.int64),
                 M=pick(M),
                 N=pick(M if N is None else N),
                 out=pick(out),
                 err_rows=pick(err_rows),
+                shared=pick(shared),
             )
         )
 
@@ -167,19 +228,28 @@ def build(configs: pd.DataFrame, granularity: str) -> Templates:
         add(everything, "model", "", "model", 1, False, False, MODEL_RANK, cols["seq_len"], out=out_width)
     elif granularity == "layer":
         encdec = arch == "encoder-decoder"
+        tied = cols["tied"] > 0
+        ends_of = {"embedding": everything, "token_type_embedding": cols["type_vocab"] > 0,
+                   "positional_encoding": cols["added_positions"] > 0, L.EMBEDDING_NORM: cols["embedding_norm"] > 0}
         for stack in ("encoder", "decoder"):
             depth = cols["enc_layers"] if stack == "encoder" else cols["dec_layers"]
             rows = cols["seq_len"] if stack == "encoder" else cols["tgt_len"]
             has = depth > 0
             for end, rank in END_RANK.items():
-                add(has, end, stack, end, 1, False, False, rank, rows)
+                kind = "norm" if end == L.EMBEDDING_NORM else end
+                # A tied encoder-decoder shares one table: the encoder's embedding owns it.
+                shared = (tied & encdec & (stack == "decoder")).astype(np.int64) if end == "embedding" else 0
+                add(has & ends_of[end], kind, stack, end, 1, False, False, rank, rows, shared=shared)
             for arch_name in ARCHES:
-                mask = has & (arch == arch_name)
-                if not mask.any():
-                    continue
-                for position, sub in enumerate(L.block_sublayers(arch_name, stack)):
-                    kv_rows = cols["seq_len"] if sub.kind == "cross_attention" else rows
-                    add(mask, sub.kind, stack, sub.name, depth, True, sub.block_entry, BLOCK_SUB_OFFSET + position, rows, kv_rows)
+                for pre in (False, True):
+                    mask = has & (arch == arch_name) & ((cols["pre"] > 0) == pre)
+                    if not mask.any():
+                        continue
+                    for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre)):
+                        kv_rows = cols["seq_len"] if sub.kind == "cross_attention" else rows
+                        add(mask, sub.kind, stack, sub.name, depth, True, sub.block_entry, BLOCK_SUB_OFFSET + position,
+                            rows, kv_rows, kv_entry=sub.kv_entry)
+            add(has & (cols["pre"] > 0), "norm", stack, L.FINAL_NORM, 1, False, False, TAIL_RANK, rows)
             # DFA: the output error reaches each block through its own projection. The error has
             # one row per output position for an LM head whose positions are the block's own;
             # otherwise (a pooled classifier error, or encoder blocks of an encoder-decoder, whose
@@ -191,7 +261,8 @@ def build(configs: pd.DataFrame, granularity: str) -> Templates:
             add(has, "dfa_projection", stack, L.EMBEDDING_DFA_PROJECTION, 1, False, False, EMBEDDING_DFA_RANK, rows,
                 err_rows=err_rows)
         head_rows = np.where(classes > 0, 1, cols["tgt_len"])  # tgt_len == seq_len outside encoder-decoder
-        add(classes == 0, "lm_head", "", L.HEAD, 1, False, False, HEAD_RANK, head_rows, out=out_width)
+        add(classes == 0, "lm_head", "", L.HEAD, 1, False, False, HEAD_RANK, head_rows, out=out_width,
+            shared=cols["tied"])
         add(classes > 0, "classifier_head", "", L.HEAD, 1, False, False, HEAD_RANK, head_rows, out=out_width)
         add(everything, "error_projection", "", L.ERROR_PROJECTION, 1, False, False, ERROR_PROJECTION_RANK,
             cols["tgt_len"], cols["seq_len"], out=out_width)
@@ -201,7 +272,10 @@ def build(configs: pd.DataFrame, granularity: str) -> Templates:
     # Group the rows by layer kind (stable), so each formula reads and writes one contiguous slice.
     kinds = list(dict.fromkeys(p["label"][0] for p in parts))
     grouped = sorted(parts, key=lambda p: kinds.index(p["label"][0]))
-    merged = {key: np.concatenate([p[key] for p in grouped]) for key in parts[0] if key != "label"}
+    keys = ("cfg", "count", "is_block", "block_entry", "kv_entry", "rank", *TEMPLATE_COLUMNS)
+    empty = {"is_block": bool, "block_entry": bool, "kv_entry": bool}  # no configuration in scope: no templates
+    merged = {key: np.concatenate([p[key] for p in grouped]) if grouped else np.zeros(0, dtype=empty.get(key, np.int64))
+              for key in keys}
     labels = tuple(p["label"] for p in grouped)
     merged["part"] = np.repeat(np.arange(len(grouped)), [len(p["cfg"]) for p in grouped])
     slices, start = {}, 0

@@ -19,6 +19,22 @@ from .schema import validate
 
 ARCHES = ("encoder", "decoder", "encoder-decoder")
 
+# Architecture options (issue 14). Each has a default that is the 2017 transformer trainingcost
+# costed first; only options that differ from their defaults enter the config_id, so the
+# configurations written before the options existed keep their ids.
+NORMS = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("post", "pre")
+FFNS = ("gelu", "relu", "swiglu", "geglu")
+GATED_FFNS = ("swiglu", "geglu")  # three matrices: act(x W_gate) * (x W_up), then W_down
+POSITIONS = ("sinusoidal", "learned", "rotary", "none")
+ADDED_POSITIONS = ("sinusoidal", "learned")  # a table added to the token embedding
+BIASES = ("all", "none", "qkv")  # qkv: biases on the query, key and value projections only (Qwen2)
+OPTION_DEFAULTS = dict(
+    norm="layernorm", norm_position="post", ffn="gelu", kv_heads=0, head_dim=0, positions="sinusoidal",
+    max_positions=0, tie_embeddings=False, bias="all", head_bias=None, type_vocab=0, embedding_norm=False,
+)
+OPTION_CHOICES = dict(norm=NORMS, norm_position=NORM_POSITIONS, ffn=FFNS, positions=POSITIONS, bias=BIASES)
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -35,6 +51,27 @@ class ModelConfig:
     vocab: int
     batch: int
     classes: int  # 0: an LM head over the vocabulary
+    # -- architecture options (defaults: the 2017 transformer) ----------------------------
+    norm: str = "layernorm"  # layernorm (gamma, beta) or rmsnorm (gamma)
+    norm_position: str = "post"  # post: LN(x + f(x)); pre: x + f(LN(x)), and a final norm per stack
+    ffn: str = "gelu"  # gelu, relu (two matrices), swiglu, geglu (three; d_ff is the gated width)
+    kv_heads: int = 0  # key/value heads (grouped-query attention); 0: as many as heads
+    head_dim: int = 0  # width of one head; 0: d_model / heads
+    positions: str = "sinusoidal"  # sinusoidal, learned (a table), rotary (on q and k), none
+    max_positions: int = 0  # rows of a learned table; 0: each stack's own length
+    tie_embeddings: bool = False  # the head (and an encoder-decoder's two embeddings) share one V x d table
+    bias: str = "all"  # biases of the blocks' linear layers: all, none, qkv
+    head_bias: bool | None = None  # the head's bias; None: as the blocks' (bias == all)
+    type_vocab: int = 0  # token-type embeddings added to the token embedding (BERT's segments); 0: none
+    embedding_norm: bool = False  # a norm on the embedding output (BERT)
+
+    def __post_init__(self):
+        if self.kv_heads == 0:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.head_dim == 0:
+            object.__setattr__(self, "head_dim", self.d_model // self.heads)
+        if self.head_bias is None:
+            object.__setattr__(self, "head_bias", self.bias == "all")
 
     # -- derived sizes ------------------------------------------------------------------
     @property
@@ -64,7 +101,58 @@ class ModelConfig:
 
     @property
     def d_head(self) -> int:
-        return self.d_model // self.heads
+        return self.head_dim
+
+    @property
+    def attn_width(self) -> int:
+        """The width of the queries and of the attention output: heads x head_dim."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """The width of the keys and of the values: kv_heads x head_dim."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def pre_norm(self) -> bool:
+        return self.norm_position == "pre"
+
+    @property
+    def gated(self) -> bool:
+        return self.ffn in GATED_FFNS
+
+    @property
+    def added_positions(self) -> bool:
+        return self.positions in ADDED_POSITIONS
+
+    def position_rows(self, stack: str) -> int:
+        """Rows of a stack's position table: max_positions, or the stack's length."""
+        return self.max_positions or self.rows(stack)
+
+    @property
+    def qkv_bias(self) -> bool:
+        return self.bias in ("all", "qkv")
+
+    @property
+    def out_bias(self) -> bool:
+        """Biases on the attention output and the FFN's matrices."""
+        return self.bias == "all"
+
+    @property
+    def default_architecture(self) -> bool:
+        """Whether every architecture option is at its default (the 2017 transformer)."""
+        return not self.options()
+
+    def options(self) -> dict:
+        """The architecture options that differ from their defaults (what enters the config_id)."""
+        derived = {"kv_heads": self.heads, "head_bias": self.bias == "all",
+                   "head_dim": self.d_model // self.heads if self.d_model % self.heads == 0 else None}
+        out = {}
+        for name, default in OPTION_DEFAULTS.items():
+            value = getattr(self, name)
+            if value != derived.get(name, default):
+                out[name] = value
+        return out
 
     @property
     def out_width(self) -> int:
@@ -93,8 +181,9 @@ class ModelConfig:
 
     @cached_property
     def config_id(self) -> str:
-        """A stable 10-hex-digit id: the hash of the canonical parameters."""
-        text = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        """A stable 10-hex-digit id: the hash of the sizes and of the options that differ from their defaults."""
+        identity = {name: getattr(self, name) for name in SIZE_FIELDS} | self.options()
+        text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     def as_dict(self) -> dict:
@@ -105,6 +194,24 @@ class ModelConfig:
 
 
 CANONICAL_FIELDS = tuple(f.name for f in fields(ModelConfig))
+OPTION_FIELDS = tuple(OPTION_DEFAULTS)
+SIZE_FIELDS = tuple(name for name in CANONICAL_FIELDS if name not in OPTION_DEFAULTS)
+BOOL_FIELDS = ("tie_embeddings", "head_bias", "embedding_norm")
+STR_FIELDS = ("arch", *OPTION_CHOICES)
+
+
+def field_value(name: str, value):
+    """A canonical field's value in its Python type (a frame's numpy scalars back to str, bool, int)."""
+    if name in STR_FIELDS:
+        return str(value)
+    if name in BOOL_FIELDS:
+        return bool(value)
+    return int(value)
+
+
+def config_from_row(row) -> "ModelConfig":
+    """The configuration of a mapping with every canonical field (a configs-frame row, a run's columns)."""
+    return ModelConfig(**{name: field_value(name, row[name]) for name in CANONICAL_FIELDS if name in row})
 
 
 def config_id(cfg: ModelConfig) -> str:
@@ -151,13 +258,16 @@ def canonical_model(entry: dict, where: str = "", *, strict: bool = True) -> Mod
     if ("d_ff" in e) == ("ff_mult" in e):
         raise ConfigError(f"{_field(where, 'd_ff')}: give exactly one of d_ff and ff_mult")
     d_model, heads = int(e["d_model"]), int(e["heads"])
-    if d_model % heads:
-        raise ConfigError(f"{_field(where, 'heads')}: {heads} does not divide d_model {d_model} ({_describe(e)})")
+    if d_model % heads and "head_dim" not in e:
+        raise ConfigError(f"{_field(where, 'heads')}: {heads} does not divide d_model {d_model} ({_describe(e)}); "
+                          "give head_dim for heads that are not d_model / heads wide")
     d_ff = int(e["d_ff"]) if "d_ff" in e else int(e["ff_mult"]) * d_model
     classes = int(e.get("classes", 0))
     if classes and encdec:
         raise ConfigError(f"{_field(where, 'classes')}: a classification head needs arch encoder or decoder")
     seq_len = int(e["seq_len"])
+    tgt_len = int(e.get("tgt_len", seq_len)) if encdec else seq_len
+    options = _options(e, where, heads=heads, d_model=d_model, classes=classes, lengths=(seq_len, tgt_len))
     return ModelConfig(
         arch=arch,
         d_model=d_model,
@@ -166,11 +276,54 @@ def canonical_model(entry: dict, where: str = "", *, strict: bool = True) -> Mod
         enc_layers=int(enc_layers),
         dec_layers=int(dec_layers),
         seq_len=seq_len,
-        tgt_len=int(e.get("tgt_len", seq_len)) if encdec else seq_len,
+        tgt_len=tgt_len,
         vocab=int(e["vocab"]),
         batch=int(e.get("batch", 1)),
         classes=classes,
+        **options,
     )
+
+
+def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, lengths: tuple[int, int]) -> dict:
+    """The architecture options of an entry, checked against each other (one line per mistake)."""
+    out = {}
+    for name, choices in OPTION_CHOICES.items():
+        if name in e:
+            value = e[name]
+            if name == "bias" and isinstance(value, bool):  # bias: true / false in YAML
+                value = "all" if value else "none"
+            if value not in choices:
+                raise ConfigError(f"{_field(where, name)}: {value!r} is not allowed (allowed: {', '.join(choices)})")
+            out[name] = value
+    for name in BOOL_FIELDS:
+        if name in e:
+            if not isinstance(e[name], bool):
+                raise ConfigError(f"{_field(where, name)}: {e[name]!r} is not a boolean (true or false)")
+            out[name] = e[name]
+    for name in ("kv_heads", "head_dim", "max_positions", "type_vocab"):
+        if name in e:
+            value = e[name]
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "type_vocab" else 1):
+                raise ConfigError(f"{_field(where, name)}: {value!r} is not a positive integer")
+            out[name] = value
+    if "kv_heads" in out and heads % out["kv_heads"]:
+        raise ConfigError(f"{_field(where, 'kv_heads')}: {out['kv_heads']} does not divide heads {heads} "
+                          "(each key/value head serves heads / kv_heads query heads)")
+    positions = out.get("positions", OPTION_DEFAULTS["positions"])
+    if "max_positions" in out:
+        if positions != "learned":
+            raise ConfigError(f"{_field(where, 'max_positions')}: applies only to positions learned (positions is {positions})")
+        if out["max_positions"] < max(lengths):
+            raise ConfigError(f"{_field(where, 'max_positions')}: {out['max_positions']} rows cannot hold a sequence of "
+                              f"{max(lengths)} positions")
+    head_dim = out.get("head_dim", d_model // heads)
+    if positions == "rotary" and head_dim % 2:
+        raise ConfigError(f"{_field(where, 'head_dim' if 'head_dim' in out else 'positions')}: rotary positions turn "
+                          f"pairs of features, so a head's width must be even (it is {head_dim})")
+    if out.get("tie_embeddings") and classes:
+        raise ConfigError(f"{_field(where, 'tie_embeddings')}: a classification head has no vocabulary to share "
+                          f"(classes is {classes}); tie only an LM head")
+    return out
 
 
 def preset_entry(name: str, where: str = "preset") -> dict:

@@ -17,7 +17,7 @@ import pandas as pd
 import yaml
 
 from .errors import ConfigError
-from .model import CANONICAL_FIELDS, ModelConfig, canonical_model, preset_entry
+from .model import BOOL_FIELDS, CANONICAL_FIELDS, STR_FIELDS, ModelConfig, canonical_model, config_from_row, preset_entry
 from .schema import Vocabulary, fill_defaults, schema, validate
 
 CONFIG_COLUMNS = ("config_id", "name", *CANONICAL_FIELDS)
@@ -173,13 +173,12 @@ def entry_config(config: dict, name: str, where: str) -> ModelConfig:
 
 
 def configs_frame(pairs: list[tuple[str, ModelConfig]]) -> pd.DataFrame:
-    """One row per configuration, every parameter a column, int64 sizes."""
+    """One row per configuration, every parameter a column: int64 sizes, str and bool options."""
     rows = [{"config_id": cfg.config_id, "name": name, **cfg.as_dict()} for name, cfg in pairs]
     frame = pd.DataFrame(rows, columns=list(CONFIG_COLUMNS))
     for column in CANONICAL_FIELDS:
-        if column != "arch":
-            frame[column] = frame[column].astype("int64")
-    frame["arch"] = frame["arch"].astype(str)
+        kind = str if column in STR_FIELDS else bool if column in BOOL_FIELDS else "int64"
+        frame[column] = frame[column].astype(kind)
     frame["name"] = frame["name"].astype(str)
     frame["config_id"] = frame["config_id"].astype(str)
     return frame
@@ -187,8 +186,7 @@ def configs_frame(pairs: list[tuple[str, ModelConfig]]) -> pd.DataFrame:
 
 def frame_configs(frame: pd.DataFrame) -> list[ModelConfig]:
     """The configurations of a configs frame, in row order."""
-    return [ModelConfig(**{k: (str(v) if k == "arch" else int(v)) for k, v in zip(CANONICAL_FIELDS, row)})
-            for row in frame[list(CANONICAL_FIELDS)].itertuples(index=False)]
+    return [config_from_row(row) for row in frame[list(CANONICAL_FIELDS)].to_dict("records")]
 
 
 def sweep_frame(config: dict) -> pd.DataFrame:

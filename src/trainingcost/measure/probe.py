@@ -20,7 +20,7 @@ from dataclasses import asdict, replace
 
 import torch
 
-from ..config.model import ModelConfig
+from ..config.model import config_from_row
 from ..config.training import RuleOptions, TrainSpec
 from ..train.data import make_task
 from ..train.run import build_model
@@ -48,7 +48,7 @@ def spec_json(spec: TrainSpec) -> str:
 
 def spec_from_json(text: str) -> TrainSpec:
     data = json.loads(text)
-    return TrainSpec(cfg=ModelConfig(**data["cfg"]), task=data["task"], rule=data["rule"], seed=data["seed"],
+    return TrainSpec(cfg=config_from_row(data["cfg"]), task=data["task"], rule=data["rule"], seed=data["seed"],
                      dtype=data["dtype"], options=RuleOptions(**data["options"]))
 
 

@@ -1,10 +1,15 @@
 """One readable transformer in three arches: encoder-only, decoder-only and encoder-decoder.
 
-Post-LN blocks, LayerNorm(x + Sublayer(x)), as in Vaswani et al. 2017 and in the
-paper's figures; a GELU feed-forward network; attention with explicit q, k, v
-and o projections around PyTorch's fused scaled-dot-product attention; a token
-embedding (a gather) plus sinusoidal positions; and a final linear layer, an LM
-head over the vocabulary or a classifier over one mean-pooled row per sequence.
+By default, the transformer of Vaswani et al. 2017 and of the paper's figures: post-LN
+blocks, LayerNorm(x + Sublayer(x)); a GELU feed-forward network; attention with explicit
+q, k, v and o projections around PyTorch's fused scaled-dot-product attention; a token
+embedding (a gather) plus sinusoidal positions; and a final linear layer, an LM head over
+the vocabulary or a classifier over one mean-pooled row per sequence. The architecture
+options of :class:`~trainingcost.config.ModelConfig` give the models trained today:
+pre-LN blocks with a final norm per stack, RMSNorm, ReLU or gated (SwiGLU, GeGLU)
+feed-forward networks, grouped-query attention, heads of any width, learned, rotary or no
+positions, a head tied to the embedding, biases on or off, BERT's token types and
+embedding norm.
 
 Module names are the analytic engine's layer names (:mod:`trainingcost.analytic.layers`):
 ``encoder.embedding``, ``encoder.3.self_attention``, ``decoder.0.cross_attention_norm``,
@@ -32,7 +37,8 @@ from ..analytic import layers as L
 from ..config.model import ModelConfig
 from .feedback_linear import FeedbackLinearFunction
 
-ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
+ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu}
+FFN_ACTIVATION = {"gelu": "gelu", "relu": "relu", "swiglu": "silu", "geglu": "gelu"}
 
 
 class Linear(nn.Linear):
@@ -44,8 +50,8 @@ class Linear(nn.Linear):
     feedback, the backward is BP's, written out. Otherwise this is ``nn.Linear``.
     """
 
-    def __init__(self, in_features: int, out_features: int, activation: str | None = None):
-        super().__init__(in_features, out_features)
+    def __init__(self, in_features: int, out_features: int, activation: str | None = None, bias: bool = True):
+        super().__init__(in_features, out_features, bias=bias)
         self.activation = activation
         self.register_buffer("feedback", None, persistent=False)
         self.explicit_backward = False  # BP through FeedbackLinearFunction (feedback = the weight)
@@ -58,88 +64,149 @@ class Linear(nn.Linear):
         return ACTIVATIONS[self.activation](y) if self.activation else y
 
 
-class Attention(nn.Module):
-    """Multi-head attention with explicit q, k, v, o projections and fused attention."""
+def rotary_tables(length: int, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of rotary positions (Su et al. 2021, eq. 34), [length, head_dim], in the half-split layout
+    of GPT-NeoX and Llama: feature i and i + head_dim / 2 turn together by position x base^(-2i / head_dim)."""
+    inverse = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.arange(length, dtype=torch.float64)[:, None] * inverse[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().float(), angles.sin().float()
 
-    def __init__(self, d_model: int, heads: int, causal: bool):
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x turned by its positions' angles: x cos + rotate_half(x) sin, rotate_half(x) = (-x2, x1)."""
+    half = x.shape[-1] // 2
+    turned = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + turned * sin
+
+
+class Attention(nn.Module):
+    """Multi-head attention with explicit q, k, v, o projections and fused attention.
+
+    ``kv_heads`` key/value heads serve ``heads`` query heads (grouped-query attention; one: multi-query):
+    each is repeated to its group before the fused kernel, as Hugging Face's ``repeat_kv`` does. Heads are
+    ``head_dim`` wide; with ``rotary`` the queries and keys are turned by their positions (Su et al. 2021).
+    """
+
+    def __init__(self, cfg: ModelConfig, causal: bool, rotary_rows: int = 0):
         super().__init__()
-        self.heads, self.causal = heads, causal
-        self.q = Linear(d_model, d_model)
-        self.k = Linear(d_model, d_model)
-        self.v = Linear(d_model, d_model)
-        self.o = Linear(d_model, d_model)
+        d, a, kv = cfg.d_model, cfg.attn_width, cfg.kv_width
+        self.heads, self.kv_heads, self.head_dim, self.causal = cfg.heads, cfg.kv_heads, cfg.head_dim, causal
+        self.q = Linear(d, a, bias=cfg.qkv_bias)
+        self.k = Linear(d, kv, bias=cfg.qkv_bias)
+        self.v = Linear(d, kv, bias=cfg.qkv_bias)
+        self.o = Linear(a, d, bias=cfg.out_bias)
+        self.rotary = rotary_rows > 0
+        if self.rotary:
+            cos, sin = rotary_tables(rotary_rows, cfg.head_dim)
+            self.register_buffer("cos", cos, persistent=False)
+            self.register_buffer("sin", sin, persistent=False)
+
+    def _heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+        batch, rows, _ = x.shape
+        return x.view(batch, rows, heads, self.head_dim).transpose(1, 2)
+
+    def _repeat(self, x: torch.Tensor) -> torch.Tensor:
+        group = self.heads // self.kv_heads
+        if group == 1:
+            return x
+        batch, _, rows, width = x.shape
+        return x[:, :, None].expand(batch, self.kv_heads, group, rows, width).reshape(batch, self.heads, rows, width)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
         source = x if memory is None else memory  # cross-attention reads keys and values from the encoder
-        batch, rows, width = x.shape
-        split = (batch, -1, self.heads, width // self.heads)
-        q = self.q(x).view(split).transpose(1, 2)
-        k = self.k(source).view(split).transpose(1, 2)
-        v = self.v(source).view(split).transpose(1, 2)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
-        return self.o(y.transpose(1, 2).reshape(batch, rows, width))
+        batch, rows, _ = x.shape
+        q = self._heads(self.q(x), self.heads)
+        k = self._heads(self.k(source), self.kv_heads)
+        v = self._heads(self.v(source), self.kv_heads)
+        if self.rotary:
+            q = rotate(q, self.cos[:rows].to(q.dtype), self.sin[:rows].to(q.dtype))
+            k = rotate(k, self.cos[: k.shape[2]].to(k.dtype), self.sin[: k.shape[2]].to(k.dtype))
+        y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), is_causal=self.causal)
+        return self.o(y.transpose(1, 2).reshape(batch, rows, self.heads * self.head_dim))
 
 
 class FeedForward(nn.Module):
-    def __init__(self, d_model: int, d_ff: int):
+    """d -> d_ff, activation, d_ff -> d; gated (SwiGLU, GeGLU; Shazeer 2020): act(x W_gate) * (x W_up), then W_down."""
+
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.up = Linear(d_model, d_ff, activation="gelu")
-        self.down = Linear(d_ff, d_model)
+        d, ff, bias = cfg.d_model, cfg.d_ff, cfg.out_bias
+        self.gated = cfg.gated
+        if self.gated:
+            self.gate = Linear(d, ff, activation=FFN_ACTIVATION[cfg.ffn], bias=bias)
+            self.up = Linear(d, ff, bias=bias)
+        else:
+            self.up = Linear(d, ff, activation=FFN_ACTIVATION[cfg.ffn], bias=bias)
+        self.down = Linear(ff, d, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            return self.down(self.gate(x) * self.up(x))
         return self.down(self.up(x))
 
 
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    """LayerNorm (Ba et al. 2016) or RMSNorm (Zhang & Sennrich 2019) over d_model."""
+    return nn.RMSNorm(cfg.d_model, eps=1e-6) if cfg.norm == "rmsnorm" else nn.LayerNorm(cfg.d_model)
+
+
+NORMS = (nn.LayerNorm, nn.RMSNorm)
+
+
 class AddNorm(nn.Module):
-    """Post-LN residual: LayerNorm(x + sublayer output)."""
+    """A residual and its norm. Post-LN: ``add_norm(x, f_out)`` is norm(x + f_out). Pre-LN: ``add_norm(x)`` is the
+    branch's normalised input, norm(x), and ``add_norm(x, f_out)`` the residual, x + f_out."""
 
-    def __init__(self, d_model: int):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
+        self.pre = cfg.pre_norm
+        self.norm = make_norm(cfg)
 
-    def forward(self, x: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
-        return self.norm(x + branch)
+    def forward(self, x: torch.Tensor, branch: torch.Tensor | None = None) -> torch.Tensor:
+        if branch is None:
+            return self.norm(x)
+        return x + branch if self.pre else self.norm(x + branch)
 
 
 # The module of each layer-kind family inside a block (analytic/layers.py declares each kind's family).
-BLOCK_MODULES: dict[str, Callable[[str, ModelConfig], nn.Module]] = {
-    "attention": lambda kind, c: Attention(c.d_model, c.heads, causal=kind == "masked_self_attention"),
-    "ffn": lambda kind, c: FeedForward(c.d_model, c.d_ff),
-    "norm": lambda kind, c: AddNorm(c.d_model),
+BLOCK_MODULES: dict[str, Callable[[str, ModelConfig, int], nn.Module]] = {
+    "attention": lambda kind, c, rows: Attention(c, causal=kind == "masked_self_attention",
+                                                 rotary_rows=rows if c.positions == "rotary" and kind != "cross_attention" else 0),
+    "ffn": lambda kind, c, rows: FeedForward(c),
+    "norm": lambda kind, c, rows: AddNorm(c),
 }
 
 
 class Block(nn.Module):
     """One block; its sublayers and their names come from :func:`layers.block_sublayers`.
 
-    A sublayer is a branch (attention, FFN) or the add & norm that closes the branch before it.
+    A sublayer is a branch (attention, FFN) or the norm that goes with it: after the residual (post-LN)
+    or on the branch's input (pre-LN).
     """
 
-    def __init__(self, sublayers: tuple[L.Sublayer, ...], cfg: ModelConfig):
+    def __init__(self, sublayers: tuple[L.Sublayer, ...], cfg: ModelConfig, rows: int):
         super().__init__()
-        self.pairs: list[tuple[str, str]] = []  # (branch, its add & norm), in order
-        branch = None
+        self.pre = cfg.pre_norm
+        self.pairs: list[tuple[str, str]] = []  # (branch, its norm), in order
+        branches = [sub.name for sub in sublayers if L.KINDS[sub.kind].family != "norm"]
         for sub in sublayers:
             family = L.KINDS[sub.kind].family
-            self.add_module(sub.name, BLOCK_MODULES[family](sub.kind, cfg))
-            if family == "norm":
-                self.pairs.append((branch, sub.name))
-            else:
-                branch = sub.name
+            self.add_module(sub.name, BLOCK_MODULES[family](sub.kind, cfg, rows))
+        self.pairs = [(branch, f"{branch}_norm") for branch in branches]
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
-        for branch_name, norm_name in self.pairs:
-            branch = getattr(self, branch_name)
-            out = branch(x, memory) if branch_name == "cross_attention" else branch(x)
-            x = getattr(self, norm_name)(x, out)
+        for pair in self.pairs:
+            x = self.sublayer(pair, x, memory)
         return x
 
     def sublayer(self, pair: tuple[str, str], x: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
-        """One (branch, add & norm) pair of :meth:`forward` on its own."""
+        """One (branch, norm) pair of :meth:`forward` on its own."""
         branch_name, norm_name = pair
-        branch = getattr(self, branch_name)
-        out = branch(x, memory) if branch_name == "cross_attention" else branch(x)
-        return getattr(self, norm_name)(x, out)
+        branch, add_norm = getattr(self, branch_name), getattr(self, norm_name)
+        h = add_norm(x) if self.pre else x
+        out = branch(h, memory) if branch_name == "cross_attention" else branch(h)
+        return add_norm(x, out)
 
 
 def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
@@ -153,31 +220,64 @@ def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
 
 
 class PositionalEncoding(nn.Module):
-    def __init__(self, length: int, d_model: int):
+    """Positions added to the embedding: the sinusoidal table (a buffer) or a learned one (a parameter)."""
+
+    def __init__(self, length: int, d_model: int, learned: bool = False):
         super().__init__()
-        self.register_buffer("table", sinusoidal_positions(length, d_model), persistent=False)
+        self.learned = learned
+        if learned:
+            self.table = nn.Embedding(length, d_model)
+        else:
+            self.register_buffer("table", sinusoidal_positions(length, d_model), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.table[: x.shape[1]].to(x.dtype)
+        rows = x.shape[1]
+        if self.learned:
+            return x + self.table(torch.arange(rows, device=x.device))
+        return x + self.table[:rows].to(x.dtype)
+
+
+class TokenTypes(nn.Module):
+    """Token-type (segment) embeddings added to the token embedding (Devlin et al. 2019); every token is of type 0,
+    as in a single-segment batch."""
+
+    def __init__(self, types: int, d_model: int):
+        super().__init__()
+        self.table = nn.Embedding(types, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        types = torch.zeros(x.shape[:2], dtype=torch.long, device=x.device)
+        return x + self.table(types)
 
 
 class Stack(nn.Module):
-    """Embedding, positions and the blocks ``0 .. n-1`` of one stack."""
+    """The embedding (token, token types, positions, a norm), the blocks ``0 .. n-1`` and, pre-LN, a final norm."""
 
     def __init__(self, cfg: ModelConfig, stack: str):
         super().__init__()
         self.embedding = nn.Embedding(cfg.vocab, cfg.d_model)
-        self.positional_encoding = PositionalEncoding(cfg.rows(stack), cfg.d_model)
-        sublayers = L.block_sublayers(cfg.arch, stack)
+        self.token_type_embedding = TokenTypes(cfg.type_vocab, cfg.d_model) if cfg.type_vocab else None
+        self.positional_encoding = (PositionalEncoding(cfg.position_rows(stack), cfg.d_model, cfg.positions == "learned")
+                                    if cfg.added_positions else None)
+        self.embedding_norm = make_norm(cfg) if cfg.embedding_norm else None
+        sublayers = L.block_sublayers(cfg.arch, stack, cfg.pre_norm)
         self.depth = cfg.depth(stack)
         for index in range(self.depth):
-            self.add_module(str(index), Block(sublayers, cfg))
+            self.add_module(str(index), Block(sublayers, cfg, cfg.rows(stack)))
+        self.final_norm = make_norm(cfg) if cfg.pre_norm else None
 
     def blocks(self) -> list[Block]:
         return [getattr(self, str(i)) for i in range(self.depth)]
 
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.positional_encoding(self.embedding(tokens))
+    def embed(self, tokens: torch.Tensor, modulation: torch.Tensor | None = None) -> torch.Tensor:
+        """The stack's input: the tables' sum (plus PEPITA's modulation, where the tables meet), then its norm."""
+        x = self.embedding(tokens)
+        for table in (self.token_type_embedding, self.positional_encoding):
+            if table is not None:
+                x = table(x)
+        if modulation is not None:  # per position, or per sequence
+            x = x + (modulation if modulation.dim() == x.dim() else modulation.unsqueeze(1))
+        return self.embedding_norm(x) if self.embedding_norm is not None else x
 
 
 @dataclass
@@ -212,7 +312,12 @@ class Transformer(nn.Module):
         self.stack_names = cfg.stacks
         self.classes = cfg.classes
         self.out_features = cfg.out_width
-        self.head = Linear(cfg.d_model, self.out_features)
+        self.head = Linear(cfg.d_model, self.out_features, bias=cfg.head_bias)
+        if cfg.tie_embeddings:  # one V x d table: the head's and every stack's embedding (Vaswani et al. 2017, 3.4)
+            shared = getattr(self, cfg.stacks[0]).embedding.weight
+            for stack in cfg.stacks[1:]:
+                getattr(self, stack).embedding.weight = shared
+            self.head.weight = shared
 
     def error_aligned(self, stack: str) -> bool:
         """Whether the output error has one row per position of ``stack`` (:meth:`ModelConfig.error_aligned`)."""
@@ -220,8 +325,8 @@ class Transformer(nn.Module):
 
     # -- the forward pass as stages -------------------------------------------------
     def stages(self, by: str = "block") -> list[Stage]:
-        """The embedding of each stack, its blocks (``by="sublayer"``: each block's (branch, add & norm) pairs,
-        kind ``sublayer``), and the head."""
+        """The embedding of each stack, its blocks (``by="sublayer"``: each block's (branch, norm) pairs,
+        kind ``sublayer``), its final norm (pre-LN, kind ``norm``), and the head."""
         stages = []
         for stack_name in self.cfg.stacks:
             stack = getattr(self, stack_name)
@@ -232,6 +337,8 @@ class Transformer(nn.Module):
                                      self._sublayer_stage(block, pair)) for pair in block.pairs]
                 else:
                     stages.append(Stage(f"{stack_name}.{index}", "block", stack_name, self._block_stage(block)))
+            if stack.final_norm is not None:
+                stages.append(Stage(f"{stack_name}.{L.FINAL_NORM}", "norm", stack_name, self._norm_stage(stack.final_norm)))
         stages.append(Stage(L.HEAD, "head", "", self._head_stage))
         return stages
 
@@ -242,17 +349,21 @@ class Transformer(nn.Module):
 
         return run
 
+    @staticmethod
+    def _norm_stage(norm: nn.Module) -> Callable[[Stream], None]:
+        def run(s: Stream) -> None:
+            s.x = norm(s.x)
+
+        return run
+
     def _embed_stage(self, stack_name: str) -> Callable[[Stream], None]:
         stack = getattr(self, stack_name)
 
         def run(s: Stream) -> None:
             if stack_name == "decoder" and s.x is not None:
                 s.memory = s.x  # the encoder output, read by every cross-attention
-            x = stack.embed(s.tokens[stack_name])
-            if stack_name in s.modulation:  # PEPITA's modulated input: per position, or per sequence
-                m = s.modulation[stack_name]
-                x = x + (m if m.dim() == x.dim() else m.unsqueeze(1))
-            s.x = x
+            # PEPITA's modulated input is added where the embedding's tables meet
+            s.x = stack.embed(s.tokens[stack_name], s.modulation.get(stack_name))
 
         return run
 

@@ -25,6 +25,8 @@ is a copy of the weight gradient.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..registry import cost, declare, register
 from ..templates import Shapes
 
@@ -38,15 +40,23 @@ SCALE = 1  # the 1/sqrt(d_k) scaling of each score
 SDPA_BACKWARD = 10  # recomputing the softmax (6) and its gradient P (dP - rowsum(dP P)) (4), per score
 GELU = 8  # paper section 5.4.1
 GELU_BACKWARD = 13  # paper section 5.4.2
+RELU, RELU_BACKWARD = 1, 1  # max(x, 0); the gradient masked by the output's sign
+SILU = 5  # x sigmoid(x): negate, exp, add 1, divide, multiply
+SILU_BACKWARD = 9  # sigmoid recomputed (4), g s (1 + x (1 - s)) (5)
+GATE, GATE_BACKWARD = 1, 2  # act(x Wg) * (x Wu); its gradient to each factor
+ROTARY = 3  # x cos + rotate_half(x) sin, per element of q and k (and the same backward)
 LAYER_NORM = 8  # paper section 5.5.1
 LAYER_NORM_BACKWARD = 8  # the fused input gradient (1/sigma)(g - mean(g) - x_hat mean(g x_hat)), g = gamma dy
 LAYER_NORM_PARAMS = 3  # gamma and beta gradients (paper eqs. 41-42)
+RMS_NORM = 4  # square, mean, scale by the reciprocal root, gamma
+RMS_NORM_BACKWARD = 6  # (1/rms)(g - x_hat mean(g x_hat)), g = gamma dy
+RMS_NORM_PARAMS = 2  # the gamma gradient: dy x_hat, summed over rows
 LOSS = 5  # log-softmax of each logit in the loss
 LOSS_BACKWARD = 1  # softmax - onehot
 
 
-def _matmul(flops, elementwise=0):
-    return cost(flops // 2, flops, elementwise)
+def _matmul(flops, elementwise=0, where=None):
+    return cost(flops // 2, flops, elementwise, where)
 
 
 @register("executed", "embedding")
@@ -61,63 +71,103 @@ def embedding(s: Shapes):
     }
 
 
+@register("executed", "token_type_embedding")
+def token_type_embedding(s: Shapes):
+    # A gather added to the token embedding; its gradient a scatter-add (PEPITA: an index-add).
+    added = _matmul(s.zero, RESIDUAL * s.M * s.d)
+    return {"forward": added, "backward": _matmul(s.zero), "weight_grad": added, "forward_modulated": added}
+
+
 @register("executed", "positional_encoding")
 def positional_encoding(s: Shapes):
     added = _matmul(s.zero, RESIDUAL * s.M * s.d)
-    return {"forward": added, "backward": _matmul(s.zero), "forward_modulated": added}
+    return {"forward": added, "backward": _matmul(s.zero), "forward_modulated": added,
+            # a learned table's gradient: a scatter-add of the output gradient (sinusoidal: no parameters)
+            "weight_grad": _matmul(s.zero, RESIDUAL * s.M * s.d, where=s.learned > 0)}
 
 
-def _attention(s: Shapes):
-    M, N, d, h = s.M, s.N, s.d, s.h
-    weights = 4 * M * d * d + 4 * N * d * d  # q and o on M rows, k and v on N rows, 2 d^2 each
+def _attention(s: Shapes, turned: int):
+    # a = heads x head_dim (queries, output), kv = kv_heads x head_dim (keys, values; grouped-query attention
+    # expands them to every head before the fused kernel, which then runs as for a heads).
+    M, N, d, h, a, kv = s.M, s.N, s.d, s.h, s.a, s.kv
+    weights = 4 * M * d * a + 4 * N * d * kv  # q and o on M rows, k and v on N rows
     scores = M * N * h
-    forward = _matmul(weights + 4 * M * N * d, BIAS * (2 * M + 2 * N) * d + (SOFTMAX + SCALE) * scores)
+    biases = s.bq * (M * a + 2 * N * kv) + s.bo * M * d
+    rotary = turned * s.rotary * ROTARY * (M * a + N * kv)
+    forward = _matmul(weights + 4 * M * N * a, BIAS * biases + (SOFTMAX + SCALE) * scores + rotary)
+    expand_backward = 2 * N * (a - kv)  # the expanded keys' and values' gradients summed per group
     return {
         "forward": forward,
         "forward_modulated": forward,
-        # Input gradients inside the layer: o's (2 M d^2) and the fused attention backward.
-        "backward": _matmul(2 * M * d * d + 10 * M * N * d, SDPA_BACKWARD * scores),
-        # q's input gradient; k's and v's (absent under DFA: their inputs are detached).
-        "backward_q": _matmul(2 * M * d * d),
-        "backward_kv": _matmul(4 * N * d * d, RESIDUAL * N * d),
-        "weight_grad": _matmul(weights, BIAS * (2 * M + 2 * N) * d),
+        # Input gradients inside the layer: o's (2 M a d) and the fused attention backward.
+        "backward": _matmul(2 * M * a * d + 10 * M * N * a, SDPA_BACKWARD * scores + rotary + expand_backward),
+        # q's input gradient; k's and v's (absent under DFA where their input is detached).
+        "backward_q": _matmul(2 * M * d * a),
+        "backward_kv": _matmul(4 * N * d * kv, RESIDUAL * N * d),
+        "weight_grad": _matmul(weights, BIAS * biases),
         "linear_forward": _matmul(weights),
         "linear_weight_grad": _matmul(weights),
         "feedback_copy": _matmul(s.zero),
     }
 
 
+def _self_attention(s: Shapes):
+    return _attention(s, turned=1)  # rotary positions turn the queries and keys of self-attention ...
+
+
+def _cross_attention(s: Shapes):
+    return _attention(s, turned=0)  # ... not those of cross-attention (positions of two sequences)
+
+
 # torch counts causal attention in full.
-register("executed", "self_attention", "masked_self_attention", "cross_attention")(_attention)
+register("executed", "self_attention", "masked_self_attention")(_self_attention)
+register("executed", "cross_attention")(_cross_attention)
 
 
 @register("executed", "ffn")
 def ffn(s: Shapes):
-    T, d, ff = s.M, s.d, s.ff
-    products = 4 * T * d * ff  # two matrices, 2 T d ff each
-    forward = _matmul(products, BIAS * (T * ff + T * d) + GELU * T * ff)
+    T, d, ff, gated = s.M, s.d, s.ff, s.gated
+    products = (4 + 2 * gated) * T * d * ff  # two matrices, or three when gated, 2 T d ff each
+    act = np.where(s.relu > 0, RELU, np.where(s.silu > 0, SILU, GELU))
+    act_backward = np.where(s.relu > 0, RELU_BACKWARD, np.where(s.silu > 0, SILU_BACKWARD, GELU_BACKWARD))
+    biases = s.bo * ((1 + gated) * T * ff + T * d)
+    forward = _matmul(products, BIAS * biases + act * T * ff + gated * GATE * T * ff)
     return {
         "forward": forward,
         "forward_modulated": forward,
-        "backward": _matmul(products, GELU_BACKWARD * T * ff),
-        "weight_grad": _matmul(products, BIAS * (T * ff + T * d)),
+        "backward": _matmul(products, act_backward * T * ff + gated * (GATE_BACKWARD * T * ff + RESIDUAL * T * d)),
+        "weight_grad": _matmul(products, BIAS * biases),
         "linear_forward": _matmul(products),
         "linear_weight_grad": _matmul(products),
         "feedback_copy": _matmul(s.zero),
     }
 
 
-@register("executed", "add_norm")
-def add_norm(s: Shapes):
-    T, d = s.M, s.d
-    forward = _matmul(s.zero, (RESIDUAL + LAYER_NORM) * T * d)
-    return {
+def _norm_quantities(s: Shapes, residual: int):
+    T, d, rms = s.M, s.d, s.rms
+    norm = np.where(rms > 0, RMS_NORM, LAYER_NORM)
+    norm_backward = np.where(rms > 0, RMS_NORM_BACKWARD, LAYER_NORM_BACKWARD)
+    params = np.where(rms > 0, RMS_NORM_PARAMS, LAYER_NORM_PARAMS)
+    forward = _matmul(s.zero, (residual * RESIDUAL + norm) * T * d)
+    quantities = {
         "forward": forward,
         "forward_modulated": forward,
-        "backward": _matmul(s.zero, LAYER_NORM_BACKWARD * T * d),
-        "backward_skip": _matmul(s.zero, RESIDUAL * T * d),
-        "weight_grad": _matmul(s.zero, LAYER_NORM_PARAMS * T * d),
+        "backward": _matmul(s.zero, norm_backward * T * d),
+        "weight_grad": _matmul(s.zero, params * T * d),
     }
+    if residual:
+        quantities["backward_skip"] = _matmul(s.zero, RESIDUAL * T * d)
+    return quantities
+
+
+@register("executed", "add_norm")
+def add_norm(s: Shapes):
+    return _norm_quantities(s, 1)
+
+
+@register("executed", "norm")
+def norm(s: Shapes):
+    return _norm_quantities(s, 0)
 
 
 def _head(s: Shapes):
@@ -125,11 +175,11 @@ def _head(s: Shapes):
     product = 2 * rows * d * out
     pooling = (s.classes > 0) * s.src_len * d  # a classifier's mean over positions (and its backward)
     return {
-        "forward": _matmul(product, (BIAS + LOSS) * rows * out + pooling),
+        "forward": _matmul(product, (s.bh * BIAS + LOSS) * rows * out + pooling),
         # PEPITA's modulated pass only pools the head's input; the modulated logits are never computed.
         "forward_modulated": _matmul(s.zero, pooling),
         "backward": _matmul(product, LOSS_BACKWARD * rows * out + pooling),
-        "weight_grad": _matmul(product, BIAS * rows * out),
+        "weight_grad": _matmul(product, s.bh * BIAS * rows * out),
         "linear_forward": _matmul(product),
         "linear_weight_grad": _matmul(product),
         "feedback_copy": _matmul(s.zero),

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ..registry import cost, declare, register
 from ..templates import Shapes
 
-declare("paper", order=10, description="Pau & Aymone 2024, section 5, taken literally")
+declare("paper", order=10, description="Pau & Aymone 2024, section 5, taken literally", scope="default")
 
 
 @register("paper", "embedding")

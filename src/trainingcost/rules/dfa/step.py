@@ -7,7 +7,8 @@ A fixed random d×d matrix B_i per feedback point projects e straight onto the
 point's output, and gradients flow only inside the segment that ends there:
 
 - feedback points are the output of every block and of every stack's
-  embedding (Launay et al.'s ``dfa_embed``), so no gradient leaves a block and
+  embedding (Launay et al.'s ``dfa_embed``); a pre-LN stack's final norm
+  belongs to its last block's segment (the point is after it), so no gradient leaves a block and
   no global backward chain runs: block inputs (and, in an encoder-decoder, the
   encoder output read by cross-attention) are detached and need no gradient,
   so autograd does not compute the gradients that would leave a block;
@@ -48,8 +49,14 @@ class DirectFeedbackAlignment(Rule):
                     head_input = model.pool(stream.x).detach().requires_grad_()
                     logits = model.head(head_input)
                     continue
-                stage.run(stream)
-                points.append((stage, stream.x))
+                if stage.kind == "norm":  # a stack's final norm ends its last block's segment
+                    last, out = points.pop()
+                    stream.x = out
+                    stage.run(stream)
+                    points.append((last, stream.x))
+                else:
+                    stage.run(stream)
+                    points.append((stage, stream.x))
                 stream.x = stream.x.detach()  # the next segment starts from a constant
             loss = objective.loss(logits, batch.targets)
             del logits  # vocabulary-wide: released before the backward, which does not need it

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...train import attribution, objective
-from ...train.model import Linear, Stream
+from ...train.model import NORMS, Linear, Stream
 from ...train.rule import Rule, no_phases
 
 
@@ -60,7 +60,7 @@ class Pepita(Rule):
         self.units = {
             name: module
             for name, module in model.named_modules()
-            if isinstance(module, (Linear, nn.LayerNorm)) and module is not model.head
+            if isinstance(module, (Linear, *NORMS)) and module is not model.head
         }
         self.layer_of = {name: _layer_of(model, name) for name in self.units}
         self.recording: str | None = None  # 'clean' or 'modulated' while a pass is recorded
@@ -135,13 +135,15 @@ class Pepita(Rule):
         for name, (x_mod, h_mod) in self.modulated.items():
             module = self.units[name]
             with attribution.layer(self.layer_of[name]):
-                if isinstance(module, nn.LayerNorm):
+                if isinstance(module, NORMS):
                     self._update_norm(module, self.clean.pop(name), x_mod, h_mod)
                 else:
                     self._update_linear(module, self.clean.pop(name), x_mod, h_mod)
         self.modulated.clear()
 
     def _update_embedding(self, stack: str, modulated: Stream) -> None:
+        """The embedding's tables (token, token types, learned positions), whose summed output the modulation moves:
+        each learns ΔT = -onehot(ids)ᵀ modulation / rows, an index-add (a norm after them learns as a norm)."""
         try:
             embedding = self.model.get_submodule(f"{stack}.embedding")
         except AttributeError:  # a model whose input is not embedded (tests' MLP)
@@ -151,9 +153,21 @@ class Pepita(Rule):
         if shift.dim() == 2:
             shift = shift.unsqueeze(1).expand(*tokens.shape, shift.shape[-1])
         rows = tokens.numel()
+        flat = shift.reshape(rows, -1)
         grad = torch.zeros_like(embedding.weight)
-        grad.index_add_(0, tokens.reshape(-1), shift.reshape(rows, -1), alpha=-1.0 / rows)
-        embedding.weight.grad = grad
+        grad.index_add_(0, tokens.reshape(-1), flat, alpha=-1.0 / rows)
+        _accumulate(embedding.weight, grad)  # a tied table collects every stack's update (and the head's)
+        owner = self.model.get_submodule(stack)
+        types = getattr(owner, "token_type_embedding", None)
+        if types is not None:  # every token is of type 0
+            grad = torch.zeros_like(types.table.weight)
+            grad[0] = flat.sum(0) * (-1.0 / rows)
+            types.table.weight.grad = grad
+        positions = getattr(owner, "positional_encoding", None)
+        if positions is not None and positions.learned:
+            grad = torch.zeros_like(positions.table.weight)
+            grad[: tokens.shape[1]] = shift.sum(0) * (-1.0 / rows)
+            positions.table.weight.grad = grad
 
     @staticmethod
     def _update_linear(linear: Linear, h: torch.Tensor, x_mod: torch.Tensor, h_mod: torch.Tensor) -> None:
@@ -165,20 +179,34 @@ class Pepita(Rule):
             linear.bias.grad = diff.sum(0) / rows
 
     @staticmethod
-    def _update_norm(norm: nn.LayerNorm, y: torch.Tensor, z_mod: torch.Tensor, y_mod: torch.Tensor) -> None:
+    def _update_norm(norm: nn.Module, y: torch.Tensor, z_mod: torch.Tensor, y_mod: torch.Tensor) -> None:
+        """A diagonal layer y = γ ⊙ x̂ (+ β): Δγ = Σ (y - y_mod) ⊙ x̂_mod / rows, Δβ = Σ (y - y_mod) / rows,
+        x̂ LayerNorm's or RMSNorm's normalisation of the modulated input."""
         width = norm.normalized_shape[-1]
         diff = (y - y_mod).reshape(-1, width)
         rows = diff.shape[0]
         if norm.weight is not None:
-            normalised = F.layer_norm(z_mod, norm.normalized_shape, eps=norm.eps).reshape(-1, width)
+            if isinstance(norm, nn.RMSNorm):
+                normalised = F.rms_norm(z_mod, norm.normalized_shape, eps=norm.eps).reshape(-1, width)
+            else:
+                normalised = F.layer_norm(z_mod, norm.normalized_shape, eps=norm.eps).reshape(-1, width)
             norm.weight.grad = (diff * normalised).sum(0) / rows
-        if norm.bias is not None:
+        if getattr(norm, "bias", None) is not None:
             norm.bias.grad = diff.sum(0) / rows
 
     @staticmethod
     def _update_head(head: Linear, x_mod: torch.Tensor, error: torch.Tensor, rows_with_target: int) -> None:
         e = error.reshape(-1, head.out_features)
         n = max(rows_with_target, 1)
-        head.weight.grad = e.t() @ x_mod.reshape(-1, head.in_features) / n
+        _accumulate(head.weight, e.t() @ x_mod.reshape(-1, head.in_features) / n)  # tied: added to the embedding's
         if head.bias is not None:
             head.bias.grad = e.sum(0) / n
+
+
+def _accumulate(weight: torch.Tensor, grad: torch.Tensor) -> None:
+    """Set ``weight.grad``, or add to it where a tied weight already has another layer's update (as autograd sums
+    the gradients of a shared parameter)."""
+    if weight.grad is None:
+        weight.grad = grad
+    else:
+        weight.grad.add_(grad)
