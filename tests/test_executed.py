@@ -128,3 +128,69 @@ def test_elementwise_flops_by_hand():
         # PEPITA's forward: the full pass plus the modulated pass, whose head only pools (nothing for an LM head).
         assert cell["pepita", "head", "forward"] == b * 6 * t * v
         assert cell["pepita", f"{stack}.0.ffn", "forward"] == 2 * b * (t * ff + t * d + 8 * t * ff)
+
+
+# -- architecture options (issue 14): every option on every arch, under every rule -----------------------
+OPTION_CASES = {
+    "rmsnorm": dict(norm="rmsnorm"),
+    "pre": dict(norm_position="pre"),
+    "pre-rms": dict(norm_position="pre", norm="rmsnorm"),
+    "relu": dict(ffn="relu"),
+    "swiglu": dict(ffn="swiglu"),
+    "geglu": dict(ffn="geglu"),
+    "gqa": dict(kv_heads=2),
+    "mqa": dict(kv_heads=1),
+    "head_dim": dict(head_dim=6),
+    "learned": dict(positions="learned", max_positions=12),
+    "rotary": dict(positions="rotary"),
+    "nope": dict(positions="none"),
+    "tied": dict(tie_embeddings=True),
+    "no-bias": dict(bias="none"),
+    "qkv-bias": dict(bias="qkv"),
+    "head-bias": dict(bias="none", head_bias=True),
+    "bert-embedding": dict(type_vocab=2, embedding_norm=True, positions="learned"),
+}
+# Models of today, whole: Llama/Mistral (pre-RMSNorm, SwiGLU, GQA, rotary, no biases), Qwen2 (and q/k/v biases,
+# tied), GPT-2 (pre-LN, learned positions, tied, no head bias), BERT (post-LN, token types, embedding norm).
+MODERN = {
+    "llama": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", kv_heads=2, positions="rotary", bias="none"),
+    "qwen2": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", kv_heads=1, positions="rotary", bias="qkv",
+                  tie_embeddings=True),
+    "gpt2": dict(norm_position="pre", positions="learned", max_positions=16, tie_embeddings=True, head_bias=False),
+    "bert": dict(positions="learned", type_vocab=2, embedding_norm=True, tie_embeddings=True),
+    "wide-heads": dict(norm_position="pre", ffn="geglu", head_dim=10, kv_heads=2, positions="rotary"),
+}
+OPTION_ARCHES = {
+    "encoder": dict(arch=E, layers=2, d_model=16, heads=4, d_ff=24, vocab=11, seq_len=6, batch=3),
+    "decoder": dict(arch=D, layers=2, d_model=16, heads=4, d_ff=20, vocab=13, seq_len=5, batch=2),
+    "encoder-decoder": dict(arch=ED, enc_layers=2, dec_layers=1, d_model=16, heads=4, d_ff=24, vocab=11, seq_len=7,
+                            tgt_len=5, batch=2),
+    "classifier": dict(arch=D, layers=2, d_model=16, heads=4, d_ff=16, vocab=9, seq_len=4, batch=3, classes=3),
+}
+
+
+def _option_grid():
+    for arch, shape in OPTION_ARCHES.items():
+        for name, options in {**OPTION_CASES, **MODERN}.items():
+            if arch == "classifier" and options.get("tie_embeddings"):
+                continue  # refused: a classifier has no vocabulary to tie to (tests/test_config.py)
+            yield pytest.param({**shape, **options}, id=f"{arch}-{name}")
+
+
+@pytest.mark.parametrize("entry", list(_option_grid()))
+def test_executed_equals_measured_under_every_option(entry):
+    cfg = canonical_model(entry, "test")
+    assert not cfg.default_architecture
+    for rule in rule_names():
+        assert_cells_equal(predicted(cfg, rule), measured(cfg, rule, RuleOptions()), f"{rule} {cfg.options()}")
+
+
+def test_option_grid_covers_every_option_value():
+    from trainingcost.config.model import OPTION_CHOICES, OPTION_DEFAULTS
+
+    entries = [p.values[0] for p in _option_grid()]
+    for name, choices in OPTION_CHOICES.items():
+        assert set(choices) <= {e.get(name, OPTION_DEFAULTS[name]) for e in entries}, name
+    for name in OPTION_DEFAULTS:
+        assert any(name in e for e in entries), name
+    assert {e["arch"] for e in entries} == {E, D, ED}

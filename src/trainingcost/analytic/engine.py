@@ -50,7 +50,8 @@ INT64_LIMIT = float(2**63 - 1)
 
 def recipe(rule_name: str, mirror_steps: int = 1, cost_model_name: str | None = None) -> dict[str, list[tuple[str, int]]]:
     """The phases of ``rule_name`` as (quantity, multiplicity) lists, under ``cost_model_name``'s overrides."""
-    return rule(rule_name).recipe_for(cost_model_name, {"mirror_steps": mirror_steps})
+    recipes = cost_model(cost_model_name).recipes if cost_model_name is not None else None
+    return rule(rule_name).recipe_for(recipes, {"mirror_steps": mirror_steps})
 
 
 # ---------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The memory model: bytes held during one training step, per rule, optimizer and dtype.
 
 Components (each in bytes, all tensors in the given dtype):
-- ``parameters``: every trainable tensor, biases included, no weight tying
+- ``parameters``: every trainable tensor, biases included, a tied table once
   (each layer kind's ``params``, :mod:`.layers`);
 - ``gradients``: one gradient per parameter (every rule writes ``.grad``), plus
   the feedback matrices of a rule that trains them (KP);
@@ -44,7 +44,6 @@ PERSISTENT = ("parameters", "gradients", "feedback", "optimizer_state")
 EXECUTED_COLUMNS = ("buffers", "batch", "step_start", "peak", *peaks.PEAK_PHASE_COLUMNS)
 MEMORY_COLUMNS = ("config_id", "rule", "optimizer", "dtype", "parameter_count", *COMPONENTS, "total", *EXECUTED_COLUMNS)
 TOKEN_BYTES = 8  # int64 token ids and targets
-WEIGHT_MATRICES = {"attention": 4, "ffn": 2, "head": 1}  # linear layers per layer family (train/model.py)
 PER_LAYER = ("params", "weights", "saved", "working", "kept", "param_tensors")
 
 
@@ -111,11 +110,19 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
         "blocks": lambda: (c["enc_layers"] + c["dec_layers"] + n_stacks) * d * d,  # one per block and per embedding
         "output": lambda: n_stacks * out_width * d,  # one F per stack input
     }
-    # Buffers: each stack's positional table (rows x d, in the dtype); WM's float64 norm per weight matrix.
+    # Buffers: each stack's sinusoidal table (rows x d, in the dtype), or each rotary self-attention's cos and sin
+    # (rows x head_dim each, float32 tables cast to the dtype); WM's float64 norm per weight matrix.
+    options = T.option_columns(configs)
     rows_per_stack = np.where(encdec | (configs["arch"].to_numpy() == "encoder"), c["seq_len"], 0) + np.where(
         configs["arch"].to_numpy() != "encoder", c["tgt_len"], 0)
-    linears = _reduce(np.where(model_layer, t.count * np.array([WEIGHT_MATRICES.get(KINDS[k].family, 0) for k in t.kind]), 0),
-                      order, starts, np.add)
+    sinusoidal = (options["added_positions"] > 0) & (options["learned"] == 0)
+    rotary_tables = 2 * options["rotary"] * options["head_dim"] * (
+        np.where(configs["arch"].to_numpy() != "decoder", c["seq_len"] * c["enc_layers"], 0)
+        + c["tgt_len"] * c["dec_layers"])
+    position_buffers = np.where(sinusoidal, rows_per_stack * d, 0) + rotary_tables
+    matrices = {"attention": 4, "ffn": 2 + options["gated"][t.cfg], "head": 1}
+    linears = _reduce(np.where(model_layer, t.count * sum(np.where(np.array([KINDS[k].family == family for k in t.kind]), n, 0)
+                                                          for family, n in matrices.items()), 0), order, starts, np.add)
     # The batch: int64 token ids per stack and targets (one per output row), each its own storage.
     batch = TOKEN_BYTES * (B * rows_per_stack + B * out_rows)
     frames = []
@@ -148,7 +155,7 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
                     }
                 )
                 frame["total"] = sum(part.values())
-                buffers = rows_per_stack * d * size + (8 * linears if name == "wm" else 0)
+                buffers = position_buffers * size + (8 * linears if name == "wm" else 0)
                 start = sum(part[k] for k in PERSISTENT) + buffers + batch
                 frame["buffers"], frame["batch"], frame["step_start"] = buffers, batch, start
                 executed = peaks.step_peaks(configs, name, optimizer, size, start, part["gradients"],

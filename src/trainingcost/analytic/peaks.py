@@ -830,11 +830,18 @@ def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start:
                weight_decay: float = 0.0, mirror_steps: int = 1) -> dict[str, np.ndarray]:
     """The step's peak and each phase's peak (bytes, -1 where the rule has no such phase), per configuration,
     for a step that begins with ``start`` bytes alive, ``gradients`` of them last step's gradients. A model of
-    more than :data:`MAX_TAPE_BLOCKS` blocks is not replayed: -1 everywhere."""
+    more than :data:`MAX_TAPE_BLOCKS` blocks is not replayed: -1 everywhere; nor, yet, a model whose architecture
+    options are not the defaults (the tape follows the 2017 transformer's ops; issue 14)."""
+    from .templates import option_columns
+
     n = len(configs)
     out = {"peak": np.full(n, -1, dtype=np.int64), **{c: np.full(n, -1, dtype=np.int64) for c in PEAK_PHASE_COLUMNS}}
+    followed = option_columns(configs)["default_arch"] > 0
     for rows, key in groups(configs):
         if key[1] + key[2] > MAX_TAPE_BLOCKS:
+            continue
+        rows = rows[followed[rows]]
+        if len(rows) == 0:
             continue
         g = group_of(configs, rows, key, dtype_bytes)
         t = Tape(start[rows])

@@ -35,6 +35,7 @@ class CostModel:
     order: int  # place in tables and figures
     granularity: str  # 'layer' (per layer instance) or 'model' (one row named 'model')
     description: str
+    recipes: str = ""  # the cost model whose recipe overrides (RuleSpec.recipe_overrides) it follows; '': its own
     scope: str = "any"  # 'any' architecture, or 'default': only the 2017 transformer (every option at its default)
     formulas: dict[str, Callable] = field(default_factory=dict)  # layer kind -> formula
 
@@ -45,7 +46,8 @@ REGISTRY: dict[str, CostModel] = {}
 SCOPES = ("any", "default")
 
 
-def declare(name: str, *, order: int, granularity: str = "layer", description: str = "", scope: str = "any") -> CostModel:
+def declare(name: str, *, order: int, granularity: str = "layer", description: str = "", scope: str = "any",
+            recipes: str = "") -> CostModel:
     """Declare a cost model (once). ``scope='default'``: it defines the 2017 transformer only, and configurations
     with another architecture have no rows under it."""
     if name in REGISTRY:
@@ -54,7 +56,7 @@ def declare(name: str, *, order: int, granularity: str = "layer", description: s
         raise ValueError(f"cost model {name!r}: granularity must be 'layer' or 'model', not {granularity!r}")
     if scope not in SCOPES:
         raise ValueError(f"cost model {name!r}: scope must be one of {', '.join(SCOPES)}, not {scope!r}")
-    REGISTRY[name] = CostModel(name, order, granularity, description, scope=scope)
+    REGISTRY[name] = CostModel(name, order, granularity, description, recipes=recipes or name, scope=scope)
     return REGISTRY[name]
 
 

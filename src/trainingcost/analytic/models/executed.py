@@ -86,21 +86,24 @@ def positional_encoding(s: Shapes):
             "weight_grad": _matmul(s.zero, RESIDUAL * s.M * s.d, where=s.learned > 0)}
 
 
-def _attention(s: Shapes, turned: int):
+def _attention(s: Shapes, turned: int, causal_half: bool = False):
     # a = heads x head_dim (queries, output), kv = kv_heads x head_dim (keys, values; grouped-query attention
     # expands them to every head before the fused kernel, which then runs as for a heads).
     M, N, d, h, a, kv = s.M, s.N, s.d, s.h, s.a, s.kv
     weights = 4 * M * d * a + 4 * N * d * kv  # q and o on M rows, k and v on N rows
     scores = M * N * h
+    products = 4 * M * N * a  # QK^T and PV over all heads; the backward 2.5 times that
+    if causal_half:  # the `causal` convention: kernels that skip masked blocks run half of them
+        scores, products = scores // 2, products // 2
     biases = s.bq * (M * a + 2 * N * kv) + s.bo * M * d
     rotary = turned * s.rotary * ROTARY * (M * a + N * kv)
-    forward = _matmul(weights + 4 * M * N * a, BIAS * biases + (SOFTMAX + SCALE) * scores + rotary)
+    forward = _matmul(weights + products, BIAS * biases + (SOFTMAX + SCALE) * scores + rotary)
     expand_backward = 2 * N * (a - kv)  # the expanded keys' and values' gradients summed per group
     return {
         "forward": forward,
         "forward_modulated": forward,
         # Input gradients inside the layer: o's (2 M a d) and the fused attention backward.
-        "backward": _matmul(2 * M * a * d + 10 * M * N * a, SDPA_BACKWARD * scores + rotary + expand_backward),
+        "backward": _matmul(2 * M * a * d + products * 5 // 2, SDPA_BACKWARD * scores + rotary + expand_backward),
         # q's input gradient; k's and v's (absent under DFA where their input is detached).
         "backward_q": _matmul(2 * M * d * a),
         "backward_kv": _matmul(4 * N * d * kv, RESIDUAL * N * d),
@@ -207,3 +210,4 @@ def dfa_projection(s: Shapes):
     # divided by the block's length and broadcast over its M positions (M d divisions).
     spread = (s.err_rows != s.M) * s.M * s.d
     return {"dfa_projection": _matmul(2 * s.err_rows * s.d * s.d, spread)}
+

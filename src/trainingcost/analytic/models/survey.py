@@ -13,9 +13,12 @@ declare("survey", order=50, granularity="model", description="seed 002 (survey s
 def survey(s: Shapes):
     # Seed 002 (survey slides), counted in multiplications (MACCs): self-attention 4 n d^2 + 2 n^2 d,
     # position-wise FFN 8 n d^2 at d_ff = 4 d, i.e. 2 n d d_ff. FLOPs are twice the MACCs.
-    d, ff, N, M = s.d, s.ff, s.src_len, s.tgt_len
-    enc_maccs_w = s.enc_layers * (4 * N * d * d + 2 * N * d * ff)
-    enc_maccs_s = s.enc_layers * (2 * N * N * d)
-    dec_maccs_w = s.dec_layers * (4 * M * d * d + 2 * M * d * ff + s.encdec * (2 * M * d * d + 2 * N * d * d))
-    dec_maccs_s = s.dec_layers * (2 * M * M * d + s.encdec * 2 * M * N * d)
+    # Today's architectures (issue 14): Q and O d x a (a = heads x head_dim), K and V d x kv, a gated FFN's
+    # third matrix.
+    d, ff, N, M, a, kv = s.d, s.ff, s.src_len, s.tgt_len, s.a, s.kv
+    ffn = (2 + s.gated) * d * ff
+    enc_maccs_w = s.enc_layers * (2 * N * d * a + 2 * N * d * kv + N * ffn)
+    enc_maccs_s = s.enc_layers * (2 * N * N * a)
+    dec_maccs_w = s.dec_layers * (2 * M * d * a + 2 * M * d * kv + M * ffn + s.encdec * (2 * M * d * a + 2 * N * d * kv))
+    dec_maccs_s = s.dec_layers * (2 * M * M * a + s.encdec * 2 * M * N * a)
     return phases(2 * (enc_maccs_w + dec_maccs_w), 2 * (enc_maccs_s + dec_maccs_s))

@@ -14,9 +14,12 @@ def textbook(s: Shapes):
     # Seed 004, section 10.5.1, eqs. 10.82-10.90: per layer, Q, K, V and output projections
     # 4 x 2 B n d^2, scores and weighted sum 2 x 2 B n^2 d, FFN 2 x 2 B n d d_ff; that is
     # 24 B n d^2 + 4 B n^2 d at d_ff = 4 d. A cross-attention has Q and O on M rows, K and V on N.
-    d, ff, N, M = s.d, s.ff, s.src_len, s.tgt_len
-    enc_weights = s.enc_layers * (8 * N * d * d + 4 * N * d * ff)
-    enc_scores = s.enc_layers * (4 * N * N * d)
-    dec_weights = s.dec_layers * (8 * M * d * d + 4 * M * d * ff + s.encdec * (4 * M * d * d + 4 * N * d * d))
-    dec_scores = s.dec_layers * (4 * M * M * d + s.encdec * 4 * M * N * d)
+    # Today's architectures (issue 14): Q and O are d x a (a = heads x head_dim), K and V d x kv (grouped-query),
+    # the scores and weighted sum a wide; a gated FFN has a third d x d_ff matrix.
+    d, ff, N, M, a, kv = s.d, s.ff, s.src_len, s.tgt_len, s.a, s.kv
+    ffn = (4 + 2 * s.gated) * d * ff
+    enc_weights = s.enc_layers * (4 * N * d * a + 4 * N * d * kv + N * ffn)
+    enc_scores = s.enc_layers * (4 * N * N * a)
+    dec_weights = s.dec_layers * (4 * M * d * a + 4 * M * d * kv + M * ffn + s.encdec * (4 * M * d * a + 4 * N * d * kv))
+    dec_scores = s.dec_layers * (4 * M * M * a + s.encdec * 4 * M * N * a)
     return phases(enc_weights + dec_weights, enc_scores + dec_scores)
