@@ -23,6 +23,7 @@ import pandas as pd
 from . import __version__
 from .io import created_count, undo_since
 from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names
+from .analytic.engine import out_of_scope
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
 from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS
 from .config import (
@@ -41,9 +42,12 @@ from .config import (
     preset_entry,
     task_defaults,
 )
+from .config.model import BIASES, FFNS, NORM_POSITIONS, NORMS, POSITIONS
 
 # Model flags; each flag's dest is its config field (--d-model -> d_model).
-MODEL_FIELDS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "tgt_len", "batch", "classes")
+MODEL_FIELDS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "tgt_len", "batch",
+                "classes", "norm", "norm_position", "ffn", "kv_heads", "head_dim", "positions", "max_positions",
+                "tie_embeddings", "bias", "head_bias", "type_vocab", "embedding_norm")
 LAYER_FIELDS = ("layers", "enc_layers", "dec_layers")
 
 
@@ -67,7 +71,16 @@ def model_entry(args: argparse.Namespace, defaults: dict | None = None) -> dict:
     ``defaults`` fill the fields that neither gives (``train`` has defaults; ``estimate`` has none).
     """
     given = {field: getattr(args, field) for field in MODEL_FIELDS if getattr(args, field) is not None}
-    entry = preset_entry(args.preset, "--preset") if args.preset else {}
+    if args.preset and getattr(args, "hf_config", None):
+        raise ConfigError("--hf-config: give either --preset or --hf-config, not both")
+    if getattr(args, "hf_config", None):
+        from .config.hf import read_hf_config
+
+        entry = read_hf_config(args.hf_config)
+    else:
+        entry = preset_entry(args.preset, "--preset") if args.preset else {}
+    if "seq_len" in given and entry.get("max_positions", 0) and given["seq_len"] > entry["max_positions"]:
+        entry.pop("max_positions")  # a longer sequence than the model's table: a table of the sequence's length
     if any(k in given for k in LAYER_FIELDS):
         for key in LAYER_FIELDS:
             entry.pop(key, None)
@@ -95,7 +108,9 @@ def model_entry(args: argparse.Namespace, defaults: dict | None = None) -> dict:
             raise ConfigError(f"--{key.replace('_', '-')}: required without --preset")
     if "d_ff" not in entry and "ff_mult" not in entry:
         raise ConfigError("--d-ff: required without --preset")
-    return canonical_model(entry, "")
+    from .config.hf import check_window
+
+    return canonical_model(check_window(entry, "--hf-config"), "")
 
 
 # Configuration fields the command line names differently.
@@ -149,9 +164,11 @@ def describe_config(c: ModelConfig) -> str:
     else:
         depth = f"{c.layers} layer{'s' if c.layers != 1 else ''}, {c.seq_len} tokens"
     head = f"{c.classes} classes" if c.classes else f"vocab {c.vocab}"
+    options = c.options()
+    extra = ("\n" + ", ".join(f"{k} {v}" for k, v in options.items())) if options else ""
     return (
         f"{c.arch}, {depth}, d_model {c.d_model}, {c.heads} heads, d_ff {c.d_ff}, {head}, "
-        f"batch {c.batch} (config_id {c.config_id})"
+        f"batch {c.batch} (config_id {c.config_id}){extra}"
     )
 
 
@@ -213,13 +230,15 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
     return f"Total {unit} per training step, by rule and cost model\n" + _grid(header, rows) + "\n"
 
 
-def render_memory(memory: pd.DataFrame) -> str:
+def render_memory(memory: pd.DataFrame, cfg: ModelConfig | None = None) -> str:
     first = memory.iloc[0]
+    why = (f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)" if cfg is None or cfg.default_architecture
+           else "not replayed yet for architecture options (peaks.py follows the 2017 transformer)")
     setting = f"{first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters"
     phases = [c for c in PEAK_PHASE_COLUMNS if (memory[c] >= 0).any()]
     rows = [[r["rule"], "", human_bytes(r["step_start"] - r["batch"]),
              *(human_bytes(r[c]) if r[c] >= 0 else "" for c in phases),
-             human_bytes(r["peak"]) if r["peak"] >= 0 else f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)"]
+             human_bytes(r["peak"]) if r["peak"] >= 0 else why]
             for _, r in memory.iterrows()]
     header = ["rule", "", "persistent", *(c.removeprefix("peak_") for c in phases), "step peak"]
     executed = (f"Tensor memory of one training step, executed model ({setting}; CPU, batch of ids excluded "
@@ -253,6 +272,12 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     configs = configs_frame([(args.preset or "", cfg)])
     rules = list(rule_names()) if args.rule == "all" else [args.rule]
     models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
+    declined = [model for model in models if not out_of_scope(model, configs).empty]
+    notes = [f"{model}: out of scope: the {model} cost model defines the 2017 transformer only, and this model sets "
+             f"{', '.join(f'{k}={v}' for k, v in cfg.options().items())}; its rows are absent" for model in declined]
+    if len(declined) == len(models):
+        raise ConfigError("--cost-model " + notes[0])
+    models = [model for model in models if model not in declined]
     memory = memory_table(configs, rules, [args.dtype], [args.optimizer])
     per_layer = args.per_layer or (args.format != "table" and not args.memory)
     if per_layer:
@@ -273,11 +298,13 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             out.to_csv(sys.stdout, index=False)
         return 0
     print(describe_config(cfg))
+    for note in notes:
+        print(note)
     print()
     if not args.memory:
         print(render_costs(table, args.metric) if args.per_layer else render_phases(table, args.metric))
         print(render_summary(table, args.metric))
-    print(render_memory(memory))
+    print(render_memory(memory, cfg))
     return 0
 
 
@@ -321,6 +348,24 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tgt-len", type=_int, help="target length (encoder-decoder only; default --seq-len)")
     parser.add_argument("--batch", type=_int, help="sequences per step")
     parser.add_argument("--classes", type=_int, help="a classification head of C classes instead of the LM head")
+    parser.add_argument("--hf-config", metavar="PATH",
+                        help="a model's own config.json, or a folder holding one (gpt2, bert, llama, mistral, qwen2); "
+                             "the other flags override its fields")
+    arch = parser.add_argument_group("architecture options (defaults: the 2017 transformer)")
+    arch.add_argument("--norm", choices=NORMS)
+    arch.add_argument("--norm-position", choices=NORM_POSITIONS, help="post: norm(x + f(x)); pre: x + f(norm(x))")
+    arch.add_argument("--ffn", choices=FFNS, help="swiglu and geglu are gated (three matrices; --d-ff is their width)")
+    arch.add_argument("--kv-heads", type=_int, help="key/value heads (grouped-query attention); must divide --heads")
+    arch.add_argument("--head-dim", type=_int, help="the width of one head (default d_model / heads)")
+    arch.add_argument("--positions", choices=POSITIONS)
+    arch.add_argument("--max-positions", type=_int, help="rows of a learned position table (default: the sequence length)")
+    arch.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=None,
+                      help="the head shares the input embedding's table")
+    arch.add_argument("--bias", choices=BIASES, help="biases of the blocks' linear layers")
+    arch.add_argument("--head-bias", action=argparse.BooleanOptionalAction, default=None)
+    arch.add_argument("--type-vocab", type=_int, help="token types added to the embedding (BERT: 2)")
+    arch.add_argument("--embedding-norm", action=argparse.BooleanOptionalAction, default=None,
+                      help="a norm on the embedding output (BERT)")
 
 
 TRAIN_MODEL_DEFAULTS = dict(arch="decoder", layers=2, d_model=64, heads=4, ff_mult=4, seq_len=64, batch=16)

@@ -332,6 +332,9 @@ def layer_table(configs: pd.DataFrame, rules=None, cost_models=None, mirror_step
                         }
                     )
                 )
+    if not frames:  # no configuration in any cost model's scope
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c in ("block", "maccs", "flops") else str)
+                             for c in TABLE_COLUMNS})
     table = pd.concat(frames, ignore_index=True)
     # Forward order: stack by stack, the ends before block 0, block by block, sublayers in order.
     table = table.assign(_stack=table["_rank"] // 1000, _sub=table["_rank"] % 1000)

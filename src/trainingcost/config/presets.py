@@ -25,15 +25,21 @@ PRESETS: dict[str, dict] = {
         seq_len=512,
         tgt_len=512,
     ),
-    # Devlin et al. 2019.
-    "bert-base": dict(arch="encoder", layers=12, d_model=768, heads=12, d_ff=3072, vocab=30522, seq_len=512),
-    # Sanh et al. 2019: BERT-base with half the layers.
+    # Devlin et al. 2019, as Hugging Face's BertForMaskedLM (bert-base-uncased): post-LN, word + token-type +
+    # learned position embeddings and their LayerNorm, the MLM decoder tied to the word embeddings with its own
+    # bias. 108,922,170 parameters: BertForMaskedLM's 109,514,298 without the MLM transform (a 768 x 768 dense
+    # layer and a LayerNorm, 592,128), which trainingcost does not model; the paper's "110M" is BertModel's
+    # 109,482,240 (with the pooler, without the MLM head).
+    "bert-base": dict(arch="encoder", layers=12, d_model=768, heads=12, d_ff=3072, vocab=30522, seq_len=512,
+                      positions="learned", type_vocab=2, embedding_norm=True, tie_embeddings=True),
+    # Sanh et al. 2019: BERT-base with half the layers (the 2017 transformer's shape; not the exact model).
     "distilbert": dict(arch="encoder", layers=6, d_model=768, heads=12, d_ff=3072, vocab=30522, seq_len=512),
-    # Radford et al. 2019, the shape of the 124M model. That count ties the head to the token embedding
-    # and has learned positions; here the head has its own 50257 x 768 weights (+38.6M) and positions are
-    # sinusoidal, so trainingcost counts 162.3M parameters until the head can be tied (issue 14).
-    "gpt2-small": dict(arch="decoder", layers=12, d_model=768, heads=12, d_ff=3072, vocab=50257, seq_len=1024),
-    # Raffel et al. 2020.
+    # Radford et al. 2019, the 124M model (Hugging Face gpt2): pre-LN with a final LayerNorm, learned positions,
+    # the head tied to the token embedding and without bias. 124,439,808 parameters.
+    "gpt2-small": dict(arch="decoder", layers=12, d_model=768, heads=12, d_ff=3072, vocab=50257, seq_len=1024,
+                       norm_position="pre", positions="learned", tie_embeddings=True, head_bias=False),
+    # Raffel et al. 2020, in the 2017 transformer's form: T5's own (RMSNorm, ReLU, no biases, relative position
+    # bias, tied embeddings) waits for relative positions (issue 14).
     "t5-small": dict(
         arch="encoder-decoder",
         enc_layers=6,
@@ -45,4 +51,33 @@ PRESETS: dict[str, dict] = {
         seq_len=512,
         tgt_len=512,
     ),
+    # Touvron et al. 2023 (Llama 2), Hugging Face meta-llama/Llama-2-7b-hf: pre-RMSNorm, SwiGLU, rotary positions,
+    # no biases, an untied head. 6,738,415,616 parameters.
+    "llama-2-7b": dict(arch="decoder", layers=32, d_model=4096, heads=32, d_ff=11008, vocab=32000, seq_len=4096,
+                       norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none"),
+    # Meta 2024 (Llama 3), meta-llama/Meta-Llama-3-8B: as Llama 2 with 8 key/value heads and a 128,256 vocabulary.
+    # 8,030,261,248 parameters.
+    "llama-3-8b": dict(arch="decoder", layers=32, d_model=4096, heads=32, kv_heads=8, d_ff=14336, vocab=128256,
+                       seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none"),
+    # Jiang et al. 2023 (Mistral 7B), mistralai/Mistral-7B-v0.1: Llama's blocks with 8 key/value heads and a
+    # 4,096-token sliding window, which masks nothing at the 4,096-token sequence used here. 7,241,732,096 parameters.
+    "mistral-7b": dict(arch="decoder", layers=32, d_model=4096, heads=32, kv_heads=8, d_ff=14336, vocab=32000,
+                       seq_len=4096, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none"),
+    # Qwen team 2024 (Qwen2.5), Qwen/Qwen2.5-0.5B: 14 query and 2 key/value heads of 64, biases on q, k and v only,
+    # the head tied to the embedding. 494,032,768 parameters.
+    "qwen2.5-0.5b": dict(arch="decoder", layers=24, d_model=896, heads=14, kv_heads=2, d_ff=4864, vocab=151936,
+                         seq_len=32768, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
+                         bias="qkv", tie_embeddings=True),
 }
+
+# The parameter count each preset's source publishes (Hugging Face's num_parameters() of the named model class),
+# and what trainingcost counts where they differ; tests/test_presets.py checks both, the README prints them.
+PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
+    "bert-base": (109_514_298, "BertForMaskedLM; trainingcost omits the MLM transform, 592,128"),
+    "gpt2-small": (124_439_808, "GPT2LMHeadModel"),
+    "llama-2-7b": (6_738_415_616, "LlamaForCausalLM"),
+    "llama-3-8b": (8_030_261_248, "LlamaForCausalLM"),
+    "mistral-7b": (7_241_732_096, "MistralForCausalLM"),
+    "qwen2.5-0.5b": (494_032_768, "Qwen2ForCausalLM"),
+}
+MLM_TRANSFORM = {"bert-base": 768 * 768 + 768 + 2 * 768}  # what a preset leaves out of its source's count

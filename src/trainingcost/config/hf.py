@@ -1,0 +1,196 @@
+"""A model's own ``config.json`` (as shipped with a Hugging Face model), read as a model entry.
+
+Plain JSON, no ``transformers``: each supported ``model_type`` maps its keys onto
+trainingcost's fields and options. What the mapping cannot express (mixture of
+experts, sliding-window attention over a longer sequence, an unknown
+``model_type``, keys of the wrong type) is refused in one line that names it,
+never counted silently wrong. The result is an entry like a preset's: command-line
+flags and a sweep entry's other keys override its fields.
+
+Sources of each mapping: the ``configuration_*.py`` and ``modeling_*.py`` of
+Hugging Face ``transformers`` for GPT-2, BERT, Llama, Mistral and Qwen2 (key names,
+their defaults, which layers carry biases, which heads are tied).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import ConfigError
+
+SUPPORTED = ("gpt2", "bert", "llama", "mistral", "qwen2")
+# Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
+UNSUPPORTED_KEYS = {
+    "num_local_experts": "mixture of experts",
+    "num_experts": "mixture of experts",
+    "n_routed_experts": "mixture of experts",
+    "moe_intermediate_size": "mixture of experts",
+    "num_kv_shared_layers": "a KV cache shared across layers",
+    "kv_sharing": "a KV cache shared across layers",
+    "cross_layer_attention": "a KV cache shared across layers",
+}
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu", "relu": "relu"}
+
+
+def config_path(path: str | Path, where: str) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"{where}: no such file: {path}")
+    return path
+
+
+def read_hf_config(path: str | Path, where: str = "--hf-config") -> dict:
+    """The model entry of a ``config.json`` (or of a folder holding one)."""
+    file = config_path(path, where)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: {file}: not UTF-8 text (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where}: {file}: invalid JSON at line {exc.lineno}, column {exc.colno}") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: {file}: cannot be read ({exc.strerror})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: {file}: expected a JSON object, not {type(data).__name__}")
+    return hf_entry(data, f"{where} {file}")
+
+
+class _Keys:
+    """Typed access to a config.json's keys, each mistake one line naming the key."""
+
+    def __init__(self, data: dict, where: str, model_type: str):
+        self.data, self.where, self.model_type = data, where, model_type
+
+    def _fail(self, key: str, what: str):
+        raise ConfigError(f"{self.where}: {key}: {what} (model_type {self.model_type})")
+
+    def int(self, key: str, default=None, *, minimum: int = 1):
+        value = self.data.get(key, default)
+        if value is None:
+            if default is None and key not in self.data:
+                self._fail(key, "missing")
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            self._fail(key, f"{value!r} is not an integer")
+        if value < minimum:
+            self._fail(key, f"{value} is less than {minimum}")
+        return value
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            self._fail(key, f"{value!r} is not a boolean")
+        return value
+
+    def str(self, key: str, default: str) -> str:
+        value = self.data.get(key, default)
+        if not isinstance(value, str):
+            self._fail(key, f"{value!r} is not a string")
+        return value
+
+    def activation(self, key: str, default: str, allowed: dict) -> str:
+        value = self.str(key, default)
+        if value not in allowed:
+            self._fail(key, f"{value!r} is not supported (supported: {', '.join(allowed)})")
+        return allowed[value]
+
+
+def hf_entry(data: dict, where: str = "config.json") -> dict:
+    """Map one parsed ``config.json`` onto a model entry."""
+    model_type = data.get("model_type")
+    if model_type is None:
+        raise ConfigError(f"{where}: model_type: missing (supported: {', '.join(SUPPORTED)})")
+    if model_type not in SUPPORTED:
+        raise ConfigError(f"{where}: model_type: {model_type!r} is not supported (supported: {', '.join(SUPPORTED)})")
+    for key, feature in UNSUPPORTED_KEYS.items():
+        if data.get(key) not in (None, 0, False):
+            raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")
+    keys = _Keys(data, where, model_type)
+    return {"gpt2": _gpt2, "bert": _bert, "llama": _llama, "mistral": _llama, "qwen2": _llama}[model_type](keys)
+
+
+def _gpt2(k: _Keys) -> dict:
+    # GPT-2 (modeling_gpt2.py): pre-LN with ln_f, learned positions (n_positions), Conv1D layers with biases,
+    # lm_head without bias and tied to wte; n_inner None means 4 x n_embd.
+    if k.bool("add_cross_attention", False):
+        k._fail("add_cross_attention", "cross-attention in a decoder-only model is not supported")
+    d = k.int("n_embd")
+    positions = k.int("n_positions")
+    return dict(
+        arch="decoder", layers=k.int("n_layer"), d_model=d, heads=k.int("n_head"),
+        d_ff=k.int("n_inner", 4 * d) or 4 * d, vocab=k.int("vocab_size"), seq_len=positions,
+        norm="layernorm", norm_position="pre", ffn=k.activation("activation_function", "gelu_new", ACTIVATIONS),
+        positions="learned", max_positions=positions, tie_embeddings=k.bool("tie_word_embeddings", True),
+        bias="all", head_bias=False,
+    )
+
+
+def _bert(k: _Keys) -> dict:
+    # BERT (modeling_bert.py, BertForMaskedLM): post-LN; word + token-type + learned position embeddings, then a
+    # LayerNorm; the MLM decoder tied to the word embeddings, with its own bias. The MLM transform (a d x d dense
+    # layer, its activation and a LayerNorm) and the pooler are not modelled (docs/cost_models.md).
+    if k.str("position_embedding_type", "absolute") != "absolute":
+        k._fail("position_embedding_type", f"{k.data['position_embedding_type']!r} is not supported (supported: absolute)")
+    if k.bool("is_decoder", False):
+        k._fail("is_decoder", "BERT as a decoder is not supported")
+    positions = k.int("max_position_embeddings")
+    return dict(
+        arch="encoder", layers=k.int("num_hidden_layers"), d_model=k.int("hidden_size"),
+        heads=k.int("num_attention_heads"), d_ff=k.int("intermediate_size"), vocab=k.int("vocab_size"),
+        seq_len=positions, norm="layernorm", norm_position="post",
+        ffn=k.activation("hidden_act", "gelu", ACTIVATIONS), positions="learned", max_positions=positions,
+        type_vocab=k.int("type_vocab_size", 2, minimum=0) or 0, embedding_norm=True,
+        tie_embeddings=k.bool("tie_word_embeddings", True), bias="all", head_bias=True,
+    )
+
+
+def _llama(k: _Keys) -> dict:
+    # Llama, Mistral, Qwen2 (modeling_llama.py, modeling_mistral.py, modeling_qwen2.py): pre-RMSNorm with a final
+    # norm, a SwiGLU MLP (hidden_act silu), grouped-query attention (num_key_value_heads), rotary positions, an
+    # untied head without bias unless tie_word_embeddings. Biases: Llama's attention_bias (q, k, v, o) and mlp_bias;
+    # Qwen2's q, k, v always; Mistral none.
+    model_type = k.model_type
+    heads = k.int("num_attention_heads")
+    d = k.int("hidden_size")
+    act = k.str("hidden_act", "silu")
+    if act not in ("silu", "gelu", "gelu_pytorch_tanh"):
+        k._fail("hidden_act", f"{act!r} is not supported (supported: silu, gelu)")
+    entry = dict(
+        arch="decoder", layers=k.int("num_hidden_layers"), d_model=d, heads=heads,
+        d_ff=k.int("intermediate_size"), vocab=k.int("vocab_size"), seq_len=k.int("max_position_embeddings"),
+        norm="rmsnorm", norm_position="pre", ffn="swiglu" if act == "silu" else "geglu",
+        kv_heads=k.int("num_key_value_heads", heads), positions="rotary",
+        tie_embeddings=k.bool("tie_word_embeddings", False), head_bias=False,
+    )
+    head_dim = k.int("head_dim", 0, minimum=0) if "head_dim" in k.data and k.data["head_dim"] is not None else 0
+    if head_dim and head_dim * heads != d:
+        entry["head_dim"] = head_dim
+    if model_type == "llama":
+        attention, mlp = k.bool("attention_bias", False), k.bool("mlp_bias", False)
+        if attention != mlp:
+            k._fail("attention_bias", f"attention_bias {attention} with mlp_bias {mlp} is not supported "
+                    "(trainingcost's bias option: all, none, or q/k/v only)")
+        entry["bias"] = "all" if attention else "none"
+    else:
+        entry["bias"] = "qkv" if model_type == "qwen2" else "none"
+    if model_type == "qwen2" and k.bool("use_sliding_window", False):
+        k._fail("use_sliding_window", "sliding-window attention is not supported")
+    if model_type == "mistral":
+        window = k.int("sliding_window", 0, minimum=0)
+        if window:
+            entry["sliding_window"] = window  # checked against the sequence length once flags have overridden it
+    return entry
+
+
+def check_window(entry: dict, where: str) -> dict:
+    """An entry from a config.json with sliding-window attention is costed exactly only where the window covers the
+    whole sequence (then it masks nothing); otherwise one line. Returns the entry without the key."""
+    entry = dict(entry)
+    window = entry.pop("sliding_window", None)
+    if window and entry.get("seq_len", 0) > window:
+        raise ConfigError(f"{where}: sliding_window: {window}-token sliding-window attention over {entry['seq_len']} "
+                          f"positions is not supported; give seq_len of at most {window}, where the window masks nothing")
+    return entry
