@@ -194,3 +194,18 @@ def check_window(entry: dict, where: str) -> dict:
         raise ConfigError(f"{where}: sliding_window: {window}-token sliding-window attention over {entry['seq_len']} "
                           f"positions is not supported; give seq_len of at most {window}, where the window masks nothing")
     return entry
+
+
+def with_overrides(entry: dict, overrides: dict) -> dict:
+    """A config.json's entry with a sweep entry's (or the flags') fields in place of its own."""
+    out = dict(entry)
+    if any(k in overrides for k in ("layers", "enc_layers", "dec_layers")):
+        for key in ("layers", "enc_layers", "dec_layers"):
+            out.pop(key, None)
+    if "ff_mult" in overrides:
+        out.pop("d_ff", None)
+    seq_len = overrides.get("seq_len")
+    if seq_len and out.get("max_positions", 0) and seq_len > out["max_positions"] and "max_positions" not in overrides:
+        out.pop("max_positions")  # a longer sequence than the model's table: a table of the sequence's length
+    out.update(overrides)
+    return out

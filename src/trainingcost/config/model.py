@@ -316,6 +316,8 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
         if out["max_positions"] < max(lengths):
             raise ConfigError(f"{_field(where, 'max_positions')}: {out['max_positions']} rows cannot hold a sequence of "
                               f"{max(lengths)} positions")
+        if set(lengths) == {out["max_positions"]}:
+            del out["max_positions"]  # each stack's own length: the default, one config_id
     head_dim = out.get("head_dim", d_model // heads)
     if positions == "rotary" and head_dim % 2:
         raise ConfigError(f"{_field(where, 'head_dim' if 'head_dim' in out else 'positions')}: rotary positions turn "

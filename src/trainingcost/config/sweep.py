@@ -125,7 +125,12 @@ def enumerate_sweep(sweep: dict) -> list[tuple[str, ModelConfig]]:
             add(grid.get("name", ""), canonical_model(entry, where, strict=False))
     for i, model in enumerate(sweep.get("models", [])):
         where = f"sweep.models[{i}]"
-        add(model.get("name", ""), canonical_model({k: v for k, v in model.items() if k != "name"}, where))
+        entry = {k: v for k, v in model.items() if k != "name"}
+        if "hf_config" in entry:
+            from .hf import check_window, read_hf_config, with_overrides
+
+            entry = check_window(with_overrides(read_hf_config(entry.pop("hf_config"), f"{where}.hf_config"), entry), where)
+        add(model.get("name", ""), canonical_model(entry, where))
     if not seen:
         raise ConfigError("sweep: no configurations (give presets, grids or models)")
     return list(seen.values())
