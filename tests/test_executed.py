@@ -144,6 +144,7 @@ OPTION_CASES = {
     "learned": dict(positions="learned", max_positions=12),
     "rotary": dict(positions="rotary"),
     "nope": dict(positions="none"),
+    "relative": dict(positions="relative", relative_buckets=8, relative_max_distance=16),
     "tied": dict(tie_embeddings=True),
     "no-bias": dict(bias="none"),
     "qkv-bias": dict(bias="qkv"),
@@ -158,6 +159,7 @@ MODERN = {
                   tie_embeddings=True),
     "gpt2": dict(norm_position="pre", positions="learned", max_positions=16, tie_embeddings=True, head_bias=False),
     "bert": dict(positions="learned", type_vocab=2, embedding_norm=True, tie_embeddings=True),
+    "t5": dict(norm="rmsnorm", norm_position="pre", ffn="relu", positions="relative", bias="none", tie_embeddings=True),
     "wide-heads": dict(norm_position="pre", ffn="geglu", head_dim=10, kv_heads=2, positions="rotary"),
 }
 OPTION_ARCHES = {

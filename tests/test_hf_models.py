@@ -8,7 +8,10 @@ the architecture where Hugging Face's model does work trainingcost does not mode
 
 - BERT's MLM transform (a d x d dense layer before the decoder: 2 B S d^2 forward, twice that backward).
 
-After that term the residual must be 0. (Hugging Face's rotary angles are elementwise products, not a counted
+After that term the residual must be 0. T5's relative position bias needs a gradient, so torch runs its self-attention
+on the unfused math path (8 B M N d backward FLOPs, not the fused kernel's 10): trainingcost's model runs the same
+path and its executed model counts it, so no term remains. Dropout is off: Hugging Face passes its rate to SDPA,
+and a non-zero rate also takes CPU attention off the fused kernel. (Hugging Face's rotary angles are elementwise products, not a counted
 matmul, in the transformers release the dev extra installs; were they a matmul, the test would fail and say so.) docs/cost_models.md says what they amount to at the presets' sizes.
 """
 
@@ -24,7 +27,7 @@ from trainingcost.measure.flops import CPU_SDPA_FORMULAS
 
 transformers = pytest.importorskip("transformers")
 
-B, S = 2, 12
+B, S, T = 2, 12, 7  # batch, (source) length, target length of an encoder-decoder
 
 
 def _raw(formula):
@@ -53,6 +56,10 @@ MODELS = {
     "bert": lambda: (lambda c: (c, transformers.BertForMaskedLM(c)))(transformers.BertConfig(
         hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=40, vocab_size=61,
         max_position_embeddings=64, attn_implementation="sdpa")),
+    "t5": lambda: (lambda c: (c, transformers.T5ForConditionalGeneration(c)))(transformers.T5Config(
+        d_model=32, d_kv=8, d_ff=40, num_layers=2, num_decoder_layers=1, num_heads=4, vocab_size=61,
+        relative_attention_num_buckets=8, relative_attention_max_distance=16, decoder_start_token_id=0, pad_token_id=0,
+        dropout_rate=0.0, attn_implementation="sdpa")),
     "llama": _llama_like("LlamaConfig", "LlamaForCausalLM"),
     "mistral": _llama_like("MistralConfig", "MistralForCausalLM", sliding_window=None),
     "qwen2": _llama_like("Qwen2Config", "Qwen2ForCausalLM", tie_word_embeddings=True),
@@ -62,12 +69,13 @@ MODELS = {
 def hf_step_flops(model, config) -> int:
     torch.manual_seed(0)
     ids = torch.randint(0, config.vocab_size, (B, S))
+    labels = torch.randint(0, config.vocab_size, (B, T)) if config.is_encoder_decoder else ids
     model.train()
     for module in model.modules():  # dropout does no counted work; off, so the step is deterministic
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     with FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION) as counter:
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = model(input_ids=ids, labels=labels).loss
         loss.backward()
     return counter.get_total_flops()
 
@@ -77,7 +85,8 @@ def test_parameters_and_executed_flops_equal_the_hugging_face_model(model_type):
     config, model = MODELS[model_type]()
     data = config.to_dict()
     assert data["model_type"] == model_type
-    entry = check_window(with_overrides(hf_entry(data), {"seq_len": S, "batch": B}), "test")
+    lengths = {"seq_len": S, "tgt_len": T} if data.get("is_encoder_decoder") else {"seq_len": S}
+    entry = check_window(with_overrides(hf_entry(data), {**lengths, "batch": B}), "test")
     cfg = canonical_model(entry)
     frame = configs_frame([("", cfg)])
     d = cfg.d_model

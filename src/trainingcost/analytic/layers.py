@@ -90,6 +90,14 @@ KINDS: dict[str, LayerKind] = _kinds(
         working=lambda s: 2 * s.M * s.d,
         param_tensors=lambda s: s.learned,
     ),
+    LayerKind(
+        "relative_position", "positions",
+        "T5's relative position bias: a (buckets x heads) table gathered into an M x N bias per head, added to the "
+        "scores of every self-attention of the stack",
+        params=lambda s: s.rb * s.h,
+        working=lambda s: s.M * s.N * s.h,
+        param_tensors=lambda s: 1 + s.zero,
+    ),
     _attention("self_attention", "multi-head self-attention: q, k, v, o projections around fused attention"),
     _attention("masked_self_attention", "causal multi-head self-attention"),
     _attention("cross_attention", "multi-head attention of decoder rows (M) over encoder rows (N)"),
@@ -166,7 +174,7 @@ DECODER_ONLY_BLOCK = _block(_DECODER_ONLY, pre=False)
 ENC_DEC_DECODER_BLOCK = _block(_ENC_DEC_DECODER, pre=False)
 NORM_POSITIONS = ("post", "pre")
 # A stack's first layers (name = kind but for the embedding's norm), the ones a configuration has:
-STACK_ENDS = ("embedding", "token_type_embedding", "positional_encoding", "embedding_norm")
+STACK_ENDS = ("embedding", "token_type_embedding", "positional_encoding", "embedding_norm", "relative_position")
 EMBEDDING_NORM, FINAL_NORM = "embedding_norm", "final_norm"  # kind "norm"
 
 
@@ -190,6 +198,8 @@ def stack_ends(cfg) -> tuple[tuple[str, str], ...]:
         ends.append(("positional_encoding", "positional_encoding"))
     if cfg.embedding_norm:
         ends.append((EMBEDDING_NORM, "norm"))
+    if cfg.positions == "relative":
+        ends.append(("relative_position", "relative_position"))
     return tuple(ends)
 
 

@@ -24,7 +24,7 @@ from ..config.model import ARCHES
 from . import layers as L
 
 STACK_RANK = {"encoder": 0, "decoder": 1, "": 2}
-END_RANK = {"embedding": 0, "token_type_embedding": 1, "positional_encoding": 2, L.EMBEDDING_NORM: 3}
+END_RANK = {"embedding": 0, "token_type_embedding": 1, "positional_encoding": 2, L.EMBEDDING_NORM: 3, "relative_position": 4}
 EMBEDDING_DFA_RANK = 5  # '<stack>.embedding.dfa_projection' follows the stack's ends
 BLOCK_SUB_OFFSET = 2  # sublayer ranks inside a block start here
 DFA_SUB_RANK = 50  # a block's DFA projection is listed after its sublayers
@@ -41,7 +41,8 @@ SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": 
                  "a": "attn_width", "kv": "kv_width", "kvh": "kv_heads", "dh": "head_dim", "gated": "gated",
                  "relu": "relu", "silu": "silu", "g": "norm_vectors", "rms": "rms", "pre": "pre", "tied": "tied", "bq": "qkv_bias",
                  "bo": "out_bias", "bh": "head_bias", "learned": "learned", "rotary": "rotary", "tv": "type_vocab",
-                 "max_pos": "max_positions", "default_arch": "default_arch"}
+                 "max_pos": "max_positions", "relative": "relative", "rb": "relative_buckets",
+                 "default_arch": "default_arch"}
 TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows", "shared")
 
 
@@ -76,6 +77,7 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
         "pre": i64(column("norm_position").astype(str) == "pre"), "tied": i64(column("tie_embeddings").astype(bool)),
         "qkv_bias": i64(bias != "none"), "out_bias": i64(bias == "all"), "head_bias": i64(column("head_bias").astype(bool)),
         "learned": i64(positions == "learned"), "rotary": i64(positions == "rotary"),
+        "relative": i64(positions == "relative"), "relative_buckets": i64(column("relative_buckets")),
         "added_positions": i64(np.isin(positions, ("sinusoidal", "learned"))),
         "type_vocab": i64(column("type_vocab")), "max_positions": i64(column("max_positions")),
         "embedding_norm": i64(column("embedding_norm").astype(bool)),
@@ -230,7 +232,8 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
         encdec = arch == "encoder-decoder"
         tied = cols["tied"] > 0
         ends_of = {"embedding": everything, "token_type_embedding": cols["type_vocab"] > 0,
-                   "positional_encoding": cols["added_positions"] > 0, L.EMBEDDING_NORM: cols["embedding_norm"] > 0}
+                   "positional_encoding": cols["added_positions"] > 0, L.EMBEDDING_NORM: cols["embedding_norm"] > 0,
+                   "relative_position": cols["relative"] > 0}
         for stack in ("encoder", "decoder"):
             depth = cols["enc_layers"] if stack == "encoder" else cols["dec_layers"]
             rows = cols["seq_len"] if stack == "encoder" else cols["tgt_len"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-SUPPORTED = ("gpt2", "bert", "llama", "mistral", "qwen2")
+SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2")
 # Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
 UNSUPPORTED_KEYS = {
     "num_local_experts": "mixture of experts",
@@ -109,7 +109,7 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
         if data.get(key) not in (None, 0, False):
             raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")
     keys = _Keys(data, where, model_type)
-    return {"gpt2": _gpt2, "bert": _bert, "llama": _llama, "mistral": _llama, "qwen2": _llama}[model_type](keys)
+    return {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama}[model_type](keys)
 
 
 def _gpt2(k: _Keys) -> dict:
@@ -145,6 +145,36 @@ def _bert(k: _Keys) -> dict:
         type_vocab=k.int("type_vocab_size", 2, minimum=0) or 0, embedding_norm=True,
         tie_embeddings=k.bool("tie_word_embeddings", True), bias="all", head_bias=True,
     )
+
+
+T5_FFN = {"relu": "relu", "gelu": "gelu", "gated-gelu": "geglu", "gated-silu": "swiglu"}
+
+
+def _t5(k: _Keys) -> dict:
+    # T5 (modeling_t5.py, T5ForConditionalGeneration): pre-RMSNorm (T5LayerNorm, no bias) with a final norm per stack,
+    # no biases, a relative position bias per stack (first block's self-attention, shared by the stack), heads d_kv
+    # wide, encoder and decoder embeddings shared and tied to the head. Sequence length: n_positions (512).
+    if not k.bool("is_encoder_decoder", True):
+        k._fail("is_encoder_decoder", "T5's encoder alone is not supported")
+    if not k.bool("tie_word_embeddings", True):
+        k._fail("tie_word_embeddings", "an untied head with shared encoder and decoder embeddings (T5 v1.1) is not "
+                "supported")
+    layers = k.int("num_layers")
+    heads = k.int("num_heads")
+    d = k.int("d_model")
+    entry = dict(
+        arch="encoder-decoder", enc_layers=layers, dec_layers=k.int("num_decoder_layers", layers) or layers,
+        d_model=d, heads=heads, d_ff=k.int("d_ff"), vocab=k.int("vocab_size"),
+        seq_len=k.int("n_positions", 512), norm="rmsnorm", norm_position="pre",
+        ffn=k.activation("feed_forward_proj", "relu", T5_FFN), positions="relative",
+        relative_buckets=k.int("relative_attention_num_buckets", 32),
+        relative_max_distance=k.int("relative_attention_max_distance", 128),
+        tie_embeddings=True, bias="none", head_bias=False,
+    )
+    head_dim = k.int("d_kv", d // heads)
+    if head_dim * heads != d:
+        entry["head_dim"] = head_dim
+    return entry
 
 
 def _llama(k: _Keys) -> dict:

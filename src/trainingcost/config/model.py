@@ -26,12 +26,13 @@ NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("post", "pre")
 FFNS = ("gelu", "relu", "swiglu", "geglu")
 GATED_FFNS = ("swiglu", "geglu")  # three matrices: act(x W_gate) * (x W_up), then W_down
-POSITIONS = ("sinusoidal", "learned", "rotary", "none")
+POSITIONS = ("sinusoidal", "learned", "rotary", "relative", "none")
 ADDED_POSITIONS = ("sinusoidal", "learned")  # a table added to the token embedding
 BIASES = ("all", "none", "qkv")  # qkv: biases on the query, key and value projections only (Qwen2)
 OPTION_DEFAULTS = dict(
     norm="layernorm", norm_position="post", ffn="gelu", kv_heads=0, head_dim=0, positions="sinusoidal",
     max_positions=0, tie_embeddings=False, bias="all", head_bias=None, type_vocab=0, embedding_norm=False,
+    relative_buckets=32, relative_max_distance=128,
 )
 OPTION_CHOICES = dict(norm=NORMS, norm_position=NORM_POSITIONS, ffn=FFNS, positions=POSITIONS, bias=BIASES)
 
@@ -57,13 +58,15 @@ class ModelConfig:
     ffn: str = "gelu"  # gelu, relu (two matrices), swiglu, geglu (three; d_ff is the gated width)
     kv_heads: int = 0  # key/value heads (grouped-query attention); 0: as many as heads
     head_dim: int = 0  # width of one head; 0: d_model / heads
-    positions: str = "sinusoidal"  # sinusoidal, learned (a table), rotary (on q and k), none
+    positions: str = "sinusoidal"  # sinusoidal, learned (a table), rotary (on q and k), relative (T5's bias), none
     max_positions: int = 0  # rows of a learned table; 0: each stack's own length
     tie_embeddings: bool = False  # the head (and an encoder-decoder's two embeddings) share one V x d table
     bias: str = "all"  # biases of the blocks' linear layers: all, none, qkv
     head_bias: bool | None = None  # the head's bias; None: as the blocks' (bias == all)
     type_vocab: int = 0  # token-type embeddings added to the token embedding (BERT's segments); 0: none
     embedding_norm: bool = False  # a norm on the embedding output (BERT)
+    relative_buckets: int = 32  # positions relative: T5's buckets of relative distance (Raffel et al. 2020) ...
+    relative_max_distance: int = 128  # ... and the distance from which all share the last bucket
 
     def __post_init__(self):
         if self.kv_heads == 0:
@@ -300,7 +303,7 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
             if not isinstance(e[name], bool):
                 raise ConfigError(f"{_field(where, name)}: {e[name]!r} is not a boolean (true or false)")
             out[name] = e[name]
-    for name in ("kv_heads", "head_dim", "max_positions", "type_vocab"):
+    for name in ("kv_heads", "head_dim", "max_positions", "type_vocab", "relative_buckets", "relative_max_distance"):
         if name in e:
             value = e[name]
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "type_vocab" else 1):
@@ -318,6 +321,12 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
                               f"{max(lengths)} positions")
         if set(lengths) == {out["max_positions"]}:
             del out["max_positions"]  # each stack's own length: the default, one config_id
+    for name in ("relative_buckets", "relative_max_distance"):
+        if name in out and positions != "relative":
+            raise ConfigError(f"{_field(where, name)}: applies only to positions relative (positions is {positions})")
+    if positions == "relative" and out.get("relative_buckets", 32) < 4:
+        raise ConfigError(f"{_field(where, 'relative_buckets')}: at least 4 buckets (half exact, half logarithmic, "
+                          "each side of a bidirectional bias)")
     head_dim = out.get("head_dim", d_model // heads)
     if positions == "rotary" and head_dim % 2:
         raise ConfigError(f"{_field(where, 'head_dim' if 'head_dim' in out else 'positions')}: rotary positions turn "

@@ -38,19 +38,12 @@ PRESETS: dict[str, dict] = {
     # the head tied to the token embedding and without bias. 124,439,808 parameters.
     "gpt2-small": dict(arch="decoder", layers=12, d_model=768, heads=12, d_ff=3072, vocab=50257, seq_len=1024,
                        norm_position="pre", positions="learned", tie_embeddings=True, head_bias=False),
-    # Raffel et al. 2020, in the 2017 transformer's form: T5's own (RMSNorm, ReLU, no biases, relative position
-    # bias, tied embeddings) waits for relative positions (issue 14).
-    "t5-small": dict(
-        arch="encoder-decoder",
-        enc_layers=6,
-        dec_layers=6,
-        d_model=512,
-        heads=8,
-        d_ff=2048,
-        vocab=32128,
-        seq_len=512,
-        tgt_len=512,
-    ),
+    # Raffel et al. 2020, Hugging Face t5-small (T5ForConditionalGeneration): pre-RMSNorm, ReLU, no biases, a relative
+    # position bias per stack (32 buckets, distance 128), one embedding shared by both stacks and the head.
+    # 60,506,624 parameters.
+    "t5-small": dict(arch="encoder-decoder", enc_layers=6, dec_layers=6, d_model=512, heads=8, d_ff=2048, vocab=32128,
+                     seq_len=512, tgt_len=512, norm="rmsnorm", norm_position="pre", ffn="relu", positions="relative",
+                     tie_embeddings=True, bias="none"),
     # Touvron et al. 2023 (Llama 2), Hugging Face meta-llama/Llama-2-7b-hf: pre-RMSNorm, SwiGLU, rotary positions,
     # no biases, an untied head. 6,738,415,616 parameters.
     "llama-2-7b": dict(arch="decoder", layers=32, d_model=4096, heads=32, d_ff=11008, vocab=32000, seq_len=4096,
@@ -75,6 +68,7 @@ PRESETS: dict[str, dict] = {
 PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
     "bert-base": (109_514_298, "BertForMaskedLM; trainingcost omits the MLM transform, 592,128"),
     "gpt2-small": (124_439_808, "GPT2LMHeadModel"),
+    "t5-small": (60_506_624, "T5ForConditionalGeneration"),
     "llama-2-7b": (6_738_415_616, "LlamaForCausalLM"),
     "llama-3-8b": (8_030_261_248, "LlamaForCausalLM"),
     "mistral-7b": (7_241_732_096, "MistralForCausalLM"),

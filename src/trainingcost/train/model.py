@@ -113,7 +113,7 @@ class Attention(nn.Module):
         batch, _, rows, width = x.shape
         return x[:, :, None].expand(batch, self.kv_heads, group, rows, width).reshape(batch, self.heads, rows, width)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
         source = x if memory is None else memory  # cross-attention reads keys and values from the encoder
         batch, rows, _ = x.shape
         q = self._heads(self.q(x), self.heads)
@@ -122,7 +122,10 @@ class Attention(nn.Module):
         if self.rotary:
             q = rotate(q, self.cos[:rows].to(q.dtype), self.sin[:rows].to(q.dtype))
             k = rotate(k, self.cos[: k.shape[2]].to(k.dtype), self.sin[: k.shape[2]].to(k.dtype))
-        y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), is_causal=self.causal)
+        if bias is None:
+            y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), is_causal=self.causal)
+        else:  # T5: the relative bias (causal mask included) on unscaled scores (Raffel et al. 2020)
+            y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), attn_mask=bias.to(q.dtype), scale=1.0)
         return self.o(y.transpose(1, 2).reshape(batch, rows, self.heads * self.head_dim))
 
 
@@ -195,17 +198,23 @@ class Block(nn.Module):
             self.add_module(sub.name, BLOCK_MODULES[family](sub.kind, cfg, rows))
         self.pairs = [(branch, f"{branch}_norm") for branch in branches]
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
         for pair in self.pairs:
-            x = self.sublayer(pair, x, memory)
+            x = self.sublayer(pair, x, memory, bias)
         return x
 
-    def sublayer(self, pair: tuple[str, str], x: torch.Tensor, memory: torch.Tensor | None = None) -> torch.Tensor:
-        """One (branch, norm) pair of :meth:`forward` on its own."""
+    def sublayer(self, pair: tuple[str, str], x: torch.Tensor, memory: torch.Tensor | None = None,
+                 bias: torch.Tensor | None = None) -> torch.Tensor:
+        """One (branch, norm) pair of :meth:`forward` on its own; ``bias``: the stack's relative position bias."""
         branch_name, norm_name = pair
         branch, add_norm = getattr(self, branch_name), getattr(self, norm_name)
         h = add_norm(x) if self.pre else x
-        out = branch(h, memory) if branch_name == "cross_attention" else branch(h)
+        if branch_name == "cross_attention":
+            out = branch(h, memory)
+        elif branch_name == "self_attention" and bias is not None:
+            out = branch(h, bias=bias)
+        else:
+            out = branch(h)
         return add_norm(x, out)
 
 
@@ -250,6 +259,44 @@ class TokenTypes(nn.Module):
         return x + self.table(types)
 
 
+def relative_buckets(length: int, causal: bool, buckets: int, max_distance: int) -> torch.Tensor:
+    """T5's bucket of each (query, key) distance (Raffel et al. 2020; Mesh TensorFlow's relative_position_bucket):
+    half the buckets hold exact small distances, the rest grow logarithmically up to ``max_distance``; a
+    bidirectional bias splits them between keys before and after the query, a causal one sees keys before only."""
+    position = torch.arange(length)
+    distance = position[None, :] - position[:, None]  # key - query
+    bucket = torch.zeros_like(distance)
+    if causal:
+        distance = -torch.clamp(distance, max=0)
+    else:
+        buckets //= 2
+        bucket += (distance > 0).long() * buckets
+        distance = distance.abs()
+    exact = buckets // 2
+    large = exact + (torch.log(distance.float().clamp(min=1) / exact) / math.log(max_distance / exact)
+                     * (buckets - exact)).long()
+    return bucket + torch.where(distance < exact, distance, large.clamp(max=buckets - 1))
+
+
+class RelativePositionBias(nn.Module):
+    """A stack's relative position bias: a (buckets x heads) table, gathered into [1, heads, rows, rows] and
+    added to the scores of every self-attention of the stack (T5); a causal stack's bias carries the mask."""
+
+    def __init__(self, cfg: ModelConfig, rows: int, causal: bool):
+        super().__init__()
+        self.table = nn.Embedding(cfg.relative_buckets, cfg.heads)
+        self.register_buffer("buckets", relative_buckets(rows, causal, cfg.relative_buckets, cfg.relative_max_distance),
+                             persistent=False)
+        self.causal = causal
+
+    def forward(self, rows: int) -> torch.Tensor:
+        bias = self.table(self.buckets[:rows, :rows]).permute(2, 0, 1).unsqueeze(0)
+        if self.causal:
+            allowed = torch.ones(rows, rows, dtype=torch.bool, device=bias.device).tril()
+            bias = bias.masked_fill(~allowed, float("-inf"))
+        return bias
+
+
 class Stack(nn.Module):
     """The embedding (token, token types, positions, a norm), the blocks ``0 .. n-1`` and, pre-LN, a final norm."""
 
@@ -260,6 +307,9 @@ class Stack(nn.Module):
         self.positional_encoding = (PositionalEncoding(cfg.position_rows(stack), cfg.d_model, cfg.positions == "learned")
                                     if cfg.added_positions else None)
         self.embedding_norm = make_norm(cfg) if cfg.embedding_norm else None
+        causal = stack == "decoder"  # a decoder stack's self-attention is masked
+        self.relative_position = (RelativePositionBias(cfg, cfg.rows(stack), causal) if cfg.positions == "relative"
+                                  else None)
         sublayers = L.block_sublayers(cfg.arch, stack, cfg.pre_norm)
         self.depth = cfg.depth(stack)
         for index in range(self.depth):
@@ -290,6 +340,7 @@ class Stream:
     x: torch.Tensor | None = None
     memory: torch.Tensor | None = None
     logits: torch.Tensor | None = None
+    position_bias: torch.Tensor | None = None  # the running stack's relative position bias
 
 
 @dataclass(frozen=True)
@@ -345,7 +396,7 @@ class Transformer(nn.Module):
     @staticmethod
     def _sublayer_stage(block: Block, pair: tuple[str, str]) -> Callable[[Stream], None]:
         def run(s: Stream) -> None:
-            s.x = block.sublayer(pair, s.x, s.memory)
+            s.x = block.sublayer(pair, s.x, s.memory, s.position_bias)
 
         return run
 
@@ -364,13 +415,14 @@ class Transformer(nn.Module):
                 s.memory = s.x  # the encoder output, read by every cross-attention
             # PEPITA's modulated input is added where the embedding's tables meet
             s.x = stack.embed(s.tokens[stack_name], s.modulation.get(stack_name))
+            s.position_bias = stack.relative_position(s.x.shape[1]) if stack.relative_position is not None else None
 
         return run
 
     @staticmethod
     def _block_stage(block: Block) -> Callable[[Stream], None]:
         def run(s: Stream) -> None:
-            s.x = block(s.x, s.memory)
+            s.x = block(s.x, s.memory, s.position_bias)
 
         return run
 

@@ -86,6 +86,14 @@ def positional_encoding(s: Shapes):
             "weight_grad": _matmul(s.zero, RESIDUAL * s.M * s.d, where=s.learned > 0)}
 
 
+@register("executed", "relative_position")
+def relative_position(s: Shapes):
+    # T5's bias: bucket indices (integer work) and a gather of h values per (query, key) pair, per forward; its
+    # gradient a scatter-add of the scores' gradient summed over the batch. No product.
+    gather = _matmul(s.zero, s.M * s.N * s.h)
+    return {"forward": gather, "forward_modulated": gather, "backward": _matmul(s.zero), "weight_grad": gather}
+
+
 def _attention(s: Shapes, turned: int, causal_half: bool = False):
     # a = heads x head_dim (queries, output), kv = kv_heads x head_dim (keys, values; grouped-query attention
     # expands them to every head before the fused kernel, which then runs as for a heads).
@@ -96,14 +104,18 @@ def _attention(s: Shapes, turned: int, causal_half: bool = False):
     if causal_half:  # the `causal` convention: kernels that skip masked blocks run half of them
         scores, products = scores // 2, products // 2
     biases = s.bq * (M * a + 2 * N * kv) + s.bo * M * d
-    rotary = turned * s.rotary * ROTARY * (M * a + N * kv)
-    forward = _matmul(weights + products, BIAS * biases + (SOFTMAX + SCALE) * scores + rotary)
+    rotary = turned * s.rotary * ROTARY * (M * a + N * kv)  # rotary and relative positions act on self-attention
+    # A relative position bias that needs its gradient takes torch off the fused kernels: the math path's four
+    # batched products backward (8 M N a) instead of the fused backward's 10 M N a; the bias added to every score.
+    biased = turned * s.relative
+    backward_products = np.where(biased > 0, products * 2, products * 5 // 2)
+    forward = _matmul(weights + products, BIAS * biases + (SOFTMAX + SCALE + biased) * scores + rotary)
     expand_backward = 2 * N * (a - kv)  # the expanded keys' and values' gradients summed per group
     return {
         "forward": forward,
         "forward_modulated": forward,
         # Input gradients inside the layer: o's (2 M a d) and the fused attention backward.
-        "backward": _matmul(2 * M * a * d + products * 5 // 2, SDPA_BACKWARD * scores + rotary + expand_backward),
+        "backward": _matmul(2 * M * a * d + backward_products, SDPA_BACKWARD * scores + rotary + expand_backward),
         # q's input gradient; k's and v's (absent under DFA where their input is detached).
         "backward_q": _matmul(2 * M * d * a),
         "backward_kv": _matmul(4 * N * d * kv, RESIDUAL * N * d),
