@@ -52,7 +52,7 @@ def test_tiny_sweep_end_to_end(tmp_path):
     assert len(configs) == 1 + 3 * 2 + 1
     assert set(costs.config_id) == set(configs.config_id) == set(memory.config_id)
     assert set(costs.rule) == RULES
-    assert set(costs.cost_model) == {"paper", "executed", "kaplan", "textbook", "survey"}
+    assert set(costs.cost_model) == {"paper", "executed", "causal", "kaplan", "textbook", "survey"}
     assert costs.maccs.dtype == "int64" and costs.flops.dtype == "int64"
     assert not costs.duplicated(["config_id", "rule", "cost_model", "layer", "phase"]).any()
     assert set(memory.optimizer) == {"adam"} and len(memory) == len(configs) * 7
@@ -64,7 +64,7 @@ def test_tiny_sweep_end_to_end(tmp_path):
     assert (tmp_path / "results/runs" / measured.config_id.iloc[0] / "wm/seed0/train.log").read_text().startswith("wm on lm")
     # Findings: tables, summary (also printed at the end), figures (no energy on CPU), report.
     comparison = pd.read_parquet(tmp_path / "results/tables/comparison.parquet")
-    assert set(comparison.cost_model) == {"paper", "executed", "kaplan", "textbook", "survey"}
+    assert set(comparison.cost_model) == {"paper", "executed", "causal", "kaplan", "textbook", "survey"}
     assert (comparison.loc[comparison.cost_model == "executed", "flops_ratio"].dropna() == 1.0).all()
     summary = (tmp_path / "results/summary.md").read_text()
     assert "| executed | +0.0% | 0.0% | 0.0% | 7 |" in summary and summary.splitlines()[0] in result.stdout

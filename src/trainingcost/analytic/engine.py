@@ -187,6 +187,7 @@ def overflow_message(model: CostModel, row: pd.DataFrame, reach: float) -> str:
             variant = row.copy()
             for c in cols:
                 variant.loc[0, c] = max(1, int(row.at[0, c]) // 2)
+            _follow_derived(row, variant)
             names.append((name, value))
             variants.append(variant)
     if not variants:
@@ -203,6 +204,14 @@ def overflow_message(model: CostModel, row: pd.DataFrame, reach: float) -> str:
     sizes = " and ".join(str(shares[name][1]) for name in culprits)
     return (f"{', '.join(culprits)}: {sizes} make{'s' if len(culprits) == 1 else ''} a step's cost under the {model.name} cost model reach {reach:.3g} "
             f"FLOPs, beyond exact 64-bit integers ({INT64_LIMIT:.3g}); reduce {' or '.join(culprits)}")
+
+
+def _follow_derived(row: pd.DataFrame, variant: pd.DataFrame) -> None:
+    """Options derived from the sizes (head_dim = d_model / heads, kv_heads = heads) follow a halved size."""
+    if "head_dim" in row and int(row.at[0, "head_dim"]) * int(row.at[0, "heads"]) == int(row.at[0, "d_model"]):
+        variant.loc[0, "head_dim"] = max(1, int(variant.at[0, "d_model"]) // int(variant.at[0, "heads"]))
+    if "kv_heads" in row and int(row.at[0, "kv_heads"]) == int(row.at[0, "heads"]):
+        variant.loc[0, "kv_heads"] = int(variant.at[0, "heads"])
 
 
 def check_overflow(configs: pd.DataFrame, cost_models=None, mirror_steps: int = 1) -> None:
