@@ -266,3 +266,46 @@ def test_the_causal_convention_halves_masked_attention_and_nothing_else():
     for (layer, phase), value in diff.items():
         # half of 4 M M a forward, half of 10 M M a backward (the products of masked scores), per sequence
         assert value == {"forward": B * 2 * M * M * a, "backward": B * 5 * M * M * a, "weight_update": 0}[phase], (layer, phase)
+
+
+def test_a_workflow_train_job_passes_every_option_to_train():
+    """The train rule's command line rebuilds the configuration it names: same options, same config_id."""
+    from test_executed import MODERN, OPTION_CASES
+    from trainingcost.cli import build_parser, model_entry
+    from trainingcost.pipeline import TrainJob, option_flags, train_command
+
+    config = validate_config({"sweep": {"models": [dict(DECODER, name="m")]}, "train": {"select": ["m"]}}, vocabulary())
+    for options in [*OPTION_CASES.values(), *MODERN.values(), dict(head_bias=False, tie_embeddings=False, bias="qkv")]:
+        cfg = canonical_model(dict(DECODER, seq_len=8, **options))
+        args = train_command(TrainJob(cfg.config_id, "bp", 0, "m", cfg, "lm"), config)
+        assert args[-len(option_flags(cfg)) or len(args):] == option_flags(cfg)
+        parsed = build_parser().parse_args(args)
+        assert model_entry(parsed).config_id == cfg.config_id, options
+
+
+def test_train_refuses_a_tied_head_on_a_classification_task(capsys):
+    status, out, err = run_here(capsys, "train", "--task", "classify", "--tie-embeddings", "--steps", "1")
+    assert status == 2 and err.count("\n") == 1 and "--tie-embeddings: task classify trains a classification head" in err
+
+
+def test_a_changed_width_keeps_derived_head_widths():
+    """The scaling figures and the probe resize a configuration: d_model / heads and kv_heads = heads follow."""
+    base = canonical_model(dict(DECODER, d_model=64, d_ff=256))
+    wider = base.replace(d_model=128, d_ff=512)
+    assert wider.default_architecture and wider.head_dim == 32
+    assert wider.config_id == canonical_model(dict(DECODER, d_model=128, d_ff=512)).config_id
+    gqa = canonical_model(dict(DECODER, kv_heads=2, head_dim=8))
+    assert gqa.replace(d_model=32).head_dim == 8 and gqa.replace(heads=8).kv_heads == 2
+
+
+def test_the_probe_of_a_rotary_model_runs(tmp_path):
+    from trainingcost.config import RuleOptions, TrainSpec
+    from trainingcost.measure.probe import Probe
+
+    cfg = canonical_model(dict(DECODER, vocab=256, **{"norm": "rmsnorm", "norm_position": "pre", "ffn": "swiglu",
+                                                      "kv_heads": 2, "positions": "rotary", "bias": "none"}))
+    spec = TrainSpec(cfg=cfg, task="lm", rule="bp", steps=3, seed=0, options=RuleOptions())
+    probe = Probe(spec, torch.device("cpu"))
+    assert probe.spec.cfg.head_dim == 2 and probe.spec.cfg.positions == "rotary"
+    phases = probe()
+    assert phases["forward"] > 0 and phases["backward"] > 0

@@ -47,7 +47,8 @@ from .config.model import BIASES, FFNS, NORM_POSITIONS, NORMS, POSITIONS
 # Model flags; each flag's dest is its config field (--d-model -> d_model).
 MODEL_FIELDS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "tgt_len", "batch",
                 "classes", "norm", "norm_position", "ffn", "kv_heads", "head_dim", "positions", "max_positions",
-                "tie_embeddings", "bias", "head_bias", "type_vocab", "embedding_norm")
+                "tie_embeddings", "bias", "head_bias", "type_vocab", "embedding_norm", "relative_buckets",
+                "relative_max_distance")
 LAYER_FIELDS = ("layers", "enc_layers", "dec_layers")
 
 
@@ -358,6 +359,8 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     arch.add_argument("--kv-heads", type=_int, help="key/value heads (grouped-query attention); must divide --heads")
     arch.add_argument("--head-dim", type=_int, help="the width of one head (default d_model / heads)")
     arch.add_argument("--positions", choices=POSITIONS)
+    arch.add_argument("--relative-buckets", type=_int, help="positions relative: T5's buckets (default 32)")
+    arch.add_argument("--relative-max-distance", type=_int, help="positions relative: from here one bucket (default 128)")
     arch.add_argument("--max-positions", type=_int, help="rows of a learned position table (default: the sequence length)")
     arch.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=None,
                       help="the head shares the input embedding's table")
@@ -385,6 +388,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     defaults = task_defaults(args.task)
     cfg = model_entry(args, {**TRAIN_MODEL_DEFAULTS, "vocab": defaults["vocab"]})
     if args.classes is None and cfg.arch != "encoder-decoder":
+        if defaults.get("classes", 0) and cfg.tie_embeddings:
+            raise ConfigError(f"--tie-embeddings: task {args.task} trains a classification head, which has no "
+                              "vocabulary to share; give --no-tie-embeddings or another --task")
         cfg = cfg.replace(classes=defaults.get("classes", 0))  # the task decides the head
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"threads: must be at least 1 (got {args.threads})")

@@ -22,6 +22,7 @@ from .analytic import layer_table, vocabulary
 from .analytic.engine import check_overflow
 from .analytic.memory import memory_table
 from .config.errors import SizeOverflowError
+from .config.model import OPTION_FIELDS
 from .config import (
     ConfigError,
     ModelConfig,
@@ -175,7 +176,19 @@ def train_command(job: TrainJob, config: dict) -> list[str]:
         "--mirror-steps", config["analytic"]["wm_mirror_steps"], "--eval-batches", train["eval_batches"],
         "--threads", train["resources"]["threads"], "--out-dir", job.run_dir,
     ]
-    return [str(a) for a in args]
+    return [str(a) for a in args] + option_flags(cfg)
+
+
+def option_flags(cfg) -> list[str]:
+    """The command-line flags of a configuration's architecture options (those away from their defaults)."""
+    flags = []
+    for name, value in cfg.options().items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + name.replace("_", "-"))
+        else:
+            flags += [flag, str(value)]
+    return flags
 
 
 def config_hash(config: dict) -> str:
@@ -271,7 +284,9 @@ def write_summary(comparison_path, ratios_path, measured_path, out) -> str:
 
 def describe(cfg: ModelConfig) -> str:
     depth = cfg.blocks
-    return f"{cfg.arch}, {depth} block{'s' if depth != 1 else ''}, d_model {cfg.d_model}, {cfg.seq_len} tokens, batch {cfg.batch}"
+    options = ", ".join(f"{k} {v}" for k, v in cfg.options().items())  # on a line of their own
+    return (f"{cfg.arch}, {depth} block{'s' if depth != 1 else ''}, d_model {cfg.d_model}, {cfg.seq_len} tokens, "
+            f"batch {cfg.batch}" + (f";\n{options}" if options else ""))
 
 
 def write_figures(config: dict, analytic_path, comparison_path, measured_path, out_dir) -> list[Path]:
@@ -286,8 +301,9 @@ def write_figures(config: dict, analytic_path, comparison_path, measured_path, o
     measured = pd.read_parquet(measured_path)
     runs = runs_of(measured[measured["status"] == "ok"]) if len(measured) else pd.DataFrame()
     if len(runs):
+        options = [c for c in OPTION_FIELDS if c in measured]  # the figures' labels name them
         extra = measured.groupby(["config_id", "rule", "seed"], as_index=False)[
-            ["heads", "vocab", "classes", "val_loss", "val_accuracy", "energy_per_step_j", "steps"]].first()
+            ["heads", "vocab", "classes", "val_loss", "val_accuracy", "energy_per_step_j", "steps", *options]].first()
         runs = runs.merge(extra, on=["config_id", "rule", "seed"])
     out_dir = Path(out_dir)
     F.style()

@@ -193,6 +193,13 @@ class ModelConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def replace(self, **changes) -> "ModelConfig":
+        """A copy with ``changes``. Widths derived from others follow them: a head width that was d_model / heads
+        stays so, key/value heads that were as many as the heads stay so, unless the changes set them."""
+        if "head_dim" not in changes and self.head_dim * self.heads == self.d_model:
+            d_model, heads = changes.get("d_model", self.d_model), changes.get("heads", self.heads)
+            changes["head_dim"] = max(1, d_model // heads)
+        if "kv_heads" not in changes and self.kv_heads == self.heads:
+            changes["kv_heads"] = changes.get("heads", self.heads)
         return replace(self, **changes)
 
 

@@ -143,12 +143,16 @@ def layer_breakdown(analytic: pd.DataFrame, config_id: str, describe: str):
             ax.text(where.mean(), 1.0, RULE_LABELS[rule], transform=ax.get_xaxis_transform(), ha="center", va="bottom",
                     color=RULE_COLORS[rule], fontsize=7, fontweight="bold")
         ax.set_ylabel(f"{model} model\nFLOPs per step")
+        if part.empty:  # the paper's model covers the 2017 transformer only (docs/cost_models.md)
+            ax.text(0.5, 0.5, f"out of scope: the {model} model defines the 2017 transformer only",
+                    transform=ax.transAxes, ha="center", va="center", fontsize=8, color="0.35")
         ax.yaxis.set_major_formatter(EngFormatter(places=0, sep=""))
         ax.grid(axis="x", visible=False)
         totals[model] = part.groupby("rule")["flops"].sum()
     ratio = {m: totals[m].get("pepita", np.nan) / totals[m].get("bp", np.nan) for m in totals}
-    fig.suptitle(f"Where the FLOPs go ({describe}):\nPEPITA/BP = {ratio['paper']:.2f} under the paper model, "
-                 f"{ratio['executed']:.2f} as executed")
+    paper = (f"{ratio['paper']:.2f} under the paper model" if np.isfinite(ratio["paper"])
+             else "the paper model out of scope")
+    fig.suptitle(f"Where the FLOPs go ({describe}):\nPEPITA/BP = {paper}, {ratio['executed']:.2f} as executed")
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[k]) for k in kinds]
     fig.legend(handles, [k.replace("_", " ") for k in kinds], ncol=len(kinds), frameon=False, loc="lower center",
                bbox_to_anchor=(0.5, -0.04))
@@ -351,12 +355,35 @@ def run_label(frame: pd.DataFrame) -> pd.Series:
     label = arch + " L" + blocks + " T" + frame["seq_len"].astype(int).astype(str) + " d" + frame["d_model"].astype(int).astype(str)
     if "classes" in frame:
         label = label + np.where(frame["classes"].fillna(0).astype(int) > 0, " cls", "")
-    return label
+    return label + options_tag(frame)
+
+
+# Short names of the architecture options away from their defaults, for labels.
+OPTION_TAGS = {"norm": {"rmsnorm": "rms"}, "norm_position": {"pre": "pre"},
+               "ffn": {"relu": "relu", "swiglu": "swiglu", "geglu": "geglu"},
+               "positions": {"learned": "learned", "rotary": "rope", "relative": "rel", "none": "nope"},
+               "bias": {"none": "no-bias", "qkv": "qkv-bias"}}
+
+
+def options_tag(frame: pd.DataFrame) -> pd.Series:
+    """' rms pre swiglu kv2 rope tied' for a configuration with options; '' for the 2017 transformer."""
+    tag = pd.Series("", index=frame.index)
+    for column, names in OPTION_TAGS.items():
+        if column in frame:
+            tag = tag + frame[column].map(lambda v, n=names: f" {n[v]}" if v in n else "").fillna("")
+    if "kv_heads" in frame and "heads" in frame:
+        fewer = frame["kv_heads"].notna() & (frame["kv_heads"] < frame["heads"])
+        tag = tag + np.where(fewer, " kv" + frame["kv_heads"].fillna(0).astype(int).astype(str), "")
+    if "tie_embeddings" in frame:
+        tag = tag + np.where(frame["tie_embeddings"].fillna(False).astype(bool), " tied", "")
+    return tag
 
 
 def peak_memory(comparison: pd.DataFrame, runs: pd.DataFrame):
     steps = comparison[(comparison["granularity"] == "step") & (comparison["cost_model"] == "executed")].copy()
-    steps = steps.merge(runs[["config_id", "rule", "seed", "classes"]], on=["config_id", "rule", "seed"], how="left")
+    described = ["classes", "heads", "kv_heads", "tie_embeddings", *OPTION_TAGS]  # what a label names
+    steps = steps.merge(runs[["config_id", "rule", "seed", *(c for c in described if c in runs)]],
+                        on=["config_id", "rule", "seed"], how="left")
     steps["label"] = run_label(steps)
     steps = steps.sort_values(["arch", "enc_layers", "dec_layers", "seq_len", "label"])
     cuda = steps["memory_source"].eq("cuda_max_memory_allocated").any()
@@ -371,10 +398,15 @@ def peak_memory(comparison: pd.DataFrame, runs: pd.DataFrame):
     fig, axes = plt.subplots(len(sources), 1, figsize=(FULL, 2.4 * len(sources) + 0.6), squeeze=False)
     rules = [r for r in RULES if r in set(steps["rule"])]
     for ax, (column, title) in zip(axes[:, 0], sources):
-        data = steps.assign(MiB=steps[column] / 2**20)
+        data = steps.assign(MiB=steps[column].where(steps[column] >= 0) / 2**20)  # -1: not replayed
         sns.barplot(data=data, x="label", y="MiB", hue="rule", hue_order=rules, palette=RULE_COLORS, ax=ax, legend=False,
                     errorbar=None)
         ax.set(title=title, xlabel="", ylabel="MiB")
+        missing = sorted(set(data.loc[data["MiB"].isna(), "label"]))
+        if missing:
+            ax.text(0.5, 0.5, "not replayed: " + ", ".join(missing) + "\n(architecture options: peaks.py follows the 2017 "
+                    "transformer, or more blocks than it replays)", transform=ax.transAxes, ha="center", va="center",
+                    fontsize=7, color="0.35")
         ax.tick_params(axis="x", rotation=30, labelsize=6)
         for tick in ax.get_xticklabels():
             tick.set_horizontalalignment("right")
@@ -388,7 +420,10 @@ def peak_memory(comparison: pd.DataFrame, runs: pd.DataFrame):
     ratio, ratio_p = median_ratio("mempepita", "bp"), median_ratio("mempepita", "pepita")
     what = ("measured tensor peaks" if metered else "measured on the GPU" if cuda
             else "by the memory model (these runs predate the tensor meter)")
-    fig.suptitle(f"MEMPEPITA needs {ratio:.2f}x BP's memory and {ratio_p:.2f}x PEPITA's (median over configurations),\n{what}")
+    if np.isnan(ratio) and np.isnan(ratio_p):
+        fig.suptitle(f"Peak memory of one training step per rule,\n{what}")
+    else:
+        fig.suptitle(f"MEMPEPITA needs {ratio:.2f}x BP's memory and {ratio_p:.2f}x PEPITA's (median over configurations),\n{what}")
     handles = [plt.Rectangle((0, 0), 1, 1, color=RULE_COLORS[r]) for r in rules]
     fig.legend(handles, [RULE_LABELS[r] for r in rules], ncol=len(rules), frameon=False, loc="lower center", bbox_to_anchor=(0.5, 0))
     fig.tight_layout(rect=(0, 0.06, 1, 1))

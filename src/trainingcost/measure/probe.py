@@ -34,7 +34,9 @@ PROBE_LR = 1e-4  # small: the probe's weights hardly move over its steps
 def probe_spec(spec: TrainSpec) -> TrainSpec:
     """``spec`` with every size at its minimum and the structure unchanged."""
     cfg = spec.cfg
-    small = cfg.replace(d_model=cfg.heads, d_ff=1, seq_len=2, tgt_len=2, batch=1, vocab=min(cfg.vocab, 256))
+    width = 2 if cfg.positions == "rotary" else 1  # rotary positions turn pairs of features
+    small = cfg.replace(d_model=cfg.heads * width, head_dim=width, d_ff=1, seq_len=2, tgt_len=2, batch=1,
+                        vocab=min(cfg.vocab, 256), max_positions=2 if cfg.max_positions else 0)
     options = RuleOptions(optimizer=spec.options.optimizer, lr=PROBE_LR, weight_decay=spec.options.weight_decay,
                           mirror_steps=spec.options.mirror_steps)
     return replace(spec, cfg=small, options=options, measure=False, steps=1)
