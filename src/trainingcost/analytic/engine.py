@@ -220,10 +220,11 @@ def check_overflow(configs: pd.DataFrame, cost_models=None, mirror_steps: int = 
         _refuse_overflow(model, configs, templates, _float_values(model, templates), mirror_steps)
 
 
-def build_for(model: CostModel, configs: pd.DataFrame) -> Templates:
+def build_for(model: CostModel, configs: pd.DataFrame, options: dict | None = None) -> Templates:
     """The templates ``model`` prices: every configuration, or (scope 'default') those of the 2017 transformer."""
-    only = T.option_columns(configs)["default_arch"] > 0 if model.scope == "default" else None
-    return T.build(configs, model.granularity, only=only)
+    options = T.option_columns(configs) if options is None else options
+    only = options["default_arch"] > 0 if model.scope == "default" else None
+    return T.build(configs, model.granularity, only=only, options=options)
 
 
 def out_of_scope(model_name: str, configs: pd.DataFrame) -> pd.DataFrame:
@@ -236,11 +237,12 @@ def out_of_scope(model_name: str, configs: pd.DataFrame) -> pd.DataFrame:
 def _templates_per_model(configs: pd.DataFrame, cost_models):
     """Yield (CostModel, its Templates) per cost model, building the templates once per granularity and scope."""
     built: dict[tuple[str, str], Templates] = {}
+    options = T.option_columns(configs)
     for name in cost_models:
         model = cost_model(name)
         key = (model.granularity, model.scope)
         if key not in built:
-            built[key] = build_for(model, configs)
+            built[key] = build_for(model, configs, options)
         yield model, built[key]
 
 

@@ -148,26 +148,31 @@ class Templates:
         """A configuration parameter, gathered per template."""
         return self.config_columns[name][self.cfg]
 
-    def shape_columns(self, dtype) -> dict[str, np.ndarray]:
-        """Every shape a formula reads, per template, in ``dtype``, read-only (computed once)."""
-        key = ("shapes", np.dtype(dtype).str)
+    def shape_column(self, name: str, dtype) -> np.ndarray:
+        """One shape a formula reads (a :data:`SHAPE_COLUMNS` or :data:`TEMPLATE_COLUMNS` name, ``encoder_only``,
+        ``decoder_only``, ``encdec`` or ``pos_rows``), per template, in ``dtype``, read-only (computed once)."""
+        key = ("shape", name, np.dtype(dtype).str)
         if key not in self._cache:
-            if ("shapes", "int") not in self._cache:
-                arch = self.config_columns["arch"][self.cfg]
-                columns = {name: self.config_column(column) for name, column in SHAPE_COLUMNS.items()}
-                columns.update({name: getattr(self, name).astype(np.int64) for name in TEMPLATE_COLUMNS})
-                columns.update(encoder_only=arch == "encoder", decoder_only=arch == "decoder", encdec=arch == "encoder-decoder")
-                self._cache[("shapes", "int")] = columns
-            ints = self._cache[("shapes", "int")]
-            columns = {name: (v if v.dtype == bool else v.astype(dtype, copy=False)) for name, v in ints.items()}
-            for v in columns.values():
-                v.setflags(write=False)
-            self._cache[key] = columns
+            if name in SHAPE_COLUMNS:
+                values = self.config_column(SHAPE_COLUMNS[name])
+            elif name in TEMPLATE_COLUMNS:
+                values = getattr(self, name).astype(np.int64)
+            elif name in ("encoder_only", "decoder_only", "encdec"):
+                arch = {"encoder_only": "encoder", "decoder_only": "decoder", "encdec": "encoder-decoder"}[name]
+                values = self.config_columns["arch"][self.cfg] == arch
+            elif name == "pos_rows":  # the rows of a learned position table: max_positions, or the layer's rows
+                max_pos = self.shape_column("max_pos", np.int64)
+                values = np.where(max_pos > 0, max_pos, self.M)
+            else:
+                raise AttributeError(f"no shape {name!r} (shapes: {', '.join([*SHAPE_COLUMNS, *TEMPLATE_COLUMNS])})")
+            values = values if values.dtype == bool else values.astype(dtype, copy=False)
+            values.setflags(write=False)
+            self._cache[key] = values
         return self._cache[key]
 
 
 class Shapes:
-    """The shapes of a subset of templates, as the formulas see them (per sequence).
+    """The shapes of a subset of templates, as the formulas see them (per sequence), gathered when first read.
 
     Attributes: ``d``, ``h``, ``ff``, ``V``, ``B``, ``classes``, ``src_len``, ``tgt_len``,
     ``enc_layers``, ``dec_layers`` (the configuration's), ``M``, ``N``, ``out``, ``err_rows``,
@@ -179,21 +184,28 @@ class Shapes:
     """
 
     def __init__(self, templates: Templates, index, dtype=np.int64):
-        for name, values in templates.shape_columns(dtype).items():
-            setattr(self, name, values[index])
-        self.zero = np.zeros(len(self.d), dtype=dtype)
-        self.pos_rows = np.where(self.max_pos > 0, self.max_pos, self.M)
+        self._templates, self._index, self._dtype = templates, index, dtype
+        self.zero = np.zeros(len(templates.cfg[index]), dtype=dtype)
+
+    def __getattr__(self, name: str) -> np.ndarray:  # a shape not read yet
+        if name.startswith("_"):
+            raise AttributeError(name)
+        values = self._templates.shape_column(name, self._dtype)[self._index]
+        setattr(self, name, values)
+        return values
 
     def __len__(self) -> int:
         return len(self.zero)
 
 
-def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = None) -> Templates:
-    """Templates for every configuration (or the ``only`` ones): per layer ('layer') or one per model ('model')."""
+def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = None,
+          options: dict[str, np.ndarray] | None = None) -> Templates:
+    """Templates for every configuration (or the ``only`` ones): per layer ('layer') or one per model ('model').
+    ``options``: :func:`option_columns` of ``configs``, where the caller has them."""
     n = len(configs)
     cols = {c: configs[c].to_numpy(dtype=np.int64) for c in CONFIG_INT_COLUMNS}
     cols["arch"] = configs["arch"].to_numpy(dtype=object)
-    cols.update(option_columns(configs))
+    cols.update(option_columns(configs) if options is None else options)
     arch = cols["arch"]
     classes = cols["classes"]
     out_width = np.where(classes > 0, classes, cols["vocab"])
