@@ -109,3 +109,52 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# Architecture options the tape follows (issue 14): biases off or on q, k, v only, no head bias, a tied table.
+OPTION_CASES = [
+    ("decoder", dict(bias="none", head_bias=False), (2, 16, 2, 32, 8, 2, 16)),
+    ("decoder", dict(bias="qkv"), (1, 24, 4, 48, 6, 3, 44)),
+    ("encoder", dict(bias="none", head_bias=True), (2, 16, 4, 40, 7, 2, 64)),
+    ("encoder-decoder", dict(bias="qkv", head_bias=False), (1, 16, 2, 32, 8, 2, 40)),
+    ("decoder", dict(tie_embeddings=True, head_bias=False), (2, 16, 2, 32, 8, 2, 16)),
+    ("encoder-lm", dict(tie_embeddings=True), (1, 24, 4, 48, 6, 3, 300)),
+    ("encoder-decoder", dict(tie_embeddings=True, bias="none"), (2, 16, 2, 32, 7, 2, 40)),
+]
+
+
+def test_the_tape_follows_the_bias_and_tying_options_to_the_byte():
+    """7 option sets x 7 rules, SGD fp32 and Adam bf16 alternating: step start, step peak, every phase's peak.
+    Tied gradients: two in one backward are summed out of place by the engine; one from an earlier backward
+    (DFA's head) is added in place."""
+    mismatches = []
+    settings = [("sgd", "fp32"), ("adam", "bf16")]
+    for index, ((arch, options, shape), rule) in enumerate(itertools.product(OPTION_CASES, rule_names())):
+        optimizer, dtype = settings[index % 2]
+        layers, d, heads, d_ff, seq, batch, vocab = shape
+        fields, task = ARCHES.get(arch, (dict(arch="encoder"), "lm"))
+        cfg = canonical_model(dict(layers=layers, d_model=d, heads=heads, d_ff=d_ff, seq_len=seq, batch=batch,
+                                   vocab=vocab + (256 if task == "lm" and vocab < 256 else 0), **fields, **options), "")
+        spec = TrainSpec(cfg=cfg, task=task, rule=rule, steps=3, seed=0, measure=True, dtype=dtype, warmup=1,
+                         options=RuleOptions(optimizer=optimizer))
+        recorders = []
+        done = run_steps(spec, lambda r, device: recorders.append(StepRecorder(r, device, 1)) or recorders[-1])
+        assert done.status == "ok", (arch, rule, done.message)
+        reading = recorders[0].memory
+        model = memory_table(configs_frame([("", cfg)]), [rule], [dtype], [optimizer]).iloc[0]
+        assert model["peak"] >= 0, (arch, options)  # replayed
+        got = {"start": int(model["step_start"]), "peak": int(model["peak"]),
+               **{p: int(model[f"peak_{p}"]) for p in P.STEP_PHASES if model[f"peak_{p}"] >= 0}}
+        want = {"start": reading.start, "peak": reading.peak, **reading.phase_peaks}
+        if got != want:
+            mismatches.append((arch, options, rule, optimizer, dtype, got, want))
+    assert not mismatches, mismatches[:3]
+
+
+def test_options_the_tape_does_not_follow_yet_are_not_replayed():
+    for options in (dict(norm="rmsnorm"), dict(ffn="swiglu"), dict(kv_heads=1), dict(positions="rotary"),
+                    dict(norm_position="pre")):
+        cfg = canonical_model(dict(arch="decoder", layers=1, d_model=16, heads=2, d_ff=32, seq_len=8, vocab=64,
+                                   **options), "")
+        row = memory_table(configs_frame([("", cfg)]), ["bp"]).iloc[0]
+        assert row["peak"] == -1 and (row[[f"peak_{p}" for p in P.STEP_PHASES]] == -1).all(), options

@@ -25,7 +25,7 @@ from .io import created_count, undo_since
 from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names
 from .analytic.engine import out_of_scope
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
-from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS
+from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, TAPE_OPTIONS
 from .config import (
     DEFAULT_LR,
     DEVICES,
@@ -233,8 +233,9 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
 
 def render_memory(memory: pd.DataFrame, cfg: ModelConfig | None = None) -> str:
     first = memory.iloc[0]
-    why = (f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)" if cfg is None or cfg.default_architecture
-           else "not replayed yet for architecture options (peaks.py follows the 2017 transformer)")
+    followed = cfg is None or set(cfg.options()) <= set(TAPE_OPTIONS)
+    why = (f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)" if followed
+           else "not replayed yet for architecture options (peaks.py follows the 2017 transformer, biases, tying)")
     setting = f"{first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters"
     phases = [c for c in PEAK_PHASE_COLUMNS if (memory[c] >= 0).any()]
     rows = [[r["rule"], "", human_bytes(r["step_start"] - r["batch"]),

@@ -32,7 +32,7 @@ The tests compare this tape with the meter's reading to the byte (``tests/test_p
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,6 +130,10 @@ class Group:
     C: np.ndarray
     rows: dict[str, np.ndarray]  # stack -> positions per sequence
     z: int  # bytes per element of the model's dtype
+    qkv_bias: bool = True  # the architecture options the tape follows (issue 14): biases of q, k, v ...
+    out_bias: bool = True  # ... of o and the FFN's matrices ...
+    head_bias: bool = True  # ... and of the head
+    tied: bool = False  # one V x d table: every stack's embedding and the head
 
     @property
     def stacks(self) -> tuple[str, ...]:
@@ -172,23 +176,27 @@ class Group:
         """Elements of every parameter tensor, in the order of ``model.parameters()`` (KP: W, b, B per linear)."""
         sizes: list[np.ndarray] = []
 
-        def linear(n_in, n_out):
-            sizes.extend([n_in * n_out, n_out] + ([n_in * n_out] if feedback_parameters else []))
+        def linear(n_in, n_out, bias):
+            sizes.extend([n_in * n_out] + ([n_out] if bias else []) + ([n_in * n_out] if feedback_parameters else []))
 
         for stack in self.stacks:
-            sizes.append(self.V * self.d)  # token embedding
+            if not (self.tied and stack != self.stacks[0]):
+                sizes.append(self.V * self.d)  # token embedding (a tied table once, with the first stack)
             for _ in range(self.depth[stack]):
                 for sub in L.block_sublayers(self.arch, stack):
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
-                        for _ in range(4):
-                            linear(self.d, self.d)
+                        for bias in (self.qkv_bias,) * 3 + (self.out_bias,):
+                            linear(self.d, self.d, bias)
                     elif family == "ffn":
-                        linear(self.d, self.ff)
-                        linear(self.ff, self.d)
+                        linear(self.d, self.ff, self.out_bias)
+                        linear(self.ff, self.d, self.out_bias)
                     else:
                         sizes.extend([self.d, self.d])  # LayerNorm gamma, beta
-        linear(self.d, self.out)
+        if self.tied:  # the head's weight is the table: only its bias (and KP's B) are its own
+            sizes.extend(([self.out] if self.head_bias else []) + ([self.d * self.out] if feedback_parameters else []))
+        else:
+            linear(self.d, self.out, self.head_bias)
         return sizes
 
 
@@ -233,6 +241,29 @@ class Ops:
         self.t, self.g, self.graph, self.kp = tape, g, graph, kp
         self.nodes: list = []  # (output value, backward function), in order of creation
         self.hook = None
+        self.table_has_grad = False  # a tied table's first gradient becomes its .grad; later ones are added to it
+        self.run = self.table_run = 0  # which backward call is running; which one made the table's .grad
+
+    def table_grad(self, phase: str | None = None, label: str = "table grad", then=None) -> None:
+        """The gradient of the V x d table (an embedding's, or a tied head's weight): its own ``.grad``, or, tied,
+        the first becomes the shared ``.grad`` and each later one is made, added in place, and freed."""
+        if not self.g.tied or not self.table_has_grad:
+            self.table_buf = self.param_grad(self.g.V * self.g.d, phase, label)
+            self.table_has_grad, self.table_run = True, self.run
+            if then is not None:
+                then()
+            return
+        size = bytes_(self.g.V * self.g.d, self.g.z)
+        with (self.t.in_phase(phase) if phase is not None else nullcontext()):
+            new = self.t.new(size, label)
+            if then is not None:  # the node releases its inputs before the engine accumulates its output
+                then()
+            if self.table_run == self.run:  # two gradients in one backward: the engine sums them out of place
+                total = self.t.new(size, "add")
+                self.t.drop(new, self.table_buf)
+                self.table_buf = total
+            else:  # .grad from an earlier backward: AccumulateGrad adds in place
+                self.t.drop(new)
 
     # -- autograd ------------------------------------------------------------------------
     def _node(self, out: Value, backward, saved=()) -> Value:
@@ -258,6 +289,7 @@ class Ops:
     def backward(self, seeds: list[tuple[Value, Buf]], since: int = 0) -> None:
         """Seed ``values`` with gradients (references transferred) and run the nodes created after the first
         ``since``, last first."""
+        self.run += 1
         for value, grad in seeds:
             self.deliver(value, grad)
         while len(self.nodes) > since:
@@ -285,8 +317,7 @@ class Ops:
         out = self.value(self.g.M(stack), self.g.d, "embedding")
 
         def backward(grad, saved):
-            self.param_grad(self.g.V * self.g.d, label="embedding grad")
-            self.release(grad, saved)
+            self.table_grad(label="embedding grad", then=lambda: self.release(grad, saved))
 
         return self._node(out, backward)
 
@@ -303,19 +334,25 @@ class Ops:
 
         return self._node(out, backward) if (a.tracked or (b is not None and b.tracked)) else out
 
-    def linear(self, x: Value, n_out, label: str = "linear", unit: bool = True) -> Value:
-        """A linear layer; ``unit``: a module PEPITA's hooks record (every linear but the head)."""
+    def linear(self, x: Value, n_out, label: str = "linear", unit: bool = True, bias: bool = True,
+               table: bool = False) -> Value:
+        """A linear layer; ``unit``: a module PEPITA's hooks record (every linear but the head); ``table``: its
+        weight is the (possibly tied) V x d table."""
         n_in = x.width
         out = self.value(x.rows, n_out, label)
         if unit and self.hook is not None:
-            self.hook("linear", x, out)
+            self.hook("linear" if bias else "linear without bias", x, out)
 
         def backward(grad, saved):
             grad_x = self.t.new(bytes_(x.rows * n_in, self.g.z), "grad_x") if x.tracked else None
-            self.param_grad(n_in * n_out, "weight_update", "grad_w")
+            if table and self.g.tied:
+                self.table_grad("weight_update", "grad_w")
+            else:
+                self.param_grad(n_in * n_out, "weight_update", "grad_w")
             if self.kp:
                 self.param_grad(n_in * n_out, "weight_update", "grad_feedback")
-            self.param_grad(n_out, "weight_update", "grad_b")
+            if bias:
+                self.param_grad(n_out, "weight_update", "grad_b")
             self.release(grad, saved)
             self.deliver(x, grad_x)
 
@@ -333,18 +370,18 @@ class Ops:
 
     def up(self, x: Value) -> Value:
         """The FFN's first matrix with its GELU (``Linear(activation='gelu')``)."""
-        u = self.linear(x, self.g.ff, "ffn.up", unit=False)
+        u = self.linear(x, self.g.ff, "ffn.up", unit=False, bias=self.g.out_bias)
         y = self.gelu(u)
         self.t.drop(u.buf)
         if self.hook is not None:
-            self.hook("linear", x, y)
+            self.hook("linear" if self.g.out_bias else "linear without bias", x, y)
         return y
 
     def attention(self, x: Value, source: Value) -> Value:
         """q, k, v projections, fused attention (output and float32 log-sum-exp), o projection."""
-        q = self.linear(x, self.g.d, "q")
-        k = self.linear(source, self.g.d, "k")
-        v = self.linear(source, self.g.d, "v")
+        q = self.linear(x, self.g.d, "q", bias=self.g.qkv_bias)
+        k = self.linear(source, self.g.d, "k", bias=self.g.qkv_bias)
+        v = self.linear(source, self.g.d, "v", bias=self.g.qkv_bias)
         a = self.value(x.rows, self.g.d, "sdpa")
         lse = self.t.new(bytes_(self.g.h * x.rows, FLOAT32), "logsumexp")
 
@@ -359,7 +396,7 @@ class Ops:
 
         self._node(a, backward, [q.buf, k.buf, v.buf, a.buf, lse])
         self.t.drop(lse)
-        o = self.linear(a, self.g.d, "o")
+        o = self.linear(a, self.g.d, "o", bias=self.g.out_bias)
         self.t.drop(q.buf, k.buf, v.buf, a.buf)
         return o
 
@@ -414,7 +451,7 @@ class Ops:
         if L.KINDS[sub.kind].family == "attention":
             return self.attention(x, memory if sub.kind == "cross_attention" else x)
         hidden = self.up(x)
-        out = self.linear(hidden, self.g.d, "ffn.down")
+        out = self.linear(hidden, self.g.d, "ffn.down", bias=self.g.out_bias)
         self.t.drop(hidden.buf)
         return out
 
@@ -457,10 +494,10 @@ class Ops:
     def head(self, x: Value) -> Value:
         if self.g.classifier:
             pooled = self.mean_rows(x)
-            logits = self.linear(pooled, self.g.out, "head", unit=False)
+            logits = self.linear(pooled, self.g.out, "head", unit=False, bias=self.g.head_bias, table=True)
             self.t.drop(pooled.buf)
             return logits
-        return self.linear(x, self.g.out, "head", unit=False)
+        return self.linear(x, self.g.out, "head", unit=False, bias=self.g.head_bias, table=True)
 
     def stages(self, by: str = "block") -> list[tuple]:
         """(kind, stack, pair) of every stage but the head, in order (``Transformer.stages(by)``)."""
@@ -636,7 +673,7 @@ def dfa_step(t: Tape, g: Group, optimizer: str, weight_decay: float) -> None:
         else:
             head_input = ops.detach(x, leaf=True)
         before_head = len(ops.nodes)
-        logits = ops.linear(head_input, g.out, "head")
+        logits = ops.linear(head_input, g.out, "head", bias=g.head_bias, table=True)
         loss, root = ops.loss(logits)
         t.drop(logits.buf)
     with t.in_phase("backward"):
@@ -742,6 +779,9 @@ def pepita_step(t: Tape, g: Group, optimizer: str, weight_decay: float, recomput
                 grad = t.new(bytes_(g.V * g.d, g.z), "zeros_like")  # becomes .grad
                 if not g.aligned(stack):  # the per-sequence shift, expanded over positions, then flattened: a copy
                     t.drop(t.new(bytes_(g.M(stack) * g.d, g.z), "shift.reshape"))
+                if g.tied and ops.table_has_grad:  # added into the shared .grad, then freed
+                    t.drop(grad)
+                ops.table_has_grad = True
             for unit, x_mod, h_mod in modulated:
                 h = clean.pop(0)
                 rows, n_in, n_out = x_mod.rows, x_mod.width, h_mod.width
@@ -760,9 +800,10 @@ def pepita_step(t: Tape, g: Group, optimizer: str, weight_decay: float, recomput
                     t.new(bytes_(n_out * n_in, g.z), "grad_w")
                     t.drop(product)
                     to_drop = []
-                total = t.new(bytes_(n_out, g.z), "sum")
-                t.new(bytes_(n_out, g.z), "grad_b")
-                t.drop(total)
+                if unit != "linear without bias":
+                    total = t.new(bytes_(n_out, g.z), "sum")
+                    t.new(bytes_(n_out, g.z), "grad_b")
+                    t.drop(total)
                 t.drop(*to_drop, diff, h)
             for _, x_mod, h_mod in modulated:
                 t.drop(x_mod.buf, h_mod.buf)
@@ -771,11 +812,14 @@ def pepita_step(t: Tape, g: Group, optimizer: str, weight_decay: float, recomput
         head_input = ops.value(g.B, g.d, "mean") if g.classifier else ops.detach(mod.x)
     with t.in_phase("weight_update"):
         product = t.new(bytes_(g.out * g.d, g.z), "mm")
-        t.new(bytes_(g.out * g.d, g.z), "head grad_w")
+        head_grad = t.new(bytes_(g.out * g.d, g.z), "head grad_w")
         t.drop(product)
-        total = t.new(bytes_(g.out, g.z), "sum")
-        t.new(bytes_(g.out, g.z), "head grad_b")
-        t.drop(total)
+        if g.tied:  # added into the table's .grad (the embedding's update made it), then freed
+            t.drop(head_grad)
+        if g.head_bias:
+            total = t.new(bytes_(g.out, g.z), "sum")
+            t.new(bytes_(g.out, g.z), "head grad_b")
+            t.drop(total)
     with t.in_phase("optimizer_step"):
         optimizer_step(t, g, optimizer, weight_decay)
 
@@ -808,8 +852,12 @@ MAX_TAPE_BLOCKS = 1024
 
 def groups(configs) -> list[tuple[np.ndarray, tuple]]:
     """Row indices of ``configs`` per structure (arch, encoder and decoder depth, classifier or not)."""
+    from .templates import option_columns
+
+    options = option_columns(configs)
     keys = list(zip(configs["arch"], configs["enc_layers"].astype(int), configs["dec_layers"].astype(int),
-                    configs["classes"].astype(int) > 0))
+                    configs["classes"].astype(int) > 0, options["qkv_bias"] > 0, options["out_bias"] > 0,
+                    options["head_bias"] > 0, options["tied"] > 0))
     out: dict[tuple, list[int]] = {}
     for i, key in enumerate(keys):
         out.setdefault(key, []).append(i)
@@ -817,26 +865,42 @@ def groups(configs) -> list[tuple[np.ndarray, tuple]]:
 
 
 def group_of(configs, rows: np.ndarray, key: tuple, dtype_bytes: int) -> Group:
-    arch, enc, dec, classifier = key
+    arch, enc, dec, classifier, qkv_bias, out_bias, head_bias, tied = key
     col = {c: configs[c].to_numpy(dtype=np.int64)[rows] for c in
            ("batch", "d_model", "d_ff", "heads", "vocab", "classes", "seq_len", "tgt_len")}
     depth = {"encoder": enc, "decoder": dec}
     return Group(arch, {s: depth[s] for s in L.stacks(arch)}, bool(classifier), col["batch"], col["d_model"],
                  col["d_ff"], col["heads"], col["vocab"], col["classes"],
-                 {"encoder": col["seq_len"], "decoder": col["tgt_len"]}, dtype_bytes)
+                 {"encoder": col["seq_len"], "decoder": col["tgt_len"]}, dtype_bytes, bool(qkv_bias), bool(out_bias),
+                 bool(head_bias), bool(tied))
+
+
+TAPE_OPTIONS = ("bias", "head_bias", "tie_embeddings")  # the architecture options the tape follows so far (issue 14)
+
+
+def followed_by_tape(configs) -> np.ndarray:
+    """The configurations whose step the tape replays: the 2017 transformer, or it with the options of
+    :data:`TAPE_OPTIONS` set otherwise."""
+    from .templates import option_columns
+
+    frame = configs.copy()
+    for name in TAPE_OPTIONS:
+        if name in frame:
+            frame[name] = {"bias": "all", "head_bias": True, "tie_embeddings": False}[name]
+    return option_columns(frame)["default_arch"] > 0
 
 
 def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start: np.ndarray, gradients: np.ndarray,
                weight_decay: float = 0.0, mirror_steps: int = 1) -> dict[str, np.ndarray]:
     """The step's peak and each phase's peak (bytes, -1 where the rule has no such phase), per configuration,
     for a step that begins with ``start`` bytes alive, ``gradients`` of them last step's gradients. A model of
-    more than :data:`MAX_TAPE_BLOCKS` blocks is not replayed: -1 everywhere; nor, yet, a model whose architecture
-    options are not the defaults (the tape follows the 2017 transformer's ops; issue 14)."""
+    more than :data:`MAX_TAPE_BLOCKS` blocks is not replayed: -1 everywhere; nor, yet, a model with architecture
+    options beyond :data:`TAPE_OPTIONS` (issue 14)."""
     from .templates import option_columns
 
     n = len(configs)
     out = {"peak": np.full(n, -1, dtype=np.int64), **{c: np.full(n, -1, dtype=np.int64) for c in PEAK_PHASE_COLUMNS}}
-    followed = option_columns(configs)["default_arch"] > 0
+    followed = followed_by_tape(configs)
     for rows, key in groups(configs):
         if key[1] + key[2] > MAX_TAPE_BLOCKS:
             continue
