@@ -896,8 +896,6 @@ def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start:
     for a step that begins with ``start`` bytes alive, ``gradients`` of them last step's gradients. A model of
     more than :data:`MAX_TAPE_BLOCKS` blocks is not replayed: -1 everywhere; nor, yet, a model with architecture
     options beyond :data:`TAPE_OPTIONS` (issue 14)."""
-    from .templates import option_columns
-
     n = len(configs)
     out = {"peak": np.full(n, -1, dtype=np.int64), **{c: np.full(n, -1, dtype=np.int64) for c in PEAK_PHASE_COLUMNS}}
     followed = followed_by_tape(configs)
