@@ -120,11 +120,15 @@ OPTION_CASES = [
     ("decoder", dict(tie_embeddings=True, head_bias=False), (2, 16, 2, 32, 8, 2, 16)),
     ("encoder-lm", dict(tie_embeddings=True), (1, 24, 4, 48, 6, 3, 300)),
     ("encoder-decoder", dict(tie_embeddings=True, bias="none"), (2, 16, 2, 32, 7, 2, 40)),
+    ("decoder", dict(kv_heads=2), (2, 16, 4, 32, 8, 2, 16)),  # grouped-query: K and V repeated (copies)
+    ("decoder", dict(kv_heads=1, head_dim=8), (1, 24, 4, 48, 6, 3, 44)),  # multi-query: the repeat is a view
+    ("encoder", dict(head_dim=6), (2, 16, 4, 40, 7, 2, 64)),
+    ("encoder-decoder", dict(kv_heads=2, tie_embeddings=True), (1, 16, 4, 32, 8, 2, 40)),
 ]
 
 
-def test_the_tape_follows_the_bias_and_tying_options_to_the_byte():
-    """7 option sets x 7 rules, SGD fp32 and Adam bf16 alternating: step start, step peak, every phase's peak.
+def test_the_tape_follows_the_bias_tying_and_head_options_to_the_byte():
+    """11 option sets x 7 rules, SGD fp32 and Adam bf16 alternating: step start, step peak, every phase's peak.
     Tied gradients: two in one backward are summed out of place by the engine; one from an earlier backward
     (DFA's head) is added in place."""
     mismatches = []
@@ -152,8 +156,8 @@ def test_the_tape_follows_the_bias_and_tying_options_to_the_byte():
 
 
 def test_options_the_tape_does_not_follow_yet_are_not_replayed():
-    for options in (dict(norm="rmsnorm"), dict(ffn="swiglu"), dict(kv_heads=1), dict(positions="rotary"),
-                    dict(norm_position="pre")):
+    for options in (dict(norm="rmsnorm"), dict(ffn="swiglu"), dict(ffn="relu"), dict(positions="rotary"),
+                    dict(norm_position="pre"), dict(positions="learned"), dict(embedding_norm=True)):
         cfg = canonical_model(dict(arch="decoder", layers=1, d_model=16, heads=2, d_ff=32, seq_len=8, vocab=64,
                                    **options), "")
         row = memory_table(configs_frame([("", cfg)]), ["bp"]).iloc[0]

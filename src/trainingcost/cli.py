@@ -235,7 +235,8 @@ def render_memory(memory: pd.DataFrame, cfg: ModelConfig | None = None) -> str:
     first = memory.iloc[0]
     followed = cfg is None or set(cfg.options()) <= set(TAPE_OPTIONS)
     why = (f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)" if followed
-           else "not replayed yet for architecture options (peaks.py follows the 2017 transformer, biases, tying)")
+           else "not replayed yet for architecture options (peaks.py follows the 2017 transformer, biases, tying, "
+                "head widths and key/value heads)")
     setting = f"{first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters"
     phases = [c for c in PEAK_PHASE_COLUMNS if (memory[c] >= 0).any()]
     rows = [[r["rule"], "", human_bytes(r["step_start"] - r["batch"]),

@@ -134,6 +134,18 @@ class Group:
     out_bias: bool = True  # ... of o and the FFN's matrices ...
     head_bias: bool = True  # ... and of the head
     tied: bool = False  # one V x d table: every stack's embedding and the head
+    grouped: bool = False  # fewer key/value heads than heads: K and V repeated to every head (a copy each) ...
+    single_kv: bool = False  # ... but for one key/value head (a view)
+    a: np.ndarray | None = None  # heads x head_dim: queries and attention output (None: d)
+    kv: np.ndarray | None = None  # kv_heads x head_dim: keys and values (None: d)
+
+    @property
+    def q_width(self) -> np.ndarray:
+        return self.d if self.a is None else self.a
+
+    @property
+    def kv_width(self) -> np.ndarray:
+        return self.d if self.kv is None else self.kv
 
     @property
     def stacks(self) -> tuple[str, ...]:
@@ -167,7 +179,8 @@ class Group:
                 for sub in L.block_sublayers(self.arch, stack):
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
-                        out += [(self.d, self.d)] * 4
+                        out += [(self.d, self.q_width), (self.d, self.kv_width), (self.d, self.kv_width),
+                                (self.q_width, self.d)]
                     elif family == "ffn":
                         out += [(self.d, self.ff), (self.ff, self.d)]
         return out + [(self.d, self.out)]
@@ -186,8 +199,10 @@ class Group:
                 for sub in L.block_sublayers(self.arch, stack):
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
-                        for bias in (self.qkv_bias,) * 3 + (self.out_bias,):
-                            linear(self.d, self.d, bias)
+                        linear(self.d, self.q_width, self.qkv_bias)
+                        linear(self.d, self.kv_width, self.qkv_bias)
+                        linear(self.d, self.kv_width, self.qkv_bias)
+                        linear(self.q_width, self.d, self.out_bias)
                     elif family == "ffn":
                         linear(self.d, self.ff, self.out_bias)
                         linear(self.ff, self.d, self.out_bias)
@@ -379,26 +394,48 @@ class Ops:
 
     def attention(self, x: Value, source: Value) -> Value:
         """q, k, v projections, fused attention (output and float32 log-sum-exp), o projection."""
-        q = self.linear(x, self.g.d, "q", bias=self.g.qkv_bias)
-        k = self.linear(source, self.g.d, "k", bias=self.g.qkv_bias)
-        v = self.linear(source, self.g.d, "v", bias=self.g.qkv_bias)
-        a = self.value(x.rows, self.g.d, "sdpa")
+        width, kv_width = self.g.q_width, self.g.kv_width
+        q = self.linear(x, width, "q", bias=self.g.qkv_bias)
+        k = self.linear(source, kv_width, "k", bias=self.g.qkv_bias)
+        v = self.linear(source, kv_width, "v", bias=self.g.qkv_bias)
+        # Grouped-query attention: K, then V, repeated to every head (expand, then reshape: a copy each), passed to
+        # SDPA as temporaries that only its saved tensors keep.
+        kr, vr = (self.repeat(k, width), self.repeat(v, width)) if self.g.grouped else (k, v)
+        a = self.value(x.rows, width, "sdpa")
         lse = self.t.new(bytes_(self.g.h * x.rows, FLOAT32), "logsumexp")
 
         def backward(grad, saved):
             dq = self.t.new(q.buf.nbytes, "dq")
-            dk = self.t.new(k.buf.nbytes, "dk")
-            dv = self.t.new(v.buf.nbytes, "dv")
+            dk = self.t.new(bytes_(kr.rows * kr.width, self.g.z), "dk")
+            dv = self.t.new(bytes_(vr.rows * vr.width, self.g.z), "dv")
             self.release(grad, saved)
             self.deliver(q, dq)
-            self.deliver(k, dk)
-            self.deliver(v, dv)
+            self.deliver(kr, dk)
+            self.deliver(vr, dv)
 
-        self._node(a, backward, [q.buf, k.buf, v.buf, a.buf, lse])
+        self._node(a, backward, [q.buf, kr.buf, vr.buf, a.buf, lse])
+        if self.g.grouped:
+            self.t.drop(kr.buf, vr.buf)
         self.t.drop(lse)
         o = self.linear(a, self.g.d, "o", bias=self.g.out_bias)
         self.t.drop(q.buf, k.buf, v.buf, a.buf)
         return o
+
+    def repeat(self, kv: Value, width) -> Value:
+        """``Attention._repeat``: K or V expanded to every head and reshaped (a copy); its backward sums each
+        group's gradients into a K- or V-sized tensor."""
+        if self.g.single_kv:  # one key/value head: [B, 1, h, N, dh] reshapes to [B, h, N, dh] as a view
+            self.t.hold(kv.buf)
+            out = Value(kv.buf, kv.rows, width, False)
+        else:
+            out = self.value(kv.rows, width, "repeat_kv")
+
+        def backward(grad, saved):
+            summed = self.t.new(bytes_(kv.rows * kv.width, self.g.z), "sum_to_size")
+            self.release(grad, saved)
+            self.deliver(kv, summed)
+
+        return self._node(out, backward) if kv.tracked else out
 
     def layer_norm(self, s: Value) -> Value:
         y = self.value(s.rows, s.width, "layer_norm")
@@ -857,7 +894,8 @@ def groups(configs) -> list[tuple[np.ndarray, tuple]]:
     options = option_columns(configs)
     keys = list(zip(configs["arch"], configs["enc_layers"].astype(int), configs["dec_layers"].astype(int),
                     configs["classes"].astype(int) > 0, options["qkv_bias"] > 0, options["out_bias"] > 0,
-                    options["head_bias"] > 0, options["tied"] > 0))
+                    options["head_bias"] > 0, options["tied"] > 0, options["kv_heads"] < configs["heads"].to_numpy(),
+                    (options["kv_heads"] == 1) & (configs["heads"].to_numpy() > 1)))
     out: dict[tuple, list[int]] = {}
     for i, key in enumerate(keys):
         out.setdefault(key, []).append(i)
@@ -865,29 +903,31 @@ def groups(configs) -> list[tuple[np.ndarray, tuple]]:
 
 
 def group_of(configs, rows: np.ndarray, key: tuple, dtype_bytes: int) -> Group:
-    arch, enc, dec, classifier, qkv_bias, out_bias, head_bias, tied = key
+    arch, enc, dec, classifier, qkv_bias, out_bias, head_bias, tied, grouped, single_kv = key
+    from .templates import option_columns
+
+    options = option_columns(configs)
     col = {c: configs[c].to_numpy(dtype=np.int64)[rows] for c in
            ("batch", "d_model", "d_ff", "heads", "vocab", "classes", "seq_len", "tgt_len")}
     depth = {"encoder": enc, "decoder": dec}
     return Group(arch, {s: depth[s] for s in L.stacks(arch)}, bool(classifier), col["batch"], col["d_model"],
                  col["d_ff"], col["heads"], col["vocab"], col["classes"],
                  {"encoder": col["seq_len"], "decoder": col["tgt_len"]}, dtype_bytes, bool(qkv_bias), bool(out_bias),
-                 bool(head_bias), bool(tied))
+                 bool(head_bias), bool(tied), bool(grouped), bool(single_kv), options["attn_width"][rows],
+                 options["kv_width"][rows])
 
 
-TAPE_OPTIONS = ("bias", "head_bias", "tie_embeddings")  # the architecture options the tape follows so far (issue 14)
+TAPE_OPTIONS = ("bias", "head_bias", "tie_embeddings", "kv_heads", "head_dim")  # what the tape follows (issue 14)
 
 
 def followed_by_tape(configs) -> np.ndarray:
-    """The configurations whose step the tape replays: the 2017 transformer, or it with the options of
-    :data:`TAPE_OPTIONS` set otherwise."""
+    """The configurations whose step the tape replays: the 2017 transformer, with any of :data:`TAPE_OPTIONS`."""
     from .templates import option_columns
 
-    frame = configs.copy()
-    for name in TAPE_OPTIONS:
-        if name in frame:
-            frame[name] = {"bias": "all", "head_bias": True, "tie_embeddings": False}[name]
-    return option_columns(frame)["default_arch"] > 0
+    o = option_columns(configs)
+    sinusoidal = (o["added_positions"] > 0) & (o["learned"] == 0)
+    return ((o["rms"] == 0) & (o["pre"] == 0) & (o["gated"] == 0) & (o["relu"] == 0) & sinusoidal
+            & (o["type_vocab"] == 0) & (o["embedding_norm"] == 0))
 
 
 def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start: np.ndarray, gradients: np.ndarray,
