@@ -35,12 +35,25 @@ def metered(arch: str, rule: str, optimizer: str, dtype: str, shape):
     vocab = vocab + 256 if task == "lm" else vocab  # the byte-level LM needs 256 ids
     cfg = canonical_model(dict(layers=layers, d_model=d, heads=heads, d_ff=d_ff, seq_len=seq, batch=batch, vocab=vocab,
                                **fields), "")
+    return cfg, meter_step(cfg, task, rule, optimizer, dtype)
+
+
+def meter_step(cfg, task: str, rule: str, optimizer: str, dtype: str):
+    """The tensor meter's reading of one measured step of ``cfg`` under ``rule``."""
     spec = TrainSpec(cfg=cfg, task=task, rule=rule, steps=3, seed=0, measure=True, dtype=dtype, warmup=1,
                      options=RuleOptions(optimizer=optimizer))
     recorders = []
     done = run_steps(spec, lambda r, device: recorders.append(StepRecorder(r, device, 1)) or recorders[-1])
-    assert done.status == "ok", (arch, rule, done.message)
-    return cfg, recorders[0].memory
+    assert done.status == "ok", (cfg.arch, rule, done.message)
+    return recorders[0].memory
+
+
+def tape_and_meter(cfg, rule: str, optimizer: str, dtype: str, reading) -> tuple[dict, dict]:
+    """(the executed model's, the meter's) step start, step peak and phase peaks."""
+    model = memory_table(configs_frame([("", cfg)]), [rule], [dtype], [optimizer]).iloc[0]
+    got = {"start": int(model["step_start"]), "peak": int(model["peak"]),
+           **{p: int(model[f"peak_{p}"]) for p in P.STEP_PHASES if model[f"peak_{p}"] >= 0}}
+    return got, {"start": reading.start, "peak": reading.peak, **reading.phase_peaks}
 
 
 def test_the_cases_cover_every_arch_rule_optimizer_and_dtype_with_twenty_shapes():
@@ -53,10 +66,7 @@ def test_the_executed_model_equals_the_meter_to_the_byte():
     mismatches = []
     for index, (arch, rule, optimizer, dtype) in enumerate(CASES):
         cfg, reading = metered(arch, rule, optimizer, dtype, SHAPES[index % len(SHAPES)])
-        model = memory_table(configs_frame([("", cfg)]), [rule], [dtype], [optimizer]).iloc[0]
-        got = {"start": int(model["step_start"]), "peak": int(model["peak"]),
-               **{p: int(model[f"peak_{p}"]) for p in P.STEP_PHASES if model[f"peak_{p}"] >= 0}}
-        want = {"start": reading.start, "peak": reading.peak, **reading.phase_peaks}
+        got, want = tape_and_meter(cfg, rule, optimizer, dtype, reading)
         if got != want:
             mismatches.append((arch, rule, optimizer, dtype, cfg, got, want))
     assert not mismatches, mismatches[:3]
@@ -139,17 +149,8 @@ def test_the_tape_follows_the_bias_tying_and_head_options_to_the_byte():
         fields, task = ARCHES.get(arch, (dict(arch="encoder"), "lm"))
         cfg = canonical_model(dict(layers=layers, d_model=d, heads=heads, d_ff=d_ff, seq_len=seq, batch=batch,
                                    vocab=vocab + (256 if task == "lm" and vocab < 256 else 0), **fields, **options), "")
-        spec = TrainSpec(cfg=cfg, task=task, rule=rule, steps=3, seed=0, measure=True, dtype=dtype, warmup=1,
-                         options=RuleOptions(optimizer=optimizer))
-        recorders = []
-        done = run_steps(spec, lambda r, device: recorders.append(StepRecorder(r, device, 1)) or recorders[-1])
-        assert done.status == "ok", (arch, rule, done.message)
-        reading = recorders[0].memory
-        model = memory_table(configs_frame([("", cfg)]), [rule], [dtype], [optimizer]).iloc[0]
-        assert model["peak"] >= 0, (arch, options)  # replayed
-        got = {"start": int(model["step_start"]), "peak": int(model["peak"]),
-               **{p: int(model[f"peak_{p}"]) for p in P.STEP_PHASES if model[f"peak_{p}"] >= 0}}
-        want = {"start": reading.start, "peak": reading.peak, **reading.phase_peaks}
+        got, want = tape_and_meter(cfg, rule, optimizer, dtype, meter_step(cfg, task, rule, optimizer, dtype))
+        assert got["peak"] >= 0, (arch, options)  # replayed
         if got != want:
             mismatches.append((arch, options, rule, optimizer, dtype, got, want))
     assert not mismatches, mismatches[:3]

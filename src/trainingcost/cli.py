@@ -25,7 +25,7 @@ from .io import created_count, undo_since
 from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names
 from .analytic.engine import out_of_scope
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
-from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, TAPE_OPTIONS
+from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, followed_by_tape
 from .config import (
     DEFAULT_LR,
     DEVICES,
@@ -42,6 +42,7 @@ from .config import (
     preset_entry,
     task_defaults,
 )
+from .config.hf import check_window, drop_short_table, read_hf_config
 from .config.model import BIASES, FFNS, NORM_POSITIONS, NORMS, POSITIONS
 
 # Model flags; each flag's dest is its config field (--d-model -> d_model).
@@ -75,13 +76,10 @@ def model_entry(args: argparse.Namespace, defaults: dict | None = None) -> dict:
     if args.preset and getattr(args, "hf_config", None):
         raise ConfigError("--hf-config: give either --preset or --hf-config, not both")
     if getattr(args, "hf_config", None):
-        from .config.hf import read_hf_config
-
         entry = read_hf_config(args.hf_config)
     else:
         entry = preset_entry(args.preset, "--preset") if args.preset else {}
-    if "seq_len" in given and entry.get("max_positions", 0) and given["seq_len"] > entry["max_positions"]:
-        entry.pop("max_positions")  # a longer sequence than the model's table: a table of the sequence's length
+    drop_short_table(entry, given)
     if any(k in given for k in LAYER_FIELDS):
         for key in LAYER_FIELDS:
             entry.pop(key, None)
@@ -109,8 +107,6 @@ def model_entry(args: argparse.Namespace, defaults: dict | None = None) -> dict:
             raise ConfigError(f"--{key.replace('_', '-')}: required without --preset")
     if "d_ff" not in entry and "ff_mult" not in entry:
         raise ConfigError("--d-ff: required without --preset")
-    from .config.hf import check_window
-
     return canonical_model(check_window(entry, "--hf-config"), "")
 
 
@@ -231,9 +227,9 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
     return f"Total {unit} per training step, by rule and cost model\n" + _grid(header, rows) + "\n"
 
 
-def render_memory(memory: pd.DataFrame, cfg: ModelConfig | None = None) -> str:
+def render_memory(memory: pd.DataFrame, followed: bool = True) -> str:
+    """``followed``: the executed tape follows the configuration's architecture (peaks.followed_by_tape)."""
     first = memory.iloc[0]
-    followed = cfg is None or set(cfg.options()) <= set(TAPE_OPTIONS)
     why = (f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)" if followed
            else "not replayed yet for architecture options (peaks.py follows the 2017 transformer, biases, tying, "
                 "head widths and key/value heads)")
@@ -307,7 +303,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if not args.memory:
         print(render_costs(table, args.metric) if args.per_layer else render_phases(table, args.metric))
         print(render_summary(table, args.metric))
-    print(render_memory(memory, cfg))
+    print(render_memory(memory, bool(followed_by_tape(configs)[0])))
     return 0
 
 

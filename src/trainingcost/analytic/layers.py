@@ -169,12 +169,6 @@ def _block(pairs: tuple[tuple[str, str], ...], pre: bool) -> tuple[Sublayer, ...
 _ENCODER = (("self_attention", "self_attention"), ("ffn", "ffn"))
 _DECODER_ONLY = (("self_attention", "masked_self_attention"), ("ffn", "ffn"))
 _ENC_DEC_DECODER = (("self_attention", "masked_self_attention"), ("cross_attention", "cross_attention"), ("ffn", "ffn"))
-ENCODER_BLOCK = _block(_ENCODER, pre=False)
-DECODER_ONLY_BLOCK = _block(_DECODER_ONLY, pre=False)
-ENC_DEC_DECODER_BLOCK = _block(_ENC_DEC_DECODER, pre=False)
-NORM_POSITIONS = ("post", "pre")
-# A stack's first layers (name = kind but for the embedding's norm), the ones a configuration has:
-STACK_ENDS = ("embedding", "token_type_embedding", "positional_encoding", "embedding_norm", "relative_position")
 EMBEDDING_NORM, FINAL_NORM = "embedding_norm", "final_norm"  # kind "norm"
 
 

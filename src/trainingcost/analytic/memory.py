@@ -120,9 +120,10 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
         np.where(configs["arch"].to_numpy() != "decoder", c["seq_len"] * c["enc_layers"], 0)
         + c["tgt_len"] * c["dec_layers"])
     position_buffers = np.where(sinusoidal, rows_per_stack * d, 0) + rotary_tables
-    matrices = {"attention": 4, "ffn": 2 + options["gated"][t.cfg], "head": 1}
-    linears = _reduce(np.where(model_layer, t.count * sum(np.where(np.array([KINDS[k].family == family for k in t.kind]), n, 0)
-                                                          for family, n in matrices.items()), 0), order, starts, np.add)
+    families = np.array([KINDS[k].family for k in t.kind])
+    matrices = np.select([families == "attention", families == "ffn", families == "head"],
+                         [4, 2 + options["gated"][t.cfg], 1], 0)  # weight matrices per layer (train/model.py)
+    linears = _reduce(np.where(model_layer, t.count * matrices, 0), order, starts, np.add)
     # The batch: int64 token ids per stack and targets (one per output row), each its own storage.
     batch = TOKEN_BYTES * (B * rows_per_stack + B * out_rows)
     frames = []

@@ -917,11 +917,9 @@ def group_of(configs, rows: np.ndarray, key: tuple, dtype_bytes: int) -> Group:
                  options["kv_width"][rows])
 
 
-TAPE_OPTIONS = ("bias", "head_bias", "tie_embeddings", "kv_heads", "head_dim")  # what the tape follows (issue 14)
-
-
 def followed_by_tape(configs) -> np.ndarray:
-    """The configurations whose step the tape replays: the 2017 transformer, with any of :data:`TAPE_OPTIONS`."""
+    """The configurations whose step the tape replays: the 2017 transformer, with any biases (``bias``,
+    ``head_bias``), ``tie_embeddings``, ``head_dim`` and ``kv_heads`` (issue 14); not yet the other options."""
     from .templates import option_columns
 
     o = option_columns(configs)
@@ -935,7 +933,7 @@ def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start:
     """The step's peak and each phase's peak (bytes, -1 where the rule has no such phase), per configuration,
     for a step that begins with ``start`` bytes alive, ``gradients`` of them last step's gradients. A model of
     more than :data:`MAX_TAPE_BLOCKS` blocks is not replayed: -1 everywhere; nor, yet, a model with architecture
-    options beyond :data:`TAPE_OPTIONS` (issue 14)."""
+    options :func:`followed_by_tape` does not follow (issue 14)."""
     n = len(configs)
     out = {"peak": np.full(n, -1, dtype=np.int64), **{c: np.full(n, -1, dtype=np.int64) for c in PEAK_PHASE_COLUMNS}}
     followed = followed_by_tape(configs)

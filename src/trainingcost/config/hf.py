@@ -195,7 +195,7 @@ def _llama(k: _Keys) -> dict:
         kv_heads=k.int("num_key_value_heads", heads), positions="rotary",
         tie_embeddings=k.bool("tie_word_embeddings", False), head_bias=False,
     )
-    head_dim = k.int("head_dim", 0, minimum=0) if "head_dim" in k.data and k.data["head_dim"] is not None else 0
+    head_dim = k.int("head_dim", 0, minimum=0) or 0  # absent or null: hidden_size / heads
     if head_dim and head_dim * heads != d:
         entry["head_dim"] = head_dim
     if model_type == "llama":
@@ -234,8 +234,13 @@ def with_overrides(entry: dict, overrides: dict) -> dict:
             out.pop(key, None)
     if "ff_mult" in overrides:
         out.pop("d_ff", None)
-    seq_len = overrides.get("seq_len")
-    if seq_len and out.get("max_positions", 0) and seq_len > out["max_positions"] and "max_positions" not in overrides:
-        out.pop("max_positions")  # a longer sequence than the model's table: a table of the sequence's length
+    drop_short_table(out, overrides)
     out.update(overrides)
     return out
+
+
+def drop_short_table(entry: dict, overrides: dict) -> None:
+    """A sequence longer than the entry's learned position table (``max_positions``) gets a table of its own length."""
+    seq_len = overrides.get("seq_len")
+    if seq_len and entry.get("max_positions", 0) and seq_len > entry["max_positions"] and "max_positions" not in overrides:
+        entry.pop("max_positions")
