@@ -122,8 +122,8 @@ def layer_breakdown(analytic: pd.DataFrame, config_id: str, describe: str):
     kinds = [k for k in dict.fromkeys(rows["layer_kind"]) if sums.loc[sums["layer_kind"] == k, "flops"].sum() > 0]
     colors = dict(zip(kinds, sns.color_palette("Set2", len(kinds))))
     phases = PHASES
-    short = {"forward": "fwd", "backward": "bwd", "error_projection": "proj", "weight_update": "W", "feedback_update": "B",
-             "mirror": "mirror"}
+    short = {"forward": "fwd", "backward": "bwd", "error_projection": "proj", "target_propagation": "tgt",
+             "weight_update": "W", "feedback_update": "fb", "mirror": "mir"}
     fig, axes = plt.subplots(2, 1, figsize=(FULL, 4.6), sharey=True)
     totals = {}
     for ax, model in zip(axes, ["paper", "executed"]):

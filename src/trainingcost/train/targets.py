@@ -182,7 +182,7 @@ class TargetRule(Rule):
     def step(self, batch, phase=no_phases) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
         with phase("forward"):
-            units, head_input, logits = forward_units(self.model, batch, self.head_input_grad)
+            units, head_input, logits = self.units(batch)
             if not self.head_input_grad:
                 logits.retain_grad()
             loss = objective.loss(logits, batch.targets)
@@ -201,18 +201,24 @@ class TargetRule(Rule):
             self.optimizer.step()
         return loss.detach()
 
+    def units(self, batch):
+        """The forward pass, unit by unit: (units per stack, head input, logits), :func:`forward_units`."""
+        return forward_units(self.model, batch, self.head_input_grad)
+
     def propagate(self, units, head_input, output_error) -> dict[str, torch.Tensor]:
         """Every unit's error, stack by stack from the output side down; an encoder's top error comes
         from the decoder's bottom (:func:`spread_to_memory`)."""
         errors: dict[str, torch.Tensor] = {}
         top = self.top_error(head_input, output_error)
-        for stack in reversed(list(units)):
+        for position, stack in enumerate(reversed(list(units))):
             chain = units[stack]
+            if position:  # the encoder of an encoder-decoder
+                top = spread_to_memory(errors[previous[0].name], self.model.cfg.seq_len)
             errors[chain[-1].name] = top
             for upper, lower in zip(chain[::-1], chain[-2::-1]):
                 with attribution.layer(upper.projection):
                     errors[lower.name] = self.down(upper, lower, errors[upper.name])
-            top = spread_to_memory(errors[chain[0].name], self.model.cfg.seq_len)
+            previous = chain
         return errors
 
     def top_error(self, head_input, output_error) -> torch.Tensor:
