@@ -25,7 +25,7 @@ from .io import created_count, undo_since
 from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names
 from .analytic.engine import out_of_scope
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
-from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, followed_by_tape
+from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, followed_by_tape, replays
 from .config import (
     DEFAULT_LR,
     DEVICES,
@@ -236,9 +236,10 @@ def render_memory(memory: pd.DataFrame, followed: bool = True) -> str:
                 "head widths and key/value heads)")
     setting = f"{first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters"
     phases = [c for c in PEAK_PHASE_COLUMNS if (memory[c] >= 0).any()]
+    rule_why = "not replayed yet for this rule (its tape is not written; the components below cover it)"
     rows = [[r["rule"], "", human_bytes(r["step_start"] - r["batch"]),
              *(human_bytes(r[c]) if r[c] >= 0 else "" for c in phases),
-             human_bytes(r["peak"]) if r["peak"] >= 0 else why]
+             human_bytes(r["peak"]) if r["peak"] >= 0 else (why if replays(r["rule"]) else rule_why)]
             for _, r in memory.iterrows()]
     header = ["rule", "", "persistent", *(c.removeprefix("peak_") for c in phases), "step peak"]
     executed = (f"Tensor memory of one training step, executed model ({setting}; CPU, batch of ids excluded "

@@ -861,6 +861,11 @@ def pepita_step(t: Tape, g: Group, optimizer: str, weight_decay: float, recomput
         optimizer_step(t, g, optimizer, weight_decay)
 
 
+def replays(rule_name: str) -> bool:
+    """Whether the tape replays ``rule_name``'s step (not yet TP, DTP, LRA: their peaks are -1)."""
+    return program(rule_name) is not None
+
+
 def program(rule_name: str):
     """The tape of a rule's step, chosen from its catalogue declaration (so a copied rule needs no entry here):
     PEPITA's or MEMPEPITA's activations, DFA's per-block feedback, a mirror phase (WM), trained feedback (KP),
