@@ -12,7 +12,7 @@ from ...analytic.spec import RuleMemory, RuleSpec
 SPEC = RuleSpec(
     name="lra",
     label="LRA",
-    color="#ece133",
+    color="#b8860b",
     marker="*",
     order=85,
     source="Ororbia & Mali 2019 (LRA-E; code: AnkurMali/LRA-E)",
