@@ -17,7 +17,12 @@ MACC and FLOP arrays:
 - ``dfa_projection``: DFA's projection of the output error onto a block;
 - ``forward_modulated``: a forward pass that stops before the head (the
   ``executed`` model's PEPITA modulated pass and MEMPEPITA recomputation);
-- ``feedback_copy``: KP's feedback gradient when it is a copy of W's (no product).
+- ``feedback_copy``: KP's feedback gradient when it is a copy of W's (no product);
+- ``target_projection``: TP's, DTP's and LRA's product carrying a block's target to the unit below;
+  ``feedback_forward`` / ``feedback_weight_grad``: their inverse's forward and gradient (TP, DTP) or the error
+  weights' gradient (LRA); ``head_projection`` / ``head_feedback_copy``: LRA's error weights at the head;
+- derived here: ``backward_total``, ``backward_dfa`` (the backward inside blocks), ``forward_unit`` (the
+  blocks' forward, TP's and DTP's noisy pass) and ``backward_local`` (DFA's backward without the head's: LRA).
 
 A quantity may carry a third number, the *elementwise* FLOPs that the FLOP
 count leaves out (bias additions, softmax, GELU, LayerNorm ...); only cost
