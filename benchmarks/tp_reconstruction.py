@@ -42,7 +42,9 @@ def main() -> int:
         batch = make_task("classify", cfg).batch(torch.Generator().manual_seed(seed))
         units, head_input, logits = forward_units(model, batch, True)
         objective.loss(logits, batch.targets).backward()
-        error = rule.hp("target_step") * head_input.grad
+        # each row's displacement: the step times its own example's loss gradient (train/targets.py, scale)
+        scale = int((batch.targets != objective.IGNORE).sum()) * head_input[..., 0].numel() / logits.shape[0]
+        error = rule.hp("target_step") * scale * head_input.grad
         chain = units["encoder"]
         with torch.no_grad():
             for upper, lower in zip(chain[::-1], chain[-2::-1]):

@@ -12,6 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from trainingcost.analytic.catalogue import rule_names
+
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 
@@ -28,7 +30,7 @@ TINY = {
 TINY["sweep"]["models"] = [  # one encoder-decoder trained under every rule
     {"name": "bytes", "arch": "encoder-decoder", "layers": 1, "d_model": 16, "heads": 2, "d_ff": 32, "vocab": 256, "seq_len": 8, "batch": 2}
 ]
-RULES = {"bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa"}
+RULES = set(rule_names())  # every rule in the catalogue
 
 
 def snakemake(workdir: Path, config: dict, *args):
@@ -55,22 +57,22 @@ def test_tiny_sweep_end_to_end(tmp_path):
     assert set(costs.cost_model) == {"paper", "executed", "causal", "kaplan", "textbook", "survey"}
     assert costs.maccs.dtype == "int64" and costs.flops.dtype == "int64"
     assert not costs.duplicated(["config_id", "rule", "cost_model", "layer", "phase"]).any()
-    assert set(memory.optimizer) == {"adam"} and len(memory) == len(configs) * 7
+    assert set(memory.optimizer) == {"adam"} and len(memory) == len(configs) * len(RULES)
     assert not list(tmp_path.glob("results/**/*.tmp"))
     measured = pd.read_parquet(tmp_path / "results/tables/measured.parquet")
     steps = pd.read_parquet(tmp_path / "results/tables/steps.parquet")
     assert set(measured.rule) == set(steps.rule) == RULES and set(measured.status) == {"ok"}
-    assert measured.config_id.nunique() == 1 and len(steps) == 7 * 5
+    assert measured.config_id.nunique() == 1 and len(steps) == len(RULES) * 5
     assert (tmp_path / "results/runs" / measured.config_id.iloc[0] / "wm/seed0/train.log").read_text().startswith("wm on lm")
     # Findings: tables, summary (also printed at the end), figures (no energy on CPU), report.
     comparison = pd.read_parquet(tmp_path / "results/tables/comparison.parquet")
     assert set(comparison.cost_model) == {"paper", "executed", "causal", "kaplan", "textbook", "survey"}
     assert (comparison.loc[comparison.cost_model == "executed", "flops_ratio"].dropna() == 1.0).all()
     summary = (tmp_path / "results/summary.md").read_text()
-    assert "| executed | +0.0% | 0.0% | 0.0% | 7 |" in summary and summary.splitlines()[0] in result.stdout
+    assert f"| executed | +0.0% | 0.0% | 0.0% | {len(RULES)} |" in summary and summary.splitlines()[0] in result.stdout
     assert "Energy figure skipped" in result.stdout and "## Step-time prediction" in summary
     steps_compared = comparison[(comparison.granularity == "step") & (comparison.cost_model == "executed")]
-    assert (steps_compared.predicted_time_s > 0).all() and len(steps_compared) == 7
+    assert (steps_compared.predicted_time_s > 0).all() and len(steps_compared) == len(RULES)
     # The predictor's inputs: every run's traced step, and a calibration of their kernels.
     trace = pd.read_parquet(tmp_path / "results/tables/trace.parquet")
     assert set(trace.rule) == RULES and {"matmul", "attention", "elementwise"} <= set(trace.cls)
@@ -104,7 +106,7 @@ def test_tiny_sweep_end_to_end(tmp_path):
 def test_default_config_trains_every_rule_and_executed_equals_measured(tmp_path):
     """The README's `make run` sweep, trimmed to keep the suite short: the default config's analytic tables,
     and one trained configuration of every arch and head (`train-arch`, `tiny-classifier`, and `train-depth`
-    cut to its 2-block decoder: 4 configurations x 7 rules = 28 jobs of 6 steps) -> measured -> findings.
+    cut to its 2-block decoder: 4 configurations x 10 rules = 40 jobs of 6 steps) -> measured -> findings.
     The full 63 jobs are timed in the README."""
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     depth = next(grid for grid in config["sweep"]["grids"] if grid["name"] == "train-depth")
@@ -124,7 +126,7 @@ def test_default_config_trains_every_rule_and_executed_equals_measured(tmp_path)
     executed = costs[(costs.cost_model == "executed") & costs.config_id.isin(measured.config_id)]
     cells = measured.merge(executed, on=["config_id", "rule", "layer", "phase"], how="outer", suffixes=("", "_executed"))
     assert (cells["flops"].fillna(0) == cells["flops_executed"].fillna(0)).all()
-    assert "measured: 28 runs (28 ok)" in result.stdout + result.stderr
+    assert f"measured: {4 * len(RULES)} runs ({4 * len(RULES)} ok)" in result.stdout + result.stderr
     assert len(pd.read_parquet(tmp_path / "results/configs.parquet")) == 49 - 2  # the default sweep, less two depths
     assert {p.name for p in (tmp_path / "results/figures").glob("*.png")} >= {"1_flops_predicted_vs_measured.png", "7_loss_by_depth.png"}
 

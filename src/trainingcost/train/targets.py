@@ -6,7 +6,9 @@ of its rows: in a transformer a stack's embedding (the bottom unit of its stack)
 stack's final norm belonging to its last block (as in DFA); in the tests' MLP, one tanh layer. Every unit
 ``l`` has an output ``h_l`` (its graph kept inside the unit only: its input is a constant), a target
 ``t_l`` and so an *error* ``e_l = h_l - t_l``; the unit's parameters learn from the local loss
-``1/2 sum_rows ||h_l - t_l||^2``, whose gradient at ``h_l`` is ``e_l``. The rules differ only in how the
+``1/(2R) sum_rows ||h_l - t_l||^2`` (R: the loss's terms; a mean, as the loss is), whose gradient at ``h_l`` is
+``e_l / R``. Targets are per example, as the sources write them: the top error is the step times each row's
+own loss gradient, ``R`` times the mean loss's. The rules differ only in how the
 errors are propagated down the chain and in what their feedback parameters learn (seed 003 sections 5-6;
 docs/learning_rules.md has the equations and their sources):
 
@@ -67,8 +69,9 @@ def inverse_gradients(inverse: torch.Tensor, bias: torch.Tensor, noisy_input: to
 
 
 def error_weight_gradient(error: torch.Tensor, below: torch.Tensor, gamma: float) -> torch.Tensor:
-    """LRA's error-weight update: ``gamma e_l^T h_{l-1}`` (summed over rows, as W's local gradient is), the
-    update a single linear map from ``h_{l-1}`` to ``h_l`` would receive; E follows W's change."""
+    """LRA's error-weight update: ``gamma e_l^T h_{l-1}`` (the rule passes gamma / R: a mean over the loss's
+    terms, as W's local gradient is), the update a single linear map from ``h_{l-1}`` to ``h_l`` would receive;
+    E follows W's change."""
     return gamma * (rows(error).t() @ rows(below))
 
 
@@ -141,11 +144,10 @@ def forward_units(model, batch, head_input_grad: bool):
 
 
 def spread_to_memory(decoder_bottom_error: torch.Tensor, source_rows: int) -> torch.Tensor:
-    """The encoder output's error in an encoder-decoder: the decoder embedding's error (the error at the
-    decoder's first block's other input), summed over target positions and spread evenly over the source
-    positions, as a mean-pooling backward spreads a per-sequence error (the project's DFA precedent)."""
-    per_sequence = decoder_bottom_error.sum(dim=1, keepdim=True) / source_rows
-    return per_sequence.expand(-1, source_rows, -1)
+    """The encoder output's error (displacement) in an encoder-decoder: the decoder embedding's (the error at the
+    decoder's first block's other input), averaged over the target positions, at every source position (a
+    per-sequence displacement, as the project's DFA and PEPITA spread a per-sequence error)."""
+    return decoder_bottom_error.mean(dim=1, keepdim=True).expand(-1, source_rows, -1)
 
 
 HEAD_FEEDBACK = "head_feedback"  # the analytic layer of LRA's error weights at the head
@@ -188,7 +190,13 @@ class TargetRule(Rule):
             loss = objective.loss(logits, batch.targets)
         with phase("backward"):
             loss.backward()  # the head's gradients; TP and DTP: dL/dh_L too
-        output_error = None if self.head_input_grad else logits.grad
+        # Targets are per example (Lee et al.'s Algorithm 1 and Ororbia & Mali's equations are written for one
+        # example): each row's displacement is the step times its own loss's gradient, i.e. the mean loss's times
+        # ``self.scale`` (its terms; a classifier's pooled row counts once per position it averages), and every
+        # local loss is the matching mean, 1/(2 scale) sum_rows ||h - t||^2: DTP at eta = 1 gives BP's top unit.
+        terms = int((batch.targets != objective.IGNORE).sum())
+        self.scale = terms * rows(head_input).shape[0] / rows(logits).shape[0]
+        output_error = None if self.head_input_grad else logits.grad * terms
         del logits
         with phase("target_propagation"), torch.no_grad():
             errors = self.propagate(units, head_input, output_error)
@@ -196,10 +204,16 @@ class TargetRule(Rule):
             self.train_feedback(units, errors)
         with phase("backward"):
             chain = [unit for stack in units.values() for unit in stack]
-            torch.autograd.backward([unit.output for unit in chain], [errors[unit.name] for unit in chain])
+            torch.autograd.backward([unit.output for unit in chain],
+                                    [errors[unit.name] / self.divisor(unit, head_input) for unit in chain])
         with phase("optimizer_step"):
             self.optimizer.step()
         return loss.detach()
+
+    def divisor(self, unit: Unit, head_input: torch.Tensor) -> float:
+        """The mean's divisor of ``unit``'s local loss: the output stack's scale, in proportion to the unit's rows
+        (an encoder's source rows against the decoder's target rows)."""
+        return self.scale * rows(unit.output).shape[0] / rows(head_input).shape[0]
 
     def units(self, batch):
         """The forward pass, unit by unit: (units per stack, head input, logits), :func:`forward_units`."""
@@ -247,8 +261,8 @@ class InverseRule(TargetRule):
         return given if given is not None else self.options.lr * self.hp("inverse_lr_ratio")
 
     def top_error(self, head_input, output_error) -> torch.Tensor:
-        # t_L = h_L - eta dL/dh_L (Lee et al. 2015): the top unit's error is eta dL/dh_L.
-        return self.hp("target_step") * head_input.grad
+        # t_L = h_L - eta dl/dh_L (Lee et al. 2015), l each example's own loss: the top unit's error is eta R dL/dh_L.
+        return (self.hp("target_step") * self.scale) * head_input.grad
 
     def train_feedback(self, units, errors) -> None:
         sigma = self.hp("target_noise")
@@ -281,9 +295,8 @@ class AlignmentRule(TargetRule):
         # t_L = h_L - beta e_out E_head: the output error e_out = dL/dlogits through the head's error weights.
         with attribution.layer(HEAD_FEEDBACK):
             projected = self.hp("lra_beta") * (output_error @ self.head_error_weights)
-        if projected.dim() == 2:  # a classifier's per-sequence error, spread as its mean pooling's backward spreads
-            rows_ = head_input.shape[1]
-            projected = (projected / rows_).unsqueeze(1).expand(-1, rows_, -1)
+        if projected.dim() == 2:  # a classifier's per-sequence displacement moves its mean: every position alike
+            projected = projected.unsqueeze(1).expand(-1, head_input.shape[1], -1)
         return projected
 
     def down(self, upper: Unit, lower: Unit, error: torch.Tensor) -> torch.Tensor:
@@ -291,10 +304,12 @@ class AlignmentRule(TargetRule):
 
     def train_feedback(self, units, errors) -> None:
         gamma = self.hp("lra_gamma")
+        top = units[list(units)[-1]][-1].output
         with torch.no_grad():
             for chain in units.values():
                 for unit in chain[1:]:
                     with attribution.layer(unit.projection):
-                        self.error_weights[unit.name].grad = error_weight_gradient(errors[unit.name], unit.below, gamma)
+                        self.error_weights[unit.name].grad = error_weight_gradient(errors[unit.name], unit.below,
+                                                                                   gamma / self.divisor(unit, top))
             with attribution.layer(HEAD_FEEDBACK):  # E_head follows W_head: gamma times its gradient (a copy)
                 self.head_error_weights.grad = gamma * self.model.head.weight.grad
