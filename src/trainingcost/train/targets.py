@@ -224,9 +224,10 @@ class TargetRule(Rule):
         from the decoder's bottom (:func:`spread_to_memory`)."""
         errors: dict[str, torch.Tensor] = {}
         top = self.top_error(head_input, output_error)
-        for position, stack in enumerate(reversed(list(units))):
+        previous = None  # the stack above (the decoder, when this is an encoder-decoder's encoder)
+        for stack in reversed(list(units)):
             chain = units[stack]
-            if position:  # the encoder of an encoder-decoder
+            if previous is not None:
                 top = spread_to_memory(errors[previous[0].name], self.model.cfg.seq_len)
             errors[chain[-1].name] = top
             for upper, lower in zip(chain[::-1], chain[-2::-1]):
