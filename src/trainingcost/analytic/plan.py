@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -81,6 +82,7 @@ class Efficiency:
     value: float
     source: str
     rule: str = "bp"  # tokens_per_s: the rule the run was measured under
+    rate_at: Callable[[int], float] | None = None  # rate: FLOP/s per GPU at a micro-batch (value: at micro-batch 1)
 
 
 @dataclass(frozen=True)
@@ -440,7 +442,8 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             rate = e.value * float(hw.loc[(e.rule, name), "hardware_flops_per_sequence"]) / n  # FLOP/s per GPU
             step = work / rate
         else:  # a calibrated rate of the products: the pipeline's bubble on top (Narayanan et al. 2021)
-            step = work / e.value * (1 + (spec.pp - 1) / accumulation)
+            rate = e.rate_at(micro) if e.rate_at is not None else e.value
+            step = work / rate * (1 + (spec.pp - 1) / accumulation)
         wall = steps * step
         gpu_hours = spec.gpus * wall / 3600
         if spec.joules_per_token is not None:
