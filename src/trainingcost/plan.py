@@ -287,6 +287,11 @@ def section_spec(section: dict, cfg, gpu, where: str = "plan") -> PlanSpec:
     from .analytic.plan import model_facts
 
     tokens = section["tokens"]
+    if isinstance(tokens, str) and tokens != "chinchilla" or not isinstance(tokens, str) and not tokens > 0:
+        raise ConfigError(f"{where}.tokens: {tokens!r} is not allowed (allowed: a positive number of tokens, or chinchilla)")
+    micro = section["micro_batch"]
+    if isinstance(micro, str) and micro != "max" or not isinstance(micro, str) and not micro >= 1:
+        raise ConfigError(f"{where}.micro_batch: {micro!r} is not allowed (allowed: a positive integer, or max)")
     chinchilla = tokens == "chinchilla"
     parameters = model_facts(cfg, ["bp"], section["optimizer"]).parameters if chinchilla else 0
     tokens, source = token_budget(None if chinchilla else tokens, None, None, chinchilla, parameters, f"{where}.")
@@ -325,19 +330,40 @@ def plan_configs(config: dict) -> list:
 
 
 def check_plan(config: dict) -> None:
-    """Every plan of a validated config, once, before any job runs: a bad value or an impossible plan is one line."""
-    build_plan(config)
+    """The plan section of a validated config, before any job runs: its values, the GPU, and the degrees and batch
+    of every selected configuration (one line naming the field). Whether each plan fits is the plan job's check."""
+    from .analytic.plan import check_spec
+
+    gpu = plan_gpu(config)
+    section = config["plan"]
+    figure, names = section["figure"], set()
+    for name, cfg in plan_configs(config):
+        names |= {name, cfg.config_id}
+        try:
+            check_spec(section_spec(section, cfg, gpu), cfg, gpu)
+        except ConfigError as exc:
+            text = str(exc)
+            raise ConfigError(text if text.startswith("plan") else f"plan: configuration {name or cfg.config_id!r}: "
+                              f"{text}") from None
+    if figure and figure not in names:
+        raise ConfigError(f"plan.figure: {figure!r} is not a planned configuration (plan.select's entries or their "
+                          "config_ids)")
+
+
+def plan_gpu(config: dict):
+    from .config.hardware import with_user_devices
+
+    table = with_user_devices(config.get("hardware") or None)
+    name = config["plan"]["gpu"]
+    if name not in table:
+        raise ConfigError(f"plan.gpu: {name!r} is not in the hardware catalogue (allowed: {', '.join(table)})")
+    return table[name]
 
 
 def build_plan(config: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The plan table of every selected configuration and the memory-against-micro-batch curves of the figure's."""
-    from .config.hardware import device, with_user_devices
-
     section = config["plan"]
-    table = with_user_devices(config.get("hardware") or None)
-    gpu = device(section["gpu"], table) if section["gpu"] in table else None
-    if gpu is None:
-        raise ConfigError(f"plan.gpu: {section['gpu']!r} is not in the hardware catalogue (allowed: {', '.join(table)})")
+    gpu = plan_gpu(config)
     rules, models = section["rules"], section["cost_models"]
     frames, curves = [], None
     chosen = plan_configs(config)
@@ -350,7 +376,7 @@ def build_plan(config: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
             raise ConfigError(f"plan: configuration {name or cfg.config_id!r}: {exc}") from None
         frames.append(frame.assign(name=name))
         if curves is None and (not figure or figure in (name, cfg.config_id)):
-            curves = memory_curve(cfg, spec, gpu, rules, section["micro_batches"]).assign(name=name)
+            curves = memory_curve(cfg, spec, gpu, rules, section["micro_batches"] or None).assign(name=name)
     if figure and curves is None:
         raise ConfigError(f"plan.figure: {figure!r} is not a planned configuration (plan.select's entries or their "
                           "config_ids)")
@@ -361,11 +387,12 @@ def build_plan(config: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
 def write_plan(config: dict, table_out, curves_out, figure_outs: dict) -> None:
     """results/tables/plan.parquet, the memory curves, and the two figures (findings/figures.py)."""
     from .findings import figures as F
+    from .findings.plan_figures import plan_cost, plan_memory
     from .io import write_parquet
 
     plan, curves = build_plan(config)
     write_parquet(plan, table_out)
     write_parquet(curves, curves_out)
     F.style()
-    F.save(F.plan_cost(plan), figure_outs["plan_cost"])
-    F.save(F.plan_memory(curves), figure_outs["plan_memory"])
+    F.save(plan_cost(plan), figure_outs["plan_cost"])
+    F.save(plan_memory(curves), figure_outs["plan_memory"])

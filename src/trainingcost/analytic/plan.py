@@ -483,18 +483,25 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
     return table.reset_index(drop=True)
 
 
-def memory_curve(cfg, spec: PlanSpec, device, rules, micro_batches) -> pd.DataFrame:
-    """Per-GPU bytes per rule against the micro-batch (the workflow's memory figure), with the device capacity."""
+def memory_curve(cfg, spec: PlanSpec, device, rules, micro_batches=None) -> pd.DataFrame:
+    """Per-GPU bytes per rule against the micro-batch (the workflow's memory figure), with the device capacity and
+    each rule's largest micro-batch that fits. ``micro_batches`` None: powers of two up to the first at which no
+    rule fits (at most 2^16)."""
     facts = model_facts(cfg, rules, spec.optimizer)
-    rows = []
+    capacity = float(device.memory_bytes)
+    lines = {}
     for r in rules:
         acts = activations_per_sequence(facts, r, spec.checkpointing, spec.checkpoint_every)
         parts = memory_per_gpu(facts, spec, r, acts)
         fixed = sum(v for k, v in parts.items() if k != "activations")
-        for m in micro_batches:
-            rows.append({"config_id": cfg.config_id, "rule": r, "micro_batch": int(m),
-                         "mem_total": float(fixed + m * parts["activations"]), "memory_capacity": float(device.memory_bytes),
-                         "gpu": device.name})
+        lines[r] = (fixed, parts["activations"], largest_micro_batch(fixed, parts["activations"], capacity))
+    if micro_batches is None:
+        most = max(line[2] for line in lines.values())
+        micro_batches = [2**i for i in range(17) if 2**i <= 2 * max(most, 1)]
+        micro_batches += [2 * micro_batches[-1]] if micro_batches[-1] <= most else []
+    rows = [{"config_id": cfg.config_id, "rule": r, "micro_batch": int(m), "mem_total": float(fixed + m * per),
+             "memory_capacity": capacity, "max_micro_batch": most, "gpu": device.name}
+            for r, (fixed, per, most) in lines.items() for m in micro_batches]
     return pd.DataFrame(rows)
 
 
