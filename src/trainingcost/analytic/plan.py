@@ -418,11 +418,12 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
     if not any(memory[r][3] >= 1 for r in rules):
         r = rules[0]
         need = memory[r][1] + memory[r][0]["activations"] / memory[r][2]
+        remedies = [*(["shard (--sharding zero3)"] if ZERO_STAGE[spec.sharding] < 3 else []), "raise --tp or --pp",
+                    *(["checkpoint (--checkpointing full)"] if spec.checkpointing != "full" else []), "a larger --gpu"]
         raise ConfigError(
             f"gpu: the model does not fit on {device.name} ({capacity / GiB:.1f} GiB) at micro-batch 1 under any rule "
             f"({r}: {need / GiB:.1f} GiB per GPU with sharding {spec.sharding}, tp {spec.tp}, pp {spec.pp}, "
-            f"checkpointing {spec.checkpointing}); shard more (--sharding zero3), raise --tp or --pp, checkpoint "
-            "(--checkpointing full), or choose a larger --gpu")
+            f"checkpointing {spec.checkpointing}); {', '.join(remedies[:-1])} or {remedies[-1]}")
 
     hw = flops.assign(hardware_flops_per_sequence=flops["model_flops_per_sequence"] + flops["recompute_flops_per_sequence"])
     hw = hw.set_index(["rule", "cost_model"])

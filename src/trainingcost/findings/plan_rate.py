@@ -77,7 +77,7 @@ def calibrated_rate(calibration: dict, cfg, compute_dtype: str, micro_batch: int
             for i in range(0, 6, 2):
                 a, b = products[i], products[i + 1]
                 work = 2.0 * a[0][0] * a[0][1] * b[0][1]
-                total += pricer.seconds("aten.mm", "matmul", _signature(a, b, dtype), work, 0.0)
+                total += pricer.seconds("aten.mm.default", "matmul", _signature(a, b, dtype), work, 0.0)
             priced[key] = total
         flops += 3 * 2.0 * m * k * n
         seconds += priced[key]
