@@ -362,7 +362,9 @@ def largest_micro_batch(fixed: float, per_sequence: float, capacity: float) -> i
 
 
 def largest_divisor_at_most(n: int, limit: int) -> int:
-    return max((d for d in range(1, min(n, limit) + 1) if n % d == 0), default=0)
+    """The largest divisor of ``n`` that is at most ``limit`` (0 if ``limit`` < 1)."""
+    divisors = {d for i in range(1, math.isqrt(n) + 1) if n % i == 0 for d in (i, n // i)}
+    return max((d for d in divisors if d <= limit), default=0)
 
 
 # ---------------------------------------------------------------------------
