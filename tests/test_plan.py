@@ -304,6 +304,31 @@ def test_csv_and_json_carry_the_sources(capsys):
     assert capsys.readouterr().out.splitlines()[0].startswith("config_id,rule,cost_model")
 
 
+def test_a_calibration_and_an_hf_config_through_the_cli(tmp_path, capsys):
+    from trainingcost.findings.plan_rate import calibrated_rate
+
+    sig = json.dumps([[{"t": [[512, 768], [768, 1], "bfloat16"]}, {"t": [[768, 768], [1, 768], "bfloat16"]}], {"kw": {}}])
+    calibration = {"launch_overhead_s": 1e-6, "view_overhead_s": 1e-7, "copy_ladder": [{"bytes": 1, "seconds": 1e-6}],
+                   "provenance": {"device_name": "NVIDIA A100-SXM4-80GB"},
+                   "kernels": [{"op": "aten.mm.default", "signature": sig, "cls": "matmul", "flops": 2 * 512 * 768 * 768,
+                                "bytes_read": 0, "bytes_written": 0, "seconds": 1e-6 + 2 * 512 * 768 * 768 / 1e14}]}
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(calibration))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12,
+                                                      "n_positions": 1024, "vocab_size": 50257, "n_inner": None,
+                                                      "activation_function": "gelu_new"}))
+    args = ["plan", "--hf-config", str(tmp_path / "config.json"), "--tokens", "1e9", "--gpu", "a100-80gb", "--rule",
+            "bp", "--cost-model", "executed", "--calibration", str(path), "--micro-batch", "4", "--global-batch", "8",
+            "--format", "json"]
+    assert cli.main(args) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["source_efficiency"].startswith(f"calibration {path}") and "made on" not in row["source_efficiency"]
+    rate = calibrated_rate(calibration, preset("gpt2-small"), "bf16", 4)
+    assert 0.9e14 < rate < 1e14  # the calibrated rate less the launches
+    F = flops_per_sequence(preset("gpt2-small"), ["bp"], ["executed"]).iloc[0]["model_flops_per_sequence"]
+    assert row["step_time_s"] == pytest.approx(8 * F / rate) and row["cost"] is None
+
+
 GPT2 = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb"]
 
 

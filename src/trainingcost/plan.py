@@ -270,7 +270,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
     table = plan_table(cfg, spec, gpu, rules, models)
     if args.format == "json":
-        print(json.dumps(table.to_dict(orient="records"), indent=1))
+        records = table.astype(object).where(table.notna(), None).to_dict(orient="records")  # NaN -> null
+        print(json.dumps(records, indent=1))
     elif args.format == "csv":
         table.to_csv(sys.stdout, index=False)
     else:
