@@ -417,3 +417,13 @@ def test_the_workflow_step_writes_the_table_and_the_figures(tmp_path):
     assert all(p.exists() and p.with_suffix(".pdf").exists() for p in figures.values())
     assert yaml.safe_load(yaml.safe_dump(filled["plan"]))["gpu"] == "mine"
     assert with_user_devices({"mine": mine})["mine"].memory_bytes == 16e9
+
+
+def test_the_schema_files_plan_defaults_list_the_catalogue():
+    """The file lists the rules and cost models for readers (the validator fills the catalogue's own)."""
+    from trainingcost.analytic import cost_model_names
+    from trainingcost.config.schema import schema
+
+    plan = schema()["properties"]["plan"]["properties"]
+    assert plan["rules"]["default"] == list(rule_names())
+    assert plan["cost_models"]["default"] == list(cost_model_names())
