@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from . import templates as T
-from .catalogue import rule
+from .catalogue import rule, rule_names
 from .engine import build_for, evaluate, phase_costs
 from .layers import HEAD_KINDS, KINDS
 from .memory import OPTIMIZER_SLOTS, _per_layer, memory_table
@@ -390,7 +390,10 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
     check_spec(spec, cfg, device)
     rules = list(dict.fromkeys(rules))
     e = spec.efficiency
-    needed = rules + ([e.rule] if e.kind == "tokens_per_s" and e.rule not in rules else [])
+    # BP for the ratios, the measured rule for a measured throughput, beside the rules asked for
+    extra = [r for r in ("bp", e.rule if e.kind == "tokens_per_s" or spec.joules_per_token is not None else "bp")
+             if r in rule_names()]
+    needed = list(dict.fromkeys(rules + extra))
     facts = model_facts(cfg, needed, spec.optimizer)
     flops = flops_per_sequence(cfg, needed, cost_models, spec.checkpointing, spec.checkpoint_every, spec.mirror_steps,
                                facts)
