@@ -329,6 +329,28 @@ def test_a_calibration_and_an_hf_config_through_the_cli(tmp_path, capsys):
     assert row["step_time_s"] == pytest.approx(8 * F / rate) and row["cost"] is None
 
 
+def test_a_measured_run_gives_the_rate_and_the_joules_per_flop(tmp_path, capsys):
+    import pandas as pd
+
+    run = {"config_id": "c", "rule": "bp", "seed": 0, "status": "ok", "achieved_flops_per_s": 2e14,
+           "flops_per_step": 1e12, "energy_per_step_j": 3.0, "device_name": "NVIDIA H100 80GB HBM3"}
+    pd.DataFrame([{**run, "layer": layer} for layer in ("a", "b")]).to_parquet(tmp_path / "measured.parquet")
+    args = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "h100-sxm", "--gpus", "4", "--pp", "2",
+            "--global-batch", "8", "--micro-batch", "2", "--rule", "bp", "--cost-model", "executed", "--pue", "1.25",
+            "--measured-run", str(tmp_path), "--format", "json"]
+    assert cli.main(args) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    F = flops_per_sequence(preset("gpt2-small"), ["bp"], ["executed"]).iloc[0]["model_flops_per_sequence"]
+    # 2 replicas x 4 sequences, 2 micro-batches of 2 through 2 stages: bubble 1/2
+    assert row["step_time_s"] == pytest.approx(8 * F / 4 / 2e14 * 1.5)
+    assert row["energy_kwh"] == pytest.approx(1e9 / 1024 * F * 3e-12 / 3.6e6 * 1.25)
+    assert "J per FLOP" in row["source_power"] and "measured run" in row["source_efficiency"]
+    pd.DataFrame([run, {**run, "rule": "fa"}]).to_parquet(tmp_path / "two.parquet")
+    assert cli.main([*args[:-4], "--measured-run", str(tmp_path / "two.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--measured-run: " in err and "holds 2 runs; give one run's directory" in err
+
+
 GPT2 = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb"]
 
 

@@ -84,6 +84,9 @@ def add_parser(sub, add_model_flags) -> None:
     speed.add_argument("--tokens-per-s", type=_number, help="a measured run's tokens per second per GPU")
     speed.add_argument("--calibration", metavar="JSON", help="a calibration of this GPU (trainingcost calibrate): the "
                                                               "predictor prices the model's matrix products")
+    speed.add_argument("--measured-run", metavar="DIR", help="a measured run (train --out-dir DIR, or its measured.parquet): "
+                                                             "its achieved FLOP/s, and its joules per FLOP where it "
+                                                             "measured energy")
     p.add_argument("--measured-rule", default="bp", choices=rule_names(),
                    help="the rule --tokens-per-s and --joules-per-token were measured under (default bp)")
     p.add_argument("--joules-per-token", type=_number, help="measured energy per token per GPU (default: TDP)")
@@ -119,8 +122,40 @@ def token_budget(tokens, epochs, dataset_tokens, chinchilla: bool, parameters: i
     return tokens, "given"
 
 
+def measured_run(path: str, gpu) -> tuple[Efficiency, float | None, str]:
+    """A measured run's achieved FLOP/s (its FLOP-counted step over its median step time) and joules per FLOP
+    (its median step energy over its FLOPs per step; None where it measured none), with their source."""
+    from pathlib import Path
+
+    file = Path(path) / "measured.parquet" if Path(path).is_dir() else Path(path)
+    try:
+        runs = pd.read_parquet(file)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user mistake
+        raise ConfigError(f"measured_run: cannot read {file} as a run's measured.parquet ({exc.__class__.__name__})") \
+            from None
+    needed = {"rule", "status", "achieved_flops_per_s", "flops_per_step", "energy_per_step_j", "device_name"}
+    if not needed <= set(runs.columns) or runs.empty:
+        raise ConfigError(f"measured_run: {file} is not a measured run's table (train --out-dir writes one)")
+    run = runs.drop_duplicates([c for c in ("config_id", "rule", "seed") if c in runs.columns])
+    if len(run) != 1:
+        raise ConfigError(f"measured_run: {file} holds {len(run)} runs; give one run's directory")
+    row = run.iloc[0]
+    rate = float(row["achieved_flops_per_s"])
+    if row["status"] != "ok" or not math.isfinite(rate) or rate <= 0:
+        raise ConfigError(f"measured_run: {file} has no timed, FLOP-counted steps (status {row['status']})")
+    note = "" if any(m in str(row["device_name"]) for m in gpu.match) else f", not on {gpu.name}"
+    source = (f"measured run {path}: {row['rule']} on {row['device_name']}{note}, {rate:.4g} FLOP/s achieved (its "
+              "FLOP-counted step over its median step time), pipeline bubble added")
+    energy = float(row["energy_per_step_j"])
+    joules = energy / float(row["flops_per_step"]) if math.isfinite(energy) and energy > 0 else None
+    return Efficiency("rate", rate, source), joules, (f"measured: {joules:.4g} J per FLOP (the run's median step energy, "
+                                                      f"NVML, over its FLOPs per step){note}" if joules else "")
+
+
 def efficiency_of(args, cfg, precision: str, tp: int, gpu) -> Efficiency:
     chosen = [k for k in ("mfu", "hfu", "tokens_per_s") if getattr(args, k, None) is not None]
+    if getattr(args, "measured_run", None):
+        return measured_run(args.measured_run, gpu)[0]
     if args.calibration:
         from .findings.plan_rate import calibrated_rate, read_calibration
 
@@ -153,15 +188,21 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
             raise ConfigError(f"global_batch_tokens: must be positive (got {args.global_batch_tokens:g})")
         global_batch = max(1, round(args.global_batch_tokens / tokens_per_sequence(cfg)))
     defaults = PlanSpec(tokens=1, gpus=1, efficiency=Efficiency("mfu", DEFAULT_MFU, ""))
+    joules_per_flop, flop_source = measured_run(args.measured_run, gpu)[1:] if args.measured_run else (None, "")
+    if args.joules_per_token is not None:
+        joules_per_flop = None  # the flag given wins over the run's measurement
+    power_source = (f"TDP x {args.power_utilisation:g} (given)" if args.power_utilisation != 1.0 else defaults.power_source)
+    if args.joules_per_token is not None:
+        power_source = f"measured: {args.joules_per_token:g} J per token per GPU under {args.measured_rule} (given)"
+    elif joules_per_flop is not None:
+        power_source = flop_source
     return PlanSpec(
         tokens=tokens, tokens_source=tokens_source, gpus=args.gpus, tp=args.tp, pp=args.pp, sharding=args.sharding,
         precision=args.precision, checkpointing=args.checkpointing, checkpoint_every=args.checkpoint_every,
         optimizer=args.optimizer, global_batch=global_batch, micro_batch=args.micro_batch,
         efficiency=efficiency_of(args, cfg, args.precision, args.tp, gpu),
-        power_utilisation=args.power_utilisation,
-        power_source=(f"TDP x {args.power_utilisation:g} (given)" if args.power_utilisation != 1.0 else defaults.power_source)
-        if args.joules_per_token is None else f"{args.joules_per_token:g} J per token per GPU under {args.measured_rule}",
-        joules_per_token=args.joules_per_token,
+        power_utilisation=args.power_utilisation, power_source=power_source,
+        joules_per_token=args.joules_per_token, joules_per_flop=joules_per_flop,
         pue=defaults.pue if args.pue is None else args.pue,
         pue_source=defaults.pue_source if args.pue is None else "given",
         carbon_intensity=defaults.carbon_intensity if args.carbon_intensity is None else args.carbon_intensity,

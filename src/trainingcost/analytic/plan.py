@@ -103,6 +103,7 @@ class PlanSpec:
     power_utilisation: float = 1.0
     power_source: str = "TDP x 1.0 (the published power, as Touvron et al. 2023, Table 2 count it)"
     joules_per_token: float | None = None  # measured, per GPU, under efficiency.rule's work; None: TDP
+    joules_per_flop: float | None = None  # measured (a run's energy per step / its FLOPs per step); None: TDP
     pue: float = 1.1
     pue_source: str = "default 1.1 (Patterson et al. 2021, Table 4: the PUE of the GPT-3 datacenter)"
     carbon_intensity: float = 0.429  # kg CO2e per kWh
@@ -144,8 +145,9 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
         raise ConfigError(f"{e.kind}: a share of the device peak, between 0 and 1 (got {e.value})")
     if not 0 < spec.power_utilisation <= 1:
         raise ConfigError(f"power_utilisation: a share of the TDP, between 0 and 1 (got {spec.power_utilisation})")
-    if spec.joules_per_token is not None:
-        positive("joules_per_token", spec.joules_per_token)
+    for name in ("joules_per_token", "joules_per_flop"):
+        if getattr(spec, name) is not None:
+            positive(name, getattr(spec, name))
     if not (math.isfinite(spec.pue) and spec.pue >= 1):
         raise ConfigError(f"pue: power usage effectiveness is 1 or more (got {spec.pue})")
     if not (math.isfinite(spec.carbon_intensity) and spec.carbon_intensity >= 0):
@@ -452,7 +454,9 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             step = work / rate * (1 + (spec.pp - 1) / accumulation)
         wall = steps * step
         gpu_hours = spec.gpus * wall / 3600
-        if spec.joules_per_token is not None:
+        if spec.joules_per_flop is not None:
+            joules = sequences * hw_seq * spec.joules_per_flop
+        elif spec.joules_per_token is not None:
             ref = float(hw.loc[(e.rule, name), "hardware_flops_per_sequence"])
             joules = spec.tokens * spec.joules_per_token * hw_seq / ref
         else:
@@ -478,8 +482,8 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "source_tokens": spec.tokens_source, "source_batch": batch_source, "source_efficiency": e.source,
             "source_precision": p.source, "source_peak": device.sources.get("peak_tflops", ""),
             "source_memory_capacity": device.sources.get("memory_gb", ""),
-            "source_power": (spec.power_source if spec.joules_per_token is None else "measured joules per token: "
-                             + spec.power_source) + f"; TDP {device.power_w:g} W: {device.sources.get('power_w', '')}",
+            "source_power": spec.power_source + ("" if spec.joules_per_token is not None or spec.joules_per_flop is not None
+                                                 else f"; TDP {device.power_w:g} W: {device.sources.get('power_w', '')}"),
             "source_pue": spec.pue_source, "source_carbon": spec.carbon_source, "source_price": spec.price_source,
         })
     table = pd.DataFrame(rows, columns=list(PLAN_COLUMNS))
