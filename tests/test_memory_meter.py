@@ -121,16 +121,17 @@ PERSISTENT_ARCHES = {
     "encoder-decoder": (dict(arch="encoder-decoder", layers=1, vocab=32), "copy"),
 }
 PERSISTENT_CASES = [(arch, rule, "sgd", "fp32") for arch in PERSISTENT_ARCHES for rule in
-                    ("bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa")]
-PERSISTENT_CASES += [(arch, rule, "adam", "fp32") for arch in PERSISTENT_ARCHES for rule in ("bp", "pepita", "kp")]
+                    ("bp", "pepita", "mempepita", "fa", "kp", "wm", "dfa", "tp", "dtp", "lra")]
+PERSISTENT_CASES += [(arch, rule, "adam", "fp32") for arch in PERSISTENT_ARCHES for rule in ("bp", "pepita", "kp", "dtp", "lra")]
 PERSISTENT_CASES += [(arch, rule, optimizer, "bf16") for arch in PERSISTENT_ARCHES for rule in ("bp", "dfa")
                      for optimizer in ("sgd", "adam")]
 
 
 def test_the_bytes_held_between_steps_equal_the_memory_model():
     """Parameters, gradients, feedback matrices and optimizer state at a step's start, as metered, equal the memory
-    model to the byte: 3 arches x 7 rules with SGD, Adam (with its float32 `step` scalar per parameter tensor) on
-    BP, PEPITA and KP (whose trained feedback matrices have step scalars too), and bf16."""
+    model to the byte: 3 arches x 10 rules with SGD, Adam (with its float32 `step` scalar per parameter tensor) on
+    BP, PEPITA, KP, DTP and LRA (whose trained feedback matrices, inverses and error weights have step scalars
+    too), and bf16."""
     from trainingcost.measure.recorder import StepRecorder
     from trainingcost.train.run import run_steps
 

@@ -25,7 +25,7 @@ from .io import created_count, undo_since
 from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names
 from .analytic.engine import out_of_scope
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
-from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, followed_by_tape
+from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, followed_by_tape, replays
 from .config import (
     DEFAULT_LR,
     DEVICES,
@@ -42,6 +42,7 @@ from .config import (
     preset_entry,
     task_defaults,
 )
+from .config.training import RULE_OPTION_FLOATS
 from .config.hf import check_window, drop_short_table, read_hf_config
 from .config.model import BIASES, FFNS, NORM_POSITIONS, NORMS, POSITIONS
 
@@ -235,9 +236,10 @@ def render_memory(memory: pd.DataFrame, followed: bool = True) -> str:
                 "head widths and key/value heads)")
     setting = f"{first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters"
     phases = [c for c in PEAK_PHASE_COLUMNS if (memory[c] >= 0).any()]
+    rule_why = "not replayed yet for this rule (its tape is not written; the components below cover it)"
     rows = [[r["rule"], "", human_bytes(r["step_start"] - r["batch"]),
              *(human_bytes(r[c]) if r[c] >= 0 else "" for c in phases),
-             human_bytes(r["peak"]) if r["peak"] >= 0 else why]
+             human_bytes(r["peak"]) if r["peak"] >= 0 else (why if replays(r["rule"]) else rule_why)]
             for _, r in memory.iterrows()]
     header = ["rule", "", "persistent", *(c.removeprefix("peak_") for c in phases), "step peak"]
     executed = (f"Tensor memory of one training step, executed model ({setting}; CPU, batch of ids excluded "
@@ -395,7 +397,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     optimizer = args.optimizer or defaults["optimizer"]
     options = RuleOptions(
         optimizer=optimizer, lr=DEFAULT_LR[optimizer] if args.lr is None else args.lr,
-        weight_decay=args.weight_decay, mirror_steps=args.mirror_steps
+        weight_decay=args.weight_decay, mirror_steps=args.mirror_steps,
+        **{name: getattr(args, name) for name in RULE_OPTION_FLOATS},
     )
     spec = TrainSpec(
         cfg=cfg,
@@ -541,6 +544,11 @@ def build_parser() -> Parser:
                      help="sgd, momentum (SGD, 0.9) or adam (AdamW); default: adam for copy and reverse, else sgd")
     trn.add_argument("--weight-decay", type=_float, help="default: 0, or 1e-3 for kp")
     trn.add_argument("--mirror-steps", type=_int, default=1, help="weight-mirror steps per training step (wm)")
+    trn.add_argument("--target-step", type=_float, help="tp, dtp: the first target's step (default 0.3277, Lee et al. 2015)")
+    trn.add_argument("--target-noise", type=_float, help="tp, dtp: std of the inverses' training noise (default 0.3598)")
+    trn.add_argument("--inverse-lr", type=_float, help="tp, dtp: the inverses' learning rate (default: lr x 0.3366)")
+    trn.add_argument("--lra-beta", type=_float, help="lra: the targets' step beta (default 0.1, Ororbia & Mali 2019)")
+    trn.add_argument("--lra-gamma", type=_float, help="lra: the error weights' update scale gamma (default 1.0)")
     trn.add_argument("--device", default="auto", choices=DEVICES)
     trn.add_argument("--dtype", default="fp32", choices=list(TRAIN_DTYPES))
     trn.add_argument("--corpus", help="a text file for task lm (default: the Python standard library's source)")

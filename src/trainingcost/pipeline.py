@@ -340,7 +340,10 @@ def write_figures(config: dict, analytic_path, comparison_path, measured_path, o
         depth_runs = runs[runs["config_id"].isin(chosen)]
         if depth_runs.empty:  # none of those entries was trained (or all failed): show every run instead
             depth_runs = runs
-    save(F.loss_by_depth(depth_runs, int(runs["steps"].max()) if len(runs) else 0), "depth")
+    unfinished = measured.loc[measured["status"] != "ok", ["rule", "status"]].drop_duplicates() if len(measured) else None
+    unfinished = {} if unfinished is None else unfinished.groupby("rule")["status"].agg(lambda s: "/".join(sorted(set(s))))
+    unfinished = {rule: status for rule, status in dict(unfinished).items() if rule not in set(depth_runs["rule"])}
+    save(F.loss_by_depth(depth_runs, int(runs["steps"].max()) if len(runs) else 0, unfinished), "depth")
     if settings["energy"]:
         save(F.energy(runs), "energy")
     return written

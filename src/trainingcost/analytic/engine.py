@@ -17,7 +17,12 @@ MACC and FLOP arrays:
 - ``dfa_projection``: DFA's projection of the output error onto a block;
 - ``forward_modulated``: a forward pass that stops before the head (the
   ``executed`` model's PEPITA modulated pass and MEMPEPITA recomputation);
-- ``feedback_copy``: KP's feedback gradient when it is a copy of W's (no product).
+- ``feedback_copy``: KP's feedback gradient when it is a copy of W's (no product);
+- ``target_projection``: TP's, DTP's and LRA's product carrying a block's target to the unit below;
+  ``feedback_forward`` / ``feedback_weight_grad``: their inverse's forward and gradient (TP, DTP) or the error
+  weights' gradient (LRA); ``head_projection`` / ``head_feedback_copy``: LRA's error weights at the head;
+- derived here: ``backward_total``, ``backward_dfa`` (the backward inside blocks), ``forward_unit`` (the
+  blocks' forward, TP's and DTP's noisy pass) and ``backward_local`` (DFA's backward without the head's: LRA).
 
 A quantity may carry a third number, the *elementwise* FLOPs that the FLOP
 count leaves out (bias additions, softmax, GELU, LayerNorm ...); only cost
@@ -38,13 +43,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from . import layers as L
 from . import templates as T
 from .catalogue import rule, rule_names
 from .registry import CostModel, cost_model, cost_model_names
 from .templates import Shapes, Templates
 from ..config.errors import SizeOverflowError
 
-PHASES = ("forward", "backward", "error_projection", "weight_update", "feedback_update", "mirror")
+PHASES = ("forward", "backward", "error_projection", "target_propagation", "weight_update", "feedback_update", "mirror")
 INT64_LIMIT = float(2**63 - 1)
 
 
@@ -96,6 +102,33 @@ def _derive_backward(q: dict, declared: dict, block_entry: np.ndarray, kv_entry:
     declared["backward_dfa"] = any_part
 
 
+def _derive_units(q: dict, declared: dict, templates: Templates) -> None:
+    """What TP, DTP and LRA run on their units (blocks; a pre-LN stack's final norm belongs to its last):
+
+    - ``forward_unit``: the forward of the blocks and final norms, not of the embeddings and the head
+      (TP's and DTP's noisy forward of every block, to train its inverse);
+    - ``backward_local``: DFA's backward without the head's (LRA's loss backward stops at the head's
+      weights: the error reaches the top unit through E_head, not through W_head).
+    A model-granularity cost model (one row, ``model``) has no blocks to tell apart: its forward and backward.
+    """
+    n = len(templates)
+    unit = templates.is_block | (templates.rank % 1000 >= T.TAIL_RANK)
+    head = np.zeros(n, dtype=bool)
+    for kind in L.HEAD_KINDS:
+        if kind in templates.kind_slices:
+            head[templates.kind_slices[kind]] = True
+    whole = "model" in templates.kind_slices
+    for store in q.values():
+        if "forward" in store:
+            store["forward_unit"] = store["forward"] if whole else np.where(unit, store["forward"], 0)
+        if "backward_dfa" in store:
+            store["backward_local"] = np.where(head, 0, store["backward_dfa"])
+    if "forward" in declared:
+        declared["forward_unit"] = declared["forward"] if whole else declared["forward"] & unit
+    if "backward_dfa" in declared:
+        declared["backward_local"] = declared["backward_dfa"] & ~head
+
+
 def _evaluate_formulas(model: CostModel, templates: Templates, dtype) -> tuple[dict, dict, dict, dict]:
     n = len(templates)
     maccs: dict[str, np.ndarray] = {}
@@ -132,6 +165,7 @@ def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
     _refuse_overflow(model, configs, templates, _float_values(model, templates), mirror_steps)
     q = {"maccs": maccs, "flops": flops, **({"elementwise": elementwise} if elementwise else {})}
     _derive_backward(q, declared, templates.block_entry, templates.kv_entry, len(templates))
+    _derive_units(q, declared, templates)
     return Quantities(cost_model_name, templates, maccs, flops, declared, q.get("elementwise"))
 
 

@@ -122,6 +122,17 @@ KINDS: dict[str, LayerKind] = _kinds(
         "dfa_projection", "projection", "DFA's projection of the output error onto a block's output",
         model_layer=False,
     ),
+    LayerKind(
+        "target_projection", "projection",
+        "a block's d x d feedback map: TP's and DTP's affine inverse (h -> h V^T + c), or LRA's error weights E; "
+        "it carries the block's target (error) to the unit below, and learns",
+        model_layer=False,
+    ),
+    LayerKind(
+        "head_feedback", "projection", "LRA's error weights at the head (the head's shape): the output error to the "
+        "top unit",
+        model_layer=False,
+    ),
 )
 ATTENTION_KINDS = tuple(k for k, spec in KINDS.items() if spec.family == "attention")
 HEAD_KINDS = tuple(k for k, spec in KINDS.items() if spec.family == "head")
@@ -214,6 +225,8 @@ HEAD = "head"
 ERROR_PROJECTION = "error_projection"  # PEPITA's projection of the output error onto the input
 DFA_PROJECTION = "dfa_projection"  # DFA's per-block feedback: "<stack>.<i>.dfa_projection"
 EMBEDDING_DFA_PROJECTION = "embedding.dfa_projection"  # DFA's feedback onto a stack's embedding output
+TARGET_PROJECTION = "target_projection"  # TP's, DTP's inverse or LRA's error weights per block: "<stack>.<i>.target_projection"
+HEAD_FEEDBACK = "head_feedback"  # LRA's error weights at the head
 
 
 def head_kind(classes: int) -> str:
@@ -240,10 +253,12 @@ def layer_plan(cfg) -> list[tuple[str, str]]:
 
 
 def rule_layers(cfg) -> list[tuple[str, str]]:
-    """The rules' extra layers of one model, as (name, kind): PEPITA's error projection and DFA's projections."""
-    extra = [(ERROR_PROJECTION, "error_projection")]
+    """The rules' extra layers of one model, as (name, kind): PEPITA's error projection, DFA's projections,
+    the target projections of TP, DTP and LRA, and LRA's head feedback."""
+    extra = [(ERROR_PROJECTION, "error_projection"), (HEAD_FEEDBACK, "head_feedback")]
     for stack in cfg.stacks:
         extra.append((end_layer_name(stack, EMBEDDING_DFA_PROJECTION), "dfa_projection"))
         for index in range(cfg.depth(stack)):
             extra.append((block_layer_name(stack, index, DFA_PROJECTION), "dfa_projection"))
+            extra.append((block_layer_name(stack, index, TARGET_PROJECTION), "target_projection"))
     return extra

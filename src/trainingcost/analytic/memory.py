@@ -94,6 +94,10 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
     encdec = configs["arch"].to_numpy() == "encoder-decoder"
     n_stacks = np.where(encdec, 2, 1)
     encoder_output = np.where(encdec, c["seq_len"] * d, 0)  # read by every cross-attention, held once
+    blocks = c["enc_layers"] + c["dec_layers"]
+    arch = configs["arch"].to_numpy()
+    unit_errors = d * (np.where(arch != "decoder", (c["enc_layers"] + 1) * c["seq_len"], 0)
+                       + np.where(arch != "encoder", (c["dec_layers"] + 1) * c["tgt_len"], 0))
     error = out_rows * out_width
 
     params = total("params")
@@ -103,13 +107,20 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
         "autograd": lambda: total("saved") + encoder_output,
         "pepita": lambda: total("kept") + working + error + encoder_output,
         "mempepita": lambda: 2 * working + error + 2 * encoder_output,
+        # TP, DTP, LRA: autograd's graph inside the units, plus one error (target) per unit: each block and each
+        # stack's embedding, rows x d
+        "targets": lambda: total("saved") + encoder_output + unit_errors,
     }
     feedback = {
         "none": lambda: 0 * params,
         "weights": lambda: total("weights"),
         "blocks": lambda: (c["enc_layers"] + c["dec_layers"] + n_stacks) * d * d,  # one per block and per embedding
         "output": lambda: n_stacks * out_width * d,  # one F per stack input
+        "inverses": lambda: blocks * (d * d + d),  # V and c per block (TP, DTP)
+        "error_weights": lambda: blocks * d * d + out_width * d,  # E per block and at the head (LRA)
     }
+    # The feedback's tensors (per-tensor optimizer scalars, where the feedback is trained)
+    feedback_tensors = {"weights": lambda: linears, "inverses": lambda: 2 * blocks, "error_weights": lambda: blocks + 1}
     # Buffers: each stack's sinusoidal table (rows x d, in the dtype), or each rotary self-attention's cos and sin
     # (rows x head_dim each, float32 tables cast to the dtype); WM's float64 norm per weight matrix.
     options = T.option_columns(configs)
@@ -142,7 +153,8 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
                     "feedback": fed * size,
                     # (KP's feedback matrices are parameters too: one more step scalar per weight matrix)
                     "optimizer_state": OPTIMIZER_SLOTS[optimizer] * trained * size
-                    + STEP_SCALAR_BYTES[optimizer] * (param_tensors + (linears if parts.trains_feedback else 0)),
+                    + STEP_SCALAR_BYTES[optimizer] * (param_tensors + (feedback_tensors[parts.feedback]()
+                                                                       if parts.trains_feedback else 0)),
                     "activations": kept * B * size,
                 }
                 frame = pd.DataFrame(

@@ -861,12 +861,19 @@ def pepita_step(t: Tape, g: Group, optimizer: str, weight_decay: float, recomput
         optimizer_step(t, g, optimizer, weight_decay)
 
 
+def replays(rule_name: str) -> bool:
+    """Whether the tape replays ``rule_name``'s step (not yet TP, DTP, LRA: their peaks are -1)."""
+    return program(rule_name) is not None
+
+
 def program(rule_name: str):
     """The tape of a rule's step, chosen from its catalogue declaration (so a copied rule needs no entry here):
     PEPITA's or MEMPEPITA's activations, DFA's per-block feedback, a mirror phase (WM), trained feedback (KP),
     or autograd's step (BP, FA)."""
     spec = catalogue.rule(rule_name)
     memory = spec.memory
+    if memory.activations == "targets":
+        return None  # TP, DTP, LRA: not replayed yet (their peaks are -1; the component model covers them)
     if memory.activations in ("pepita", "mempepita"):
         recompute = memory.activations == "mempepita"
         return lambda t, g, o, wd, steps: pepita_step(t, g, o, wd, recompute=recompute)
@@ -937,6 +944,9 @@ def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start:
     n = len(configs)
     out = {"peak": np.full(n, -1, dtype=np.int64), **{c: np.full(n, -1, dtype=np.int64) for c in PEAK_PHASE_COLUMNS}}
     followed = followed_by_tape(configs)
+    replay = program(rule_name)
+    if replay is None:
+        return out
     for rows, key in groups(configs):
         if key[1] + key[2] > MAX_TAPE_BLOCKS:
             continue
@@ -946,7 +956,7 @@ def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start:
         g = group_of(configs, rows, key, dtype_bytes)
         t = Tape(start[rows])
         t.live = t.live - gradients[rows]  # zero_grad(set_to_none=True), every rule's first line
-        program(rule_name)(t, g, optimizer, weight_decay, mirror_steps)
+        replay(t, g, optimizer, weight_decay, mirror_steps)
         out["peak"][rows] = t.peak
         for phase, values in t.phase_peaks.items():
             out[f"peak_{phase}"][rows] = values

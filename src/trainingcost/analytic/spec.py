@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Union
 
 # The execution phases a rule's training step may run, in order (train/rule.py describes each).
-EXECUTION_PHASES = ("forward", "backward", "error_projection", "modulated_pass", "weight_update", "optimizer_step",
-                    "mirror")
+EXECUTION_PHASES = ("forward", "backward", "error_projection", "modulated_pass", "target_propagation", "weight_update",
+                    "feedback_update", "optimizer_step", "mirror")
 
 # A recipe part: (quantity, multiplicity). The multiplicity is a count, or the name
 # of a run setting that gives it ("mirror_steps": WM's mirror steps per training step).
@@ -22,8 +22,11 @@ Part = tuple[str, Times]
 Recipe = Mapping[str, tuple[Part, ...]]  # analytic phase -> parts
 
 # The memory model's named components (analytic/memory.py computes each):
-ACTIVATIONS = ("autograd", "pepita", "mempepita")  # what a step keeps between its passes
-FEEDBACK = ("none", "weights", "blocks", "output")  # B per weight matrix; d x d per block and embedding; F per stack
+# what a step keeps between its passes; "targets": autograd's, inside units, plus an error per unit (TP, DTP, LRA)
+ACTIVATIONS = ("autograd", "pepita", "mempepita", "targets")
+# B per weight matrix; d x d per block and embedding; F per stack; an affine d -> d inverse per block (TP, DTP);
+# d x d error weights per block and the head's shape at the head (LRA)
+FEEDBACK = ("none", "weights", "blocks", "output", "inverses", "error_weights")
 
 
 @dataclass(frozen=True)

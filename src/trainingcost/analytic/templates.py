@@ -28,8 +28,9 @@ END_RANK = {"embedding": 0, "token_type_embedding": 1, "positional_encoding": 2,
 EMBEDDING_DFA_RANK = 5  # '<stack>.embedding.dfa_projection' follows the stack's ends
 BLOCK_SUB_OFFSET = 2  # sublayer ranks inside a block start here
 DFA_SUB_RANK = 50  # a block's DFA projection is listed after its sublayers
+TARGET_SUB_RANK = 51  # then its target projection (TP, DTP, LRA)
 TAIL_RANK = 900  # ranks from here on follow the stack's blocks (its final norm)
-HEAD_RANK, ERROR_PROJECTION_RANK, MODEL_RANK = 0, 1, 0
+HEAD_RANK, ERROR_PROJECTION_RANK, HEAD_FEEDBACK_RANK, MODEL_RANK = 0, 1, 2, 0
 
 CONFIG_INT_COLUMNS = ("d_model", "heads", "d_ff", "enc_layers", "dec_layers", "seq_len", "tgt_len", "vocab", "batch", "classes")
 
@@ -275,12 +276,17 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
             add(has, "dfa_projection", stack, L.DFA_PROJECTION, depth, True, False, DFA_SUB_RANK, rows, err_rows=err_rows)
             add(has, "dfa_projection", stack, L.EMBEDDING_DFA_PROJECTION, 1, False, False, EMBEDDING_DFA_RANK, rows,
                 err_rows=err_rows)
+            # TP, DTP, LRA: each block's d x d map that carries its target (error) to the unit below, M rows.
+            add(has, "target_projection", stack, L.TARGET_PROJECTION, depth, True, False, TARGET_SUB_RANK, rows)
         head_rows = np.where(classes > 0, 1, cols["tgt_len"])  # tgt_len == seq_len outside encoder-decoder
         add(classes == 0, "lm_head", "", L.HEAD, 1, False, False, HEAD_RANK, head_rows, out=out_width,
             shared=cols["tied"])
         add(classes > 0, "classifier_head", "", L.HEAD, 1, False, False, HEAD_RANK, head_rows, out=out_width)
         add(everything, "error_projection", "", L.ERROR_PROJECTION, 1, False, False, ERROR_PROJECTION_RANK,
             cols["tgt_len"], cols["seq_len"], out=out_width)
+        # LRA: the output error (head_rows rows of out) through the head's error weights
+        add(everything, "head_feedback", "", L.HEAD_FEEDBACK, 1, False, False, HEAD_FEEDBACK_RANK, head_rows,
+            out=out_width)
     else:  # pragma: no cover - guarded by the registry
         raise ValueError(f"unknown granularity {granularity!r}")
 

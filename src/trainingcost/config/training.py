@@ -76,6 +76,27 @@ class RuleOptions:
     mirror_decay: float | None = None  # WM: decay of B per mirror step
     mirror_noise: float | None = None  # WM: std of the noise input
     pepita_f_scale: float | None = None  # PEPITA: std(F) = scale * sqrt(2 / d_model)
+    target_step: float | None = None  # TP, DTP: the first target's step, t_L = h_L - target_step dL/dh_L
+    target_noise: float | None = None  # TP, DTP: std of the noise that trains the inverses
+    inverse_lr: float | None = None  # TP, DTP: the inverses' learning rate (default: lr x the rule's inverse_lr_ratio)
+    lra_beta: float | None = None  # LRA: the step of each target, t_{l-1} = h_{l-1} - beta e_l E_l
+    lra_gamma: float | None = None  # LRA: the scale of the error weights' update
+
+    def check(self) -> None:
+        """One line naming the option, for a value no rule can run with."""
+        for name in RULE_OPTION_FLOATS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ConfigError(f"{name}: must be a finite number (got {value!r})")
+            if value < 0 or (value == 0 and name in ("inverse_lr", "lra_beta", "target_step")):
+                allowed = "0 or more" if name in ("target_noise", "lra_gamma") else "a positive number"
+                raise ConfigError(f"{name}: must be {allowed} (got {value})")
+
+
+# The hyperparameters of TP, DTP and LRA that a run may set (flags --target-step ...; None: the rule's default).
+RULE_OPTION_FLOATS = ("target_step", "target_noise", "inverse_lr", "lra_beta", "lra_gamma")
 
 
 @dataclass(frozen=True)
@@ -113,6 +134,7 @@ class TrainSpec:
             raise ConfigError(f"optimizer: {self.options.optimizer!r} is not allowed (allowed: {', '.join(OPTIMIZERS)})")
         if not self.options.lr > 0 or not math.isfinite(self.options.lr):
             raise ConfigError(f"lr: must be a positive number (got {self.options.lr})")
+        self.options.check()
         if self.options.mirror_steps < 0:
             raise ConfigError(f"mirror_steps: must be 0 or more (got {self.options.mirror_steps})")
         if self.warmup < 0:

@@ -21,6 +21,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from ..analytic import PHASES, cost_model_names, layer_table  # noqa: E402
+from ..analytic.peaks import replays  # noqa: E402
 from ..io import atomic_write  # noqa: E402
 from .style import rule_styles  # noqa: E402
 
@@ -122,8 +123,8 @@ def layer_breakdown(analytic: pd.DataFrame, config_id: str, describe: str):
     kinds = [k for k in dict.fromkeys(rows["layer_kind"]) if sums.loc[sums["layer_kind"] == k, "flops"].sum() > 0]
     colors = dict(zip(kinds, sns.color_palette("Set2", len(kinds))))
     phases = PHASES
-    short = {"forward": "fwd", "backward": "bwd", "error_projection": "proj", "weight_update": "W", "feedback_update": "B",
-             "mirror": "mirror"}
+    short = {"forward": "fwd", "backward": "bwd", "error_projection": "proj", "target_propagation": "tgt",
+             "weight_update": "W", "feedback_update": "fb", "mirror": "mir"}
     fig, axes = plt.subplots(2, 1, figsize=(FULL, 4.6), sharey=True)
     totals = {}
     for ax, model in zip(axes, ["paper", "executed"]):
@@ -137,11 +138,11 @@ def layer_breakdown(analytic: pd.DataFrame, config_id: str, describe: str):
         for kind in bars.columns:
             ax.bar(x, bars[kind].to_numpy(), bottom=bottom, color=colors[kind], width=0.85)
             bottom += bars[kind].to_numpy()
-        ax.set_xticks(x, [short[p] for _, p in bars.index], fontsize=6)
+        ax.set_xticks(x, [short[p] for _, p in bars.index], fontsize=5.5, rotation=90)
         for rule in dict.fromkeys(r for r, _ in bars.index):
             where = x[[r == rule for r, _ in bars.index]]
             ax.text(where.mean(), 1.0, RULE_LABELS[rule], transform=ax.get_xaxis_transform(), ha="center", va="bottom",
-                    color=RULE_COLORS[rule], fontsize=7, fontweight="bold")
+                    color=RULE_COLORS[rule], fontsize=6, fontweight="bold")
         ax.set_ylabel(f"{model} model\nFLOPs per step")
         if part.empty:  # the paper's model covers the 2017 transformer only (docs/cost_models.md)
             ax.text(0.5, 0.5, f"out of scope: the {model} model defines the 2017 transformer only",
@@ -156,7 +157,7 @@ def layer_breakdown(analytic: pd.DataFrame, config_id: str, describe: str):
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[k]) for k in kinds]
     fig.legend(handles, [k.replace("_", " ") for k in kinds], ncol=len(kinds), frameon=False, loc="lower center",
                bbox_to_anchor=(0.5, -0.04))
-    fig.text(0.99, 0.005, "fwd forward, bwd backward, proj error projection, W weight update, B feedback update",
+    fig.text(0.99, 0.005, "fwd forward, bwd backward, proj error projection, tgt target propagation, W weight update, fb feedback update, mir mirror",
              ha="right", va="bottom", fontsize=6, color="0.3")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
@@ -397,12 +398,15 @@ def peak_memory(comparison: pd.DataFrame, runs: pd.DataFrame):
         sources.append(("measured_peak_memory_bytes", "measured peak (torch.cuda.max_memory_allocated)"))
     fig, axes = plt.subplots(len(sources), 1, figsize=(FULL, 2.4 * len(sources) + 0.6), squeeze=False)
     rules = [r for r in RULES if r in set(steps["rule"])]
+    untaped = [r for r in rules if not replays(r)]  # rules the executed tape does not replay yet (TP, DTP, LRA)
     for ax, (column, title) in zip(axes[:, 0], sources):
         data = steps.assign(MiB=steps[column].where(steps[column] >= 0) / 2**20)  # -1: not replayed
+        if column == "predicted_memory_bytes" and untaped:
+            title += f" (no tape yet for {', '.join(RULE_LABELS[r] for r in untaped)})"
         sns.barplot(data=data, x="label", y="MiB", hue="rule", hue_order=rules, palette=RULE_COLORS, ax=ax, legend=False,
                     errorbar=None)
         ax.set(title=title, xlabel="", ylabel="MiB")
-        missing = sorted(set(data.loc[data["MiB"].isna(), "label"]))
+        missing = sorted(set(data.loc[data["MiB"].isna() & data["rule"].map(replays), "label"]))
         if missing:
             ax.text(0.5, 0.5, "not replayed: " + ", ".join(missing) + "\n(architecture options: peaks.py follows the 2017 "
                     "transformer, or more blocks than it replays)", transform=ax.transAxes, ha="center", va="center",
@@ -430,7 +434,9 @@ def peak_memory(comparison: pd.DataFrame, runs: pd.DataFrame):
     return fig
 
 
-def loss_by_depth(runs: pd.DataFrame, steps_run: int):
+def loss_by_depth(runs: pd.DataFrame, steps_run: int, unfinished: dict | None = None):
+    """``unfinished``: rule -> status, for the rules none of whose runs finished (no line to draw; the title
+    names them)."""
     runs = runs.assign(depth=runs["enc_layers"] + runs["dec_layers"])
     rules = [r for r in RULES if r in set(runs["rule"])]
     fig, axes = plt.subplots(1, 2, figsize=(FULL, 2.7), sharex=True)
@@ -449,7 +455,8 @@ def loss_by_depth(runs: pd.DataFrame, steps_run: int):
         same = "; MEMPEPITA (dashed) learns exactly as PEPITA"
     fig.suptitle(f"After {steps_run} training steps, {RULE_LABELS[best]} has the lowest validation loss at depth "
                  f"{int(runs['depth'].max())}{same}\n("
-                 + ", ".join(f"{RULE_LABELS[r]} {deepest[r]:.2f}" for r in rules if r in deepest) + ")")
+                 + ", ".join(f"{RULE_LABELS[r]} {deepest[r]:.2f}" for r in rules if r in deepest) + ")"
+                 + "".join(f"; {RULE_LABELS.get(r, r)}: every run {status}" for r, status in (unfinished or {}).items()))
     handles = [plt.Line2D([], [], color=RULE_COLORS[r], marker=RULE_MARKERS[r], markersize=4,
                           linestyle=(0, (3, 2)) if r == "mempepita" else "solid") for r in rules]
     fig.legend(handles, [RULE_LABELS[r] for r in rules], ncol=len(rules), frameon=False, loc="lower center", bbox_to_anchor=(0.5, 0))

@@ -200,14 +200,15 @@ def owners(model: torch.nn.Module | None, optimizer=None, persistent=()) -> dict
         claim(model.buffers(), "other_persistent")
     if optimizer is not None:
         claim((v for state in optimizer.state.values() for v in state.values()), "optimizer_state")
-    claim(feedback, "feedback")  # DFA's B_i, PEPITA's F
+    claim(feedback, "feedback")  # DFA's B_i, PEPITA's F; TP's and DTP's inverses, LRA's error weights
+    claim((t.grad for t in feedback if t.grad is not None), "gradients")  # (the trained ones: TP, DTP, LRA)
     claim(others, "other_persistent")
     return owned
 
 
 @dataclass
 class RuleTensors:
-    feedback: list  # feedback matrices a rule keeps itself (DFA's B_i, PEPITA's F)
+    feedback: list  # feedback matrices a rule keeps itself (DFA's B_i, PEPITA's F; TP, DTP, LRA: trained ones)
     other: list  # its other tensors (e.g. WM's norms)
 
     def __iter__(self):  # all of them, as a plain sequence of tensors

@@ -15,7 +15,9 @@ Execution phases (what the code runs, in order of appearance):
   mark, so a FLOP count can split them off);
 - ``error_projection``: PEPITA's F·e, DFA's B·e per block;
 - ``modulated_pass``: PEPITA's forward pass on the modulated input;
+- ``target_propagation``: TP's, DTP's and LRA's targets, carried down the units;
 - ``weight_update``: PEPITA's hand-written weight updates, written into ``.grad``;
+- ``feedback_update``: TP's and DTP's inverse training, LRA's error-weight gradients;
 - ``optimizer_step``: the optimizer applies ``.grad`` (KP: to W and B alike);
 - ``mirror``: WM's weight-mirror steps.
 """

@@ -6,7 +6,8 @@ gradient (``backward``) and the weight gradient (``weight_update``) so that the
 phases line up with the paper's. Under the other rules the same multiples
 apply (Table 2 generalised: PEPITA 2F + W, MEMPEPITA 3F + W, KP adds one more
 weight-gradient product, WM adds forward and weight-gradient products of the
-weight matrices per mirror step). The baselines cannot see error projections or
+weight matrices per mirror step; TP and DTP F + B + W + a second F (the noisy forward) + three d x d products
+per block row, LRA F + B + W + two; derived, see docs/cost_models.md). The baselines cannot see error projections or
 what DFA leaves out; see docs/cost_models.md.
 
 Shapes: N source tokens (``src_len``), M target tokens (``tgt_len``); outside
@@ -18,10 +19,20 @@ from __future__ import annotations
 from ..registry import cost
 
 
-def phases(weights_flops, attention_flops) -> dict:
-    """Quantities from a forward split into products with weights and attention scores."""
+def feedback_flops(s) -> object:
+    """TP, DTP and LRA (derived; no baseline defines them): one d x d product per row of every block, in the
+    baseline's own convention of 2 FLOPs per weight a token is multiplied by: 2 d^2 (enc_layers N + dec_layers M).
+    A baseline leaves the head out, and so LRA's product with the head's error weights."""
+    return 2 * s.d * s.d * (s.enc_layers * s.src_len + s.dec_layers * s.tgt_len)
+
+
+def phases(weights_flops, attention_flops, feedback=None) -> dict:
+    """Quantities from a forward split into products with weights and attention scores; ``feedback``: the
+    FLOPs of one product with every block's d x d feedback map (:func:`feedback_flops`)."""
     forward = weights_flops + attention_flops
-    return {
+    derived = {} if feedback is None else {
+        name: cost(feedback // 2, feedback) for name in ("target_projection", "feedback_forward", "feedback_weight_grad")}
+    return {**derived,
         "forward": cost(forward // 2, forward),
         "backward": cost(forward // 2, forward),
         "weight_grad": cost(forward // 2, forward),

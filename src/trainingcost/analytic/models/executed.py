@@ -223,3 +223,28 @@ def dfa_projection(s: Shapes):
     spread = (s.err_rows != s.M) * s.M * s.d
     return {"dfa_projection": _matmul(2 * s.err_rows * s.d * s.d, spread)}
 
+
+
+@register("executed", "target_projection")
+def target_projection(s: Shapes):
+    # A block's d x d feedback map on its M rows (rules/{tp,dtp,lra}, train/targets.py):
+    # - target_projection: the error (target) carried to the unit below, e V^T (DTP), (h - e) V^T + c (TP) or
+    #   beta e E (LRA), one product 2 M d d; the subtraction or scaling around it M d;
+    # - feedback_forward: TP's and DTP's inverse on the noisy block output, y V^T + c, minus the noisy input;
+    # - feedback_weight_grad: the inverse's gradient r^T y (and c's, a row sum), or LRA's e^T h for E.
+    product = 2 * s.M * s.d * s.d
+    return {
+        "target_projection": _matmul(product, RESIDUAL * s.M * s.d),
+        "feedback_forward": _matmul(product, (BIAS + RESIDUAL) * s.M * s.d),
+        "feedback_weight_grad": _matmul(product, BIAS * s.M * s.d),
+    }
+
+
+@register("executed", "head_feedback")
+def head_feedback(s: Shapes):
+    # LRA: the output error (M rows of out: every position, or one pooled row) through E_head, 2 M out d, times
+    # beta; E_head's update copies W_head's gradient times gamma (no product).
+    return {
+        "head_projection": _matmul(2 * s.M * s.out * s.d, s.M * s.d),
+        "head_feedback_copy": _matmul(s.zero, s.out * s.d),
+    }

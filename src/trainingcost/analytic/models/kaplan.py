@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..registry import declare, register
 from ..templates import Shapes
-from ._baseline import phases
+from ._baseline import feedback_flops, phases
 
 declare("kaplan", order=30, granularity="model", description="Kaplan et al. 2020, Table 1: 2N + 2 n_layer n_ctx d_attn per token")
 
@@ -23,4 +23,4 @@ def kaplan(s: Shapes):
     cross_q, cross_kv = s.encdec * 2 * d * a, s.encdec * 2 * d * kv  # a cross-attention's Q and O; its K and V
     weights = 2 * N * s.enc_layers * block + 2 * s.dec_layers * (M * (block + cross_q) + N * cross_kv)
     attention = 2 * N * s.enc_layers * N * a + 2 * M * s.dec_layers * (M + s.encdec * N) * a
-    return phases(weights, attention)
+    return phases(weights, attention, feedback_flops(s))

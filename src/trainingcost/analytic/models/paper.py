@@ -135,3 +135,19 @@ def dfa_projection(s: Shapes):
     # Derived for DFA (not in the paper): a fixed d x d matrix maps each row of the output
     # error, taken at d_model before the head, to the block's output (Launay et al. 2020).
     return {"dfa_projection": cost(s.err_rows * s.d * s.d, 2 * s.err_rows * s.d * s.d)}
+
+
+@register("paper", "target_projection")
+def target_projection(s: Shapes):
+    # Derived for TP, DTP and LRA (not in the paper): a block's d x d feedback map on its M rows, priced as the
+    # paper prices a linear layer (M d^2 MACCs, 2 M d^2 FLOPs) for each product: the target carried down, and
+    # (TP, DTP) the inverse's forward on the noisy output and its gradient, (LRA) E's gradient.
+    product = cost(s.M * s.d * s.d, 2 * s.M * s.d * s.d)
+    return {"target_projection": product, "feedback_forward": product, "feedback_weight_grad": product}
+
+
+@register("paper", "head_feedback")
+def head_feedback(s: Shapes):
+    # Derived for LRA: the output error (M rows of out) through the head's error weights, as a linear layer;
+    # E_head's update is a copy of W_head's gradient.
+    return {"head_projection": cost(s.M * s.out * s.d, 2 * s.M * s.out * s.d), "head_feedback_copy": cost(s.zero, s.zero)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..registry import declare, register
 from ..templates import Shapes
-from ._baseline import phases
+from ._baseline import feedback_flops, phases
 
 declare("survey", order=50, granularity="model", description="seed 002 (survey slides): 4 n d^2 + 2 n^2 d + 8 n d^2 multiplications")
 
@@ -21,4 +21,4 @@ def survey(s: Shapes):
     enc_maccs_s = s.enc_layers * (2 * N * N * a)
     dec_maccs_w = s.dec_layers * (2 * M * d * a + 2 * M * d * kv + M * ffn + s.encdec * (2 * M * d * a + 2 * N * d * kv))
     dec_maccs_s = s.dec_layers * (2 * M * M * a + s.encdec * 2 * M * N * a)
-    return phases(2 * (enc_maccs_w + dec_maccs_w), 2 * (enc_maccs_s + dec_maccs_s))
+    return phases(2 * (enc_maccs_w + dec_maccs_w), 2 * (enc_maccs_s + dec_maccs_s), feedback_flops(s))

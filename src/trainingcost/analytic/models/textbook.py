@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..registry import declare, register
 from ..templates import Shapes
-from ._baseline import phases
+from ._baseline import feedback_flops, phases
 
 declare("textbook", order=40, granularity="model", description="seed 004, eqs. 10.82-10.90: 24 B n d^2 + 4 B n^2 d per layer")
 
@@ -22,4 +22,4 @@ def textbook(s: Shapes):
     enc_scores = s.enc_layers * (4 * N * N * a)
     dec_weights = s.dec_layers * (4 * M * d * a + 4 * M * d * kv + M * ffn + s.encdec * (4 * M * d * a + 4 * N * d * kv))
     dec_scores = s.dec_layers * (4 * M * M * a + s.encdec * 4 * M * N * a)
-    return phases(enc_weights + dec_weights, enc_scores + dec_scores)
+    return phases(enc_weights + dec_weights, enc_scores + dec_scores, feedback_flops(s))
