@@ -82,7 +82,7 @@ def test_a_huge_model_is_estimated_as_phase_totals_and_its_per_layer_table_is_re
     assert status == 0 and "FLOPs per training step by phase" in stdout
     assert "not replayed (over 1,024 blocks)" in stdout  # the executed memory model's tape is O(depth)
     status, stdout, stderr = run_here(capsys, "estimate", *flags, "--per-layer")
-    assert status == 2 and "would have 63,000,756 rows, more than 1,000,000" in one_line(stderr, "estimate", "--per-layer")
+    assert status == 2 and "would have 126,001,470 rows, more than 1,000,000" in one_line(stderr, "estimate", "--per-layer")
     status, stdout, stderr = run_here(capsys, "estimate", *flags, "--format", "csv")
     assert status == 2 and stdout == "" and "rows" in one_line(stderr, "estimate", "--format csv")
 
