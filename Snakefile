@@ -17,6 +17,7 @@ include: "workflow/rules/configs.smk"
 include: "workflow/rules/analytic.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/findings.smk"
+include: "workflow/rules/plan.smk"
 
 
 rule all:
@@ -24,6 +25,7 @@ rule all:
     input:
         rules.configs.output,
         rules.analytic.output,
+        rules.plan.output,
         # Measured runs and their findings, when train.select names any configuration.
         (
             [

@@ -1,12 +1,14 @@
-"""Benchmark: `trainingcost estimate` as a whole process, interpreter start-up included.
+"""Benchmark: `trainingcost estimate` and `trainingcost plan` as whole processes, interpreter start-up included.
 
 Runs ``trainingcost estimate --preset gpt2-small --rule all --cost-model all``
-(the default table: phase totals, ratios to BP and memory) --repeats times in a
-fresh process each, and prints the median wall time, the machine and its load
-average. Goal: <= 1.0 s on an otherwise idle machine. A second figure times
-``--help``; both must never import torch (also checked by the tests).
+(the default table: phase totals, ratios to BP and memory) and the README's
+``trainingcost plan --preset llama-2-7b --tokens 2e12 --gpu a100-80gb --gpus 1024
+--rule all`` (every rule under every cost model, memory and fit) --repeats times
+each in a fresh process, and prints the median wall time, the machine and its
+load average. Goal: <= 1.0 s each on an otherwise idle machine. A last figure
+times ``--help``; none of them may import torch (also checked by the tests).
 
-    python benchmarks/bench_cli.py [--repeats 5] [--args "estimate --preset t5-small"]
+    python benchmarks/bench_cli.py [--repeats 5] [--args "estimate --preset t5-small" [--args ...]]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from trainingcost.measure.provenance import cpu_name
 
 DEFAULT = "estimate --preset gpt2-small --rule all --cost-model all"
+DEFAULT_PLAN = "plan --preset llama-2-7b --tokens 2e12 --gpu a100-80gb --gpus 1024 --rule all"
 
 
 def wall(command: list[str], repeats: int) -> list[float]:
@@ -40,20 +43,23 @@ def wall(command: list[str], repeats: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--args", default=DEFAULT, help=f"the trainingcost arguments (default: {DEFAULT})")
+    parser.add_argument("--args", action="append",
+                        help=f"trainingcost arguments, repeatable (default: {DEFAULT!r} and {DEFAULT_PLAN!r})")
     args = parser.parse_args()
+    commands = args.args or [DEFAULT, DEFAULT_PLAN]
 
     executable = Path(sys.executable).with_name("trainingcost")
     command = [str(executable)] if executable.exists() else [sys.executable, "-m", "trainingcost"]
     load_before = os.getloadavg()
     wall(command + ["--help"], 1)  # warm the file cache once
-    estimate = wall(command + shlex.split(args.args), args.repeats)
+    timed = {text: wall(command + shlex.split(text), args.repeats) for text in commands}
     helped = wall(command + ["--help"], args.repeats)
     load_after = os.getloadavg()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {cpu_name()}, Python {platform.python_version()}; "
           f"load average (1 min) {load_before[0]:.2f} before, {load_after[0]:.2f} after")
-    print(f"trainingcost {args.args}: median {statistics.median(estimate):.2f} s wall over {args.repeats} runs "
-          f"(min {min(estimate):.2f}, max {max(estimate):.2f}); goal <= 1.0 s")
+    for text, times in timed.items():
+        print(f"trainingcost {text}: median {statistics.median(times):.2f} s wall over {args.repeats} runs "
+              f"(min {min(times):.2f}, max {max(times):.2f}); goal <= 1.0 s")
     print(f"trainingcost --help: median {statistics.median(helped):.2f} s wall over {args.repeats} runs")
 
 

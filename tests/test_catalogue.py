@@ -157,7 +157,7 @@ def _module_name(path: Path) -> str:
 
 def _stage(module: str) -> str:
     parts = module.split(".")[1:]
-    if not parts or parts[0] in ("cli", "pipeline", "__main__"):
+    if not parts or parts[0] in ("cli", "pipeline", "plan", "__main__"):
         return "top"
     if parts[0] == "rules":
         return "rules.step" if parts[-1] == "step" else "rules.spec"

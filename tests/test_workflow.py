@@ -85,7 +85,9 @@ def test_tiny_sweep_end_to_end(tmp_path):
     assert {"forward", "backward", "optimizer_step"} <= set(phases.dropna(subset=["predicted_time_s"]).phase)
     assert "Per phase" in summary
     figures = sorted(p.name for p in (tmp_path / "results/figures").iterdir())
-    assert len(figures) == 16 and not any("energy" in f for f in figures)
+    assert len(figures) == 20 and not any("energy" in f for f in figures)  # 2 of them the plan's (docs/planning.md)
+    plan = pd.read_parquet(tmp_path / "results/tables/plan.parquet")
+    assert set(plan.rule) == RULES and plan.config_id.nunique() == len(configs) and plan.fits.all()
     for png in (tmp_path / "results/figures").glob("*.png"):
         image = matplotlib.image.imread(png)
         assert image.shape[0] > 300 and image.shape[1] > 600, png.name

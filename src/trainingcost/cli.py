@@ -1,4 +1,4 @@
-"""Command line: ``trainingcost estimate | train | calibrate | hardware | configs | analytic``.
+"""Command line: ``trainingcost estimate | plan | train | calibrate | hardware | configs | analytic``.
 
 User mistakes end with one line on stderr and exit status 2, never a traceback.
 ``estimate``, ``configs``, ``analytic`` and ``--help`` never import torch; only
@@ -586,6 +586,10 @@ def build_parser() -> Parser:
     hw.add_argument("--format", default="table", choices=["table", "csv", "json"])
     hw.add_argument("--sources", action="store_true", help="add the source of every quantity")
     hw.set_defaults(func=cmd_hardware)
+
+    from .plan import add_parser as add_plan_parser  # trainingcost plan (plan.py; docs/planning.md)
+
+    add_plan_parser(sub, add_model_flags)
 
     cfg = sub.add_parser("configs", help="enumerate a sweep into a parquet table")
     cfg.add_argument("--config", required=True, help="a config YAML file")

@@ -54,6 +54,9 @@ def load(config: dict) -> dict:
     filled = validate_config(config, vocabulary())
     train_jobs(filled)
     check_figures(filled)
+    from .plan import check_plan  # the plan section (plan.py)
+
+    check_plan(filled)
     analytic = filled["analytic"]
     try:  # the analytic job would otherwise die on it, after the configs table is written
         check_overflow(sweep_frame(filled), analytic["cost_models"], analytic["wm_mirror_steps"])

@@ -38,6 +38,15 @@ PRESETS: dict[str, dict] = {
     # the head tied to the token embedding and without bias. 124,439,808 parameters.
     "gpt2-small": dict(arch="decoder", layers=12, d_model=768, heads=12, d_ff=3072, vocab=50257, seq_len=1024,
                        norm_position="pre", positions="learned", tie_embeddings=True, head_bias=False),
+    # Radford et al. 2019, the 1.5B model (Hugging Face gpt2-xl): gpt2-small's blocks, 48 of width 1600 with 25 heads.
+    # 1,557,611,200 parameters.
+    "gpt2-xl": dict(arch="decoder", layers=48, d_model=1600, heads=25, d_ff=6400, vocab=50257, seq_len=1024,
+                    norm_position="pre", positions="learned", tie_embeddings=True, head_bias=False),
+    # Brown et al. 2020 (GPT-3 175B), Table 2.1: 96 layers, d_model 12288, 96 heads of 128, context 2048; GPT-2's
+    # blocks (the sparse attention layers GPT-3 alternates with dense ones are priced dense here) and vocabulary.
+    # trainingcost counts 174,604,259,328 parameters; the paper rounds to 175.0B and publishes no exact count.
+    "gpt3-175b": dict(arch="decoder", layers=96, d_model=12288, heads=96, d_ff=49152, vocab=50257, seq_len=2048,
+                      norm_position="pre", positions="learned", tie_embeddings=True, head_bias=False),
     # Raffel et al. 2020, Hugging Face t5-small (T5ForConditionalGeneration): pre-RMSNorm, ReLU, no biases, a relative
     # position bias per stack (32 buckets, distance 128), one embedding shared by both stacks and the head.
     # 60,506,624 parameters.
@@ -48,6 +57,12 @@ PRESETS: dict[str, dict] = {
     # no biases, an untied head. 6,738,415,616 parameters.
     "llama-2-7b": dict(arch="decoder", layers=32, d_model=4096, heads=32, d_ff=11008, vocab=32000, seq_len=4096,
                        norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none"),
+    # Touvron et al. 2023 (Llama 2), meta-llama/Llama-2-13b-hf and Llama-2-70b-hf: Llama 2 7B's blocks, wider; the 70B
+    # with 8 key/value heads (grouped-query attention). 13,015,864,320 and 68,976,648,192 parameters.
+    "llama-2-13b": dict(arch="decoder", layers=40, d_model=5120, heads=40, d_ff=13824, vocab=32000, seq_len=4096,
+                        norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none"),
+    "llama-2-70b": dict(arch="decoder", layers=80, d_model=8192, heads=64, kv_heads=8, d_ff=28672, vocab=32000,
+                        seq_len=4096, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none"),
     # Meta 2024 (Llama 3), meta-llama/Meta-Llama-3-8B: as Llama 2 with 8 key/value heads and a 128,256 vocabulary.
     # 8,030,261,248 parameters.
     "llama-3-8b": dict(arch="decoder", layers=32, d_model=4096, heads=32, kv_heads=8, d_ff=14336, vocab=128256,
@@ -70,6 +85,9 @@ PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
     "gpt2-small": (124_439_808, "GPT2LMHeadModel"),
     "t5-small": (60_506_624, "T5ForConditionalGeneration"),
     "llama-2-7b": (6_738_415_616, "LlamaForCausalLM"),
+    "llama-2-13b": (13_015_864_320, "LlamaForCausalLM"),
+    "llama-2-70b": (68_976_648_192, "LlamaForCausalLM"),
+    "gpt2-xl": (1_557_611_200, "GPT2LMHeadModel"),
     "llama-3-8b": (8_030_261_248, "LlamaForCausalLM"),
     "mistral-7b": (7_241_732_096, "MistralForCausalLM"),
     "qwen2.5-0.5b": (494_032_768, "Qwen2ForCausalLM"),

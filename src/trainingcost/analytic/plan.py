@@ -1,0 +1,531 @@
+"""Whole-run planning: what training one model on D tokens costs on named hardware, per rule and cost model.
+
+No torch. Inputs: a :class:`~trainingcost.config.ModelConfig`, a :class:`PlanSpec` (tokens, batch, GPUs,
+parallelism, precision, checkpointing, efficiency, energy and money assumptions, each with its source) and a
+:class:`~trainingcost.config.hardware.Device`. Output: one row per (rule, cost model) with the run's FLOPs,
+step time, wall-clock, GPU-hours, energy, CO2e, money and the per-GPU memory, whether it fits and the largest
+micro-batch that fits. Every formula, assumption and source is in docs/planning.md; the short version:
+
+- **FLOPs** per sequence per rule and cost model: the engine's phases (:mod:`.engine`), summed. Activation
+  checkpointing recomputes the forward of the checkpointed blocks (rules with a backward only): hardware
+  FLOPs = model FLOPs + recompute (HFU beside MFU, Chowdhery et al. 2022, appendix B).
+- **Time**: an end-to-end MFU or HFU you give, or a measured run's tokens/s per GPU (the achieved FLOP/s of the
+  measured rule carried to the others), or a calibrated rate (the step-time predictor's price of the model's
+  matrix products, :mod:`trainingcost.findings.predictor`, computed above this layer and passed in), to which
+  the pipeline bubble (p - 1) / m is added (Narayanan et al. 2021, section 2.2).
+- **Energy**: GPUs x TDP x utilisation x wall-clock, or measured joules per token, x PUE; CO2e = energy x grid
+  carbon intensity; money = GPU-hours x price.
+- **Memory per GPU** (the most loaded GPU): weights, feedback matrices, gradients, fp32 master weights and
+  optimizer state in the precision's bytes (Rajbhandari et al. 2020, section 3.1: 2 + 2 + 12 bytes per
+  parameter with mixed-precision Adam), divided by the tensor and pipeline degrees and by the ZeRO stage's
+  sharding over the data-parallel degree (ZeRO-3 / FSDP adds the gathered largest layer); activations from
+  the memory model (:mod:`.memory`) per micro-batch, in the activation dtype, divided by the tensor degree
+  (sequence parallelism, Korthikanti et al. 2022) and not by the pipeline degree (1F1B keeps p micro-batches
+  of L/p layers in flight on the first stage, Korthikanti et al. 2022, section 4.2.3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from . import templates as T
+from .catalogue import rule, rule_names
+from .engine import build_for, evaluate, phase_costs
+from .layers import HEAD_KINDS, KINDS
+from .memory import OPTIMIZER_SLOTS, _per_layer, memory_table
+from .registry import cost_model
+from ..config.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    compute: str  # the dtype of the device peak the matrix products run at
+    weights: int  # bytes per parameter of the working copy
+    grads: int  # bytes per gradient element
+    master: int  # bytes per fp32 master weight (0: the working copy is the master)
+    state: int  # bytes per optimizer slot element
+    activations: int  # bytes per saved activation element
+    source: str
+
+
+PRECISIONS = {
+    "fp32": Precision("fp32", "fp32", 4, 4, 0, 4, 4, "fp32 throughout: 4 + 4 bytes per parameter and 4 per optimizer slot "
+                      "(Rajbhandari et al. 2020, section 3.1)"),
+    "bf16-mixed": Precision("bf16-mixed", "bf16", 2, 2, 4, 4, 2, "bf16 weights, gradients and activations, fp32 master "
+                            "weights and optimizer state: 2 + 2 + (4 + 4 x slots) bytes per parameter (Rajbhandari et al. "
+                            "2020, section 3.1: 16 bytes with Adam; seed 004 section 11.5)"),
+    "fp16-mixed": Precision("fp16-mixed", "fp16", 2, 2, 4, 4, 2, "fp16 weights, gradients and activations with loss "
+                            "scaling, fp32 master weights and optimizer state (Micikevicius et al. 2018; Rajbhandari et "
+                            "al. 2020, section 3.1)"),
+}
+SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")  # fsdp: FULL_SHARD, ZeRO-3's sharding (Zhao et al. 2023)
+ZERO_STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}
+CHECKPOINTING = ("none", "selective", "full")
+EFFICIENCIES = ("mfu", "hfu", "tokens_per_s", "rate")
+DEFAULT_BATCH_TOKENS = 2**22  # Touvron et al. 2023 (Llama 2), Table 1: a 4M-token global batch
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """How fast the run goes. ``mfu``/``hfu``: a share of the device peak, end to end (model or hardware FLOPs);
+    ``tokens_per_s``: a measured run's tokens per second per GPU under ``rule``; ``rate``: achieved FLOP/s per
+    GPU on the executed work (the calibrated predictor's price of the model's products), pipeline bubble added."""
+
+    kind: str
+    value: float
+    source: str
+    rule: str = "bp"  # tokens_per_s: the rule the run was measured under
+    rate_at: Callable[[int], float] | None = None  # rate: FLOP/s per GPU at a micro-batch (value: at micro-batch 1)
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    tokens: float
+    gpus: int
+    efficiency: Efficiency
+    tokens_source: str = "given"
+    tp: int = 1
+    pp: int = 1
+    sharding: str = "zero3"
+    precision: str = "bf16-mixed"
+    checkpointing: str = "none"
+    checkpoint_every: int = 2  # selective: every k-th block of a stack is checkpointed
+    optimizer: str = "adam"
+    global_batch: int | None = None  # sequences per optimizer step; None: about 4M tokens (DEFAULT_BATCH_TOKENS)
+    micro_batch: int | None = None  # sequences per GPU per forward-backward; None: the largest that fits
+    power_utilisation: float = 1.0
+    power_source: str = "TDP x 1.0 (the published power, as Touvron et al. 2023, Table 2 count it)"
+    joules_per_token: float | None = None  # measured, per GPU, under efficiency.rule's work; None: TDP
+    joules_per_flop: float | None = None  # measured (a run's energy per step / its FLOPs per step); None: TDP
+    pue: float = 1.1
+    pue_source: str = "default 1.1 (Patterson et al. 2021, Table 4: the PUE of the GPT-3 datacenter)"
+    carbon_intensity: float = 0.429  # kg CO2e per kWh
+    carbon_source: str = "default 0.429 kg/kWh (Patterson et al. 2021, Table 4: the US average grid, used for GPT-3)"
+    price: float | None = None  # per GPU-hour
+    price_source: str = "not given (--price)"
+    mirror_steps: int = 1
+    notes: tuple = field(default_factory=tuple)
+
+
+# ---------------------------------------------------------------------------
+# Checks: one line naming the field and the allowed values
+
+
+def check_spec(spec: PlanSpec, cfg, device) -> None:
+    """Refuse an impossible plan before any arithmetic (ConfigError naming the field)."""
+    def positive(name, value, integer=False):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0 \
+                or (integer and int(value) != value):
+            kind = "a positive integer" if integer else "a positive number"
+            raise ConfigError(f"{name}: must be {kind} (got {value!r})")
+
+    positive("tokens", spec.tokens)
+    for name in ("gpus", "tp", "pp", "checkpoint_every"):
+        positive(name, getattr(spec, name), integer=True)
+    if spec.precision not in PRECISIONS:
+        raise ConfigError(f"precision: {spec.precision!r} is not allowed (allowed: {', '.join(PRECISIONS)})")
+    if spec.sharding not in SHARDINGS:
+        raise ConfigError(f"sharding: {spec.sharding!r} is not allowed (allowed: {', '.join(SHARDINGS)})")
+    if spec.checkpointing not in CHECKPOINTING:
+        raise ConfigError(f"checkpointing: {spec.checkpointing!r} is not allowed (allowed: {', '.join(CHECKPOINTING)})")
+    if spec.optimizer not in OPTIMIZER_SLOTS:
+        raise ConfigError(f"optimizer: {spec.optimizer!r} is not allowed (allowed: {', '.join(OPTIMIZER_SLOTS)})")
+    e = spec.efficiency
+    if e.kind not in EFFICIENCIES:
+        raise ConfigError(f"efficiency: {e.kind!r} is not allowed (allowed: {', '.join(EFFICIENCIES)})")
+    positive(e.kind, e.value)
+    if e.kind in ("mfu", "hfu") and e.value > 1:
+        raise ConfigError(f"{e.kind}: a share of the device peak, between 0 and 1 (got {e.value})")
+    if not 0 < spec.power_utilisation <= 1:
+        raise ConfigError(f"power_utilisation: a share of the TDP, between 0 and 1 (got {spec.power_utilisation})")
+    for name in ("joules_per_token", "joules_per_flop"):
+        if getattr(spec, name) is not None:
+            positive(name, getattr(spec, name))
+    if not (math.isfinite(spec.pue) and spec.pue >= 1):
+        raise ConfigError(f"pue: power usage effectiveness is 1 or more (got {spec.pue})")
+    if not (math.isfinite(spec.carbon_intensity) and spec.carbon_intensity >= 0):
+        raise ConfigError(f"carbon_intensity: kg CO2e per kWh, 0 or more (got {spec.carbon_intensity})")
+    if spec.price is not None and not (math.isfinite(spec.price) and spec.price >= 0):
+        raise ConfigError(f"price: per GPU-hour, 0 or more (got {spec.price})")
+    precision = PRECISIONS[spec.precision]
+    if device.peak(precision.compute) is None:
+        allowed = [p for p, q in PRECISIONS.items() if device.peak(q.compute) is not None]
+        raise ConfigError(f"precision: {spec.precision} needs {precision.compute} arithmetic, which {device.name} has not "
+                          f"(allowed on {device.name}: {', '.join(allowed)})")
+    if spec.gpus % (spec.tp * spec.pp):
+        raise ConfigError(f"gpus: {spec.gpus} GPUs do not divide into tensor-parallel {spec.tp} x pipeline-parallel "
+                          f"{spec.pp} = {spec.tp * spec.pp} (the data-parallel degree must be a whole number)")
+    for name, value in (("heads", cfg.heads), ("kv_heads", cfg.kv_heads), ("d_ff", cfg.d_ff)):
+        if value % spec.tp:
+            raise ConfigError(f"tp: tensor-parallel degree {spec.tp} does not divide {name} {value} (each GPU holds "
+                              f"{name} / tp)")
+    for stack in cfg.stacks:
+        if cfg.depth(stack) % spec.pp:
+            field_name = "layers" if not cfg.encdec else ("enc_layers" if stack == "encoder" else "dec_layers")
+            raise ConfigError(f"pp: pipeline-parallel degree {spec.pp} does not divide {field_name} {cfg.depth(stack)} "
+                              "(each stage holds layers / pp blocks)")
+    dp = spec.gpus // (spec.tp * spec.pp)
+    if spec.global_batch is not None:
+        positive("global_batch", spec.global_batch, integer=True)
+        if spec.global_batch % dp:
+            raise ConfigError(f"global_batch: {spec.global_batch} sequences do not divide over the data-parallel degree "
+                              f"{dp} (gpus / (tp x pp)); give a multiple of {dp}")
+    if spec.micro_batch is not None:
+        positive("micro_batch", spec.micro_batch, integer=True)
+        per_replica = global_batch(spec, cfg)[0] // dp
+        if per_replica % spec.micro_batch:
+            raise ConfigError(f"micro_batch: {spec.micro_batch} does not divide the {per_replica} sequences each "
+                              f"data-parallel replica takes per step (global batch / {dp})")
+
+
+def tokens_per_sequence(cfg) -> int:
+    return cfg.seq_len + (cfg.tgt_len if cfg.encdec else 0)
+
+
+def global_batch(spec: PlanSpec, cfg) -> tuple[int, str]:
+    """Sequences per optimizer step, and where the number comes from."""
+    if spec.global_batch is not None:
+        return spec.global_batch, "given"
+    dp = spec.gpus // (spec.tp * spec.pp)
+    target = max(1, round(DEFAULT_BATCH_TOKENS / tokens_per_sequence(cfg)))
+    batch = dp * max(1, math.ceil(target / dp))
+    return batch, (f"default: about {DEFAULT_BATCH_TOKENS:,} tokens (Touvron et al. 2023, Table 1: a 4M-token batch), "
+                   f"a multiple of the data-parallel degree {dp}")
+
+
+# ---------------------------------------------------------------------------
+# What the model is made of: element counts per sequence and per rule
+
+
+@dataclass
+class ModelFacts:
+    """Per-sequence element counts of one configuration (batch 1), from the memory model and the layer kinds."""
+
+    parameters: int
+    blocks_parameters: int  # inside blocks (split over pipeline stages)
+    stage_end_parameters: int  # the heavier pipeline end: embeddings, or head and final norm (a tied table copied)
+    all_end_parameters: int
+    largest_layer: int  # parameters of the largest layer instance (ZeRO-3 gathers it whole)
+    per_rule: pd.DataFrame  # index rule: feedback, trained, activations (elements per sequence), backward (bool)
+    block_saved: dict  # stack -> autograd's saved elements of one block, per sequence
+    block_input: dict  # stack -> elements of one block's input, per sequence
+    depth: dict  # stack -> blocks
+
+
+def model_facts(cfg, rules, optimizer: str) -> ModelFacts:
+    configs = _configs(cfg)
+    memory = memory_table(configs, rules, ["fp32"], [optimizer]).set_index("rule")
+    t = T.build(configs, "layer")
+    per = _per_layer(t)
+    kinds = t.kind
+    model_layer = np.array([KINDS[k].model_layer for k in kinds], dtype=bool)
+    params = np.where(model_layer, per["params"], 0)
+    blocks = t.is_block & model_layer
+    total = int((params * t.count).sum())
+    in_blocks = int((params * t.count)[blocks].sum())
+    tail = (t.rank % 1000 >= T.TAIL_RANK) | np.isin(kinds, HEAD_KINDS)
+    out_end = int(params[~blocks & tail].sum())
+    in_end = int(params[~blocks & ~tail].sum())
+    tied = cfg.tie_embeddings and not cfg.classes
+    stage_end = max(in_end, out_end + (cfg.vocab * cfg.d_model if tied else 0))
+    stacks = t.stack
+    block_saved, block_input, depth = {}, {}, {}
+    for stack in cfg.stacks:
+        mine = blocks & (stacks == stack)
+        block_saved[stack] = int(per["saved"][mine].sum())  # one instance of each sublayer of the block
+        block_input[stack] = cfg.rows(stack) * cfg.d_model
+        depth[stack] = cfg.depth(stack)
+    per_rule = pd.DataFrame({
+        "feedback": memory["feedback"] // 4,
+        "trained": memory["gradients"] // 4,
+        "activations": memory["activations"] // 4,
+        "backward": [bool(rule(r).recipe.get("backward")) for r in memory.index],
+    }, index=memory.index)
+    return ModelFacts(total, in_blocks, stage_end, total - in_blocks, int(params.max()), per_rule, block_saved,
+                      block_input, depth)
+
+
+def _configs(cfg) -> pd.DataFrame:
+    from ..config import configs_frame
+
+    return configs_frame([("", cfg.replace(batch=1))])
+
+
+def checkpointed(facts: ModelFacts, checkpointing: str, every: int) -> dict:
+    """Blocks checkpointed per stack: none, every ``every``-th (selective, seed 004 section 11.7.2), or all (full)."""
+    if checkpointing == "none":
+        return {s: 0 for s in facts.depth}
+    if checkpointing == "full":
+        return dict(facts.depth)
+    return {s: L // every for s, L in facts.depth.items()}
+
+
+def activations_per_sequence(facts: ModelFacts, rule_name: str, checkpointing: str, every: int) -> int:
+    """Elements a rule keeps per sequence under checkpointing (Chen et al. 2016): a checkpointed block keeps
+    its input instead of autograd's saved tensors, and the backward recomputes one block at a time, whose saved
+    tensors are then alive. Rules without a backward (no autograd graph: PEPITA, MEMPEPITA) are unchanged."""
+    row = facts.per_rule.loc[rule_name]
+    kept = int(row["activations"])
+    if not row["backward"]:
+        return kept
+    counts = checkpointed(facts, checkpointing, every)
+    if not any(counts.values()):
+        return kept
+    for stack, c in counts.items():
+        kept += c * (facts.block_input[stack] - facts.block_saved[stack])
+    return kept + max(facts.block_saved[s] for s, c in counts.items() if c)
+
+
+# ---------------------------------------------------------------------------
+# FLOPs per sequence
+
+
+def flops_per_sequence(cfg, rules, cost_models, checkpointing: str = "none", every: int = 2,
+                       mirror_steps: int = 1, facts: ModelFacts | None = None) -> pd.DataFrame:
+    """One row per (rule, cost model) in scope: model FLOPs per sequence (the rule's phases summed) and the
+    recompute FLOPs of checkpointing (the checkpointed blocks' forward; rules with a backward only)."""
+    configs = _configs(cfg)
+    depth = {s: cfg.depth(s) for s in cfg.stacks}
+    counts = checkpointed(facts, checkpointing, every) if facts else {s: 0 for s in depth}
+    rows = []
+    for name in cost_models:
+        model = cost_model(name)
+        templates = build_for(model, configs)
+        if len(templates) == 0:
+            continue  # out of the cost model's scope
+        q = evaluate(name, configs, mirror_steps, templates)
+        count = templates.count
+        forward = q.flops["forward"]
+        if model.granularity == "model":
+            recompute = int((forward * count).sum()) * sum(counts.values()) // max(1, sum(depth.values()))
+        else:
+            recompute = sum(c * int(forward[templates.is_block & (templates.stack == s)].sum())
+                            for s, c in counts.items())
+        for r in rules:
+            total = sum(int((flops * count).sum()) for _, _, _, flops, _ in phase_costs(q, r, mirror_steps))
+            backward = bool(rule(r).recipe.get("backward"))
+            rows.append({"rule": r, "cost_model": name, "model_flops_per_sequence": total,
+                         "recompute_flops_per_sequence": recompute if backward else 0})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------
+# Memory per GPU
+
+
+MEMORY_PARTS = ("parameters", "feedback", "gradients", "master_weights", "optimizer_state", "gathered", "activations")
+
+
+def model_share(facts: ModelFacts, tp: int, pp: int) -> float:
+    """The share of the model's parameters on the most loaded GPU: blocks / pp plus the heavier end, all / tp."""
+    ends = facts.all_end_parameters if pp == 1 else facts.stage_end_parameters
+    return (facts.blocks_parameters / pp + ends) / (tp * facts.parameters)
+
+
+def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activations: int) -> dict:
+    """Bytes per GPU of each part at micro-batch 1 (``activations``: elements per sequence); activations scale
+    with the micro-batch, the rest does not."""
+    p = PRECISIONS[spec.precision]
+    row = facts.per_rule.loc[rule_name]
+    share = model_share(facts, spec.tp, spec.pp)
+    dp = spec.gpus // (spec.tp * spec.pp)
+    stage = ZERO_STAGE[spec.sharding]
+    params = facts.parameters * share
+    feedback = row["feedback"] * share
+    trained = row["trained"] * share
+    shard = lambda value, from_stage: value / dp if stage >= from_stage else value  # noqa: E731
+    return {
+        "parameters": shard(params * p.weights, 3),
+        "feedback": shard(feedback * p.weights, 3),
+        "gradients": shard(trained * p.grads, 2),
+        "master_weights": shard(trained * p.master, 1),
+        "optimizer_state": shard(trained * p.state * OPTIMIZER_SLOTS[spec.optimizer], 1),
+        # ZeRO-3 gathers each layer whole before using it: its working weights and gradients (DeepSpeed's
+        # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16)
+        "gathered": (p.weights + p.grads) * facts.largest_layer / spec.tp if stage == 3 and dp > 1 else 0.0,
+        "activations": activations * p.activations / spec.tp,
+    }
+
+
+def largest_micro_batch(fixed: float, per_sequence: float, capacity: float) -> int:
+    """The most sequences whose activations fit beside the fixed bytes (0: not even one)."""
+    if fixed + per_sequence > capacity:
+        return 0
+    if per_sequence <= 0:
+        return 2**31 - 1
+    return int((capacity - fixed) // per_sequence)
+
+
+def largest_divisor_at_most(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` that is at most ``limit`` (0 if ``limit`` < 1)."""
+    divisors = {d for i in range(1, math.isqrt(n) + 1) if n % i == 0 for d in (i, n // i)}
+    return max((d for d in divisors if d <= limit), default=0)
+
+
+# ---------------------------------------------------------------------------
+# The plan
+
+
+PLAN_COLUMNS = (
+    "config_id", "rule", "cost_model", "gpu", "gpus", "dp", "tp", "pp", "sharding", "precision", "checkpointing",
+    "optimizer", "tokens", "tokens_per_sequence", "global_batch", "micro_batch", "grad_accumulation", "optimizer_steps",
+    "model_flops_per_token", "model_flops", "recompute_flops", "hardware_flops", "flops_vs_bp",
+    "step_time_s", "wall_clock_s", "wall_clock_days", "gpu_hours", "mfu", "hfu", "peak_flops_per_gpu",
+    "energy_kwh", "co2e_t", "cost",
+    *(f"mem_{p}" for p in MEMORY_PARTS), "mem_total", "memory_capacity", "fits", "max_micro_batch",
+    "checkpoint_applies",
+    "source_tokens", "source_batch", "source_efficiency", "source_precision", "source_peak", "source_memory_capacity",
+    "source_power", "source_pue", "source_carbon", "source_price",
+)
+
+
+def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
+    """The plan: one row per (rule, cost model in scope). Raises ConfigError for an impossible plan (no rule
+    fits at micro-batch 1, degrees that do not divide)."""
+    check_spec(spec, cfg, device)
+    rules = list(dict.fromkeys(rules))
+    e = spec.efficiency
+    # BP for the ratios, the measured rule for a measured throughput, beside the rules asked for
+    extra = [r for r in ("bp", e.rule if e.kind == "tokens_per_s" or spec.joules_per_token is not None else "bp")
+             if r in rule_names()]
+    needed = list(dict.fromkeys(rules + extra))
+    facts = model_facts(cfg, needed, spec.optimizer)
+    flops = flops_per_sequence(cfg, needed, cost_models, spec.checkpointing, spec.checkpoint_every, spec.mirror_steps,
+                               facts)
+    if flops.empty:
+        raise ConfigError(f"cost_model: none of {', '.join(cost_models)} defines this architecture (the paper cost model "
+                          "defines the 2017 transformer only)")
+    p = PRECISIONS[spec.precision]
+    dp = spec.gpus // (spec.tp * spec.pp)
+    G, batch_source = global_batch(spec, cfg)
+    per_replica = G // dp
+    n = tokens_per_sequence(cfg)
+    sequences = spec.tokens / n
+    steps = sequences / G
+    capacity = float(device.memory_bytes)
+    peak = float(device.peak(p.compute))
+
+    # Memory, per rule (no cost model enters it)
+    memory = {}
+    for r in needed:
+        acts = activations_per_sequence(facts, r, spec.checkpointing, spec.checkpoint_every)
+        parts = memory_per_gpu(facts, spec, r, acts)
+        fixed = sum(v for k, v in parts.items() if k != "activations")
+        most = largest_micro_batch(fixed, parts["activations"], capacity)
+        micro = spec.micro_batch or max(1, largest_divisor_at_most(per_replica, most))
+        parts["activations"] *= micro
+        memory[r] = (parts, fixed, micro, most)
+    if not any(memory[r][3] >= 1 for r in rules):
+        r = rules[0]
+        need = memory[r][1] + memory[r][0]["activations"] / memory[r][2]
+        remedies = [*(["shard (--sharding zero3)"] if ZERO_STAGE[spec.sharding] < 3 else []), "raise --tp or --pp",
+                    *(["checkpoint (--checkpointing full)"] if spec.checkpointing != "full" else []), "a larger --gpu"]
+        raise ConfigError(
+            f"gpu: the model does not fit on {device.name} ({capacity / GiB:.1f} GiB) at micro-batch 1 under any rule "
+            f"({r}: {need / GiB:.1f} GiB per GPU with sharding {spec.sharding}, tp {spec.tp}, pp {spec.pp}, "
+            f"checkpointing {spec.checkpointing}); {', '.join(remedies[:-1])} or {remedies[-1]}")
+
+    hw = flops.assign(hardware_flops_per_sequence=flops["model_flops_per_sequence"] + flops["recompute_flops_per_sequence"])
+    hw = hw.set_index(["rule", "cost_model"])
+    rows = []
+    for (r, name), f in hw.iterrows():
+        if r not in rules:
+            continue
+        model_seq, hw_seq = float(f["model_flops_per_sequence"]), float(f["hardware_flops_per_sequence"])
+        parts, fixed, micro, most = memory[r]
+        accumulation = per_replica // micro
+        work = G * hw_seq / spec.gpus  # hardware FLOPs per GPU per step
+        if e.kind == "mfu":
+            step = G * model_seq / (spec.gpus * peak * e.value)
+        elif e.kind == "hfu":
+            step = work / (peak * e.value)
+        elif e.kind == "tokens_per_s":
+            rate = e.value * float(hw.loc[(e.rule, name), "hardware_flops_per_sequence"]) / n  # FLOP/s per GPU
+            step = work / rate
+        else:  # a calibrated rate of the products: the pipeline's bubble on top (Narayanan et al. 2021)
+            rate = e.rate_at(micro) if e.rate_at is not None else e.value
+            step = work / rate * (1 + (spec.pp - 1) / accumulation)
+        wall = steps * step
+        gpu_hours = spec.gpus * wall / 3600
+        if spec.joules_per_flop is not None:
+            joules = sequences * hw_seq * spec.joules_per_flop
+        elif spec.joules_per_token is not None:
+            ref = float(hw.loc[(e.rule, name), "hardware_flops_per_sequence"])
+            joules = spec.tokens * spec.joules_per_token * hw_seq / ref
+        else:
+            joules = spec.gpus * device.power_w * spec.power_utilisation * wall
+        kwh = joules / 3.6e6 * spec.pue
+        bp = hw.loc[("bp", name), "model_flops_per_sequence"] if ("bp", name) in hw.index else math.nan
+        total_memory = fixed + parts["activations"]
+        rows.append({
+            "config_id": cfg.config_id, "rule": r, "cost_model": name, "gpu": device.name, "gpus": spec.gpus, "dp": dp,
+            "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "precision": spec.precision,
+            "checkpointing": spec.checkpointing, "optimizer": spec.optimizer, "tokens": float(spec.tokens),
+            "tokens_per_sequence": n, "global_batch": G, "micro_batch": micro, "grad_accumulation": accumulation,
+            "optimizer_steps": steps, "model_flops_per_token": model_seq / n, "model_flops": sequences * model_seq,
+            "recompute_flops": sequences * (hw_seq - model_seq), "hardware_flops": sequences * hw_seq,
+            "flops_vs_bp": model_seq / bp, "step_time_s": step, "wall_clock_s": wall, "wall_clock_days": wall / 86400,
+            "gpu_hours": gpu_hours, "mfu": G * model_seq / (spec.gpus * peak * step),
+            "hfu": G * hw_seq / (spec.gpus * peak * step), "peak_flops_per_gpu": peak, "energy_kwh": kwh,
+            "co2e_t": kwh * spec.carbon_intensity / 1000,
+            "cost": gpu_hours * spec.price if spec.price is not None else math.nan,
+            **{f"mem_{k}": float(v) for k, v in parts.items()}, "mem_total": float(total_memory),
+            "memory_capacity": capacity, "fits": bool(total_memory <= capacity), "max_micro_batch": most,
+            "checkpoint_applies": bool(facts.per_rule.loc[r, "backward"]),
+            "source_tokens": spec.tokens_source, "source_batch": batch_source, "source_efficiency": e.source,
+            "source_precision": p.source, "source_peak": device.sources.get("peak_tflops", ""),
+            "source_memory_capacity": device.sources.get("memory_gb", ""),
+            "source_power": spec.power_source + ("" if spec.joules_per_token is not None or spec.joules_per_flop is not None
+                                                 else f"; TDP {device.power_w:g} W: {device.sources.get('power_w', '')}"),
+            "source_pue": spec.pue_source, "source_carbon": spec.carbon_source, "source_price": spec.price_source,
+        })
+    table = pd.DataFrame(rows, columns=list(PLAN_COLUMNS))
+    order = {r: i for i, r in enumerate(rules)}
+    models = {m: i for i, m in enumerate(cost_models)}
+    table = table.sort_values(["rule", "cost_model"], key=lambda s: s.map(order if s.name == "rule" else models))
+    return table.reset_index(drop=True)
+
+
+def memory_curve(cfg, spec: PlanSpec, device, rules, micro_batches=None) -> pd.DataFrame:
+    """Per-GPU bytes per rule against the micro-batch (the workflow's memory figure), with the device capacity and
+    each rule's largest micro-batch that fits. ``micro_batches`` None: powers of two up to the first at which no
+    rule fits (at most 2^16)."""
+    facts = model_facts(cfg, rules, spec.optimizer)
+    capacity = float(device.memory_bytes)
+    lines = {}
+    for r in rules:
+        acts = activations_per_sequence(facts, r, spec.checkpointing, spec.checkpoint_every)
+        parts = memory_per_gpu(facts, spec, r, acts)
+        fixed = sum(v for k, v in parts.items() if k != "activations")
+        lines[r] = (fixed, parts["activations"], largest_micro_batch(fixed, parts["activations"], capacity))
+    if micro_batches is None:
+        most = max(line[2] for line in lines.values())
+        micro_batches = [2**i for i in range(17) if 2**i <= 2 * max(most, 1)]
+        micro_batches += [2 * micro_batches[-1]] if micro_batches[-1] <= most else []
+    rows = [{"config_id": cfg.config_id, "rule": r, "micro_batch": int(m), "mem_total": float(fixed + m * per),
+             "memory_capacity": capacity, "max_micro_batch": most, "gpu": device.name}
+            for r, (fixed, per, most) in lines.items() for m in micro_batches]
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------
+# DeepSpeed's published model-state estimators (no offload), for comparison (docs/planning.md)
+
+
+def deepspeed_zero2_gpu_bytes(total_params: int, gpus: int) -> int:
+    """``estimate_zero2_model_states_mem_needs(..., cpu_offload=False)`` (deepspeed/runtime/zero/stage_1_and_2.py):
+    4 bytes per parameter (fp16 weights and gradients) + 16 / N (fp32 master, gradient partition and Adam)."""
+    return int(4 * total_params + int(16 * total_params / gpus))
+
+
+def deepspeed_zero3_gpu_bytes(total_params: int, largest_layer_params: int, gpus: int) -> int:
+    """``estimate_zero3_model_states_mem_needs(..., cpu_offload=False)`` (deepspeed/runtime/zero/stage3.py):
+    4 bytes x the largest layer + 18 / N bytes per parameter."""
+    return int(4 * largest_layer_params + int(18 * total_params / gpus))

@@ -1,0 +1,84 @@
+"""The calibrated efficiency of a whole-run plan: the step-time predictor's price of the model's matrix products.
+
+A calibration (``trainingcost calibrate``, :mod:`.calibration`) times the kernels of traced steps on one device.
+A plan's model is usually far larger than anything traced, so there is no trace to price; what the predictor
+can price is every matrix product of the model's step at the plan's shapes (:class:`.predictor.Pricer`:
+a calibrated signature exactly, any other product at the rate of its three nearest calibrated neighbours in
+(log m, log n, log k)). The plan's rate is their FLOPs over their seconds, applied to all of the step's FLOPs;
+what this leaves out (elementwise kernels, attention's own kernel, communication) is said in docs/planning.md.
+
+No torch: the calibration is JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .predictor import Pricer
+
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def read_calibration(path) -> dict:
+    """A calibration file, or a ConfigError naming ``--calibration``."""
+    from ..config.errors import ConfigError
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"calibration: cannot read {path} as a calibration JSON ({exc.__class__.__name__})") from None
+    missing = [k for k in ("launch_overhead_s", "view_overhead_s", "kernels", "copy_ladder") if k not in data]
+    if missing or not any(k.get("cls") == "matmul" for k in data.get("kernels", [])):
+        raise ConfigError(f"calibration: {path} is not a calibration with timed matrix products "
+                          f"({'missing ' + ', '.join(missing) if missing else 'no matmul kernels'}; "
+                          "write one with trainingcost calibrate)")
+    return data
+
+
+def _signature(a: tuple, b: tuple, dtype: str) -> str:
+    """An aten.mm signature of a (m, k) by (k, n) product; ``a``, ``b``: (shape, stride)."""
+    return json.dumps([[{"t": [list(a[0]), list(a[1]), dtype]}, {"t": [list(b[0]), list(b[1]), dtype]}], {"kw": {}}])
+
+
+def gemms(cfg, micro_batch: int, tp: int) -> list[tuple[int, int, int]]:
+    """(m, k, n) of the weight products of one block per stack and of the head, forward, per GPU (each GPU holds
+    1/tp of every weight's output or input features, Shoeybi et al. 2019)."""
+    d, a = cfg.d_model, cfg.heads * cfg.head_dim
+    kv = cfg.kv_heads * cfg.head_dim
+    gated = cfg.ffn in ("swiglu", "geglu")
+    out = []
+    for stack in cfg.stacks:
+        m = micro_batch * cfg.rows(stack)
+        block = [(m, d, a // tp), (m, d, kv // tp), (m, d, kv // tp), (m, a // tp, d),
+                 *[(m, d, cfg.d_ff // tp)] * (2 if gated else 1), (m, cfg.d_ff // tp, d)]
+        out += block * cfg.depth(stack)
+    rows = micro_batch * (1 if cfg.classes else cfg.tgt_len)
+    out.append((rows, d, (cfg.classes or cfg.vocab) // tp))
+    return out
+
+
+def calibrated_rate(calibration: dict, cfg, compute_dtype: str, micro_batch: int, tp: int = 1) -> float:
+    """FLOP/s per GPU of the step's matrix products as the calibration prices them: each forward product
+    (x W^T, layout nt), its input gradient (g W, nn) and its weight gradient (g^T x, tn)."""
+    pricer = Pricer(calibration)
+    dtype = TORCH_DTYPES[compute_dtype]
+    flops = seconds = 0.0
+    priced: dict = {}
+    for m, k, n in gemms(cfg, micro_batch, tp):
+        key = (m, k, n)
+        if key not in priced:
+            products = (
+                ((m, k), (k, 1)), ((k, n), (1, k)),  # forward: x (m x k) by W^T (k x n, a transposed view)
+                ((m, n), (n, 1)), ((n, k), (k, 1)),  # input gradient: g (m x n) by W (n x k)
+                ((k, m), (1, k)), ((m, n), (n, 1)),  # weight gradient: x^T (k x m, a view) by g (m x n)
+            )
+            total = 0.0
+            for i in range(0, 6, 2):
+                a, b = products[i], products[i + 1]
+                work = 2.0 * a[0][0] * a[0][1] * b[0][1]
+                total += pricer.seconds("aten.mm.default", "matmul", _signature(a, b, dtype), work, 0.0)
+            priced[key] = total
+        flops += 3 * 2.0 * m * k * n
+        seconds += priced[key]
+    return flops / seconds

@@ -1,0 +1,440 @@
+"""``trainingcost plan``: what a whole training run costs, per rule and cost model, and the workflow's plan step.
+
+The formulas are :mod:`trainingcost.analytic.plan` (no torch); this module reads the command line or the
+workflow config's ``plan`` section into a :class:`~trainingcost.analytic.plan.PlanSpec`, prices a calibration
+through the predictor when one is given (:mod:`trainingcost.findings.plan_rate`), and prints or writes the
+plan. Nothing here imports torch. docs/planning.md documents every formula and source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+import pandas as pd
+
+from .analytic import cost_model_names, rule_names
+from .analytic.memory import OPTIMIZER_SLOTS
+from .analytic.plan import (
+    CHECKPOINTING, PRECISIONS, SHARDINGS, Efficiency, PlanSpec, memory_curve, plan_table, tokens_per_sequence,
+)
+from .config import ConfigError
+
+CHINCHILLA_TOKENS_PER_PARAMETER = 20  # Hoffmann et al. 2022: compute-optimal D ~ 20 N
+DEFAULT_MFU = 0.40
+DEFAULT_MFU_SOURCE = (f"default MFU {DEFAULT_MFU:.2f} (assumed; large runs report 0.21-0.46: Chowdhery et al. 2022, "
+                      "Table 3)")
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        return int(float(text)) if float(text).is_integer() else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _micro(text: str):
+    return None if text == "max" else _count(text)
+
+
+def add_parser(sub, add_model_flags) -> None:
+    """The ``plan`` subcommand (cli.build_parser calls this)."""
+    p = sub.add_parser("plan", help="what a whole training run costs on named GPUs: time, GPU-hours, money, energy, "
+                                    "CO2e and memory, per rule and cost model")
+    add_model_flags(p)
+    p.add_argument("--rule", default="all", choices=[*rule_names(), "all"])
+    p.add_argument("--cost-model", default="all", choices=[*cost_model_names(), "all"])
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--tokens", type=_number, help="training tokens (e.g. 2e12)")
+    budget.add_argument("--epochs", type=_number, help="passes over --dataset-tokens")
+    budget.add_argument("--chinchilla", action="store_true", help="20 tokens per parameter (Hoffmann et al. 2022)")
+    p.add_argument("--dataset-tokens", type=_number, help="tokens in the dataset (with --epochs)")
+    batch = p.add_mutually_exclusive_group()
+    batch.add_argument("--global-batch", type=_count, help="sequences per optimizer step (default: about 4M tokens)")
+    batch.add_argument("--global-batch-tokens", type=_number, help="tokens per optimizer step")
+    p.add_argument("--micro-batch", type=_micro, default=None, metavar="N|max",
+                   help="sequences per GPU per forward-backward (default max: the largest that fits and divides the "
+                        "replica's batch; the rest is gradient accumulation)")
+    p.add_argument("--gpu", required=True, help="a device of the hardware catalogue (trainingcost hardware)")
+    p.add_argument("--gpus", type=_count, default=1)
+    p.add_argument("--tp", type=_count, default=1, help="tensor-parallel degree")
+    p.add_argument("--pp", type=_count, default=1, help="pipeline-parallel degree")
+    p.add_argument("--sharding", default="zero3", choices=SHARDINGS,
+                   help="data-parallel sharding: none (DDP), ZeRO stage 1-3, fsdp (FULL_SHARD = ZeRO-3); default zero3")
+    p.add_argument("--precision", default="bf16-mixed", choices=list(PRECISIONS))
+    p.add_argument("--checkpointing", default="none", choices=CHECKPOINTING,
+                   help="activation checkpointing: selective checkpoints every --checkpoint-every-th block")
+    p.add_argument("--checkpoint-every", type=_count, default=2)
+    p.add_argument("--optimizer", default="adam", choices=list(OPTIMIZER_SLOTS))
+    speed = p.add_mutually_exclusive_group()
+    speed.add_argument("--mfu", type=_number, help=f"model FLOPs utilisation, end to end (default {DEFAULT_MFU})")
+    speed.add_argument("--hfu", type=_number, help="hardware FLOPs utilisation (recompute counted), end to end")
+    speed.add_argument("--tokens-per-s", type=_number, help="a measured run's tokens per second per GPU")
+    speed.add_argument("--calibration", metavar="JSON", help="a calibration of this GPU (trainingcost calibrate): the "
+                                                              "predictor prices the model's matrix products")
+    speed.add_argument("--measured-run", metavar="DIR", help="a measured run (train --out-dir DIR, or its measured.parquet): "
+                                                             "its achieved FLOP/s, and its joules per FLOP where it "
+                                                             "measured energy")
+    p.add_argument("--measured-rule", default="bp", choices=rule_names(),
+                   help="the rule --tokens-per-s and --joules-per-token were measured under (default bp)")
+    p.add_argument("--joules-per-token", type=_number, help="measured energy per token per GPU (default: TDP)")
+    p.add_argument("--power-utilisation", type=_number, default=1.0, help="share of the TDP drawn (default 1.0)")
+    p.add_argument("--pue", type=_number, help="power usage effectiveness (default 1.1)")
+    p.add_argument("--carbon-intensity", type=_number, help="kg CO2e per kWh (default 0.429)")
+    p.add_argument("--price", type=_number, help="money per GPU-hour (no default: money is left out)")
+    p.add_argument("--mirror-steps", type=_count, default=1, help="weight-mirror steps per training step (WM)")
+    p.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    p.set_defaults(func=cmd_plan)
+
+
+# ---------------------------------------------------------------------------
+# From flags or a config section to a PlanSpec
+
+
+def token_budget(tokens, epochs, dataset_tokens, chinchilla: bool, parameters: int, prefix: str) -> tuple[float, str]:
+    """The training tokens and where they come from."""
+    if dataset_tokens is not None and epochs is None:
+        raise ConfigError(f"{prefix}epochs: --dataset-tokens needs --epochs (or give --tokens)")
+    if epochs is not None:
+        if dataset_tokens is None:
+            raise ConfigError(f"{prefix}dataset_tokens: --epochs needs the dataset's size in tokens")
+        for name, value in (("epochs", epochs), ("dataset_tokens", dataset_tokens)):
+            if not value > 0:
+                raise ConfigError(f"{prefix}{name}: must be a positive number (got {value})")
+        return epochs * dataset_tokens, f"{epochs:g} epochs x {dataset_tokens:.4g} dataset tokens"
+    if chinchilla:
+        return (CHINCHILLA_TOKENS_PER_PARAMETER * parameters,
+                f"Chinchilla: 20 tokens x {parameters:,} parameters (Hoffmann et al. 2022)")
+    if tokens is None:
+        raise ConfigError(f"{prefix}tokens: give --tokens, --epochs with --dataset-tokens, or --chinchilla")
+    return tokens, "given"
+
+
+def measured_run(path: str, gpu) -> tuple[Efficiency, float | None, str]:
+    """A measured run's achieved FLOP/s (its FLOP-counted step over its median step time) and joules per FLOP
+    (its median step energy over its FLOPs per step; None where it measured none), with their source."""
+    from pathlib import Path
+
+    file = Path(path) / "measured.parquet" if Path(path).is_dir() else Path(path)
+    try:
+        runs = pd.read_parquet(file)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user mistake
+        raise ConfigError(f"measured_run: cannot read {file} as a run's measured.parquet ({exc.__class__.__name__})") \
+            from None
+    needed = {"rule", "status", "achieved_flops_per_s", "flops_per_step", "energy_per_step_j", "device_name"}
+    if not needed <= set(runs.columns) or runs.empty:
+        raise ConfigError(f"measured_run: {file} is not a measured run's table (train --out-dir writes one)")
+    run = runs.drop_duplicates([c for c in ("config_id", "rule", "seed") if c in runs.columns])
+    if len(run) != 1:
+        raise ConfigError(f"measured_run: {file} holds {len(run)} runs; give one run's directory")
+    row = run.iloc[0]
+    rate = float(row["achieved_flops_per_s"])
+    if row["status"] != "ok" or not math.isfinite(rate) or rate <= 0:
+        raise ConfigError(f"measured_run: {file} has no timed, FLOP-counted steps (status {row['status']})")
+    note = "" if any(m in str(row["device_name"]) for m in gpu.match) else f", not on {gpu.name}"
+    source = (f"measured run {path}: {row['rule']} on {row['device_name']}{note}, {rate:.4g} FLOP/s achieved (its "
+              "FLOP-counted step over its median step time), pipeline bubble added")
+    energy = float(row["energy_per_step_j"])
+    joules = energy / float(row["flops_per_step"]) if math.isfinite(energy) and energy > 0 else None
+    return Efficiency("rate", rate, source), joules, (f"measured: {joules:.4g} J per FLOP (the run's median step energy, "
+                                                      f"NVML, over its FLOPs per step){note}" if joules else "")
+
+
+def efficiency_of(args, cfg, precision: str, tp: int, gpu) -> Efficiency:
+    chosen = [k for k in ("mfu", "hfu", "tokens_per_s") if getattr(args, k, None) is not None]
+    if getattr(args, "measured_run", None):
+        return measured_run(args.measured_run, gpu)[0]
+    if args.calibration:
+        from .findings.plan_rate import calibrated_rate, read_calibration
+
+        calibration = read_calibration(args.calibration)
+        compute = PRECISIONS[precision].compute
+        name = calibration.get("provenance", {}).get("device_name", "an unnamed device")
+        matches = any(m in name for m in gpu.match)
+        note = "" if matches else f"; it was made on {name}, not on {gpu.name}"
+        rate = lambda micro: calibrated_rate(calibration, cfg, compute, micro, tp)  # noqa: E731
+        return Efficiency("rate", rate(1), f"calibration {args.calibration}: the predictor's price of the model's "
+                                             f"matrix products at each micro-batch{note}", rate_at=rate)
+    if not chosen:
+        return Efficiency("mfu", DEFAULT_MFU, DEFAULT_MFU_SOURCE)
+    kind = chosen[0]
+    value = getattr(args, kind)
+    source = {"mfu": "given MFU", "hfu": "given HFU",
+              "tokens_per_s": f"measured: {value:g} tokens/s per GPU under {args.measured_rule}, its achieved FLOP/s "
+                              "carried to the other rules"}[kind]
+    return Efficiency(kind, value, source, rule=args.measured_rule)
+
+
+def spec_from_args(args, cfg, gpu) -> PlanSpec:
+    from .analytic.plan import model_facts
+
+    parameters = model_facts(cfg, ["bp"], args.optimizer).parameters if args.chinchilla else 0
+    tokens, tokens_source = token_budget(args.tokens, args.epochs, args.dataset_tokens, args.chinchilla, parameters, "")
+    global_batch = args.global_batch
+    if args.global_batch_tokens is not None:
+        if not args.global_batch_tokens > 0:
+            raise ConfigError(f"global_batch_tokens: must be positive (got {args.global_batch_tokens:g})")
+        global_batch = max(1, round(args.global_batch_tokens / tokens_per_sequence(cfg)))
+    defaults = PlanSpec(tokens=1, gpus=1, efficiency=Efficiency("mfu", DEFAULT_MFU, ""))
+    joules_per_flop, flop_source = measured_run(args.measured_run, gpu)[1:] if args.measured_run else (None, "")
+    if args.joules_per_token is not None:
+        joules_per_flop = None  # the flag given wins over the run's measurement
+    power_source = (f"TDP x {args.power_utilisation:g} (given)" if args.power_utilisation != 1.0 else defaults.power_source)
+    if args.joules_per_token is not None:
+        power_source = f"measured: {args.joules_per_token:g} J per token per GPU under {args.measured_rule} (given)"
+    elif joules_per_flop is not None:
+        power_source = flop_source
+    return PlanSpec(
+        tokens=tokens, tokens_source=tokens_source, gpus=args.gpus, tp=args.tp, pp=args.pp, sharding=args.sharding,
+        precision=args.precision, checkpointing=args.checkpointing, checkpoint_every=args.checkpoint_every,
+        optimizer=args.optimizer, global_batch=global_batch, micro_batch=args.micro_batch,
+        efficiency=efficiency_of(args, cfg, args.precision, args.tp, gpu),
+        power_utilisation=args.power_utilisation, power_source=power_source,
+        joules_per_token=args.joules_per_token, joules_per_flop=joules_per_flop,
+        pue=defaults.pue if args.pue is None else args.pue,
+        pue_source=defaults.pue_source if args.pue is None else "given",
+        carbon_intensity=defaults.carbon_intensity if args.carbon_intensity is None else args.carbon_intensity,
+        carbon_source=defaults.carbon_source if args.carbon_intensity is None else "given",
+        price=args.price, price_source="given" if args.price is not None else defaults.price_source,
+        mirror_steps=args.mirror_steps,
+    )
+
+
+# ---------------------------------------------------------------------------
+# The table for people
+
+
+def _si(value: float, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.{digits}g}{unit}"
+    return f"{value:.{digits}g}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 86400:
+        return f"{seconds / 86400:.1f} d"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.2f}" if value else "0"
+
+
+def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
+    from .cli import _grid
+
+    first = table.iloc[0]
+    out = [describe(cfg).replace(f", batch {cfg.batch} (", " ("), ""]
+    out.append(f"Run: {first['tokens']:.3g} tokens ({first['source_tokens']}) = {first['tokens'] / first['tokens_per_sequence']:,.0f} "
+               f"sequences of {first['tokens_per_sequence']}; global batch {first['global_batch']} sequences "
+               f"({first['source_batch']}); {first['optimizer_steps']:,.0f} optimizer steps")
+    peak = first["peak_flops_per_gpu"] / 1e12
+    out.append(f"Hardware: {first['gpus']} x {gpu.name} ({gpu.label}: {peak:g} TFLOP/s dense {PRECISIONS[first['precision']].compute}, "
+               f"{gpu.memory_bytes / 1e9:g} GB, {gpu.power_w:g} W); data x tensor x pipeline parallel = {first['dp']} x "
+               f"{first['tp']} x {first['pp']}; sharding {first['sharding']}; {first['precision']}; activation "
+               f"checkpointing {first['checkpointing']}; optimizer {first['optimizer']}")
+    out.append(f"Efficiency: {first['source_efficiency']}")
+    out.append("")
+    money = table["cost"].notna().any()
+    header = ["rule", "cost model", "FLOPs", "x BP", "recompute", "step", "wall-clock", "GPU-hours", "MFU", "HFU",
+              "MWh", "tCO2e", *(["cost"] if money else [])]
+    rows = []
+    for _, r in table.iterrows():
+        rows.append([r["rule"], r["cost_model"], f"{r['model_flops']:.3g}",
+                     "" if math.isnan(r["flops_vs_bp"]) else f"{r['flops_vs_bp']:.2f}",
+                     f"{r['recompute_flops']:.3g}" if r["recompute_flops"] else "0", _duration(r["step_time_s"]),
+                     _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), f"{r['mfu']:.3f}", f"{r['hfu']:.3f}",
+                     f"{r['energy_kwh'] / 1e3:.4g}", f"{r['co2e_t']:.4g}", *([_si(r["cost"])] if money else [])])
+    out.append("What the run costs, per rule and cost model (FLOPs: the model's; recompute: checkpointing's extra forward; "
+               "MWh: GPU energy x PUE)")
+    out.append(_grid(header, rows))
+    out.append("")
+    lines = []
+    for model, part in table.groupby("cost_model", sort=False):
+        lines.append(f"{model}: " + "; ".join(f"{r['rule'].upper()} {_si(r['gpu_hours'])} GPU-hours" for _, r in part.iterrows()))
+    out.append("Side by side: " + lines[0])
+    out.extend("              " + line for line in lines[1:])
+    out.append("")
+    memory = table.drop_duplicates("rule")
+    header = ["rule", "", "weights", "feedback", "gradients", "master", "optimizer", "gathered", "activations", "total",
+              "capacity", "fits", "micro-batch", "accumulation", "largest fit"]
+    rows = [[r["rule"], "", _gib(r["mem_parameters"]), _gib(r["mem_feedback"]), _gib(r["mem_gradients"]),
+             _gib(r["mem_master_weights"]), _gib(r["mem_optimizer_state"]), _gib(r["mem_gathered"]),
+             _gib(r["mem_activations"]) + ("" if r["checkpoint_applies"] or first["checkpointing"] == "none" else " (no graph)"),
+             _gib(r["mem_total"]), _gib(r["memory_capacity"]), "yes" if r["fits"] else "NO", r["micro_batch"],
+             r["grad_accumulation"], r["max_micro_batch"]] for _, r in memory.iterrows()]
+    out.append("Memory per GPU, GiB (the most loaded GPU; activations at the micro-batch; largest fit: the most sequences "
+               "per micro-batch that fit)")
+    out.append(_grid(header, rows))
+    out.append("")
+    out.append("Assumptions and their sources:")
+    for key, label in (("source_precision", "precision"), ("source_peak", "peak FLOP/s"),
+                       ("source_memory_capacity", "memory"), ("source_power", "power"), ("source_pue", "PUE"),
+                       ("source_carbon", "carbon intensity"), ("source_price", "price")):
+        out.append(f"- {label}: {first[key]}")
+    out.append("- memory model: docs/planning.md (activations: analytic/memory.py's per-rule accounting; "
+               "sequence parallelism with tp; 1F1B with pp)")
+    return "\n".join(out) + "\n"
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .cli import describe_config, model_entry
+    from .config.hardware import device
+
+    if args.batch is not None:
+        raise ConfigError("--batch: plan takes --global-batch (sequences per optimizer step) and --micro-batch")
+    cfg = model_entry(args)
+    gpu = device(args.gpu)
+    spec = spec_from_args(args, cfg, gpu)
+    rules = list(rule_names()) if args.rule == "all" else [args.rule]
+    models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
+    table = plan_table(cfg, spec, gpu, rules, models)
+    if args.format == "json":
+        records = table.astype(object).where(table.notna(), None).to_dict(orient="records")  # NaN -> null
+        print(json.dumps(records, indent=1))
+    elif args.format == "csv":
+        table.to_csv(sys.stdout, index=False)
+    else:
+        sys.stdout.write(render(table, cfg, describe_config, gpu))
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# The workflow's plan step
+
+
+def section_spec(section: dict, cfg, gpu, where: str = "plan") -> PlanSpec:
+    """A validated config's ``plan`` section as a PlanSpec for one configuration."""
+    from .analytic.plan import model_facts
+
+    tokens = section["tokens"]
+    if isinstance(tokens, str) and tokens != "chinchilla" or not isinstance(tokens, str) and not tokens > 0:
+        raise ConfigError(f"{where}.tokens: {tokens!r} is not allowed (allowed: a positive number of tokens, or chinchilla)")
+    micro = section["micro_batch"]
+    if isinstance(micro, str) and micro != "max" or not isinstance(micro, str) and not micro >= 1:
+        raise ConfigError(f"{where}.micro_batch: {micro!r} is not allowed (allowed: a positive integer, or max)")
+    chinchilla = tokens == "chinchilla"
+    parameters = model_facts(cfg, ["bp"], section["optimizer"]).parameters if chinchilla else 0
+    tokens, source = token_budget(None if chinchilla else tokens, None, None, chinchilla, parameters, f"{where}.")
+    given = [k for k in ("mfu", "hfu", "tokens_per_s") if section["efficiency"].get(k) is not None]
+    if len(given) != 1:
+        raise ConfigError(f"{where}.efficiency: give exactly one of mfu, hfu, tokens_per_s (got "
+                          f"{', '.join(given) or 'none'})")
+    kind = given[0]
+    defaults = PlanSpec(tokens=1, gpus=1, efficiency=Efficiency("mfu", DEFAULT_MFU, ""))
+    measured = section["efficiency"].get("measured_rule", "bp")
+    return PlanSpec(
+        tokens=tokens, tokens_source=source, gpus=section["gpus"], tp=section["tp"], pp=section["pp"],
+        sharding=section["sharding"], precision=section["precision"], checkpointing=section["checkpointing"],
+        checkpoint_every=section["checkpoint_every"], optimizer=section["optimizer"],
+        global_batch=section.get("global_batch"),
+        micro_batch=None if section["micro_batch"] == "max" else section["micro_batch"],
+        efficiency=Efficiency(kind, section["efficiency"][kind], f"{where}.efficiency.{kind}", rule=measured),
+        power_utilisation=section["power_utilisation"],
+        power_source=f"TDP x {section['power_utilisation']:g} ({where}.power_utilisation)",
+        pue=section["pue"], pue_source=f"{where}.pue" if section["pue"] != defaults.pue else defaults.pue_source,
+        carbon_intensity=section["carbon_intensity"],
+        carbon_source=(f"{where}.carbon_intensity" if section["carbon_intensity"] != defaults.carbon_intensity
+                       else defaults.carbon_source),
+        price=section.get("price"), price_source=f"{where}.price" if section.get("price") is not None else "not given",
+    )
+
+
+def plan_configs(config: dict) -> list:
+    """(name, ModelConfig) of the configurations the plan section selects (every sweep configuration if none)."""
+    from .config import enumerate_sweep, select_sweep
+
+    section = config["plan"]
+    if section["select"]:
+        return select_sweep(config["sweep"], section["select"], "plan.select")
+    return enumerate_sweep(config["sweep"])
+
+
+def check_plan(config: dict) -> None:
+    """The plan section of a validated config, before any job runs: its values, the GPU, and the degrees and batch
+    of every selected configuration (one line naming the field). Whether each plan fits is the plan job's check."""
+    from .analytic.plan import check_spec
+
+    gpu = plan_gpu(config)
+    section = config["plan"]
+    figure, names = section["figure"], set()
+    for name, cfg in plan_configs(config):
+        names |= {name, cfg.config_id}
+        try:
+            check_spec(section_spec(section, cfg, gpu), cfg, gpu)
+        except ConfigError as exc:
+            text = str(exc)
+            raise ConfigError(text if text.startswith("plan") else f"plan: configuration {name or cfg.config_id!r}: "
+                              f"{text}") from None
+    if figure and figure not in names:
+        raise ConfigError(f"plan.figure: {figure!r} is not a planned configuration (plan.select's entries or their "
+                          "config_ids)")
+
+
+def plan_gpu(config: dict):
+    from .config.hardware import with_user_devices
+
+    table = with_user_devices(config.get("hardware") or None)
+    name = config["plan"]["gpu"]
+    if name not in table:
+        raise ConfigError(f"plan.gpu: {name!r} is not in the hardware catalogue (allowed: {', '.join(table)})")
+    return table[name]
+
+
+def build_plan(config: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The plan table of every selected configuration and the memory-against-micro-batch curves of the figure's."""
+    section = config["plan"]
+    gpu = plan_gpu(config)
+    rules, models = section["rules"], section["cost_models"]
+    frames, curves = [], None
+    chosen = plan_configs(config)
+    figure = section["figure"]
+    for name, cfg in chosen:
+        spec = section_spec(section, cfg, gpu)
+        try:
+            frame = plan_table(cfg, spec, gpu, rules, models)
+        except ConfigError as exc:
+            raise ConfigError(f"plan: configuration {name or cfg.config_id!r}: {exc}") from None
+        frames.append(frame.assign(name=name))
+        if curves is None and (not figure or figure in (name, cfg.config_id)):
+            curves = memory_curve(cfg, spec, gpu, rules, section["micro_batches"] or None).assign(name=name)
+    if figure and curves is None:
+        raise ConfigError(f"plan.figure: {figure!r} is not a planned configuration (plan.select's entries or their "
+                          "config_ids)")
+    plan = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return plan, curves if curves is not None else pd.DataFrame()
+
+
+def write_plan(config: dict, table_out, curves_out, figure_outs: dict) -> None:
+    """results/tables/plan.parquet, the memory curves, and the two figures (findings/figures.py)."""
+    from .findings import figures as F
+    from .findings.plan_figures import plan_cost, plan_memory
+    from .io import write_parquet
+
+    plan, curves = build_plan(config)
+    write_parquet(plan, table_out)
+    write_parquet(curves, curves_out)
+    F.style()
+    F.save(plan_cost(plan), figure_outs["plan_cost"])
+    F.save(plan_memory(curves), figure_outs["plan_memory"])

@@ -1,0 +1,452 @@
+"""Whole-run planning (issue 16): each formula by hand, the reproductions of published numbers, the fit boundary,
+and bad input through the command line and the config, one line each. docs/planning.md documents the formulas."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from trainingcost import cli
+from trainingcost.analytic import rule_names
+from trainingcost.analytic.engine import layer_table
+from trainingcost.analytic.memory import memory_table
+from trainingcost.analytic.plan import (
+    Efficiency, PlanSpec, deepspeed_zero2_gpu_bytes, deepspeed_zero3_gpu_bytes, flops_per_sequence, memory_curve,
+    memory_per_gpu, model_facts, plan_table,
+)
+from trainingcost.analytic.worked_examples import seed004_examples
+from trainingcost.config import ConfigError, canonical_model, configs_frame, preset_entry
+from trainingcost.config.hardware import device, with_user_devices
+
+TINY = dict(arch="decoder", layers=4, d_model=8, heads=2, d_ff=32, vocab=10, seq_len=4)
+A100 = device("a100-80gb")
+MFU = Efficiency("mfu", 0.5, "test")
+
+
+def preset(name, **change):
+    return canonical_model({**preset_entry(name, "p"), **change}, "")
+
+
+def spec(**kw):
+    base = dict(tokens=1e9, gpus=1, efficiency=MFU, sharding="none", pue=1.0, carbon_intensity=0.5)
+    return PlanSpec(**{**base, **kw})
+
+
+def bp_row(table, model="executed"):
+    return table[(table["rule"] == "bp") & (table["cost_model"] == model)].iloc[0]
+
+
+# -- formulas against hand computations --------------------------------------------------------------------------
+
+
+def test_the_element_counts_of_a_llama_shaped_model_by_hand():
+    """d 8, d_ff 16, 2 blocks, vocab 10, RMSNorm, SwiGLU, no biases, untied: a block holds 4 d^2 (attention) +
+    3 d d_ff (gated FFN) + 2 d (two norms) = 656; the ends 80 (embedding), 8 (final norm), 80 (head)."""
+    cfg = canonical_model(dict(arch="decoder", layers=2, d_model=8, heads=2, d_ff=16, vocab=10, seq_len=4, norm="rmsnorm",
+                               norm_position="pre", ffn="swiglu", positions="rotary", bias="none"), "")
+    facts = model_facts(cfg, ["bp"], "adam")
+    assert facts.parameters == 2 * 656 + 80 + 8 + 80
+    assert facts.blocks_parameters == 2 * 656 and facts.stage_end_parameters == 88
+    assert facts.largest_layer == 3 * 8 * 16  # the gated FFN
+    p = spec(precision="bf16-mixed", tp=2, pp=2, gpus=4)
+    share = (656 + 88) / 2 / 1480
+    parts = memory_per_gpu(facts, p, "bp", 100)
+    assert parts["parameters"] == pytest.approx(2 * 1480 * share)
+    assert parts["optimizer_state"] == pytest.approx(8 * 1480 * share)
+    assert parts["activations"] == pytest.approx(2 * 100 / 2)  # bf16, split over tp (sequence parallelism)
+
+
+@pytest.mark.parametrize("precision, sharding, dp, expected", [
+    # bytes per parameter: (weights, gradients, master, Adam's two slots), each sharded from its ZeRO stage on
+    ("fp32", "none", 4, (4, 4, 0, 8)),
+    ("bf16-mixed", "none", 4, (2, 2, 4, 8)),
+    ("bf16-mixed", "zero1", 4, (2, 2, 1, 2)),
+    ("fp16-mixed", "zero2", 4, (2, 0.5, 1, 2)),
+    ("bf16-mixed", "zero3", 8, (0.25, 0.25, 0.5, 1)),
+    ("bf16-mixed", "fsdp", 2, (1, 1, 2, 4)),
+])
+def test_model_states_per_gpu_by_hand(precision, sharding, dp, expected):
+    cfg = canonical_model(TINY, "")
+    facts = model_facts(cfg, ["bp"], "adam")
+    P = facts.parameters
+    parts = memory_per_gpu(facts, spec(precision=precision, sharding=sharding, gpus=dp), "bp", 0)
+    weights, grads, master, state = expected
+    assert parts["parameters"] == pytest.approx(weights * P)
+    assert parts["gradients"] == pytest.approx(grads * P)
+    assert parts["master_weights"] == pytest.approx(master * P)
+    assert parts["optimizer_state"] == pytest.approx(state * P)
+    gathered = (2 + 2 if precision != "fp32" else 8) * facts.largest_layer if sharding in ("zero3", "fsdp") else 0
+    assert parts["gathered"] == pytest.approx(gathered)
+
+
+def test_the_feedback_matrices_of_kp_are_trained_and_those_of_fa_are_not():
+    cfg = canonical_model(TINY, "")
+    facts = model_facts(cfg, ["fa", "kp"], "momentum")
+    mem = memory_table(configs_frame([("", cfg)]), ["fa", "kp"], ["fp32"], ["sgd"]).set_index("rule")
+    B = mem.loc["fa", "feedback"] // 4
+    fa = memory_per_gpu(facts, spec(precision="bf16-mixed", optimizer="momentum"), "fa", 0)
+    kp = memory_per_gpu(facts, spec(precision="bf16-mixed", optimizer="momentum"), "kp", 0)
+    assert fa["feedback"] == kp["feedback"] == 2 * B
+    assert kp["gradients"] - fa["gradients"] == 2 * B and kp["optimizer_state"] - fa["optimizer_state"] == 4 * B
+
+
+def test_checkpointing_by_hand():
+    """TINY (post-LN, GELU, LayerNorm), 4 tokens: one block saves attention M d + 2 M a + 2 N a + M h = 168,
+    the FFN M d + 2 M d_ff = 288, two add & norms 2 (M d + 2 M) = 80: 536 elements; its input is M d = 32."""
+    cfg = canonical_model(TINY, "")
+    facts = model_facts(cfg, ["bp", "pepita"], "sgd")
+    assert facts.block_saved == {"decoder": 536} and facts.block_input == {"decoder": 32}
+    full = dict(checkpointing="full")
+    kept = int(facts.per_rule.loc["bp", "activations"])
+    table = plan_table(cfg, spec(precision="fp32", micro_batch=1, global_batch=1, **full), A100, ["bp", "pepita"],
+                       ["executed", "kaplan"])
+    bp = bp_row(table)
+    assert bp["mem_activations"] == 4 * (kept - 4 * 536 + 4 * 32 + 536)
+    selective = plan_table(cfg, spec(precision="fp32", micro_batch=1, global_batch=1, checkpointing="selective"), A100,
+                           ["bp"], ["executed"]).iloc[0]
+    assert selective["mem_activations"] == 4 * (kept - 2 * 536 + 2 * 32 + 536)  # every 2nd of 4 blocks
+    # Recompute: the forward of the checkpointed blocks, under executed by layer, under kaplan a share of the forward.
+    layers = layer_table(configs_frame([("", cfg.replace(batch=1))]), ["bp"], ["executed"])
+    block0 = layers[(layers["block"] == 0) & (layers["phase"] == "forward")]["flops"].sum()
+    sequences = 1e9 / 4
+    assert bp["recompute_flops"] == pytest.approx(4 * block0 * sequences)
+    assert selective["recompute_flops"] == pytest.approx(2 * block0 * sequences)
+    flops = flops_per_sequence(cfg, ["bp"], ["kaplan"]).iloc[0]["model_flops_per_sequence"]
+    assert bp_row(table, "kaplan")["recompute_flops"] == pytest.approx(flops / 3 * sequences)  # all 4 blocks' forward
+    pepita = table[table["rule"] == "pepita"].iloc[0]
+    assert pepita["recompute_flops"] == 0 and not pepita["checkpoint_applies"]  # no autograd graph to checkpoint
+    assert pepita["mem_activations"] == 4 * facts.per_rule.loc["pepita", "activations"]
+    assert bp["hfu"] > bp["mfu"] == pytest.approx(0.5)
+
+
+def test_time_energy_co2_and_money_by_hand():
+    cfg = preset("gpt2-small")
+    gpu = device("h100-sxm")
+    s = spec(tokens=2e10, gpus=16, sharding="zero1", global_batch=512, pue=1.2, carbon_intensity=0.3, price=2.5,
+             power_utilisation=0.8)
+    row = bp_row(plan_table(cfg, s, gpu, ["bp"], ["executed"]))
+    F = flops_per_sequence(cfg, ["bp"], ["executed"]).iloc[0]["model_flops_per_sequence"]
+    step = 512 * F / (16 * 989.5e12 * 0.5)
+    steps = 2e10 / 1024 / 512
+    wall = steps * step
+    kwh = 16 * 700 * 0.8 * wall / 3.6e6 * 1.2
+    assert row["step_time_s"] == pytest.approx(step) and row["wall_clock_s"] == pytest.approx(wall)
+    assert row["gpu_hours"] == pytest.approx(16 * wall / 3600)
+    assert row["energy_kwh"] == pytest.approx(kwh) and row["co2e_t"] == pytest.approx(kwh * 0.3 / 1000)
+    assert row["cost"] == pytest.approx(16 * wall / 3600 * 2.5)
+    assert row["model_flops"] == pytest.approx(2e10 / 1024 * F)
+    # HFU given: the same step at this precision without recompute; tokens/s per GPU: tokens over GPUs and seconds.
+    hfu = bp_row(plan_table(cfg, spec(**{**s.__dict__, "efficiency": Efficiency("hfu", 0.5, "t")}), gpu, ["bp"], ["executed"]))
+    assert hfu["step_time_s"] == pytest.approx(step)
+    measured = Efficiency("tokens_per_s", 40_000, "t", rule="bp")
+    t = plan_table(cfg, spec(**{**s.__dict__, "efficiency": measured}), gpu, ["bp", "wm"], ["executed"])
+    assert bp_row(t)["step_time_s"] == pytest.approx(512 * 1024 / (16 * 40_000))
+    wm = t[t["rule"] == "wm"].iloc[0]  # the measured rule's FLOP/s, carried to WM's FLOPs
+    assert wm["step_time_s"] / bp_row(t)["step_time_s"] == pytest.approx(wm["model_flops"] / bp_row(t)["model_flops"])
+
+
+def test_a_calibrated_rate_adds_the_pipeline_bubble():
+    cfg = preset("gpt2-small")
+    rate = Efficiency("rate", 1e14, "t")
+    s = spec(gpus=8, pp=2, global_batch=32, micro_batch=4, efficiency=rate)
+    row = bp_row(plan_table(cfg, s, A100, ["bp"], ["executed"]))
+    F = flops_per_sequence(cfg, ["bp"], ["executed"]).iloc[0]["model_flops_per_sequence"]
+    # 4 replicas x 8 sequences each, 2 micro-batches of 4: bubble (p - 1) / m = 1/2 (Narayanan et al. 2021)
+    assert row["grad_accumulation"] == 2 and row["dp"] == 4
+    assert row["step_time_s"] == pytest.approx(32 * F / 8 / 1e14 * 1.5)
+
+
+def test_the_calibration_prices_the_models_products():
+    from trainingcost.findings.plan_rate import calibrated_rate, gemms
+
+    def mm(m, k, n, rate):
+        sig = json.dumps([[{"t": [[m, k], [k, 1], "bfloat16"]}, {"t": [[k, n], [1, k], "bfloat16"]}], {"kw": {}}])
+        return {"op": "aten.mm.default", "signature": sig, "cls": "matmul", "flops": 2 * m * k * n, "bytes_read": 0,
+                "bytes_written": 0, "seconds": 2 * m * k * n / rate}
+
+    calibration = {"launch_overhead_s": 0.0, "view_overhead_s": 0.0, "copy_ladder": [{"bytes": 1, "seconds": 1e-9}],
+                   "kernels": [mm(64, 64, 64, 2e13), mm(1024, 768, 3072, 2e13)]}
+    cfg = preset("gpt2-small")
+    assert calibrated_rate(calibration, cfg, "bf16", 1) == pytest.approx(2e13)
+    assert len(gemms(cfg, 2, 1)) == 12 * 6 + 1 and gemms(cfg, 2, 2)[0] == (2048, 768, 384)
+
+
+# -- the fit boundary -----------------------------------------------------------------------------------------------
+
+
+def test_the_largest_micro_batch_fits_and_one_more_does_not():
+    cfg = preset("llama-2-7b")
+    s = spec(gpus=8, sharding="zero3", precision="bf16-mixed")
+    best = plan_table(cfg, s, A100, ["bp", "mempepita"], ["executed"])
+    for rule in ("bp", "mempepita"):
+        m = int(best[best["rule"] == rule]["max_micro_batch"].iloc[0])
+        assert m >= 1
+        fits = plan_table(cfg, spec(**{**s.__dict__, "micro_batch": m, "global_batch": 8 * m}), A100, [rule], ["executed"])
+        over = plan_table(cfg, spec(**{**s.__dict__, "micro_batch": m + 1, "global_batch": 8 * (m + 1)}), A100, [rule],
+                          ["executed"])
+        assert fits["fits"].iloc[0] and fits["mem_total"].iloc[0] <= A100.memory_bytes
+        assert not over["fits"].iloc[0] and over["mem_total"].iloc[0] > A100.memory_bytes
+    bp, mem = (int(best[best["rule"] == r]["max_micro_batch"].iloc[0]) for r in ("bp", "mempepita"))
+    assert mem > 10 * bp  # MEMPEPITA keeps a layer's working set, not the graph: a far larger micro-batch
+    curve = memory_curve(cfg, s, A100, ["bp"])
+    assert curve["mem_total"].is_monotonic_increasing and (curve["mem_total"] > A100.memory_bytes).any()
+
+
+def test_a_plan_that_fits_under_no_rule_is_one_line():
+    with pytest.raises(ConfigError, match="does not fit on a100-80gb .* at micro-batch 1 under any rule") as err:
+        plan_table(preset("llama-2-70b"), spec(), A100, ["bp", "mempepita"], ["executed"])
+    assert "\n" not in str(err.value)
+
+
+def test_every_rule_of_the_catalogue_is_planned():
+    table = plan_table(preset("gpt2-small"), spec(gpus=8, sharding="zero3"), A100, rule_names(), ["executed"])
+    assert list(table["rule"]) == list(rule_names())
+
+
+# -- reproductions ------------------------------------------------------------------------------------------------
+
+
+def test_gpt3_175b_on_300b_tokens_under_kaplan():
+    """Brown et al. 2020, Table D.1: 3.64e3 petaflop/s-days = 3.145e23 FLOPs (the text's 3.14e23)."""
+    table = plan_table(preset("gpt3-175b"), spec(tokens=3e11, gpus=1024, tp=8, sharding="zero3"), A100, ["bp"],
+                       ["kaplan", "executed"])
+    kaplan, executed = bp_row(table, "kaplan")["model_flops"], bp_row(table, "executed")["model_flops"]
+    assert kaplan == pytest.approx(3.64e3 * 1e15 * 86400, rel=0.01)
+    assert kaplan == pytest.approx(3.14e23, rel=0.011)
+    assert executed / kaplan == pytest.approx(1.022, abs=0.002)  # the head, norms; causal attention counted as executed
+
+
+LLAMA2 = [("llama-2-7b", 184_320, 31.22), ("llama-2-13b", 368_640, 62.44), ("llama-2-70b", 1_720_320, 291.42)]
+LLAMA2_INTENSITY = 31.22e3 / (184_320 * 0.4)  # kg CO2e per kWh, PUE folded in: derived from the 7B row
+
+
+@pytest.mark.parametrize("name, gpu_hours, tco2", LLAMA2)
+def test_llama2_co2e_from_its_gpu_hours_and_the_implied_mfu(name, gpu_hours, tco2):
+    """Touvron et al. 2023, Table 2: 2T tokens on A100-80GB at 400 W. The published GPU-hours as a throughput per
+    GPU; 0.4234 kg CO2e per kWh (derived from the 7B row) reproduces all three rows."""
+    per_gpu = 2e12 / (gpu_hours * 3600)
+    s = spec(tokens=2e12, gpus=2048, tp=8, sharding="zero3", efficiency=Efficiency("tokens_per_s", per_gpu, "Table 2"),
+             pue=1.0, carbon_intensity=LLAMA2_INTENSITY)
+    row = bp_row(plan_table(preset(name), s, A100, ["bp"], ["executed"]))
+    assert row["gpu_hours"] == pytest.approx(gpu_hours)
+    assert row["co2e_t"] == pytest.approx(tco2, rel=2e-4)
+    assert row["mfu"] == pytest.approx(row["model_flops"] / (gpu_hours * 3600 * 312e12))
+    assert 0.3 < row["mfu"] < 0.6
+
+
+def test_seed004_worked_examples_as_printed_and_corrected():
+    rows = seed004_examples().set_index(["example", "quantity"])
+    printed, evaluated, correct = rows["book_printed"], rows["book_evaluated"], rows["correct"]
+    # The book's expressions give its printed numbers, except the two slips of arithmetic and units.
+    for key in rows.index:
+        if key not in (("BERT-base", "time per step"), ("GPT-2 XL", "forward FLOPs per token")):
+            assert evaluated[key] == pytest.approx(printed[key], rel=0.05), key
+    assert printed[("BERT-base", "time per step")] / evaluated[("BERT-base", "time per step")] == pytest.approx(1000, rel=0.02)
+    assert evaluated[("GPT-2 XL", "forward FLOPs per token")] == pytest.approx(3.34e12, rel=0.01)
+    # The correct numbers: the textbook cost model (the book's own count) per sequence, divided by the tokens.
+    textbook = {n: flops_per_sequence(preset(n), ["bp"], ["textbook"]).iloc[0]["model_flops_per_sequence"]
+                for n in ("bert-base", "gpt2-xl", "gpt3-175b")}
+    assert correct[("BERT-base", "training FLOPs per step")] == pytest.approx(4096 * textbook["bert-base"])
+    assert correct[("BERT-base", "time per step")] == pytest.approx(0.848, rel=1e-3)
+    assert correct[("GPT-2 XL", "total compute")] == pytest.approx(1e10 * textbook["gpt2-xl"] / 1024)
+    assert correct[("GPT-3", "total compute")] == pytest.approx(3e11 * textbook["gpt3-175b"] / 2048)
+    assert correct[("GPT-3", "total compute")] == pytest.approx(3.14e23, rel=0.03)  # the reported total
+    assert printed[("GPT-3", "total compute")] / correct[("GPT-3", "total compute")] == pytest.approx(2048 * 0.956, rel=0.01)
+    named = rows["slip"].str.len() > 0  # every quantity the book gets wrong names its slip; the forward is right
+    assert list(named) == [key != ("BERT-base", "forward FLOPs") for key in rows.index]
+    assert rows.loc[("BERT-base", "time per step"), "slip"].startswith("ms written as s")
+
+
+def test_deepspeed_zero_estimators_published_output_and_the_plans_accounting():
+    """DeepSpeed's estimate_zero3_model_states_mem_needs_all_live for t5-small (60M parameters, 16M in the largest
+    layer) on one GPU prints 1.08GB per GPU without offload; ours are ZeRO's 16 bytes per parameter (Rajbhandari et
+    al. 2020) where DeepSpeed's estimators count fp16 and fp32 gradients (2 + 4 bytes)."""
+    t5 = model_facts(preset("t5-small"), ["bp"], "adam")
+    assert t5.parameters == 60_506_624 and t5.largest_layer == 32128 * 512
+    assert round(deepspeed_zero3_gpu_bytes(t5.parameters, t5.largest_layer, 1) / 2**30, 2) == 1.08
+    for name, ds_largest in (("gpt2-small", 50257 * 768), ("llama-2-7b", 32000 * 4096)):
+        facts = model_facts(preset(name), ["bp"], "adam")
+        P, N = facts.parameters, 8
+        states = {}
+        for stage in ("zero2", "zero3"):
+            parts = memory_per_gpu(facts, spec(precision="bf16-mixed", sharding=stage, gpus=N), "bp", 0)
+            states[stage] = sum(v for k, v in parts.items() if k != "activations")
+        assert deepspeed_zero2_gpu_bytes(P, N) - states["zero2"] == pytest.approx(2 * P + 2 * P / N, abs=2)
+        assert deepspeed_zero3_gpu_bytes(P, ds_largest, N) - states["zero3"] == pytest.approx(
+            2 * P / N + 4 * (ds_largest - facts.largest_layer), abs=2)
+
+
+# -- the command line -------------------------------------------------------------------------------------------
+
+
+def test_the_readme_example_prints_every_rule_without_torch():
+    code = ("import sys\nfrom trainingcost import cli\nrc = cli.main(['plan', '--preset', 'llama-2-7b', '--tokens', '2e12', "
+            "'--gpu', 'a100-80gb', '--gpus', '1024', '--rule', 'all'])\nprint('torch' in sys.modules, rc)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("False 0")
+    for rule in rule_names():
+        assert f"{rule.upper()} " in result.stdout
+    assert "Memory per GPU" in result.stdout and "Assumptions and their sources" in result.stdout
+
+
+def test_csv_and_json_carry_the_sources(capsys):
+    args = ["plan", "--preset", "gpt2-small", "--chinchilla", "--gpu", "h100-sxm", "--rule", "bp", "--cost-model",
+            "executed", "--price", "2", "--checkpointing", "full"]
+    assert cli.main([*args, "--format", "json"]) == 0
+    record = json.loads(capsys.readouterr().out)[0]
+    assert record["tokens"] == 20 * 124_439_808 and record["source_tokens"].startswith("Chinchilla")
+    assert record["source_price"] == "given" and record["hfu"] > record["mfu"]
+    assert cli.main([*args, "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("config_id,rule,cost_model")
+
+
+def test_a_calibration_and_an_hf_config_through_the_cli(tmp_path, capsys):
+    from trainingcost.findings.plan_rate import calibrated_rate
+
+    sig = json.dumps([[{"t": [[512, 768], [768, 1], "bfloat16"]}, {"t": [[768, 768], [1, 768], "bfloat16"]}], {"kw": {}}])
+    calibration = {"launch_overhead_s": 1e-6, "view_overhead_s": 1e-7, "copy_ladder": [{"bytes": 1, "seconds": 1e-6}],
+                   "provenance": {"device_name": "NVIDIA A100-SXM4-80GB"},
+                   "kernels": [{"op": "aten.mm.default", "signature": sig, "cls": "matmul", "flops": 2 * 512 * 768 * 768,
+                                "bytes_read": 0, "bytes_written": 0, "seconds": 1e-6 + 2 * 512 * 768 * 768 / 1e14}]}
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(calibration))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12,
+                                                      "n_positions": 1024, "vocab_size": 50257, "n_inner": None,
+                                                      "activation_function": "gelu_new"}))
+    args = ["plan", "--hf-config", str(tmp_path / "config.json"), "--tokens", "1e9", "--gpu", "a100-80gb", "--rule",
+            "bp", "--cost-model", "executed", "--calibration", str(path), "--micro-batch", "4", "--global-batch", "8",
+            "--format", "json"]
+    assert cli.main(args) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["source_efficiency"].startswith(f"calibration {path}") and "made on" not in row["source_efficiency"]
+    rate = calibrated_rate(calibration, preset("gpt2-small"), "bf16", 4)
+    assert 0.9e14 < rate < 1e14  # the calibrated rate less the launches
+    F = flops_per_sequence(preset("gpt2-small"), ["bp"], ["executed"]).iloc[0]["model_flops_per_sequence"]
+    assert row["step_time_s"] == pytest.approx(8 * F / rate) and row["cost"] is None
+
+
+def test_a_measured_run_gives_the_rate_and_the_joules_per_flop(tmp_path, capsys):
+    import pandas as pd
+
+    run = {"config_id": "c", "rule": "bp", "seed": 0, "status": "ok", "achieved_flops_per_s": 2e14,
+           "flops_per_step": 1e12, "energy_per_step_j": 3.0, "device_name": "NVIDIA H100 80GB HBM3"}
+    pd.DataFrame([{**run, "layer": layer} for layer in ("a", "b")]).to_parquet(tmp_path / "measured.parquet")
+    args = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "h100-sxm", "--gpus", "4", "--pp", "2",
+            "--global-batch", "8", "--micro-batch", "2", "--rule", "bp", "--cost-model", "executed", "--pue", "1.25",
+            "--measured-run", str(tmp_path), "--format", "json"]
+    assert cli.main(args) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    F = flops_per_sequence(preset("gpt2-small"), ["bp"], ["executed"]).iloc[0]["model_flops_per_sequence"]
+    # 2 replicas x 4 sequences, 2 micro-batches of 2 through 2 stages: bubble 1/2
+    assert row["step_time_s"] == pytest.approx(8 * F / 4 / 2e14 * 1.5)
+    assert row["energy_kwh"] == pytest.approx(1e9 / 1024 * F * 3e-12 / 3.6e6 * 1.25)
+    assert "J per FLOP" in row["source_power"] and "measured run" in row["source_efficiency"]
+    pd.DataFrame([run, {**run, "rule": "fa"}]).to_parquet(tmp_path / "two.parquet")
+    assert cli.main([*args[:-4], "--measured-run", str(tmp_path / "two.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--measured-run: " in err and "holds 2 runs; give one run's directory" in err
+
+
+GPT2 = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpus", "8", "--tp", "3"], "--gpus: 8 GPUs do not divide into tensor-parallel 3 x pipeline-parallel 1"),
+    (["--gpus", "10", "--tp", "5"], "--tp: tensor-parallel degree 5 does not divide heads 12"),
+    (["--gpus", "5", "--pp", "5"], "--pp: pipeline-parallel degree 5 does not divide layers 12"),
+    (["--gpu", "h900"], "--gpu: 'h900' is not in the hardware catalogue (allowed: h100-sxm"),
+    (["--gpu", "v100", "--precision", "bf16-mixed"], "--precision: bf16-mixed needs bf16 arithmetic, which v100 has not"),
+    (["--mfu", "1.5"], "--mfu: a share of the device peak, between 0 and 1"),
+    (["--gpus", "4", "--global-batch", "6"], "--global-batch: 6 sequences do not divide over the data-parallel degree 4"),
+    (["--global-batch", "8", "--micro-batch", "3"], "--micro-batch: 3 does not divide the 8 sequences"),
+    (["--pue", "0.9"], "--pue: power usage effectiveness is 1 or more"),
+    (["--batch", "4"], "--batch: plan takes --global-batch"),
+    (["--gpus", "0"], "--gpus: must be a positive integer"),
+    (["--tokens", "-1"], "--tokens: must be a positive number"),
+    (["--calibration", "/nonexistent.json"], "--calibration: cannot read /nonexistent.json"),
+])
+def test_bad_flags_are_one_line(args, message, capsys):
+    base = list(GPT2)
+    if "--gpu" in args:
+        base[base.index("--gpu"):base.index("--gpu") + 2] = []
+    if "--tokens" in args:
+        base[base.index("--tokens"):base.index("--tokens") + 2] = []
+    assert cli.main([*base, *args]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and "Traceback" not in out.err
+    assert out.err.startswith("trainingcost plan: error: ") and message in out.err, out.err
+
+
+def test_missing_budget_and_no_fit_through_the_cli(capsys):
+    assert cli.main(["plan", "--preset", "gpt2-small", "--gpu", "a100-80gb"]) == 2
+    assert "--tokens: give --tokens, --epochs with --dataset-tokens, or --chinchilla" in capsys.readouterr().err
+    assert cli.main(["plan", "--preset", "gpt2-small", "--epochs", "2", "--gpu", "a100-80gb"]) == 2
+    assert "--dataset-tokens: --epochs needs the dataset's size" in capsys.readouterr().err
+    assert cli.main(["plan", "--preset", "llama-2-70b", "--tokens", "1e9", "--gpu", "a100-80gb", "--sharding", "none"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not fit on a100-80gb" in err
+    assert cli.main(["plan", "--preset", "gpt2-small", "--epochs", "2", "--dataset-tokens", "5e8", "--gpu",
+                     "a100-80gb", "--format", "json", "--rule", "bp", "--cost-model", "kaplan"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["tokens"] == 1e9
+
+
+# -- the config ---------------------------------------------------------------------------------------------------
+
+
+def config(**plan):
+    return {"sweep": {"presets": ["gpt2-small"]}, "plan": plan}
+
+
+@pytest.mark.parametrize("plan, extra, message", [
+    (dict(gpu="h900"), {}, "plan.gpu: 'h900' is not in the hardware catalogue (allowed: "),
+    (dict(efficiency={"mfu": 0.4, "hfu": 0.5}), {}, "plan.efficiency: give exactly one of mfu, hfu, tokens_per_s"),
+    (dict(tokens="lots"), {}, "plan.tokens: 'lots' is not allowed (allowed: a positive number of tokens, or chinchilla)"),
+    (dict(micro_batch="most"), {}, "plan.micro_batch: 'most' is not allowed (allowed: a positive integer, or max)"),
+    (dict(sharding="zero4"), {}, "plan.sharding: 'zero4' is not allowed (allowed: none, zero1, zero2, zero3, fsdp)"),
+    (dict(gpus=8, tp=8), {}, "tp: tensor-parallel degree 8 does not divide heads 12"),
+    (dict(figure="bert-base"), {}, "plan.figure: 'bert-base' is not a planned configuration"),
+    (dict(select=["nope"]), {}, "plan.select"),
+    (dict(mfu=0.4), {}, "plan: unknown key 'mfu'"),
+    (dict(gpu="mine"), {"hardware": {"mine": {"peak_tflops": {"bf16": 100}, "memory_gb": 16, "bandwidth_gbs": 500}}},
+     "hardware.mine.power_w: missing"),
+])
+def test_bad_plan_config_is_one_line(plan, extra, message):
+    from trainingcost.pipeline import load
+
+    with pytest.raises(ConfigError) as err:
+        load({**config(**plan), **extra})
+    assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
+
+
+def test_the_workflow_step_writes_the_table_and_the_figures(tmp_path):
+    from trainingcost.pipeline import load
+    from trainingcost.plan import write_plan
+
+    mine = {"label": "a test card", "peak_tflops": {"fp32": 20, "bf16": 100}, "memory_gb": 16, "bandwidth_gbs": 500,
+            "power_w": 250, "source": "a user's own measurements"}
+    filled = load({**config(gpu="mine", gpus=2, tokens=1e9, price=1.5), "hardware": {"mine": mine}})
+    figures = {"plan_cost": tmp_path / "cost.png", "plan_memory": tmp_path / "memory.png"}
+    write_plan(filled, tmp_path / "plan.parquet", tmp_path / "curves.parquet", figures)
+    import pandas as pd
+
+    plan = pd.read_parquet(tmp_path / "plan.parquet")
+    assert set(plan["rule"]) == set(rule_names()) and (plan["gpu"] == "mine").all()
+    assert plan["source_peak"].iloc[0] == "a user's own measurements"
+    assert all(p.exists() and p.with_suffix(".pdf").exists() for p in figures.values())
+    assert yaml.safe_load(yaml.safe_dump(filled["plan"]))["gpu"] == "mine"
+    assert with_user_devices({"mine": mine})["mine"].memory_bytes == 16e9
+
+
+def test_the_schema_files_plan_defaults_list_the_catalogue():
+    """The file lists the rules and cost models for readers (the validator fills the catalogue's own)."""
+    from trainingcost.analytic import cost_model_names
+    from trainingcost.config.schema import schema
+
+    plan = schema()["properties"]["plan"]["properties"]
+    assert plan["rules"]["default"] == list(rule_names())
+    assert plan["cost_models"]["default"] == list(cost_model_names())

@@ -1,0 +1,35 @@
+# Whole-run plans of the sweep's configurations (the config's plan section; docs/planning.md).
+
+PLAN_FIGURES = {"plan_cost": "10_plan_cost_per_rule", "plan_memory": "11_plan_memory_vs_micro_batch"}
+
+
+rule plan:
+    output:
+        table="results/tables/plan.parquet",
+        curves="results/tables/plan_memory.parquet",
+        figures=[
+            report(
+                f"results/figures/{PLAN_FIGURES[name]}.png",
+                caption=f"../report/{name}.rst",
+                category="Figures",
+            )
+            for name in PLAN_FIGURES
+        ],
+        pdfs=[f"results/figures/{PLAN_FIGURES[name]}.pdf" for name in PLAN_FIGURES],
+    log:
+        "results/logs/plan.log",
+    localrule: True
+    params:
+        plan=FILLED["plan"],
+        hardware=FILLED["hardware"],
+    run:
+        from trainingcost.pipeline import logged
+        from trainingcost.plan import write_plan
+
+        with logged(log[0]):
+            write_plan(
+                FILLED,
+                output.table,
+                output.curves,
+                dict(zip(PLAN_FIGURES, output.figures)),
+            )
