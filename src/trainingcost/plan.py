@@ -324,8 +324,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 # The workflow's plan step
 
 
-def section_spec(section: dict, cfg, gpu, where: str = "plan") -> PlanSpec:
-    """A validated config's ``plan`` section as a PlanSpec for one configuration."""
+def section_spec(section: dict, cfg, gpu, where: str = "plan", count: bool = True) -> PlanSpec:
+    """A validated config's ``plan`` section as a PlanSpec for one configuration. ``count=False`` (the check before
+    any job runs): Chinchilla's budget is not counted (one token), so a sweep of thousands is checked in moments."""
     from .analytic.plan import model_facts
 
     tokens = section["tokens"]
@@ -335,7 +336,7 @@ def section_spec(section: dict, cfg, gpu, where: str = "plan") -> PlanSpec:
     if isinstance(micro, str) and micro != "max" or not isinstance(micro, str) and not micro >= 1:
         raise ConfigError(f"{where}.micro_batch: {micro!r} is not allowed (allowed: a positive integer, or max)")
     chinchilla = tokens == "chinchilla"
-    parameters = model_facts(cfg, ["bp"], section["optimizer"]).parameters if chinchilla else 0
+    parameters = (model_facts(cfg, ["bp"], section["optimizer"]).parameters if count else 1) if chinchilla else 0
     tokens, source = token_budget(None if chinchilla else tokens, None, None, chinchilla, parameters, f"{where}.")
     given = [k for k in ("mfu", "hfu", "tokens_per_s") if section["efficiency"].get(k) is not None]
     if len(given) != 1:
@@ -382,7 +383,7 @@ def check_plan(config: dict) -> None:
     for name, cfg in plan_configs(config):
         names |= {name, cfg.config_id}
         try:
-            check_spec(section_spec(section, cfg, gpu), cfg, gpu)
+            check_spec(section_spec(section, cfg, gpu, count=False), cfg, gpu)
         except ConfigError as exc:
             text = str(exc)
             raise ConfigError(text if text.startswith("plan") else f"plan: configuration {name or cfg.config_id!r}: "
