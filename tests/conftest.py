@@ -1,3 +1,5 @@
+import os
+
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, settings
@@ -35,6 +37,15 @@ def phase_sum(table: pd.DataFrame, phase: str, rule: str, unit: str = "maccs", m
 @pytest.fixture
 def tiny_encoder():
     return dict(arch="encoder", layers=2, d_model=16, heads=4, d_ff=32, vocab=50, seq_len=8, batch=1)
+
+
+# Every snakemake call imports the SLURM executor plugin, whose help text runs `scontrol show config`. On a machine
+# with SLURM's tools and a slurm.conf but no controller answering (one where tests/cluster has run), that call waits
+# out its 10 s timeout: every workflow test would pay it. An empty configuration makes scontrol fail at once; the
+# real-SLURM test gives its own subprocesses the machine's configuration back (tests/cluster/test_slurm.py).
+if os.environ.get("SLURM_CONF") != os.devnull:
+    os.environ["MACHINE_SLURM_CONF"] = os.environ.get("SLURM_CONF", "")  # "": SLURM's default location
+os.environ["SLURM_CONF"] = os.devnull
 
 
 def pytest_collection_modifyitems(config, items):

@@ -25,8 +25,11 @@ SHAPES = [  # (layers, d_model, heads, d_ff, seq_len, batch, vocab): 24 tiny sha
             itertools.cycle([32, 48, 64, 40, 24]), itertools.cycle([(8, 2), (6, 3), (12, 2), (5, 4), (7, 1)]),
             itertools.cycle([16, 64, 256, 40, 130, 300, 24])), 24)
 ]
-CASES = [(arch, rule, optimizer, dtype) for arch in ARCHES for rule in rule_names()
-         for optimizer in ("sgd", "momentum", "adam") for dtype in ("fp32", "bf16")]
+SETTINGS = [(optimizer, dtype) for optimizer in ("sgd", "momentum", "adam") for dtype in ("fp32", "bf16")]
+# Each (arch, rule) meets two of the six settings, turned by the rule: every rule meets all six across the arches,
+# and every arch all six across the rules (pairwise cover; the whole product took 100 s of the suite).
+CASES = [(arch, rule, *SETTINGS[(2 * a + k + 2 * r) % len(SETTINGS)]) for a, arch in enumerate(ARCHES)
+         for r, rule in enumerate(rule_names()) for k in range(2)]
 
 
 def metered(arch: str, rule: str, optimizer: str, dtype: str, shape):
@@ -57,13 +60,18 @@ def tape_and_meter(cfg, rule: str, optimizer: str, dtype: str, reading) -> tuple
 
 
 def test_the_cases_cover_every_arch_rule_optimizer_and_dtype_with_twenty_shapes():
-    assert len(CASES) == 3 * len(rule_names()) * 3 * 2 and len(set(SHAPES)) >= 20
+    assert len(CASES) == 3 * len(rule_names()) * 2 and len(set(SHAPES)) >= 20
+    for rule in rule_names():
+        assert {(o, d) for _, r, o, d in CASES if r == rule} == set(SETTINGS), rule
+    for arch in ARCHES:
+        assert {(o, d) for a, _, o, d in CASES if a == arch} == set(SETTINGS), arch
+        assert {r for a, r, _, _ in CASES if a == arch} == set(rule_names()), arch
     assert {rule for rule in rule_names() if not P.replays(rule)} == {"tp", "dtp", "lra"}
 
 
 def test_the_executed_model_equals_the_meter_to_the_byte():
-    """Step peak, every phase's peak and the step's starting bytes, for 3 arches x 7 rules x SGD, momentum and
-    Adam x fp32 and bf16 (126 steps over 24 shapes, depths 1-3): no tolerance."""
+    """Step peak, every phase's peak and the step's starting bytes, for 3 arches x every rule x two of the six
+    settings (SGD, momentum, Adam x fp32, bf16; see CASES), 60 steps over 24 shapes, depths 1-3: no tolerance."""
     mismatches = []
     for index, (arch, rule, optimizer, dtype) in enumerate(CASES):
         cfg, reading = metered(arch, rule, optimizer, dtype, SHAPES[index % len(SHAPES)])

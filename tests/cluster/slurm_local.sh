@@ -18,6 +18,13 @@ stop() {
         fi
     done
     rm -f "$STATE/started"
+    # The configuration this script wrote goes too (or the machine's own comes back): with a slurm.conf and no
+    # controller, every `scontrol`, and so every snakemake call through the SLURM plugin, waits 10 s.
+    if [[ -f "$STATE/wrote-config" ]]; then
+        rm -f /etc/slurm/slurm.conf /etc/slurm/gres.conf
+        for kept in "$STATE"/saved.*.conf; do [[ -f $kept ]] && mv "$kept" "/etc/slurm/${kept##*/saved.}"; done
+        rm -f "$STATE/wrote-config"
+    fi
 }
 
 start() {
@@ -40,6 +47,10 @@ start() {
     chown slurm:slurm /var/spool/slurmctld /var/log/slurm
     [[ -s /etc/munge/munge.key ]] || { dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null; chown munge:munge /etc/munge/munge.key; chmod 400 /etc/munge/munge.key; }
     for i in 0 1; do [[ -c /dev/fakegpu$i ]] || mknod /dev/fakegpu$i c 1 3; done
+    if [[ ! -f "$STATE/wrote-config" ]]; then  # keep the machine's own files, to put back at stop
+        for conf in slurm.conf gres.conf; do [[ -f /etc/slurm/$conf ]] && cp -p "/etc/slurm/$conf" "$STATE/saved.$conf"; done
+        : > "$STATE/wrote-config"
+    fi
     cat > /etc/slurm/slurm.conf <<CONF
 ClusterName=trainingcostci
 GresTypes=gpu

@@ -81,9 +81,12 @@ class TensorMeter(TorchDispatchMode):
         self.outside_keys: frozenset = frozenset()
         self.batch_keys: frozenset = frozenset()
         self.at_start: dict[str, int] = {}
+        # (+/-, bytes, op, phase) of every counted storage, when a caller sets a list here: to set the executed memory
+        # model's tape (analytic/peaks.py, whose Tape.events has the same form) beside the meter, event by event.
+        self.events: list[tuple[str, int, str, str | None]] | None = None
 
     # -- counting ---------------------------------------------------------------------
-    def _track(self, tensor: torch.Tensor) -> None:
+    def _track(self, tensor: torch.Tensor, op: str = "") -> None:
         if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
             return
         storage = tensor.untyped_storage()
@@ -96,11 +99,15 @@ class TensorMeter(TorchDispatchMode):
         self.sizes[key] = size
         self.live += size
         self.finalizers.append(weakref.finalize(storage, self._free, key))
+        if self.events is not None:
+            self.events.append(("+", size, op, self.phase))
 
     def _free(self, key) -> None:
         size = self.sizes.pop(key, None)
         if size is not None:
             self.live -= size
+            if self.events is not None:
+                self.events.append(("-", size, "", self.phase))
             if key in self.peak_keys:  # still part of the peak's breakdown; the first free is the peak's storage
                 self.freed_since_peak.setdefault(key, size)  # (a later storage may reuse the address)
 
@@ -144,7 +151,7 @@ class TensorMeter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for tensor in torch.utils._pytree.tree_leaves(out):
-            self._track(tensor)
+            self._track(tensor, func._overloadpacket.__name__)
         phase = attribution.current_phase_override() or self.phase
         if phase is not None and self.live > self.phase_peaks[phase]:
             self.phase_peaks[phase] = self.live
