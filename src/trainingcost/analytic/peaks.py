@@ -11,7 +11,9 @@ What the tape follows, and where it comes from:
 
 - the forward pass of the model's stages, with what autograd saves (the inputs of each linear layer, the
   fused attention's q, k, v, output and float32 log-sum-exp, LayerNorm's input, mean and rstd, GELU's
-  input) and what Python variables keep alive (a block's last branch output until the block returns);
+  input, ReLU's output, a gated FFN's two factors, the ids of learned positions and token types) and what
+  Python variables keep alive (a branch's output until its sublayer returns, a pre-LN branch's normalised
+  input while the branch runs);
 - autograd's backward in reverse order of creation (the engine's order when every node leads to the loss):
   a node allocates its outputs, then releases its input gradient and its saved tensors, then hands its
   outputs on; a tensor that receives a second gradient allocates their sum (``add``). Weight gradients
@@ -48,10 +50,11 @@ STEP_PHASES = EXECUTION_PHASES
 class Buf:
     """One storage on the tape: its bytes (an array over the group) and how many references hold it."""
 
-    __slots__ = ("nbytes", "refs", "label")
+    __slots__ = ("nbytes", "refs", "label", "expanded")
 
     def __init__(self, nbytes: np.ndarray, label: str):
         self.nbytes, self.refs, self.label = nbytes, 1, label
+        self.expanded = False  # a gradient seen through expand(): each matrix product reads a contiguous copy
 
 
 class Tape:
@@ -138,6 +141,17 @@ class Group:
     single_kv: bool = False  # ... but for one key/value head (a view)
     a: np.ndarray | None = None  # heads x head_dim: queries and attention output (None: d)
     kv: np.ndarray | None = None  # kv_heads x head_dim: keys and values (None: d)
+    relu: bool = False  # the FFN's activation is ReLU (saves its output) instead of GELU (saves its input)
+    gated: bool = False  # a gated FFN (SwiGLU, GeGLU): act(x W_gate) * (x W_up), then W_down
+    positions: str = "sinusoidal"  # "sinusoidal" (a buffer added), "learned" (a table gathered), "none"
+    types: np.ndarray | None = None  # rows of BERT's token-type table (None: no token types)
+    max_pos: np.ndarray | None = None  # rows of a learned position table (0: the stack's rows)
+    embedding_norm: bool = False  # a norm after the embedding's tables (BERT)
+    pre: bool = False  # pre-LN: x + branch(norm(x)), and a final norm per stack
+
+    def position_rows(self, stack: str) -> np.ndarray:
+        """Rows of a stack's learned position table (``ModelConfig.position_rows``)."""
+        return np.where(self.max_pos > 0, self.max_pos, self.rows[stack])
 
     @property
     def q_width(self) -> np.ndarray:
@@ -182,7 +196,7 @@ class Group:
                         out += [(self.d, self.q_width), (self.d, self.kv_width), (self.d, self.kv_width),
                                 (self.q_width, self.d)]
                     elif family == "ffn":
-                        out += [(self.d, self.ff), (self.ff, self.d)]
+                        out += [(self.d, self.ff)] * (2 if self.gated else 1) + [(self.ff, self.d)]
         return out + [(self.d, self.out)]
 
     def parameters(self, feedback_parameters: bool = False) -> list[np.ndarray]:
@@ -195,8 +209,14 @@ class Group:
         for stack in self.stacks:
             if not (self.tied and stack != self.stacks[0]):
                 sizes.append(self.V * self.d)  # token embedding (a tied table once, with the first stack)
+            if self.types is not None:
+                sizes.append(self.types * self.d)
+            if self.positions == "learned":
+                sizes.append(self.position_rows(stack) * self.d)
+            if self.embedding_norm:
+                sizes.extend([self.d, self.d])
             for _ in range(self.depth[stack]):
-                for sub in L.block_sublayers(self.arch, stack):
+                for sub in L.block_sublayers(self.arch, stack, self.pre):  # (pre-LN: each norm before its branch)
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
                         linear(self.d, self.q_width, self.qkv_bias)
@@ -204,10 +224,13 @@ class Group:
                         linear(self.d, self.kv_width, self.qkv_bias)
                         linear(self.q_width, self.d, self.out_bias)
                     elif family == "ffn":
-                        linear(self.d, self.ff, self.out_bias)
+                        for _ in range(2 if self.gated else 1):  # (gated: the gate's matrix, then the up one)
+                            linear(self.d, self.ff, self.out_bias)
                         linear(self.ff, self.d, self.out_bias)
                     else:
                         sizes.extend([self.d, self.d])  # LayerNorm gamma, beta
+            if self.pre:
+                sizes.extend([self.d, self.d])  # the stack's final norm
         if self.tied:  # the head's weight is the table: only its bias (and KP's B) are its own
             sizes.extend(([self.out] if self.head_bias else []) + ([self.d * self.out] if feedback_parameters else []))
         else:
@@ -337,12 +360,16 @@ class Ops:
         return self._node(out, backward)
 
     def add(self, a: Value, b: Value | None, label: str = "add") -> Value:
-        """a + b (``b`` None: a constant, such as the positional table)."""
+        """a + b (``b`` None: a constant, such as the positional table; ``b`` with fewer rows, a learned position
+        table's rows broadcast over the batch: its gradient is summed over the batch, a new tensor)."""
         out = self.value(a.rows, a.width, label)
 
         def backward(grad, saved):
             for operand in (a, b):
                 if operand is not None and operand.tracked:
+                    if operand is b and not np.array_equal(b.rows, a.rows):
+                        self.deliver(b, self.t.new(bytes_(b.rows * b.width, self.g.z), "sum"))
+                        continue
                     self.t.hold(grad)
                     self.deliver(operand, grad)
             self.t.drop(grad)
@@ -359,7 +386,14 @@ class Ops:
             self.hook("linear" if bias else "linear without bias", x, out)
 
         def backward(grad, saved):
+            # An expanded gradient (DFA's per-sequence error reaching a linear through a pre-LN residual) is copied
+            # contiguous by each product that reads it: the input's gradient, the weight's, the bias's sum.
+            copy = (lambda phase: self.param_grad(x.rows * n_out, phase, "clone")) if grad is not None and grad.expanded \
+                else (lambda phase: None)
+            first = copy(None)
             grad_x = self.t.new(bytes_(x.rows * n_in, self.g.z), "grad_x") if x.tracked else None
+            self.t.drop(first)
+            copies = [copy("weight_update")]
             if table and self.g.tied:
                 self.table_grad("weight_update", "grad_w")
             else:
@@ -367,7 +401,10 @@ class Ops:
             if self.kp:
                 self.param_grad(n_in * n_out, "weight_update", "grad_feedback")
             if bias:
+                copies.append(copy("weight_update"))
                 self.param_grad(n_out, "weight_update", "grad_b")
+            with self.t.in_phase("weight_update"):
+                self.t.drop(*copies)
             self.release(grad, saved)
             self.deliver(x, grad_x)
 
@@ -383,10 +420,46 @@ class Ops:
 
         return self._node(out, backward, [u.buf])
 
+    def relu(self, u: Value) -> Value:
+        """ReLU's node saves its output (``threshold_backward`` reads the result), so ``u`` goes at once."""
+        out = self.value(u.rows, u.width, "relu")
+
+        def backward(grad, saved):
+            grad_u = self.t.new(u.buf.nbytes, "threshold_backward")
+            self.release(grad, saved)
+            self.deliver(u, grad_u)
+
+        return self._node(out, backward, [out.buf])
+
+    def mul(self, a: Value, b: Value) -> Value:
+        """a * b; the node saves both and its backward makes each one's gradient (``grad * b``, then ``grad * a``)."""
+        out = self.value(a.rows, a.width, "mul")
+
+        def backward(grad, saved):
+            grad_a = self.t.new(a.buf.nbytes, "mul")
+            grad_b = self.t.new(b.buf.nbytes, "mul")
+            self.release(grad, saved)
+            self.deliver(a, grad_a)
+            self.deliver(b, grad_b)
+
+        return self._node(out, backward, [a.buf, b.buf])
+
     def up(self, x: Value) -> Value:
-        """The FFN's first matrix with its GELU (``Linear(activation='gelu')``)."""
+        """The FFN's hidden layer: its first matrix with the activation (``Linear(activation='gelu' or 'relu')``);
+        gated, the gate's matrix with the activation (SiLU or GELU: each saves its input) times the up matrix's
+        output (``FeedForward.forward``)."""
+        if self.g.gated:
+            pre = self.linear(x, self.g.ff, "ffn.gate", unit=False, bias=self.g.out_bias)
+            act = self.gelu(pre)
+            self.t.drop(pre.buf)
+            if self.hook is not None:
+                self.hook("linear" if self.g.out_bias else "linear without bias", x, act)
+            u = self.linear(x, self.g.ff, "ffn.up", bias=self.g.out_bias)
+            y = self.mul(act, u)
+            self.t.drop(act.buf, u.buf)
+            return y
         u = self.linear(x, self.g.ff, "ffn.up", unit=False, bias=self.g.out_bias)
-        y = self.gelu(u)
+        y = self.relu(u) if self.g.relu else self.gelu(u)
         self.t.drop(u.buf)
         if self.hook is not None:
             self.hook("linear" if self.g.out_bias else "linear without bias", x, y)
@@ -442,8 +515,8 @@ class Ops:
         mean = self.t.new(bytes_(s.rows, self.g.z), "mean")
         rstd = self.t.new(bytes_(s.rows, self.g.z), "rstd")
 
-        def backward(grad, saved):
-            grad_s = self.t.new(s.buf.nbytes, "layer_norm_backward")
+        def backward(grad, saved):  # (an input without a graph, a DFA segment's start: no input gradient)
+            grad_s = self.t.new(s.buf.nbytes, "layer_norm_backward") if s.tracked else None
             self.param_grad(self.g.d, label="grad_gamma")
             self.param_grad(self.g.d, label="grad_beta")
             self.release(grad, saved)
@@ -472,15 +545,49 @@ class Ops:
 
         return self._node(out, backward)
 
-    # -- the model ----------------------------------------------------------------------------
+    def lookup(self, ids, rows, table_rows, label: str, ids_temporary: bool) -> tuple[Value, Buf]:
+        """A gather from a small trained table (token types, learned positions): its int64 ids are saved by the
+        node, whose backward makes the table's gradient. Returns the rows and the ids' storage, or None where
+        ``ids_temporary`` (built in the call: freed at once without a graph)."""
+        ids_buf = self.t.new(bytes_(ids, INT64), f"{label} ids")
+        out = self.value(rows, self.g.d, label)
+
+        def backward(grad, saved):
+            self.param_grad(table_rows * self.g.d, label=f"{label} grad")
+            self.release(grad, saved)
+
+        self._node(out, backward, [ids_buf])
+        if ids_temporary:
+            self.t.drop(ids_buf)
+            ids_buf = None
+        return out, ids_buf
+
     def embed(self, stack: str, modulation: Value | None = None) -> Value:
-        e = self.embedding(stack)
-        x = self.add(e, None, "positions")
-        self.t.drop(e.buf)
+        """``Stack.embed``: the token table, token types (every token of type 0), positions (a sinusoidal buffer
+        added, or a learned table's rows broadcast over the batch), PEPITA's modulation, the embedding norm."""
+        x = self.embedding(stack)
+        tables = []
+        if self.g.types is not None:
+            tables.append((self.g.M(stack), self.g.M(stack), self.g.types, "token types", False))
+        if self.g.positions == "learned":
+            tables.append((self.g.rows[stack], self.g.rows[stack], self.g.position_rows(stack), "positions", True))
+        for ids, rows, table_rows, label, temporary in tables:
+            rows_of, ids_buf = self.lookup(ids, rows, table_rows, label, temporary)
+            summed = self.add(x, rows_of, f"+ {label}")
+            self.t.drop(rows_of.buf, ids_buf, x.buf)
+            x = summed
+        if self.g.positions == "sinusoidal":
+            summed = self.add(x, None, "positions")
+            self.t.drop(x.buf)
+            x = summed
         if modulation is not None:
             modulated = self.add(x, modulation, "modulate")
             self.t.drop(x.buf)
             x = modulated
+        if self.g.embedding_norm:
+            normed = self.layer_norm(x)
+            self.t.drop(x.buf)
+            x = normed
         return x
 
     def branch(self, sub, x: Value, memory: Value | None) -> Value:
@@ -497,19 +604,24 @@ class Ops:
         subs = L.block_sublayers(self.g.arch, stack)
         return [(subs[i], subs[i + 1]) for i in range(0, len(subs), 2)]
 
+    def sublayer(self, branch, x: Value, memory: Value | None) -> Value:
+        """``Block.sublayer``: post-LN norm(x + branch(x)), pre-LN x + branch(norm(x)); the branch's output (and
+        the normalised input) go when it returns."""
+        h = self.layer_norm(x) if self.g.pre else x
+        out = self.branch(branch, h, memory)
+        y = self.add(x, out) if self.g.pre else self.add_norm(x, out)
+        self.t.drop(out.buf)
+        if h is not x:
+            self.t.drop(h.buf)
+        return y
+
     def block(self, stack: str, x: Value, memory: Value | None) -> Value:
-        """One block (``Block.forward``): ``out`` lives until the next branch's output replaces it."""
-        out = None
+        """One block (``Block.forward``, one ``Block.sublayer`` per pair); the block's input stays with the caller."""
         for branch, _ in self.pairs(stack):
-            new = self.branch(branch, x, memory)
-            if out is not None:
-                self.t.drop(out.buf)
-            out = new
-            y = self.add_norm(x, out)
+            y = self.sublayer(branch, x, memory)
             if x is not self._block_input:
                 self.t.drop(x.buf)
             x = y
-        self.t.drop(out.buf)
         return x
 
     _block_input = None
@@ -546,6 +658,8 @@ class Ops:
                     out += [("sublayer", stack, pair) for pair in self.pairs(stack)]
                 else:
                     out.append(("block", stack, None))
+            if self.g.pre:
+                out.append(("norm", stack, None))  # the stack's final norm
         return out
 
     def run_stage(self, kind: str, stack: str, s: "Stream", modulation: Value | None = None, pair=None) -> None:
@@ -554,10 +668,13 @@ class Ops:
                 s.memory, s.x = s.x, None  # s.memory = s.x: the same reference moves
             self.t.drop(s.x.buf if s.x is not None else None)
             s.x = self.embed(stack, modulation)
-        elif kind == "sublayer":  # Block.sublayer: the branch output goes when the pair returns
-            out = self.branch(pair[0], s.x, s.memory)
-            y = self.add_norm(s.x, out)
-            self.t.drop(out.buf, s.x.buf)
+        elif kind == "sublayer":
+            y = self.sublayer(pair[0], s.x, s.memory)
+            self.t.drop(s.x.buf)
+            s.x = y
+        elif kind == "norm":
+            y = self.layer_norm(s.x)
+            self.t.drop(s.x.buf)
             s.x = y
         else:
             s.x = self.run_block(stack, s.x, s.memory)
@@ -664,7 +781,7 @@ def mirror(t: Tape, g: Group, steps: int) -> None:
                     source = seen["encoder"] if sub.kind == "cross_attention" else seen[stack]
                     rows += [seen[stack], source, source, seen[stack]]
                 elif family == "ffn":
-                    rows += [seen[stack]] * 2
+                    rows += [seen[stack]] * (3 if g.gated else 2)
     rows.append(g.out_rows)
     for _ in range(steps):
         x = y = None
@@ -691,7 +808,7 @@ def dfa_step(t: Tape, g: Group, optimizer: str, weight_decay: float) -> None:
     ops = Ops(t, g, graph=True)
     with t.in_phase("forward"):
         points: list[tuple[str, Value]] = []  # (stack, a stage's output): kept by the step until it returns
-        x = memory = None
+        x = memory = last_out = None
         for stack in g.stacks:
             if stack == "decoder" and x is not None:
                 memory = x
@@ -704,6 +821,14 @@ def dfa_step(t: Tape, g: Group, optimizer: str, weight_decay: float) -> None:
                 out = ops.run_block(stack, x, memory)
                 points.append((stack, out))
                 x = ops.detach(out)
+            if g.pre:  # the final norm ends the last block's segment; the step's local `out` keeps the block's output
+                _, out = points.pop()
+                t.drop(x.buf)  # stream.x = out, normalised
+                normed = ops.layer_norm(out)
+                points.append((stack, normed))
+                x = ops.detach(normed)
+                t.drop(last_out.buf if last_out is not None else None)
+                last_out = out
         if g.classifier:
             pooled = ops.value(g.B, g.d, "mean")  # of a detached tensor: no graph
             head_input = Value(pooled.buf, g.B, g.d, True)
@@ -728,12 +853,14 @@ def dfa_step(t: Tape, g: Group, optimizer: str, weight_decay: float) -> None:
             summed = None if g.classifier else t.new(bytes_(g.B * g.d, g.z), "sum")
             product = t.new(bytes_(g.B * g.d, g.z), "mm")
             grads.append(t.new(bytes_(g.B * g.d, g.z), "div"))
+            grads[-1].expanded = True  # (unsqueeze(1).expand_as(out): a view over the positions)
             t.drop(product, summed)
     with t.in_phase("backward"):
         t.hold(*grads)  # the list `grads` keeps them
         ops.backward(list(zip([out for _, out in points], grads)))
     with t.in_phase("optimizer_step"):
         optimizer_step(t, g, optimizer, weight_decay)
+    t.drop(last_out.buf if last_out is not None else None)
 
 
 def wm_step(t: Tape, g: Group, optimizer: str, weight_decay: float, mirror_steps: int = 1) -> None:
@@ -812,13 +939,26 @@ def pepita_step(t: Tape, g: Group, optimizer: str, weight_decay: float, recomput
             ops.run_stage(kind, stack, mod, modulation[stack] if kind == "embedding" else None, pair)
             ops.hook = None
         with t.in_phase("weight_update"):
-            if kind == "embedding":
-                grad = t.new(bytes_(g.V * g.d, g.z), "zeros_like")  # becomes .grad
-                if not g.aligned(stack):  # the per-sequence shift, expanded over positions, then flattened: a copy
-                    t.drop(t.new(bytes_(g.M(stack) * g.d, g.z), "shift.reshape"))
-                if g.tied and ops.table_has_grad:  # added into the shared .grad, then freed
-                    t.drop(grad)
+            if kind == "embedding":  # Pepita._update_embedding
+                # the per-sequence shift, expanded over positions, then flattened: a copy (a local to the end)
+                flat = None if g.aligned(stack) else t.new(bytes_(g.M(stack) * g.d, g.z), "shift.reshape")
+                grad = t.new(bytes_(g.V * g.d, g.z), "zeros_like")  # becomes .grad ...
+                if not (g.tied and ops.table_has_grad):  # ... or, tied, is added into it (freed when rebound)
+                    t.hold(grad)
                 ops.table_has_grad = True
+                smaller = []  # token types: row 0 gets the shift summed over rows; learned positions: per position
+                if g.types is not None:
+                    smaller.append((g.types, np.ones_like(g.d)))
+                if g.positions == "learned":
+                    smaller.append((g.position_rows(stack), g.rows[stack]))
+                for table_rows, rows in smaller:
+                    new = t.new(bytes_(table_rows * g.d, g.z), "zeros_like")  # becomes the table's .grad
+                    t.drop(grad)
+                    grad = new
+                    t.hold(grad)
+                    total = t.new(bytes_(rows * g.d, g.z), "sum")
+                    t.drop(t.new(bytes_(rows * g.d, g.z), "mul"), total)
+                t.drop(grad, flat)
             for unit, x_mod, h_mod in modulated:
                 h = clean.pop(0)
                 rows, n_in, n_out = x_mod.rows, x_mod.width, h_mod.width
@@ -902,7 +1042,9 @@ def groups(configs) -> list[tuple[np.ndarray, tuple]]:
     keys = list(zip(configs["arch"], configs["enc_layers"].astype(int), configs["dec_layers"].astype(int),
                     configs["classes"].astype(int) > 0, options["qkv_bias"] > 0, options["out_bias"] > 0,
                     options["head_bias"] > 0, options["tied"] > 0, options["kv_heads"] < configs["heads"].to_numpy(),
-                    (options["kv_heads"] == 1) & (configs["heads"].to_numpy() > 1)))
+                    (options["kv_heads"] == 1) & (configs["heads"].to_numpy() > 1), options["relu"] > 0,
+                    options["gated"] > 0, options["learned"] > 0, options["added_positions"] > 0,
+                    options["type_vocab"] > 0, options["embedding_norm"] > 0, options["pre"] > 0))
     out: dict[tuple, list[int]] = {}
     for i, key in enumerate(keys):
         out.setdefault(key, []).append(i)
@@ -910,7 +1052,8 @@ def groups(configs) -> list[tuple[np.ndarray, tuple]]:
 
 
 def group_of(configs, rows: np.ndarray, key: tuple, dtype_bytes: int) -> Group:
-    arch, enc, dec, classifier, qkv_bias, out_bias, head_bias, tied, grouped, single_kv = key
+    (arch, enc, dec, classifier, qkv_bias, out_bias, head_bias, tied, grouped, single_kv, relu, gated, learned, added,
+     types, embedding_norm, pre) = key
     from .templates import option_columns
 
     options = option_columns(configs)
@@ -921,18 +1064,19 @@ def group_of(configs, rows: np.ndarray, key: tuple, dtype_bytes: int) -> Group:
                  col["d_ff"], col["heads"], col["vocab"], col["classes"],
                  {"encoder": col["seq_len"], "decoder": col["tgt_len"]}, dtype_bytes, bool(qkv_bias), bool(out_bias),
                  bool(head_bias), bool(tied), bool(grouped), bool(single_kv), options["attn_width"][rows],
-                 options["kv_width"][rows])
+                 options["kv_width"][rows], bool(relu), bool(gated),
+                 "learned" if learned else "sinusoidal" if added else "none",
+                 options["type_vocab"][rows] if types else None, options["max_positions"][rows], bool(embedding_norm),
+                 bool(pre))
 
 
 def followed_by_tape(configs) -> np.ndarray:
-    """The configurations whose step the tape replays: the 2017 transformer, with any biases (``bias``,
-    ``head_bias``), ``tie_embeddings``, ``head_dim`` and ``kv_heads`` (issue 14); not yet the other options."""
+    """The configurations whose step the tape replays: every architecture option (issue 14) but RMSNorm, rotary
+    and relative positions, which it does not follow yet."""
     from .templates import option_columns
 
     o = option_columns(configs)
-    sinusoidal = (o["added_positions"] > 0) & (o["learned"] == 0)
-    return ((o["rms"] == 0) & (o["pre"] == 0) & (o["gated"] == 0) & (o["relu"] == 0) & sinusoidal
-            & (o["type_vocab"] == 0) & (o["embedding_norm"] == 0))
+    return (o["rms"] == 0) & (o["rotary"] == 0) & (o["relative"] == 0)
 
 
 def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start: np.ndarray, gradients: np.ndarray,

@@ -100,14 +100,14 @@ class TensorMeter(TorchDispatchMode):
         self.live += size
         self.finalizers.append(weakref.finalize(storage, self._free, key))
         if self.events is not None:
-            self.events.append(("+", size, op, self.phase))
+            self.events.append(("+", size, op, attribution.current_phase_override() or self.phase))
 
     def _free(self, key) -> None:
         size = self.sizes.pop(key, None)
         if size is not None:
             self.live -= size
             if self.events is not None:
-                self.events.append(("-", size, "", self.phase))
+                self.events.append(("-", size, "", attribution.current_phase_override() or self.phase))
             if key in self.peak_keys:  # still part of the peak's breakdown; the first free is the peak's storage
                 self.freed_since_peak.setdefault(key, size)  # (a later storage may reuse the address)
 
