@@ -148,6 +148,12 @@ class Group:
     max_pos: np.ndarray | None = None  # rows of a learned position table (0: the stack's rows)
     embedding_norm: bool = False  # a norm after the embedding's tables (BERT)
     pre: bool = False  # pre-LN: x + branch(norm(x)), and a final norm per stack
+    rms: bool = False  # RMSNorm (a weight, no bias) instead of LayerNorm
+
+    @property
+    def norm_parameters(self) -> list[np.ndarray]:
+        """A norm's parameter tensors: LayerNorm's gamma and beta, RMSNorm's weight."""
+        return [self.d] if self.rms else [self.d, self.d]
 
     def position_rows(self, stack: str) -> np.ndarray:
         """Rows of a stack's learned position table (``ModelConfig.position_rows``)."""
@@ -214,7 +220,7 @@ class Group:
             if self.positions == "learned":
                 sizes.append(self.position_rows(stack) * self.d)
             if self.embedding_norm:
-                sizes.extend([self.d, self.d])
+                sizes.extend(self.norm_parameters)
             for _ in range(self.depth[stack]):
                 for sub in L.block_sublayers(self.arch, stack, self.pre):  # (pre-LN: each norm before its branch)
                     family = L.KINDS[sub.kind].family
@@ -228,9 +234,9 @@ class Group:
                             linear(self.d, self.ff, self.out_bias)
                         linear(self.ff, self.d, self.out_bias)
                     else:
-                        sizes.extend([self.d, self.d])  # LayerNorm gamma, beta
+                        sizes.extend(self.norm_parameters)
             if self.pre:
-                sizes.extend([self.d, self.d])  # the stack's final norm
+                sizes.extend(self.norm_parameters)  # the stack's final norm
         if self.tied:  # the head's weight is the table: only its bias (and KP's B) are its own
             sizes.extend(([self.out] if self.head_bias else []) + ([self.d * self.out] if feedback_parameters else []))
         else:
@@ -510,6 +516,84 @@ class Ops:
 
         return self._node(out, backward) if kv.tracked else out
 
+    def norm(self, s: Value) -> Value:
+        return self.rms_norm(s) if self.g.rms else self.layer_norm(s)
+
+    def rms_norm(self, s: Value) -> Value:
+        """``nn.RMSNorm`` on CPU, torch's composite: x = s (a float32 copy for a narrower dtype), r = rsqrt(mean(x²)
+        + eps), n = x r, y = n w (cast back). Nodes: pow saves x, rsqrt its result, x r both factors, n w n; a
+        constant input (a DFA segment's start) leaves only the weight's node. The weight's gradient is summed in
+        float32 and cast."""
+        rows, d, z, f = s.rows, s.width, self.g.z, FLOAT32
+        wide = z < FLOAT32
+
+        def node(out: Value, saved: list, to: Value, *made: tuple, temporaries: int = 0) -> None:
+            """A node whose backward makes the tensors ``made`` ((bytes, label) in order; the first ``temporaries``
+            freed at once), releases its gradient and saved tensors and hands the last one to ``to``."""
+            def backward(grad, saved_):
+                bufs = [self.t.new(size, label) for size, label in made]
+                self.t.drop(*bufs[:temporaries])
+                self.release(grad, saved_)
+                self.deliver(to, bufs[-1])
+
+            self._node(out, backward, saved)
+
+        big, small = bytes_(rows * d, f), bytes_(rows, f)
+        x = s
+        if wide:
+            x = self.value(rows, d, "to_float32", f)
+            if s.tracked:
+                node(x, [], s, (s.buf.nbytes, "_to_copy"))
+        tracked = x.tracked and self.graph
+        square = self.value(rows, d, "pow", f)
+        if tracked:
+            node(square, [x.buf], x, (big, "pow"), (big, "mul"), (big, "mul"), temporaries=2)
+        mean = self.value(rows, 1, "mean", f)
+        if tracked:
+            node(mean, [], square, (big, "div"))
+        r = self.value(rows, 1, "rsqrt", f)
+        if tracked:
+            node(r, [r.buf], mean, (small, "pow"), (small, "mul"), (small, "mul"), temporaries=2)
+        self.t.drop(mean.buf, square.buf)
+        n = self.value(rows, d, "mul", f)
+        if tracked:  # x r: x's gradient, then a product summed over features for r's
+            def mul_backward(grad, saved):
+                grad_x = self.t.new(big, "mul")
+                product = self.t.new(big, "mul")
+                grad_r = self.t.new(small, "sum")
+                self.t.drop(product)
+                self.release(grad, saved)
+                self.deliver(x, grad_x)
+                self.deliver(r, grad_r)
+
+            self._node(n, mul_backward, [x.buf, r.buf])
+        y = self.value(rows, d, "mul weight", f)
+
+        def weight_backward(grad, saved):
+            grad_n = self.t.new(big, "mul") if n.tracked else None
+            product = self.t.new(big, "mul")
+            total = self.t.new(bytes_(d, f), "sum")
+            self.t.drop(product)
+            if wide:
+                self.param_grad(d, label="grad_weight")
+                self.t.drop(total)
+            self.release(grad, saved)
+            self.deliver(n, grad_n)
+
+        self._node(y, weight_backward, [n.buf])
+        self.t.drop(n.buf)
+        if x is not s:
+            self.t.drop(x.buf)
+        if wide:
+            narrow = self.value(rows, d, "to", z)
+            node(narrow, [], y, (y.buf.nbytes, "_to_copy"))
+            self.t.drop(y.buf)
+            y = narrow
+        self.t.drop(r.buf)
+        if self.hook is not None:
+            self.hook("rms norm", s, y)
+        return y
+
     def layer_norm(self, s: Value) -> Value:
         y = self.value(s.rows, s.width, "layer_norm")
         mean = self.t.new(bytes_(s.rows, self.g.z), "mean")
@@ -530,7 +614,7 @@ class Ops:
 
     def add_norm(self, x: Value, branch: Value) -> Value:
         s = self.add(x, branch)
-        y = self.layer_norm(s)
+        y = self.norm(s)
         self.t.drop(s.buf)
         return y
 
@@ -585,7 +669,7 @@ class Ops:
             self.t.drop(x.buf)
             x = modulated
         if self.g.embedding_norm:
-            normed = self.layer_norm(x)
+            normed = self.norm(x)
             self.t.drop(x.buf)
             x = normed
         return x
@@ -607,7 +691,7 @@ class Ops:
     def sublayer(self, branch, x: Value, memory: Value | None) -> Value:
         """``Block.sublayer``: post-LN norm(x + branch(x)), pre-LN x + branch(norm(x)); the branch's output (and
         the normalised input) go when it returns."""
-        h = self.layer_norm(x) if self.g.pre else x
+        h = self.norm(x) if self.g.pre else x
         out = self.branch(branch, h, memory)
         y = self.add(x, out) if self.g.pre else self.add_norm(x, out)
         self.t.drop(out.buf)
@@ -673,7 +757,7 @@ class Ops:
             self.t.drop(s.x.buf)
             s.x = y
         elif kind == "norm":
-            y = self.layer_norm(s.x)
+            y = self.norm(s.x)
             self.t.drop(s.x.buf)
             s.x = y
         else:
@@ -824,7 +908,7 @@ def dfa_step(t: Tape, g: Group, optimizer: str, weight_decay: float) -> None:
             if g.pre:  # the final norm ends the last block's segment; the step's local `out` keeps the block's output
                 _, out = points.pop()
                 t.drop(x.buf)  # stream.x = out, normalised
-                normed = ops.layer_norm(out)
+                normed = ops.norm(out)
                 points.append((stack, normed))
                 x = ops.detach(normed)
                 t.drop(last_out.buf if last_out is not None else None)
@@ -963,9 +1047,24 @@ def pepita_step(t: Tape, g: Group, optimizer: str, weight_decay: float, recomput
                 h = clean.pop(0)
                 rows, n_in, n_out = x_mod.rows, x_mod.width, h_mod.width
                 diff = t.new(bytes_(rows * n_out, g.z), "h - h_mod")
-                if unit == "norm":
-                    normalised = t.new(bytes_(rows * n_out, g.z), "layer_norm")
-                    t.drop(t.new(bytes_(rows, g.z), "mean"), t.new(bytes_(rows, g.z), "rstd"))
+                if unit in ("norm", "rms norm"):
+                    if unit == "norm":
+                        normalised = t.new(bytes_(rows * n_out, g.z), "layer_norm")
+                        t.drop(t.new(bytes_(rows, g.z), "mean"), t.new(bytes_(rows, g.z), "rstd"))
+                    else:  # F.rms_norm without a weight: the composite of Ops.rms_norm, in float32 for bf16
+                        wide = g.z < FLOAT32
+                        widened = t.new(bytes_(rows * n_out, FLOAT32), "to_float32") if wide else None
+                        square = t.new(bytes_(rows * n_out, FLOAT32), "pow")
+                        mean = t.new(bytes_(rows, FLOAT32), "mean")
+                        r = t.new(bytes_(rows, FLOAT32), "rsqrt")
+                        t.drop(mean, square)
+                        normalised = t.new(bytes_(rows * n_out, FLOAT32), "mul")
+                        t.drop(widened)
+                        if wide:
+                            narrow = t.new(bytes_(rows * n_out, g.z), "to")
+                            t.drop(normalised)
+                            normalised = narrow
+                        t.drop(r)
                     product = t.new(bytes_(rows * n_out, g.z), "diff * normalised")
                     total = t.new(bytes_(n_out, g.z), "sum")
                     t.drop(product)
@@ -977,7 +1076,7 @@ def pepita_step(t: Tape, g: Group, optimizer: str, weight_decay: float, recomput
                     t.new(bytes_(n_out * n_in, g.z), "grad_w")
                     t.drop(product)
                     to_drop = []
-                if unit != "linear without bias":
+                if unit not in ("linear without bias", "rms norm"):
                     total = t.new(bytes_(n_out, g.z), "sum")
                     t.new(bytes_(n_out, g.z), "grad_b")
                     t.drop(total)
@@ -1044,7 +1143,7 @@ def groups(configs) -> list[tuple[np.ndarray, tuple]]:
                     options["head_bias"] > 0, options["tied"] > 0, options["kv_heads"] < configs["heads"].to_numpy(),
                     (options["kv_heads"] == 1) & (configs["heads"].to_numpy() > 1), options["relu"] > 0,
                     options["gated"] > 0, options["learned"] > 0, options["added_positions"] > 0,
-                    options["type_vocab"] > 0, options["embedding_norm"] > 0, options["pre"] > 0))
+                    options["type_vocab"] > 0, options["embedding_norm"] > 0, options["pre"] > 0, options["rms"] > 0))
     out: dict[tuple, list[int]] = {}
     for i, key in enumerate(keys):
         out.setdefault(key, []).append(i)
@@ -1053,7 +1152,7 @@ def groups(configs) -> list[tuple[np.ndarray, tuple]]:
 
 def group_of(configs, rows: np.ndarray, key: tuple, dtype_bytes: int) -> Group:
     (arch, enc, dec, classifier, qkv_bias, out_bias, head_bias, tied, grouped, single_kv, relu, gated, learned, added,
-     types, embedding_norm, pre) = key
+     types, embedding_norm, pre, rms) = key
     from .templates import option_columns
 
     options = option_columns(configs)
@@ -1067,16 +1166,16 @@ def group_of(configs, rows: np.ndarray, key: tuple, dtype_bytes: int) -> Group:
                  options["kv_width"][rows], bool(relu), bool(gated),
                  "learned" if learned else "sinusoidal" if added else "none",
                  options["type_vocab"][rows] if types else None, options["max_positions"][rows], bool(embedding_norm),
-                 bool(pre))
+                 bool(pre), bool(rms))
 
 
 def followed_by_tape(configs) -> np.ndarray:
-    """The configurations whose step the tape replays: every architecture option (issue 14) but RMSNorm, rotary
-    and relative positions, which it does not follow yet."""
+    """The configurations whose step the tape replays: every architecture option (issue 14) but rotary and
+    relative positions, which it does not follow yet."""
     from .templates import option_columns
 
     o = option_columns(configs)
-    return (o["rms"] == 0) & (o["rotary"] == 0) & (o["relative"] == 0)
+    return (o["rotary"] == 0) & (o["relative"] == 0)
 
 
 def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start: np.ndarray, gradients: np.ndarray,
