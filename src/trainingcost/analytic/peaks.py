@@ -149,6 +149,7 @@ class Group:
     embedding_norm: bool = False  # a norm after the embedding's tables (BERT)
     pre: bool = False  # pre-LN: x + branch(norm(x)), and a final norm per stack
     rms: bool = False  # RMSNorm (a weight, no bias) instead of LayerNorm
+    rotary: bool = False  # rotary positions: q and k of every self-attention turned before SDPA
 
     @property
     def norm_parameters(self) -> list[np.ndarray]:
@@ -471,12 +472,75 @@ class Ops:
             self.hook("linear" if self.g.out_bias else "linear without bias", x, y)
         return y
 
-    def attention(self, x: Value, source: Value) -> Value:
-        """q, k, v projections, fused attention (output and float32 log-sum-exp), o projection."""
+    def view(self, x: Value, width, label: str) -> Value:
+        """A view of ``x`` (its storage, one more reference) that autograd tracks with a node of its own: a slice,
+        whose backward makes a zero tensor of ``x``'s size holding the gradient (``slice_backward``)."""
+        self.t.hold(x.buf)
+        out = Value(x.buf, x.rows, width, False)
+
+        def backward(grad, saved):
+            full = self.t.new(x.buf.nbytes, "slice_backward")
+            self.release(grad, saved)
+            self.deliver(x, full)
+
+        return self._node(out, backward) if x.tracked else out
+
+    def rotate(self, x: Value) -> Value:
+        """``rotate``: x cos + cat(-x₂, x₁) sin, cos and sin views of the rotary tables (buffers in the model's
+        dtype: ``.to`` copies nothing). Nodes: the two slices, neg, cat (its gradient goes to its inputs as views),
+        the two products (each saves only its table, a view) and the sum; the original x goes when the caller
+        rebinds it."""
+        rows, width = x.rows, x.width
+        second = self.view(x, width / 2, "x[..., half:]")
+        negated = self.value(rows, width / 2, "neg")
+        if x.tracked:
+            def neg_backward(grad, saved):
+                made = self.t.new(negated.buf.nbytes, "neg")
+                self.release(grad, saved)
+                self.deliver(second, made)
+
+            self._node(negated, neg_backward)
+        self.t.drop(second.buf)
+        first = self.view(x, width / 2, "x[..., :half]")
+        turned = self.value(rows, width, "cat")
+        if x.tracked:
+            def cat_backward(grad, saved):  # each input's gradient is a view of this one
+                self.t.hold(grad)
+                self.deliver(first, grad)
+                self.deliver(negated, grad)
+
+            self._node(turned, cat_backward)
+        self.t.drop(negated.buf, first.buf)
+
+        def product(a: Value, label: str) -> Value:
+            out = self.value(rows, width, label)
+
+            def backward(grad, saved):
+                made = self.t.new(a.buf.nbytes, "mul")
+                self.release(grad, saved)
+                self.deliver(a, made)
+
+            return self._node(out, backward) if a.tracked else out
+
+        with_cos = product(x, "x cos")
+        with_sin = product(turned, "turned sin")
+        out = self.add(with_cos, with_sin, "rotated")
+        self.t.drop(with_cos.buf, with_sin.buf, turned.buf)
+        return out
+
+    def attention(self, x: Value, source: Value, rotary: bool = False) -> Value:
+        """q, k, v projections, (rotary: q and k turned), fused attention (output and float32 log-sum-exp), o
+        projection."""
         width, kv_width = self.g.q_width, self.g.kv_width
         q = self.linear(x, width, "q", bias=self.g.qkv_bias)
         k = self.linear(source, kv_width, "k", bias=self.g.qkv_bias)
         v = self.linear(source, kv_width, "v", bias=self.g.qkv_bias)
+        if rotary:  # q = rotate(q, ...); k = rotate(k, ...): the projections' outputs go as each is rebound
+            for name in ("q", "k"):
+                value = q if name == "q" else k
+                turned = self.rotate(value)
+                self.t.drop(value.buf)
+                q, k = (turned, k) if name == "q" else (q, turned)
         # Grouped-query attention: K, then V, repeated to every head (expand, then reshape: a copy each), passed to
         # SDPA as temporaries that only its saved tensors keep.
         kr, vr = (self.repeat(k, width), self.repeat(v, width)) if self.g.grouped else (k, v)
@@ -677,7 +741,8 @@ class Ops:
     def branch(self, sub, x: Value, memory: Value | None) -> Value:
         """A sublayer's branch output: attention (cross-attention reads the encoder output) or the FFN."""
         if L.KINDS[sub.kind].family == "attention":
-            return self.attention(x, memory if sub.kind == "cross_attention" else x)
+            cross = sub.kind == "cross_attention"
+            return self.attention(x, memory if cross else x, rotary=self.g.rotary and not cross)
         hidden = self.up(x)
         out = self.linear(hidden, self.g.d, "ffn.down", bias=self.g.out_bias)
         self.t.drop(hidden.buf)
@@ -1143,7 +1208,8 @@ def groups(configs) -> list[tuple[np.ndarray, tuple]]:
                     options["head_bias"] > 0, options["tied"] > 0, options["kv_heads"] < configs["heads"].to_numpy(),
                     (options["kv_heads"] == 1) & (configs["heads"].to_numpy() > 1), options["relu"] > 0,
                     options["gated"] > 0, options["learned"] > 0, options["added_positions"] > 0,
-                    options["type_vocab"] > 0, options["embedding_norm"] > 0, options["pre"] > 0, options["rms"] > 0))
+                    options["type_vocab"] > 0, options["embedding_norm"] > 0, options["pre"] > 0, options["rms"] > 0,
+                    options["rotary"] > 0))
     out: dict[tuple, list[int]] = {}
     for i, key in enumerate(keys):
         out.setdefault(key, []).append(i)
@@ -1152,7 +1218,7 @@ def groups(configs) -> list[tuple[np.ndarray, tuple]]:
 
 def group_of(configs, rows: np.ndarray, key: tuple, dtype_bytes: int) -> Group:
     (arch, enc, dec, classifier, qkv_bias, out_bias, head_bias, tied, grouped, single_kv, relu, gated, learned, added,
-     types, embedding_norm, pre, rms) = key
+     types, embedding_norm, pre, rms, rotary) = key
     from .templates import option_columns
 
     options = option_columns(configs)
@@ -1166,16 +1232,16 @@ def group_of(configs, rows: np.ndarray, key: tuple, dtype_bytes: int) -> Group:
                  options["kv_width"][rows], bool(relu), bool(gated),
                  "learned" if learned else "sinusoidal" if added else "none",
                  options["type_vocab"][rows] if types else None, options["max_positions"][rows], bool(embedding_norm),
-                 bool(pre), bool(rms))
+                 bool(pre), bool(rms), bool(rotary))
 
 
 def followed_by_tape(configs) -> np.ndarray:
-    """The configurations whose step the tape replays: every architecture option (issue 14) but rotary and
-    relative positions, which it does not follow yet."""
+    """The configurations whose step the tape replays: every architecture option (issue 14) but T5's relative
+    positions (the math attention path), which it does not follow yet."""
     from .templates import option_columns
 
     o = option_columns(configs)
-    return (o["rotary"] == 0) & (o["relative"] == 0)
+    return o["relative"] == 0
 
 
 def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start: np.ndarray, gradients: np.ndarray,
