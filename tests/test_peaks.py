@@ -135,7 +135,8 @@ def _one_thread():
 
 # Architecture options the tape follows (issue 14): biases off or on q, k, v only, no head bias, a tied table, heads
 # of any width and grouped-query attention, ReLU and gated FFNs, learned or no positions, token types, an embedding
-# norm, pre-LN blocks with a final norm, RMSNorm, rotary positions (not yet T5's relative bias).
+# norm, pre-LN blocks with a final norm, RMSNorm, rotary positions and T5's relative bias (SDPA's math path; not yet
+# with grouped-query attention).
 OPTION_CASES = [
     # BERT-like: learned positions, token types, an embedding norm; ReLU for the FFN
     ("encoder", dict(positions="learned", max_positions=12, type_vocab=2, embedding_norm=True, ffn="relu"),
@@ -153,6 +154,11 @@ OPTION_CASES = [
     ("encoder", dict(norm="rmsnorm", norm_position="pre", ffn="geglu"), (2, 16, 4, 40, 5, 4, 24)),
     ("encoder-decoder", dict(norm="rmsnorm", embedding_norm=True, positions="none"), (1, 16, 2, 32, 8, 2, 40)),
     ("encoder-decoder", dict(norm_position="pre", ffn="relu", positions="learned"), (2, 16, 2, 32, 7, 2, 40)),
+    # T5-like: relative bias (a causal one in the decoder), pre-LN RMSNorm, ReLU, no biases, a tied head
+    ("encoder-decoder", dict(positions="relative", relative_buckets=8, relative_max_distance=16, norm="rmsnorm",
+                             norm_position="pre", ffn="relu", bias="none", head_bias=False, tie_embeddings=True),
+     (2, 16, 4, 40, 5, 4, 24)),
+    ("encoder", dict(positions="relative"), (1, 24, 4, 48, 6, 3, 44)),  # a relative bias and a classifier head
     ("decoder", dict(bias="none", head_bias=False), (2, 16, 2, 32, 8, 2, 16)),
     ("decoder", dict(bias="qkv"), (1, 24, 4, 48, 6, 3, 44)),
     ("encoder", dict(bias="none", head_bias=True), (2, 16, 4, 40, 7, 2, 64)),
@@ -168,7 +174,7 @@ OPTION_CASES = [
 
 
 def test_the_tape_follows_the_architecture_options_to_the_byte():
-    """18 option sets x 7 rules, SGD fp32 and Adam bf16 alternating: step start, step peak, every phase's peak.
+    """20 option sets x 7 rules, SGD fp32 and Adam bf16 alternating: step start, step peak, every phase's peak.
     Tied gradients: two in one backward are summed out of place by the engine; one from an earlier backward
     (DFA's head) is added in place."""
     mismatches = []
@@ -188,13 +194,14 @@ def test_the_tape_follows_the_architecture_options_to_the_byte():
 
 
 def test_options_the_tape_does_not_follow_yet_are_not_replayed():
-    for options in (dict(arch="encoder", positions="relative"), dict(positions="rotary"), dict(norm="rmsnorm"),
+    for options in (dict(arch="encoder", positions="relative", kv_heads=1), dict(arch="encoder", positions="relative"),
+                    dict(positions="rotary"), dict(norm="rmsnorm"),
                     dict(ffn="swiglu"), dict(ffn="relu"), dict(norm_position="pre"), dict(positions="learned"),
                     dict(embedding_norm=True), dict(positions="none")):
         cfg = canonical_model({**dict(arch="decoder", layers=1, d_model=16, heads=2, d_ff=32, seq_len=8, vocab=64),
                                **options}, "")
         row = memory_table(configs_frame([("", cfg)]), ["bp"]).iloc[0]
-        followed = options.get("positions") != "relative"
+        followed = "kv_heads" not in options  # (a relative bias with grouped-query attention: not yet)
         assert bool(P.followed_by_tape(configs_frame([("", cfg)]))[0]) == followed, options
         if followed:
             assert row["peak"] > 0 and (row[[f"peak_{p}" for p in ("forward", "backward")]] > 0).all(), options

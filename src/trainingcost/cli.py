@@ -232,7 +232,8 @@ def render_memory(memory: pd.DataFrame, followed: bool = True) -> str:
     """``followed``: the executed tape follows the configuration's architecture (peaks.followed_by_tape)."""
     first = memory.iloc[0]
     why = (f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)" if followed
-           else "not replayed yet for architecture options (peaks.py does not follow relative positions yet)")
+           else "not replayed yet for architecture options (peaks.py does not follow a relative bias with "
+                "grouped-query attention yet)")
     setting = f"{first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters"
     phases = [c for c in PEAK_PHASE_COLUMNS if (memory[c] >= 0).any()]
     rule_why = "not replayed yet for this rule (its tape is not written; the components below cover it)"

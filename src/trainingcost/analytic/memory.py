@@ -122,7 +122,8 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
     # The feedback's tensors (per-tensor optimizer scalars, where the feedback is trained)
     feedback_tensors = {"weights": lambda: linears, "inverses": lambda: 2 * blocks, "error_weights": lambda: blocks + 1}
     # Buffers: each stack's sinusoidal table (rows x d, in the dtype), or each rotary self-attention's cos and sin
-    # (rows x head_dim each, float32 tables cast to the dtype); WM's float64 norm per weight matrix.
+    # (rows x head_dim each, float32 tables cast to the dtype), or each stack's relative-position buckets (rows x rows,
+    # int64, T5); WM's float64 norm per weight matrix.
     options = T.option_columns(configs)
     rows_per_stack = np.where(encdec | (configs["arch"].to_numpy() == "encoder"), c["seq_len"], 0) + np.where(
         configs["arch"].to_numpy() != "encoder", c["tgt_len"], 0)
@@ -131,6 +132,13 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
         np.where(configs["arch"].to_numpy() != "decoder", c["seq_len"] * c["enc_layers"], 0)
         + c["tgt_len"] * c["dec_layers"])
     position_buffers = np.where(sinusoidal, rows_per_stack * d, 0) + rotary_tables
+    stack_rows = [np.where(configs["arch"].to_numpy() != "decoder", c["seq_len"], 0),
+                  np.where(configs["arch"].to_numpy() != "encoder", c["tgt_len"], 0)]
+    bucket_bytes = options["relative"] * TOKEN_BYTES * sum(rows * rows for rows in stack_rows)
+    # T5's relative-position tables (buckets x heads per stack): PEPITA and MEMPEPITA never update them (their output
+    # does not depend on the input; docs/learning_rules.md), so they have no gradient and no optimizer state there.
+    relative_tables = options["relative"] * sum((rows > 0).astype(np.int64) for rows in stack_rows)
+    relative_elements = relative_tables * options["relative_buckets"] * configs["heads"].to_numpy(dtype=np.int64)
     families = np.array([KINDS[k].family for k in t.kind])
     matrices = np.select([families == "attention", families == "ffn", families == "head"],
                          [4, 2 + options["gated"][t.cfg], 1], 0)  # weight matrices per layer (train/model.py)
@@ -143,7 +151,9 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
         spec = rule(name)
         fed = feedback[parts.feedback]()
         kept = activations[parts.activations]()
-        trained = params + (fed if parts.trains_feedback else 0)
+        frozen = parts.activations in ("pepita", "mempepita")
+        trained = params - (relative_elements if frozen else 0) + (fed if parts.trains_feedback else 0)
+        trained_tensors = param_tensors - (relative_tables if frozen else 0)
         for optimizer in optimizers:
             for dtype in dtypes:
                 size = DTYPE_BYTES[dtype]
@@ -153,7 +163,7 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
                     "feedback": fed * size,
                     # (KP's feedback matrices are parameters too: one more step scalar per weight matrix)
                     "optimizer_state": OPTIMIZER_SLOTS[optimizer] * trained * size
-                    + STEP_SCALAR_BYTES[optimizer] * (param_tensors + (feedback_tensors[parts.feedback]()
+                    + STEP_SCALAR_BYTES[optimizer] * (trained_tensors + (feedback_tensors[parts.feedback]()
                                                                        if parts.trains_feedback else 0)),
                     "activations": kept * B * size,
                 }
@@ -168,7 +178,7 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
                     }
                 )
                 frame["total"] = sum(part.values())
-                buffers = position_buffers * size + (8 * linears if name == "wm" else 0)
+                buffers = position_buffers * size + bucket_bytes + (8 * linears if name == "wm" else 0)
                 start = sum(part[k] for k in PERSISTENT) + buffers + batch
                 frame["buffers"], frame["batch"], frame["step_start"] = buffers, batch, start
                 executed = peaks.step_peaks(configs, name, optimizer, size, start, part["gradients"],

@@ -50,11 +50,14 @@ STEP_PHASES = EXECUTION_PHASES
 class Buf:
     """One storage on the tape: its bytes (an array over the group) and how many references hold it."""
 
-    __slots__ = ("nbytes", "refs", "label", "expanded")
+    __slots__ = ("nbytes", "refs", "label", "expanded", "strided")
 
     def __init__(self, nbytes: np.ndarray, label: str):
         self.nbytes, self.refs, self.label = nbytes, 1, label
-        self.expanded = False  # a gradient seen through expand(): each matrix product reads a contiguous copy
+        # How a linear layer's backward reads this gradient: ``expanded`` (seen through expand(), or the math
+        # attention's k gradient, transposed): each of its three products reads a contiguous copy; ``strided`` (the
+        # math attention's q and v gradients): one contiguous copy, which replaces it.
+        self.expanded = self.strided = False
 
 
 class Tape:
@@ -150,6 +153,7 @@ class Group:
     pre: bool = False  # pre-LN: x + branch(norm(x)), and a final norm per stack
     rms: bool = False  # RMSNorm (a weight, no bias) instead of LayerNorm
     rotary: bool = False  # rotary positions: q and k of every self-attention turned before SDPA
+    relative: np.ndarray | None = None  # T5's relative bias: the table's buckets (None: no relative bias)
 
     @property
     def norm_parameters(self) -> list[np.ndarray]:
@@ -264,12 +268,13 @@ class Stream:
     def __init__(self):
         self.x: Value | None = None
         self.memory: Value | None = None
+        self.bias: Value | None = None  # the running stack's relative position bias
 
     def close(self, t: Tape) -> None:
-        for value in (self.x, self.memory):
+        for value in (self.x, self.memory, self.bias):
             if value is not None:
                 t.drop(value.buf)
-        self.x = self.memory = None
+        self.x = self.memory = self.bias = None
 
 
 class Ops:
@@ -395,6 +400,10 @@ class Ops:
         def backward(grad, saved):
             # An expanded gradient (DFA's per-sequence error reaching a linear through a pre-LN residual) is copied
             # contiguous by each product that reads it: the input's gradient, the weight's, the bias's sum.
+            if grad is not None and grad.strided:  # one contiguous copy replaces it
+                copied = self.t.new(bytes_(x.rows * n_out, self.g.z), "clone")
+                self.t.drop(grad)
+                grad = copied
             copy = (lambda phase: self.param_grad(x.rows * n_out, phase, "clone")) if grad is not None and grad.expanded \
                 else (lambda phase: None)
             first = copy(None)
@@ -528,7 +537,7 @@ class Ops:
         self.t.drop(with_cos.buf, with_sin.buf, turned.buf)
         return out
 
-    def attention(self, x: Value, source: Value, rotary: bool = False) -> Value:
+    def attention(self, x: Value, source: Value, rotary: bool = False, bias: Value | None = None) -> Value:
         """q, k, v projections, (rotary: q and k turned), fused attention (output and float32 log-sum-exp), o
         projection."""
         width, kv_width = self.g.q_width, self.g.kv_width
@@ -541,6 +550,11 @@ class Ops:
                 turned = self.rotate(value)
                 self.t.drop(value.buf)
                 q, k = (turned, k) if name == "q" else (q, turned)
+        if bias is not None and bias.tracked:  # a bias that needs a gradient: SDPA's math path (T5; no grouped heads)
+            a, y = self.math_attention(q, k, v, bias)
+            o = self.linear(a, self.g.d, "o", bias=self.g.out_bias)
+            self.t.drop(q.buf, k.buf, v.buf, y.buf, a.buf)
+            return o
         # Grouped-query attention: K, then V, repeated to every head (expand, then reshape: a copy each), passed to
         # SDPA as temporaries that only its saved tensors keep.
         kr, vr = (self.repeat(k, width), self.repeat(v, width)) if self.g.grouped else (k, v)
@@ -563,6 +577,134 @@ class Ops:
         o = self.linear(a, self.g.d, "o", bias=self.g.out_bias)
         self.t.drop(q.buf, k.buf, v.buf, a.buf)
         return o
+
+    def relative_bias(self, stack: str) -> Value:
+        """``RelativePositionBias``: the (buckets x heads) table gathered at every (query, key) pair; a causal
+        stack's bias carries the mask (ones, tril and its negation, saved by masked_fill with -inf)."""
+        g, rows = self.g, self.g.rows[stack]
+        gathered = self.value(rows * rows, g.h, "relative bias")
+
+        def gather_backward(grad, saved):
+            self.param_grad(g.relative * g.h, label="relative table grad")
+            self.release(grad, saved)
+
+        self._node(gathered, gather_backward)
+        if stack != "decoder":
+            return gathered
+        ones = self.t.new(bytes_(rows * rows, BOOL), "ones")
+        lower = self.t.new(bytes_(rows * rows, BOOL), "tril")
+        self.t.drop(ones)
+        mask = self.t.new(bytes_(rows * rows, BOOL), "bitwise_not")
+        out = self.value(rows * rows, g.h, "masked_fill")
+
+        def masked_backward(grad, saved):
+            made = self.t.new(out.buf.nbytes, "masked_fill")
+            self.release(grad, saved)
+            self.deliver(gathered, made)
+
+        self._node(out, masked_backward, [mask])
+        self.t.drop(gathered.buf, lower, mask)
+        return out
+
+    def math_attention(self, q: Value, k: Value, v: Value, bias: Value) -> tuple[Value, Value]:
+        """SDPA's math path with an additive bias that needs a gradient (T5): under bf16, q, k and v widened to
+        float32 first; q and k scaled (by 1: still a product each) and copied contiguous; their scores (B h L L'),
+        plus the bias (its gradient summed over the batch, in float32, cast to the bias's dtype); softmax (saves
+        its output; under bf16 also cast back, unused); v copied; the product with v (cast back under bf16); then
+        the caller's transpose and reshape (a copy: o's input). The projections' gradients come back in layouts
+        their linear layers copy: q's and v's once (``strided``), k's, transposed, for each product
+        (``expanded``). Returns (o's input, the attention's output: a local of Attention.forward)."""
+        g, f = self.g, FLOAT32
+        wide = g.z < FLOAT32
+        scores_rows = g.h * q.rows * (k.rows // g.B)
+
+        def node(out: Value, inputs: list, saved: list, sizes: list, layouts=(), temporaries: int = 0) -> Value:
+            """A node whose backward makes one tensor per input (``sizes``, bytes; then ``temporaries`` more, freed
+            at once), releases its gradient and saved tensors, and hands them on (``layouts``: flags on them)."""
+            def backward(grad, saved_):
+                made = [self.t.new(size, "math attention backward") for size in sizes]
+                self.t.drop(*made[len(inputs):])
+                for buf, layout in zip(made, layouts):
+                    if layout:
+                        setattr(buf, layout, True)
+                self.release(grad, saved_)
+                for value, buf in zip(inputs, made):
+                    self.deliver(value, buf)
+
+            return self._node(out, backward, saved) if any(x.tracked for x in inputs) else out
+
+        def passing(out: Value, x: Value) -> Value:  # a contiguous copy or a view: the gradient goes on as it is
+            def backward(grad, saved_):
+                self.deliver(x, grad)
+
+            return self._node(out, backward) if x.tracked else out
+
+        widened = []
+        for x, layout in ((q, "strided"), (k, "expanded"), (v, "strided")):
+            if wide:
+                x32 = node(self.value(x.rows, x.width, "to float32", f), [x], [], [x.buf.nbytes], [layout])
+                widened.append(x32)
+            else:
+                widened.append(x)
+        q32, k32, v32 = widened
+        qs = node(self.value(q.rows, q.width, "q * s", f), [q32], [], [bytes_(q.rows * q.width, f)],
+                  [None if wide else "strided"])
+        ks = node(self.value(k.rows, k.width, "k * s", f), [k32], [], [bytes_(k.rows * k.width, f)],
+                  [None if wide else "expanded"])
+        qc = passing(self.value(q.rows, q.width, "q contiguous", f), qs)
+        kc = passing(self.value(k.rows, k.width, "k transposed contiguous", f), ks)
+        scores = node(self.value(scores_rows, 1, "q kT", f), [qc, kc], [qc.buf, kc.buf],
+                      [qc.buf.nbytes, kc.buf.nbytes])
+        self.t.drop(ks.buf)
+        biased = self.value(scores_rows, 1, "+ bias", f)
+
+        def bias_backward(grad, saved_):
+            if bias.tracked:
+                total = self.t.new(bytes_(bias.rows * bias.width, f), "sum")
+                if wide:
+                    narrow = self.t.new(bytes_(bias.rows * bias.width, g.z), "_to_copy")
+                    self.t.drop(total)
+                    total = narrow
+                self.t.hold(grad)
+                self.deliver(scores, grad)
+                self.release(grad, saved_)
+                self.deliver(bias, total)
+            else:
+                self.deliver(scores, grad)
+
+        if scores.tracked or bias.tracked:
+            self._node(biased, bias_backward)
+        self.t.drop(scores.buf)
+        attn = node(self.value(scores_rows, 1, "softmax", f), [biased], [], [bytes_(scores_rows, f)])
+        if attn.tracked:
+            self.nodes[-1][2].append(attn.buf)  # softmax saves its output
+            self.t.hold(attn.buf)
+        self.t.drop(biased.buf)
+        weights = self.t.new(bytes_(scores_rows, g.z), "attn.to") if wide else None  # returned weights, unused
+        vc = passing(self.value(v.rows, v.width, "v contiguous", f), v32)
+        y = self.value(q.rows, q.width, "attn v", f)
+
+        def values_backward(grad, saved_):
+            contiguous = self.t.new(y.buf.nbytes, "clone")
+            self.t.drop(grad)
+            dv = self.t.new(vc.buf.nbytes, "bmm")
+            if not wide:
+                dv.strided = True
+            dattn = self.t.new(attn.buf.nbytes, "bmm")
+            self.t.drop(contiguous)
+            self.t.drop(*saved_)
+            self.deliver(vc, dv)
+            self.deliver(attn, dattn)
+
+        if attn.tracked or vc.tracked:
+            self._node(y, values_backward, [attn.buf, vc.buf])
+        out = y
+        if wide:
+            out = node(self.value(q.rows, q.width, "to", g.z), [y], [], [y.buf.nbytes])
+            self.t.drop(y.buf)
+        self.t.drop(qs.buf, qc.buf, kc.buf, attn.buf, vc.buf, weights, *(x.buf for x in widened if wide))
+        a = passing(self.value(q.rows, q.width, "transpose reshape"), out)
+        return a, out
 
     def repeat(self, kv: Value, width) -> Value:
         """``Attention._repeat``: K or V expanded to every head and reshaped (a copy); its backward sums each
@@ -742,7 +884,8 @@ class Ops:
         """A sublayer's branch output: attention (cross-attention reads the encoder output) or the FFN."""
         if L.KINDS[sub.kind].family == "attention":
             cross = sub.kind == "cross_attention"
-            return self.attention(x, memory if cross else x, rotary=self.g.rotary and not cross)
+            return self.attention(x, memory if cross else x, rotary=self.g.rotary and not cross,
+                                  bias=self.bias if sub.name == "self_attention" else None)
         hidden = self.up(x)
         out = self.linear(hidden, self.g.d, "ffn.down", bias=self.g.out_bias)
         self.t.drop(hidden.buf)
@@ -774,6 +917,7 @@ class Ops:
         return x
 
     _block_input = None
+    bias: Value | None = None  # the relative position bias of the stream being run (Stream.bias)
 
     def run_block(self, stack: str, x: Value, memory: Value | None, keep_input: bool = False) -> Value:
         """``s.x = block(s.x, s.memory)``: the caller's reference to the block input goes after the block."""
@@ -812,11 +956,17 @@ class Ops:
         return out
 
     def run_stage(self, kind: str, stack: str, s: "Stream", modulation: Value | None = None, pair=None) -> None:
+        """One stage on stream ``s`` (``Stage.run``); the blocks read the stream's relative bias (``self.bias``)."""
+        self.bias = s.bias
         if kind == "embedding":
             if stack == "decoder" and s.x is not None:
                 s.memory, s.x = s.x, None  # s.memory = s.x: the same reference moves
             self.t.drop(s.x.buf if s.x is not None else None)
             s.x = self.embed(stack, modulation)
+            if self.g.relative is not None:  # s.position_bias = stack.relative_position(rows)
+                bias = self.relative_bias(stack)
+                self.t.drop(s.bias.buf if s.bias is not None else None)
+                s.bias = bias
         elif kind == "sublayer":
             y = self.sublayer(pair[0], s.x, s.memory)
             self.t.drop(s.x.buf)
@@ -964,6 +1114,10 @@ def dfa_step(t: Tape, g: Group, optimizer: str, weight_decay: float) -> None:
             elif x is not None:
                 t.drop(x.buf)
             out = ops.embed(stack)
+            if g.relative is not None:  # stream.position_bias, set by the embedding stage
+                bias = ops.relative_bias(stack)
+                t.drop(ops.bias.buf if ops.bias is not None else None)
+                ops.bias = bias
             points.append((stack, out))
             x = ops.detach(out)
             for _ in range(g.depth[stack]):
@@ -1009,7 +1163,7 @@ def dfa_step(t: Tape, g: Group, optimizer: str, weight_decay: float) -> None:
         ops.backward(list(zip([out for _, out in points], grads)))
     with t.in_phase("optimizer_step"):
         optimizer_step(t, g, optimizer, weight_decay)
-    t.drop(last_out.buf if last_out is not None else None)
+    t.drop(last_out.buf if last_out is not None else None, ops.bias.buf if ops.bias is not None else None)
 
 
 def wm_step(t: Tape, g: Group, optimizer: str, weight_decay: float, mirror_steps: int = 1) -> None:
@@ -1209,7 +1363,7 @@ def groups(configs) -> list[tuple[np.ndarray, tuple]]:
                     (options["kv_heads"] == 1) & (configs["heads"].to_numpy() > 1), options["relu"] > 0,
                     options["gated"] > 0, options["learned"] > 0, options["added_positions"] > 0,
                     options["type_vocab"] > 0, options["embedding_norm"] > 0, options["pre"] > 0, options["rms"] > 0,
-                    options["rotary"] > 0))
+                    options["rotary"] > 0, options["relative"] > 0))
     out: dict[tuple, list[int]] = {}
     for i, key in enumerate(keys):
         out.setdefault(key, []).append(i)
@@ -1218,7 +1372,7 @@ def groups(configs) -> list[tuple[np.ndarray, tuple]]:
 
 def group_of(configs, rows: np.ndarray, key: tuple, dtype_bytes: int) -> Group:
     (arch, enc, dec, classifier, qkv_bias, out_bias, head_bias, tied, grouped, single_kv, relu, gated, learned, added,
-     types, embedding_norm, pre, rms, rotary) = key
+     types, embedding_norm, pre, rms, rotary, relative) = key
     from .templates import option_columns
 
     options = option_columns(configs)
@@ -1232,16 +1386,17 @@ def group_of(configs, rows: np.ndarray, key: tuple, dtype_bytes: int) -> Group:
                  options["kv_width"][rows], bool(relu), bool(gated),
                  "learned" if learned else "sinusoidal" if added else "none",
                  options["type_vocab"][rows] if types else None, options["max_positions"][rows], bool(embedding_norm),
-                 bool(pre), bool(rms), bool(rotary))
+                 bool(pre), bool(rms), bool(rotary), options["relative_buckets"][rows] if relative else None)
 
 
 def followed_by_tape(configs) -> np.ndarray:
-    """The configurations whose step the tape replays: every architecture option (issue 14) but T5's relative
-    positions (the math attention path), which it does not follow yet."""
+    """The configurations whose step the tape replays: every architecture option (issue 14); T5's relative bias
+    (SDPA's math path) without grouped-query attention."""
     from .templates import option_columns
 
     o = option_columns(configs)
-    return o["relative"] == 0
+    grouped = o["kv_heads"] < configs["heads"].to_numpy()
+    return (o["relative"] == 0) | ~grouped
 
 
 def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start: np.ndarray, gradients: np.ndarray,
