@@ -71,9 +71,11 @@ def _reduce(values: np.ndarray, order: np.ndarray, starts: np.ndarray, op) -> np
     return op.reduceat(values[order], starts)
 
 
-def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sgd",)) -> pd.DataFrame:
+def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sgd",), executed: bool = True
+                 ) -> pd.DataFrame:
     """One row per (config_id, rule, optimizer, dtype): bytes per component (the hand model, summed: ``total``)
-    and the executed model's step start, step peak and phase peaks (:mod:`.peaks`)."""
+    and the executed model's step start, step peak and phase peaks (:mod:`.peaks`; -1 without ``executed``: a
+    caller that reads the components only, such as the plan, skips the replay)."""
     t = T.build(configs, "layer")
     model_layer = np.array([KINDS[k].model_layer for k in t.kind], dtype=bool)
     per = _per_layer(t)
@@ -181,9 +183,10 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
                 buffers = position_buffers * size + bucket_bytes + (8 * linears if name == "wm" else 0)
                 start = sum(part[k] for k in PERSISTENT) + buffers + batch
                 frame["buffers"], frame["batch"], frame["step_start"] = buffers, batch, start
-                executed = peaks.step_peaks(configs, name, optimizer, size, start, part["gradients"],
-                                            spec.defaults.get("weight_decay", 0.0))
-                for column, values in executed.items():
+                replayed = (peaks.step_peaks(configs, name, optimizer, size, start, part["gradients"],
+                                             spec.defaults.get("weight_decay", 0.0)) if executed else
+                            {c: np.full(len(configs), -1, dtype=np.int64) for c in ("peak", *peaks.PEAK_PHASE_COLUMNS)})
+                for column, values in replayed.items():
                     frame[column] = values
                 frames.append(frame)
     table = pd.concat(frames, ignore_index=True)

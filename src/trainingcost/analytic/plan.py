@@ -221,7 +221,7 @@ class ModelFacts:
 
 def model_facts(cfg, rules, optimizer: str) -> ModelFacts:
     configs = _configs(cfg)
-    memory = memory_table(configs, rules, ["fp32"], [optimizer]).set_index("rule")
+    memory = memory_table(configs, rules, ["fp32"], [optimizer], executed=False).set_index("rule")  # components
     t = T.build(configs, "layer")
     per = _per_layer(t)
     kinds = t.kind
