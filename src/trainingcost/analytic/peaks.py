@@ -426,26 +426,17 @@ class Ops:
 
         return self._node(out, backward, [x.buf])
 
-    def gelu(self, u: Value) -> Value:
-        out = self.value(u.rows, u.width, "gelu")
+    def activation(self, u: Value, saves_output: bool = False) -> Value:
+        """An elementwise activation: GELU and SiLU save their input; ReLU saves its output (``threshold_backward``
+        reads the result), so ``u`` goes as soon as the caller drops it."""
+        out = self.value(u.rows, u.width, "activation")
 
         def backward(grad, saved):
-            grad_u = self.t.new(u.buf.nbytes, "gelu_backward")
+            grad_u = self.t.new(u.buf.nbytes, "activation_backward")
             self.release(grad, saved)
             self.deliver(u, grad_u)
 
-        return self._node(out, backward, [u.buf])
-
-    def relu(self, u: Value) -> Value:
-        """ReLU's node saves its output (``threshold_backward`` reads the result), so ``u`` goes at once."""
-        out = self.value(u.rows, u.width, "relu")
-
-        def backward(grad, saved):
-            grad_u = self.t.new(u.buf.nbytes, "threshold_backward")
-            self.release(grad, saved)
-            self.deliver(u, grad_u)
-
-        return self._node(out, backward, [out.buf])
+        return self._node(out, backward, [out.buf if saves_output else u.buf])
 
     def mul(self, a: Value, b: Value) -> Value:
         """a * b; the node saves both and its backward makes each one's gradient (``grad * b``, then ``grad * a``)."""
@@ -466,7 +457,7 @@ class Ops:
         output (``FeedForward.forward``)."""
         if self.g.gated:
             pre = self.linear(x, self.g.ff, "ffn.gate", unit=False, bias=self.g.out_bias)
-            act = self.gelu(pre)
+            act = self.activation(pre)
             self.t.drop(pre.buf)
             if self.hook is not None:
                 self.hook("linear" if self.g.out_bias else "linear without bias", x, act)
@@ -475,7 +466,7 @@ class Ops:
             self.t.drop(act.buf, u.buf)
             return y
         u = self.linear(x, self.g.ff, "ffn.up", unit=False, bias=self.g.out_bias)
-        y = self.relu(u) if self.g.relu else self.gelu(u)
+        y = self.activation(u, saves_output=self.g.relu)
         self.t.drop(u.buf)
         if self.hook is not None:
             self.hook("linear" if self.g.out_bias else "linear without bias", x, y)
