@@ -10,8 +10,7 @@ steps of TP, DTP and LRA).
     python benchmarks/tape_diff.py --options "positions='relative', norm='rmsnorm'" [--rules bp,dfa] [--context 8]
 
 Settings alternate between SGD fp32 and Adam bf16, and shapes between two tiny ones (``--shapes``). A configuration
-the options make invalid (a tied classifier head) is skipped. The tape runs even where ``followed_by_tape`` says it
-does not follow the options yet: that is the point of the diff.
+the options make invalid (a tied classifier head) is skipped.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ tapes: list = []
 
 
 def _record_events() -> None:
-    """Every meter and tape from here on logs its events; the tape replays every configuration."""
+    """Every meter and tape from here on logs its events."""
     begin = M.TensorMeter.begin
 
     def logged_begin(self, *args, **kwargs):
@@ -54,7 +53,6 @@ def _record_events() -> None:
 
     M.TensorMeter.begin = logged_begin
     P.Tape = LoggedTape
-    P.followed_by_tape = lambda configs: np.ones(len(configs), dtype=bool)
 
 
 def allocations(events) -> list[tuple[int, str, str, int]]:

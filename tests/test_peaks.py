@@ -9,7 +9,7 @@ import torch
 from trainingcost.analytic import peaks as P
 from trainingcost.analytic.catalogue import rule_names
 from trainingcost.analytic.memory import memory_table
-from trainingcost.config import RuleOptions, TrainSpec, canonical_model, configs_frame
+from trainingcost.config import PRESETS, RuleOptions, TrainSpec, canonical_model, configs_frame
 from trainingcost.measure.recorder import StepRecorder
 from trainingcost.train.run import run_steps
 
@@ -135,8 +135,7 @@ def _one_thread():
 
 # Architecture options the tape follows (issue 14): biases off or on q, k, v only, no head bias, a tied table, heads
 # of any width and grouped-query attention, ReLU and gated FFNs, learned or no positions, token types, an embedding
-# norm, pre-LN blocks with a final norm, RMSNorm, rotary positions and T5's relative bias (SDPA's math path; not yet
-# with grouped-query attention).
+# norm, pre-LN blocks with a final norm, RMSNorm, rotary positions and T5's relative bias (SDPA's math path).
 OPTION_CASES = [
     # BERT-like: learned positions, token types, an embedding norm; ReLU for the FFN
     ("encoder", dict(positions="learned", max_positions=12, type_vocab=2, embedding_norm=True, ffn="relu"),
@@ -158,7 +157,9 @@ OPTION_CASES = [
     ("encoder-decoder", dict(positions="relative", relative_buckets=8, relative_max_distance=16, norm="rmsnorm",
                              norm_position="pre", ffn="relu", bias="none", head_bias=False, tie_embeddings=True),
      (2, 16, 4, 40, 5, 4, 24)),
-    ("encoder", dict(positions="relative"), (1, 24, 4, 48, 6, 3, 44)),  # a relative bias and a classifier head
+    # a relative bias with grouped-query attention and a classifier head; with one key/value head (a view)
+    ("encoder", dict(positions="relative", kv_heads=2), (1, 24, 4, 48, 6, 3, 44)),
+    ("decoder", dict(positions="relative", kv_heads=1, head_dim=8, norm="rmsnorm"), (2, 16, 4, 40, 5, 4, 24)),
     ("decoder", dict(bias="none", head_bias=False), (2, 16, 2, 32, 8, 2, 16)),
     ("decoder", dict(bias="qkv"), (1, 24, 4, 48, 6, 3, 44)),
     ("encoder", dict(bias="none", head_bias=True), (2, 16, 4, 40, 7, 2, 64)),
@@ -174,7 +175,7 @@ OPTION_CASES = [
 
 
 def test_the_tape_follows_the_architecture_options_to_the_byte():
-    """20 option sets x 7 rules, SGD fp32 and Adam bf16 alternating: step start, step peak, every phase's peak.
+    """21 option sets x 7 rules, SGD fp32 and Adam bf16 alternating: step start, step peak, every phase's peak.
     Tied gradients: two in one backward are summed out of place by the engine; one from an earlier backward
     (DFA's head) is added in place."""
     mismatches = []
@@ -193,17 +194,13 @@ def test_the_tape_follows_the_architecture_options_to_the_byte():
     assert not mismatches, mismatches[:3]
 
 
-def test_options_the_tape_does_not_follow_yet_are_not_replayed():
-    for options in (dict(arch="encoder", positions="relative", kv_heads=1), dict(arch="encoder", positions="relative"),
-                    dict(positions="rotary"), dict(norm="rmsnorm"),
-                    dict(ffn="swiglu"), dict(ffn="relu"), dict(norm_position="pre"), dict(positions="learned"),
-                    dict(embedding_norm=True), dict(positions="none")):
-        cfg = canonical_model({**dict(arch="decoder", layers=1, d_model=16, heads=2, d_ff=32, seq_len=8, vocab=64),
-                               **options}, "")
-        row = memory_table(configs_frame([("", cfg)]), ["bp"]).iloc[0]
-        followed = "kv_heads" not in options  # (a relative bias with grouped-query attention: not yet)
-        assert bool(P.followed_by_tape(configs_frame([("", cfg)]))[0]) == followed, options
-        if followed:
-            assert row["peak"] > 0 and (row[[f"peak_{p}" for p in ("forward", "backward")]] > 0).all(), options
-        else:
-            assert row["peak"] == -1 and (row[[f"peak_{p}" for p in P.STEP_PHASES]] == -1).all(), options
+def test_every_preset_is_replayed_and_only_rules_without_a_tape_are_not():
+    """Every architecture option is followed (issue 14): each preset's step has executed peaks under BP, PEPITA and
+    DFA at its published size; TP, DTP and LRA have no tape yet (-1 in every peak column)."""
+    frame = configs_frame([(name, canonical_model(entry, name)) for name, entry in PRESETS.items()])
+    table = memory_table(frame, ["bp", "pepita", "dfa", "tp"])
+    taped = table[table.rule != "tp"]
+    assert (taped.peak > taped.step_start).all() and (taped.peak_forward > 0).all(), \
+        taped.loc[taped.peak <= taped.step_start, ["config_id", "rule", "peak"]]
+    untaped = table[table.rule == "tp"]
+    assert (untaped.peak == -1).all() and (untaped[[f"peak_{p}" for p in P.STEP_PHASES]] == -1).all(axis=None)

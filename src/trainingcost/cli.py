@@ -25,7 +25,7 @@ from .io import created_count, undo_since
 from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names
 from .analytic.engine import out_of_scope
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
-from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, followed_by_tape, replays
+from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, replays
 from .config import (
     DEFAULT_LR,
     DEVICES,
@@ -228,12 +228,9 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
     return f"Total {unit} per training step, by rule and cost model\n" + _grid(header, rows) + "\n"
 
 
-def render_memory(memory: pd.DataFrame, followed: bool = True) -> str:
-    """``followed``: the executed tape follows the configuration's architecture (peaks.followed_by_tape)."""
+def render_memory(memory: pd.DataFrame) -> str:
     first = memory.iloc[0]
-    why = (f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)" if followed
-           else "not replayed yet for architecture options (peaks.py does not follow a relative bias with "
-                "grouped-query attention yet)")
+    why = f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)"
     setting = f"{first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters"
     phases = [c for c in PEAK_PHASE_COLUMNS if (memory[c] >= 0).any()]
     rule_why = "not replayed yet for this rule (its tape is not written; the components below cover it)"
@@ -305,7 +302,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if not args.memory:
         print(render_costs(table, args.metric) if args.per_layer else render_phases(table, args.metric))
         print(render_summary(table, args.metric))
-    print(render_memory(memory, bool(followed_by_tape(configs)[0])))
+    print(render_memory(memory))
     return 0
 
 

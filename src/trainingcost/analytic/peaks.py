@@ -541,8 +541,11 @@ class Ops:
                 turned = self.rotate(value)
                 self.t.drop(value.buf)
                 q, k = (turned, k) if name == "q" else (q, turned)
-        if bias is not None and bias.tracked:  # a bias that needs a gradient: SDPA's math path (T5; no grouped heads)
-            a, y = self.math_attention(q, k, v, bias)
+        if bias is not None and bias.tracked:  # a bias that needs a gradient: SDPA's math path (T5)
+            kr, vr = (self.repeat(k, width), self.repeat(v, width)) if self.g.grouped else (k, v)
+            a, y = self.math_attention(q, kr, vr, bias)
+            if self.g.grouped:
+                self.t.drop(kr.buf, vr.buf)
             o = self.linear(a, self.g.d, "o", bias=self.g.out_bias)
             self.t.drop(q.buf, k.buf, v.buf, y.buf, a.buf)
             return o
@@ -642,8 +645,13 @@ class Ops:
                   [None if wide else "strided"])
         ks = node(self.value(k.rows, k.width, "k * s", f), [k32], [], [bytes_(k.rows * k.width, f)],
                   [None if wide else "expanded"])
+        # q, k and v are views across heads that bmm copies contiguous first, except grouped-query attention's K
+        # and V: repeated into copies, or, with one key/value head, an expanded view, which the scaling (k) and the
+        # cast to float32 (v, under bf16) make dense.
+        k_dense = self.g.grouped
+        v_dense = self.g.grouped and (wide or not self.g.single_kv)
         qc = passing(self.value(q.rows, q.width, "q contiguous", f), qs)
-        kc = passing(self.value(k.rows, k.width, "k transposed contiguous", f), ks)
+        kc = ks if k_dense else passing(self.value(k.rows, k.width, "k transposed contiguous", f), ks)
         scores = node(self.value(scores_rows, 1, "q kT", f), [qc, kc], [qc.buf, kc.buf],
                       [qc.buf.nbytes, kc.buf.nbytes])
         self.t.drop(ks.buf)
@@ -672,7 +680,7 @@ class Ops:
             self.t.hold(attn.buf)
         self.t.drop(biased.buf)
         weights = self.t.new(bytes_(scores_rows, g.z), "attn.to") if wide else None  # returned weights, unused
-        vc = passing(self.value(v.rows, v.width, "v contiguous", f), v32)
+        vc = v32 if v_dense else passing(self.value(v.rows, v.width, "v contiguous", f), v32)
         y = self.value(q.rows, q.width, "attn v", f)
 
         def values_backward(grad, saved_):
@@ -693,7 +701,8 @@ class Ops:
         if wide:
             out = node(self.value(q.rows, q.width, "to", g.z), [y], [], [y.buf.nbytes])
             self.t.drop(y.buf)
-        self.t.drop(qs.buf, qc.buf, kc.buf, attn.buf, vc.buf, weights, *(x.buf for x in widened if wide))
+        self.t.drop(qs.buf, qc.buf, attn.buf, weights, *(x.buf for x in widened if wide),
+                    *([] if k_dense else [kc.buf]), *([] if v_dense else [vc.buf]))
         a = passing(self.value(q.rows, q.width, "transpose reshape"), out)
         return a, out
 
@@ -1380,33 +1389,19 @@ def group_of(configs, rows: np.ndarray, key: tuple, dtype_bytes: int) -> Group:
                  bool(pre), bool(rms), bool(rotary), options["relative_buckets"][rows] if relative else None)
 
 
-def followed_by_tape(configs) -> np.ndarray:
-    """The configurations whose step the tape replays: every architecture option (issue 14); T5's relative bias
-    (SDPA's math path) without grouped-query attention."""
-    from .templates import option_columns
-
-    o = option_columns(configs)
-    grouped = o["kv_heads"] < configs["heads"].to_numpy()
-    return (o["relative"] == 0) | ~grouped
-
-
 def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start: np.ndarray, gradients: np.ndarray,
                weight_decay: float = 0.0, mirror_steps: int = 1) -> dict[str, np.ndarray]:
     """The step's peak and each phase's peak (bytes, -1 where the rule has no such phase), per configuration,
     for a step that begins with ``start`` bytes alive, ``gradients`` of them last step's gradients. A model of
-    more than :data:`MAX_TAPE_BLOCKS` blocks is not replayed: -1 everywhere; nor, yet, a model with architecture
-    options :func:`followed_by_tape` does not follow (issue 14)."""
+    more than :data:`MAX_TAPE_BLOCKS` blocks is not replayed: -1 everywhere. Every architecture option is followed
+    (issue 14)."""
     n = len(configs)
     out = {"peak": np.full(n, -1, dtype=np.int64), **{c: np.full(n, -1, dtype=np.int64) for c in PEAK_PHASE_COLUMNS}}
-    followed = followed_by_tape(configs)
     replay = program(rule_name)
     if replay is None:
         return out
     for rows, key in groups(configs):
         if key[1] + key[2] > MAX_TAPE_BLOCKS:
-            continue
-        rows = rows[followed[rows]]
-        if len(rows) == 0:
             continue
         g = group_of(configs, rows, key, dtype_bytes)
         t = Tape(start[rows])

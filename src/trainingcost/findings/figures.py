@@ -408,8 +408,7 @@ def peak_memory(comparison: pd.DataFrame, runs: pd.DataFrame):
         ax.set(title=title, xlabel="", ylabel="MiB")
         missing = sorted(set(data.loc[data["MiB"].isna() & data["rule"].map(replays), "label"]))
         if missing:
-            ax.text(0.5, 0.5, "not replayed: " + ", ".join(missing) + "\n(a relative bias with grouped-query attention: not "
-                    "followed by peaks.py yet; or more blocks than it replays)", transform=ax.transAxes, ha="center", va="center",
+            ax.text(0.5, 0.5, "not replayed: " + ", ".join(missing) + "\n(more blocks than peaks.py replays)", transform=ax.transAxes, ha="center", va="center",
                     fontsize=7, color="0.35")
         ax.tick_params(axis="x", rotation=30, labelsize=6)
         for tick in ax.get_xticklabels():
