@@ -127,15 +127,14 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
     # (rows x head_dim each, float32 tables cast to the dtype), or each stack's relative-position buckets (rows x rows,
     # int64, T5); WM's float64 norm per weight matrix.
     options = T.option_columns(configs)
-    rows_per_stack = np.where(encdec | (configs["arch"].to_numpy() == "encoder"), c["seq_len"], 0) + np.where(
-        configs["arch"].to_numpy() != "encoder", c["tgt_len"], 0)
+    stack_rows = [np.where(configs["arch"].to_numpy() != "decoder", c["seq_len"], 0),  # the encoder's, the decoder's
+                  np.where(configs["arch"].to_numpy() != "encoder", c["tgt_len"], 0)]
+    rows_per_stack = stack_rows[0] + stack_rows[1]
     sinusoidal = (options["added_positions"] > 0) & (options["learned"] == 0)
     rotary_tables = 2 * options["rotary"] * options["head_dim"] * (
         np.where(configs["arch"].to_numpy() != "decoder", c["seq_len"] * c["enc_layers"], 0)
         + c["tgt_len"] * c["dec_layers"])
     position_buffers = np.where(sinusoidal, rows_per_stack * d, 0) + rotary_tables
-    stack_rows = [np.where(configs["arch"].to_numpy() != "decoder", c["seq_len"], 0),
-                  np.where(configs["arch"].to_numpy() != "encoder", c["tgt_len"], 0)]
     bucket_bytes = options["relative"] * TOKEN_BYTES * sum(rows * rows for rows in stack_rows)
     # T5's relative-position tables (buckets x heads per stack): PEPITA and MEMPEPITA never update them (their output
     # does not depend on the input; docs/learning_rules.md), so they have no gradient and no optimizer state there.

@@ -398,14 +398,18 @@ class Ops:
             self.hook("linear" if bias else "linear without bias", x, out)
 
         def backward(grad, saved):
-            # An expanded gradient (DFA's per-sequence error reaching a linear through a pre-LN residual) is copied
-            # contiguous by each product that reads it: the input's gradient, the weight's, the bias's sum.
-            if grad is not None and grad.strided:  # one contiguous copy replaces it
+            # A strided gradient is replaced by one contiguous copy; an expanded one (DFA's per-sequence error reaching
+            # a linear through a pre-LN residual) is copied by each product that reads it: the input's gradient, the
+            # weight's, the bias's sum (Buf.expanded, Buf.strided).
+            if grad is not None and grad.strided:
                 copied = self.t.new(bytes_(x.rows * n_out, self.g.z), "clone")
                 self.t.drop(grad)
                 grad = copied
-            copy = (lambda phase: self.param_grad(x.rows * n_out, phase, "clone")) if grad is not None and grad.expanded \
-                else (lambda phase: None)
+            expanded = grad is not None and grad.expanded
+
+            def copy(phase):
+                return self.param_grad(x.rows * n_out, phase, "clone") if expanded else None
+
             first = copy(None)
             grad_x = self.t.new(bytes_(x.rows * n_in, self.g.z), "grad_x") if x.tracked else None
             self.t.drop(first)
@@ -612,21 +616,6 @@ class Ops:
         wide = g.z < FLOAT32
         scores_rows = g.h * q.rows * (k.rows // g.B)
 
-        def node(out: Value, inputs: list, saved: list, sizes: list, layouts=(), temporaries: int = 0) -> Value:
-            """A node whose backward makes one tensor per input (``sizes``, bytes; then ``temporaries`` more, freed
-            at once), releases its gradient and saved tensors, and hands them on (``layouts``: flags on them)."""
-            def backward(grad, saved_):
-                made = [self.t.new(size, "math attention backward") for size in sizes]
-                self.t.drop(*made[len(inputs):])
-                for buf, layout in zip(made, layouts):
-                    if layout:
-                        setattr(buf, layout, True)
-                self.release(grad, saved_)
-                for value, buf in zip(inputs, made):
-                    self.deliver(value, buf)
-
-            return self._node(out, backward, saved) if any(x.tracked for x in inputs) else out
-
         def passing(out: Value, x: Value) -> Value:  # a contiguous copy or a view: the gradient goes on as it is
             def backward(grad, saved_):
                 self.deliver(x, grad)
@@ -636,15 +625,16 @@ class Ops:
         widened = []
         for x, layout in ((q, "strided"), (k, "expanded"), (v, "strided")):
             if wide:
-                x32 = node(self.value(x.rows, x.width, "to float32", f), [x], [], [x.buf.nbytes], [layout])
+                x32 = self.derivative(self.value(x.rows, x.width, "to float32", f), [x], [],
+                                      [(x.buf.nbytes, "_to_copy")], [layout])
                 widened.append(x32)
             else:
                 widened.append(x)
         q32, k32, v32 = widened
-        qs = node(self.value(q.rows, q.width, "q * s", f), [q32], [], [bytes_(q.rows * q.width, f)],
-                  [None if wide else "strided"])
-        ks = node(self.value(k.rows, k.width, "k * s", f), [k32], [], [bytes_(k.rows * k.width, f)],
-                  [None if wide else "expanded"])
+        qs = self.derivative(self.value(q.rows, q.width, "q * s", f), [q32], [], [(bytes_(q.rows * q.width, f), "mul")],
+                             [None if wide else "strided"])
+        ks = self.derivative(self.value(k.rows, k.width, "k * s", f), [k32], [], [(bytes_(k.rows * k.width, f), "mul")],
+                             [None if wide else "expanded"])
         # q, k and v are views across heads that bmm copies contiguous first, except grouped-query attention's K
         # and V: repeated into copies, or, with one key/value head, an expanded view, which the scaling (k) and the
         # cast to float32 (v, under bf16) make dense.
@@ -652,8 +642,8 @@ class Ops:
         v_dense = self.g.grouped and (wide or not self.g.single_kv)
         qc = passing(self.value(q.rows, q.width, "q contiguous", f), qs)
         kc = ks if k_dense else passing(self.value(k.rows, k.width, "k transposed contiguous", f), ks)
-        scores = node(self.value(scores_rows, 1, "q kT", f), [qc, kc], [qc.buf, kc.buf],
-                      [qc.buf.nbytes, kc.buf.nbytes])
+        scores = self.derivative(self.value(scores_rows, 1, "q kT", f), [qc, kc], [qc.buf, kc.buf],
+                                 [(qc.buf.nbytes, "bmm"), (kc.buf.nbytes, "bmm")])
         self.t.drop(ks.buf)
         biased = self.value(scores_rows, 1, "+ bias", f)
 
@@ -674,7 +664,8 @@ class Ops:
         if scores.tracked or bias.tracked:
             self._node(biased, bias_backward)
         self.t.drop(scores.buf)
-        attn = node(self.value(scores_rows, 1, "softmax", f), [biased], [], [bytes_(scores_rows, f)])
+        attn = self.derivative(self.value(scores_rows, 1, "softmax", f), [biased], [],
+                               [(bytes_(scores_rows, f), "_softmax_backward_data")])
         if attn.tracked:
             self.nodes[-1][2].append(attn.buf)  # softmax saves its output
             self.t.hold(attn.buf)
@@ -699,7 +690,7 @@ class Ops:
             self._node(y, values_backward, [attn.buf, vc.buf])
         out = y
         if wide:
-            out = node(self.value(q.rows, q.width, "to", g.z), [y], [], [y.buf.nbytes])
+            out = self.derivative(self.value(q.rows, q.width, "to", g.z), [y], [], [(y.buf.nbytes, "_to_copy")])
             self.t.drop(y.buf)
         self.t.drop(qs.buf, qc.buf, attn.buf, weights, *(x.buf for x in widened if wide),
                     *([] if k_dense else [kc.buf]), *([] if v_dense else [vc.buf]))
@@ -722,6 +713,23 @@ class Ops:
 
         return self._node(out, backward) if kv.tracked else out
 
+    def derivative(self, out: Value, inputs: list, saved: list, made: list, layouts=()) -> Value:
+        """A node of one op whose backward makes the tensors ``made`` ((bytes, label), in order: temporaries first,
+        freed at once, then one gradient per input), releases its gradient and saved tensors, and hands each input
+        its gradient (``layouts``: the flags a linear layer's backward reads, per input). No input tracked: no node."""
+        def backward(grad, saved_):
+            bufs = [self.t.new(size, label) for size, label in made]
+            grads = bufs[len(bufs) - len(inputs):]
+            self.t.drop(*bufs[:len(bufs) - len(inputs)])
+            for buf, layout in zip(grads, layouts):
+                if layout:
+                    setattr(buf, layout, True)
+            self.release(grad, saved_)
+            for value, buf in zip(inputs, grads):
+                self.deliver(value, buf)
+
+        return self._node(out, backward, saved) if any(x.tracked for x in inputs) else out
+
     def norm(self, s: Value) -> Value:
         return self.rms_norm(s) if self.g.rms else self.layer_norm(s)
 
@@ -733,33 +741,22 @@ class Ops:
         rows, d, z, f = s.rows, s.width, self.g.z, FLOAT32
         wide = z < FLOAT32
 
-        def node(out: Value, saved: list, to: Value, *made: tuple, temporaries: int = 0) -> None:
-            """A node whose backward makes the tensors ``made`` ((bytes, label) in order; the first ``temporaries``
-            freed at once), releases its gradient and saved tensors and hands the last one to ``to``."""
-            def backward(grad, saved_):
-                bufs = [self.t.new(size, label) for size, label in made]
-                self.t.drop(*bufs[:temporaries])
-                self.release(grad, saved_)
-                self.deliver(to, bufs[-1])
-
-            self._node(out, backward, saved)
-
         big, small = bytes_(rows * d, f), bytes_(rows, f)
         x = s
         if wide:
             x = self.value(rows, d, "to_float32", f)
             if s.tracked:
-                node(x, [], s, (s.buf.nbytes, "_to_copy"))
+                self.derivative(x, [s], [], [(s.buf.nbytes, "_to_copy")])
         tracked = x.tracked and self.graph
         square = self.value(rows, d, "pow", f)
         if tracked:
-            node(square, [x.buf], x, (big, "pow"), (big, "mul"), (big, "mul"), temporaries=2)
+            self.derivative(square, [x], [x.buf], [(big, "pow"), (big, "mul"), (big, "mul")])
         mean = self.value(rows, 1, "mean", f)
         if tracked:
-            node(mean, [], square, (big, "div"))
+            self.derivative(mean, [square], [], [(big, "div")])
         r = self.value(rows, 1, "rsqrt", f)
         if tracked:
-            node(r, [r.buf], mean, (small, "pow"), (small, "mul"), (small, "mul"), temporaries=2)
+            self.derivative(r, [mean], [r.buf], [(small, "pow"), (small, "mul"), (small, "mul")])
         self.t.drop(mean.buf, square.buf)
         n = self.value(rows, d, "mul", f)
         if tracked:  # x r: x's gradient, then a product summed over features for r's
@@ -792,7 +789,7 @@ class Ops:
             self.t.drop(x.buf)
         if wide:
             narrow = self.value(rows, d, "to", z)
-            node(narrow, [], y, (y.buf.nbytes, "_to_copy"))
+            self.derivative(narrow, [y], [], [(y.buf.nbytes, "_to_copy")])
             self.t.drop(y.buf)
             y = narrow
         self.t.drop(r.buf)
