@@ -1,4 +1,4 @@
-"""Diagnostic: the executed memory tape (analytic/peaks.py) against the tensor meter, allocation by allocation.
+"""Diagnostic: the executed memory tape (analytic/tape) against the tensor meter, allocation by allocation.
 
 For each arch and head kind (decoder LM, encoder classifier, encoder-decoder, encoder LM) and each rule the tape
 replays, one measured step is metered (``TensorMeter.events``) and replayed (``Tape.events``); the script prints
@@ -20,7 +20,7 @@ import itertools
 
 import numpy as np
 
-from trainingcost.analytic import peaks as P
+from trainingcost.analytic import tape as P
 from trainingcost.analytic.catalogue import rule_names
 from trainingcost.analytic.memory import memory_table
 from trainingcost.config import ConfigError, RuleOptions, TrainSpec, canonical_model, configs_frame

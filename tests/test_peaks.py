@@ -1,4 +1,4 @@
-"""The executed memory model (analytic/peaks.py) against the tensor meter, to the byte (issue 12)."""
+"""The executed memory model (analytic/tape) against the tensor meter, to the byte (issue 12)."""
 
 import itertools
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainingcost.analytic import peaks as P
+from trainingcost.analytic import tape as P
 from trainingcost.analytic.catalogue import rule_names
 from trainingcost.analytic.memory import memory_table
 from trainingcost.config import PRESETS, RuleOptions, TrainSpec, canonical_model, configs_frame

@@ -25,7 +25,7 @@ from .io import created_count, undo_since
 from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names
 from .analytic.engine import out_of_scope
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
-from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, replays
+from .analytic.tape import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, replays
 from .config import (
     DEFAULT_LR,
     DEVICES,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import peaks
+from . import tape
 from . import templates as T
 from .catalogue import rule
 from .layers import KINDS
@@ -39,9 +39,9 @@ OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}
 STEP_SCALAR_BYTES = {"sgd": 0, "momentum": 0, "adam": 4}  # Adam's float32 `step` per parameter tensor
 COMPONENTS = ("parameters", "gradients", "feedback", "optimizer_state", "activations")
 PERSISTENT = ("parameters", "gradients", "feedback", "optimizer_state")
-# The executed model (:mod:`.peaks`): bytes alive when a step begins (what it keeps between steps, its buffers and
+# The executed model (:mod:`.tape`): bytes alive when a step begins (what it keeps between steps, its buffers and
 # its batch) and the most bytes alive during the step and during each of its phases (-1: no such phase).
-EXECUTED_COLUMNS = ("buffers", "batch", "step_start", "peak", *peaks.PEAK_PHASE_COLUMNS)
+EXECUTED_COLUMNS = ("buffers", "batch", "step_start", "peak", *tape.PEAK_PHASE_COLUMNS)
 MEMORY_COLUMNS = ("config_id", "rule", "optimizer", "dtype", "parameter_count", *COMPONENTS, "total", *EXECUTED_COLUMNS)
 TOKEN_BYTES = 8  # int64 token ids and targets
 PER_LAYER = ("params", "weights", "saved", "working", "kept", "param_tensors")
@@ -74,7 +74,7 @@ def _reduce(values: np.ndarray, order: np.ndarray, starts: np.ndarray, op) -> np
 def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sgd",), executed: bool = True
                  ) -> pd.DataFrame:
     """One row per (config_id, rule, optimizer, dtype): bytes per component (the hand model, summed: ``total``)
-    and the executed model's step start, step peak and phase peaks (:mod:`.peaks`; -1 without ``executed``: a
+    and the executed model's step start, step peak and phase peaks (:mod:`.tape`; -1 without ``executed``: a
     caller that reads the components only, such as the plan, skips the replay)."""
     t = T.build(configs, "layer")
     model_layer = np.array([KINDS[k].model_layer for k in t.kind], dtype=bool)
@@ -182,9 +182,9 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
                 buffers = position_buffers * size + bucket_bytes + (8 * linears if name == "wm" else 0)
                 start = sum(part[k] for k in PERSISTENT) + buffers + batch
                 frame["buffers"], frame["batch"], frame["step_start"] = buffers, batch, start
-                replayed = (peaks.step_peaks(configs, name, optimizer, size, start, part["gradients"],
+                replayed = (tape.step_peaks(configs, name, optimizer, size, start, part["gradients"],
                                              spec.defaults.get("weight_decay", 0.0)) if executed else
-                            {c: np.full(len(configs), -1, dtype=np.int64) for c in ("peak", *peaks.PEAK_PHASE_COLUMNS)})
+                            {c: np.full(len(configs), -1, dtype=np.int64) for c in ("peak", *tape.PEAK_PHASE_COLUMNS)})
                 for column, values in replayed.items():
                     frame[column] = values
                 frames.append(frame)

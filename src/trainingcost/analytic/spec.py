@@ -27,6 +27,9 @@ ACTIVATIONS = ("autograd", "pepita", "mempepita", "targets")
 # B per weight matrix; d x d per block and embedding; F per stack; an affine d -> d inverse per block (TP, DTP);
 # d x d error weights per block and the head's shape at the head (LRA)
 FEEDBACK = ("none", "weights", "blocks", "output", "inverses", "error_weights")
+# A rule's step on the executed memory tape (analytic/tape/): autograd's program (forward, loss, autograd's backward,
+# optimizer), its own (``tape.py`` beside ``step.py``, defining ``program(t, g, run)``), or none (not replayed: -1)
+TAPES = ("autograd", "own", "none")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,11 @@ class RuleSpec:
     recipe_overrides: Mapping[str, Recipe] = field(default_factory=dict)  # cost model -> phases it replaces
     memory: RuleMemory = RuleMemory()
     defaults: Mapping[str, float] = field(default_factory=dict)  # hyperparameters (config.training.RuleOptions)
+    tape: str = "autograd"  # its step on the executed memory tape (TAPES)
+
+    def __post_init__(self):
+        if self.tape not in TAPES:
+            raise ValueError(f"rule {self.name!r}: tape {self.tape!r} (allowed: {', '.join(TAPES)})")
 
     def recipe_for(self, cost_model: str | None, settings: Mapping[str, int]) -> dict[str, list[tuple[str, int]]]:
         """The phases under ``cost_model``, with every multiplicity resolved from ``settings``."""

@@ -10,7 +10,7 @@ each the finest that a cost model and the measurement share:
   measured phase time sits beside it;
 - ``step``: (config_id, rule, seed), the whole training step, for every cost
   model; with the measured step time and peak memory beside the memory models': ``predicted_memory_bytes``
-  is the executed model's step peak (analytic/peaks.py), ``paper_memory_bytes`` the components summed.
+  is the executed model's step peak (analytic/tape), ``paper_memory_bytes`` the components summed.
 """
 
 from __future__ import annotations

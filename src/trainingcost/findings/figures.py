@@ -21,7 +21,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from ..analytic import PHASES, cost_model_names, layer_table  # noqa: E402
-from ..analytic.peaks import replays  # noqa: E402
+from ..analytic.tape import replays  # noqa: E402
 from ..io import atomic_write  # noqa: E402
 from .style import rule_styles  # noqa: E402
 
@@ -408,7 +408,7 @@ def peak_memory(comparison: pd.DataFrame, runs: pd.DataFrame):
         ax.set(title=title, xlabel="", ylabel="MiB")
         missing = sorted(set(data.loc[data["MiB"].isna() & data["rule"].map(replays), "label"]))
         if missing:
-            ax.text(0.5, 0.5, "not replayed: " + ", ".join(missing) + "\n(more blocks than peaks.py replays)", transform=ax.transAxes, ha="center", va="center",
+            ax.text(0.5, 0.5, "not replayed: " + ", ".join(missing) + "\n(more blocks than the tape replays)", transform=ax.transAxes, ha="center", va="center",
                     fontsize=7, color="0.35")
         ax.tick_params(axis="x", rotation=30, labelsize=6)
         for tick in ax.get_xticklabels():

@@ -168,7 +168,7 @@ def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.D
         untaped = (f" It does not replay the steps of {len(unreplayed)} runs yet "
                    f"({', '.join(sorted(set(unreplayed['rule'])))}; docs/cost_models.md)." if len(unreplayed) else "")
         lines += ["## Memory: MEMPEPITA against PEPITA and BP", "",
-                  f"The executed memory model (analytic/peaks.py) equals the measured tensor peak to the byte on "
+                  f"The executed memory model (analytic/tape) equals the measured tensor peak to the byte on "
                   f"{exact} of the {len(both)} measured runs whose step it replays (largest relative difference "
                   f"{worst:.2%}).{untaped}", "",
                   "Median over configurations of each rule's bytes / BP's on the same configuration. The measured "

@@ -82,7 +82,7 @@ class TensorMeter(TorchDispatchMode):
         self.batch_keys: frozenset = frozenset()
         self.at_start: dict[str, int] = {}
         # (+/-, bytes, op, phase) of every counted storage, when a caller sets a list here: to set the executed memory
-        # model's tape (analytic/peaks.py, whose Tape.events has the same form) beside the meter, event by event.
+        # model's tape (analytic/tape, whose Tape.events has the same form) beside the meter, event by event.
         self.events: list[tuple[str, int, str, str | None]] | None = None
 
     # -- counting ---------------------------------------------------------------------

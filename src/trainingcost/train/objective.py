@@ -30,7 +30,7 @@ class Batch:
     def __post_init__(self):
         # Each tensor contiguous and alone in its storage: the step flattens ids and targets without a copy of its
         # own (the loss, PEPITA's embedding update), and the batch's bytes are those of its tensors, as the
-        # executed memory model counts them (analytic/peaks.py), whatever view of a window a task hands over.
+        # executed memory model counts them (analytic/tape), whatever view of a window a task hands over.
         self.tokens = {stack: _own(ids) for stack, ids in self.tokens.items()}
         self.targets = _own(self.targets)
 

@@ -20,5 +20,6 @@ SPEC = RuleSpec(
         "weight_update": (("weight_grad", 1),),
     },
     memory=RuleMemory(activations="autograd", feedback="blocks"),
+    tape="own",
     defaults={"weight_decay": 0.0},
 )

@@ -27,5 +27,6 @@ SPEC = RuleSpec(
         }
     },
     memory=RuleMemory(activations="mempepita", feedback="output"),
+    tape="own",
     defaults={"weight_decay": 0.0, "pepita_f_scale": 0.05},
 )

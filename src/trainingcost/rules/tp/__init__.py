@@ -18,5 +18,6 @@ SPEC = RuleSpec(
     phases=PHASES,
     recipe=DTP.recipe,
     memory=RuleMemory(activations="targets", feedback="inverses", trains_feedback=True),
+    tape="none",
     defaults=dict(DTP.defaults),
 )

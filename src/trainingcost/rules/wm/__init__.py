@@ -20,5 +20,6 @@ SPEC = RuleSpec(
         "mirror": (("linear_forward", "mirror_steps"), ("linear_weight_grad", "mirror_steps")),
     },
     memory=RuleMemory(activations="autograd", feedback="weights"),
+    tape="own",
     defaults={"weight_decay": 0.0, "mirror_lr": 0.1, "mirror_decay": 0.1, "mirror_noise": 1.0},
 )

@@ -1,0 +1,218 @@
+"""A group of configurations that share one structure: the tape runs once per group, its sizes are arrays.
+
+The structure is a :class:`GroupKey`, a frozen dataclass of the option columns that change which ops run
+(:func:`..templates.option_columns`); the sizes of each configuration (batch, widths, rows) are arrays over
+the group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from .. import layers as L
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """What decides which ops a step runs: the arch, the depths, the head, and the architecture options."""
+
+    arch: str
+    enc_layers: int
+    dec_layers: int
+    classifier: bool
+    qkv_bias: bool  # biases of q, k, v ...
+    out_bias: bool  # ... of o and the FFN's matrices ...
+    head_bias: bool  # ... and of the head
+    tied: bool  # one V x d table: every stack's embedding and the head
+    grouped: bool  # fewer key/value heads than heads: K and V repeated to every head (a copy each) ...
+    single_kv: bool  # ... but for one key/value head (a view)
+    relu: bool  # the FFN's activation is ReLU (saves its output) instead of GELU (saves its input)
+    gated: bool  # a gated FFN (SwiGLU, GeGLU): act(x W_gate) * (x W_up), then W_down
+    positions: str  # "sinusoidal" (a buffer added), "learned" (a table gathered), "none" (rotary and relative: "none")
+    types: bool  # BERT's token-type table
+    embedding_norm: bool  # a norm after the embedding's tables (BERT)
+    pre: bool  # pre-LN: x + branch(norm(x)), and a final norm per stack
+    rms: bool  # RMSNorm (a weight, no bias) instead of LayerNorm
+    rotary: bool  # rotary positions: q and k of every self-attention turned before SDPA
+    relative: bool  # T5's relative bias
+
+    @property
+    def blocks(self) -> int:
+        return self.enc_layers + self.dec_layers
+
+
+def group_keys(configs) -> list[GroupKey]:
+    """The :class:`GroupKey` of every configuration of the frame ``configs``."""
+    from ..templates import option_columns
+
+    o = {name: np.asarray(values) for name, values in option_columns(configs).items()}
+    heads = configs["heads"].to_numpy()
+    columns = dict(
+        arch=configs["arch"].to_numpy(), enc_layers=configs["enc_layers"].astype(int).to_numpy(),
+        dec_layers=configs["dec_layers"].astype(int).to_numpy(), classifier=configs["classes"].astype(int).to_numpy() > 0,
+        qkv_bias=o["qkv_bias"] > 0, out_bias=o["out_bias"] > 0, head_bias=o["head_bias"] > 0, tied=o["tied"] > 0,
+        grouped=o["kv_heads"] < heads, single_kv=(o["kv_heads"] == 1) & (heads > 1), relu=o["relu"] > 0,
+        gated=o["gated"] > 0,
+        positions=np.where(o["learned"] > 0, "learned", np.where(o["added_positions"] > 0, "sinusoidal", "none")),
+        types=o["type_vocab"] > 0, embedding_norm=o["embedding_norm"] > 0, pre=o["pre"] > 0, rms=o["rms"] > 0,
+        rotary=o["rotary"] > 0, relative=o["relative"] > 0,
+    )
+    names = [f.name for f in fields(GroupKey)]
+    rows = zip(*(columns[name].tolist() for name in names))
+    return [GroupKey(**dict(zip(names, row))) for row in rows]
+
+
+def groups(configs) -> list[tuple[np.ndarray, GroupKey]]:
+    """Row indices of ``configs`` per structure."""
+    out: dict[GroupKey, list[int]] = {}
+    for i, key in enumerate(group_keys(configs)):
+        out.setdefault(key, []).append(i)
+    return [(np.array(rows), key) for key, rows in out.items()]
+
+
+@dataclass
+class Group:
+    """Configurations of one structure (:class:`GroupKey`, whose fields read as the group's own: ``g.pre``):
+    the sizes are arrays over the group."""
+
+    key: GroupKey
+    B: np.ndarray
+    d: np.ndarray
+    ff: np.ndarray
+    h: np.ndarray
+    V: np.ndarray
+    C: np.ndarray
+    rows: dict[str, np.ndarray]  # stack -> positions per sequence
+    z: int  # bytes per element of the model's dtype
+    a: np.ndarray  # heads x head_dim: queries and attention output
+    kv: np.ndarray  # kv_heads x head_dim: keys and values
+    max_pos: np.ndarray  # rows of a learned position table (0: the stack's rows)
+    types: np.ndarray | None = None  # rows of BERT's token-type table (None: no token types)
+    relative: np.ndarray | None = None  # T5's relative bias: the table's buckets (None: no relative bias)
+
+    @classmethod
+    def of(cls, configs, rows: np.ndarray, key: GroupKey, dtype_bytes: int) -> "Group":
+        """The group of ``configs``' rows ``rows``, all of structure ``key``, in a dtype of ``dtype_bytes``."""
+        from ..templates import option_columns
+
+        options = option_columns(configs)
+        col = {c: configs[c].to_numpy(dtype=np.int64)[rows] for c in
+               ("batch", "d_model", "d_ff", "heads", "vocab", "classes", "seq_len", "tgt_len")}
+        return cls(key, col["batch"], col["d_model"], col["d_ff"], col["heads"], col["vocab"], col["classes"],
+                   {"encoder": col["seq_len"], "decoder": col["tgt_len"]}, dtype_bytes, options["attn_width"][rows],
+                   options["kv_width"][rows], options["max_positions"][rows],
+                   options["type_vocab"][rows] if key.types else None,
+                   options["relative_buckets"][rows] if key.relative else None)
+
+    def __getattr__(self, name: str):  # the structure's fields: g.pre, g.gated, g.arch ...
+        if name.startswith("_") or name == "key":
+            raise AttributeError(name)
+        return getattr(self.key, name)
+
+    @property
+    def depth(self) -> dict[str, int]:
+        """Blocks per stack."""
+        return {stack: self.key.enc_layers if stack == "encoder" else self.key.dec_layers for stack in self.stacks}
+
+    @property
+    def positions(self) -> str:
+        return self.key.positions
+
+    @property
+    def q_width(self) -> np.ndarray:
+        return self.a
+
+    @property
+    def kv_width(self) -> np.ndarray:
+        return self.kv
+
+    @property
+    def norm_parameters(self) -> list[np.ndarray]:
+        """A norm's parameter tensors: LayerNorm's gamma and beta, RMSNorm's weight."""
+        return [self.d] if self.rms else [self.d, self.d]
+
+    def position_rows(self, stack: str) -> np.ndarray:
+        """Rows of a stack's learned position table (``ModelConfig.position_rows``)."""
+        return np.where(self.max_pos > 0, self.max_pos, self.rows[stack])
+
+    @property
+    def stacks(self) -> tuple[str, ...]:
+        return L.stacks(self.arch)
+
+    @property
+    def out(self) -> np.ndarray:
+        return np.where(self.classifier, self.C, self.V)
+
+    @property
+    def out_stack(self) -> str:
+        return self.stacks[-1]
+
+    def M(self, stack: str) -> np.ndarray:
+        return self.B * self.rows[stack]
+
+    @property
+    def out_rows(self) -> np.ndarray:
+        """Rows of logits (and of targets): one per sequence for a classifier, else one per output position."""
+        return self.B if self.classifier else self.M(self.out_stack)
+
+    def aligned(self, stack: str) -> bool:
+        """Whether the output error has one row per position of ``stack`` (ModelConfig.error_aligned)."""
+        return not self.classifier and stack == self.out_stack
+
+    def linears(self) -> list[tuple[int, int]]:
+        """(in, out) of every weight matrix, in the order of ``model.parameters()``; sizes are arrays."""
+        out: list[tuple] = []
+        for stack in self.stacks:
+            for _ in range(self.depth[stack]):
+                for sub in L.block_sublayers(self.arch, stack):
+                    family = L.KINDS[sub.kind].family
+                    if family == "attention":
+                        out += [(self.d, self.q_width), (self.d, self.kv_width), (self.d, self.kv_width),
+                                (self.q_width, self.d)]
+                    elif family == "ffn":
+                        out += [(self.d, self.ff)] * (2 if self.gated else 1) + [(self.ff, self.d)]
+        return out + [(self.d, self.out)]
+
+    def parameters(self, feedback_parameters: bool = False) -> list[np.ndarray]:
+        """Elements of every parameter tensor, in the order of ``model.parameters()`` (KP: W, b, B per linear)."""
+        sizes: list[np.ndarray] = []
+
+        def linear(n_in, n_out, bias):
+            sizes.extend([n_in * n_out] + ([n_out] if bias else []) + ([n_in * n_out] if feedback_parameters else []))
+
+        for stack in self.stacks:
+            if not (self.tied and stack != self.stacks[0]):
+                sizes.append(self.V * self.d)  # token embedding (a tied table once, with the first stack)
+            if self.types is not None:
+                sizes.append(self.types * self.d)
+            if self.positions == "learned":
+                sizes.append(self.position_rows(stack) * self.d)
+            if self.embedding_norm:
+                sizes.extend(self.norm_parameters)
+            for _ in range(self.depth[stack]):
+                for sub in L.block_sublayers(self.arch, stack, self.pre):  # (pre-LN: each norm before its branch)
+                    family = L.KINDS[sub.kind].family
+                    if family == "attention":
+                        linear(self.d, self.q_width, self.qkv_bias)
+                        linear(self.d, self.kv_width, self.qkv_bias)
+                        linear(self.d, self.kv_width, self.qkv_bias)
+                        linear(self.q_width, self.d, self.out_bias)
+                    elif family == "ffn":
+                        for _ in range(2 if self.gated else 1):  # (gated: the gate's matrix, then the up one)
+                            linear(self.d, self.ff, self.out_bias)
+                        linear(self.ff, self.d, self.out_bias)
+                    else:
+                        sizes.extend(self.norm_parameters)
+            if self.pre:
+                sizes.extend(self.norm_parameters)  # the stack's final norm
+        if self.tied:  # the head's weight is the table: only its bias (and KP's B) are its own
+            sizes.extend(([self.out] if self.head_bias else []) + ([self.d * self.out] if feedback_parameters else []))
+        else:
+            linear(self.d, self.out, self.head_bias)
+        return sizes
+
+
+# ---------------------------------------------------------------------------
+# The model's ops, with or without autograd

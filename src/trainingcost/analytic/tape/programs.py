@@ -1,0 +1,91 @@
+"""The programs every rule shares: autograd's step (the default), the optimizer, and the output error.
+
+A tape program replays one training step: ``program(t, g, run)`` with a :class:`~.buffers.Tape`, a
+:class:`~.group.Group` and the run's settings (:class:`Run`). A rule declares its program in its spec
+(``RuleSpec.tape``): autograd's (:func:`autograd_step`), its own (``tape.py`` beside its ``step.py``), or none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .buffers import BOOL, FLOAT32, INT64, Buf, Tape, bytes_
+from .group import Group
+from .ops import Ops
+
+
+@dataclass(frozen=True)
+class Run:
+    """The settings of a step that change its allocations."""
+
+    optimizer: str  # sgd, momentum, adam
+    weight_decay: float = 0.0
+    mirror_steps: int = 1  # WM's mirror steps per training step
+    feedback_parameters: bool = False  # the rule trains a feedback matrix per weight matrix (KP): a gradient each
+
+
+# The optimizer (torch's single-tensor loops on CPU)
+
+
+def optimizer_step(t: Tape, g: Group, run: Run) -> None:
+    """``optimizer.step()`` over every parameter (and trained feedback matrix), in ``model.parameters()``'s order."""
+    sizes = [bytes_(p, g.z) for p in g.parameters(run.feedback_parameters)]
+    if run.optimizer == "adam":  # AdamW: decay in place; denom = sqrt(v) / c2 + eps, kept until the next one
+        previous = None
+        for size in sizes:
+            root = t.new(size, "sqrt")
+            denom = t.new(size, "div")
+            t.drop(root, previous)
+            previous = denom
+        t.drop(previous)
+    elif run.weight_decay:  # SGD (with or without momentum): grad = grad + wd * param, one parameter at a time
+        for size in sizes:
+            t.drop(t.new(size, "add"))
+
+
+# ---------------------------------------------------------------------------
+# Autograd's step: the program of every rule that declares none of its own
+
+
+def autograd_step(t: Tape, g: Group, run: Run) -> Ops:
+    """BP, FA, KP (and WM before its mirror): the model's forward, the loss, autograd's backward, the optimizer
+    (``Backprop.step``). Trained feedback matrices (KP) get a gradient beside each weight's."""
+    ops = Ops(t, g, graph=True, kp=run.feedback_parameters)
+    with t.in_phase("forward"):
+        logits = ops.forward()
+        loss, root = ops.loss(logits)
+        t.drop(logits.buf)
+    with t.in_phase("backward"):
+        seed = t.new(np.full_like(t.live, FLOAT32), "ones_like")
+        t.hold(seed)  # the engine keeps the root gradient until the backward ends
+        ops.backward([(root, seed)])
+        t.drop(seed)
+    with t.in_phase("optimizer_step"):
+        optimizer_step(t, g, run)
+    return ops
+
+
+def output_error(t: Tape, g: Group) -> Buf:
+    """``objective.output_error``: softmax(logits) - onehot(targets) in place on the float32 softmax, in the
+    logits' dtype."""
+    rows, width = g.out_rows, g.out
+    valid = t.new(bytes_(rows, BOOL), "targets != IGNORE")
+    if g.z < FLOAT32:
+        wide = t.new(bytes_(rows * width, FLOAT32), "to_float32")
+        error = t.new(bytes_(rows * width, FLOAT32), "softmax")
+        t.drop(wide)
+    else:
+        error = t.new(bytes_(rows * width, FLOAT32), "softmax")
+    index = t.new(bytes_(rows, INT64), "clamp")
+    ones = t.new(bytes_(rows, FLOAT32), "valid.to")
+    negative = t.new(bytes_(rows, FLOAT32), "neg")
+    t.drop(ones, index, negative)
+    narrow = t.new(bytes_(rows * width, g.z), "error.to") if g.z < FLOAT32 else None  # return error.to(dtype),
+    t.drop(t.new(np.full_like(t.live, INT64), "valid.sum"))  # int(valid.sum())
+    if narrow is not None:
+        t.drop(error)
+        error = narrow
+    t.drop(valid)
+    return error
