@@ -18,6 +18,7 @@ documented in docs/cost_models.md (memory model).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 from .spec import LayerKind
@@ -148,7 +149,7 @@ def kind(name: str) -> LayerKind:
 
 @dataclass(frozen=True)
 class Sublayer:
-    """One sublayer of a transformer block.
+    """One sublayer of a transformer block, a layer of every table: a branch (attention, FFN) or a norm.
 
     ``block_entry`` is true when the sublayer's residual (or query) input is the block's input, so the
     gradient it sends to its input leaves the block (what direct feedback alignment does without);
@@ -159,22 +160,40 @@ class Sublayer:
     kind: str
     block_entry: bool
     kv_entry: bool = False
+    role: str = "branch"  # "branch" or "norm"
 
 
-def _block(pairs: tuple[tuple[str, str], ...], pre: bool) -> tuple[Sublayer, ...]:
-    """A block's sublayers from its (branch, branch kind) pairs: post-LN puts each add & norm after its
-    branch; pre-LN puts the norm first. Only the first sublayer reads the block input."""
-    subs: list[Sublayer] = []
-    for name, kind in pairs:
-        entry = not subs
-        cross = kind == "cross_attention"
-        attention = kind in ("self_attention", "masked_self_attention", "cross_attention")
-        norm = Sublayer(f"{name}_norm", "add_norm", entry)
-        if pre:
-            subs += [norm, Sublayer(name, kind, False, attention and cross)]
-        else:
-            subs += [Sublayer(name, kind, entry, attention and (entry or cross)), norm]
-    return tuple(subs)
+@dataclass(frozen=True)
+class Branch:
+    """One residual branch of a block: the sublayer that computes it and the norm that goes with it.
+
+    Post-LN: norm(x + f(x)); pre-LN: x + f(norm(x)).
+    """
+
+    name: str  # the branch's sublayer: self_attention, cross_attention, ffn
+    kind: str  # its layer kind
+    norm: str  # the name of its norm's sublayer
+    reads_memory: bool  # keys and values come from the encoder output (cross-attention)
+    positional: bool  # the stack's positions act inside it: rotary turns its q and k, a relative bias adds to its scores
+
+
+@dataclass(frozen=True)
+class BlockDescription:
+    """The one description of a block of ``stack`` that the analytic engine's templates, the PyTorch model
+    (``train/model.py``'s ``Block``) and the memory tape (``analytic/tape``) all read.
+
+    ``branches`` run in order, each on the output of the one before; ``sublayers`` are the layers of the tables,
+    in forward order (pre-LN: each norm before its branch; post-LN: after it).
+    """
+
+    arch: str
+    stack: str
+    pre: bool
+    branches: tuple[Branch, ...]
+    sublayers: tuple[Sublayer, ...]
+
+    def sublayer(self, name: str) -> Sublayer:
+        return next(sub for sub in self.sublayers if sub.name == name)
 
 
 _ENCODER = (("self_attention", "self_attention"), ("ffn", "ffn"))
@@ -183,15 +202,33 @@ _ENC_DEC_DECODER = (("self_attention", "masked_self_attention"), ("cross_attenti
 EMBEDDING_NORM, FINAL_NORM = "embedding_norm", "final_norm"  # kind "norm"
 
 
-def block_sublayers(arch: str, stack: str, pre: bool = False) -> tuple[Sublayer, ...]:
-    """The sublayers of one block of ``stack`` ('encoder' or 'decoder') in ``arch``, post-LN or ``pre``-LN."""
+@lru_cache(maxsize=None)
+def describe_block(arch: str, stack: str, pre: bool = False) -> BlockDescription:
+    """The block of ``stack`` ('encoder' or 'decoder') in ``arch``, post-LN or ``pre``-LN."""
     if stack == "encoder":
         pairs = _ENCODER
     elif arch == "encoder-decoder":
         pairs = _ENC_DEC_DECODER
     else:
         pairs = _DECODER_ONLY
-    return _block(pairs, pre)
+    branches, subs = [], []
+    for name, kind in pairs:
+        entry = not subs  # only the first branch reads the block input
+        cross = kind == "cross_attention"
+        attention = KINDS[kind].family == "attention"
+        branch = Branch(name, kind, f"{name}_norm", reads_memory=cross, positional=attention and not cross)
+        branches.append(branch)
+        norm = Sublayer(branch.norm, "add_norm", entry, role="norm")
+        if pre:
+            subs += [norm, Sublayer(name, kind, False, attention and cross)]
+        else:
+            subs += [Sublayer(name, kind, entry, attention and (entry or cross)), norm]
+    return BlockDescription(arch, stack, pre, tuple(branches), tuple(subs))
+
+
+def block_sublayers(arch: str, stack: str, pre: bool = False) -> tuple[Sublayer, ...]:
+    """The sublayers of one block of ``stack`` in ``arch``, in forward order (:func:`describe_block`)."""
+    return describe_block(arch, stack, pre).sublayers
 
 
 def stack_ends(cfg) -> tuple[tuple[str, str], ...]:

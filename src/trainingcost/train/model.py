@@ -182,39 +182,32 @@ BLOCK_MODULES: dict[str, Callable[[str, ModelConfig, int], nn.Module]] = {
 
 
 class Block(nn.Module):
-    """One block; its sublayers and their names come from :func:`layers.block_sublayers`.
+    """One block, as :func:`layers.describe_block` describes it: a module per sublayer under its name, and the
+    branches run in order, each with its norm: after the residual (post-LN) or on the branch's input (pre-LN)."""
 
-    A sublayer is a branch (attention, FFN) or the norm that goes with it: after the residual (post-LN)
-    or on the branch's input (pre-LN).
-    """
-
-    def __init__(self, sublayers: tuple[L.Sublayer, ...], cfg: ModelConfig, rows: int):
+    def __init__(self, description: L.BlockDescription, cfg: ModelConfig, rows: int):
         super().__init__()
-        self.pre = cfg.pre_norm
-        self.pairs: list[tuple[str, str]] = []  # (branch, its norm), in order
-        branches = [sub.name for sub in sublayers if L.KINDS[sub.kind].family != "norm"]
-        for sub in sublayers:
-            family = L.KINDS[sub.kind].family
-            self.add_module(sub.name, BLOCK_MODULES[family](sub.kind, cfg, rows))
-        self.pairs = [(branch, f"{branch}_norm") for branch in branches]
+        self.pre = description.pre
+        self.branches = description.branches
+        for sub in description.sublayers:
+            self.add_module(sub.name, BLOCK_MODULES[L.KINDS[sub.kind].family](sub.kind, cfg, rows))
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
-        for pair in self.pairs:
-            x = self.sublayer(pair, x, memory, bias)
+        for branch in self.branches:
+            x = self.sublayer(branch, x, memory, bias)
         return x
 
-    def sublayer(self, pair: tuple[str, str], x: torch.Tensor, memory: torch.Tensor | None = None,
+    def sublayer(self, branch: L.Branch, x: torch.Tensor, memory: torch.Tensor | None = None,
                  bias: torch.Tensor | None = None) -> torch.Tensor:
-        """One (branch, norm) pair of :meth:`forward` on its own; ``bias``: the stack's relative position bias."""
-        branch_name, norm_name = pair
-        branch, add_norm = getattr(self, branch_name), getattr(self, norm_name)
+        """One branch of :meth:`forward` with its norm; ``bias``: the stack's relative position bias."""
+        f, add_norm = getattr(self, branch.name), getattr(self, branch.norm)
         h = add_norm(x) if self.pre else x
-        if branch_name == "cross_attention":
-            out = branch(h, memory)
-        elif branch_name == "self_attention" and bias is not None:
-            out = branch(h, bias=bias)
+        if branch.reads_memory:
+            out = f(h, memory)
+        elif branch.positional and bias is not None:
+            out = f(h, bias=bias)
         else:
-            out = branch(h)
+            out = f(h)
         return add_norm(x, out)
 
 
@@ -310,10 +303,10 @@ class Stack(nn.Module):
         causal = stack == "decoder"  # a decoder stack's self-attention is masked
         self.relative_position = (RelativePositionBias(cfg, cfg.rows(stack), causal) if cfg.positions == "relative"
                                   else None)
-        sublayers = L.block_sublayers(cfg.arch, stack, cfg.pre_norm)
+        description = L.describe_block(cfg.arch, stack, cfg.pre_norm)
         self.depth = cfg.depth(stack)
         for index in range(self.depth):
-            self.add_module(str(index), Block(sublayers, cfg, cfg.rows(stack)))
+            self.add_module(str(index), Block(description, cfg, cfg.rows(stack)))
         self.final_norm = make_norm(cfg) if cfg.pre_norm else None
 
     def blocks(self) -> list[Block]:
@@ -376,7 +369,7 @@ class Transformer(nn.Module):
 
     # -- the forward pass as stages -------------------------------------------------
     def stages(self, by: str = "block") -> list[Stage]:
-        """The embedding of each stack, its blocks (``by="sublayer"``: each block's (branch, norm) pairs,
+        """The embedding of each stack, its blocks (``by="sublayer"``: each block's branches with their norms,
         kind ``sublayer``), its final norm (pre-LN, kind ``norm``), and the head."""
         stages = []
         for stack_name in self.cfg.stacks:
@@ -384,8 +377,8 @@ class Transformer(nn.Module):
             stages.append(Stage(f"{stack_name}.embedding", "embedding", stack_name, self._embed_stage(stack_name)))
             for index, block in enumerate(stack.blocks()):
                 if by == "sublayer":
-                    stages += [Stage(f"{stack_name}.{index}.{pair[0]}", "sublayer", stack_name,
-                                     self._sublayer_stage(block, pair)) for pair in block.pairs]
+                    stages += [Stage(f"{stack_name}.{index}.{branch.name}", "sublayer", stack_name,
+                                     self._sublayer_stage(block, branch)) for branch in block.branches]
                 else:
                     stages.append(Stage(f"{stack_name}.{index}", "block", stack_name, self._block_stage(block)))
             if stack.final_norm is not None:
@@ -394,9 +387,9 @@ class Transformer(nn.Module):
         return stages
 
     @staticmethod
-    def _sublayer_stage(block: Block, pair: tuple[str, str]) -> Callable[[Stream], None]:
+    def _sublayer_stage(block: Block, branch: L.Branch) -> Callable[[Stream], None]:
         def run(s: Stream) -> None:
-            s.x = block.sublayer(pair, s.x, s.memory, s.position_bias)
+            s.x = block.sublayer(branch, s.x, s.memory, s.position_bias)
 
         return run
 

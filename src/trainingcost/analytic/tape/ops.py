@@ -641,23 +641,22 @@ class Ops:
             x = normed
         return x
 
-    def branch(self, sub, x: Value, memory: Value | None) -> Value:
-        """A sublayer's branch output: attention (cross-attention reads the encoder output) or the FFN."""
-        if L.KINDS[sub.kind].family == "attention":
-            cross = sub.kind == "cross_attention"
-            return self.attention(x, memory if cross else x, rotary=self.g.rotary and not cross,
-                                  bias=self.bias if sub.name == "self_attention" else None)
+    def branch(self, branch: L.Branch, x: Value, memory: Value | None) -> Value:
+        """A branch's output: attention (its keys and values from the encoder output where it reads the memory;
+        rotary and a relative bias where the stack's positions act inside it) or the FFN."""
+        if L.KINDS[branch.kind].family == "attention":
+            return self.attention(x, memory if branch.reads_memory else x, rotary=self.g.rotary and branch.positional,
+                                  bias=self.bias if branch.positional else None)
         hidden = self.up(x)
         out = self.linear(hidden, self.g.d, "ffn.down", bias=self.g.out_bias)
         self.t.drop(hidden.buf)
         return out
 
-    def pairs(self, stack: str) -> list[tuple]:
-        """(branch, add & norm) sublayers of one block of ``stack`` (``Block.pairs``)."""
-        subs = L.block_sublayers(self.g.arch, stack)
-        return [(subs[i], subs[i + 1]) for i in range(0, len(subs), 2)]
+    def branches(self, stack: str) -> tuple[L.Branch, ...]:
+        """The branches of one block of ``stack`` (``Block.branches``: :func:`layers.describe_block`)."""
+        return L.describe_block(self.g.arch, stack, self.g.pre).branches
 
-    def sublayer(self, branch, x: Value, memory: Value | None) -> Value:
+    def sublayer(self, branch: L.Branch, x: Value, memory: Value | None) -> Value:
         """``Block.sublayer``: post-LN norm(x + branch(x)), pre-LN x + branch(norm(x)); the branch's output (and
         the normalised input) go when it returns."""
         h = self.norm(x) if self.g.pre else x
@@ -669,8 +668,8 @@ class Ops:
         return y
 
     def block(self, stack: str, x: Value, memory: Value | None) -> Value:
-        """One block (``Block.forward``, one ``Block.sublayer`` per pair); the block's input stays with the caller."""
-        for branch, _ in self.pairs(stack):
+        """One block (``Block.forward``, one ``Block.sublayer`` per branch); the block's input stays with the caller."""
+        for branch in self.branches(stack):
             y = self.sublayer(branch, x, memory)
             if x is not self._block_input:
                 self.t.drop(x.buf)
@@ -703,20 +702,21 @@ class Ops:
         return self.linear(x, self.g.out, "head", unit=False, bias=self.g.head_bias, table=True)
 
     def stages(self, by: str = "block") -> list[tuple]:
-        """(kind, stack, pair) of every stage but the head, in order (``Transformer.stages(by)``)."""
+        """(kind, stack, branch) of every stage but the head, in order (``Transformer.stages(by)``)."""
         out = []
         for stack in self.g.stacks:
             out.append(("embedding", stack, None))
             for _ in range(self.g.depth[stack]):
                 if by == "sublayer":
-                    out += [("sublayer", stack, pair) for pair in self.pairs(stack)]
+                    out += [("sublayer", stack, branch) for branch in self.branches(stack)]
                 else:
                     out.append(("block", stack, None))
             if self.g.pre:
                 out.append(("norm", stack, None))  # the stack's final norm
         return out
 
-    def run_stage(self, kind: str, stack: str, s: "Stream", modulation: Value | None = None, pair=None) -> None:
+    def run_stage(self, kind: str, stack: str, s: "Stream", modulation: Value | None = None,
+                  branch: L.Branch | None = None) -> None:
         """One stage on stream ``s`` (``Stage.run``); the blocks read the stream's relative bias (``self.bias``)."""
         self.bias = s.bias
         if kind == "embedding":
@@ -729,7 +729,7 @@ class Ops:
                 self.t.drop(s.bias.buf if s.bias is not None else None)
                 s.bias = bias
         elif kind == "sublayer":
-            y = self.sublayer(pair[0], s.x, s.memory)
+            y = self.sublayer(branch, s.x, s.memory)
             self.t.drop(s.x.buf)
             s.x = y
         elif kind == "norm":

@@ -43,14 +43,14 @@ def pepita_step(t: Tape, g: Group, run: Run, recompute: bool = False) -> None:
             modulation[stack] = ops.value(g.B, g.d, "e F")
         t.drop(mean)
     mod, reference = Stream(), Stream()
-    for kind, stack, pair in ops.stages(by="sublayer"):
+    for kind, stack, branch in ops.stages(by="sublayer"):
         if recompute:
             with t.in_phase("forward"):
                 ops.hook = keep_clean
-                ops.run_stage(kind, stack, reference, pair=pair)
+                ops.run_stage(kind, stack, reference, branch=branch)
         with t.in_phase("modulated_pass"):
             ops.hook = keep_modulated
-            ops.run_stage(kind, stack, mod, modulation[stack] if kind == "embedding" else None, pair)
+            ops.run_stage(kind, stack, mod, modulation[stack] if kind == "embedding" else None, branch)
             ops.hook = None
         with t.in_phase("weight_update"):
             if kind == "embedding":  # Pepita._update_embedding
