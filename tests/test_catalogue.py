@@ -98,6 +98,25 @@ def test_a_cost_model_or_formula_declared_twice_is_refused(monkeypatch):
         registry.register("undeclared", "ffn")(lambda s: None)
 
 
+def test_a_cost_model_that_leaves_a_kind_out_prices_it_at_nothing(monkeypatch):
+    from trainingcost.analytic.engine import evaluate
+    from trainingcost.config import canonical_model, configs_frame
+
+    cost_model_names()
+    monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))
+    executed = registry.REGISTRY["executed"]
+    without = registry.declare("no_ffn", order=99)
+    without.formulas.update({kind: f for kind, f in executed.formulas.items() if kind != "ffn"})
+    cfg = canonical_model(dict(arch="decoder", layers=2, d_model=16, heads=2, d_ff=32, vocab=64, seq_len=8, batch=2), "")
+    frame = configs_frame([("", cfg)])
+    full, partial = evaluate("executed", frame), evaluate("no_ffn", frame)
+    kinds = full.templates.kind
+    for name, values in partial.flops.items():
+        assert (values[kinds == "ffn"] == 0).all()
+        assert (values[kinds != "ffn"] == full.flops[name][kinds != "ffn"]).all()
+    assert full.flops["forward"][kinds == "ffn"].sum() > 0
+
+
 def test_a_layer_kind_declared_twice_is_refused():
     with pytest.raises(ValueError, match="layer kind 'ffn' is declared twice"):
         _kinds(KINDS["ffn"], KINDS["ffn"])
@@ -273,6 +292,15 @@ def copied_tree(tmp_path_factory) -> Path:
     kaplan = (models / "kaplan.py").read_text()
     assert kaplan.count('"kaplan"') == 2  # declared once, registered once
     (models / "kaplan2.py").write_text(kaplan.replace('"kaplan"', '"kaplan2"').replace("order=30", "order=31"))
+    # A rule with a tape program of its own (RuleSpec.tape == "own") is its folder too: step.py and tape.py.
+    shutil.copytree(rules / "dfa", rules / "dfa2")
+    init = (rules / "dfa2" / "__init__.py").read_text()
+    assert init.count('name="dfa"') == 1 and 'tape="own"' in init and (rules / "dfa2" / "tape.py").exists()
+    (rules / "dfa2" / "__init__.py").write_text(init.replace('name="dfa"', 'name="dfa2"'))
+    step = (rules / "dfa2" / "step.py").read_text()
+    for name in re.findall(r"^class (\w+)", step, flags=re.M):
+        step = re.sub(rf"\b{name}\b", f"{name}Copy", step)
+    (rules / "dfa2" / "step.py").write_text(step)
     return root
 
 
@@ -297,6 +325,16 @@ def test_a_copied_rule_estimates_like_the_original_under_every_cost_model(copied
     assert all(m.returncode == 0 for m in memory)
     frames = [pd.read_csv(io.StringIO(m.stdout)).drop(columns="rule") for m in memory]
     pd.testing.assert_frame_equal(*frames)
+
+
+def test_a_copied_rule_with_its_own_tape_is_replayed_like_the_original(copied_tree):
+    memory = [_run(copied_tree, sys.executable, "-m", "trainingcost", "estimate", *MODEL_FLAGS, "--rule", name,
+                   "--memory", "--format", "csv") for name in ("dfa", "dfa2")]
+    assert all(m.returncode == 0 for m in memory), memory[1].stderr[-2000:]
+    frames = [pd.read_csv(io.StringIO(m.stdout)).drop(columns="rule") for m in memory]
+    pd.testing.assert_frame_equal(*frames)
+    peaks = frames[0].filter(like="peak")
+    assert len(peaks.columns) and (peaks.max(axis=1) > 0).all()
 
 
 def test_a_copied_rule_trains_like_the_original(copied_tree, tmp_path):

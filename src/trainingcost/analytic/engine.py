@@ -137,8 +137,8 @@ def _evaluate_formulas(model: CostModel, templates: Templates, dtype) -> tuple[d
     declared: dict[str, np.ndarray] = {}
     for kind, index in sorted(templates.kind_index().items()):
         formula = model.formulas.get(kind)
-        if formula is None:
-            raise KeyError(f"cost model {model.name!r} has no formula for layer kind {kind!r}")
+        if formula is None:  # a cost model that leaves a kind out prices it at nothing (docs/extending.md)
+            continue
         shapes = Shapes(templates, index, dtype=dtype)
         for name, values in formula(shapes).items():
             where = values[3] if len(values) == 4 else True

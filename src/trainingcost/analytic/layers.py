@@ -117,22 +117,22 @@ KINDS: dict[str, LayerKind] = _kinds(
     _head("classifier_head", "linear layer over C classes on one mean-pooled row per sequence"),
     LayerKind(
         "error_projection", "projection", "PEPITA's projection of the output error onto each stack's input",
-        model_layer=False,
+        model_layer=False, places=("model",),
     ),
     LayerKind(
         "dfa_projection", "projection", "DFA's projection of the output error onto a block's output",
-        model_layer=False,
+        model_layer=False, places=("embedding", "block"),
     ),
     LayerKind(
         "target_projection", "projection",
         "a block's d x d feedback map: TP's and DTP's affine inverse (h -> h V^T + c), or LRA's error weights E; "
         "it carries the block's target (error) to the unit below, and learns",
-        model_layer=False,
+        model_layer=False, places=("block",),
     ),
     LayerKind(
         "head_feedback", "projection", "LRA's error weights at the head (the head's shape): the output error to the "
         "top unit",
-        model_layer=False,
+        model_layer=False, places=("model",),
     ),
 )
 ATTENTION_KINDS = tuple(k for k, spec in KINDS.items() if spec.family == "attention")
@@ -290,12 +290,14 @@ def layer_plan(cfg) -> list[tuple[str, str]]:
 
 
 def rule_layers(cfg) -> list[tuple[str, str]]:
-    """The rules' extra layers of one model, as (name, kind): PEPITA's error projection, DFA's projections,
-    the target projections of TP, DTP and LRA, and LRA's head feedback."""
-    extra = [(ERROR_PROJECTION, "error_projection"), (HEAD_FEEDBACK, "head_feedback")]
+    """The rules' extra layers of one model, as (name, kind), where each kind's declaration places them
+    (``LayerKind.places``): PEPITA's error projection, DFA's projections, the target projections of TP, DTP and
+    LRA, and LRA's head feedback."""
+    extra = [(name, name) for name, spec in KINDS.items() if "model" in spec.places]
     for stack in cfg.stacks:
-        extra.append((end_layer_name(stack, EMBEDDING_DFA_PROJECTION), "dfa_projection"))
+        extra += [(end_layer_name(stack, f"embedding.{name}"), name) for name, spec in KINDS.items()
+                  if "embedding" in spec.places]
         for index in range(cfg.depth(stack)):
-            extra.append((block_layer_name(stack, index, DFA_PROJECTION), "dfa_projection"))
-            extra.append((block_layer_name(stack, index, TARGET_PROJECTION), "target_projection"))
+            extra += [(block_layer_name(stack, index, name), name) for name, spec in KINDS.items()
+                      if "block" in spec.places]
     return extra

@@ -125,7 +125,7 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
     feedback_tensors = {"weights": lambda: linears, "inverses": lambda: 2 * blocks, "error_weights": lambda: blocks + 1}
     # Buffers: each stack's sinusoidal table (rows x d, in the dtype), or each rotary self-attention's cos and sin
     # (rows x head_dim each, float32 tables cast to the dtype), or each stack's relative-position buckets (rows x rows,
-    # int64, T5); WM's float64 norm per weight matrix.
+    # int64, T5); a rule's own buffers per weight matrix (RuleMemory.matrix_buffer_bytes: WM's float64 norms).
     options = T.option_columns(configs)
     stack_rows = [np.where(configs["arch"].to_numpy() != "decoder", c["seq_len"], 0),  # the encoder's, the decoder's
                   np.where(configs["arch"].to_numpy() != "encoder", c["tgt_len"], 0)]
@@ -179,7 +179,7 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
                     }
                 )
                 frame["total"] = sum(part.values())
-                buffers = position_buffers * size + bucket_bytes + (8 * linears if name == "wm" else 0)
+                buffers = position_buffers * size + bucket_bytes + parts.matrix_buffer_bytes * linears
                 start = sum(part[k] for k in PERSISTENT) + buffers + batch
                 frame["buffers"], frame["batch"], frame["step_start"] = buffers, batch, start
                 replayed = (tape.step_peaks(configs, name, optimizer, size, start, part["gradients"],

@@ -37,6 +37,7 @@ class RuleMemory:
     activations: str = "autograd"
     feedback: str = "none"
     trains_feedback: bool = False  # the feedback matrices are parameters with gradients and optimizer state
+    matrix_buffer_bytes: int = 0  # bytes of buffer the rule keeps per weight matrix (WM: each B's float64 norm)
 
     def __post_init__(self):
         if self.activations not in ACTIVATIONS:
@@ -91,6 +92,9 @@ class LayerKind:
     family: str  # embedding, positions, attention, ffn, norm, head, projection
     description: str
     model_layer: bool = True  # part of the model (not a rule's extra projection)
+    # where a rule's layer sits (model_layer False), one instance per place: "model" (once, named by its kind),
+    # "embedding" (after each stack's embedding: "<stack>.embedding.<kind>"), "block" (per block: "<stack>.<i>.<kind>")
+    places: tuple[str, ...] = ()
     params: Expr | None = None  # trainable elements, biases included
     weights: Expr | None = None  # entries of its weight matrices (what FA/KP/WM give a B)
     saved: Expr | None = None  # elements autograd keeps for the backward

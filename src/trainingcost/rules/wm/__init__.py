@@ -19,7 +19,7 @@ SPEC = RuleSpec(
         "weight_update": (("weight_grad", 1),),
         "mirror": (("linear_forward", "mirror_steps"), ("linear_weight_grad", "mirror_steps")),
     },
-    memory=RuleMemory(activations="autograd", feedback="weights"),
+    memory=RuleMemory(activations="autograd", feedback="weights", matrix_buffer_bytes=8),  # float64 norm of each B
     tape="own",
     defaults={"weight_decay": 0.0, "mirror_lr": 0.1, "mirror_decay": 0.1, "mirror_noise": 1.0},
 )
