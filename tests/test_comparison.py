@@ -105,3 +105,21 @@ def test_summary_tables(table):
     ratios = ratio_table(rule_ratios(analytic_rows(), measured_rows()), {"c1"}).set_index("rule")
     assert ratios.loc["pepita", "measured step time"] == pytest.approx(1.5)
     assert list(ratios.index) == ["bp", "pepita"]
+
+
+def test_the_summary_keeps_its_structure_when_every_run_is_flagged():
+    """On a busy machine every run may be flagged: the sections stay, and no accuracy is claimed."""
+    from trainingcost.findings.summary import step_time_section
+
+    rows = []
+    for rule in ("bp", "dfa"):
+        base = dict(config_id="c", rule=rule, cost_model="executed", device_name="cpu", predicted_time_s=1.0,
+                    measured_time_s=1.2)
+        rows.append({**base, "granularity": "step", "phase": None, "timing_quality": "contended"})
+        rows += [{**base, "granularity": "phase", "phase": p, "timing_quality": "contended"}
+                 for p in ("forward", "backward")]
+    flagged = pd.DataFrame(rows)
+    text = "\n".join(step_time_section(flagged))
+    assert "Per phase" in text and "No trusted run: the timings of all 2 timed runs were flagged" in text
+    trusted = "\n".join(step_time_section(flagged.assign(timing_quality="ok")))
+    assert "Per phase" in trusted and "No trusted run" not in trusted and "| forward |" in trusted

@@ -82,16 +82,24 @@ def step_time_section(comparison: pd.DataFrame) -> list[str]:
              + (f": {len(flagged)} here ({', '.join(f'{n} {q}' for q, n in quality[flagged.index].value_counts().items())})."
                 if len(flagged) else "; none was flagged."), "",
              _table(pd.DataFrame(rows)), ""]
-    phases = executed[(executed["granularity"] == "phase") & trusted & executed["predicted_time_s"].notna()
-                      & executed["measured_time_s"].notna()]
+    timed = executed[(executed["granularity"] == "phase") & executed["predicted_time_s"].notna()
+                     & executed["measured_time_s"].notna()]
+    phases = timed[trusted.loc[timed.index]]
+    lines += ["Per phase (each run's measured phase time against the predicted time of the ops traced in that "
+              "phase; work between phases counts in the step only):", ""]
     if len(phases):
         rows = []
         for phase, part in phases.groupby("phase", sort=False):
             score = accuracy(part["predicted_time_s"], part["measured_time_s"])
             rows.append({"phase": phase, "cells": score["n"], "MAPE": _pct(score["mape"]), "Spearman": score["spearman"],
                          "predicted / measured (median)": float(np.median(part["predicted_time_s"] / part["measured_time_s"]))})
-        lines += ["Per phase (each run's measured phase time against the predicted time of the ops traced in that "
-                  "phase; work between phases counts in the step only):", "", _table(pd.DataFrame(rows)), ""]
+        lines += [_table(pd.DataFrame(rows)), ""]
+    elif len(timed):  # a busy machine: the findings come out, the accuracy is not claimed
+        runs = len(timed.drop_duplicates(["config_id", "rule"]))
+        lines += [f"No trusted run: the timings of all {runs} timed runs were flagged (noisy or contended), so no "
+                  "per-phase accuracy is claimed.", ""]
+    else:
+        lines += ["No phase was both timed and predicted.", ""]
     good = steps[trusted.loc[steps.index] & steps["predicted_time_s"].notna() & (steps["measured_time_s"] > 0)]
     classes = ("matmul", "attention", "elementwise", "launch")
     if len(good) and "measured_launch_s" in good and good["measured_launch_s"].notna().any():
