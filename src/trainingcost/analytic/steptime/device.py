@@ -20,7 +20,11 @@ GENERIC = {  # for devices without steptime numbers: an A100-like part (stated i
                                                                                   [0, 0.30]],
     "flash_forward": 0.50, "flash_backward": 0.40, "launch_us": 3.0, "gpus_per_node": 8, "intra_gbs": 150.0,
     "intra_latency_us": 10.0, "nic_gbps": 200.0, "nic_efficiency": 0.9, "inter_latency_us": 20.0,
+    "kernel_efficiency": 0.80,
 }
+KERNEL_EFFICIENCY_SOURCE = ("fitted: the one constant fitted to benchmarks/published_runs.csv (the share of their isolated "
+                            "speed that kernels keep inside a training step: sustained clocks under the power limit, "
+                            "stalls between kernels); leave-one-source-out error in benchmarks/plan_accuracy.md")
 GENERIC_SOURCE = ("generic default (the device has no steptime numbers in the catalogue): an A100-like part, "
                   "see config/hardware.yaml")
 
@@ -38,6 +42,8 @@ class DeviceModel:
         params = dict(GENERIC)
         params.update(device.steptime)
         sources = {k: device.steptime_sources.get(k, GENERIC_SOURCE) for k in GENERIC}
+        if "kernel_efficiency" not in device.steptime:
+            sources["kernel_efficiency"] = KERNEL_EFFICIENCY_SOURCE
         return cls(device.name, float(device.peak(dtype)), float(device.bandwidth_bytes_per_s), params, sources)
 
     @property
@@ -60,7 +66,7 @@ class DeviceModel:
     def gemm(self, m: int, n: int, k: int, batch: int = 1) -> float:
         """Seconds of one (batched) product (the launch floor is applied by the step)."""
         flops = 2.0 * m * n * k * batch
-        return flops / (self.peak * self.gemm_efficiency(m, n, k, batch)) if flops else 0.0
+        return flops / (self.peak * self.gemm_efficiency(m, n, k, batch) * self.params["kernel_efficiency"]) if flops else 0.0
 
     def hbm_efficiency(self, nbytes: float) -> float:
         for at_least, eff in sorted(self.params["hbm_efficiency"], key=lambda r: -r[0]):
@@ -72,8 +78,8 @@ class DeviceModel:
         """Seconds of one memory-bound kernel moving ``nbytes``."""
         if nbytes <= 0:
             return 0.0
-        return nbytes / (self.bandwidth * self.hbm_efficiency(nbytes))
+        return nbytes / (self.bandwidth * self.hbm_efficiency(nbytes) * self.params["kernel_efficiency"])
 
     def flash(self, flops: float, backward: bool) -> float:
         share = self.params["flash_backward" if backward else "flash_forward"]
-        return flops / (self.peak * share) if flops else 0.0
+        return flops / (self.peak * share * self.params["kernel_efficiency"]) if flops else 0.0
