@@ -86,7 +86,7 @@ def add_parser(sub, add_model_flags) -> None:
     p.add_argument("--dp-overlap", type=_number, default=1.0,
                    help="share of data-parallel communication hidden behind compute (default 1.0)")
     speed = p.add_mutually_exclusive_group()
-    speed.add_argument("--mfu", type=_number, help=f"model FLOPs utilisation, end to end (default {DEFAULT_MFU})")
+    speed.add_argument("--mfu", type=_number, help="model FLOPs utilisation, end to end (default: predicted by the step-time model)")
     speed.add_argument("--hfu", type=_number, help="hardware FLOPs utilisation (recompute counted), end to end")
     speed.add_argument("--tokens-per-s", type=_number, help="a measured run's tokens per second per GPU")
     speed.add_argument("--calibration", metavar="JSON", help="a calibration of this GPU (trainingcost calibrate): the "
