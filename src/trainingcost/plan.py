@@ -18,7 +18,8 @@ import pandas as pd
 from .analytic import cost_model_names, rule_names
 from .analytic.memory import OPTIMIZER_SLOTS
 from .analytic.plan import (
-    CHECKPOINTING, PRECISIONS, SHARDINGS, Efficiency, PlanSpec, memory_curve, plan_table, tokens_per_sequence,
+    CHECKPOINTING, PRECISIONS, PREDICTED_SOURCE, SHARDINGS, STEP_PARTS, Efficiency, PlanSpec, memory_curve, plan_table,
+    tokens_per_sequence,
 )
 from .config import ConfigError
 
@@ -78,8 +79,14 @@ def add_parser(sub, add_model_flags) -> None:
                    help="activation checkpointing: selective checkpoints every --checkpoint-every-th block")
     p.add_argument("--checkpoint-every", type=_count, default=2)
     p.add_argument("--optimizer", default="adam", choices=list(OPTIMIZER_SLOTS))
+    p.add_argument("--interleave", type=_count, default=1, help="virtual pipeline stages per GPU (interleaved 1F1B)")
+    p.add_argument("--sequence-parallel", action="store_true", help="sequence parallelism with --tp (Korthikanti 2022)")
+    p.add_argument("--gpus-per-node", type=_count, help="GPUs per node (default: the device's usual system)")
+    p.add_argument("--nic-gbps", type=_number, help="network between nodes, Gb/s per GPU (default: the device's system)")
+    p.add_argument("--dp-overlap", type=_number, default=1.0,
+                   help="share of data-parallel communication hidden behind compute (default 1.0)")
     speed = p.add_mutually_exclusive_group()
-    speed.add_argument("--mfu", type=_number, help=f"model FLOPs utilisation, end to end (default {DEFAULT_MFU})")
+    speed.add_argument("--mfu", type=_number, help="model FLOPs utilisation, end to end (default: predicted by the step-time model)")
     speed.add_argument("--hfu", type=_number, help="hardware FLOPs utilisation (recompute counted), end to end")
     speed.add_argument("--tokens-per-s", type=_number, help="a measured run's tokens per second per GPU")
     speed.add_argument("--calibration", metavar="JSON", help="a calibration of this GPU (trainingcost calibrate): the "
@@ -168,7 +175,7 @@ def efficiency_of(args, cfg, precision: str, tp: int, gpu) -> Efficiency:
         return Efficiency("rate", rate(1), f"calibration {args.calibration}: the predictor's price of the model's "
                                              f"matrix products at each micro-batch{note}", rate_at=rate)
     if not chosen:
-        return Efficiency("mfu", DEFAULT_MFU, DEFAULT_MFU_SOURCE)
+        return Efficiency("predicted", 1.0, PREDICTED_SOURCE)
     kind = chosen[0]
     value = getattr(args, kind)
     source = {"mfu": "given MFU", "hfu": "given HFU",
@@ -208,7 +215,8 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         carbon_intensity=defaults.carbon_intensity if args.carbon_intensity is None else args.carbon_intensity,
         carbon_source=defaults.carbon_source if args.carbon_intensity is None else "given",
         price=args.price, price_source="given" if args.price is not None else defaults.price_source,
-        mirror_steps=args.mirror_steps,
+        mirror_steps=args.mirror_steps, interleave=args.interleave, sequence_parallel=args.sequence_parallel,
+        gpus_per_node=args.gpus_per_node, nic_gbps=args.nic_gbps, dp_overlap=args.dp_overlap,
     )
 
 
@@ -270,6 +278,19 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
                "MWh: GPU energy x PUE)")
     out.append(_grid(header, rows))
     out.append("")
+    if table[f"step_{STEP_PARTS[0]}_s"].notna().any():
+        labels = {"matmul": "matmul", "attention": "attention", "memory": "memory", "launch": "launch",
+                  "comm_tp": "TP comm", "comm_dp": "DP comm", "comm_pp": "PP comm", "bubble": "bubble",
+                  "optimizer": "optimizer"}
+        steps = table.drop_duplicates("rule")
+        header = ["rule", "step", *labels.values(), "MFU"]
+        rows = [[r["rule"], _duration(r["step_time_s"]), *(_duration(r[f"step_{k}_s"]) if r[f"step_{k}_s"] else "0"
+                                                            for k in labels), f"{r['mfu']:.3f}"]
+                for _, r in steps.iterrows()]
+        out.append("Predicted step, per rule (seconds per optimizer step; communication and bubble as exposed on the "
+                   "critical path; MFU under the first cost model)")
+        out.append(_grid(header, rows))
+        out.append("")
     lines = []
     for model, part in table.groupby("cost_model", sort=False):
         lines.append(f"{model}: " + "; ".join(f"{r['rule'].upper()} {_si(r['gpu_hours'])} GPU-hours" for _, r in part.iterrows()))

@@ -67,7 +67,9 @@ PRECISIONS = {
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")  # fsdp: FULL_SHARD, ZeRO-3's sharding (Zhao et al. 2023)
 ZERO_STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}
 CHECKPOINTING = ("none", "selective", "full")
-EFFICIENCIES = ("mfu", "hfu", "tokens_per_s", "rate")
+EFFICIENCIES = ("mfu", "hfu", "tokens_per_s", "rate", "predicted")
+PREDICTED_SOURCE = ("predicted: the step-time model (analytic/steptime; device, network and schedule models, every number "
+                    "cited in config/hardware.yaml; docs/planning.md)")
 DEFAULT_BATCH_TOKENS = 2**22  # Touvron et al. 2023 (Llama 2), Table 1: a 4M-token global batch
 GiB = 2**30
 
@@ -112,6 +114,11 @@ class PlanSpec:
     price_source: str = "not given (--price)"
     mirror_steps: int = 1
     notes: tuple = field(default_factory=tuple)
+    interleave: int = 1  # virtual pipeline stages per device (predicted mode)
+    sequence_parallel: bool = False
+    gpus_per_node: int | None = None  # None: the device's usual system (config/hardware.yaml)
+    nic_gbps: float | None = None
+    dp_overlap: float = 1.0
 
 
 # ---------------------------------------------------------------------------
@@ -140,7 +147,8 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
     e = spec.efficiency
     if e.kind not in EFFICIENCIES:
         raise ConfigError(f"efficiency: {e.kind!r} is not allowed (allowed: {', '.join(EFFICIENCIES)})")
-    positive(e.kind, e.value)
+    if e.kind != "predicted":
+        positive(e.kind, e.value)
     if e.kind in ("mfu", "hfu") and e.value > 1:
         raise ConfigError(f"{e.kind}: a share of the device peak, between 0 and 1 (got {e.value})")
     if not 0 < spec.power_utilisation <= 1:
@@ -373,6 +381,7 @@ def largest_divisor_at_most(n: int, limit: int) -> int:
 # The plan
 
 
+STEP_PARTS = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer")
 PLAN_COLUMNS = (
     "config_id", "rule", "cost_model", "gpu", "gpus", "dp", "tp", "pp", "sharding", "precision", "checkpointing",
     "optimizer", "tokens", "tokens_per_sequence", "global_batch", "micro_batch", "grad_accumulation", "optimizer_steps",
@@ -383,6 +392,7 @@ PLAN_COLUMNS = (
     "checkpoint_applies",
     "source_tokens", "source_batch", "source_efficiency", "source_precision", "source_peak", "source_memory_capacity",
     "source_power", "source_pue", "source_carbon", "source_price",
+    *(f"step_{k}_s" for k in STEP_PARTS),
 )
 
 
@@ -432,6 +442,21 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             f"({r}: {need / GiB:.1f} GiB per GPU with sharding {spec.sharding}, tp {spec.tp}, pp {spec.pp}, "
             f"checkpointing {spec.checkpointing}); {', '.join(remedies[:-1])} or {remedies[-1]}")
 
+    predicted = {}
+    if e.kind == "predicted":
+        from .steptime import Layout, predict_step
+        from .steptime.step import check_layout, rule_work
+
+        work = rule_work(cfg, rules)
+        for r in rules:
+            lay = Layout(gpus=spec.gpus, global_batch=G, micro_batch=memory[r][2], tp=spec.tp, pp=spec.pp,
+                         interleave=spec.interleave, sequence_parallel=spec.sequence_parallel, sharding=spec.sharding,
+                         recompute=spec.checkpointing, checkpoint_every=spec.checkpoint_every, precision=spec.precision,
+                         dp_overlap=spec.dp_overlap, gpus_per_node=spec.gpus_per_node, nic_gbps=spec.nic_gbps,
+                         optimizer_slots=OPTIMIZER_SLOTS[spec.optimizer])
+            check_layout(cfg, lay)
+            predicted[r] = predict_step(cfg, lay, device, r, work)
+
     hw = flops.assign(hardware_flops_per_sequence=flops["model_flops_per_sequence"] + flops["recompute_flops_per_sequence"])
     hw = hw.set_index(["rule", "cost_model"])
     rows = []
@@ -449,6 +474,8 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         elif e.kind == "tokens_per_s":
             rate = e.value * float(hw.loc[(e.rule, name), "hardware_flops_per_sequence"]) / n  # FLOP/s per GPU
             step = work / rate
+        elif e.kind == "predicted":  # the step-time model: one physical step, whatever the cost model counts
+            step = predicted[r].step_time_s
         else:  # a calibrated rate of the products: the pipeline's bubble on top (Narayanan et al. 2021)
             rate = e.rate_at(micro) if e.rate_at is not None else e.value
             step = work / rate * (1 + (spec.pp - 1) / accumulation)
@@ -485,6 +512,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "source_power": spec.power_source + ("" if spec.joules_per_token is not None or spec.joules_per_flop is not None
                                                  else f"; TDP {device.power_w:g} W: {device.sources.get('power_w', '')}"),
             "source_pue": spec.pue_source, "source_carbon": spec.carbon_source, "source_price": spec.price_source,
+            **{f"step_{k}_s": (float(predicted[r].parts[k]) if r in predicted else math.nan) for k in STEP_PARTS},
         })
     table = pd.DataFrame(rows, columns=list(PLAN_COLUMNS))
     order = {r: i for i, r in enumerate(rules)}

@@ -36,6 +36,8 @@ class Device:
     power_w: float
     sources: dict = field(default_factory=dict)  # quantity -> the document it comes from
     match: tuple = ()  # substrings of torch.cuda.get_device_name that name this device
+    steptime: dict = field(default_factory=dict)  # the step-time model's numbers (analytic/steptime), each cited
+    steptime_sources: dict = field(default_factory=dict)  # steptime key -> its source
 
     def peak(self, dtype: str) -> float | None:
         return self.peak_flops.get(dtype)
@@ -53,7 +55,7 @@ def parse_device(name: str, entry, sources: dict, where: str) -> Device:
     """One catalogue or user entry; a mistake is a ConfigError naming the field."""
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a mapping with {', '.join(QUANTITIES)}")
-    allowed = {"label", "match", "cite", "source", *QUANTITIES}
+    allowed = {"label", "match", "cite", "source", "steptime", *QUANTITIES}
     unknown = sorted(set(entry) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
@@ -80,10 +82,49 @@ def parse_device(name: str, entry, sources: dict, where: str) -> Device:
     match = entry.get("match", [])
     if not isinstance(match, list) or not all(isinstance(m, str) and m for m in match):
         raise ConfigError(f"{where}.match: must be a list of device-name substrings")
+    steptime, steptime_sources = parse_steptime(entry.get("steptime"), sources, entry.get("source"), f"{where}.steptime")
     return Device(name=name, label=str(entry.get("label", name)), peak_flops=flops,
+                  steptime=steptime, steptime_sources=steptime_sources,
                   memory_bytes=int(_number(entry["memory_gb"], f"{where}.memory_gb") * 1e9),
                   bandwidth_bytes_per_s=_number(entry["bandwidth_gbs"], f"{where}.bandwidth_gbs") * 1e9,
                   power_w=_number(entry["power_w"], f"{where}.power_w"), sources=cited, match=tuple(match))
+
+
+STEPTIME_KEYS = ("sms", "tile", "gemm_ceiling", "hbm_efficiency", "flash_forward", "flash_backward", "launch_us",
+                 "gpus_per_node", "intra_gbs", "intra_latency_us", "nic_gbps", "nic_efficiency", "inter_latency_us", "kernel_efficiency")
+
+
+def parse_steptime(entry, sources: dict, source: str | None, where: str) -> tuple[dict, dict]:
+    """A device's step-time numbers (all optional; the model falls back to stated defaults), each with a source:
+    ``cite: {key: source key}`` in the catalogue, or the entry's own ``source`` for a user device."""
+    if entry is None:
+        return {}, {}
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be a mapping of {', '.join(STEPTIME_KEYS)}")
+    values = {k: v for k, v in entry.items() if k != "cite"}
+    bad = sorted(set(values) - set(STEPTIME_KEYS))
+    if bad:
+        raise ConfigError(f"{where}: unknown key {bad[0]!r} (allowed: {', '.join(STEPTIME_KEYS)})")
+    for key, value in values.items():
+        if key == "tile":
+            if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, int) and v > 0 for v in value)):
+                raise ConfigError(f"{where}.tile: three positive integers [rows, columns, depth] (got {value!r})")
+        elif key == "hbm_efficiency":
+            if not (isinstance(value, list) and value and all(isinstance(r, list) and len(r) == 2 and all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) for x in r) for r in value)):
+                raise ConfigError(f"{where}.hbm_efficiency: a list of [bytes at least, efficiency] pairs (got {value!r})")
+        else:
+            _number(value, f"{where}.{key}")
+    cite = entry.get("cite", {})
+    cited = {}
+    for key in values:
+        if source is not None:
+            cited[key] = source
+        elif isinstance(cite, dict) and cite.get(key) in sources:
+            cited[key] = sources[cite[key]]
+        else:
+            raise ConfigError(f"{where}.{key}: needs a source (cite: with a known source key)")
+    return values, cited
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,85 @@
+"""The device model: seconds of one kernel from its shape (docs/planning.md, "Step time at scale").
+
+- **Matrix products** (m x k) @ (k x n): the tensor-core peak x the measured large-GEMM ceiling (MAMF) x tile
+  quantization (m, n rounded up to the threadblock tile) x wave quantization (tiles rounded up to whole waves over
+  the SMs) x a k term k / (k + depth) (one k-slab of prologue and epilogue per tile, not hidden by the main loop).
+- **Memory-bound kernels**: bytes / (HBM bandwidth x efficiency(bytes)), Calculon's size-dependent efficiency.
+- **Fused attention**: FLOPs / (peak x the published FlashAttention forward or backward share).
+- **Launch**: no kernel takes less than the launch overhead.
+Every number comes from the catalogue (``steptime:`` of a device in config/hardware.yaml) with its source; a device
+without them gets the stated generic defaults below, named in ``sources``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+GENERIC = {  # for devices without steptime numbers: an A100-like part (stated in the plan's source column)
+    "sms": 108, "tile": [128, 128, 64], "gemm_ceiling": 0.80, "hbm_efficiency": [[1e8, 0.90], [1e7, 0.75], [1e6, 0.60],
+                                                                                  [0, 0.30]],
+    "flash_forward": 0.50, "flash_backward": 0.40, "launch_us": 3.0, "gpus_per_node": 8, "intra_gbs": 150.0,
+    "intra_latency_us": 10.0, "nic_gbps": 200.0, "nic_efficiency": 0.9, "inter_latency_us": 20.0,
+    "kernel_efficiency": 0.80,
+}
+KERNEL_EFFICIENCY_SOURCE = ("fitted: the one constant fitted to benchmarks/published_runs.csv (the share of their isolated "
+                            "speed that kernels keep inside a training step: sustained clocks under the power limit, "
+                            "stalls between kernels); leave-one-source-out error in benchmarks/plan_accuracy.md")
+GENERIC_SOURCE = ("generic default (the device has no steptime numbers in the catalogue): an A100-like part, "
+                  "see config/hardware.yaml")
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    name: str
+    peak: float  # dense FLOP/s at the compute dtype
+    bandwidth: float  # HBM bytes/s (datasheet)
+    params: dict
+    sources: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, device, dtype: str) -> "DeviceModel":
+        params = dict(GENERIC)
+        params.update(device.steptime)
+        sources = {k: device.steptime_sources.get(k, GENERIC_SOURCE) for k in GENERIC}
+        if "kernel_efficiency" not in device.steptime:
+            sources["kernel_efficiency"] = KERNEL_EFFICIENCY_SOURCE
+        return cls(device.name, float(device.peak(dtype)), float(device.bandwidth_bytes_per_s), params, sources)
+
+    @property
+    def launch(self) -> float:
+        return self.params["launch_us"] * 1e-6
+
+    def gemm_efficiency(self, m: int, n: int, k: int, batch: int = 1) -> float:
+        """Achievable share of the peak for a (batched) product (m x k) @ (k x n)."""
+        if min(m, n, k, batch) <= 0:
+            return 1.0
+        tm, tn, tk = self.params["tile"]
+        rows, cols = math.ceil(m / tm), math.ceil(n / tn)
+        tile_eff = (m * n) / (rows * tm * cols * tn)
+        tiles = rows * cols * batch
+        sms = self.params["sms"]
+        wave_eff = tiles / (math.ceil(tiles / sms) * sms)
+        k_eff = k / (k + tk)
+        return self.params["gemm_ceiling"] * tile_eff * wave_eff * k_eff
+
+    def gemm(self, m: int, n: int, k: int, batch: int = 1) -> float:
+        """Seconds of one (batched) product (the launch floor is applied by the step)."""
+        flops = 2.0 * m * n * k * batch
+        return flops / (self.peak * self.gemm_efficiency(m, n, k, batch) * self.params["kernel_efficiency"]) if flops else 0.0
+
+    def hbm_efficiency(self, nbytes: float) -> float:
+        for at_least, eff in sorted(self.params["hbm_efficiency"], key=lambda r: -r[0]):
+            if nbytes >= at_least:
+                return eff
+        return self.params["hbm_efficiency"][-1][1]
+
+    def memory(self, nbytes: float) -> float:
+        """Seconds of one memory-bound kernel moving ``nbytes``."""
+        if nbytes <= 0:
+            return 0.0
+        return nbytes / (self.bandwidth * self.hbm_efficiency(nbytes) * self.params["kernel_efficiency"])
+
+    def flash(self, flops: float, backward: bool) -> float:
+        share = self.params["flash_backward" if backward else "flash_forward"]
+        return flops / (self.peak * share * self.params["kernel_efficiency"]) if flops else 0.0

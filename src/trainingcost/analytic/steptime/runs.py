@@ -1,0 +1,53 @@
+"""Published training runs (benchmarks/published_runs.csv): each row's model, layout and measured step time.
+
+Every measured figure becomes a step time with its source's own definition (``measured_definition``):
+- ``tflops_per_gpu`` (Megatron-LM, Narayanan et al. 2021, eq. 3): step = 96 B s l h^2 (1 + s/6h + V/16lh) / (N X);
+- ``step_time_s`` (Korthikanti et al. 2022, Table 5): the iteration time itself;
+- ``tokens_per_s`` (MosaicML llm-foundry, all GPUs): step = B s / throughput.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from .step import Layout
+
+FIGURES = ("tflops_per_gpu", "step_time_s", "tokens_per_s")
+
+
+def measured_step_time(row: dict) -> float:
+    figure, value = row["measured_figure"], float(row["measured_value"])
+    B, s, n = int(row["global_batch"]), int(row["seq_len"]), int(row["gpus"])
+    if figure == "tflops_per_gpu":
+        l, h, V = int(row["layers"]), int(row["d_model"]), int(row["vocab"])
+        flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+        return flops / (n * value * 1e12)
+    if figure == "step_time_s":
+        return value
+    if figure == "tokens_per_s":
+        return B * s / value
+    raise ValueError(f"measured_figure: {figure!r} is not known (allowed: {', '.join(FIGURES)})")
+
+
+def model_of(row: dict):
+    from ...config.model import canonical_model
+
+    entry = dict(arch=row["arch"], layers=int(row["layers"]), d_model=int(row["d_model"]), heads=int(row["heads"]),
+                 kv_heads=int(row["kv_heads"]), d_ff=int(row["d_ff"]), vocab=int(row["vocab"]),
+                 seq_len=int(row["seq_len"]), norm=row["norm"], norm_position="pre", ffn=row["ffn"],
+                 positions=row["positions"], bias=row["bias"])
+    return canonical_model(entry, f"published run {row['run']!r}")
+
+
+def layout_of(row: dict) -> Layout:
+    return Layout(gpus=int(row["gpus"]), global_batch=int(row["global_batch"]), micro_batch=int(row["micro_batch"]),
+                  tp=int(row["tp"]), pp=int(row["pp"]), interleave=int(row["interleave"]),
+                  sequence_parallel=bool(int(row["sequence_parallel"])), sharding=row["sharding"],
+                  recompute=row["recompute"], precision=row["precision"], attention=row["attention"],
+                  dp_overlap=float(row["dp_overlap"]), zero3_granularity=row["zero3_granularity"] or "block")
+
+
+def load(path: str | Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))

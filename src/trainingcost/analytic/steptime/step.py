@@ -1,0 +1,342 @@
+"""One optimizer step at scale, composed from the model's shapes, per learning rule (docs/planning.md).
+
+Per micro-batch on the critical pipeline stage (blocks / p, plus the head on the last stage), BP's kernels are
+priced on the device model: the block's four matrix products (q/k/v, output, FFN up, FFN down; each GPU holds
+1/t of their features) forward, and their input- and weight-gradient products backward; the attention core
+(FlashAttention, or Megatron's unfused batched products with a softmax and dropout in memory); the memory-bound
+kernels (norms, residual adds, the activation, the loss over the vocabulary); and no kernel shorter than a launch.
+
+A rule's phases (the engine's ``executed`` FLOPs) are priced at the rate the device model gives BP's pass of the
+same kind: its forward passes at BP's forward rate, everything else (backward, projections, updates, feedback
+training, mirror steps) at BP's backward rate. The rule's dependency structure decides what the pipeline
+serialises (:func:`rule_work`): BP, FA, KP and WM send the error back stage by stage; DFA broadcasts the output
+error to every stage, whose backward is then local; TP, DTP and LRA carry a target (a d x d product per block)
+down the stages and update locally; PEPITA and MEMPEPITA run a second forward sweep that needs the first's error.
+
+Communication: tensor parallelism's all-reduces (2 per block per forward pass, 2 per backward through the blocks,
+2 more per recomputed forward; with sequence parallelism an all-gather and a reduce-scatter of the same bytes),
+data parallelism's gradient reduction (all-reduce; ZeRO-1/2 reduce-scatter + all-gather; ZeRO-3/FSDP parameters
+gathered per forward and backward and gradients reduce-scattered, 3 x the parameter bytes per micro-batch), trained
+feedback matrices' gradients beside the weights', overlapped with compute by a stated fraction; pipeline
+point-to-point sends and the 1F1B bubble (p - 1) / (v m) of the serialised per-micro-batch time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .device import DeviceModel
+from .network import Network
+
+RECOMPUTE = ("none", "selective", "full", "attention")  # attention: Korthikanti et al. 2022's selective recompute
+ATTENTION = ("flash", "unfused")
+GRANULARITY = ("block", "tensor")  # ZeRO-3 gathers per wrapped block (FSDP) or per parameter tensor (DeepSpeed)
+DEFAULT_OVERLAP = 1.0
+DEFAULT_OVERLAP_SOURCE = ("data-parallel communication overlapped with compute where frameworks overlap it "
+                          "(PyTorch DDP's bucketed all-reduce during backward, Li et al. 2020; FSDP/ZeRO-3 prefetch, "
+                          "Zhao et al. 2023): fraction 1.0 of the overlappable compute, override with --dp-overlap")
+BREAKDOWN = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer")
+
+
+@dataclass(frozen=True)
+class Layout:
+    gpus: int
+    global_batch: int  # sequences per optimizer step
+    micro_batch: int
+    tp: int = 1
+    pp: int = 1
+    interleave: int = 1  # virtual stages per device (Narayanan et al. 2021)
+    sequence_parallel: bool = False
+    sharding: str = "none"
+    recompute: str = "none"
+    checkpoint_every: int = 2
+    precision: str = "bf16-mixed"
+    attention: str = "flash"
+    dp_overlap: float = DEFAULT_OVERLAP
+    zero3_granularity: str = "block"
+    gpus_per_node: int | None = None
+    nic_gbps: float | None = None
+    optimizer_slots: int = 2
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp)
+
+    @property
+    def accumulation(self) -> int:
+        return self.global_batch // (self.dp * self.micro_batch)
+
+
+@dataclass
+class StepPrediction:
+    step_time_s: float
+    parts: dict  # BREAKDOWN -> seconds per step
+    model_flops: float  # per step, all GPUs
+    hardware_flops: float
+    mfu: float
+    hfu: float
+    sources: dict = field(default_factory=dict)
+
+
+def check_layout(cfg, lay: Layout) -> None:
+    """One line per impossible value, naming the flag and what is allowed."""
+    from ...config.errors import ConfigError
+
+    if lay.interleave < 1 or int(lay.interleave) != lay.interleave:
+        raise ConfigError(f"--interleave: a positive integer (got {lay.interleave!r})")
+    blocks = sum(cfg.depth(s) for s in cfg.stacks)
+    per_stage = blocks // lay.pp if blocks % lay.pp == 0 else None
+    if lay.interleave > 1:
+        if lay.pp < 2:
+            raise ConfigError(f"--interleave: {lay.interleave} needs pipeline stages (--pp 2 or more; got --pp {lay.pp})")
+        if per_stage is None or per_stage % lay.interleave:
+            raise ConfigError(f"--interleave: {lay.interleave} does not divide the {per_stage or blocks / lay.pp:g} "
+                              f"blocks per stage")
+        if lay.accumulation % lay.pp:
+            raise ConfigError(f"--interleave: the interleaved schedule needs the {lay.accumulation} micro-batches per step "
+                              f"to be a multiple of --pp {lay.pp}")
+    if lay.sequence_parallel and lay.tp < 2:
+        raise ConfigError("--sequence-parallel: needs tensor parallelism (--tp 2 or more)")
+    if lay.gpus_per_node is not None and (lay.gpus_per_node < 1 or int(lay.gpus_per_node) != lay.gpus_per_node):
+        raise ConfigError(f"--gpus-per-node: a positive integer (got {lay.gpus_per_node!r})")
+    if lay.nic_gbps is not None and not (math.isfinite(lay.nic_gbps) and lay.nic_gbps > 0):
+        raise ConfigError(f"--nic-gbps: a positive number of Gb/s per GPU (got {lay.nic_gbps!r})")
+    if not 0 <= lay.dp_overlap <= 1:
+        raise ConfigError(f"--dp-overlap: a fraction between 0 and 1 (got {lay.dp_overlap!r})")
+    if lay.recompute not in RECOMPUTE:
+        raise ConfigError(f"recompute: {lay.recompute!r} is not allowed (allowed: {', '.join(RECOMPUTE)})")
+    if lay.attention not in ATTENTION:
+        raise ConfigError(f"attention: {lay.attention!r} is not allowed (allowed: {', '.join(ATTENTION)})")
+    if lay.zero3_granularity not in GRANULARITY:
+        raise ConfigError(f"zero3_granularity: {lay.zero3_granularity!r} is not allowed (allowed: {', '.join(GRANULARITY)})")
+
+
+# ---------------------------------------------------------------------------
+# The rules' work and dependency structure, from their declared phases
+
+
+def rule_work(cfg, rules) -> dict:
+    """Per rule: FLOPs per sequence of its forward passes, of the work it serialises backward through the stages,
+    of its stage-local work, the number of forward passes and sequential forward sweeps, whether it has a backward
+    through the blocks, and the elements of feedback it trains (their gradients are reduced like the weights')."""
+    from ..catalogue import rule as rule_spec
+    from ..engine import build_for, evaluate, phase_costs, recipe
+    from ..plan import _configs
+    from ..registry import cost_model
+
+    configs = _configs(cfg)
+    templates = build_for(cost_model("executed"), configs)
+    q = evaluate("executed", configs, 1, templates)
+    out = {}
+    for r in dict.fromkeys(["bp", *rules]):
+        parts = recipe(r, 1, "executed")
+        phases = {phase: float((flops * templates.count).sum()) for phase, _, _, flops, _ in phase_costs(q, r)}
+        backward = parts.get("backward", ())
+        names = {name for name, _ in backward}
+        through = "backward_total" in names  # the error goes back block by block, stage by stage
+        forward_parts = parts.get("forward", ())
+        modulated = sum(int(t) for name, t in forward_parts if name == "forward_modulated")
+        passes = sum(int(t) for name, t in forward_parts if name in ("forward", "forward_modulated"))
+        chain = phases.get("backward", 0.0) if through else phases.get("target_propagation", 0.0)
+        local = sum(v for k, v in phases.items() if k != "forward") - chain
+        spec = rule_spec(r)
+        changes_feedback = bool(spec.memory.trains_feedback) or "mirror" in parts
+        out[r] = {"forward": phases.get("forward", 0.0), "chain": chain, "local": local, "passes": max(1, passes),
+                  "sweeps": 2 if modulated else 1, "backward": bool(backward), "through": through,
+                  "broadcast": "error_projection" in parts and not through and bool(backward),
+                  "changes_feedback": changes_feedback, "total": sum(phases.values())}
+    return out
+
+
+# ---------------------------------------------------------------------------
+# BP's kernels per micro-batch and block
+
+
+def _floor(times, launch):
+    return sum(times), sum(max(0.0, launch - t) for t in times if t > 0)
+
+
+def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
+    """Seconds of one block's kernels per micro-batch on one GPU: {fwd|bwd: {matmul, attention, memory, launch}},
+    plus the attention core's forward alone (what Korthikanti et al.'s selective recompute repeats)."""
+    t, b, s, d = lay.tp, lay.micro_batch, cfg.seq_len, cfg.d_model
+    m = b * s
+    a, kv = cfg.attn_width // t, cfg.kv_width // t
+    gated = 1 if cfg.gated else 0
+    ff = cfg.d_ff // t
+    gemms = [(m, a + 2 * kv, d), (m, d, a), (m, (1 + gated) * ff, d), (m, d, ff)]
+    fwd_mm = [dev.gemm(M, N, K) for M, N, K in gemms]
+    bwd_mm = [x for M, N, K in gemms for x in (dev.gemm(M, K, N), dev.gemm(N, K, M))]
+    heads = max(1, cfg.heads // t)
+    dh = cfg.d_head
+    causal = cfg.arch == "decoder"
+    core = 4.0 * b * s * s * a * (0.5 if causal else 1.0)  # QK^T and PV, the masked half skipped by fused kernels
+    if lay.attention == "flash":
+        fwd_att, bwd_att = [dev.flash(core, False)], [dev.flash(2.5 * core, True)]
+        fwd_att_mem, bwd_att_mem = [], []
+    else:  # Megatron: batched QK^T and PV over all the positions, softmax and dropout in memory
+        fwd_att = [dev.gemm(s, s, dh, b * heads), dev.gemm(s, dh, s, b * heads)]
+        bwd_att = [dev.gemm(s, dh, s, b * heads), dev.gemm(s, dh, s, b * heads),
+                   dev.gemm(s, s, dh, b * heads), dev.gemm(s, dh, s, b * heads)]
+        scores = b * heads * s * s
+        fwd_att_mem = [dev.memory(4 * scores), dev.memory(5 * scores)]  # scale-mask-softmax r/w; dropout r/w + mask
+        bwd_att_mem = [dev.memory(6 * scores), dev.memory(5 * scores)]
+    sp = t if lay.sequence_parallel else 1
+    e = act_bytes
+    rows = m * d * e
+    norm_res = [dev.memory(2 * rows / sp)] * 2 + [dev.memory(3 * rows / sp)] * 2  # two norms, two residual adds
+    act = [dev.memory((2 + gated) * m * ff * e)]
+    rotary = [dev.memory(2 * m * (a + kv) * e)] if cfg.positions == "rotary" else []
+    fwd_mem = norm_res + act + rotary + fwd_att_mem
+    bwd_mem = [2 * x for x in norm_res + act + rotary] + bwd_att_mem
+    out = {}
+    for name, mm, att, mem in (("fwd", fwd_mm, fwd_att, fwd_mem), ("bwd", bwd_mm, bwd_att, bwd_mem)):
+        mm_t, mm_l = _floor(mm, dev.launch)
+        at_t, at_l = _floor(att, dev.launch)
+        me_t, me_l = _floor(mem, dev.launch)
+        out[name] = {"matmul": mm_t, "attention": at_t, "memory": me_t, "launch": mm_l + at_l + me_l}
+    core_t, core_l = _floor(fwd_att + fwd_att_mem, dev.launch)
+    out["core_fwd"] = core_t + core_l
+    return out
+
+
+def head_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
+    """The LM head (d -> V / t) and its loss, per micro-batch: forward and backward."""
+    m, d, t = lay.micro_batch * cfg.seq_len, cfg.d_model, lay.tp
+    v = (cfg.classes or cfg.vocab) // t
+    if cfg.classes:
+        m = lay.micro_batch
+    fwd = {"matmul": dev.gemm(m, v, d), "attention": 0.0, "memory": dev.memory(m * v * (act_bytes + 8)), "launch": 0.0}
+    bwd = {"matmul": dev.gemm(m, d, v) + dev.gemm(v, d, m), "attention": 0.0,
+           "memory": dev.memory(m * v * (4 + act_bytes)), "launch": 0.0}
+    return {"fwd": fwd, "bwd": bwd}
+
+
+# ---------------------------------------------------------------------------
+# The step
+
+
+def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None = None) -> StepPrediction:
+    """The predicted step of ``rule`` with this layout on ``device`` (a catalogue Device)."""
+    from ..plan import PRECISIONS, ZERO_STAGE, model_facts, model_share
+
+    check_layout(cfg, lay)
+    prec = PRECISIONS[lay.precision]
+    dev = DeviceModel.of(device, prec.compute)
+    net = Network.of(dev.params, lay.gpus_per_node, lay.nic_gbps)
+    work = work if work is not None else rule_work(cfg, [rule])
+    w, bp = work[rule], work["bp"]
+    e = prec.activations
+    t, p, v, dp = lay.tp, lay.pp, lay.interleave, lay.dp
+    M = lay.accumulation
+    blocks = sum(cfg.depth(s) for s in cfg.stacks)
+    per_stage = blocks / p
+
+    bt = block_times(cfg, lay, dev, e)
+    ht = head_times(cfg, lay, dev, e)
+    cats = ("matmul", "attention", "memory", "launch")
+    # BP per micro-batch on the critical (last) stage
+    fwd_bp = {c: per_stage * bt["fwd"][c] + ht["fwd"][c] for c in cats}
+    bwd_bp = {c: per_stage * bt["bwd"][c] + ht["bwd"][c] for c in cats}
+    # The rule's work at BP's rates: forward passes at the forward rate, the rest at the backward rate
+    f_ratio = w["forward"] / bp["forward"]
+    bwd_total_bp = bp["chain"] + bp["local"]
+    chain_ratio = w["chain"] / bwd_total_bp
+    local_ratio = w["local"] / bwd_total_bp
+    fwd = {c: f_ratio * fwd_bp[c] for c in cats}
+    bwd = {c: (chain_ratio + local_ratio) * bwd_bp[c] for c in cats}
+    # Recompute (rules with a backward keep an autograd graph; PEPITA and MEMPEPITA keep none)
+    rec = {c: 0.0 for c in cats}
+    recomputed_blocks = 0.0
+    if w["backward"]:
+        if lay.recompute == "full":
+            recomputed_blocks = per_stage
+        elif lay.recompute == "selective":
+            recomputed_blocks = (blocks // lay.checkpoint_every) / p
+        for c in cats:
+            rec[c] = recomputed_blocks * bt["fwd"][c]
+        if lay.recompute == "attention":
+            rec["attention"] = per_stage * bt["core_fwd"]
+    # Tensor parallel: all-reduces (or all-gather + reduce-scatter pairs) of b s d activations per block
+    tp_bytes = lay.micro_batch * cfg.seq_len * cfg.d_model * e
+    one = net.all_reduce(tp_bytes, t, 1) if not lay.sequence_parallel else \
+        net.all_gather(tp_bytes, t, 1) + net.reduce_scatter(tp_bytes, t, 1)
+    ar_fwd = 2 * w["passes"] * per_stage
+    ar_bwd = (2 * per_stage if w["backward"] else 0) + 2 * recomputed_blocks
+    tp_fwd, tp_bwd = ar_fwd * one, ar_bwd * one
+
+    compute_fwd = sum(fwd.values())
+    compute_bwd = sum(bwd.values()) + sum(rec.values())
+    per_micro = compute_fwd + compute_bwd + tp_fwd + tp_bwd
+
+    # Pipeline: point-to-point sends and the bubble of the serialised part
+    pp_comm = 0.0
+    if p > 1:
+        inter = net.spans_nodes(2, t * dp) or t * dp >= net.gpus_per_node
+        send = net.p2p(tp_bytes / t, inter)  # Megatron's scatter/gather: each of the t GPUs sends 1/t
+        directions = 1 + (1 if w["through"] else 0)
+        pp_comm = M * v * directions * send
+        if w["broadcast"]:  # DFA: the output error to every stage, a tree broadcast
+            pp_comm += M * math.ceil(math.log2(p)) * send
+        sequential = compute_fwd + tp_fwd  # every forward sweep crosses the stages in turn
+        if w["through"]:
+            sequential += compute_bwd + tp_bwd
+        elif w["chain"]:
+            sequential += chain_ratio * sum(bwd_bp.values())
+        bubble = (p - 1) / v * sequential
+    else:
+        bubble = 0.0
+
+    # Data parallel (and ZeRO) over dp ranks, stride t
+    facts = model_facts(cfg, [rule], "adam")
+    share = model_share(facts, t, p)
+    params_gpu = facts.parameters * share
+    trained_gpu = float(facts.per_rule.loc[rule, "trained"]) * share
+    if not w["changes_feedback"]:
+        trained_gpu = min(trained_gpu, params_gpu)
+    stage = ZERO_STAGE[lay.sharding]
+    f = lay.dp_overlap
+    dp_comm = 0.0
+    grad_bytes = trained_gpu * prec.grads
+    if dp > 1:
+        if stage == 3:
+            rails = lay.zero3_granularity == "block"  # DeepSpeed's per-tensor gathers: one NIC (docs/planning.md)
+            gather = net.all_gather(params_gpu * prec.weights, dp, t, rails)
+            scatter = net.reduce_scatter(grad_bytes, dp, t, rails)
+            fwd_comm = w["passes"] * gather
+            bwd_comm = (gather if w["backward"] else 0.0) + scatter
+            dp_comm = M * (_exposed(fwd_comm, compute_fwd, f) + _exposed(bwd_comm, compute_bwd, f))
+        else:
+            reduce = net.all_reduce(grad_bytes, dp, t) if stage == 0 else net.reduce_scatter(grad_bytes, dp, t)
+            gather = 0.0 if stage == 0 else net.all_gather(params_gpu * prec.weights, dp, t)
+            dp_comm = _exposed(reduce, compute_bwd, f) + gather
+    # Optimizer: a memory-bound pass over this GPU's (ZeRO-1+: sharded) master weights, state, gradients, weights
+    opt_params = trained_gpu / (dp if stage >= 1 else 1)
+    opt_bytes = opt_params * (2 * prec.master + 2 * prec.state * lay.optimizer_slots + prec.grads + prec.weights)
+    optimizer = dev.memory(opt_bytes)
+
+    parts = {c: M * (fwd[c] + bwd[c] + rec[c]) for c in cats}
+    parts.update({"comm_tp": M * (tp_fwd + tp_bwd), "comm_dp": dp_comm, "comm_pp": pp_comm, "bubble": bubble,
+                  "optimizer": optimizer})
+    step = M * per_micro + bubble + dp_comm + pp_comm + optimizer
+    peak = dev.peak
+    model_flops = lay.global_batch * w["total"]
+    hw_flops = model_flops + (lay.global_batch * w["forward"] / max(1, w["passes"]) *
+                              (recomputed_blocks * p / max(1, blocks)) if w["backward"] else 0.0)
+    return StepPrediction(step, parts, model_flops, hw_flops, model_flops / (step * lay.gpus * peak),
+                          hw_flops / (step * lay.gpus * peak), dict(dev.sources))
+
+
+def _exposed(comm: float, window: float, overlap: float) -> float:
+    """Communication left on the critical path: a fraction ``overlap`` of it hides behind the compute window."""
+    return comm - overlap * min(comm, window)
+
+
+def _tensors_per_block(cfg) -> int:
+    """Parameter tensors of one block (DeepSpeed ZeRO-3 gathers each): q/k/v fused, output, the FFN's 2 or 3
+    matrices, with their biases, and the two norms' gains (and LayerNorm's biases)."""
+    linears = 2 + 2 + (1 if cfg.gated else 0)
+    biases = linears if cfg.bias == "all" else (1 if cfg.bias == "qkv" else 0)
+    norms = 2 * (2 if cfg.norm == "layernorm" else 1)
+    return linears + biases + norms

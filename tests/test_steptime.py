@@ -1,0 +1,138 @@
+"""The step-time model (analytic/steptime): hand-computed collectives, a ZeRO-3 step's traffic, the interleaved bubble,
+a tensor-parallel block; monotonicity properties; every published run loads and plans."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainingcost.analytic.plan import PRECISIONS, model_facts, model_share
+from trainingcost.analytic.steptime import Layout, Network, predict_step, runs
+from trainingcost.analytic.steptime.device import DeviceModel
+from trainingcost.analytic.steptime.step import check_layout, rule_work
+from trainingcost.config import ConfigError
+from trainingcost.config.hardware import device
+from trainingcost.config.model import canonical_model, preset_entry
+
+ROOT = Path(__file__).resolve().parents[1]
+A100 = device("a100-80gb")
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return canonical_model(preset_entry("gpt2-small"))
+
+
+@pytest.fixture(scope="module")
+def work(gpt2):
+    return rule_work(gpt2, ["bp", "dfa", "pepita"])
+
+
+def net_of(lay: Layout) -> Network:
+    return Network.of(DeviceModel.of(A100, "bf16").params, lay.gpus_per_node, lay.nic_gbps)
+
+
+def test_one_all_reduce_by_hand():
+    net = Network(gpus_per_node=8, intra_bw=200e9, intra_alpha=10e-6, inter_bw=25e9, inter_alpha=20e-6)
+    # inside a node: one latency + 2 (n-1)/n S / B
+    assert net.all_reduce(1e9, 8) == pytest.approx(10e-6 + 2 * 7 / 8 * 1e9 / 200e9)
+    # two nodes: 2 (n-1) ring steps of alpha, bandwidth min(NVLink, 8 NICs x 25 GB/s) = 200 GB/s
+    assert net.all_reduce(1e9, 16) == pytest.approx(2 * 15 * 20e-6 + 2 * 15 / 16 * 1e9 / 200e9)
+    # reduce-scatter and all-gather: half the all-reduce's bandwidth term
+    assert net.all_gather(1e9, 8) == pytest.approx(10e-6 + 7 / 8 * 1e9 / 200e9)
+    assert net.all_reduce(1e9, 1) == 0.0
+
+
+def test_one_zero3_step_moves_three_times_the_parameters(gpt2, work):
+    lay = Layout(gpus=16, global_batch=16, micro_batch=1, sharding="zero3", dp_overlap=0.0)
+    pred = predict_step(gpt2, lay, A100, "bp", work)
+    net = net_of(lay)
+    facts = model_facts(gpt2, ["bp"], "adam")
+    psi = facts.parameters * model_share(facts, 1, 1) * PRECISIONS["bf16-mixed"].weights
+    # parameters gathered in forward and again in backward, gradients reduce-scattered: 3 x (15 alpha + 15/16 psi / B)
+    by_hand = 3 * (15 * net.inter_alpha + 15 / 16 * psi / min(net.intra_bw, 8 * net.inter_bw))
+    assert pred.parts["comm_dp"] == pytest.approx(by_hand)
+
+
+def test_interleaved_bubble(gpt2, work):
+    def bubble(v):
+        lay = Layout(gpus=4, global_batch=8, micro_batch=1, pp=4, interleave=v)
+        pred = predict_step(gpt2, lay, A100, "bp", work)
+        per_micro = sum(pred.parts[k] for k in ("matmul", "attention", "memory", "launch", "comm_tp")) / lay.accumulation
+        return pred.parts["bubble"], per_micro
+
+    b1, m1 = bubble(1)
+    b3, m3 = bubble(3)
+    assert b1 == pytest.approx((4 - 1) / 1 * m1)  # (p - 1) / v of the ideal per-micro-batch time, times m
+    assert b3 == pytest.approx((4 - 1) / 3 * m3)
+
+
+def test_one_tensor_parallel_block(gpt2, work):
+    lay = Layout(gpus=2, global_batch=4, micro_batch=2, tp=2)
+    pred = predict_step(gpt2, lay, A100, "bp", work)
+    one = net_of(lay).all_reduce(2 * gpt2.seq_len * gpt2.d_model * 2, 2)  # b s d bf16 over 2 ranks
+    blocks = gpt2.layers
+    # BP: 2 all-reduces per block forward and 2 backward, per micro-batch
+    assert pred.parts["comm_tp"] == pytest.approx(lay.accumulation * blocks * 4 * one)
+    # PEPITA has no backward through the blocks but two forward passes: 4 all-reduces forward, none backward
+    pep = predict_step(gpt2, lay, A100, "pepita", work)
+    assert pep.parts["comm_tp"] == pytest.approx(lay.accumulation * blocks * 4 * one)
+
+
+def test_dfa_broadcast_keeps_its_backward_out_of_the_bubble(gpt2, work):
+    lay = Layout(gpus=4, global_batch=8, micro_batch=1, pp=4)
+    bp = predict_step(gpt2, lay, A100, "bp", work)
+    dfa = predict_step(gpt2, lay, A100, "dfa", work)
+    assert dfa.parts["bubble"] < 0.6 * bp.parts["bubble"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(pp=2, interleave=4), "--interleave: 4 does not divide the 6 blocks per stage"),
+    (dict(interleave=2), "--interleave: 2 needs pipeline stages"),
+    (dict(sequence_parallel=True), "--sequence-parallel: needs tensor parallelism"),
+    (dict(nic_gbps=-1.0), "--nic-gbps: a positive number"),
+    (dict(gpus_per_node=0), "--gpus-per-node: a positive integer"),
+])
+def test_impossible_values_are_one_line(gpt2, change, message):
+    lay = Layout(**{**dict(gpus=2, global_batch=8, micro_batch=1), **change})
+    with pytest.raises(ConfigError) as err:
+        check_layout(gpt2, lay)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def _comm_share(cfg, work, gpus, sharding, tp):
+    lay = Layout(gpus=gpus, global_batch=256, micro_batch=1, tp=tp, sharding=sharding)
+    pred = predict_step(cfg, lay, A100, "bp", work)
+    return sum(pred.parts[k] for k in ("comm_tp", "comm_dp", "comm_pp")) / pred.step_time_s
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from(["none", "zero1", "zero3"]), st.sampled_from([1, 2]), st.integers(0, 6), st.integers(1, 3))
+def test_more_gpus_at_a_fixed_global_batch_never_lower_the_comm_share(gpt2, work, sharding, tp, k, more):
+    small = tp * 2**k
+    large = small * 2**more
+    assert _comm_share(gpt2, work, large, sharding, tp) >= _comm_share(gpt2, work, small, sharding, tp) - 1e-12
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.floats(10, 400), st.floats(1.01, 8), st.sampled_from(["none", "zero3"]), st.sampled_from([1, 4]))
+def test_a_faster_link_never_slows_a_step(gpt2, work, nic, factor, sharding, pp):
+    def step(gbps):
+        lay = Layout(gpus=64, global_batch=64, micro_batch=1, pp=pp, sharding=sharding, nic_gbps=gbps)
+        return predict_step(gpt2, lay, A100, "bp", work).step_time_s
+
+    assert step(nic * factor) <= step(nic) + 1e-12
+
+
+def test_every_published_run_loads_and_plans():
+    rows = runs.load(ROOT / "benchmarks" / "published_runs.csv")
+    assert len(rows) >= 30 and len({r["source"] for r in rows}) >= 3
+    for row in rows:
+        cfg, lay = runs.model_of(row), runs.layout_of(row)
+        assert lay.dp * lay.tp * lay.pp == lay.gpus == int(row["gpus"]) and lay.dp == int(row["dp"])
+        assert runs.measured_step_time(row) > 0
+        pred = predict_step(cfg, lay, device(row["gpu"]))
+        assert pred.step_time_s > 0 and 0 < pred.mfu < 1
