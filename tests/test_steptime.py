@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from trainingcost.analytic.plan import PRECISIONS, model_facts, model_share
@@ -104,16 +104,19 @@ def test_impossible_values_are_one_line(gpt2, change, message):
 
 
 def _comm_share(cfg, work, gpus, sharding, tp):
-    lay = Layout(gpus=gpus, global_batch=256, micro_batch=1, tp=tp, sharding=sharding)
+    # Nothing overlapped: with overlap, data-parallel traffic hides behind compute until compute shrinks below it,
+    # while a fixed per-GPU cost (the unsharded optimizer) grows as a share, so the exposed share may dip by 0.01%.
+    lay = Layout(gpus=gpus, global_batch=256, micro_batch=1, tp=tp, sharding=sharding, dp_overlap=0.0)
     pred = predict_step(cfg, lay, A100, "bp", work)
     return sum(pred.parts[k] for k in ("comm_tp", "comm_dp", "comm_pp")) / pred.step_time_s
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.sampled_from(["none", "zero1", "zero3"]), st.sampled_from([1, 2]), st.integers(0, 6), st.integers(1, 3))
 def test_more_gpus_at_a_fixed_global_batch_never_lower_the_comm_share(gpt2, work, sharding, tp, k, more):
     small = tp * 2**k
     large = small * 2**more
+    assume(large // tp <= 256)  # every data-parallel rank gets at least one of the 256 sequences
     assert _comm_share(gpt2, work, large, sharding, tp) >= _comm_share(gpt2, work, small, sharding, tp) - 1e-12
 
 
