@@ -4,7 +4,8 @@
   original's results; a cost model copied like ``kaplan`` appears in the tables, the summary and figure 1;
 - ``config`` and ``analytic`` (and the ``estimate``, ``configs`` and ``--help`` commands) never import torch;
 - registration refuses duplicates; the schema's enums equal the catalogue;
-- no module imports a stage above its own, and there is no import cycle.
+- no module imports a stage above its own, and there is no import cycle, counting every import (those inside
+  functions too) between modules, each its own node.
 """
 
 from __future__ import annotations
@@ -148,8 +149,8 @@ ALLOWED = {
 }
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def _module_name(path: Path, root: Path = PACKAGE.parent) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -157,18 +158,17 @@ def _module_name(path: Path) -> str:
 
 def _stage(module: str) -> str:
     parts = module.split(".")[1:]
-    if not parts or parts[0] in ("cli", "pipeline", "plan", "__main__"):
-        return "top"
+    if not parts or (len(parts) == 1 and parts[0] != "io" and not (PACKAGE / parts[0]).is_dir()):
+        return "top"  # the package's __init__ and the modules beside the stage folders: cli, plan, pipeline, args ...
     if parts[0] == "rules":
         return "rules.step" if parts[-1] == "step" else "rules.spec"
     return parts[0]
 
 
-def _imports(path: Path, module: str) -> list[tuple[str, bool]]:
-    """(imported trainingcost module, at top level?) for each import in ``path``."""
+def _imports(path: Path, module: str) -> list[str]:
+    """Every trainingcost name ``path`` imports: at top level, inside a function or a class, or under a condition."""
     tree = ast.parse(path.read_text())
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    top_level = set(map(id, tree.body))
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -183,9 +183,7 @@ def _imports(path: Path, module: str) -> list[tuple[str, bool]]:
             names = [alias.name for alias in node.names]
         else:
             continue
-        for name in names:
-            if name.startswith("trainingcost"):
-                found.append((name, id(node) in top_level))
+        found += [name for name in names if name.split(".")[0] == "trainingcost"]
     return found
 
 
@@ -205,7 +203,7 @@ def test_no_module_imports_a_stage_above_its_own():
     wrong = []
     for module, path in modules.items():
         stage = _stage(module)
-        for name, _ in _imports(path, module):
+        for name in _imports(path, module):
             target = _resolve(name, modules)
             if target == "trainingcost":
                 continue  # the package's own __init__ (its version)
@@ -214,34 +212,61 @@ def test_no_module_imports_a_stage_above_its_own():
     assert not wrong, "\n".join(wrong)
 
 
-def test_there_is_no_import_cycle():
-    modules = _package_modules()
-    graph = {module: set() for module in modules}
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, each module its own node (a package's ``__init__`` too), every
+    import counted: one inside a function runs as surely as one at the top, only later."""
+    graph: dict[str, set[str]] = {module: set() for module in modules}
     for module, path in modules.items():
-        for name, top_level in _imports(path, module):
+        for name in _imports(path, module):
             target = _resolve(name, modules)
-            if top_level and target != module and target != "trainingcost":
+            if target != module and target != "trainingcost":  # the package's __init__: its version only
                 graph[module].add(target)
-    # A package's __init__ re-exporting its own modules is an edge package -> module; that is no cycle unless
-    # a module also imports the package back at top level.
-    state: dict[str, int] = {}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` (its nodes, the first repeated at the end), or None: a depth-first search."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
     stack: list[str] = []
 
-    def visit(node: str) -> None:
+    def visit(node: str) -> list[str] | None:
         state[node] = 1
         stack.append(node)
-        for nxt in sorted(graph[node]):
+        for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycle = stack[stack.index(nxt):] + [nxt]
-                raise AssertionError("import cycle: " + " -> ".join(cycle))
-            if nxt not in state:
-                visit(nxt)
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
         stack.pop()
         state[node] = 2
+        return None
 
-    for module in sorted(graph):
-        if module not in state:
-            visit(module)
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_planted_cycle(tmp_path):
+    """The checker itself: a cycle hidden in function-level imports, among top-level modules, is found."""
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"x": {"x"}}) == ["x", "x"]
+    package = tmp_path / "trainingcost"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "one.py").write_text("from .two import f\n")
+    (package / "two.py").write_text("def f():\n    from .three import g\n    return g()\n")
+    (package / "three.py").write_text("def g():\n    if True:\n        from trainingcost import one\n    return one\n")
+    modules = {_module_name(path, tmp_path): path for path in package.rglob("*.py")}
+    graph = import_graph(modules)
+    assert graph["trainingcost.two"] == {"trainingcost.three"}
+    assert find_cycle(graph) == ["trainingcost.one", "trainingcost.two", "trainingcost.three", "trainingcost.one"]
+
+
+def test_there_is_no_import_cycle():
+    cycle = find_cycle(import_graph(_package_modules()))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
 # -- the acceptance test: copy a rule and a cost model, change only their names ----------------------------

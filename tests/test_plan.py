@@ -424,8 +424,7 @@ def test_bad_plan_config_is_one_line(plan, extra, message):
 
 
 def test_the_workflow_step_writes_the_table_and_the_figures(tmp_path):
-    from trainingcost.pipeline import load
-    from trainingcost.plan import write_plan
+    from trainingcost.pipeline import load, write_plan
 
     mine = {"label": "a test card", "peak_tflops": {"fp32": 20, "bf16": 100}, "memory_gb": 16, "bandwidth_gbs": 500,
             "power_w": 250, "source": "a user's own measurements"}
