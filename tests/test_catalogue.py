@@ -24,12 +24,14 @@ import pytest
 import yaml
 
 from trainingcost.analytic import catalogue, registry
-from trainingcost.analytic.catalogue import rule, rule_names
+from trainingcost.analytic.catalogue import rule, rule_names, vocabulary
 from trainingcost.analytic.layers import KINDS, _kinds
 from trainingcost.analytic.memory import DTYPE_BYTES, OPTIMIZER_SLOTS
 from trainingcost.analytic.registry import cost_model_names
 from trainingcost.config.presets import PRESETS
-from trainingcost.config.schema import schema, schema_enum
+from trainingcost.config import ConfigError, validate_config
+from trainingcost.config.choices import ARCHES, OPTION_CHOICES
+from trainingcost.config.schema import CATALOGUE_ENUMS, CONFIG_ENUMS, schema, schema_enum
 from trainingcost.config.training import DEVICES, OPTIMIZERS, TASKS, TRAIN_DTYPES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,22 +109,43 @@ def test_a_layer_kind_declared_twice_is_refused():
 # -- the schema's enums are the catalogue's ------------------------------------------------------------------
 
 
-def test_schema_file_enums_equal_the_catalogue():
-    """The shipped schema file (read by people and tools) lists what the code accepts, in the same order."""
-    assert schema_enum("rule") == rule_names()
-    assert schema_enum("cost_model") == cost_model_names()
+def test_the_schema_file_copies_no_enum_of_the_code():
+    """The shipped file names no rule, cost model, preset, arch, option, task, device or optimizer: the loader fills
+    them in, so adding a rule or a cost model never touches the schema."""
+    text = (PACKAGE / "config" / "schemas" / "config.schema.yaml").read_text()
+    body = "\n".join(line.split("#")[0] for line in text.splitlines())  # the comments may name the modules
+    file = yaml.safe_load(text)
+    for name in (*CONFIG_ENUMS, *CATALOGUE_ENUMS):
+        assert "enum" not in file["$defs"][name], name
+    lists = {word.strip() for found in re.findall(r"\[([^\]]*)\]", body) for word in found.split(",")}
+    for words in (rule_names(), cost_model_names(), PRESETS, TASKS, DEVICES, *OPTION_CHOICES.values()):
+        listed = sorted(lists & set(words) - {"none"})  # none: also a sharding and a checkpointing (analytic/plan.py)
+        assert not listed, f"the schema file lists {listed}"
+
+
+def test_the_loaded_schemas_enums_are_the_catalogues_and_the_configs():
+    """What the workflow and the command line validate against: every enum and every-value default from the code,
+    in the code's order."""
+    filled = schema(vocabulary())
+    assert schema_enum("rule", vocabulary()) == rule_names()
+    assert schema_enum("cost_model", vocabulary()) == cost_model_names()
     assert schema_enum("preset") == tuple(PRESETS)
-    file = schema()
-    train = file["properties"]["train"]["properties"]
-    assert tuple(train["device"]["enum"]) == DEVICES
-    assert tuple(train["dtype"]["enum"]) == tuple(TRAIN_DTYPES)
+    assert schema_enum("arch") == ARCHES
+    for option, values in OPTION_CHOICES.items():
+        assert schema_enum(option) == values
+    assert schema_enum("device") == DEVICES
+    assert schema_enum("train_dtype") == tuple(TRAIN_DTYPES)
     assert schema_enum("optimizer") == OPTIMIZERS == tuple(OPTIMIZER_SLOTS)
-    assert schema_enum("dtype") == tuple(DTYPE_BYTES)
-    assert set(train["task"]["enum"]) == {*TASKS, "auto"}
-    # Defaults that list every rule or cost model are every rule or cost model.
-    assert file["properties"]["analytic"]["properties"]["rules"]["default"] == list(rule_names())
-    assert file["properties"]["analytic"]["properties"]["cost_models"]["default"] == list(cost_model_names())
-    assert train["rules"]["default"] == list(rule_names())
+    assert schema_enum("dtype") == tuple(DTYPE_BYTES)  # the memory model's, still written in the file
+    assert schema_enum("task") == ("auto", *TASKS)
+    properties = filled["properties"]
+    for section in ("analytic", "plan"):
+        assert properties[section]["properties"]["rules"]["default"] == list(rule_names())
+        assert properties[section]["properties"]["cost_models"]["default"] == list(cost_model_names())
+    assert properties["train"]["properties"]["rules"]["default"] == list(rule_names())
+    assert properties["memory"]["properties"]["optimizers"]["default"] == list(OPTIMIZERS)
+    with pytest.raises(ValueError, match="the catalogue's"):
+        schema_enum("rule")  # without the catalogue's vocabulary the rule is an open string
 
 
 def test_schema_takes_its_enums_from_a_vocabulary():
@@ -130,7 +153,9 @@ def test_schema_takes_its_enums_from_a_vocabulary():
     filled = schema(vocabulary)
     assert filled["$defs"]["rule"]["enum"] == ["bp", "new"]
     assert filled["properties"]["train"]["properties"]["rules"]["default"] == ["bp", "new"]
-    assert schema()["$defs"]["rule"]["enum"] == list(rule_names())  # the file's copy is untouched
+    assert "enum" not in schema()["$defs"]["rule"]  # the file's definition is untouched
+    with pytest.raises(ConfigError, match=r"train\.rules\[0\]: 'fa' is not allowed \(allowed: bp, new\)"):
+        validate_config({"sweep": {"presets": ["gpt2-small"]}, "train": {"rules": ["fa"]}}, vocabulary)
 
 
 # -- the stages: no upward import, no cycle -------------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 The training code (:mod:`trainingcost.train`) implements these; the command
 line and the workflow check a run's settings here, before any job starts or
-torch is imported. A test keeps these names equal to the schema's enums and to
-what the training code implements.
+torch is imported. The allowed names are :mod:`.choices`' (the schema's enums are filled
+from them); a test keeps them equal to what the training code implements.
 """
 
 from __future__ import annotations
@@ -12,13 +12,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from .choices import DEVICES, OPTIMIZERS, TASKS, TRAIN_DTYPES  # noqa: F401 - re-exported
 from .errors import ConfigError
 from .model import ModelConfig
 
-TASKS = ("lm", "classify", "copy", "reverse")
-DEVICES = ("auto", "cpu", "cuda")
-TRAIN_DTYPES = ("fp32", "bf16")
-OPTIMIZERS = ("sgd", "momentum", "adam")
 CLASSIFY_CLASSES = 3
 LM_MIN_VOCAB = 256  # byte-level
 
