@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from trainingcost import cli
 from trainingcost.analytic import catalogue, registry
 from trainingcost.analytic.catalogue import rule, rule_names, vocabulary
 from trainingcost.analytic.layers import KINDS, _kinds
@@ -156,6 +157,46 @@ def test_schema_takes_its_enums_from_a_vocabulary():
     assert "enum" not in schema()["$defs"]["rule"]  # the file's definition is untouched
     with pytest.raises(ConfigError, match=r"train\.rules\[0\]: 'fa' is not allowed \(allowed: bp, new\)"):
         validate_config({"sweep": {"presets": ["gpt2-small"]}, "train": {"rules": ["fa"]}}, vocabulary)
+
+
+# -- the command line names no rule: its help reads the specs ---------------------------------------------------
+
+
+def _strings_and_names(path: Path) -> list[str]:
+    """The string constants (docstrings left out) and identifiers of a module."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            found.append(node.value)
+        elif isinstance(node, ast.Name):
+            found.append(node.id)
+    return found
+
+
+def test_the_command_line_spells_no_rule_name():
+    names = set(rule_names()) - {catalogue.REFERENCE_RULE}  # the reference is the catalogue's declaration
+    for module in ("cli.py", "args.py", "text.py"):
+        spelled = {word for text in _strings_and_names(PACKAGE / module)
+                   for word in re.findall(r"[a-z]+", text.lower()) if word in names | {catalogue.REFERENCE_RULE}}
+        assert not spelled, f"{module} spells {sorted(spelled)}"
+
+
+def test_the_train_help_reads_the_rules_defaults():
+    parser = cli.build_parser()
+    train = next(a for a in parser._actions if isinstance(a, type(parser._subparsers._group_actions[0])))
+    helps = {action.dest: action.help for action in train.choices["train"]._actions}
+    for option, (_, key, form) in cli.OPTION_HELP.items():
+        declaring = [spec for spec in catalogue.rules() if key in spec.defaults]
+        text = helps[option]
+        for spec in declaring:
+            assert form.format(spec.defaults[key]) in text, (option, text)
+        if len(declaring) < len(rule_names()):
+            assert text.startswith(", ".join(spec.name for spec in declaring) + ": "), (option, text)
+    assert helps["mirror_steps"].endswith("(wm)")  # the rule whose recipe repeats per mirror step
 
 
 # -- the stages: no upward import, no cycle -------------------------------------------------------------------

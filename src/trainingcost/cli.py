@@ -19,7 +19,9 @@ from pathlib import Path
 import pandas as pd
 
 from . import __version__
-from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names
+from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names, rules
+from .analytic.catalogue import REFERENCE_RULE
+from .analytic.catalogue import rule as catalogue_rule
 from .analytic.engine import out_of_scope
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
 from .analytic.peaks import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, replays
@@ -35,7 +37,7 @@ from .config import (
     configs_frame,
     task_defaults,
 )
-from .config.training import RULE_OPTION_FLOATS
+from .config.training import RULE_OPTION_FLOATS, RULE_OPTION_HELP
 from .io import created_count, undo_since
 from .args import Parser, add_model_flags, flag_message, integer, model_entry, number
 from .plan import add_parser as add_plan_parser  # trainingcost plan (plan.py; docs/planning.md)
@@ -43,6 +45,8 @@ from .text import describe_config, grid, human, human_bytes
 
 # ---------------------------------------------------------------------------
 # Human-readable output
+
+AUTOGRAD = ("autograd", "targets")  # RuleMemory.activations that count autograd's saved tensors (analytic/spec.py)
 
 PER_LAYER_LEGEND = (
     "A blank cell: the layer takes no part in that phase under this rule and cost model. "
@@ -94,8 +98,8 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
         for m in models:
             value = totals.at[rule, m]
             cell = human(value)
-            if "bp" in totals.index and rule != "bp":
-                cell += f" ({value / totals.at['bp', m]:.2f}x BP)"
+            if REFERENCE_RULE in totals.index and rule != REFERENCE_RULE:
+                cell += f" ({value / totals.at[REFERENCE_RULE, m]:.2f}x {catalogue_rule(REFERENCE_RULE).label})"
             cells.append(cell)
         rows.append([rule, "", *cells])
     unit = "FLOPs" if metric == "flops" else "MACCs"
@@ -116,8 +120,11 @@ def render_memory(memory: pd.DataFrame) -> str:
     executed = (f"Tensor memory of one training step, executed model ({setting}; CPU, batch of ids excluded "
                 f"from persistent)\n" + grid(header, rows) + "\n")
     rows = [[r["rule"], "", *(human_bytes(r[c]) for c in (*COMPONENTS, "total"))] for _, r in memory.iterrows()]
-    hand = ("Components summed, the paper's accounting (activations: autograd's saved tensors; PEPITA/MEMPEPITA "
-            "as Pau & Aymone count them)\n" + grid(["rule", "", *COMPONENTS, "total"], rows) + "\n")
+    own = [spec for spec in rules() if spec.name in set(memory["rule"]) and spec.memory.activations not in AUTOGRAD]
+    accounting = ("; their sources' count for " + " and ".join(f"{spec.label} ({spec.source})" for spec in own)
+                  if own else "")
+    hand = (f"Components summed, the paper's accounting (activations: autograd's saved tensors{accounting})\n"
+            + grid(["rule", "", *COMPONENTS, "total"], rows) + "\n")
     return executed + "\n" + hand
 
 
@@ -340,6 +347,48 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------
+# Help texts from the declarations: which rules take a hyperparameter and their defaults are the rule specs'
+# (rules/<name>/__init__.py, RuleSpec.defaults); no rule is named here.
+
+# Hyperparameter -> (what it sets, the RuleSpec.defaults key of its default, how that default reads).
+OPTION_HELP = {"weight_decay": ("the optimizer's weight decay", "weight_decay", "{:g}"), **RULE_OPTION_HELP}
+
+
+def _grouped(values: dict, form: str) -> str:
+    """``{name: value}`` in words: the most common value first, then each other with the names that take it
+    ("0.05 for sgd and momentum, 0.003 for adam"; "0, or 0.001 for kp" where one value is everyone else's)."""
+    by_value: dict = {}
+    for name, value in values.items():
+        by_value.setdefault(value, []).append(name)
+    if len(by_value) == 1:
+        return form.format(next(iter(by_value)))
+    common = max(by_value, key=lambda v: len(by_value[v]))
+    others = [f"{form.format(v)} for {' and '.join(names)}" for v, names in by_value.items() if v != common]
+    if len(by_value[common]) > 2:
+        return f"{form.format(common)}, or " + ", ".join(others)  # the default, and the exceptions
+    return ", ".join(f"{form.format(v)} for {' and '.join(names)}" for v, names in by_value.items())
+
+
+def rule_default_help(option: str) -> str:
+    """``--<option>``'s help: the rules that declare it and their defaults, read from the specs."""
+    what, key, form = OPTION_HELP.get(option, (option.replace("_", " "), option, "{:g}"))
+    declared = {spec.name: spec.defaults[key] for spec in rules() if key in spec.defaults}
+    if not declared:
+        return what
+    if len(declared) == len(rule_names()):
+        return f"{what} (default {_grouped(declared, form)})"
+    return f"{', '.join(declared)}: {what} (default {_grouped(declared, form)})"
+
+
+def mirror_steps_help() -> str:
+    """The rules whose recipe repeats a phase per mirror step (the recipe's ``mirror_steps`` multiplicity)."""
+    takers = [spec.name for spec in rules()
+              if any(times == "mirror_steps" for recipe in (spec.recipe, *spec.recipe_overrides.values())
+                     for parts in recipe.values() for _, times in parts)]
+    return f"mirror steps per training step ({', '.join(takers) or 'no rule takes them'})"
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="trainingcost", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"trainingcost {__version__}")
@@ -351,7 +400,7 @@ def build_parser() -> Parser:
     est.add_argument("--cost-model", default="all", choices=[*cost_model_names(), "all"])
     est.add_argument("--dtype", default="fp32", choices=list(DTYPE_BYTES), help="for the memory model")
     est.add_argument("--optimizer", default="sgd", choices=list(OPTIMIZER_SLOTS), help="for the memory model")
-    est.add_argument("--mirror-steps", type=integer, default=1, help="weight-mirror steps per training step (WM)")
+    est.add_argument("--mirror-steps", type=integer, default=1, help=mirror_steps_help())
     est.add_argument("--metric", default="flops", choices=["flops", "maccs"], help="what the table shows")
     est.add_argument("--memory", action="store_true", help="with csv/json: print the memory table instead of costs")
     est.add_argument("--per-layer", action="store_true", help="the table: every layer of every rule and cost model")
@@ -361,19 +410,17 @@ def build_parser() -> Parser:
     trn = sub.add_parser("train", help="train one model under one learning rule on a built-in task")
     add_model_flags(trn)
     trn.add_argument("--task", default="lm", choices=TASKS, help="lm (byte-level text), classify, copy, reverse")
-    trn.add_argument("--rule", default="bp", choices=rule_names())
+    trn.add_argument("--rule", default=REFERENCE_RULE, choices=rule_names())
     trn.add_argument("--steps", type=integer, default=200)
     trn.add_argument("--seed", type=integer, default=0)
-    trn.add_argument("--lr", type=number, help="default: 0.05 for sgd and momentum, 0.003 for adam")
+    trn.add_argument("--lr", type=number, help="default: " + _grouped(DEFAULT_LR, "{:g}"))
     trn.add_argument("--optimizer", choices=OPTIMIZERS,
-                     help="sgd, momentum (SGD, 0.9) or adam (AdamW); default: adam for copy and reverse, else sgd")
-    trn.add_argument("--weight-decay", type=number, help="default: 0, or 1e-3 for kp")
-    trn.add_argument("--mirror-steps", type=integer, default=1, help="weight-mirror steps per training step (wm)")
-    trn.add_argument("--target-step", type=number, help="tp, dtp: the first target's step (default 0.3277, Lee et al. 2015)")
-    trn.add_argument("--target-noise", type=number, help="tp, dtp: std of the inverses' training noise (default 0.3598)")
-    trn.add_argument("--inverse-lr", type=number, help="tp, dtp: the inverses' learning rate (default: lr x 0.3366)")
-    trn.add_argument("--lra-beta", type=number, help="lra: the targets' step beta (default 0.1, Ororbia & Mali 2019)")
-    trn.add_argument("--lra-gamma", type=number, help="lra: the error weights' update scale gamma (default 1.0)")
+                     help="sgd, momentum (SGD, 0.9) or adam (AdamW); default: "
+                          + _grouped({task: task_defaults(task)["optimizer"] for task in TASKS}, "{}"))
+    trn.add_argument("--weight-decay", type=number, help=rule_default_help("weight_decay"))
+    trn.add_argument("--mirror-steps", type=integer, default=1, help=mirror_steps_help())
+    for name in RULE_OPTION_FLOATS:
+        trn.add_argument("--" + name.replace("_", "-"), type=number, help=rule_default_help(name))
     trn.add_argument("--device", default="auto", choices=DEVICES)
     trn.add_argument("--dtype", default="fp32", choices=list(TRAIN_DTYPES))
     trn.add_argument("--corpus", help="a text file for task lm (default: the Python standard library's source)")

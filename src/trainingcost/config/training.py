@@ -92,8 +92,16 @@ class RuleOptions:
                 raise ConfigError(f"{name}: must be {allowed} (got {value})")
 
 
-# The hyperparameters of TP, DTP and LRA that a run may set (flags --target-step ...; None: the rule's default).
-RULE_OPTION_FLOATS = ("target_step", "target_noise", "inverse_lr", "lra_beta", "lra_gamma")
+# The rule hyperparameters a run may set (flags --target-step ...; None: the rule's default), each with what it
+# sets, the RuleSpec.defaults key of its default and how that default reads (the command line's help).
+RULE_OPTION_HELP = {
+    "target_step": ("the first target's step", "target_step", "{:g}"),
+    "target_noise": ("std of the inverses' training noise", "target_noise", "{:g}"),
+    "inverse_lr": ("the inverses' learning rate", "inverse_lr_ratio", "lr x {:g}"),
+    "lra_beta": ("the targets' step beta", "lra_beta", "{:g}"),
+    "lra_gamma": ("the error weights' update scale gamma", "lra_gamma", "{:g}"),
+}
+RULE_OPTION_FLOATS = tuple(RULE_OPTION_HELP)
 
 
 @dataclass(frozen=True)
