@@ -206,7 +206,7 @@ ALLOWED = {
     "config": {"config"},
     "analytic": {"config", "analytic"},
     "rules.spec": {"config", "analytic"},  # rules/<name>/__init__.py: torch-free declarations
-    "rules.step": {"config", "analytic", "train", "rules.spec"},  # rules/<name>/step.py: the training step
+    "rules.step": {"config", "analytic", "train", "rules.spec"},  # rules/<name>/step.py, rules/_<shared>/: training
     "train": {"config", "analytic", "train"},
     "measure": {"config", "analytic", "train", "measure", "io"},
     "findings": {"config", "analytic", "train", "measure", "findings", "io"},
@@ -227,7 +227,10 @@ def _stage(module: str) -> str:
     if not parts or (len(parts) == 1 and parts[0] != "io" and not (PACKAGE / parts[0]).is_dir()):
         return "top"  # the package's __init__ and the modules beside the stage folders: cli, plan, pipeline, args ...
     if parts[0] == "rules":
-        return "rules.step" if parts[-1] == "step" else "rules.spec"
+        # rules/<name>/step.py is a rule's training step; rules/_<shared>/ (skipped by the catalogue's discovery)
+        # is training code several rules' steps share; rules/<name>/__init__.py is a torch-free declaration.
+        shared = len(parts) > 1 and parts[1].startswith("_")
+        return "rules.step" if parts[-1] == "step" or shared else "rules.spec"
     return parts[0]
 
 

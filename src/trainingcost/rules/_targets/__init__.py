@@ -19,7 +19,9 @@ docs/learning_rules.md has the equations and their sources):
   follow ``gamma e_l^T h_{l-1}`` (Ororbia & Mali 2019).
 
 The functions below take plain tensors, so a reference test can drive them on a two-layer MLP; the
-transformer rules (``rules/{tp,dtp,lra}/step.py``) call them on the model's units.
+transformer rules (``rules/{tp,dtp,lra}/step.py``) call them on the model's units. This package is the three
+rules' shared training code (torch): its name starts with ``_``, so the catalogue's discovery, which reads
+every folder of ``rules/`` as a rule, passes it by.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from typing import Callable, Optional
 
 import torch
 
-from . import attribution, objective
-from .model import Stream
-from .rule import Rule, no_phases
+from ...train import attribution, objective
+from ...train.model import Stream
+from ...train.rule import Rule, no_phases
 
 
 def rows(x: torch.Tensor) -> torch.Tensor:
