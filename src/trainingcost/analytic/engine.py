@@ -441,4 +441,3 @@ def phase_totals(configs: pd.DataFrame, rules=None, cost_models=None, mirror_ste
                     flops += times * per_config("flops", name)
                 out[(model_name, rule, phase)] = (maccs, flops)
     return out
-
