@@ -59,7 +59,7 @@ PRECISIONS = {
                       "(Rajbhandari et al. 2020, section 3.1)"),
     "bf16-mixed": Precision("bf16-mixed", "bf16", 2, 2, 4, 4, 2, "bf16 weights, gradients and activations, fp32 master "
                             "weights and optimizer state: 2 + 2 + (4 + 4 x slots) bytes per parameter (Rajbhandari et al. "
-                            "2020, section 3.1: 16 bytes with Adam; seed 004 section 11.5)"),
+                            "2020, section 3.1: 16 bytes with Adam; Deep Learning and Transformers 2026, section 11.5)"),
     "fp16-mixed": Precision("fp16-mixed", "fp16", 2, 2, 4, 4, 2, "fp16 weights, gradients and activations with loss "
                             "scaling, fp32 master weights and optimizer state (Micikevicius et al. 2018; Rajbhandari et "
                             "al. 2020, section 3.1)"),
@@ -259,7 +259,8 @@ def _configs(cfg) -> pd.DataFrame:
 
 
 def checkpointed(facts: ModelFacts, checkpointing: str, every: int) -> dict:
-    """Blocks checkpointed per stack: none, every ``every``-th (selective, seed 004 section 11.7.2), or all (full)."""
+    """Blocks checkpointed per stack: none, every ``every``-th (selective, Deep Learning and Transformers 2026,
+    section 11.7.2), or all (full)."""
     if checkpointing == "none":
         return {s: 0 for s in facts.depth}
     if checkpointing == "full":
