@@ -11,7 +11,7 @@ import re
 
 from .config import PRESETS, ConfigError, canonical_model, preset_entry
 from .config.hf import SUPPORTED as HF_MODEL_TYPES
-from .config.hf import check_window, drop_short_table, read_hf_config
+from .config.hf import check_window, drop_lm_head, drop_short_table, read_hf_config
 from .config.model import BIASES, FFNS, NORM_POSITIONS, NORMS, POSITIONS
 
 # Model flags; each flag's dest is its config field (--d-model -> d_model).
@@ -109,6 +109,7 @@ def model_entry(args: argparse.Namespace, defaults: dict | None = None):
     else:
         entry = preset_entry(args.preset, "--preset") if args.preset else {}
     drop_short_table(entry, given)
+    drop_lm_head(entry, given)
     if any(k in given for k in LAYER_FIELDS):
         for key in LAYER_FIELDS:
             entry.pop(key, None)

@@ -220,10 +220,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     defaults = task_defaults(args.task)
     cfg = model_entry(args, {**TRAIN_MODEL_DEFAULTS, "vocab": defaults["vocab"]})
     if args.classes is None and cfg.arch != "encoder-decoder":
-        if defaults.get("classes", 0) and cfg.tie_embeddings:
-            raise ConfigError(f"--tie-embeddings: task {args.task} trains a classification head, which has no "
-                              "vocabulary to share; give --no-tie-embeddings or another --task")
-        cfg = cfg.replace(classes=defaults.get("classes", 0))  # the task decides the head
+        classes = defaults.get("classes", 0)
+        if classes and cfg.tie_embeddings:
+            if args.tie_embeddings:  # asked for: a tied head the task's classifier cannot have
+                raise ConfigError(f"--tie-embeddings: task {args.task} trains a classification head, which has no "
+                                  "vocabulary to share; give --no-tie-embeddings or another --task")
+            cfg = cfg.replace(tie_embeddings=False)  # the preset's or the file's LM head gives way to the task's
+        cfg = cfg.replace(classes=classes)  # the task decides the head
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"threads: must be at least 1 (got {args.threads})")
     optimizer = args.optimizer or defaults["optimizer"]
