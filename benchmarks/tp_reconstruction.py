@@ -20,7 +20,7 @@ from trainingcost.train import objective  # noqa: E402
 from trainingcost.train.data import make_task  # noqa: E402
 from trainingcost.train.model import Transformer  # noqa: E402
 from trainingcost.train.registry import make_rule  # noqa: E402
-from trainingcost.train.targets import forward_units  # noqa: E402
+from trainingcost.rules._targets import forward_units  # noqa: E402
 
 CFG = dict(arch="encoder", layers=2, d_model=32, heads=4, d_ff=64, vocab=16, seq_len=16, batch=32, classes=3)
 
@@ -42,7 +42,7 @@ def main() -> int:
         batch = make_task("classify", cfg).batch(torch.Generator().manual_seed(seed))
         units, head_input, logits = forward_units(model, batch, True)
         objective.loss(logits, batch.targets).backward()
-        # each row's displacement: the step times its own example's loss gradient (train/targets.py, scale)
+        # each row's displacement: the step times its own example's loss gradient (rules/_targets/, scale)
         scale = int((batch.targets != objective.IGNORE).sum()) * head_input[..., 0].numel() / logits.shape[0]
         error = rule.hp("target_step") * scale * head_input.grad
         chain = units["encoder"]

@@ -4,7 +4,8 @@
   original's results; a cost model copied like ``kaplan`` appears in the tables, the summary and figure 1;
 - ``config`` and ``analytic`` (and the ``estimate``, ``configs`` and ``--help`` commands) never import torch;
 - registration refuses duplicates; the schema's enums equal the catalogue;
-- no module imports a stage above its own, and there is no import cycle.
+- no module imports a stage above its own, and there is no import cycle, counting every import (those inside
+  functions too) between modules, each its own node.
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ import pandas as pd
 import pytest
 import yaml
 
+from trainingcost import cli
 from trainingcost.analytic import catalogue, registry
-from trainingcost.analytic.catalogue import rule, rule_names
+from trainingcost.analytic.catalogue import rule, rule_names, vocabulary
 from trainingcost.analytic.layers import KINDS, _kinds
 from trainingcost.analytic.memory import DTYPE_BYTES, OPTIMIZER_SLOTS
 from trainingcost.analytic.registry import cost_model_names
 from trainingcost.config.presets import PRESETS
-from trainingcost.config.schema import schema, schema_enum
+from trainingcost.config import ConfigError, validate_config
+from trainingcost.config.choices import ARCHES, OPTION_CHOICES
+from trainingcost.config.schema import CATALOGUE_ENUMS, CONFIG_ENUMS, schema, schema_enum
 from trainingcost.config.training import DEVICES, OPTIMIZERS, TASKS, TRAIN_DTYPES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,22 +129,43 @@ def test_a_layer_kind_declared_twice_is_refused():
 # -- the schema's enums are the catalogue's ------------------------------------------------------------------
 
 
-def test_schema_file_enums_equal_the_catalogue():
-    """The shipped schema file (read by people and tools) lists what the code accepts, in the same order."""
-    assert schema_enum("rule") == rule_names()
-    assert schema_enum("cost_model") == cost_model_names()
+def test_the_schema_file_copies_no_enum_of_the_code():
+    """The shipped file names no rule, cost model, preset, arch, option, task, device or optimizer: the loader fills
+    them in, so adding a rule or a cost model never touches the schema."""
+    text = (PACKAGE / "config" / "schemas" / "config.schema.yaml").read_text()
+    body = "\n".join(line.split("#")[0] for line in text.splitlines())  # the comments may name the modules
+    file = yaml.safe_load(text)
+    for name in (*CONFIG_ENUMS, *CATALOGUE_ENUMS):
+        assert "enum" not in file["$defs"][name], name
+    lists = {word.strip() for found in re.findall(r"\[([^\]]*)\]", body) for word in found.split(",")}
+    for words in (rule_names(), cost_model_names(), PRESETS, TASKS, DEVICES, *OPTION_CHOICES.values()):
+        listed = sorted(lists & set(words) - {"none"})  # none: also a sharding and a checkpointing (analytic/plan.py)
+        assert not listed, f"the schema file lists {listed}"
+
+
+def test_the_loaded_schemas_enums_are_the_catalogues_and_the_configs():
+    """What the workflow and the command line validate against: every enum and every-value default from the code,
+    in the code's order."""
+    filled = schema(vocabulary())
+    assert schema_enum("rule", vocabulary()) == rule_names()
+    assert schema_enum("cost_model", vocabulary()) == cost_model_names()
     assert schema_enum("preset") == tuple(PRESETS)
-    file = schema()
-    train = file["properties"]["train"]["properties"]
-    assert tuple(train["device"]["enum"]) == DEVICES
-    assert tuple(train["dtype"]["enum"]) == tuple(TRAIN_DTYPES)
+    assert schema_enum("arch") == ARCHES
+    for option, values in OPTION_CHOICES.items():
+        assert schema_enum(option) == values
+    assert schema_enum("device") == DEVICES
+    assert schema_enum("train_dtype") == tuple(TRAIN_DTYPES)
     assert schema_enum("optimizer") == OPTIMIZERS == tuple(OPTIMIZER_SLOTS)
-    assert schema_enum("dtype") == tuple(DTYPE_BYTES)
-    assert set(train["task"]["enum"]) == {*TASKS, "auto"}
-    # Defaults that list every rule or cost model are every rule or cost model.
-    assert file["properties"]["analytic"]["properties"]["rules"]["default"] == list(rule_names())
-    assert file["properties"]["analytic"]["properties"]["cost_models"]["default"] == list(cost_model_names())
-    assert train["rules"]["default"] == list(rule_names())
+    assert schema_enum("dtype") == tuple(DTYPE_BYTES)  # the memory model's, still written in the file
+    assert schema_enum("task") == ("auto", *TASKS)
+    properties = filled["properties"]
+    for section in ("analytic", "plan"):
+        assert properties[section]["properties"]["rules"]["default"] == list(rule_names())
+        assert properties[section]["properties"]["cost_models"]["default"] == list(cost_model_names())
+    assert properties["train"]["properties"]["rules"]["default"] == list(rule_names())
+    assert properties["memory"]["properties"]["optimizers"]["default"] == list(OPTIMIZERS)
+    with pytest.raises(ValueError, match="the catalogue's"):
+        schema_enum("rule")  # without the catalogue's vocabulary the rule is an open string
 
 
 def test_schema_takes_its_enums_from_a_vocabulary():
@@ -148,7 +173,49 @@ def test_schema_takes_its_enums_from_a_vocabulary():
     filled = schema(vocabulary)
     assert filled["$defs"]["rule"]["enum"] == ["bp", "new"]
     assert filled["properties"]["train"]["properties"]["rules"]["default"] == ["bp", "new"]
-    assert schema()["$defs"]["rule"]["enum"] == list(rule_names())  # the file's copy is untouched
+    assert "enum" not in schema()["$defs"]["rule"]  # the file's definition is untouched
+    with pytest.raises(ConfigError, match=r"train\.rules\[0\]: 'fa' is not allowed \(allowed: bp, new\)"):
+        validate_config({"sweep": {"presets": ["gpt2-small"]}, "train": {"rules": ["fa"]}}, vocabulary)
+
+
+# -- the command line names no rule: its help reads the specs ---------------------------------------------------
+
+
+def _strings_and_names(path: Path) -> list[str]:
+    """The string constants (docstrings left out) and identifiers of a module."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            found.append(node.value)
+        elif isinstance(node, ast.Name):
+            found.append(node.id)
+    return found
+
+
+def test_the_command_line_spells_no_rule_name():
+    names = set(rule_names()) - {catalogue.REFERENCE_RULE}  # the reference is the catalogue's declaration
+    for module in ("cli.py", "args.py", "text.py"):
+        spelled = {word for text in _strings_and_names(PACKAGE / module)
+                   for word in re.findall(r"[a-z]+", text.lower()) if word in names | {catalogue.REFERENCE_RULE}}
+        assert not spelled, f"{module} spells {sorted(spelled)}"
+
+
+def test_the_train_help_reads_the_rules_defaults():
+    parser = cli.build_parser()
+    train = next(a for a in parser._actions if isinstance(a, type(parser._subparsers._group_actions[0])))
+    helps = {action.dest: action.help for action in train.choices["train"]._actions}
+    for option, (_, key, form) in cli.OPTION_HELP.items():
+        declaring = [spec for spec in catalogue.rules() if key in spec.defaults]
+        text = helps[option]
+        for spec in declaring:
+            assert form.format(spec.defaults[key]) in text, (option, text)
+        if len(declaring) < len(rule_names()):
+            assert text.startswith(", ".join(spec.name for spec in declaring) + ": "), (option, text)
+    assert helps["mirror_steps"].endswith("(wm)")  # the rule whose recipe repeats per mirror step
 
 
 # -- the stages: no upward import, no cycle -------------------------------------------------------------------
@@ -158,7 +225,7 @@ ALLOWED = {
     "config": {"config"},
     "analytic": {"config", "analytic"},
     "rules.spec": {"config", "analytic"},  # rules/<name>/__init__.py: torch-free declarations
-    "rules.step": {"config", "analytic", "train", "rules.spec"},  # rules/<name>/step.py: the training step
+    "rules.step": {"config", "analytic", "train", "rules.spec"},  # rules/<name>/step.py, rules/_<shared>/: training
     "train": {"config", "analytic", "train"},
     "measure": {"config", "analytic", "train", "measure", "io"},
     "findings": {"config", "analytic", "train", "measure", "findings", "io"},
@@ -167,8 +234,8 @@ ALLOWED = {
 }
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def _module_name(path: Path, root: Path = PACKAGE.parent) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -176,18 +243,20 @@ def _module_name(path: Path) -> str:
 
 def _stage(module: str) -> str:
     parts = module.split(".")[1:]
-    if not parts or parts[0] in ("cli", "pipeline", "plan", "__main__"):
-        return "top"
+    if not parts or (len(parts) == 1 and parts[0] != "io" and not (PACKAGE / parts[0]).is_dir()):
+        return "top"  # the package's __init__ and the modules beside the stage folders: cli, plan, pipeline, args ...
     if parts[0] == "rules":
-        return "rules.step" if parts[-1] == "step" else "rules.spec"
+        # rules/<name>/step.py is a rule's training step; rules/_<shared>/ (skipped by the catalogue's discovery)
+        # is training code several rules' steps share; rules/<name>/__init__.py is a torch-free declaration.
+        shared = len(parts) > 1 and parts[1].startswith("_")
+        return "rules.step" if parts[-1] == "step" or shared else "rules.spec"
     return parts[0]
 
 
-def _imports(path: Path, module: str) -> list[tuple[str, bool]]:
-    """(imported trainingcost module, at top level?) for each import in ``path``."""
+def _imports(path: Path, module: str) -> list[str]:
+    """Every trainingcost name ``path`` imports: at top level, inside a function or a class, or under a condition."""
     tree = ast.parse(path.read_text())
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    top_level = set(map(id, tree.body))
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -202,9 +271,7 @@ def _imports(path: Path, module: str) -> list[tuple[str, bool]]:
             names = [alias.name for alias in node.names]
         else:
             continue
-        for name in names:
-            if name.startswith("trainingcost"):
-                found.append((name, id(node) in top_level))
+        found += [name for name in names if name.split(".")[0] == "trainingcost"]
     return found
 
 
@@ -224,7 +291,7 @@ def test_no_module_imports_a_stage_above_its_own():
     wrong = []
     for module, path in modules.items():
         stage = _stage(module)
-        for name, _ in _imports(path, module):
+        for name in _imports(path, module):
             target = _resolve(name, modules)
             if target == "trainingcost":
                 continue  # the package's own __init__ (its version)
@@ -233,34 +300,61 @@ def test_no_module_imports_a_stage_above_its_own():
     assert not wrong, "\n".join(wrong)
 
 
-def test_there_is_no_import_cycle():
-    modules = _package_modules()
-    graph = {module: set() for module in modules}
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, each module its own node (a package's ``__init__`` too), every
+    import counted: one inside a function runs as surely as one at the top, only later."""
+    graph: dict[str, set[str]] = {module: set() for module in modules}
     for module, path in modules.items():
-        for name, top_level in _imports(path, module):
+        for name in _imports(path, module):
             target = _resolve(name, modules)
-            if top_level and target != module and target != "trainingcost":
+            if target != module and target != "trainingcost":  # the package's __init__: its version only
                 graph[module].add(target)
-    # A package's __init__ re-exporting its own modules is an edge package -> module; that is no cycle unless
-    # a module also imports the package back at top level.
-    state: dict[str, int] = {}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` (its nodes, the first repeated at the end), or None: a depth-first search."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
     stack: list[str] = []
 
-    def visit(node: str) -> None:
+    def visit(node: str) -> list[str] | None:
         state[node] = 1
         stack.append(node)
-        for nxt in sorted(graph[node]):
+        for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycle = stack[stack.index(nxt):] + [nxt]
-                raise AssertionError("import cycle: " + " -> ".join(cycle))
-            if nxt not in state:
-                visit(nxt)
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
         stack.pop()
         state[node] = 2
+        return None
 
-    for module in sorted(graph):
-        if module not in state:
-            visit(module)
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_planted_cycle(tmp_path):
+    """The checker itself: a cycle hidden in function-level imports, among top-level modules, is found."""
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"x": {"x"}}) == ["x", "x"]
+    package = tmp_path / "trainingcost"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "one.py").write_text("from .two import f\n")
+    (package / "two.py").write_text("def f():\n    from .three import g\n    return g()\n")
+    (package / "three.py").write_text("def g():\n    if True:\n        from trainingcost import one\n    return one\n")
+    modules = {_module_name(path, tmp_path): path for path in package.rglob("*.py")}
+    graph = import_graph(modules)
+    assert graph["trainingcost.two"] == {"trainingcost.three"}
+    assert find_cycle(graph) == ["trainingcost.one", "trainingcost.two", "trainingcost.three", "trainingcost.one"]
+
+
+def test_there_is_no_import_cycle():
+    cycle = find_cycle(import_graph(_package_modules()))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
 # -- the acceptance test: copy a rule and a cost model, change only their names ----------------------------

@@ -34,8 +34,8 @@ GRID = dict(
 
 
 def test_schema_enums_match_the_code():
-    assert schema_enum("rule") == rule_names()
-    assert schema_enum("cost_model") == cost_model_names()
+    assert schema_enum("rule", vocabulary()) == rule_names()
+    assert schema_enum("cost_model", vocabulary()) == cost_model_names()
     assert schema_enum("preset") == tuple(PRESETS)
     assert set(schema_enum("dtype")) == set(DTYPE_BYTES)
     assert set(schema_enum("optimizer")) == set(OPTIMIZER_SLOTS)

@@ -212,3 +212,87 @@ def test_a_model_too_big_for_memory_ends_with_status_oom_and_a_row(tmp_path):
     assert "DefaultCPUAllocator: can't allocate memory" in result.stderr and "Traceback" not in result.stderr
     steps = pd.read_parquet(out)
     assert list(steps["status"]) == ["oom"] and list(steps["step"]) == [0]
+
+
+# -- a model's own config.json: the flags and the file agree, and each refusal names the file -------------------
+
+TINY_BERT = {"model_type": "bert", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+             "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 64, "type_vocab_size": 2,
+             "hidden_act": "gelu"}
+TINY_MISTRAL = {"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                "num_hidden_layers": 2, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 8192,
+                "hidden_act": "silu"}
+
+
+def _config_json(tmp_path: Path, data: dict, name: str = "config.json") -> Path:
+    import json
+
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_classifier_on_a_bert_config_json_needs_no_tie_flag(tmp_path, capsys):
+    """BERT's file ties its masked-LM head; --classes replaces that head, so the file's tie gives way. Only a
+    --tie-embeddings the user gave is refused, and the error names it."""
+    path = _config_json(tmp_path, TINY_BERT)
+    status, stdout, stderr = run_here(capsys, "estimate", "--hf-config", str(path), "--classes", "3", "--rule", "bp",
+                                      "--cost-model", "executed")
+    assert status == 0 and "3 classes" in stdout, stderr
+    status, stdout, stderr = run_here(capsys, "estimate", "--preset", "bert-base", "--classes", "3", "--rule", "bp",
+                                      "--cost-model", "executed")
+    assert status == 0 and "3 classes" in stdout, stderr
+    status, stdout, stderr = run_here(capsys, "estimate", "--hf-config", str(path), "--classes", "3", "--tie-embeddings")
+    assert status == 2 and "no vocabulary to share" in one_line(stderr, "estimate", "--tie-embeddings")
+    from trainingcost.analytic import vocabulary
+    from trainingcost.config import sweep_frame, validate_config
+
+    config = validate_config({"sweep": {"models": [{"hf_config": str(path), "classes": 3, "name": "b"}]}}, vocabulary())
+    assert sweep_frame(config)["classes"].tolist() == [3]
+    # train: the classify task decides the head the same way
+    status, stdout, stderr = run_here(capsys, "train", "--hf-config", str(path), "--task", "classify", "--seq-len", "8",
+                                      "--batch", "2", "--steps", "1", "--eval-batches", "1", "--threads", "1")
+    assert status == 0 and "3 classes" in stdout, stderr
+    status, stdout, stderr = run_here(capsys, "train", "--hf-config", str(path), "--task", "classify", "--tie-embeddings")
+    assert status == 2 and "task classify trains a classification head" in one_line(stderr, "train", "--tie-embeddings")
+
+
+def test_mistral_without_a_sliding_window_key_gets_transformers_default(tmp_path, capsys):
+    """transformers reads a Mistral config.json without ``sliding_window`` with MistralConfig's 4096: the file with
+    the key left out and the file with 4096 written out are the same model, refused alike at 8192 tokens (one line
+    naming the file) and accepted at 4096; ``null`` is no window."""
+    import transformers
+
+    assert transformers.MistralConfig().sliding_window == 4096
+    written = _config_json(tmp_path, {**TINY_MISTRAL, "sliding_window": 4096}, "written.json")
+    absent = _config_json(tmp_path, TINY_MISTRAL, "absent.json")
+    for path in (written, absent):
+        status, stdout, stderr = run_here(capsys, "estimate", "--hf-config", str(path), "--rule", "bp")
+        line = one_line(stderr, "estimate", f"--hf-config {path}")
+        assert status == 2 and "4096-token sliding-window attention over 8192 positions is not supported" in line
+        status, stdout, stderr = run_here(capsys, "estimate", "--hf-config", str(path), "--rule", "bp",
+                                          "--cost-model", "executed", "--seq-len", "4096")
+        assert status == 0, stderr
+    none = _config_json(tmp_path, {**TINY_MISTRAL, "sliding_window": None}, "none.json")
+    status, stdout, stderr = run_here(capsys, "estimate", "--hf-config", str(none), "--rule", "bp", "--cost-model",
+                                      "executed")
+    assert status == 0 and "8192 tokens" in stdout, stderr
+
+
+def test_a_sweep_entrys_sliding_window_error_names_its_file(tmp_path):
+    from trainingcost.analytic import vocabulary
+    from trainingcost.config import ConfigError, validate_config
+
+    path = _config_json(tmp_path, TINY_MISTRAL)
+    with pytest.raises(ConfigError) as err:
+        validate_config({"sweep": {"models": [{"hf_config": str(path)}]}}, vocabulary())
+    assert str(err.value).startswith(f"sweep.models[0].hf_config {path}") and "\n" not in str(err.value)
+    assert "sliding_window: 4096-token" in str(err.value)
+
+
+def test_the_hf_config_help_lists_every_model_type_read():
+    from trainingcost.config.hf import SUPPORTED
+
+    result = cli("estimate", "--help")
+    text = " ".join(result.stdout.split())
+    assert result.returncode == 0 and f"({', '.join(SUPPORTED)})" in text and "t5" in SUPPORTED

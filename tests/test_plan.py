@@ -424,8 +424,7 @@ def test_bad_plan_config_is_one_line(plan, extra, message):
 
 
 def test_the_workflow_step_writes_the_table_and_the_figures(tmp_path):
-    from trainingcost.pipeline import load
-    from trainingcost.plan import write_plan
+    from trainingcost.pipeline import load, write_plan
 
     mine = {"label": "a test card", "peak_tflops": {"fp32": 20, "bf16": 100}, "memory_gb": 16, "bandwidth_gbs": 500,
             "power_w": 250, "source": "a user's own measurements"}
@@ -442,11 +441,12 @@ def test_the_workflow_step_writes_the_table_and_the_figures(tmp_path):
     assert with_user_devices({"mine": mine})["mine"].memory_bytes == 16e9
 
 
-def test_the_schema_files_plan_defaults_list_the_catalogue():
-    """The file lists the rules and cost models for readers (the validator fills the catalogue's own)."""
-    from trainingcost.analytic import cost_model_names
-    from trainingcost.config.schema import schema
+def test_the_schemas_plan_defaults_are_the_catalogue():
+    """The file lists no rule or cost model; the loaded schema's plan defaults are every one of the catalogue's."""
+    from trainingcost.analytic import cost_model_names, vocabulary
+    from trainingcost.config.schema import file_schema, schema
 
-    plan = schema()["properties"]["plan"]["properties"]
+    assert "default" not in file_schema()["properties"]["plan"]["properties"]["rules"]
+    plan = schema(vocabulary())["properties"]["plan"]["properties"]
     assert plan["rules"]["default"] == list(rule_names())
     assert plan["cost_models"]["default"] == list(cost_model_names())

@@ -3,6 +3,7 @@ and a calibration that converges or refuses."""
 
 import dataclasses
 import json
+import math
 import os
 import resource
 import subprocess
@@ -14,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
+from trainingcost.analytic import rule_names
 from trainingcost.config import RuleOptions, TrainSpec, canonical_model
 from trainingcost.findings import calibration as C
 from trainingcost.findings.predictor import Pricer, accuracy, cell_totals, predict_steps, price
@@ -263,3 +265,30 @@ def test_probes_add_the_host_overhead_to_the_kernel_bodies():
         assert phases.at[phase, "launch_s"] == pytest.approx(seconds)
     alone = predict_phases(trace, {**cal, "probes": []})
     assert alone["predicted_time_s"].sum() == pytest.approx(priced["seconds"].sum())
+
+
+# Every arch with each of its tasks' target shapes: next tokens, masked tokens (a batch may draw none), one class per
+# sequence, a target sequence.
+PROBE_MODELS = [
+    ("decoder", "lm", {}), ("encoder", "lm", {}), ("encoder", "classify", {"classes": 3, "vocab": 16}),
+    ("encoder-decoder", "copy", {"vocab": 32}),
+]
+
+
+@pytest.mark.parametrize("rule_name", rule_names())
+def test_the_probe_runs_every_rule_at_its_minimal_sizes(rule_name):
+    """The probe's one sequence of two tokens runs each rule's step and leaves its weights finite: a masked-token
+    batch that drew no mask has no target (0/0 in the loss, and LRA's feedback divided by its zero terms)."""
+    from trainingcost.measure.probe import Probe
+    from trainingcost.train.objective import IGNORE
+
+    for arch, task, extra in PROBE_MODELS:
+        cfg = canonical_model({**dict(arch=arch, layers=1, d_model=16, heads=2, d_ff=32, vocab=256, seq_len=8, batch=2),
+                               **extra}, "")
+        for seed in range(2):  # seed 0: the masked-token batch drew no mask before each batch had one target
+            probe = Probe(TrainSpec(cfg=cfg, task=task, rule=rule_name, seed=seed, options=RuleOptions()),
+                          torch.device("cpu"))
+            assert (probe.batch.targets != IGNORE).any(), (arch, task, seed)
+            phases = probe()
+            assert all(math.isfinite(v) and v >= 0 for v in phases.values()), (arch, task, phases)
+            assert all(torch.isfinite(p).all() for p in probe.model.parameters()), (rule_name, arch, task, seed)

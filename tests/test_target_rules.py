@@ -1,7 +1,7 @@
 """TP, DTP and LRA (issue 15): the rules' own step code against references written from the equations.
 
 1. A NumPy reference of each rule on a two-layer MLP (two tanh units and a softmax head), written here from
-   the equations of docs/learning_rules.md; the rules' step (``train/targets.py``, driven on the MLP's units)
+   the equations of docs/learning_rules.md; the rules' step (``rules/_targets/``, driven on the MLP's units)
    updates W, b, the inverses V, c and the error weights E as it does, to 1e-10 in float64.
 2. DTP's difference correction by hand: with the exact inverse of a linear unit, the lower target maps onto
    the upper one.
@@ -23,7 +23,7 @@ from trainingcost.cli import main
 from trainingcost.config import ConfigError, RuleOptions, TrainSpec, canonical_model
 from trainingcost.measure.run import train
 from trainingcost.train.registry import make_rule, rule_class
-from trainingcost.train.targets import Unit, difference_step
+from trainingcost.rules._targets import Unit, difference_step
 
 from torch_helpers import batch_of, model_of
 

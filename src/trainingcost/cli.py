@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -21,8 +19,9 @@ from pathlib import Path
 import pandas as pd
 
 from . import __version__
-from .io import created_count, undo_since
-from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names
+from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names, rules
+from .analytic.catalogue import REFERENCE_RULE
+from .analytic.catalogue import rule as catalogue_rule
 from .analytic.engine import out_of_scope
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
 from .analytic.tape import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, replays
@@ -30,145 +29,24 @@ from .config import (
     DEFAULT_LR,
     DEVICES,
     OPTIMIZERS,
-    PRESETS,
     TASKS,
     TRAIN_DTYPES,
     ConfigError,
-    ModelConfig,
     RuleOptions,
     TrainSpec,
-    canonical_model,
     configs_frame,
-    preset_entry,
     task_defaults,
 )
-from .config.training import RULE_OPTION_FLOATS
-from .config.hf import check_window, drop_short_table, read_hf_config
-from .config.model import BIASES, FFNS, NORM_POSITIONS, NORMS, POSITIONS
-
-# Model flags; each flag's dest is its config field (--d-model -> d_model).
-MODEL_FIELDS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "tgt_len", "batch",
-                "classes", "norm", "norm_position", "ffn", "kv_heads", "head_dim", "positions", "max_positions",
-                "tie_embeddings", "bias", "head_bias", "type_vocab", "embedding_norm", "relative_buckets",
-                "relative_max_distance")
-LAYER_FIELDS = ("layers", "enc_layers", "dec_layers")
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, with its errors on one line."""
-
-    def error(self, message: str):  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
-def model_entry(args: argparse.Namespace, defaults: dict | None = None) -> dict:
-    """The model described by --preset and the model flags (flags override the preset).
-
-    ``defaults`` fill the fields that neither gives (``train`` has defaults; ``estimate`` has none).
-    """
-    given = {field: getattr(args, field) for field in MODEL_FIELDS if getattr(args, field) is not None}
-    if args.preset and getattr(args, "hf_config", None):
-        raise ConfigError("--hf-config: give either --preset or --hf-config, not both")
-    if getattr(args, "hf_config", None):
-        entry = read_hf_config(args.hf_config)
-    else:
-        entry = preset_entry(args.preset, "--preset") if args.preset else {}
-    drop_short_table(entry, given)
-    if any(k in given for k in LAYER_FIELDS):
-        for key in LAYER_FIELDS:
-            entry.pop(key, None)
-    if "seq_len" in given:
-        entry.pop("tgt_len", None)
-    if "d_ff" in given:
-        entry.pop("ff_mult", None)
-    if given.get("arch") not in (None, "encoder-decoder"):
-        # A preset's encoder-decoder fields do not apply to the arch asked for: keep its depth only.
-        entry.pop("tgt_len", None)
-        for key in ("enc_layers", "dec_layers"):
-            if key in entry:
-                entry.setdefault("layers", entry.pop(key))
-    entry.update(given)
-    for key, value in (defaults or {}).items():
-        if key == "layers" and any(k in entry for k in LAYER_FIELDS):
-            continue
-        if key == "ff_mult" and ("d_ff" in entry or "ff_mult" in entry):
-            continue
-        entry.setdefault(key, value)
-    if not entry:
-        raise ConfigError("give --preset NAME or the model flags (--arch, --layers, --d-model, --heads, --d-ff, --vocab, --seq-len)")
-    for key in ("arch", "d_model", "heads", "vocab", "seq_len"):
-        if key not in entry:
-            raise ConfigError(f"--{key.replace('_', '-')}: required without --preset")
-    if "d_ff" not in entry and "ff_mult" not in entry:
-        raise ConfigError("--d-ff: required without --preset")
-    return canonical_model(check_window(entry, "--hf-config"), "")
-
-
-# Configuration fields the command line names differently.
-FLAG_NAMES = {"cost_models": "--cost-model", "rules": "--rule"}
-
-
-def flag_message(message: str) -> str:
-    """A domain error (``heads: 5 does not divide ...``, ``layers, d_model: ...``) in the command line's
-    terms (``--heads: ...``, ``--layers, --d-model: ...``)."""
-    match = re.match(r"([a-z][a-z_]*(?:, [a-z][a-z_]*)*)(?=:)", message)
-    if not match:
-        return message
-    flags = [FLAG_NAMES.get(field, "--" + field.replace("_", "-")) for field in match.group(1).split(", ")]
-    return ", ".join(flags) + message[match.end():]
-
+from .config.training import RULE_OPTION_FLOATS, RULE_OPTION_HELP
+from .io import created_count, undo_since
+from .args import Parser, add_model_flags, flag_message, integer, model_entry, number
+from .plan import add_parser as add_plan_parser  # trainingcost plan (plan.py; docs/planning.md)
+from .text import describe_config, grid, human, human_bytes
 
 # ---------------------------------------------------------------------------
 # Human-readable output
 
-UNITS = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K"))
-
-
-def human(value: float, suffix: str = "") -> str:
-    for scale, unit in UNITS:
-        if abs(value) >= scale:
-            return f"{value / scale:.2f} {unit}{suffix}"
-    return f"{int(value)} {suffix}".rstrip() if float(value).is_integer() else f"{value:.2f} {suffix}".rstrip()
-
-
-def human_bytes(value: float) -> str:
-    for scale, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if value >= scale:
-            return f"{value / scale:.2f} {unit}"
-    return f"{int(value)} B"
-
-
-def _grid(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = []
-    for n, row in enumerate([header, *rows]):
-        cells = [str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def describe_config(c: ModelConfig) -> str:
-    if c.encdec:
-        depth = f"{c.enc_layers}+{c.dec_layers} layers, source {c.seq_len}, target {c.tgt_len} tokens"
-    else:
-        depth = f"{c.layers} layer{'s' if c.layers != 1 else ''}, {c.seq_len} tokens"
-    head = f"{c.classes} classes" if c.classes else f"vocab {c.vocab}"
-    options = c.options()
-    extra = ("\n" + ", ".join(f"{k} {v}" for k, v in options.items())) if options else ""
-    return (
-        f"{c.arch}, {depth}, d_model {c.d_model}, {c.heads} heads, d_ff {c.d_ff}, {head}, "
-        f"batch {c.batch} (config_id {c.config_id}){extra}"
-    )
-
+AUTOGRAD = ("autograd", "targets")  # RuleMemory.activations that count autograd's saved tensors (analytic/spec.py)
 
 PER_LAYER_LEGEND = (
     "A blank cell: the layer takes no part in that phase under this rule and cost model. "
@@ -191,7 +69,7 @@ def render_costs(table: pd.DataFrame, metric: str) -> str:
         totals = [part.loc[part["phase"] == p, metric].sum() for p in phases]
         rows.append(["total", "", *(human(v) for v in totals), human(sum(totals))])
         out.append(f"rule {rule} | cost model {model} | {unit} per training step")
-        out.append(_grid(["layer", "kind", *phases, "total"], rows))
+        out.append(grid(["layer", "kind", *phases, "total"], rows))
         out.append("")
     return "\n".join(out)
 
@@ -206,7 +84,7 @@ def render_phases(table: pd.DataFrame, metric: str) -> str:
         rows.append([rule, model, *("" if p not in values else human(values[p]) for p in phases), human(values.sum())])
     unit = "FLOPs" if metric == "flops" else "MACCs"
     return (f"{unit} per training step by phase (blank: the rule has no such phase; --per-layer for every layer)\n"
-            + _grid(["rule", "cost model", *phases, "total"], rows) + "\n")
+            + grid(["rule", "cost model", *phases, "total"], rows) + "\n")
 
 
 def render_summary(table: pd.DataFrame, metric: str) -> str:
@@ -220,12 +98,12 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
         for m in models:
             value = totals.at[rule, m]
             cell = human(value)
-            if "bp" in totals.index and rule != "bp":
-                cell += f" ({value / totals.at['bp', m]:.2f}x BP)"
+            if REFERENCE_RULE in totals.index and rule != REFERENCE_RULE:
+                cell += f" ({value / totals.at[REFERENCE_RULE, m]:.2f}x {catalogue_rule(REFERENCE_RULE).label})"
             cells.append(cell)
         rows.append([rule, "", *cells])
     unit = "FLOPs" if metric == "flops" else "MACCs"
-    return f"Total {unit} per training step, by rule and cost model\n" + _grid(header, rows) + "\n"
+    return f"Total {unit} per training step, by rule and cost model\n" + grid(header, rows) + "\n"
 
 
 def render_memory(memory: pd.DataFrame) -> str:
@@ -240,10 +118,13 @@ def render_memory(memory: pd.DataFrame) -> str:
             for _, r in memory.iterrows()]
     header = ["rule", "", "persistent", *(c.removeprefix("peak_") for c in phases), "step peak"]
     executed = (f"Tensor memory of one training step, executed model ({setting}; CPU, batch of ids excluded "
-                f"from persistent)\n" + _grid(header, rows) + "\n")
+                f"from persistent)\n" + grid(header, rows) + "\n")
     rows = [[r["rule"], "", *(human_bytes(r[c]) for c in (*COMPONENTS, "total"))] for _, r in memory.iterrows()]
-    hand = ("Components summed, the paper's accounting (activations: autograd's saved tensors; PEPITA/MEMPEPITA "
-            "as Pau & Aymone count them)\n" + _grid(["rule", "", *COMPONENTS, "total"], rows) + "\n")
+    own = [spec for spec in rules() if spec.name in set(memory["rule"]) and spec.memory.activations not in AUTOGRAD]
+    accounting = ("; their sources' count for " + " and ".join(f"{spec.label} ({spec.source})" for spec in own)
+                  if own else "")
+    hand = (f"Components summed, the paper's accounting (activations: autograd's saved tensors{accounting})\n"
+            + grid(["rule", "", *COMPONENTS, "total"], rows) + "\n")
     return executed + "\n" + hand
 
 
@@ -332,63 +213,20 @@ def cmd_analytic(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_model_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", help=f"a named shape: {', '.join(PRESETS)}")
-    parser.add_argument("--arch", help="encoder, decoder or encoder-decoder")
-    parser.add_argument("--layers", type=_int, help="blocks (encoder-only, decoder-only; both stacks of encoder-decoder)")
-    parser.add_argument("--enc-layers", type=_int, help="encoder blocks (encoder-decoder)")
-    parser.add_argument("--dec-layers", type=_int, help="decoder blocks (encoder-decoder)")
-    parser.add_argument("--d-model", type=_int)
-    parser.add_argument("--heads", type=_int)
-    parser.add_argument("--d-ff", type=_int)
-    parser.add_argument("--vocab", type=_int)
-    parser.add_argument("--seq-len", type=_int, help="sequence length (the source length of encoder-decoder)")
-    parser.add_argument("--tgt-len", type=_int, help="target length (encoder-decoder only; default --seq-len)")
-    parser.add_argument("--batch", type=_int, help="sequences per step")
-    parser.add_argument("--classes", type=_int, help="a classification head of C classes instead of the LM head")
-    parser.add_argument("--hf-config", metavar="PATH",
-                        help="a model's own config.json, or a folder holding one (gpt2, bert, llama, mistral, qwen2); "
-                             "the other flags override its fields")
-    arch = parser.add_argument_group("architecture options (defaults: the 2017 transformer)")
-    arch.add_argument("--norm", choices=NORMS)
-    arch.add_argument("--norm-position", choices=NORM_POSITIONS, help="post: norm(x + f(x)); pre: x + f(norm(x))")
-    arch.add_argument("--ffn", choices=FFNS, help="swiglu and geglu are gated (three matrices; --d-ff is their width)")
-    arch.add_argument("--kv-heads", type=_int, help="key/value heads (grouped-query attention); must divide --heads")
-    arch.add_argument("--head-dim", type=_int, help="the width of one head (default d_model / heads)")
-    arch.add_argument("--positions", choices=POSITIONS)
-    arch.add_argument("--relative-buckets", type=_int, help="positions relative: T5's buckets (default 32)")
-    arch.add_argument("--relative-max-distance", type=_int, help="positions relative: from here one bucket (default 128)")
-    arch.add_argument("--max-positions", type=_int, help="rows of a learned position table (default: the sequence length)")
-    arch.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=None,
-                      help="the head shares the input embedding's table")
-    arch.add_argument("--bias", choices=BIASES, help="biases of the blocks' linear layers")
-    arch.add_argument("--head-bias", action=argparse.BooleanOptionalAction, default=None)
-    arch.add_argument("--type-vocab", type=_int, help="token types added to the embedding (BERT: 2)")
-    arch.add_argument("--embedding-norm", action=argparse.BooleanOptionalAction, default=None,
-                      help="a norm on the embedding output (BERT)")
-
-
 TRAIN_MODEL_DEFAULTS = dict(arch="decoder", layers=2, d_model=64, heads=4, ff_mult=4, seq_len=64, batch=16)
-
-
-def _float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     defaults = task_defaults(args.task)
     cfg = model_entry(args, {**TRAIN_MODEL_DEFAULTS, "vocab": defaults["vocab"]})
     if args.classes is None and cfg.arch != "encoder-decoder":
-        if defaults.get("classes", 0) and cfg.tie_embeddings:
-            raise ConfigError(f"--tie-embeddings: task {args.task} trains a classification head, which has no "
-                              "vocabulary to share; give --no-tie-embeddings or another --task")
-        cfg = cfg.replace(classes=defaults.get("classes", 0))  # the task decides the head
+        classes = defaults.get("classes", 0)
+        if classes and cfg.tie_embeddings:
+            if args.tie_embeddings:  # asked for: a tied head the task's classifier cannot have
+                raise ConfigError(f"--tie-embeddings: task {args.task} trains a classification head, which has no "
+                                  "vocabulary to share; give --no-tie-embeddings or another --task")
+            cfg = cfg.replace(tie_embeddings=False)  # the preset's or the file's LM head gives way to the task's
+        cfg = cfg.replace(classes=classes)  # the task decides the head
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"threads: must be at least 1 (got {args.threads})")
     optimizer = args.optimizer or defaults["optimizer"]
@@ -512,6 +350,48 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------
+# Help texts from the declarations: which rules take a hyperparameter and their defaults are the rule specs'
+# (rules/<name>/__init__.py, RuleSpec.defaults); no rule is named here.
+
+# Hyperparameter -> (what it sets, the RuleSpec.defaults key of its default, how that default reads).
+OPTION_HELP = {"weight_decay": ("the optimizer's weight decay", "weight_decay", "{:g}"), **RULE_OPTION_HELP}
+
+
+def _grouped(values: dict, form: str) -> str:
+    """``{name: value}`` in words: the most common value first, then each other with the names that take it
+    ("0.05 for sgd and momentum, 0.003 for adam"; "0, or 0.001 for kp" where one value is everyone else's)."""
+    by_value: dict = {}
+    for name, value in values.items():
+        by_value.setdefault(value, []).append(name)
+    if len(by_value) == 1:
+        return form.format(next(iter(by_value)))
+    common = max(by_value, key=lambda v: len(by_value[v]))
+    others = [f"{form.format(v)} for {' and '.join(names)}" for v, names in by_value.items() if v != common]
+    if len(by_value[common]) > 2:
+        return f"{form.format(common)}, or " + ", ".join(others)  # the default, and the exceptions
+    return ", ".join(f"{form.format(v)} for {' and '.join(names)}" for v, names in by_value.items())
+
+
+def rule_default_help(option: str) -> str:
+    """``--<option>``'s help: the rules that declare it and their defaults, read from the specs."""
+    what, key, form = OPTION_HELP.get(option, (option.replace("_", " "), option, "{:g}"))
+    declared = {spec.name: spec.defaults[key] for spec in rules() if key in spec.defaults}
+    if not declared:
+        return what
+    if len(declared) == len(rule_names()):
+        return f"{what} (default {_grouped(declared, form)})"
+    return f"{', '.join(declared)}: {what} (default {_grouped(declared, form)})"
+
+
+def mirror_steps_help() -> str:
+    """The rules whose recipe repeats a phase per mirror step (the recipe's ``mirror_steps`` multiplicity)."""
+    takers = [spec.name for spec in rules()
+              if any(times == "mirror_steps" for recipe in (spec.recipe, *spec.recipe_overrides.values())
+                     for parts in recipe.values() for _, times in parts)]
+    return f"mirror steps per training step ({', '.join(takers) or 'no rule takes them'})"
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="trainingcost", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"trainingcost {__version__}")
@@ -523,7 +403,7 @@ def build_parser() -> Parser:
     est.add_argument("--cost-model", default="all", choices=[*cost_model_names(), "all"])
     est.add_argument("--dtype", default="fp32", choices=list(DTYPE_BYTES), help="for the memory model")
     est.add_argument("--optimizer", default="sgd", choices=list(OPTIMIZER_SLOTS), help="for the memory model")
-    est.add_argument("--mirror-steps", type=_int, default=1, help="weight-mirror steps per training step (WM)")
+    est.add_argument("--mirror-steps", type=integer, default=1, help=mirror_steps_help())
     est.add_argument("--metric", default="flops", choices=["flops", "maccs"], help="what the table shows")
     est.add_argument("--memory", action="store_true", help="with csv/json: print the memory table instead of costs")
     est.add_argument("--per-layer", action="store_true", help="the table: every layer of every rule and cost model")
@@ -533,33 +413,31 @@ def build_parser() -> Parser:
     trn = sub.add_parser("train", help="train one model under one learning rule on a built-in task")
     add_model_flags(trn)
     trn.add_argument("--task", default="lm", choices=TASKS, help="lm (byte-level text), classify, copy, reverse")
-    trn.add_argument("--rule", default="bp", choices=rule_names())
-    trn.add_argument("--steps", type=_int, default=200)
-    trn.add_argument("--seed", type=_int, default=0)
-    trn.add_argument("--lr", type=_float, help="default: 0.05 for sgd and momentum, 0.003 for adam")
+    trn.add_argument("--rule", default=REFERENCE_RULE, choices=rule_names())
+    trn.add_argument("--steps", type=integer, default=200)
+    trn.add_argument("--seed", type=integer, default=0)
+    trn.add_argument("--lr", type=number, help="default: " + _grouped(DEFAULT_LR, "{:g}"))
     trn.add_argument("--optimizer", choices=OPTIMIZERS,
-                     help="sgd, momentum (SGD, 0.9) or adam (AdamW); default: adam for copy and reverse, else sgd")
-    trn.add_argument("--weight-decay", type=_float, help="default: 0, or 1e-3 for kp")
-    trn.add_argument("--mirror-steps", type=_int, default=1, help="weight-mirror steps per training step (wm)")
-    trn.add_argument("--target-step", type=_float, help="tp, dtp: the first target's step (default 0.3277, Lee et al. 2015)")
-    trn.add_argument("--target-noise", type=_float, help="tp, dtp: std of the inverses' training noise (default 0.3598)")
-    trn.add_argument("--inverse-lr", type=_float, help="tp, dtp: the inverses' learning rate (default: lr x 0.3366)")
-    trn.add_argument("--lra-beta", type=_float, help="lra: the targets' step beta (default 0.1, Ororbia & Mali 2019)")
-    trn.add_argument("--lra-gamma", type=_float, help="lra: the error weights' update scale gamma (default 1.0)")
+                     help="sgd, momentum (SGD, 0.9) or adam (AdamW); default: "
+                          + _grouped({task: task_defaults(task)["optimizer"] for task in TASKS}, "{}"))
+    trn.add_argument("--weight-decay", type=number, help=rule_default_help("weight_decay"))
+    trn.add_argument("--mirror-steps", type=integer, default=1, help=mirror_steps_help())
+    for name in RULE_OPTION_FLOATS:
+        trn.add_argument("--" + name.replace("_", "-"), type=number, help=rule_default_help(name))
     trn.add_argument("--device", default="auto", choices=DEVICES)
     trn.add_argument("--dtype", default="fp32", choices=list(TRAIN_DTYPES))
     trn.add_argument("--corpus", help="a text file for task lm (default: the Python standard library's source)")
-    trn.add_argument("--eval-batches", type=_int, default=4, help="validation batches")
-    trn.add_argument("--eval-every", type=_int, default=0, help="evaluate every N steps (default: after the last)")
+    trn.add_argument("--eval-batches", type=integer, default=4, help="validation batches")
+    trn.add_argument("--eval-every", type=integer, default=0, help="evaluate every N steps (default: after the last)")
     trn.add_argument("--out", help="write one row per step to this parquet file")
     trn.add_argument("--measure", action="store_true", help="measure time, memory, energy and FLOPs (implied by --out-dir)")
-    trn.add_argument("--warmup", type=_int, default=2, help="steps before the FLOP-counted step and the timed steps")
+    trn.add_argument("--warmup", type=integer, default=2, help="steps before the FLOP-counted step and the timed steps")
     trn.add_argument("--out-dir", help="measure, and write steps.parquet and measured.parquet here")
-    trn.add_argument("--threads", type=_int, help="CPU threads for torch (default: torch's choice)")
+    trn.add_argument("--threads", type=integer, help="CPU threads for torch (default: torch's choice)")
     trn.add_argument("--config-hash", default=os.environ.get("TRAININGCOST_CONFIG_HASH"),
                      help="the workflow config's hash, kept in the tables' metadata (default: $TRAININGCOST_CONFIG_HASH, "
                           "which the workflow sets without making it a job parameter)")
-    trn.add_argument("--record-failure", type=_int, metavar="EXIT_CODE",
+    trn.add_argument("--record-failure", type=integer, metavar="EXIT_CODE",
                      help="do not train: write the tables of this run as failed with EXIT_CODE (the workflow's fallback "
                           "when a training process dies)")
     trn.set_defaults(func=cmd_train)
@@ -569,13 +447,13 @@ def build_parser() -> Parser:
                                                      "the workflow's results/tables/trace.parquet)")
     cal.add_argument("--device", default="auto", choices=DEVICES)
     cal.add_argument("--dtype", default="fp32", choices=list(TRAIN_DTYPES))
-    cal.add_argument("--tolerance", type=_float, default=0.05,
+    cal.add_argument("--tolerance", type=number, default=0.05,
                      help="two rounds agree when their medians differ by at most this share of the time (default 0.05)")
     cal.add_argument("--probe", action="store_true",
                      help="also time each run's step at minimal sizes (the host's overhead; measure/probe.py)")
-    cal.add_argument("--time-cap", type=_float, default=60.0,
+    cal.add_argument("--time-cap", type=number, default=60.0,
                      help="seconds; without convergence by then: a one-line 'machine is busy' error, no file")
-    cal.add_argument("--threads", type=_int)
+    cal.add_argument("--threads", type=integer)
     cal.add_argument("--out", required=True, help="the calibration JSON")
     cal.set_defaults(func=cmd_calibrate)
 
@@ -584,9 +462,7 @@ def build_parser() -> Parser:
     hw.add_argument("--sources", action="store_true", help="add the source of every quantity")
     hw.set_defaults(func=cmd_hardware)
 
-    from .plan import add_parser as add_plan_parser  # trainingcost plan (plan.py; docs/planning.md)
-
-    add_plan_parser(sub, add_model_flags)
+    add_plan_parser(sub)
 
     cfg = sub.add_parser("configs", help="enumerate a sweep into a parquet table")
     cfg.add_argument("--config", required=True, help="a config YAML file")

@@ -33,7 +33,9 @@ from .config import (
     sweep_frame,
     validate_config,
 )
+from .analytic.plan import Efficiency, PlanSpec, memory_curve, plan_table
 from .io import read_metadata, write_parquet, write_text
+from .plan import DEFAULT_MFU, token_budget
 
 FIGURES = {
     "flops": "1_flops_predicted_vs_measured",
@@ -54,8 +56,6 @@ def load(config: dict) -> dict:
     filled = validate_config(config, vocabulary())
     train_jobs(filled)
     check_figures(filled)
-    from .plan import check_plan  # the plan section (plan.py)
-
     check_plan(filled)
     analytic = filled["analytic"]
     try:  # the analytic job would otherwise die on it, after the configs table is written
@@ -347,3 +347,123 @@ def write_figures(config: dict, analytic_path, comparison_path, measured_path, o
     if settings["energy"]:
         save(F.energy(runs), "energy")
     return written
+
+
+# ---------------------------------------------------------------------------
+# The workflow's plan step
+
+
+def section_spec(section: dict, cfg, gpu, where: str = "plan", count: bool = True) -> PlanSpec:
+    """A validated config's ``plan`` section as a PlanSpec for one configuration. ``count=False`` (the check before
+    any job runs): Chinchilla's budget is not counted (one token), so a sweep of thousands is checked in moments."""
+    from .analytic.plan import model_facts
+
+    tokens = section["tokens"]
+    if isinstance(tokens, str) and tokens != "chinchilla" or not isinstance(tokens, str) and not tokens > 0:
+        raise ConfigError(f"{where}.tokens: {tokens!r} is not allowed (allowed: a positive number of tokens, or chinchilla)")
+    micro = section["micro_batch"]
+    if isinstance(micro, str) and micro != "max" or not isinstance(micro, str) and not micro >= 1:
+        raise ConfigError(f"{where}.micro_batch: {micro!r} is not allowed (allowed: a positive integer, or max)")
+    chinchilla = tokens == "chinchilla"
+    parameters = (model_facts(cfg, ["bp"], section["optimizer"]).parameters if count else 1) if chinchilla else 0
+    tokens, source = token_budget(None if chinchilla else tokens, None, None, chinchilla, parameters, f"{where}.")
+    given = [k for k in ("mfu", "hfu", "tokens_per_s") if section["efficiency"].get(k) is not None]
+    if len(given) != 1:
+        raise ConfigError(f"{where}.efficiency: give exactly one of mfu, hfu, tokens_per_s (got "
+                          f"{', '.join(given) or 'none'})")
+    kind = given[0]
+    defaults = PlanSpec(tokens=1, gpus=1, efficiency=Efficiency("mfu", DEFAULT_MFU, ""))
+    measured = section["efficiency"].get("measured_rule", "bp")
+    return PlanSpec(
+        tokens=tokens, tokens_source=source, gpus=section["gpus"], tp=section["tp"], pp=section["pp"],
+        sharding=section["sharding"], precision=section["precision"], checkpointing=section["checkpointing"],
+        checkpoint_every=section["checkpoint_every"], optimizer=section["optimizer"],
+        global_batch=section.get("global_batch"),
+        micro_batch=None if section["micro_batch"] == "max" else section["micro_batch"],
+        efficiency=Efficiency(kind, section["efficiency"][kind], f"{where}.efficiency.{kind}", rule=measured),
+        power_utilisation=section["power_utilisation"],
+        power_source=f"TDP x {section['power_utilisation']:g} ({where}.power_utilisation)",
+        pue=section["pue"], pue_source=f"{where}.pue" if section["pue"] != defaults.pue else defaults.pue_source,
+        carbon_intensity=section["carbon_intensity"],
+        carbon_source=(f"{where}.carbon_intensity" if section["carbon_intensity"] != defaults.carbon_intensity
+                       else defaults.carbon_source),
+        price=section.get("price"), price_source=f"{where}.price" if section.get("price") is not None else "not given",
+    )
+
+
+def plan_configs(config: dict) -> list:
+    """(name, ModelConfig) of the configurations the plan section selects (every sweep configuration if none)."""
+    from .config import enumerate_sweep, select_sweep
+
+    section = config["plan"]
+    if section["select"]:
+        return select_sweep(config["sweep"], section["select"], "plan.select")
+    return enumerate_sweep(config["sweep"])
+
+
+def check_plan(config: dict) -> None:
+    """The plan section of a validated config, before any job runs: its values, the GPU, and the degrees and batch
+    of every selected configuration (one line naming the field). Whether each plan fits is the plan job's check."""
+    from .analytic.plan import check_spec
+
+    gpu = plan_gpu(config)
+    section = config["plan"]
+    figure, names = section["figure"], set()
+    for name, cfg in plan_configs(config):
+        names |= {name, cfg.config_id}
+        try:
+            check_spec(section_spec(section, cfg, gpu, count=False), cfg, gpu)
+        except ConfigError as exc:
+            text = str(exc)
+            raise ConfigError(text if text.startswith("plan") else f"plan: configuration {name or cfg.config_id!r}: "
+                              f"{text}") from None
+    if figure and figure not in names:
+        raise ConfigError(f"plan.figure: {figure!r} is not a planned configuration (plan.select's entries or their "
+                          "config_ids)")
+
+
+def plan_gpu(config: dict):
+    from .config.hardware import with_user_devices
+
+    table = with_user_devices(config.get("hardware") or None)
+    name = config["plan"]["gpu"]
+    if name not in table:
+        raise ConfigError(f"plan.gpu: {name!r} is not in the hardware catalogue (allowed: {', '.join(table)})")
+    return table[name]
+
+
+def build_plan(config: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The plan table of every selected configuration and the memory-against-micro-batch curves of the figure's."""
+    section = config["plan"]
+    gpu = plan_gpu(config)
+    rules, models = section["rules"], section["cost_models"]
+    frames, curves = [], None
+    chosen = plan_configs(config)
+    figure = section["figure"]
+    for name, cfg in chosen:
+        spec = section_spec(section, cfg, gpu)
+        try:
+            frame = plan_table(cfg, spec, gpu, rules, models)
+        except ConfigError as exc:
+            raise ConfigError(f"plan: configuration {name or cfg.config_id!r}: {exc}") from None
+        frames.append(frame.assign(name=name))
+        if curves is None and (not figure or figure in (name, cfg.config_id)):
+            curves = memory_curve(cfg, spec, gpu, rules, section["micro_batches"] or None).assign(name=name)
+    if figure and curves is None:
+        raise ConfigError(f"plan.figure: {figure!r} is not a planned configuration (plan.select's entries or their "
+                          "config_ids)")
+    plan = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return plan, curves if curves is not None else pd.DataFrame()
+
+
+def write_plan(config: dict, table_out, curves_out, figure_outs: dict) -> None:
+    """results/tables/plan.parquet, the memory curves, and the two figures (findings/figures.py)."""
+    from .findings import figures as F
+    from .findings.plan_figures import plan_cost, plan_memory
+
+    plan, curves = build_plan(config)
+    write_parquet(plan, table_out)
+    write_parquet(curves, curves_out)
+    F.style()
+    F.save(plan_cost(plan), figure_outs["plan_cost"])
+    F.save(plan_memory(curves), figure_outs["plan_memory"])

@@ -1,7 +1,8 @@
-"""``trainingcost plan``: what a whole training run costs, per rule and cost model, and the workflow's plan step.
+"""``trainingcost plan``: what a whole training run costs, per rule and cost model.
 
-The formulas are :mod:`trainingcost.analytic.plan` (no torch); this module reads the command line or the
-workflow config's ``plan`` section into a :class:`~trainingcost.analytic.plan.PlanSpec`, prices a calibration
+The formulas are :mod:`trainingcost.analytic.plan` (no torch); this module reads the command line into a
+:class:`~trainingcost.analytic.plan.PlanSpec` (the workflow's plan step, which reads the config's ``plan``
+section, is :mod:`trainingcost.pipeline`), prices a calibration
 through the predictor when one is given (:mod:`trainingcost.findings.plan_rate`), and prints or writes the
 plan. Nothing here imports torch. docs/planning.md documents every formula and source.
 """
@@ -18,10 +19,12 @@ import pandas as pd
 from .analytic import cost_model_names, rule_names
 from .analytic.memory import OPTIMIZER_SLOTS
 from .analytic.plan import (
-    CHECKPOINTING, PRECISIONS, PREDICTED_SOURCE, SHARDINGS, STEP_PARTS, Efficiency, PlanSpec, memory_curve, plan_table,
+    CHECKPOINTING, PRECISIONS, PREDICTED_SOURCE, SHARDINGS, STEP_PARTS, Efficiency, PlanSpec, plan_table,
     tokens_per_sequence,
 )
+from .args import add_model_flags, count, count_or_max, model_entry, number
 from .config import ConfigError
+from .text import describe_config, grid
 
 CHINCHILLA_TOKENS_PER_PARAMETER = 20  # Hoffmann et al. 2022: compute-optimal D ~ 20 N
 DEFAULT_MFU = 0.40
@@ -29,28 +32,7 @@ DEFAULT_MFU_SOURCE = (f"default MFU {DEFAULT_MFU:.2f} (assumed; large runs repor
                       "Table 3)")
 
 
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        return int(float(text)) if float(text).is_integer() else int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
-def _micro(text: str):
-    return None if text == "max" else _count(text)
-
-
-def add_parser(sub, add_model_flags) -> None:
+def add_parser(sub) -> None:
     """The ``plan`` subcommand (cli.build_parser calls this)."""
     p = sub.add_parser("plan", help="what a whole training run costs on named GPUs: time, GPU-hours, money, energy, "
                                     "CO2e and memory, per rule and cost model")
@@ -58,37 +40,37 @@ def add_parser(sub, add_model_flags) -> None:
     p.add_argument("--rule", default="all", choices=[*rule_names(), "all"])
     p.add_argument("--cost-model", default="all", choices=[*cost_model_names(), "all"])
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--tokens", type=_number, help="training tokens (e.g. 2e12)")
-    budget.add_argument("--epochs", type=_number, help="passes over --dataset-tokens")
+    budget.add_argument("--tokens", type=number, help="training tokens (e.g. 2e12)")
+    budget.add_argument("--epochs", type=number, help="passes over --dataset-tokens")
     budget.add_argument("--chinchilla", action="store_true", help="20 tokens per parameter (Hoffmann et al. 2022)")
-    p.add_argument("--dataset-tokens", type=_number, help="tokens in the dataset (with --epochs)")
+    p.add_argument("--dataset-tokens", type=number, help="tokens in the dataset (with --epochs)")
     batch = p.add_mutually_exclusive_group()
-    batch.add_argument("--global-batch", type=_count, help="sequences per optimizer step (default: about 4M tokens)")
-    batch.add_argument("--global-batch-tokens", type=_number, help="tokens per optimizer step")
-    p.add_argument("--micro-batch", type=_micro, default=None, metavar="N|max",
+    batch.add_argument("--global-batch", type=count, help="sequences per optimizer step (default: about 4M tokens)")
+    batch.add_argument("--global-batch-tokens", type=number, help="tokens per optimizer step")
+    p.add_argument("--micro-batch", type=count_or_max, default=None, metavar="N|max",
                    help="sequences per GPU per forward-backward (default max: the largest that fits and divides the "
                         "replica's batch; the rest is gradient accumulation)")
     p.add_argument("--gpu", required=True, help="a device of the hardware catalogue (trainingcost hardware)")
-    p.add_argument("--gpus", type=_count, default=1)
-    p.add_argument("--tp", type=_count, default=1, help="tensor-parallel degree")
-    p.add_argument("--pp", type=_count, default=1, help="pipeline-parallel degree")
+    p.add_argument("--gpus", type=count, default=1)
+    p.add_argument("--tp", type=count, default=1, help="tensor-parallel degree")
+    p.add_argument("--pp", type=count, default=1, help="pipeline-parallel degree")
     p.add_argument("--sharding", default="zero3", choices=SHARDINGS,
                    help="data-parallel sharding: none (DDP), ZeRO stage 1-3, fsdp (FULL_SHARD = ZeRO-3); default zero3")
     p.add_argument("--precision", default="bf16-mixed", choices=list(PRECISIONS))
     p.add_argument("--checkpointing", default="none", choices=CHECKPOINTING,
                    help="activation checkpointing: selective checkpoints every --checkpoint-every-th block")
-    p.add_argument("--checkpoint-every", type=_count, default=2)
+    p.add_argument("--checkpoint-every", type=count, default=2)
     p.add_argument("--optimizer", default="adam", choices=list(OPTIMIZER_SLOTS))
-    p.add_argument("--interleave", type=_count, default=1, help="virtual pipeline stages per GPU (interleaved 1F1B)")
+    p.add_argument("--interleave", type=count, default=1, help="virtual pipeline stages per GPU (interleaved 1F1B)")
     p.add_argument("--sequence-parallel", action="store_true", help="sequence parallelism with --tp (Korthikanti 2022)")
-    p.add_argument("--gpus-per-node", type=_count, help="GPUs per node (default: the device's usual system)")
-    p.add_argument("--nic-gbps", type=_number, help="network between nodes, Gb/s per GPU (default: the device's system)")
-    p.add_argument("--dp-overlap", type=_number, default=1.0,
+    p.add_argument("--gpus-per-node", type=count, help="GPUs per node (default: the device's usual system)")
+    p.add_argument("--nic-gbps", type=number, help="network between nodes, Gb/s per GPU (default: the device's system)")
+    p.add_argument("--dp-overlap", type=number, default=1.0,
                    help="share of data-parallel communication hidden behind compute (default 1.0)")
     speed = p.add_mutually_exclusive_group()
-    speed.add_argument("--mfu", type=_number, help="model FLOPs utilisation, end to end (default: predicted by the step-time model)")
-    speed.add_argument("--hfu", type=_number, help="hardware FLOPs utilisation (recompute counted), end to end")
-    speed.add_argument("--tokens-per-s", type=_number, help="a measured run's tokens per second per GPU")
+    speed.add_argument("--mfu", type=number, help="model FLOPs utilisation, end to end (default: predicted by the step-time model)")
+    speed.add_argument("--hfu", type=number, help="hardware FLOPs utilisation (recompute counted), end to end")
+    speed.add_argument("--tokens-per-s", type=number, help="a measured run's tokens per second per GPU")
     speed.add_argument("--calibration", metavar="JSON", help="a calibration of this GPU (trainingcost calibrate): the "
                                                               "predictor prices the model's matrix products")
     speed.add_argument("--measured-run", metavar="DIR", help="a measured run (train --out-dir DIR, or its measured.parquet): "
@@ -96,12 +78,12 @@ def add_parser(sub, add_model_flags) -> None:
                                                              "measured energy")
     p.add_argument("--measured-rule", default="bp", choices=rule_names(),
                    help="the rule --tokens-per-s and --joules-per-token were measured under (default bp)")
-    p.add_argument("--joules-per-token", type=_number, help="measured energy per token per GPU (default: TDP)")
-    p.add_argument("--power-utilisation", type=_number, default=1.0, help="share of the TDP drawn (default 1.0)")
-    p.add_argument("--pue", type=_number, help="power usage effectiveness (default 1.1)")
-    p.add_argument("--carbon-intensity", type=_number, help="kg CO2e per kWh (default 0.429)")
-    p.add_argument("--price", type=_number, help="money per GPU-hour (no default: money is left out)")
-    p.add_argument("--mirror-steps", type=_count, default=1, help="weight-mirror steps per training step (WM)")
+    p.add_argument("--joules-per-token", type=number, help="measured energy per token per GPU (default: TDP)")
+    p.add_argument("--power-utilisation", type=number, default=1.0, help="share of the TDP drawn (default 1.0)")
+    p.add_argument("--pue", type=number, help="power usage effectiveness (default 1.1)")
+    p.add_argument("--carbon-intensity", type=number, help="kg CO2e per kWh (default 0.429)")
+    p.add_argument("--price", type=number, help="money per GPU-hour (no default: money is left out)")
+    p.add_argument("--mirror-steps", type=count, default=1, help="weight-mirror steps per training step (WM)")
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
     p.set_defaults(func=cmd_plan)
 
@@ -250,8 +232,6 @@ def _gib(value: float) -> str:
 
 
 def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
-    from .cli import _grid
-
     first = table.iloc[0]
     out = [describe(cfg).replace(f", batch {cfg.batch} (", " ("), ""]
     out.append(f"Run: {first['tokens']:.3g} tokens ({first['source_tokens']}) = {first['tokens'] / first['tokens_per_sequence']:,.0f} "
@@ -276,7 +256,7 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
                      f"{r['energy_kwh'] / 1e3:.4g}", f"{r['co2e_t']:.4g}", *([_si(r["cost"])] if money else [])])
     out.append("What the run costs, per rule and cost model (FLOPs: the model's; recompute: checkpointing's extra forward; "
                "MWh: GPU energy x PUE)")
-    out.append(_grid(header, rows))
+    out.append(grid(header, rows))
     out.append("")
     if table[f"step_{STEP_PARTS[0]}_s"].notna().any():
         labels = {"matmul": "matmul", "attention": "attention", "memory": "memory", "launch": "launch",
@@ -289,7 +269,7 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
                 for _, r in steps.iterrows()]
         out.append("Predicted step, per rule (seconds per optimizer step; communication and bubble as exposed on the "
                    "critical path; MFU under the first cost model)")
-        out.append(_grid(header, rows))
+        out.append(grid(header, rows))
         out.append("")
     lines = []
     for model, part in table.groupby("cost_model", sort=False):
@@ -307,7 +287,7 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
              r["grad_accumulation"], r["max_micro_batch"]] for _, r in memory.iterrows()]
     out.append("Memory per GPU, GiB (the most loaded GPU; activations at the micro-batch; largest fit: the most sequences "
                "per micro-batch that fit)")
-    out.append(_grid(header, rows))
+    out.append(grid(header, rows))
     out.append("")
     out.append("Assumptions and their sources:")
     for key, label in (("source_precision", "precision"), ("source_peak", "peak FLOP/s"),
@@ -320,7 +300,6 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .cli import describe_config, model_entry
     from .config.hardware import device
 
     if args.batch is not None:
@@ -339,124 +318,3 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render(table, cfg, describe_config, gpu))
     return 0
-
-
-# ---------------------------------------------------------------------------
-# The workflow's plan step
-
-
-def section_spec(section: dict, cfg, gpu, where: str = "plan", count: bool = True) -> PlanSpec:
-    """A validated config's ``plan`` section as a PlanSpec for one configuration. ``count=False`` (the check before
-    any job runs): Chinchilla's budget is not counted (one token), so a sweep of thousands is checked in moments."""
-    from .analytic.plan import model_facts
-
-    tokens = section["tokens"]
-    if isinstance(tokens, str) and tokens != "chinchilla" or not isinstance(tokens, str) and not tokens > 0:
-        raise ConfigError(f"{where}.tokens: {tokens!r} is not allowed (allowed: a positive number of tokens, or chinchilla)")
-    micro = section["micro_batch"]
-    if isinstance(micro, str) and micro != "max" or not isinstance(micro, str) and not micro >= 1:
-        raise ConfigError(f"{where}.micro_batch: {micro!r} is not allowed (allowed: a positive integer, or max)")
-    chinchilla = tokens == "chinchilla"
-    parameters = (model_facts(cfg, ["bp"], section["optimizer"]).parameters if count else 1) if chinchilla else 0
-    tokens, source = token_budget(None if chinchilla else tokens, None, None, chinchilla, parameters, f"{where}.")
-    given = [k for k in ("mfu", "hfu", "tokens_per_s") if section["efficiency"].get(k) is not None]
-    if len(given) != 1:
-        raise ConfigError(f"{where}.efficiency: give exactly one of mfu, hfu, tokens_per_s (got "
-                          f"{', '.join(given) or 'none'})")
-    kind = given[0]
-    defaults = PlanSpec(tokens=1, gpus=1, efficiency=Efficiency("mfu", DEFAULT_MFU, ""))
-    measured = section["efficiency"].get("measured_rule", "bp")
-    return PlanSpec(
-        tokens=tokens, tokens_source=source, gpus=section["gpus"], tp=section["tp"], pp=section["pp"],
-        sharding=section["sharding"], precision=section["precision"], checkpointing=section["checkpointing"],
-        checkpoint_every=section["checkpoint_every"], optimizer=section["optimizer"],
-        global_batch=section.get("global_batch"),
-        micro_batch=None if section["micro_batch"] == "max" else section["micro_batch"],
-        efficiency=Efficiency(kind, section["efficiency"][kind], f"{where}.efficiency.{kind}", rule=measured),
-        power_utilisation=section["power_utilisation"],
-        power_source=f"TDP x {section['power_utilisation']:g} ({where}.power_utilisation)",
-        pue=section["pue"], pue_source=f"{where}.pue" if section["pue"] != defaults.pue else defaults.pue_source,
-        carbon_intensity=section["carbon_intensity"],
-        carbon_source=(f"{where}.carbon_intensity" if section["carbon_intensity"] != defaults.carbon_intensity
-                       else defaults.carbon_source),
-        price=section.get("price"), price_source=f"{where}.price" if section.get("price") is not None else "not given",
-    )
-
-
-def plan_configs(config: dict) -> list:
-    """(name, ModelConfig) of the configurations the plan section selects (every sweep configuration if none)."""
-    from .config import enumerate_sweep, select_sweep
-
-    section = config["plan"]
-    if section["select"]:
-        return select_sweep(config["sweep"], section["select"], "plan.select")
-    return enumerate_sweep(config["sweep"])
-
-
-def check_plan(config: dict) -> None:
-    """The plan section of a validated config, before any job runs: its values, the GPU, and the degrees and batch
-    of every selected configuration (one line naming the field). Whether each plan fits is the plan job's check."""
-    from .analytic.plan import check_spec
-
-    gpu = plan_gpu(config)
-    section = config["plan"]
-    figure, names = section["figure"], set()
-    for name, cfg in plan_configs(config):
-        names |= {name, cfg.config_id}
-        try:
-            check_spec(section_spec(section, cfg, gpu, count=False), cfg, gpu)
-        except ConfigError as exc:
-            text = str(exc)
-            raise ConfigError(text if text.startswith("plan") else f"plan: configuration {name or cfg.config_id!r}: "
-                              f"{text}") from None
-    if figure and figure not in names:
-        raise ConfigError(f"plan.figure: {figure!r} is not a planned configuration (plan.select's entries or their "
-                          "config_ids)")
-
-
-def plan_gpu(config: dict):
-    from .config.hardware import with_user_devices
-
-    table = with_user_devices(config.get("hardware") or None)
-    name = config["plan"]["gpu"]
-    if name not in table:
-        raise ConfigError(f"plan.gpu: {name!r} is not in the hardware catalogue (allowed: {', '.join(table)})")
-    return table[name]
-
-
-def build_plan(config: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The plan table of every selected configuration and the memory-against-micro-batch curves of the figure's."""
-    section = config["plan"]
-    gpu = plan_gpu(config)
-    rules, models = section["rules"], section["cost_models"]
-    frames, curves = [], None
-    chosen = plan_configs(config)
-    figure = section["figure"]
-    for name, cfg in chosen:
-        spec = section_spec(section, cfg, gpu)
-        try:
-            frame = plan_table(cfg, spec, gpu, rules, models)
-        except ConfigError as exc:
-            raise ConfigError(f"plan: configuration {name or cfg.config_id!r}: {exc}") from None
-        frames.append(frame.assign(name=name))
-        if curves is None and (not figure or figure in (name, cfg.config_id)):
-            curves = memory_curve(cfg, spec, gpu, rules, section["micro_batches"] or None).assign(name=name)
-    if figure and curves is None:
-        raise ConfigError(f"plan.figure: {figure!r} is not a planned configuration (plan.select's entries or their "
-                          "config_ids)")
-    plan = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return plan, curves if curves is not None else pd.DataFrame()
-
-
-def write_plan(config: dict, table_out, curves_out, figure_outs: dict) -> None:
-    """results/tables/plan.parquet, the memory curves, and the two figures (findings/figures.py)."""
-    from .findings import figures as F
-    from .findings.plan_figures import plan_cost, plan_memory
-    from .io import write_parquet
-
-    plan, curves = build_plan(config)
-    write_parquet(plan, table_out)
-    write_parquet(curves, curves_out)
-    F.style()
-    F.save(plan_cost(plan), figure_outs["plan_cost"])
-    F.save(plan_memory(curves), figure_outs["plan_memory"])

@@ -23,8 +23,7 @@ rule plan:
         plan=FILLED["plan"],
         hardware=FILLED["hardware"],
     run:
-        from trainingcost.pipeline import logged
-        from trainingcost.plan import write_plan
+        from trainingcost.pipeline import logged, write_plan
 
         with logged(log[0]):
             write_plan(

@@ -16,6 +16,8 @@ from functools import lru_cache
 from .spec import RuleSpec
 
 RULES_PACKAGE = "trainingcost.rules"
+# The rule every other is compared with: the command line's "x BP" ratios and ``trainingcost train``'s default.
+REFERENCE_RULE = "bp"
 
 
 def _register(found: dict[str, RuleSpec], spec: RuleSpec, where: str) -> None:

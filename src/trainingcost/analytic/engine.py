@@ -441,17 +441,3 @@ def phase_totals(configs: pd.DataFrame, rules=None, cost_models=None, mirror_ste
                     flops += times * per_config("flops", name)
                 out[(model_name, rule, phase)] = (maccs, flops)
     return out
-
-
-def instance_shapes(configs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (config_id, layer) of the per-layer models: its kind and shapes per sequence
-    (``M`` rows, ``N`` key/value rows, ``out`` the head's width), as the formulas see them."""
-    t = T.build(configs, "layer")
-    every = _instances(t, np.arange(len(t)))
-    rep = every["rep"]
-    return pd.DataFrame({
-        "config_id": configs["config_id"].to_numpy()[t.cfg[rep]],
-        "layer": every["layer"].astype(str),
-        "layer_kind": t.kind[rep].astype(str),
-        "M": t.M[rep], "N": t.N[rep], "out": t.out[rep],
-    })

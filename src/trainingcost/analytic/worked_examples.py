@@ -1,5 +1,6 @@
-"""Seed 004, section 11.11: the three worked training estimates as the book computes them, beside the correct
-computation, each slip named (docs/planning.md, "Reproductions"; tests/test_plan.py checks the printed numbers).
+"""The textbook Deep Learning and Transformers: Theory, Mathematics, and Implementation (2026), section 11.11: the
+three worked training estimates as the book computes them, beside the correct computation, each slip named
+(docs/planning.md, "Reproductions"; tests/test_plan.py checks the printed numbers).
 
 The book's per-layer forward count is its own eqs. 10.82-10.90, 24 n d^2 + 4 n^2 d for an n-token *sequence*
 (trainingcost's ``textbook`` cost model). Its slips:
@@ -22,7 +23,7 @@ import pandas as pd
 
 
 def forward_per_sequence(layers: int, n: int, d: int) -> float:
-    """Seed 004, eqs. 10.82-10.90 (and 11.73, 11.76): 24 n d^2 + 4 n^2 d per layer, d_ff = 4 d."""
+    """The textbook, eqs. 10.82-10.90 (and 11.73, 11.76): 24 n d^2 + 4 n^2 d per layer, d_ff = 4 d."""
     return layers * (24 * n * d**2 + 4 * n**2 * d)
 
 

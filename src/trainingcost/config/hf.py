@@ -30,6 +30,8 @@ UNSUPPORTED_KEYS = {
     "kv_sharing": "a KV cache shared across layers",
     "cross_layer_attention": "a KV cache shared across layers",
 }
+# transformers' MistralConfig(sliding_window=4096): the window a config.json without the key gets.
+MISTRAL_SLIDING_WINDOW = 4096
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu", "relu": "relu"}
 
 
@@ -209,19 +211,22 @@ def _llama(k: _Keys) -> dict:
     if model_type == "qwen2" and k.bool("use_sliding_window", False):
         k._fail("use_sliding_window", "sliding-window attention is not supported")
     if model_type == "mistral":
-        window = k.int("sliding_window", 0, minimum=0)
+        # Absent, the key is MistralConfig's default (4096, as transformers loads the file); null: no window.
+        window = k.int("sliding_window", MISTRAL_SLIDING_WINDOW, minimum=0)
         if window:
-            entry["sliding_window"] = window  # checked against the sequence length once flags have overridden it
+            # checked against the sequence length once flags or a sweep entry have overridden it (check_window)
+            entry["sliding_window"] = (window, k.where + ("" if "sliding_window" in k.data else
+                                                         " (no sliding_window key: transformers' default)"))
     return entry
 
 
 def check_window(entry: dict, where: str) -> dict:
     """An entry from a config.json with sliding-window attention is costed exactly only where the window covers the
-    whole sequence (then it masks nothing); otherwise one line. Returns the entry without the key."""
+    whole sequence (then it masks nothing); otherwise one line naming the file. Returns the entry without the key."""
     entry = dict(entry)
-    window = entry.pop("sliding_window", None)
+    window, source = entry.pop("sliding_window", (0, where))
     if window and entry.get("seq_len", 0) > window:
-        raise ConfigError(f"{where}: sliding_window: {window}-token sliding-window attention over {entry['seq_len']} "
+        raise ConfigError(f"{source}: sliding_window: {window}-token sliding-window attention over {entry['seq_len']} "
                           f"positions is not supported; give seq_len of at most {window}, where the window masks nothing")
     return entry
 
@@ -235,6 +240,7 @@ def with_overrides(entry: dict, overrides: dict) -> dict:
     if "ff_mult" in overrides:
         out.pop("d_ff", None)
     drop_short_table(out, overrides)
+    drop_lm_head(out, overrides)
     out.update(overrides)
     return out
 
@@ -244,3 +250,10 @@ def drop_short_table(entry: dict, overrides: dict) -> None:
     seq_len = overrides.get("seq_len")
     if seq_len and entry.get("max_positions", 0) and seq_len > entry["max_positions"] and "max_positions" not in overrides:
         entry.pop("max_positions")
+
+
+def drop_lm_head(entry: dict, overrides: dict) -> None:
+    """A classification head asked for (``classes``) replaces the entry's LM head: the preset's or the file's
+    ``tie_embeddings`` (its LM head sharing the embedding's table) no longer applies, unless given as well."""
+    if overrides.get("classes") and "tie_embeddings" not in overrides:
+        entry.pop("tie_embeddings", None)

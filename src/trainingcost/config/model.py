@@ -13,28 +13,21 @@ import json
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
+from .choices import ARCHES, BIASES, FFNS, NORM_POSITIONS, NORMS, OPTION_CHOICES, POSITIONS  # noqa: F401 - re-exported
 from .errors import ConfigError
 from .presets import PRESETS
 from .schema import validate
 
-ARCHES = ("encoder", "decoder", "encoder-decoder")
-
-# Architecture options (issue 14). Each has a default that is the 2017 transformer trainingcost
-# costed first; only options that differ from their defaults enter the config_id, so the
+# Architecture options (the tuples of allowed values are config/choices.py's). Each has a default that is the 2017
+# transformer trainingcost costed first; only options that differ from their defaults enter the config_id, so the
 # configurations written before the options existed keep their ids.
-NORMS = ("layernorm", "rmsnorm")
-NORM_POSITIONS = ("post", "pre")
-FFNS = ("gelu", "relu", "swiglu", "geglu")
 GATED_FFNS = ("swiglu", "geglu")  # three matrices: act(x W_gate) * (x W_up), then W_down
-POSITIONS = ("sinusoidal", "learned", "rotary", "relative", "none")
 ADDED_POSITIONS = ("sinusoidal", "learned")  # a table added to the token embedding
-BIASES = ("all", "none", "qkv")  # qkv: biases on the query, key and value projections only (Qwen2)
 OPTION_DEFAULTS = dict(
     norm="layernorm", norm_position="post", ffn="gelu", kv_heads=0, head_dim=0, positions="sinusoidal",
     max_positions=0, tie_embeddings=False, bias="all", head_bias=None, type_vocab=0, embedding_norm=False,
     relative_buckets=32, relative_max_distance=128,
 )
-OPTION_CHOICES = dict(norm=NORMS, norm_position=NORM_POSITIONS, ffn=FFNS, positions=POSITIONS, bias=BIASES)
 
 
 @dataclass(frozen=True)

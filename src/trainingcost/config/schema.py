@@ -1,12 +1,15 @@
 """The configuration schema and its one-line error messages.
 
 One JSON schema (``schemas/config.schema.yaml``) validates the workflow config
-and every model entry. The learning rules and cost models it allows are those
-of the catalogue (:mod:`trainingcost.analytic.catalogue`); the file lists them
-for readers and for tools, and a test keeps the file equal to the catalogue.
-Callers that know the catalogue pass its names as ``vocabulary`` (enum name ->
-allowed values), which replaces the file's enums and the defaults that list
-every value.
+and every model entry. The file writes no enum that the code decides: the
+loader fills them in. The configuration's own (presets, arches, architecture
+options, tasks, training dtypes, devices, optimizers) come from
+:mod:`.presets` and :mod:`.choices`; the learning rules and cost models are the
+catalogue's (:func:`trainingcost.analytic.catalogue.vocabulary`), which
+``config`` may not import: callers that know the catalogue pass its names as
+``vocabulary`` (enum name -> allowed values). A list whose items are one of
+these enums and that has no default in the file defaults to every value
+(``analytic.rules``, ``train.rules``, ``memory.optimizers`` ...).
 """
 
 from __future__ import annotations
@@ -19,53 +22,73 @@ from typing import Any, Iterable, Mapping, Sequence
 import jsonschema
 import yaml
 
+from . import choices
 from .errors import ConfigError
+from .presets import PRESETS
 
 Vocabulary = Mapping[str, Sequence[str]]
 
+# The enums the configuration decides, by $defs name.
+CONFIG_ENUMS: dict[str, tuple[str, ...]] = {
+    "preset": tuple(PRESETS),
+    "arch": choices.ARCHES,
+    **choices.OPTION_CHOICES,
+    "task": ("auto", *choices.TASKS),
+    "train_dtype": choices.TRAIN_DTYPES,
+    "device": choices.DEVICES,
+    "optimizer": choices.OPTIMIZERS,
+}
+# The enums the catalogue decides: open (any string) in a schema loaded without its vocabulary.
+CATALOGUE_ENUMS = ("rule", "cost_model")
+
 
 @lru_cache(maxsize=1)
-def _file_schema() -> dict:
+def file_schema() -> dict:
+    """The shipped file, as written (no enum the code decides)."""
     text = resources.files("trainingcost.config").joinpath("schemas/config.schema.yaml").read_text()
     return yaml.safe_load(text)
 
 
-def _lists_every(prop: dict, name: str) -> bool:
-    return prop.get("type") == "array" and prop.get("items") == {"$ref": f"#/$defs/{name}"}
-
-
-def _replace_enums(node: Any, vocabulary: Vocabulary) -> None:
-    """Defaults that list an enum's every value follow the vocabulary (analytic.rules, train.rules, ...)."""
+def _every_by_default(node: Any, vocabulary: Vocabulary) -> None:
+    """A list of one filled enum without a default in the file defaults to every value of the enum."""
     if isinstance(node, dict):
         for name, values in vocabulary.items():
-            if _lists_every(node, name) and "default" in node:
+            if node.get("type") == "array" and node.get("items") == {"$ref": f"#/$defs/{name}"} \
+                    and "default" not in node:
                 node["default"] = list(values)
         for value in node.values():
-            _replace_enums(value, vocabulary)
+            _every_by_default(value, vocabulary)
     elif isinstance(node, list):
         for value in node:
-            _replace_enums(value, vocabulary)
+            _every_by_default(value, vocabulary)
 
 
 def schema(vocabulary: Vocabulary | None = None) -> dict:
-    """The schema, with the enums of ``vocabulary`` in place of the file's."""
-    if not vocabulary:
-        return _file_schema()
-    return _schema_with(tuple((k, tuple(v)) for k, v in sorted(vocabulary.items())))
+    """The schema with its enums filled in: the configuration's own, and the catalogue's from ``vocabulary``."""
+    return _schema_with(tuple((k, tuple(v)) for k, v in sorted((vocabulary or {}).items())))
 
 
 @lru_cache(maxsize=8)
 def _schema_with(vocabulary: tuple) -> dict:
-    filled = copy.deepcopy(_file_schema())
-    for name, values in vocabulary:
-        filled["$defs"][name] = {"enum": list(values)}
-    _replace_enums(filled["properties"], dict(vocabulary))
+    filled = copy.deepcopy(file_schema())
+    enums = {**CONFIG_ENUMS, **dict(vocabulary)}
+    for name, values in enums.items():
+        if name not in filled["$defs"]:
+            raise ValueError(f"schema: no $defs entry {name!r} to fill (the file's $defs: {', '.join(filled['$defs'])})")
+        filled["$defs"][name] = {**filled["$defs"][name], "enum": list(values)}
+    for name in CATALOGUE_ENUMS:
+        filled["$defs"][name].setdefault("type", "string")
+    _every_by_default(filled["properties"], enums)
     return filled
 
 
 def schema_enum(name: str, vocabulary: Vocabulary | None = None) -> tuple[str, ...]:
-    """The allowed values of a ``$defs`` enum, e.g. ``schema_enum('preset')``."""
-    return tuple(schema(vocabulary)["$defs"][name]["enum"])
+    """The allowed values of a ``$defs`` enum, e.g. ``schema_enum('preset')``; the catalogue's (``rule``,
+    ``cost_model``) need its ``vocabulary``."""
+    definition = schema(vocabulary)["$defs"][name]
+    if "enum" not in definition:
+        raise ValueError(f"schema_enum: {name!r} is the catalogue's; pass trainingcost.analytic.vocabulary()")
+    return tuple(definition["enum"])
 
 
 def _path(parts: Iterable[Any]) -> str:

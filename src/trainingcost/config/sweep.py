@@ -18,7 +18,7 @@ import yaml
 
 from .errors import ConfigError
 from .model import BOOL_FIELDS, CANONICAL_FIELDS, STR_FIELDS, ModelConfig, canonical_model, config_from_row, preset_entry
-from .schema import Vocabulary, fill_defaults, schema, validate
+from .schema import CATALOGUE_ENUMS, Vocabulary, fill_defaults, schema, validate
 
 CONFIG_COLUMNS = ("config_id", "name", *CANONICAL_FIELDS)
 
@@ -27,11 +27,15 @@ CONFIG_COLUMNS = ("config_id", "name", *CANONICAL_FIELDS)
 MAX_CONFIGURATIONS = 100_000
 
 
-def validate_config(config: dict, vocabulary: Vocabulary | None = None) -> dict:
+def validate_config(config: dict, vocabulary: Vocabulary) -> dict:
     """Validate a whole workflow config; return a copy with defaults filled in.
 
-    ``vocabulary`` gives the catalogue's rules and cost models (see :mod:`.schema`).
+    ``vocabulary`` gives the catalogue's rules and cost models (:func:`trainingcost.analytic.vocabulary`; see
+    :mod:`.schema`): the schema file does not list them.
     """
+    missing = [name for name in CATALOGUE_ENUMS if name not in (vocabulary or {})]
+    if missing:
+        raise TypeError(f"validate_config: the vocabulary lacks {', '.join(missing)} (pass trainingcost.analytic.vocabulary())")
     if not isinstance(config, dict):
         raise ConfigError("config: expected a mapping with a 'sweep' section")
     check_finite(config, "")

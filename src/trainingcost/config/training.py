@@ -2,8 +2,8 @@
 
 The training code (:mod:`trainingcost.train`) implements these; the command
 line and the workflow check a run's settings here, before any job starts or
-torch is imported. A test keeps these names equal to the schema's enums and to
-what the training code implements.
+torch is imported. The allowed names are :mod:`.choices`' (the schema's enums are filled
+from them); a test keeps them equal to what the training code implements.
 """
 
 from __future__ import annotations
@@ -12,13 +12,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from .choices import DEVICES, OPTIMIZERS, TASKS, TRAIN_DTYPES  # noqa: F401 - re-exported
 from .errors import ConfigError
 from .model import ModelConfig
 
-TASKS = ("lm", "classify", "copy", "reverse")
-DEVICES = ("auto", "cpu", "cuda")
-TRAIN_DTYPES = ("fp32", "bf16")
-OPTIMIZERS = ("sgd", "momentum", "adam")
 CLASSIFY_CLASSES = 3
 LM_MIN_VOCAB = 256  # byte-level
 
@@ -95,8 +92,16 @@ class RuleOptions:
                 raise ConfigError(f"{name}: must be {allowed} (got {value})")
 
 
-# The hyperparameters of TP, DTP and LRA that a run may set (flags --target-step ...; None: the rule's default).
-RULE_OPTION_FLOATS = ("target_step", "target_noise", "inverse_lr", "lra_beta", "lra_gamma")
+# The rule hyperparameters a run may set (flags --target-step ...; None: the rule's default), each with what it
+# sets, the RuleSpec.defaults key of its default and how that default reads (the command line's help).
+RULE_OPTION_HELP = {
+    "target_step": ("the first target's step", "target_step", "{:g}"),
+    "target_noise": ("std of the inverses' training noise", "target_noise", "{:g}"),
+    "inverse_lr": ("the inverses' learning rate", "inverse_lr_ratio", "lr x {:g}"),
+    "lra_beta": ("the targets' step beta", "lra_beta", "{:g}"),
+    "lra_gamma": ("the error weights' update scale gamma", "lra_gamma", "{:g}"),
+}
+RULE_OPTION_FLOATS = tuple(RULE_OPTION_HELP)
 
 
 @dataclass(frozen=True)

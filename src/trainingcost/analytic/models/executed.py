@@ -227,7 +227,7 @@ def dfa_projection(s: Shapes):
 
 @register("executed", "target_projection")
 def target_projection(s: Shapes):
-    # A block's d x d feedback map on its M rows (rules/{tp,dtp,lra}, train/targets.py):
+    # A block's d x d feedback map on its M rows (rules/{tp,dtp,lra}, rules/_targets/):
     # - target_projection: the error (target) carried to the unit below, e V^T (DTP), (h - e) V^T + c (TP) or
     #   beta e E (LRA), one product 2 M d d; the subtraction or scaling around it M d;
     # - feedback_forward: TP's and DTP's inverse on the noisy block output, y V^T + c, minus the noisy input;

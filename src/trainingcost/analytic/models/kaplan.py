@@ -16,8 +16,8 @@ def kaplan(s: Shapes):
     # attention term. d_attn = d_model. A token pays 2 FLOPs per weight it is multiplied by: the
     # self-attention and FFN weights on every row of their stack; a cross-attention's Q and O
     # (2 d^2) on the M target rows, its K and V (2 d^2) on the N source rows; its context is N.
-    # Today's architectures (issue 14): d_attn = heads x head_dim (a); grouped-query K and V are kv = kv_heads x
-    # head_dim wide; a gated FFN has three d x d_ff matrices.
+    # Today's architectures (the options of config/model.py: GQA, head_dim, gated FFNs): d_attn = heads x head_dim
+    # (a); grouped-query K and V are kv = kv_heads x head_dim wide; a gated FFN has three d x d_ff matrices.
     d, ff, N, M, a, kv = s.d, s.ff, s.src_len, s.tgt_len, s.a, s.kv
     block = 2 * d * a + 2 * d * kv + (2 + s.gated) * d * ff  # self-attention and FFN weights
     cross_q, cross_kv = s.encdec * 2 * d * a, s.encdec * 2 * d * kv  # a cross-attention's Q and O; its K and V

@@ -1,4 +1,6 @@
-"""The ``survey`` baseline: seed 002's counts, in multiplications, as totals per phase in one layer named ``model``."""
+"""The ``survey`` baseline: the counts of the DSBA Lab's slides on A Survey of Transformers (Lin et al. 2021), in
+multiplications, as totals per phase in one layer named ``model``.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +8,15 @@ from ..registry import declare, register
 from ..templates import Shapes
 from ._baseline import feedback_flops, phases
 
-declare("survey", order=50, granularity="model", description="seed 002 (survey slides): 4 n d^2 + 2 n^2 d + 8 n d^2 multiplications")
+declare("survey", order=50, granularity="model", description="survey slides (DSBA, on Lin et al. 2021): 4 n d^2 + 2 n^2 d + 8 n d^2 multiplications")
 
 
 @register("survey", "model")
 def survey(s: Shapes):
-    # Seed 002 (survey slides), counted in multiplications (MACCs): self-attention 4 n d^2 + 2 n^2 d,
+    # The survey slides (DSBA Lab, on Lin et al. 2021), counted in multiplications (MACCs): self-attention 4 n d^2 + 2 n^2 d,
     # position-wise FFN 8 n d^2 at d_ff = 4 d, i.e. 2 n d d_ff. FLOPs are twice the MACCs.
-    # Today's architectures (issue 14): Q and O d x a (a = heads x head_dim), K and V d x kv, a gated FFN's
-    # third matrix.
+    # Today's architectures (the options of config/model.py: GQA, head_dim, gated FFNs): Q and O d x a (a = heads x
+    # head_dim), K and V d x kv, a gated FFN's third matrix.
     d, ff, N, M, a, kv = s.d, s.ff, s.src_len, s.tgt_len, s.a, s.kv
     ffn = (2 + s.gated) * d * ff
     enc_maccs_w = s.enc_layers * (2 * N * d * a + 2 * N * d * kv + N * ffn)

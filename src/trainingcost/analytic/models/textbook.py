@@ -1,4 +1,6 @@
-"""The ``textbook`` baseline: seed 004, section 10.5.1, as totals per phase in one layer named ``model``."""
+"""The ``textbook`` baseline: Deep Learning and Transformers: Theory, Mathematics, and Implementation (2026), section
+10.5.1, as totals per phase in one layer named ``model``.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +8,17 @@ from ..registry import declare, register
 from ..templates import Shapes
 from ._baseline import feedback_flops, phases
 
-declare("textbook", order=40, granularity="model", description="seed 004, eqs. 10.82-10.90: 24 B n d^2 + 4 B n^2 d per layer")
+declare("textbook", order=40, granularity="model", description="Deep Learning and Transformers (2026), eqs. 10.82-10.90: 24 B n d^2 + 4 B n^2 d per layer")
 
 
 @register("textbook", "model")
 def textbook(s: Shapes):
-    # Seed 004, section 10.5.1, eqs. 10.82-10.90: per layer, Q, K, V and output projections
+    # The textbook, section 10.5.1, eqs. 10.82-10.90: per layer, Q, K, V and output projections
     # 4 x 2 B n d^2, scores and weighted sum 2 x 2 B n^2 d, FFN 2 x 2 B n d d_ff; that is
     # 24 B n d^2 + 4 B n^2 d at d_ff = 4 d. A cross-attention has Q and O on M rows, K and V on N.
-    # Today's architectures (issue 14): Q and O are d x a (a = heads x head_dim), K and V d x kv (grouped-query),
-    # the scores and weighted sum a wide; a gated FFN has a third d x d_ff matrix.
+    # Today's architectures (the options of config/model.py: GQA, head_dim, gated FFNs): Q and O are d x a (a = heads
+    # x head_dim), K and V d x kv (grouped-query), the scores and weighted sum a wide; a gated FFN has a third d x
+    # d_ff matrix.
     d, ff, N, M, a, kv = s.d, s.ff, s.src_len, s.tgt_len, s.a, s.kv
     ffn = (4 + 2 * s.gated) * d * ff
     enc_weights = s.enc_layers * (4 * N * d * a + 4 * N * d * kv + N * ffn)

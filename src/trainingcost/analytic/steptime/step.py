@@ -122,7 +122,7 @@ def rule_work(cfg, rules) -> dict:
     through the blocks, and the elements of feedback it trains (their gradients are reduced like the weights')."""
     from ..catalogue import rule as rule_spec
     from ..engine import build_for, evaluate, phase_costs, recipe
-    from ..plan import _configs
+    from ..plan_facts import _configs
     from ..registry import cost_model
 
     configs = _configs(cfg)
@@ -219,7 +219,7 @@ def head_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
 
 def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None = None) -> StepPrediction:
     """The predicted step of ``rule`` with this layout on ``device`` (a catalogue Device)."""
-    from ..plan import PRECISIONS, ZERO_STAGE, model_facts, model_share
+    from ..plan_facts import PRECISIONS, ZERO_STAGE, model_facts, model_share
 
     check_layout(cfg, lay)
     prec = PRECISIONS[lay.precision]

@@ -1,5 +1,6 @@
-"""Difference target propagation (Lee et al. 2015; seed 003 section 5): targets move down the units through
-learned inverses with the difference correction; each unit learns from its local loss.
+"""Difference target propagation (Lee et al. 2015; Franceschi, Backpropagation Free Transformers, section 5):
+targets move down the units through learned inverses with the difference correction; each unit learns from its local
+loss.
 
 Per step: the forward; the head's backward (its weights and dL/dh_L); one product with each block's inverse
 V (d x d) to carry the target difference down; the inverse training, a noisy forward of every block and two

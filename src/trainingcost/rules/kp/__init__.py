@@ -1,4 +1,5 @@
-"""Kolen-Pollack (Akrout et al. 2019, eqs. 16-17; seed 003 section 4.3): B receives W's update and decay.
+"""Kolen-Pollack (Akrout et al. 2019, eqs. 16-17; Franceschi, Backpropagation Free Transformers, section 4.3): B
+receives W's update and decay.
 
 Analytically, B's update is its own outer product (eq. 17); the code copies W's gradient instead.
 """

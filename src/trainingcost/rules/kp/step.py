@@ -1,4 +1,4 @@
-"""Kolen-Pollack (Akrout et al. 2019, eqs. 16-17; seed 003 section 4.3).
+"""Kolen-Pollack (Akrout et al. 2019, eqs. 16-17; Franceschi, Backpropagation Free Transformers, section 4.3).
 
 Feedback alignment in which each B is a parameter that receives exactly W's
 gradient (transposed, in column convention; B has W's ``[out, in]`` layout here)

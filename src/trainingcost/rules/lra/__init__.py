@@ -1,5 +1,6 @@
-"""Local representation alignment, LRA-E (Ororbia & Mali 2019; seed 003 section 6): error units and error
-weights E in place of inverses; each unit learns from its local loss, each E from its own local rule.
+"""Local representation alignment, LRA-E (Ororbia & Mali 2019; Franceschi, Backpropagation Free Transformers,
+section 6): error units and error weights E in place of inverses; each unit learns from its local loss, each E from
+its own local rule.
 
 Per step: the forward; the head's weight gradient (the loss's backward stops at the head: no dL/dh_L, no
 weight transport); the output error through E_head (the head's shape) and one product with each block's E

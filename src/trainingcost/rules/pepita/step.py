@@ -13,7 +13,7 @@ One step:
    row per sequence is added to every position;
 4. modulated pass, stage by stage (embedding, each sublayer with its add & norm, head), and after each
    stage the updates of its layers (Algorithm 1 updates inside the loop; a stage per sublayer rather than per
-   block keeps one sublayer's activations alive at a time, issue 12):
+   block keeps one sublayer's activations alive at a time: docs/cost_models.md, memory model):
 
    - weight matrices: ΔW = (h - h_mod)ᵀ x_mod / rows, Δb = Σ (h - h_mod) / rows,
      where h is the layer's output (after GELU for the FFN's first matrix: the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...analytic.tape import FLOAT32, Group, Ops, Run, Stream, Tape, Value, bytes_, optimizer_step, output_error
+from ...analytic.tape import FLOAT32, Buf, Group, Ops, Run, Stream, Tape, Value, bytes_, optimizer_step, output_error
 
 
 def pepita_step(t: Tape, g: Group, run: Run, recompute: bool = False) -> None:

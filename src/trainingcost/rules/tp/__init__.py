@@ -1,5 +1,6 @@
-"""Target propagation (Bengio 2014; Bartunov et al. 2018 section 2.1.2; seed 003 section 5): each target is
-the learned inverse of the target above, t_{l-1} = g_l(t_l); each unit learns from its local loss.
+"""Target propagation (Bengio 2014; Bartunov et al. 2018 section 2.1.2; Franceschi, Backpropagation Free
+Transformers, section 5): each target is the learned inverse of the target above, t_{l-1} = g_l(t_l); each unit
+learns from its local loss.
 
 It costs what DTP costs (one product with each inverse per unit, the same inverse training); only the
 target recursion differs. Its hyperparameters are DTP's: no source tunes TP's own.

@@ -1,4 +1,4 @@
-"""Target propagation (Bengio 2014; as Bartunov et al. 2018 state it), on the units of ``train/targets.py``.
+"""Target propagation (Bengio 2014; as Bartunov et al. 2018 state it), on the units of ``rules/_targets/``.
 
 The first target is DTP's, ``t_L = h_L - eta dL/dh_L``; below, ``t_{l-1} = g_l(t_l)``: the inverse of the
 unit above applied to its target, with no difference correction.
@@ -6,7 +6,7 @@ unit above applied to its target, with no difference correction.
 
 from __future__ import annotations
 
-from ...train.targets import InverseRule, Unit, target_step
+from .._targets import InverseRule, Unit, target_step
 
 
 class TargetPropagation(InverseRule):

@@ -1,4 +1,5 @@
-"""Weight mirror (Akrout et al. 2019; seed 003 section 4.2): FA plus Hebbian mirror steps that pull B towards W.
+"""Weight mirror (Akrout et al. 2019; Franceschi, Backpropagation Free Transformers, section 4.2): FA plus Hebbian
+mirror steps that pull B towards W.
 
 Each mirror step drives every weight matrix with noise and accumulates x yᵀ into B.
 """

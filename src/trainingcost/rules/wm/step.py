@@ -1,4 +1,4 @@
-"""Weight mirror (Akrout et al. 2019; seed 003 section 4.2).
+"""Weight mirror (Akrout et al. 2019; Franceschi, Backpropagation Free Transformers, section 4.2).
 
 Feedback alignment, plus mirror steps after every training step. In a mirror
 step each weight matrix is driven by zero-mean noise x (as many rows as it saw

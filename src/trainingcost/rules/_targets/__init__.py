@@ -9,7 +9,8 @@ stack's final norm belonging to its last block (as in DFA); in the tests' MLP, o
 ``1/(2R) sum_rows ||h_l - t_l||^2`` (R: the loss's terms; a mean, as the loss is), whose gradient at ``h_l`` is
 ``e_l / R``. Targets are per example, as the sources write them: the top error is the step times each row's
 own loss gradient, ``R`` times the mean loss's. The rules differ only in how the
-errors are propagated down the chain and in what their feedback parameters learn (seed 003 sections 5-6;
+errors are propagated down the chain and in what their feedback parameters learn (Franceschi, Backpropagation Free Transformers,
+sections 5-6;
 docs/learning_rules.md has the equations and their sources):
 
 - TP: ``t_{l-1} = g_l(t_l)``, DTP: ``t_{l-1} = h_{l-1} + g_l(t_l) - g_l(h_l)``, with a learned affine
@@ -19,7 +20,9 @@ docs/learning_rules.md has the equations and their sources):
   follow ``gamma e_l^T h_{l-1}`` (Ororbia & Mali 2019).
 
 The functions below take plain tensors, so a reference test can drive them on a two-layer MLP; the
-transformer rules (``rules/{tp,dtp,lra}/step.py``) call them on the model's units.
+transformer rules (``rules/{tp,dtp,lra}/step.py``) call them on the model's units. This package is the three
+rules' shared training code (torch): its name starts with ``_``, so the catalogue's discovery, which reads
+every folder of ``rules/`` as a rule, passes it by.
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ from typing import Callable, Optional
 
 import torch
 
-from . import attribution, objective
-from .model import Stream
-from .rule import Rule, no_phases
+from ...train import attribution, objective
+from ...train.model import Stream
+from ...train.rule import Rule, no_phases
 
 
 def rows(x: torch.Tensor) -> torch.Tensor:

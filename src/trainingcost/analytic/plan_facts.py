@@ -1,0 +1,105 @@
+"""What a plan and the step-time model both read of a model and a precision: the precisions, the ZeRO stages,
+a model's parameter and activation facts, and the share of it on the most loaded GPU (no torch).
+
+:mod:`.plan` (memory, fit, cost) and :mod:`.steptime` (the predicted step) import these, so neither imports the
+other's module to get them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from . import templates as T
+from .catalogue import rule
+from .layers import HEAD_KINDS, KINDS
+from .memory import _per_layer, memory_table
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    compute: str  # the dtype of the device peak the matrix products run at
+    weights: int  # bytes per parameter of the working copy
+    grads: int  # bytes per gradient element
+    master: int  # bytes per fp32 master weight (0: the working copy is the master)
+    state: int  # bytes per optimizer slot element
+    activations: int  # bytes per saved activation element
+    source: str
+
+
+PRECISIONS = {
+    "fp32": Precision("fp32", "fp32", 4, 4, 0, 4, 4, "fp32 throughout: 4 + 4 bytes per parameter and 4 per optimizer slot "
+                      "(Rajbhandari et al. 2020, section 3.1)"),
+    "bf16-mixed": Precision("bf16-mixed", "bf16", 2, 2, 4, 4, 2, "bf16 weights, gradients and activations, fp32 master "
+                            "weights and optimizer state: 2 + 2 + (4 + 4 x slots) bytes per parameter (Rajbhandari et al. "
+                            "2020, section 3.1: 16 bytes with Adam; Deep Learning and Transformers 2026, section 11.5)"),
+    "fp16-mixed": Precision("fp16-mixed", "fp16", 2, 2, 4, 4, 2, "fp16 weights, gradients and activations with loss "
+                            "scaling, fp32 master weights and optimizer state (Micikevicius et al. 2018; Rajbhandari et "
+                            "al. 2020, section 3.1)"),
+}
+SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")  # fsdp: FULL_SHARD, ZeRO-3's sharding (Zhao et al. 2023)
+ZERO_STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}
+
+
+@dataclass
+class ModelFacts:
+    """Per-sequence element counts of one configuration (batch 1), from the memory model and the layer kinds."""
+
+    parameters: int
+    blocks_parameters: int  # inside blocks (split over pipeline stages)
+    stage_end_parameters: int  # the heavier pipeline end: embeddings, or head and final norm (a tied table copied)
+    all_end_parameters: int
+    largest_layer: int  # parameters of the largest layer instance (ZeRO-3 gathers it whole)
+    per_rule: pd.DataFrame  # index rule: feedback, trained, activations (elements per sequence), backward (bool)
+    block_saved: dict  # stack -> autograd's saved elements of one block, per sequence
+    block_input: dict  # stack -> elements of one block's input, per sequence
+    depth: dict  # stack -> blocks
+
+
+def model_facts(cfg, rules, optimizer: str) -> ModelFacts:
+    configs = _configs(cfg)
+    memory = memory_table(configs, rules, ["fp32"], [optimizer], executed=False).set_index("rule")  # components
+    t = T.build(configs, "layer")
+    per = _per_layer(t)
+    kinds = t.kind
+    model_layer = np.array([KINDS[k].model_layer for k in kinds], dtype=bool)
+    params = np.where(model_layer, per["params"], 0)
+    blocks = t.is_block & model_layer
+    total = int((params * t.count).sum())
+    in_blocks = int((params * t.count)[blocks].sum())
+    tail = (t.rank % 1000 >= T.TAIL_RANK) | np.isin(kinds, HEAD_KINDS)
+    out_end = int(params[~blocks & tail].sum())
+    in_end = int(params[~blocks & ~tail].sum())
+    tied = cfg.tie_embeddings and not cfg.classes
+    stage_end = max(in_end, out_end + (cfg.vocab * cfg.d_model if tied else 0))
+    stacks = t.stack
+    block_saved, block_input, depth = {}, {}, {}
+    for stack in cfg.stacks:
+        mine = blocks & (stacks == stack)
+        block_saved[stack] = int(per["saved"][mine].sum())  # one instance of each sublayer of the block
+        block_input[stack] = cfg.rows(stack) * cfg.d_model
+        depth[stack] = cfg.depth(stack)
+    per_rule = pd.DataFrame({
+        "feedback": memory["feedback"] // 4,
+        "trained": memory["gradients"] // 4,
+        "activations": memory["activations"] // 4,
+        "backward": [bool(rule(r).recipe.get("backward")) for r in memory.index],
+    }, index=memory.index)
+    return ModelFacts(total, in_blocks, stage_end, total - in_blocks, int(params.max()), per_rule, block_saved,
+                      block_input, depth)
+
+
+def _configs(cfg) -> pd.DataFrame:
+    from ..config import configs_frame
+
+    return configs_frame([("", cfg.replace(batch=1))])
+
+
+
+def model_share(facts: ModelFacts, tp: int, pp: int) -> float:
+    """The share of the model's parameters on the most loaded GPU: blocks / pp plus the heavier end, all / tp."""
+    ends = facts.all_end_parameters if pp == 1 else facts.stage_end_parameters
+    return (facts.blocks_parameters / pp + ends) / (tp * facts.parameters)
+

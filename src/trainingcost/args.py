@@ -1,0 +1,154 @@
+"""The command line's shared argument helpers: the parser, the number types, the model flags and the model
+they describe. ``cli.py`` (every command) and ``plan.py`` (``trainingcost plan``) read them; this module
+imports no other top-level module, so the top layer's imports run one way (tests/test_catalogue.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+from .config import PRESETS, ConfigError, canonical_model, preset_entry
+from .config.hf import SUPPORTED as HF_MODEL_TYPES
+from .config.hf import check_window, drop_lm_head, drop_short_table, read_hf_config
+from .config.model import BIASES, FFNS, NORM_POSITIONS, NORMS, POSITIONS
+
+# Model flags; each flag's dest is its config field (--d-model -> d_model).
+MODEL_FIELDS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "tgt_len", "batch",
+                "classes", "norm", "norm_position", "ffn", "kv_heads", "head_dim", "positions", "max_positions",
+                "tie_embeddings", "bias", "head_bias", "type_vocab", "embedding_norm", "relative_buckets",
+                "relative_max_distance")
+LAYER_FIELDS = ("layers", "enc_layers", "dec_layers")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def count(text: str) -> int:
+    """An integer, also written as a whole float (``1e3``)."""
+    try:
+        return int(float(text)) if float(text).is_integer() else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def count_or_max(text: str):
+    """``max`` (None: the largest that fits), or a count."""
+    return None if text == "max" else count(text)
+
+
+def add_model_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", help=f"a named shape: {', '.join(PRESETS)}")
+    parser.add_argument("--arch", help="encoder, decoder or encoder-decoder")
+    parser.add_argument("--layers", type=integer, help="blocks (encoder-only, decoder-only; both stacks of encoder-decoder)")
+    parser.add_argument("--enc-layers", type=integer, help="encoder blocks (encoder-decoder)")
+    parser.add_argument("--dec-layers", type=integer, help="decoder blocks (encoder-decoder)")
+    parser.add_argument("--d-model", type=integer)
+    parser.add_argument("--heads", type=integer)
+    parser.add_argument("--d-ff", type=integer)
+    parser.add_argument("--vocab", type=integer)
+    parser.add_argument("--seq-len", type=integer, help="sequence length (the source length of encoder-decoder)")
+    parser.add_argument("--tgt-len", type=integer, help="target length (encoder-decoder only; default --seq-len)")
+    parser.add_argument("--batch", type=integer, help="sequences per step")
+    parser.add_argument("--classes", type=integer, help="a classification head of C classes instead of the LM head")
+    parser.add_argument("--hf-config", metavar="PATH",
+                        help=f"a model's own config.json, or a folder holding one ({', '.join(HF_MODEL_TYPES)}); "
+                             "the other flags override its fields")
+    arch = parser.add_argument_group("architecture options (defaults: the 2017 transformer)")
+    arch.add_argument("--norm", choices=NORMS)
+    arch.add_argument("--norm-position", choices=NORM_POSITIONS, help="post: norm(x + f(x)); pre: x + f(norm(x))")
+    arch.add_argument("--ffn", choices=FFNS, help="swiglu and geglu are gated (three matrices; --d-ff is their width)")
+    arch.add_argument("--kv-heads", type=integer, help="key/value heads (grouped-query attention); must divide --heads")
+    arch.add_argument("--head-dim", type=integer, help="the width of one head (default d_model / heads)")
+    arch.add_argument("--positions", choices=POSITIONS)
+    arch.add_argument("--relative-buckets", type=integer, help="positions relative: T5's buckets (default 32)")
+    arch.add_argument("--relative-max-distance", type=integer, help="positions relative: from here one bucket (default 128)")
+    arch.add_argument("--max-positions", type=integer, help="rows of a learned position table (default: the sequence length)")
+    arch.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=None,
+                      help="the head shares the input embedding's table")
+    arch.add_argument("--bias", choices=BIASES, help="biases of the blocks' linear layers")
+    arch.add_argument("--head-bias", action=argparse.BooleanOptionalAction, default=None)
+    arch.add_argument("--type-vocab", type=integer, help="token types added to the embedding (BERT: 2)")
+    arch.add_argument("--embedding-norm", action=argparse.BooleanOptionalAction, default=None,
+                      help="a norm on the embedding output (BERT)")
+
+
+def model_entry(args: argparse.Namespace, defaults: dict | None = None):
+    """The model (a :class:`~trainingcost.config.ModelConfig`) described by --preset or --hf-config and the model
+    flags (flags override the preset or the file).
+
+    ``defaults`` fill the fields that neither gives (``train`` has defaults; ``estimate`` has none).
+    """
+    given = {field: getattr(args, field) for field in MODEL_FIELDS if getattr(args, field) is not None}
+    if args.preset and getattr(args, "hf_config", None):
+        raise ConfigError("--hf-config: give either --preset or --hf-config, not both")
+    if getattr(args, "hf_config", None):
+        entry = read_hf_config(args.hf_config)
+    else:
+        entry = preset_entry(args.preset, "--preset") if args.preset else {}
+    drop_short_table(entry, given)
+    drop_lm_head(entry, given)
+    if any(k in given for k in LAYER_FIELDS):
+        for key in LAYER_FIELDS:
+            entry.pop(key, None)
+    if "seq_len" in given:
+        entry.pop("tgt_len", None)
+    if "d_ff" in given:
+        entry.pop("ff_mult", None)
+    if given.get("arch") not in (None, "encoder-decoder"):
+        # A preset's encoder-decoder fields do not apply to the arch asked for: keep its depth only.
+        entry.pop("tgt_len", None)
+        for key in ("enc_layers", "dec_layers"):
+            if key in entry:
+                entry.setdefault("layers", entry.pop(key))
+    entry.update(given)
+    for key, value in (defaults or {}).items():
+        if key == "layers" and any(k in entry for k in LAYER_FIELDS):
+            continue
+        if key == "ff_mult" and ("d_ff" in entry or "ff_mult" in entry):
+            continue
+        entry.setdefault(key, value)
+    if not entry:
+        raise ConfigError("give --preset NAME or the model flags (--arch, --layers, --d-model, --heads, --d-ff, --vocab, --seq-len)")
+    for key in ("arch", "d_model", "heads", "vocab", "seq_len"):
+        if key not in entry:
+            raise ConfigError(f"--{key.replace('_', '-')}: required without --preset")
+    if "d_ff" not in entry and "ff_mult" not in entry:
+        raise ConfigError("--d-ff: required without --preset")
+    return canonical_model(check_window(entry, "--hf-config"), "")
+
+
+# Configuration fields the command line names differently.
+FLAG_NAMES = {"cost_models": "--cost-model", "rules": "--rule"}
+
+
+def flag_message(message: str) -> str:
+    """A domain error (``heads: 5 does not divide ...``, ``layers, d_model: ...``) in the command line's
+    terms (``--heads: ...``, ``--layers, --d-model: ...``)."""
+    match = re.match(r"([a-z][a-z_]*(?:, [a-z][a-z_]*)*)(?=:)", message)
+    if not match:
+        return message
+    flags = [FLAG_NAMES.get(field, "--" + field.replace("_", "-")) for field in match.group(1).split(", ")]
+    return ", ".join(flags) + message[match.end():]

@@ -1,0 +1,25 @@
+"""The allowed values the configuration decides: arches, architecture options and run settings.
+
+Declared once here, imported by :mod:`.model` and :mod:`.training`, and filled into the schema's enums when
+:mod:`.schema` loads it: the shipped schema file lists none of them. (The learning rules and cost models are
+the catalogue's, :func:`trainingcost.analytic.catalogue.vocabulary`, passed in by callers that know it.)
+"""
+
+from __future__ import annotations
+
+ARCHES = ("encoder", "decoder", "encoder-decoder")
+
+# Architecture options. Each has a default that is the 2017 transformer (Vaswani et al. 2017), which trainingcost
+# costed first (config/model.py's OPTION_DEFAULTS).
+NORMS = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("post", "pre")
+FFNS = ("gelu", "relu", "swiglu", "geglu")
+POSITIONS = ("sinusoidal", "learned", "rotary", "relative", "none")
+BIASES = ("all", "none", "qkv")  # qkv: biases on the query, key and value projections only (Qwen2)
+OPTION_CHOICES = dict(norm=NORMS, norm_position=NORM_POSITIONS, ffn=FFNS, positions=POSITIONS, bias=BIASES)
+
+# What a training run may be asked for (config/training.py checks a run's settings against them).
+TASKS = ("lm", "classify", "copy", "reverse")
+DEVICES = ("auto", "cpu", "cuda")
+TRAIN_DTYPES = ("fp32", "bf16")
+OPTIMIZERS = ("sgd", "momentum", "adam")

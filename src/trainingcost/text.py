@@ -1,0 +1,49 @@
+"""The command line's human-readable output: numbers with units, text tables, a model in one paragraph.
+Read by ``cli.py`` and ``plan.py``; imports no other top-level module.
+"""
+
+from __future__ import annotations
+
+from .config import ModelConfig
+
+UNITS = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K"))
+
+
+def human(value: float, suffix: str = "") -> str:
+    for scale, unit in UNITS:
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}{suffix}"
+    return f"{int(value)} {suffix}".rstrip() if float(value).is_integer() else f"{value:.2f} {suffix}".rstrip()
+
+
+def human_bytes(value: float) -> str:
+    for scale, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{int(value)} B"
+
+
+def grid(header: list[str], rows: list[list[str]]) -> str:
+    """A text table: the first two columns left-aligned, the others right-aligned, a rule under the header."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for n, row in enumerate([header, *rows]):
+        cells = [str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def describe_config(c: ModelConfig) -> str:
+    if c.encdec:
+        depth = f"{c.enc_layers}+{c.dec_layers} layers, source {c.seq_len}, target {c.tgt_len} tokens"
+    else:
+        depth = f"{c.layers} layer{'s' if c.layers != 1 else ''}, {c.seq_len} tokens"
+    head = f"{c.classes} classes" if c.classes else f"vocab {c.vocab}"
+    options = c.options()
+    extra = ("\n" + ", ".join(f"{k} {v}" for k, v in options.items())) if options else ""
+    return (
+        f"{c.arch}, {depth}, d_model {c.d_model}, {c.heads} heads, d_ff {c.d_ff}, {head}, "
+        f"batch {c.batch} (config_id {c.config_id}){extra}"
+    )
