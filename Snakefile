@@ -18,6 +18,7 @@ include: "workflow/rules/analytic.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/findings.smk"
 include: "workflow/rules/plan.smk"
+include: "workflow/rules/scaling.smk"
 
 
 rule all:
@@ -37,11 +38,15 @@ rule all:
             if TRAIN_JOBS
             else []
         ),
+        # The scaling study, when the config has a scaling section.
+        ([rules.frontiers.output, rules.scaling_findings.output] if SCALING else []),
 
 
 onsuccess:
     if TRAIN_JOBS and os.path.exists("results/summary.md"):
         print(open("results/summary.md").read())
+    elif SCALING and os.path.exists("results/scaling.md"):
+        print(open("results/scaling.md").read())
     if TRAIN_JOBS and os.path.exists("results/tables/measured.parquet"):
         from trainingcost.findings.summary import flagged_runs_warning
 

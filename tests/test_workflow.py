@@ -115,6 +115,7 @@ def test_default_config_trains_every_rule_and_executed_equals_measured(tmp_path)
     depth = next(grid for grid in config["sweep"]["grids"] if grid["name"] == "train-depth")
     depth["layers"] = [2]  # the same configuration as train-length's at 64 tokens
     config["train"].update(select=["tiny-classifier", "train-depth"], steps=6)
+    del config["scaling"]  # the scaling study's own workflow test: tests/test_scaling.py
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     result = subprocess.run(
         [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
@@ -157,6 +158,16 @@ BAD = [
      "sweep.models[1].name: 'bytes' is already the name of sweep.models[0].name"),
     ({"sweep": {"grids": [{**TINY["sweep"]["grids"][0], "d_model": list(range(8, 8 + 8 * 200, 8)), "seq_len": list(range(1, 400))}]}},
      "sweep: 478,800 configurations (sweep.grids[0] 478,800); the limit is 100,000 per sweep"),
+    # The scaling study (config/scaling.py)
+    ({"sweep": {"presets": ["bert-base"]}, "scaling": {"rules": ["dfa"], "widths": [32], "depths": [1]}},
+     "scaling.rules: must include bp"),
+    ({"sweep": {"presets": ["bert-base"]}, "scaling": {"widths": [30], "depths": [1]}},
+     "scaling.widths: 30 is not a multiple of scaling.heads (4)"),
+    ({"sweep": {"presets": ["bert-base"]}, "scaling": {"widths": [32], "depths": [1], "lr": 0.1}},
+     "scaling: unknown key 'lr'"),
+    ({"sweep": {"presets": ["bert-base"]}, "scaling": {"widths": [32], "depths": [1], "seeds": [0, 0]}},
+     "scaling.seeds: repeats a value"),
+    ({"sweep": {"presets": ["bert-base"]}, "scaling": {"depths": [1]}}, "scaling: 'widths' is a required property"),
 ]
 
 

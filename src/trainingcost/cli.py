@@ -1,4 +1,4 @@
-"""Command line: ``trainingcost estimate | plan | train | calibrate | hardware | configs | analytic``.
+"""Command line: ``trainingcost estimate | plan | train | calibrate | hardware | configs | analytic | curves``.
 
 User mistakes end with one line on stderr and exit status 2, never a traceback.
 ``estimate``, ``configs``, ``analytic`` and ``--help`` never import torch; only
@@ -40,6 +40,7 @@ from .config import (
 from .config.training import RULE_OPTION_FLOATS, RULE_OPTION_HELP
 from .io import created_count, undo_since
 from .args import Parser, add_model_flags, flag_message, integer, model_entry, number
+from .curves import add_parser as add_curves_parser  # trainingcost curves (curves.py; the scaling study)
 from .plan import add_parser as add_plan_parser  # trainingcost plan (plan.py; docs/planning.md)
 from .text import describe_config, grid, human, human_bytes
 
@@ -463,6 +464,7 @@ def build_parser() -> Parser:
     hw.set_defaults(func=cmd_hardware)
 
     add_plan_parser(sub)
+    add_curves_parser(sub)
 
     cfg = sub.add_parser("configs", help="enumerate a sweep into a parquet table")
     cfg.add_argument("--config", required=True, help="a config YAML file")

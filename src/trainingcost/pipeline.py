@@ -57,6 +57,7 @@ def load(config: dict) -> dict:
     train_jobs(filled)
     check_figures(filled)
     check_plan(filled)
+    scaling_study(filled)
     analytic = filled["analytic"]
     try:  # the analytic job would otherwise die on it, after the configs table is written
         check_overflow(sweep_frame(filled), analytic["cost_models"], analytic["wm_mirror_steps"])
@@ -278,11 +279,13 @@ def write_comparison(analytic_path, memory_path, measured_path, comparison_out, 
         write_text(ratios[ratios["config_id"].isin(measured_ids)].to_csv(index=False, float_format="%.6g"), ratios_csv)
 
 
-def write_summary(comparison_path, ratios_path, measured_path, out) -> str:
-    """``summary.md`` from the comparison, ratio and measured tables."""
+def write_summary(comparison_path, ratios_path, measured_path, out, scaling_path=None) -> str:
+    """``summary.md`` from the comparison, ratio and measured tables, and the scaling study's section if given."""
     from .findings.summary import write_summary as summarise
 
-    return summarise(pd.read_parquet(comparison_path), pd.read_parquet(ratios_path), pd.read_parquet(measured_path), out)
+    extra = Path(scaling_path).read_text() if scaling_path else None
+    return summarise(pd.read_parquet(comparison_path), pd.read_parquet(ratios_path), pd.read_parquet(measured_path), out,
+                     extra)
 
 
 def describe(cfg: ModelConfig) -> str:
@@ -467,3 +470,64 @@ def write_plan(config: dict, table_out, curves_out, figure_outs: dict) -> None:
     F.style()
     F.save(plan_cost(plan), figure_outs["plan_cost"])
     F.save(plan_memory(curves), figure_outs["plan_memory"])
+
+
+# ---------------------------------------------------------------------------
+# The scaling study (config/scaling.py; docs/learning_rules.md, "Cost to a quality")
+
+
+def scaling_study(config: dict):
+    """The validated config's scaling study (checked against the catalogue), or None without one."""
+    from .analytic import rule_names
+    from .config.scaling import study_from_config
+
+    study = study_from_config(config)
+    if study is not None:
+        study.check(rule_names())
+    return study
+
+
+def write_study(config: dict, out) -> None:
+    write_text(scaling_study(config).to_json() + "\n", out)
+
+
+def gather_scaling(run_paths, search_paths, scaling_out, lr_out) -> tuple[int, int]:
+    """Stack every (rule, seed) run's curves and every rule's search; (rows, runs not ok)."""
+    scaling = pd.concat([pd.read_parquet(p) for p in run_paths], ignore_index=True)
+    search = pd.concat([pd.read_parquet(p) for p in search_paths], ignore_index=True)
+    for column in ("flops", "flops_per_step"):
+        scaling[column] = scaling[column].astype("Int64")
+    write_parquet(scaling, scaling_out)
+    write_parquet(search, lr_out)
+    runs = scaling.drop_duplicates(["config_id", "rule", "seed"])
+    return len(scaling), int((runs["status"] != "ok").sum())
+
+
+def write_frontiers(scaling_path, study_path, out) -> pd.DataFrame:
+    from .config.scaling import ScalingStudy
+    from .findings.scaling import frontiers_table
+
+    study = ScalingStudy.read(study_path)
+    table = frontiers_table(pd.read_parquet(scaling_path), study.bootstrap, study.target_compute_fraction)
+    write_parquet(table, out, {"headline_compute": str(table.attrs["headline_compute"])})
+    return table
+
+
+def read_frontiers(path) -> pd.DataFrame:
+    table = pd.read_parquet(path)
+    table.attrs["headline_compute"] = float(read_metadata(path).get("headline_compute", "nan"))
+    return table
+
+
+def write_scaling_findings(scaling_path, frontiers_path, lr_path, summary_out, figure_dir) -> list[Path]:
+    """The study's section of the summary (``summary_out``, markdown) and its figures (PNG and PDF)."""
+    from .findings.figures import RULE_LABELS, save
+    from .findings.scaling import summary_section
+    from .findings.scaling_figures import SCALING_FIGURES, scaling_figures
+
+    scaling, frontiers, lr = pd.read_parquet(scaling_path), read_frontiers(frontiers_path), pd.read_parquet(lr_path)
+    write_text(summary_section(frontiers, scaling, lr, RULE_LABELS), summary_out)
+    written = []
+    for name, fig in scaling_figures(scaling, frontiers).items():
+        written += save(fig, Path(figure_dir) / f"{SCALING_FIGURES[name]}.png")
+    return written

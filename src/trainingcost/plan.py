@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 
 import pandas as pd
 
@@ -84,6 +85,11 @@ def add_parser(sub) -> None:
     p.add_argument("--carbon-intensity", type=number, help="kg CO2e per kWh (default 0.429)")
     p.add_argument("--price", type=number, help="money per GPU-hour (no default: money is left out)")
     p.add_argument("--mirror-steps", type=count, default=1, help="weight-mirror steps per training step (WM)")
+    p.add_argument("--target-loss", type=number,
+                   help="plan at equal quality: each rule gets the compute its frontier needs to reach this validation "
+                        "loss, as a multiple of BP's (with --frontiers; docs/planning.md)")
+    p.add_argument("--frontiers", metavar="PARQUET",
+                   help="the scaling study's frontiers (results/tables/frontiers.parquet) that --target-loss reads")
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
     p.set_defaults(func=cmd_plan)
 
@@ -199,7 +205,40 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         price=args.price, price_source="given" if args.price is not None else defaults.price_source,
         mirror_steps=args.mirror_steps, interleave=args.interleave, sequence_parallel=args.sequence_parallel,
         gpus_per_node=args.gpus_per_node, nic_gbps=args.nic_gbps, dp_overlap=args.dp_overlap,
+        **quality_of(args),
     )
+
+
+def quality_of(args) -> dict:
+    """PlanSpec's compute multipliers and their source, from --target-loss and --frontiers (both or neither)."""
+    target, path = getattr(args, "target_loss", None), getattr(args, "frontiers", None)
+    if target is None and path is None:
+        return {}
+    if target is None or path is None:
+        given, missing = ("--target-loss", "--frontiers") if path is None else ("--frontiers", "--target-loss")
+        raise ConfigError(f"{missing}: {given} needs it (the plan at equal quality reads a target loss on the scaling "
+                          "study's frontiers; docs/planning.md)")
+    if not (math.isfinite(target) and target > 0):
+        raise ConfigError(f"--target-loss: must be a positive validation loss (got {target:g})")
+    if not Path(path).is_file():
+        raise ConfigError(f"--frontiers: no such file {path} (the scaling study writes results/tables/frontiers.parquet)")
+    from .findings.scaling import multiplier_at
+
+    try:
+        frontiers = pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - a file that is not a parquet table: one line
+        raise ConfigError(f"--frontiers: {path} is not a parquet table ({type(exc).__name__})") from None
+    if not {"kind", "rule", "compute", "loss"} <= set(frontiers.columns):
+        raise ConfigError(f"--frontiers: {path} is not a frontiers table (columns kind, rule, compute, loss)")
+    studied = sorted(set(frontiers.loc[frontiers["kind"] == "frontier", "rule"]))
+    multipliers = []
+    for rule in studied:
+        try:
+            multipliers.append((rule, float(multiplier_at(frontiers, rule, target))))
+        except ValueError as exc:
+            raise ConfigError(f"--target-loss: {exc}") from None
+    return {"compute_multipliers": tuple(multipliers),
+            "quality_source": f"to reach validation loss {target:g} on the study's frontiers ({path})"}
 
 
 # ---------------------------------------------------------------------------
@@ -216,6 +255,8 @@ def _si(value: float, digits: int = 3) -> str:
 
 
 def _duration(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "-"  # a rule that never reaches the target loss: no run to time
     if seconds >= 86400:
         return f"{seconds / 86400:.1f} d"
     if seconds >= 3600:
@@ -243,17 +284,26 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
                f"{first['tp']} x {first['pp']}; sharding {first['sharding']}; {first['precision']}; activation "
                f"checkpointing {first['checkpointing']}; optimizer {first['optimizer']}")
     out.append(f"Efficiency: {first['source_efficiency']}")
+    if table["compute_multiplier"].notna().any() and table["source_quality"].iloc[0].startswith("to reach"):
+        per = table.drop_duplicates("rule")
+        out.append(f"Tokens per rule: {first['source_quality'].split(':')[0]}: " + "; ".join(
+            f"{r['rule'].upper()} " + ("never reaches it" if math.isnan(r["token_multiplier"]) else
+                                      f"{r['tokens']:.3g} ({r['compute_multiplier']:.3g}x BP's compute)")
+            for _, r in per.iterrows()))
+    else:
+        out.append(f"Tokens per rule: {first['source_quality']}")
     out.append("")
     money = table["cost"].notna().any()
     header = ["rule", "cost model", "FLOPs", "x BP", "recompute", "step", "wall-clock", "GPU-hours", "MFU", "HFU",
               "MWh", "tCO2e", *(["cost"] if money else [])]
     rows = []
     for _, r in table.iterrows():
-        rows.append([r["rule"], r["cost_model"], f"{r['model_flops']:.3g}",
+        rows.append([r["rule"], r["cost_model"], "never" if math.isnan(r["model_flops"]) else f"{r['model_flops']:.3g}",
                      "" if math.isnan(r["flops_vs_bp"]) else f"{r['flops_vs_bp']:.2f}",
-                     f"{r['recompute_flops']:.3g}" if r["recompute_flops"] else "0", _duration(r["step_time_s"]),
+                     "-" if math.isnan(r["recompute_flops"]) else f"{r['recompute_flops']:.3g}" if r["recompute_flops"]
+                     else "0", _duration(r["step_time_s"]),
                      _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), f"{r['mfu']:.3f}", f"{r['hfu']:.3f}",
-                     f"{r['energy_kwh'] / 1e3:.4g}", f"{r['co2e_t']:.4g}", *([_si(r["cost"])] if money else [])])
+                     _si(r["energy_kwh"] / 1e3, 4), _si(r["co2e_t"], 4), *([_si(r["cost"])] if money else [])])
     out.append("What the run costs, per rule and cost model (FLOPs: the model's; recompute: checkpointing's extra forward; "
                "MWh: GPU energy x PUE)")
     out.append(grid(header, rows))

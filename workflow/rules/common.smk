@@ -36,3 +36,10 @@ TRAIN_ARGS = {
     (job.config_id, job.rule, job.seed): shlex.join(train_command(job, FILLED))
     for job in TRAIN_JOBS
 }
+
+# The scaling study (the `scaling` section), or None.
+from trainingcost.findings.scaling import SCALING_FIGURES as _SCALING_FIGURES
+from trainingcost.pipeline import scaling_study
+
+SCALING = scaling_study(FILLED)
+SCALING_FIGURE_FILES = _SCALING_FIGURES

@@ -46,6 +46,7 @@ rule summary:
         comparison=rules.comparison.output.comparison,
         ratios=rules.comparison.output.ratios,
         measured=rules.measured.output.measured,
+        scaling="results/scaling.md" if SCALING else [],  # the scaling study's section (scaling.smk)
     output:
         report("results/summary.md", caption="../report/summary.rst", category="Summary"),
     log:
@@ -55,7 +56,7 @@ rule summary:
         from trainingcost.pipeline import logged, write_summary
 
         with logged(log[0]):
-            write_summary(input.comparison, input.ratios, input.measured, output[0])
+            write_summary(input.comparison, input.ratios, input.measured, output[0], input.scaling or None)
 
 
 rule figures:

@@ -94,6 +94,11 @@ class PlanSpec:
     gpus_per_node: int | None = None  # None: the device's usual system (config/hardware.yaml)
     nic_gbps: float | None = None
     dp_overlap: float = 1.0
+    # The plan at equal quality: (rule, compute multiplier against BP) pairs, NaN where the rule never reaches the
+    # target; a rule absent trains on ``tokens``. Each rule then gets the tokens that buy M x BP's compute at its
+    # executed FLOPs per token (docs/planning.md, "The plan at equal quality").
+    compute_multipliers: tuple = ()
+    quality_source: str = "equal tokens per rule; no learning-quality data (give --target-loss with --frontiers)"
 
 
 # ---------------------------------------------------------------------------
@@ -137,6 +142,9 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
         raise ConfigError(f"carbon_intensity: kg CO2e per kWh, 0 or more (got {spec.carbon_intensity})")
     if spec.price is not None and not (math.isfinite(spec.price) and spec.price >= 0):
         raise ConfigError(f"price: per GPU-hour, 0 or more (got {spec.price})")
+    for name, value in spec.compute_multipliers:
+        if not (math.isnan(value) or (math.isfinite(value) and value > 0)):
+            raise ConfigError(f"compute_multipliers: {name}'s must be positive or NaN (never reaches; got {value})")
     precision = PRECISIONS[spec.precision]
     if device.peak(precision.compute) is None:
         allowed = [p for p, q in PRECISIONS.items() if device.peak(q.compute) is not None]
@@ -311,6 +319,7 @@ PLAN_COLUMNS = (
     "source_tokens", "source_batch", "source_efficiency", "source_precision", "source_peak", "source_memory_capacity",
     "source_power", "source_pue", "source_carbon", "source_price",
     *(f"step_{k}_s" for k in STEP_PARTS),
+    "compute_multiplier", "token_multiplier", "source_quality",
 )
 
 
@@ -377,10 +386,15 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
 
     hw = flops.assign(hardware_flops_per_sequence=flops["model_flops_per_sequence"] + flops["recompute_flops_per_sequence"])
     hw = hw.set_index(["rule", "cost_model"])
+    token_scale = token_multipliers(cfg, spec, needed, facts)
     rows = []
     for (r, name), f in hw.iterrows():
         if r not in rules:
             continue
+        scale = token_scale.get(r, 1.0)
+        tokens = spec.tokens * scale
+        sequences = tokens / n
+        steps = sequences / G
         model_seq, hw_seq = float(f["model_flops_per_sequence"]), float(f["hardware_flops_per_sequence"])
         parts, fixed, micro, most = memory[r]
         accumulation = per_replica // micro
@@ -403,7 +417,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             joules = sequences * hw_seq * spec.joules_per_flop
         elif spec.joules_per_token is not None:
             ref = float(hw.loc[(e.rule, name), "hardware_flops_per_sequence"])
-            joules = spec.tokens * spec.joules_per_token * hw_seq / ref
+            joules = tokens * spec.joules_per_token * hw_seq / ref
         else:
             joules = spec.gpus * device.power_w * spec.power_utilisation * wall
         kwh = joules / 3.6e6 * spec.pue
@@ -412,7 +426,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         rows.append({
             "config_id": cfg.config_id, "rule": r, "cost_model": name, "gpu": device.name, "gpus": spec.gpus, "dp": dp,
             "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "precision": spec.precision,
-            "checkpointing": spec.checkpointing, "optimizer": spec.optimizer, "tokens": float(spec.tokens),
+            "checkpointing": spec.checkpointing, "optimizer": spec.optimizer, "tokens": float(tokens),
             "tokens_per_sequence": n, "global_batch": G, "micro_batch": micro, "grad_accumulation": accumulation,
             "optimizer_steps": steps, "model_flops_per_token": model_seq / n, "model_flops": sequences * model_seq,
             "recompute_flops": sequences * (hw_seq - model_seq), "hardware_flops": sequences * hw_seq,
@@ -431,12 +445,36 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
                                                  else f"; TDP {device.power_w:g} W: {device.sources.get('power_w', '')}"),
             "source_pue": spec.pue_source, "source_carbon": spec.carbon_source, "source_price": spec.price_source,
             **{f"step_{k}_s": (float(predicted[r].parts[k]) if r in predicted else math.nan) for k in STEP_PARTS},
+            "compute_multiplier": dict(spec.compute_multipliers).get(r, math.nan if spec.compute_multipliers else 1.0),
+            "token_multiplier": scale, "source_quality": quality_note(spec, r),
         })
     table = pd.DataFrame(rows, columns=list(PLAN_COLUMNS))
     order = {r: i for i, r in enumerate(rules)}
     models = {m: i for i, m in enumerate(cost_models)}
     table = table.sort_values(["rule", "cost_model"], key=lambda s: s.map(order if s.name == "rule" else models))
     return table.reset_index(drop=True)
+
+
+def token_multipliers(cfg, spec: PlanSpec, rules, facts) -> dict[str, float]:
+    """rule -> its tokens / BP's: the compute multiplier M (compute to reach the target loss under the rule / under
+    BP, from the frontiers) times BP's executed FLOPs per token / the rule's, on the planned model. The multiplier is
+    carried from the study's small models as it is (docs/planning.md states the limits); NaN: never reaches it."""
+    given = dict(spec.compute_multipliers)
+    if not given:
+        return {}
+    executed = flops_per_sequence(cfg, list(dict.fromkeys(["bp", *rules])), ["executed"], "none", 2, spec.mirror_steps,
+                                  facts).set_index("rule")["model_flops_per_sequence"]
+    return {r: float(given[r]) * float(executed["bp"]) / float(executed[r]) if r in given else math.nan
+            for r in rules if r in executed.index}
+
+
+def quality_note(spec: PlanSpec, rule: str) -> str:
+    given = dict(spec.compute_multipliers)
+    if not given:
+        return spec.quality_source
+    m = given.get(rule, math.nan)
+    return (f"{spec.quality_source}: never reaches the target in the measured range" if math.isnan(m)
+            else f"{spec.quality_source}: {m:.3g}x BP's compute")
 
 
 def memory_curve(cfg, spec: PlanSpec, device, rules, micro_batches=None) -> pd.DataFrame:

@@ -118,6 +118,7 @@ class TrainSpec:
     corpus: str | None = None
     eval_batches: int = 4
     eval_every: int = 0  # 0: evaluate after the last step only
+    eval_at: tuple[int, ...] = ()  # also evaluate after these steps (the scaling study's geometric schedule)
     options: RuleOptions = RuleOptions()
     measure: bool = False
     warmup: int = 2  # steps before the counted step and the timed steps (with measure)
@@ -131,6 +132,8 @@ class TrainSpec:
             raise ConfigError(f"eval_batches: must be positive (got {self.eval_batches})")
         if self.eval_every < 0:
             raise ConfigError(f"eval_every: must be 0 (end only) or positive (got {self.eval_every})")
+        if any(not 1 <= s <= self.steps for s in self.eval_at):
+            raise ConfigError(f"eval_at: every step must be in 1..{self.steps} (got {', '.join(map(str, self.eval_at))})")
         if self.dtype not in TRAIN_DTYPES:
             raise ConfigError(f"dtype: {self.dtype!r} is not allowed (allowed: {', '.join(TRAIN_DTYPES)})")
         if self.device not in DEVICES:

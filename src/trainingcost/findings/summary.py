@@ -119,7 +119,9 @@ def step_time_section(comparison: pd.DataFrame) -> list[str]:
     return lines
 
 
-def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.DataFrame, path) -> str:
+def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.DataFrame, path,
+                  extra: str | None = None) -> str:
+    """``extra``: a section written elsewhere (the scaling study's), appended as it is."""
     from ..io import write_text
 
     runs = measured.groupby(["config_id", "rule", "seed"], as_index=False).first()
@@ -137,7 +139,7 @@ def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.D
                          .assign(message=lambda f: f["message"].astype(str).str.replace("|", "/"))), ""]
     if len(ok) == 0:
         lines += ["No run finished: nothing to compare.", ""]
-        text = "\n".join(lines)
+        text = "\n".join(lines + ([extra] if extra else []))
         write_text(text, path)
         return text
     lines += ["## How close is each cost model to the measured FLOPs?", "",
@@ -194,7 +196,7 @@ def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.D
               f"Median over configurations and seeds, after {int(ok['steps'].max())} steps.", "",
               _table(loss.reset_index()), ""]
     lines += step_time_section(comparison)
-    text = "\n".join(lines)
+    text = "\n".join(lines + ([extra] if extra else []))
     write_text(text, path)
     return text
 

@@ -131,7 +131,7 @@ def run_steps(spec: TrainSpec, observe: Callable[[Rule, torch.device], Observer]
             if not math.isfinite(loss):
                 done.status, done.message = STATUS_DIVERGED, _divergence(step, loss, done.model, spec)
                 break
-            if step == spec.steps or (spec.eval_every and step % spec.eval_every == 0):
+            if step == spec.steps or (spec.eval_every and step % spec.eval_every == 0) or step in spec.eval_at:
                 done.val_loss, done.val_accuracy = evaluate(done.model, validation)
                 record.update(val_loss=done.val_loss, val_accuracy=done.val_accuracy)
     except (torch.OutOfMemoryError, MemoryError) as exc:
