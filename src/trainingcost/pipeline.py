@@ -35,7 +35,7 @@ from .config import (
 )
 from .analytic.plan import Efficiency, PlanSpec, memory_curve, plan_table
 from .io import read_metadata, write_parquet, write_text
-from .plan import DEFAULT_MFU, token_budget
+from .plan import DEFAULT_MFU, PREDICTED_SOURCE, token_budget
 
 FIGURES = {
     "flops": "1_flops_predicted_vs_measured",
@@ -371,10 +371,10 @@ def section_spec(section: dict, cfg, gpu, where: str = "plan", count: bool = Tru
     parameters = (model_facts(cfg, ["bp"], section["optimizer"]).parameters if count else 1) if chinchilla else 0
     tokens, source = token_budget(None if chinchilla else tokens, None, None, chinchilla, parameters, f"{where}.")
     given = [k for k in ("mfu", "hfu", "tokens_per_s") if section["efficiency"].get(k) is not None]
-    if len(given) != 1:
-        raise ConfigError(f"{where}.efficiency: give exactly one of mfu, hfu, tokens_per_s (got "
-                          f"{', '.join(given) or 'none'})")
-    kind = given[0]
+    if len(given) > 1:
+        raise ConfigError(f"{where}.efficiency: give at most one of mfu, hfu, tokens_per_s (got {', '.join(given)}; "
+                          "none: the step time predicted)")
+    kind = given[0] if given else "predicted"
     defaults = PlanSpec(tokens=1, gpus=1, efficiency=Efficiency("mfu", DEFAULT_MFU, ""))
     measured = section["efficiency"].get("measured_rule", "bp")
     return PlanSpec(
@@ -383,7 +383,8 @@ def section_spec(section: dict, cfg, gpu, where: str = "plan", count: bool = Tru
         checkpoint_every=section["checkpoint_every"], optimizer=section["optimizer"],
         global_batch=section.get("global_batch"),
         micro_batch=None if section["micro_batch"] == "max" else section["micro_batch"],
-        efficiency=Efficiency(kind, section["efficiency"][kind], f"{where}.efficiency.{kind}", rule=measured),
+        efficiency=(Efficiency(kind, section["efficiency"][kind], f"{where}.efficiency.{kind}", rule=measured)
+                    if kind != "predicted" else Efficiency("predicted", 1.0, PREDICTED_SOURCE)),
         power_utilisation=section["power_utilisation"],
         power_source=f"TDP x {section['power_utilisation']:g} ({where}.power_utilisation)",
         pue=section["pue"], pue_source=f"{where}.pue" if section["pue"] != defaults.pue else defaults.pue_source,

@@ -47,12 +47,17 @@ def plan_cost(plan: pd.DataFrame):
         ax.set_xticks(range(len(rules)), [RULE_LABELS[r] for r in rules], rotation=45, ha="right")
         ax.set_title(label)
         ax.set_ylim(bottom=0)
-    ratio = rows[rows["cost_model"] == main].set_index("rule")["gpu_hours"]
+    ratio = rows[rows["cost_model"] == main].set_index("rule")["gpu_hours"].dropna()
     cheapest, dearest = ratio.idxmin(), ratio.idxmax()
+    quality = str(first.get("source_quality", ""))
+    equal = not quality or quality.startswith("equal tokens")
+    # per step, not per quality, unless the plan budgets each rule the tokens it needs to reach a loss
+    basis = ("equal tokens per rule (no learning-quality data: the cheapest per step, not per quality)" if equal
+             else "each rule the tokens it needs to reach the target loss")
     fig.suptitle(
         f"{first.get('name') or first['config_id']}: {first['tokens']:.3g} tokens on {first['gpus']} x {first['gpu']} — "
         f"{main}: {RULE_LABELS[cheapest]} cheapest ({ratio[cheapest]:.3g} GPU-h), {RULE_LABELS[dearest]} dearest "
-        f"({ratio[dearest] / ratio[cheapest]:.2f}x); bars {main}, dashes the other cost models", fontsize=8)
+        f"({ratio[dearest] / ratio[cheapest]:.2f}x); bars {main}, dashes the other cost models\n{basis}", fontsize=8)
     fig.tight_layout()
     return fig
 

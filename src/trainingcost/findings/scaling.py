@@ -365,9 +365,12 @@ def summary_section(frontiers: pd.DataFrame, scaling: pd.DataFrame, lr: pd.DataF
     if lr is not None and len(lr):
         chosen = lr[lr["chosen"]].set_index("rule")["lr"]
         searched = sorted(lr["lr"].unique())
+        edge = [labels.get(r, r) for r in chosen.index if len(searched) > 1 and chosen[r] in (searched[0], searched[-1])]
         out.append("Learning rates (searched over " + ", ".join(f"{v:g}" for v in searched) + "): "
-                   + ", ".join(f"{labels.get(r, r)} {chosen[r]:g}" if r in chosen else f"{labels.get(r, r)} none"
-                               for r in lr["rule"].unique()) + ".")
+                   + ", ".join(f"{labels.get(r, r)} {chosen[r]:g}" if r in chosen else f"{labels.get(r, r)} none "
+                               "(diverged at every rate)" for r in lr["rule"].unique()) + "."
+                   + (f" At the edge of the searched range (a rate beyond it may do better): {', '.join(edge)}."
+                      if edge else ""))
     out += ["", f"Target: the loss BP's frontier reaches with {head_compute:.3g} FLOPs, **{target:.3f}**.", "",
             "| rule | compute to reach the target / BP's | cheaper than BP at some target in range | fit L = a C^-b + c: b, c |",
             "|---|---|---|---|"]
