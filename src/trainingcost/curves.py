@@ -36,7 +36,8 @@ def add_parser(sub) -> None:
         k.add_argument("--out", required=True, help="parquet file to write")
         if name == "run":
             k.add_argument("--seed", type=integer, required=True)
-            k.add_argument("--search", required=True, help="the rule's search table (curves search --out)")
+            k.add_argument("--search", help="the rule's search table (curves search --out); not needed where the "
+                                            "study has one learning rate")
         k.set_defaults(func=cmd_curves)
 
 
@@ -105,9 +106,15 @@ def cmd_curves(args: argparse.Namespace) -> int:
     if args.curves_command == "run" and args.seed not in study.seeds:
         raise ConfigError(f"--seed: {args.seed} is not in the study's seeds ({', '.join(map(str, study.seeds))})")
     if args.curves_command == "run":
-        if not Path(args.search).is_file():
+        if args.search is None:
+            if study.searched:
+                raise ConfigError(f"--search: the study searches {len(study.lrs)} learning rates; give the rule's "
+                                  "search table (curves search --out)")
+            lr = float(study.lrs[0])
+        elif not Path(args.search).is_file():
             raise ConfigError(f"--search: no such file {args.search}")
-        lr = chosen_lr(pd.read_parquet(args.search), args.rule)
+        else:
+            lr = chosen_lr(pd.read_parquet(args.search), args.rule)
     import torch
 
     from .io import write_parquet

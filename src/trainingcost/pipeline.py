@@ -492,10 +492,18 @@ def write_study(config: dict, out) -> None:
     write_text(scaling_study(config).to_json() + "\n", out)
 
 
-def gather_scaling(run_paths, search_paths, scaling_out, lr_out) -> tuple[int, int]:
-    """Stack every (rule, seed) run's curves and every rule's search; (rows, runs not ok)."""
+def gather_scaling(run_paths, search_paths, scaling_out, lr_out, study_path) -> tuple[int, int]:
+    """Stack every (rule, seed) run's curves and every rule's search (a study with one learning rate searched
+    nothing: one row per rule says so); (rows, runs not ok)."""
+    from .config.scaling import ScalingStudy
+    from .curves import search as search_table
+
     scaling = pd.concat([pd.read_parquet(p) for p in run_paths], ignore_index=True)
-    search = pd.concat([pd.read_parquet(p) for p in search_paths], ignore_index=True)
+    if search_paths:
+        search = pd.concat([pd.read_parquet(p) for p in search_paths], ignore_index=True)
+    else:
+        study = ScalingStudy.read(study_path)
+        search = pd.concat([search_table(study, rule) for rule in study.rules], ignore_index=True)
     for column in ("flops", "flops_per_step"):
         scaling[column] = scaling[column].astype("Int64")
     write_parquet(scaling, scaling_out)

@@ -44,7 +44,8 @@ rule scaling_search:
 rule scaling_run:
     input:
         study=rules.scaling_study.output,
-        search=rules.scaling_search.output,
+        # one learning rate: nothing to search, the run takes it from the study
+        search=rules.scaling_search.output if SCALING and SCALING.searched else [],
     output:
         "results/scaling/runs/{rule}/seed{seed}.parquet",
     log:
@@ -60,15 +61,17 @@ rule scaling_run:
         gpu=TRAIN["resources"]["gpu"],
     params:
         command=TRAININGCOST,
+        search=lambda w, input: f"--search {shlex.quote(str(input.search))}" if input.search else "",
     shell:
         "{params.command} curves run --study {input.study:q} --rule {wildcards.rule:q} --seed {wildcards.seed} "
-        "--search {input.search:q} --out {output:q} > {log:q} 2>&1"
+        "{params.search} --out {output:q} > {log:q} 2>&1"
 
 
 rule scaling_table:
     input:
         runs=SCALING_RUNS,
-        searches=[f"results/scaling/search/{rule}.parquet" for rule in (SCALING.rules if SCALING else [])],
+        searches=[f"results/scaling/search/{rule}.parquet" for rule in SCALING.rules] if SCALING and SCALING.searched else [],
+        study=rules.scaling_study.output,
     output:
         scaling="results/tables/scaling.parquet",
         lr="results/tables/scaling_lr.parquet",
@@ -79,7 +82,7 @@ rule scaling_table:
         from trainingcost.pipeline import gather_scaling, logged
 
         with logged(log[0]):
-            rows, bad = gather_scaling(input.runs, input.searches, output.scaling, output.lr)
+            rows, bad = gather_scaling(input.runs, input.searches, output.scaling, output.lr, input.study[0])
         print(f"scaling: {rows} evaluations, {bad} runs not ok -> {output.scaling}")
 
 

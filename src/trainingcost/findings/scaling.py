@@ -362,7 +362,9 @@ def summary_section(frontiers: pd.DataFrame, scaling: pd.DataFrame, lr: pd.DataF
         out.append(f"{len(bad)} of {len(runs)} runs did not end ok: "
                    + ", ".join(f"{r.rule} d{r.d_model}x{r.layers} seed {r.seed} ({r.status})" for r in bad.itertuples())
                    + ".")
-    if lr is not None and len(lr):
+    if lr is not None and len(lr) and not lr["searched"].any():
+        out.append(f"Learning rate: {lr['lr'].iloc[0]:g} for every rule (one rate: not searched).")
+    elif lr is not None and len(lr):
         chosen = lr[lr["chosen"]].set_index("rule")["lr"]
         searched = sorted(lr["lr"].unique())
         edge = [labels.get(r, r) for r in chosen.index if len(searched) > 1 and chosen[r] in (searched[0], searched[-1])]
