@@ -450,3 +450,15 @@ def test_the_schemas_plan_defaults_are_the_catalogue():
     plan = schema(vocabulary())["properties"]["plan"]["properties"]
     assert plan["rules"]["default"] == list(rule_names())
     assert plan["cost_models"]["default"] == list(cost_model_names())
+
+
+def test_micro_batch_max_under_interleaving_leaves_micro_batches_in_multiples_of_pp():
+    """Interleaved 1F1B needs the micro-batches per step to be a multiple of pp (Narayanan et al. 2021, 2.2):
+    micro-batch max picks the largest that fits and allows it (here 2 of 8 per replica, 4 micro-batches), where
+    the largest that fits alone (8: one micro-batch) was refused."""
+    cfg = canonical_model(preset_entry("gpt2-small", "p"), "")
+    gpu = device("a100-80gb")
+    spec = PlanSpec(tokens=1e10, gpus=16, pp=4, interleave=3, global_batch=32,
+                    efficiency=Efficiency("predicted", 1.0, "predicted"))
+    row = plan_table(cfg, spec, gpu, ["bp"], ["executed"]).iloc[0]
+    assert row.micro_batch == 2 and row.grad_accumulation == 4 and row.max_micro_batch >= 8

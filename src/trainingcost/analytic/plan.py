@@ -297,10 +297,11 @@ def largest_micro_batch(fixed: float, per_sequence: float, capacity: float) -> i
     return int((capacity - fixed) // per_sequence)
 
 
-def largest_divisor_at_most(n: int, limit: int) -> int:
-    """The largest divisor of ``n`` that is at most ``limit`` (0 if ``limit`` < 1)."""
+def largest_divisor_at_most(n: int, limit: int, accumulation_multiple: int = 1) -> int:
+    """The largest divisor d of ``n`` that is at most ``limit`` and leaves n / d micro-batches a multiple of
+    ``accumulation_multiple`` (the interleaved 1F1B schedule's pp; Narayanan et al. 2021, section 2.2); 0 if none."""
     divisors = {d for i in range(1, math.isqrt(n) + 1) if n % i == 0 for d in (i, n // i)}
-    return max((d for d in divisors if d <= limit), default=0)
+    return max((d for d in divisors if d <= limit and (n // d) % accumulation_multiple == 0), default=0)
 
 
 # ---------------------------------------------------------------------------
@@ -356,7 +357,9 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         parts = memory_per_gpu(facts, spec, r, acts)
         fixed = sum(v for k, v in parts.items() if k != "activations")
         most = largest_micro_batch(fixed, parts["activations"], capacity)
-        micro = spec.micro_batch or max(1, largest_divisor_at_most(per_replica, most))
+        # micro-batch max: the largest that fits (and, interleaved, leaves micro-batches in multiples of pp)
+        fitting = largest_divisor_at_most(per_replica, most, spec.pp if spec.interleave > 1 else 1)
+        micro = spec.micro_batch or max(1, fitting or largest_divisor_at_most(per_replica, most))
         parts["activations"] *= micro
         memory[r] = (parts, fixed, micro, most)
     if not any(memory[r][3] >= 1 for r in rules):
