@@ -462,3 +462,14 @@ def test_micro_batch_max_under_interleaving_leaves_micro_batches_in_multiples_of
                     efficiency=Efficiency("predicted", 1.0, "predicted"))
     row = plan_table(cfg, spec, gpu, ["bp"], ["executed"]).iloc[0]
     assert row.micro_batch == 2 and row.grad_accumulation == 4 and row.max_micro_batch >= 8
+
+
+@pytest.mark.parametrize("gpu,precision", [("v100", "fp16-mixed"), ("a100-80gb", "bf16-mixed")])
+def test_the_default_precision_is_the_devices_best_mixed_precision_and_says_so(gpu, precision, capsys):
+    """GPT-3 on V100s (Brown et al. 2020 trained it so): fp16-mixed, where bf16 would be refused; bf16-mixed where
+    the device has bf16 arithmetic. The choice is among the plan's assumptions."""
+    base = list(GPT2)
+    base[base.index("--gpu") + 1] = gpu
+    assert cli.main([*base, "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert f"{precision},none" in out and f"{precision} (default: {gpu}'s best mixed precision)" in out

@@ -57,7 +57,9 @@ def add_parser(sub) -> None:
     p.add_argument("--pp", type=count, default=1, help="pipeline-parallel degree")
     p.add_argument("--sharding", default="zero3", choices=SHARDINGS,
                    help="data-parallel sharding: none (DDP), ZeRO stage 1-3, fsdp (FULL_SHARD = ZeRO-3); default zero3")
-    p.add_argument("--precision", default="bf16-mixed", choices=list(PRECISIONS))
+    p.add_argument("--precision", choices=list(PRECISIONS),
+                   help="default: the device's best mixed precision (bf16-mixed where it has bf16 arithmetic, else "
+                        "fp16-mixed, as GPT-3 was trained on V100s)")
     p.add_argument("--checkpointing", default="none", choices=CHECKPOINTING,
                    help="activation checkpointing: selective checkpoints every --checkpoint-every-th block")
     p.add_argument("--checkpoint-every", type=count, default=2)
@@ -172,8 +174,18 @@ def efficiency_of(args, cfg, precision: str, tp: int, gpu) -> Efficiency:
     return Efficiency(kind, value, source, rule=args.measured_rule)
 
 
+def best_precision(gpu) -> str:
+    """The device's best mixed precision: bf16-mixed where it has bf16 arithmetic, else fp16-mixed, else fp32."""
+    for name in ("bf16-mixed", "fp16-mixed"):
+        if gpu.peak(PRECISIONS[name].compute) is not None:
+            return name
+    return "fp32"
+
+
 def spec_from_args(args, cfg, gpu) -> PlanSpec:
     from .analytic.plan import model_facts
+
+    precision = args.precision or best_precision(gpu)
 
     parameters = model_facts(cfg, ["bp"], args.optimizer).parameters if args.chinchilla else 0
     tokens, tokens_source = token_budget(args.tokens, args.epochs, args.dataset_tokens, args.chinchilla, parameters, "")
@@ -193,9 +205,10 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         power_source = flop_source
     return PlanSpec(
         tokens=tokens, tokens_source=tokens_source, gpus=args.gpus, tp=args.tp, pp=args.pp, sharding=args.sharding,
-        precision=args.precision, checkpointing=args.checkpointing, checkpoint_every=args.checkpoint_every,
+        precision=precision, checkpointing=args.checkpointing, checkpoint_every=args.checkpoint_every,
+        precision_source="" if args.precision else f"default: {gpu.name}'s best mixed precision",
         optimizer=args.optimizer, global_batch=global_batch, micro_batch=args.micro_batch,
-        efficiency=efficiency_of(args, cfg, args.precision, args.tp, gpu),
+        efficiency=efficiency_of(args, cfg, precision, args.tp, gpu),
         power_utilisation=args.power_utilisation, power_source=power_source,
         joules_per_token=args.joules_per_token, joules_per_flop=joules_per_flop,
         pue=defaults.pue if args.pue is None else args.pue,

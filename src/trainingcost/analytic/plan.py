@@ -89,6 +89,7 @@ class PlanSpec:
     price_source: str = "not given (--price)"
     mirror_steps: int = 1
     notes: tuple = field(default_factory=tuple)
+    precision_source: str = ""  # how the precision was chosen, where not given (the plan's output says it)
     interleave: int = 1  # virtual pipeline stages per device (predicted mode)
     sequence_parallel: bool = False
     gpus_per_node: int | None = None  # None: the device's usual system (config/hardware.yaml)
@@ -442,7 +443,8 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "memory_capacity": capacity, "fits": bool(total_memory <= capacity), "max_micro_batch": most,
             "checkpoint_applies": bool(facts.per_rule.loc[r, "backward"]),
             "source_tokens": spec.tokens_source, "source_batch": batch_source, "source_efficiency": e.source,
-            "source_precision": p.source, "source_peak": device.sources.get("peak_tflops", ""),
+            "source_precision": (f"{spec.precision} ({spec.precision_source}): " if spec.precision_source else "")
+                                + p.source, "source_peak": device.sources.get("peak_tflops", ""),
             "source_memory_capacity": device.sources.get("memory_gb", ""),
             "source_power": spec.power_source + ("" if spec.joules_per_token is not None or spec.joules_per_flop is not None
                                                  else f"; TDP {device.power_w:g} W: {device.sources.get('power_w', '')}"),
