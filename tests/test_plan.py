@@ -196,10 +196,31 @@ def test_the_largest_micro_batch_fits_and_one_more_does_not():
     assert curve["mem_total"].is_monotonic_increasing and (curve["mem_total"] > A100.memory_bytes).any()
 
 
-def test_a_plan_that_fits_under_no_rule_is_one_line():
-    with pytest.raises(ConfigError, match="does not fit on a100-80gb .* at micro-batch 1 under any rule") as err:
-        plan_table(preset("llama-2-70b"), spec(), A100, ["bp", "mempepita"], ["executed"])
-    assert "\n" not in str(err.value)
+def test_a_plan_that_fits_under_no_rule_is_priced_at_micro_batch_1_and_marked():
+    table = plan_table(preset("llama-2-70b"), spec(), A100, ["bp", "mempepita"], ["executed"])
+    assert not table["fits"].any() and (table["micro_batch"] == 1).all() and (table["gpu_hours"] > 0).all()
+    assert (table["mem_total"] > A100.memory_bytes).all()
+
+
+def test_the_smallest_change_that_fits_fits_and_no_change_of_fewer_flags_does():
+    from dataclasses import replace
+
+    from trainingcost.analytic.plan import fits_at_micro_batch_1, smallest_fit
+
+    cfg, s = preset("gpt3-175b"), spec(gpus=1024, sharding="none")
+    assert not fits_at_micro_batch_1(cfg, s, A100, ["bp"])["bp"]
+    change, fitted = smallest_fit(cfg, s, A100, ["bp"])
+    assert fits_at_micro_batch_1(cfg, fitted, A100, ["bp"])["bp"]
+    assert all(getattr(fitted, k) == v for k, v in change.items())
+    # by hand, every change of fewer flags fails: one flag at a time over its whole range
+    if len(change) > 1:
+        singles = [dict(sharding="zero3"), dict(checkpointing="full"),
+                   *(dict(tp=t) for t in (2, 4, 8)), *(dict(pp=p) for p in (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96))]
+        for one in singles:
+            candidate = replace(s, **one)
+            if 1024 % (candidate.tp * candidate.pp) or cfg.depth("decoder") % candidate.pp:
+                continue
+            assert not fits_at_micro_batch_1(cfg, candidate, A100, ["bp"])["bp"], one
 
 
 def test_every_rule_of_the_catalogue_is_planned():
@@ -387,9 +408,14 @@ def test_missing_budget_and_no_fit_through_the_cli(capsys):
     assert "--tokens: give --tokens, --epochs with --dataset-tokens, or --chinchilla" in capsys.readouterr().err
     assert cli.main(["plan", "--preset", "gpt2-small", "--epochs", "2", "--gpu", "a100-80gb"]) == 2
     assert "--dataset-tokens: --epochs needs the dataset's size" in capsys.readouterr().err
-    assert cli.main(["plan", "--preset", "llama-2-70b", "--tokens", "1e9", "--gpu", "a100-80gb", "--sharding", "none"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "does not fit on a100-80gb" in err
+    base = ["plan", "--preset", "gpt3-175b", "--tokens", "1e9", "--gpu", "a100-80gb", "--gpus", "1024", "--sharding",
+            "none"]
+    assert cli.main(base) == 0  # the costs, marked, and what fits
+    out = capsys.readouterr().out
+    assert "Does not fit: BP" in out and "The smallest change that fits: --" in out and "GPU-hours" in out
+    assert cli.main([*base, "--require-fit", "--format", "csv"]) == 1
+    out = capsys.readouterr()
+    assert out.out.startswith("config_id,") and "Does not fit" in out.err and out.err.count("\n") == 1
     assert cli.main(["plan", "--preset", "gpt2-small", "--epochs", "2", "--dataset-tokens", "5e8", "--gpu",
                      "a100-80gb", "--format", "json", "--rule", "bp", "--cost-model", "kaplan"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["tokens"] == 1e9

@@ -92,6 +92,8 @@ def add_parser(sub) -> None:
                         "loss, as a multiple of BP's (with --frontiers; docs/planning.md)")
     p.add_argument("--frontiers", metavar="PARQUET",
                    help="the scaling study's frontiers (results/tables/frontiers.parquet) that --target-loss reads")
+    p.add_argument("--require-fit", action="store_true",
+                   help="exit with status 1 where a rule does not fit (default: 0, the costs printed and marked)")
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
     p.set_defaults(func=cmd_plan)
 
@@ -373,6 +375,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     rules = list(rule_names()) if args.rule == "all" else [args.rule]
     models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
     table = plan_table(cfg, spec, gpu, rules, models)
+    verdict = fit_verdict(table, cfg, spec, gpu)
     if args.format == "json":
         records = table.astype(object).where(table.notna(), None).to_dict(orient="records")  # NaN -> null
         print(json.dumps(records, indent=1))
@@ -380,4 +383,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
         table.to_csv(sys.stdout, index=False)
     else:
         sys.stdout.write(render(table, cfg, describe_config, gpu))
+    if verdict:
+        sys.stdout.flush()
+        print(verdict, file=sys.stderr if args.format != "table" else sys.stdout)
+        return 1 if args.require_fit else 0
     return 0
+
+
+def fit_verdict(table: pd.DataFrame, cfg, spec, gpu) -> str | None:
+    """None where every rule fits; else which rules do not, at micro-batch 1, and the smallest change of layout
+    that makes them fit (analytic/plan.py, smallest_fit), as flags."""
+    from .analytic.plan import smallest_fit
+
+    per_rule = table.drop_duplicates("rule")
+    over = per_rule[~per_rule["fits"].astype(bool)]
+    if over.empty:
+        return None
+    names = ", ".join(r.upper() for r in over["rule"])
+    worst = over.loc[over["mem_total"].idxmax()]
+    text = (f"Does not fit: {names} need{'s' if len(over) == 1 else ''} up to {worst['mem_total'] / 2**30:.1f} GiB per "
+            f"GPU at micro-batch 1 on {gpu.name} ({gpu.memory_bytes / 2**30:.1f} GiB); the costs above assume it ran. ")
+    found = smallest_fit(cfg, spec, gpu, list(over["rule"]))
+    if found is None:
+        return text + f"No layout of --tp, --pp, --sharding and --checkpointing on {spec.gpus} GPU{'s' if spec.gpus != 1 else ''} fits: more GPUs or a larger --gpu."
+    change, _ = found
+    flags = " ".join(f"--{k} {v}" for k, v in change.items())
+    return text + f"The smallest change that fits: {flags}."

@@ -289,6 +289,51 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     }
 
 
+def fits_at_micro_batch_1(cfg, spec: PlanSpec, device, rules, facts: ModelFacts | None = None) -> dict[str, bool]:
+    """rule -> whether one sequence per micro-batch fits on the device under ``spec`` (memory only, no time)."""
+    facts = facts or model_facts(cfg, list(rules), spec.optimizer)
+    out = {}
+    for r in rules:
+        parts = memory_per_gpu(facts, spec, r, activations_per_sequence(facts, r, spec.checkpointing,
+                                                                         spec.checkpoint_every))
+        out[r] = sum(parts.values()) <= float(device.memory_bytes)
+    return out
+
+
+def smallest_fit(cfg, spec: PlanSpec, device, rules, max_gpus_per_node: int = 8) -> tuple[dict, PlanSpec] | None:
+    """The smallest change of the parallel layout that makes every rule of ``rules`` fit at micro-batch 1: fewest
+    flags changed first (sharding zero3, activation checkpointing full, then TP within a node, then PP), then
+    the smallest degrees; only layouts that ``check_spec`` accepts (degrees divide heads, d_ff, the layers and the
+    GPUs). ({flag: value}, the spec) or None where no layout on these GPUs fits."""
+    import itertools
+    from dataclasses import replace
+
+    facts = model_facts(cfg, list(rules), spec.optimizer)
+    blocks = [cfg.depth(s) for s in cfg.stacks]
+    tps = [t for t in (1, 2, 4, 8, 16) if t <= max_gpus_per_node and spec.gpus % t == 0]
+    pps = [p for p in range(1, max(blocks) + 1) if all(b % p == 0 for b in blocks) and spec.gpus % p == 0]
+    shardings = list(dict.fromkeys([spec.sharding, "zero3"]))
+    checkpoints = list(dict.fromkeys([spec.checkpointing, "full"]))
+    candidates = []
+    for sharding, checkpointing, tp, pp in itertools.product(shardings, checkpoints, tps, pps):
+        change = {k: v for k, v, base in (("sharding", sharding, spec.sharding),
+                                          ("checkpointing", checkpointing, spec.checkpointing),
+                                          ("tp", tp, spec.tp), ("pp", pp, spec.pp)) if v != base}
+        if not change or spec.gpus % (tp * pp):
+            continue
+        candidates.append((len(change), tp * pp, tp, "checkpointing" in change, change,
+                           replace(spec, sharding=sharding, checkpointing=checkpointing, tp=tp, pp=pp,
+                                   interleave=1, global_batch=None, micro_batch=None)))
+    for *_, change, candidate in sorted(candidates, key=lambda c: c[:4]):
+        try:
+            check_spec(candidate, cfg, device)
+        except ConfigError:
+            continue
+        if all(fits_at_micro_batch_1(cfg, candidate, device, rules, facts).values()):
+            return change, candidate
+    return None
+
+
 def largest_micro_batch(fixed: float, per_sequence: float, capacity: float) -> int:
     """The most sequences whose activations fit beside the fixed bytes (0: not even one)."""
     if fixed + per_sequence > capacity:
@@ -363,15 +408,8 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         micro = spec.micro_batch or max(1, fitting or largest_divisor_at_most(per_replica, most))
         parts["activations"] *= micro
         memory[r] = (parts, fixed, micro, most)
-    if not any(memory[r][3] >= 1 for r in rules):
-        r = rules[0]
-        need = memory[r][1] + memory[r][0]["activations"] / memory[r][2]
-        remedies = [*(["shard (--sharding zero3)"] if ZERO_STAGE[spec.sharding] < 3 else []), "raise --tp or --pp",
-                    *(["checkpoint (--checkpointing full)"] if spec.checkpointing != "full" else []), "a larger --gpu"]
-        raise ConfigError(
-            f"gpu: the model does not fit on {device.name} ({capacity / GiB:.1f} GiB) at micro-batch 1 under any rule "
-            f"({r}: {need / GiB:.1f} GiB per GPU with sharding {spec.sharding}, tp {spec.tp}, pp {spec.pp}, "
-            f"checkpointing {spec.checkpointing}); {', '.join(remedies[:-1])} or {remedies[-1]}")
+    # A rule that does not fit at micro-batch 1 is still priced at micro-batch 1, its row marked fits False
+    # (the command line names the smallest change that fits: smallest_fit)
 
     predicted = {}
     if e.kind == "predicted":
