@@ -90,3 +90,21 @@ def test_estimate_memory_prints_persistent_bytes_phase_peaks_and_the_step_peak_p
                          ["mempepita", "wm"], ["fp32"], ["adam"]).set_index("rule")
     row = next(line for line in lines if line.startswith("mempepita ") and "MiB" in line and "GiB" not in line)
     assert row.split()[-2:] == [f"{table.at['mempepita', 'peak'] / 2**20:.2f}", "MiB"]
+
+
+def test_the_default_estimate_answers_in_one_screen_for_every_preset(capsys):
+    """A newcomer's first command: under the executed model, one row per rule with its ratio to BP and its memory,
+    in 100 columns and 40 lines, for every preset (in process: no interpreter start-up per preset)."""
+    from trainingcost import cli
+    from trainingcost.analytic import rule_names
+    from trainingcost.config.presets import PRESETS
+
+    for preset in PRESETS:
+        assert cli.main(["estimate", "--preset", preset]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) <= 40 and max(map(len, lines)) <= 100, (preset, len(lines), max(map(len, lines)))
+        table = [line.split()[0] for line in lines if line.split() and line.split()[0] in rule_names()]
+        assert table == list(rule_names()), preset
+    assert cli.main(["estimate", "--preset", "gpt2-small", "--cost-model", "all"]) == 0
+    out = capsys.readouterr().out
+    assert "FLOPs per training step by phase" in out and "Components summed" in out  # the full view, on asking

@@ -79,8 +79,11 @@ def test_a_huge_model_is_estimated_as_phase_totals_and_its_per_layer_table_is_re
     flags = ["--arch", "decoder", "--layers", "100000", "--d-model", "64", "--heads", "4", "--d-ff", "256", "--vocab", "256",
              "--seq-len", "64", "--rule", "all"]
     status, stdout, stderr = run_here(capsys, "estimate", *flags)
-    assert status == 0 and "FLOPs per training step by phase" in stdout
+    assert status == 0 and "FLOPs and tensor memory of one training step" in stdout
     assert "not replayed (over 1,024 blocks)" in stdout  # the executed memory model's tape is O(depth)
+    status, stdout, stderr = run_here(capsys, "estimate", *flags, "--cost-model", "all")
+    assert status == 0 and "FLOPs per training step by phase" in stdout
+    assert "not replayed (over 1,024 blocks)" in stdout
     status, stdout, stderr = run_here(capsys, "estimate", *flags, "--per-layer")
     assert status == 2 and "would have 126,001,470 rows, more than 1,000,000" in one_line(stderr, "estimate", "--per-layer")
     status, stdout, stderr = run_here(capsys, "estimate", *flags, "--format", "csv")

@@ -107,6 +107,48 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
     return f"Total {unit} per training step, by rule and cost model\n" + grid(header, rows) + "\n"
 
 
+def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model: str) -> str:
+    """The default view: one row per rule under one cost model: the step's total, its ratio to BP, its forward,
+    its backward, everything else, and the step's tensor-memory peak with its ratio to BP (the executed tape
+    where it replays the step, else the components summed, marked *). Fits 100 columns."""
+    sums = table.groupby(["rule", "phase"], sort=False)[metric].sum()
+    totals = table.groupby("rule", sort=False)[metric].sum()
+    peaks, why = {}, []
+    for _, r in memory.iterrows():
+        if r["peak"] >= 0:
+            peaks[r["rule"]] = (float(r["peak"]), "")
+        else:
+            peaks[r["rule"]] = (float(r["total"]), "*")
+            why.append(f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)" if replays(r["rule"])
+                       else "no tape replays this rule's step yet")
+    ref = REFERENCE_RULE if REFERENCE_RULE in totals.index else None
+    label = catalogue_rule(REFERENCE_RULE).label
+    rows = []
+    for rule, total in totals.items():
+        phases = sums.loc[rule]
+        forward, backward = phases.get("forward", 0), phases.get("backward", 0)
+        peak, star = peaks[rule]
+        rows.append([rule, human(total), f"{total / totals[ref]:.2f}" if ref else "", human(forward),
+                     human(backward) if "backward" in phases else "", human(total - forward - backward),
+                     human_bytes(peak) + star, f"{peak / peaks[ref][0]:.2f}" if ref else ""])
+    unit = "FLOPs" if metric == "flops" else "MACCs"
+    first = memory.iloc[0]
+    out = [f"{unit} and tensor memory of one training step, {model} cost model (--cost-model all: every model)",
+           grid(["rule", unit, f"x {label}", "forward", "backward", "other", "memory", f"x {label}"], rows),
+           "other: every phase but forward and backward (--per-layer, or --cost-model all, for each)",
+           f"memory: {first['dtype']}, optimizer {first['optimizer']} (--dtype, --optimizer), the executed model's step "
+           "peak" + (f";\n  * the components summed: {'; '.join(dict.fromkeys(why))}" if why else "")]
+    return "\n".join(out) + "\n"
+
+
+def wrapped(text: str, width: int = 100) -> str:
+    """Each line of ``text`` broken after a comma or before a parenthesis to fit ``width`` columns."""
+    import textwrap
+
+    return "\n".join(part for line in text.splitlines()
+                     for part in (textwrap.wrap(line, width, break_long_words=False, subsequent_indent="  ") or [""]))
+
+
 def render_memory(memory: pd.DataFrame) -> str:
     first = memory.iloc[0]
     why = f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)"
@@ -151,7 +193,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     cfg = model_entry(args)
     configs = configs_frame([(args.preset or "", cfg)])
     rules = list(rule_names()) if args.rule == "all" else [args.rule]
-    models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
+    compact = args.cost_model is None and args.format == "table" and not args.per_layer and not args.memory
+    chosen = args.cost_model or ("executed" if compact else "all")
+    models = list(cost_model_names()) if chosen == "all" else [chosen]
     declined = [model for model in models if not out_of_scope(model, configs).empty]
     notes = [f"{model}: out of scope: the {model} cost model defines the 2017 transformer only, and this model sets "
              f"{', '.join(f'{k}={v}' for k, v in cfg.options().items())}; its rows are absent" for model in declined]
@@ -177,10 +221,13 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         else:
             out.to_csv(sys.stdout, index=False)
         return 0
-    print(describe_config(cfg))
+    print(wrapped(describe_config(cfg)) if compact else describe_config(cfg))
     for note in notes:
-        print(note)
+        print(wrapped(note) if compact else note)
     print()
+    if compact:
+        print(render_compact(table, memory, args.metric, models[0]))
+        return 0
     if not args.memory:
         print(render_costs(table, args.metric) if args.per_layer else render_phases(table, args.metric))
         print(render_summary(table, args.metric))
@@ -401,7 +448,9 @@ def build_parser() -> Parser:
     est = sub.add_parser("estimate", help="analytic costs and memory of one model, per layer and phase")
     add_model_flags(est)
     est.add_argument("--rule", default="all", choices=[*rule_names(), "all"])
-    est.add_argument("--cost-model", default="all", choices=[*cost_model_names(), "all"])
+    est.add_argument("--cost-model", choices=[*cost_model_names(), "all"],
+                     help="default: executed (what our PyTorch code runs), one row per rule; all: every cost model, "
+                          "per phase, and the memory tables (csv, json and --per-layer default to all)")
     est.add_argument("--dtype", default="fp32", choices=list(DTYPE_BYTES), help="for the memory model")
     est.add_argument("--optimizer", default="sgd", choices=list(OPTIMIZER_SLOTS), help="for the memory model")
     est.add_argument("--mirror-steps", type=integer, default=1, help=mirror_steps_help())
