@@ -65,6 +65,7 @@ def test_the_frontier_is_the_lowest_loss_reached_by_each_compute_over_the_sizes(
     assert got[0] == 5.0 and got[1] == pytest.approx(4.0) and got[2] == pytest.approx(3.0)
     assert got[3] == pytest.approx(6 - 5 * 2 / 3) and got[4] == pytest.approx(1.0)
     assert math.isnan(frontier([large], grid)[0])  # below every curve's first compute: no loss
+    assert math.isnan(frontier([small, large], np.array([16.0, 32.0]))[1])  # beyond every curve's last: none either
 
 
 def test_compute_to_reach_interpolates_in_log_compute_and_says_never():

@@ -96,9 +96,11 @@ def fit_power_law(compute, loss) -> tuple[float, float, float, float]:
 
 def frontier(curves: list[tuple[np.ndarray, np.ndarray]], grid: np.ndarray) -> np.ndarray:
     """The lowest loss reached with at most each grid compute, over the curves (compute, loss), each
-    interpolated in log compute within its own range; NaN below every curve's first compute."""
+    interpolated in log compute within its own range; NaN below every curve's first compute and beyond the
+    largest compute any curve measured (no claim is made where nothing ran)."""
     best = np.full(len(grid), np.inf)
     lg = np.log(grid)
+    reach = -np.inf  # the largest compute any curve measured: the frontier ends there
     for compute, loss in curves:
         ok = np.isfinite(compute) & np.isfinite(loss) & (compute > 0)
         c, l = np.log(compute[ok]), loss[ok]
@@ -106,11 +108,12 @@ def frontier(curves: list[tuple[np.ndarray, np.ndarray]], grid: np.ndarray) -> n
             continue
         order = np.argsort(c)
         c, l = c[order], l[order]
+        reach = max(reach, c[-1])
         inside = (lg >= c[0]) & (lg <= c[-1])
         values = np.interp(lg[inside], c, l) if len(c) > 1 else np.full(inside.sum(), l[0])
         best[inside] = np.minimum(best[inside], values)
     best = np.minimum.accumulate(best)
-    return np.where(np.isfinite(best), best, np.nan)
+    return np.where(np.isfinite(best) & (lg <= reach + 1e-12), best, np.nan)
 
 
 def compute_to_reach(grid: np.ndarray, front: np.ndarray, target: float) -> float:

@@ -57,7 +57,13 @@ def loss_vs_compute(scaling: pd.DataFrame, frontiers: pd.DataFrame):
         ax.set_title(RULE_LABELS[rule])
     for ax in axes.flat[len(rules):]:
         ax.set_visible(False)
-    fig.supxlabel("training FLOPs (measured)", y=0.075, fontsize=8)
+    # a diverging run's spikes would stretch the axis: the top is a little above the highest starting loss
+    first = curves.sort_values("step").groupby(["rule", "config_id", "seed"])["val_loss"].first()
+    top = float(first.max()) * 1.15 if len(first) else None
+    if top is not None and float(curves["val_loss"].max()) > top:
+        for ax in axes.flat:
+            ax.set_ylim(top=top)
+    fig.supxlabel("training FLOPs (measured)", y=0.1, fontsize=8)
     fig.supylabel("validation loss", fontsize=8)
     handles = [plt.Line2D([], [], color=shades[i], linewidth=1) for i in range(len(widths))]
     handles += [plt.Line2D([], [], color="0.3", linestyle=dashes[i % len(dashes)], linewidth=1) for i in range(len(depths))]
@@ -68,7 +74,7 @@ def loss_vs_compute(scaling: pd.DataFrame, frontiers: pd.DataFrame):
     order = best.sort_values()
     fig.suptitle("Validation loss against measured training compute, every run; the lowest loss reached: "
                  + ", ".join(f"{RULE_LABELS[r]} {v:.2f}" for r, v in order.head(3).items()))
-    fig.tight_layout(rect=(0.01, 0.09, 1, 0.97))
+    fig.tight_layout(rect=(0.01, 0.1, 1, 0.97))
     return fig
 
 
@@ -149,6 +155,10 @@ def depth_figure(frontiers: pd.DataFrame):
                     marker=RULE_MARKERS[rule], markersize=3.5, linewidth=1.0, capsize=1.5, label=RULE_LABELS[rule])
     compute = float(depth["compute"].iloc[0]) if len(depth) else math.nan
     ax.set(xscale="log", xlabel="layers", ylabel="lowest validation loss")
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xticks(layers)
     ax.set_xticklabels([str(int(v)) for v in layers])
     ax.legend(ncol=2, frameon=False, fontsize=6, bbox_to_anchor=(1.02, 1), loc="upper left")
