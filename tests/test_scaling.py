@@ -250,3 +250,17 @@ def test_the_tiny_scaling_study_runs_through_the_workflow(tmp_path):
     for name in ("12_loss_vs_compute", "13_frontiers", "14_compute_multiplier", "15_loss_by_depth_equal_compute"):
         assert (tmp_path / f"results/figures/{name}.png").stat().st_size > 10_000
         assert (tmp_path / f"results/figures/{name}.pdf").exists()
+
+
+def test_one_learning_rate_searches_nothing_and_a_rule_with_none_trains_nothing():
+    from trainingcost.curves import chosen_lr, run, search
+
+    study = ScalingStudy(rules=("bp",), widths=(16,), depths=(1,), lrs=(0.002,), seeds=(0,))
+    table = search(study, "bp")
+    assert list(table.status) == ["not searched"] and table.chosen.all() and chosen_lr(table, "bp") == 0.002
+    diverged = table.assign(chosen=False)
+    assert chosen_lr(diverged, "bp") is None
+    rows = run(study, "bp", 0, None)  # every searched rate diverged: one row per point says so, nothing trains
+    assert list(rows.status) == ["diverged"] and list(rows.step) == [0]
+    with pytest.raises(ConfigError, match="--search: the table searched no learning rate for rule dfa"):
+        chosen_lr(table, "dfa")
