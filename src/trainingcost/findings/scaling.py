@@ -250,7 +250,9 @@ def frontiers_table(scaling: pd.DataFrame, bootstrap: int = 200, target_compute_
             reps["front"][r].append(rep[r])
             reps["fit"][r].append(fit_power_law(grid[fit_mask], rep[r][fit_mask]))
             need = [compute_to_reach(grid, rep[r], t) for t in all_targets]
-            reps["mult"][r].append([n / b if np.isfinite(b) and b > 0 else math.nan for n, b in zip(need, bp_need)])
+            # inf: BP reaches the target and the rule does not; NaN: BP does not (the replicate says nothing)
+            reps["mult"][r].append([math.nan if not (np.isfinite(b) and b > 0) else n / b if np.isfinite(n) else math.inf
+                                    for n, b in zip(need, bp_need)])
         for (r, d) in depth_fronts:
             f = curves.frontier(r, grid, draw, layers=d)
             reps["depth"][(r, d)].append(_at(grid, f, depth_compute))
@@ -276,7 +278,8 @@ def frontiers_table(scaling: pd.DataFrame, bootstrap: int = 200, target_compute_
             need_r, need_bp = compute_to_reach(grid, front, t), compute_to_reach(grid, fronts[REFERENCE], t)
             m = need_r / need_bp if np.isfinite(need_r) and np.isfinite(need_bp) else math.nan
             lo, hi = _quantiles(mults[:, j])
-            never = float(np.mean(~np.isfinite(mults[:, j]))) if bootstrap else math.nan
+            said = mults[:, j][~np.isnan(mults[:, j])]  # the replicates in which BP reaches the target
+            never = float(np.mean(np.isinf(said))) if bootstrap and len(said) else math.nan
             rows.append({"kind": "multiplier", "rule": r, "target_loss": float(t), "compute": need_r, "multiplier": m,
                          "multiplier_lo": lo, "multiplier_hi": hi, "never_share": never,
                          "reaches": bool(np.isfinite(need_r)), "headline": j == len(all_targets) - 1,
