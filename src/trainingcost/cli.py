@@ -42,7 +42,7 @@ from .io import created_count, undo_since
 from .args import Parser, add_model_flags, flag_message, integer, model_entry, number
 from .curves import add_parser as add_curves_parser  # trainingcost curves (curves.py; the scaling study)
 from .plan import add_parser as add_plan_parser  # trainingcost plan (plan.py; docs/planning.md)
-from .text import describe_config, grid, human, human_bytes
+from .text import describe_config, grid, human, human_bytes, wrapped
 
 # ---------------------------------------------------------------------------
 # Human-readable output
@@ -139,14 +139,6 @@ def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model
            f"memory: {first['dtype']}, optimizer {first['optimizer']} (--dtype, --optimizer), the executed model's step "
            "peak" + (f";\n  * the components summed: {'; '.join(dict.fromkeys(why))}" if why else "")]
     return "\n".join(out) + "\n"
-
-
-def wrapped(text: str, width: int = 100) -> str:
-    """Each line of ``text`` broken after a comma or before a parenthesis to fit ``width`` columns."""
-    import textwrap
-
-    return "\n".join(part for line in text.splitlines()
-                     for part in (textwrap.wrap(line, width, break_long_words=False, subsequent_indent="  ") or [""]))
 
 
 def render_memory(memory: pd.DataFrame) -> str:

@@ -379,7 +379,8 @@ def section_spec(section: dict, cfg, gpu, where: str = "plan", count: bool = Tru
     measured = section["efficiency"].get("measured_rule", "bp")
     return PlanSpec(
         tokens=tokens, tokens_source=source, gpus=section["gpus"], tp=section["tp"], pp=section["pp"],
-        sharding=section["sharding"], precision=section["precision"], checkpointing=section["checkpointing"],
+        sharding=section["sharding"], zero3_gather=section["zero3_gather"], precision=section["precision"],
+        checkpointing=section["checkpointing"],
         checkpoint_every=section["checkpoint_every"], optimizer=section["optimizer"],
         global_batch=section.get("global_batch"),
         micro_batch=None if section["micro_batch"] == "max" else section["micro_batch"],
