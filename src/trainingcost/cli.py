@@ -354,11 +354,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     try:
-        result = calibrate(device, args.dtype, trace, tolerance=args.tolerance, time_cap_s=args.time_cap, probe=args.probe)
+        result = calibrate(device, args.dtype, trace, tolerance=args.tolerance, time_cap_s=args.time_cap, probe=args.probe,
+                           keep_untrusted=args.keep_untrusted)
     except CalibrationBusy as busy:
         sys.stderr.write(f"trainingcost {busy}\n")
         return 1
     write_calibration(result, args.out)
+    if not result["trusted"]:
+        print(f"{result['provenance']['device_name']} ({args.dtype}): no trusted calibration: the machine is busy: "
+              f"{result['untrusted']}; kept, marked untrusted -> {args.out}")
+        return 0
     print(f"{result['provenance']['device_name']} ({args.dtype}): {len(result['kernels'])} kernels timed in "
           f"{result['rounds']} rounds ({result['seconds_spent']:.1f} s; the last two agree within "
           f"{result['round_agreement']:.1%}); launch {result['launch_overhead_s'] * 1e6:.2f} us; timing quality "
@@ -495,6 +500,9 @@ def build_parser() -> Parser:
                      help="also time each run's step at minimal sizes (the host's overhead; measure/probe.py)")
     cal.add_argument("--time-cap", type=number, default=60.0,
                      help="seconds; without convergence by then: a one-line 'machine is busy' error, no file")
+    cal.add_argument("--keep-untrusted", action="store_true",
+                     help="without convergence by --time-cap, write the rounds so far marked untrusted and exit 0 (the "
+                          "workflow: its findings come out on a busy machine, marked 'no trusted calibration')")
     cal.add_argument("--threads", type=integer)
     cal.add_argument("--out", required=True, help="the calibration JSON")
     cal.set_defaults(func=cmd_calibrate)
