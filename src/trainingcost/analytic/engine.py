@@ -82,6 +82,7 @@ class Quantities:
     written: dict[str, list[slice]] | None = None  # the template rows each quantity may be nonzero on
     # the configurations too large for exact floats: (their indices, their template rows here, their Quantities in int64)
     large: tuple | None = None
+    lazy: bool = False  # the derived quantities (DERIVED) are not stored: phase_totals sums them part by part
 
 
 class ExactInts(dict):
@@ -112,6 +113,7 @@ class ExactInts(dict):
 
 
 BACKWARD_PARTS = ("backward", "backward_q", "backward_kv", "backward_skip")
+DERIVED = ("backward_total", "backward_dfa", "forward_unit", "backward_local")
 
 
 def _derive_backward(q: dict, declared: dict, block_entry: np.ndarray, kv_entry: np.ndarray, n: int) -> None:
@@ -192,7 +194,7 @@ def _evaluate_formulas(model: CostModel, templates: Templates, dtype, written: d
 
 
 def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
-             templates: Templates | None = None, floats: bool = True) -> Quantities:
+             templates: Templates | None = None, floats: bool = True, derive: bool = True) -> Quantities:
     """Evaluate every formula of ``cost_model_name`` on every configuration, per batch
     (on ``templates`` when the caller has built them for the model's granularity). ``floats`` False: in int64."""
     model = cost_model(cost_model_name)
@@ -211,8 +213,9 @@ def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
     maccs, flops, elementwise, declared = _evaluate_formulas(model, templates, np.float64, written)
     worst = _refuse_overflow(model, configs, templates, [(flops, written), (elementwise, written)], mirror_steps)
     q = {"maccs": maccs, "flops": flops, **({"elementwise": elementwise} if elementwise else {})}
-    _derive_backward(q, declared, templates.block_entry, templates.kv_entry, len(templates))
-    _derive_units(q, declared, templates)
+    # derive False (the per-configuration totals): the derived quantities are summed part by part from theirs
+    _derive_backward(q if derive else {}, declared, templates.block_entry, templates.kv_entry, len(templates))
+    _derive_units(q if derive else {}, declared, templates)
     for derived, parts in (("backward_total", BACKWARD_PARTS), ("backward_dfa", BACKWARD_PARTS),
                            ("forward_unit", ("forward",)), ("backward_local", BACKWARD_PARTS)):
         written[derived] = [index for part in parts for index in written.get(part, [])]
@@ -231,7 +234,8 @@ def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
     stores = [ExactInts(store, rows, getattr(large[2], name) if large else None) if store is not None else None
               for name, store in (("maccs", maccs), ("flops", flops), ("elementwise", q.get("elementwise")))]
     return Quantities(cost_model_name, templates, *stores[:2], declared, stores[2],
-                      {"maccs": maccs, "flops": flops, "elementwise": q.get("elementwise") or {}}, written, large)
+                      {"maccs": maccs, "flops": flops, "elementwise": q.get("elementwise") or {}}, written, large,
+                      not derive)
 
 
 def _float_values(model: CostModel, templates: Templates) -> list[np.ndarray]:
@@ -354,10 +358,10 @@ def _templates_per_model(configs: pd.DataFrame, cost_models):
         yield model, built[key]
 
 
-def _evaluate_all(configs: pd.DataFrame, cost_models, mirror_steps: int):
+def _evaluate_all(configs: pd.DataFrame, cost_models, mirror_steps: int, derive: bool = True):
     """Yield (rank, name, Quantities) per cost model, building the templates once per granularity."""
     for rank, (model, templates) in enumerate(_templates_per_model(configs, cost_models)):
-        yield rank, model.name, evaluate(model.name, configs, mirror_steps, templates)
+        yield rank, model.name, evaluate(model.name, configs, mirror_steps, templates, derive=derive)
 
 
 def phase_costs(quantities: Quantities, rule: str, mirror_steps: int = 1):
@@ -506,21 +510,43 @@ def phase_totals(configs: pd.DataFrame, rules=None, cost_models=None, mirror_ste
     """
     out = {}
     rules = rules or rule_names()
-    for _, model_name, quantities in _evaluate_all(configs, cost_models or cost_model_names(), mirror_steps):
+    for _, model_name, quantities in _evaluate_all(configs, cost_models or cost_model_names(), mirror_steps,
+                                                   derive=False):
         t = quantities.templates
         runs = _part_slices(t)  # each part holds a configuration at most once, in order
         count = t.count.astype(np.float64) if quantities.exact is not None else t.count
         sums: dict[tuple[str, str], np.ndarray] = {}
+        whole = "model" in t.kind_slices
+        head = {kind for kind in L.HEAD_KINDS}
+
+        def part_values(store: str, name: str, part: slice):
+            """A quantity on one part's rows (None where it is zero there); derived ones from theirs."""
+            values = quantities.exact[store] if quantities.exact is not None else getattr(quantities, store)
+            if name not in DERIVED or not quantities.lazy:
+                where = quantities.written.get(name) or [slice(0, len(t))]
+                if name in values and any(index.start <= part.start < index.stop for index in where):
+                    return values[name][part]
+                return None
+            r = part.start
+            if name == "forward_unit":
+                unit = whole or t.is_block[r] or t.rank[r] % 1000 >= T.TAIL_RANK
+                return part_values(store, "forward", part) if unit else None
+            if name == "backward_local":
+                return None if t.labels[t.part[r]][0] in head else part_values(store, "backward_dfa", part)
+            keep = BACKWARD_PARTS if name == "backward_total" else (
+                "backward", *(() if t.block_entry[r] else ("backward_q", "backward_skip")),
+                *(() if t.kv_entry[r] else ("backward_kv",)))
+            found = [v for v in (part_values(store, k, part) for k in keep) if v is not None]
+            return sum(found[1:], found[0]) if found else None
 
         def per_config(store: str, name: str) -> np.ndarray:
             if (store, name) not in sums:  # summed over the rows the quantity was written on (zero elsewhere)
                 exact = quantities.exact is not None
-                values = quantities.exact[store][name] if exact else getattr(quantities, store)[name]
-                total = np.zeros(len(configs), dtype=values.dtype)
-                where = quantities.written.get(name) or [slice(0, len(t))]
+                total = np.zeros(len(configs), dtype=np.float64 if exact else np.int64)
                 for part, cfg in runs:  # a part lies inside one kind's rows
-                    if any(index.start <= part.start < index.stop for index in where):
-                        total[cfg] += values[part] * count[part]
+                    values = part_values(store, name, part)
+                    if values is not None:
+                        total[cfg] += values * count[part]
                 total = total.astype(np.int64) if exact else total  # exact sums: below EXACT_FLOAT
                 if quantities.large is not None:  # the configurations too large for exact floats, from int64
                     large_cfg, _, alone = quantities.large
