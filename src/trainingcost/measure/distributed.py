@@ -1,0 +1,164 @@
+"""A data-parallel training run: ``nproc`` ranks started through torch.distributed's elastic launcher (torchrun's
+engine), each training its shard (:mod:`trainingcost.train.distributed`) under the communication meter
+(:mod:`.comm`). docs/distributed.md.
+
+The parent process picks a free port, starts the ranks and waits. A rank that fails ends the run: the launcher
+terminates the others (``max_restarts=0``) and the run is recorded with status ``failed`` and the failing rank's
+error. Ctrl-C (or SIGTERM) reaches the launcher, which terminates every rank; the command then writes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+import torch.distributed as dist
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from ..config.training import TrainSpec
+from ..train.distributed import Parallel
+from ..train.run import STATUS_ERROR, STATUS_FAILED, STATUS_OOM, resolve_device, run_steps
+from .comm import CommMeter
+
+COMM_COLUMNS = ["step", "phase", "op", "bytes", "group", "dtype", "seconds"]
+
+
+def free_port() -> int:
+    """A port no process listens on now (the OS's choice), for the launcher's rendezvous store."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def backend_for(device: torch.device, backend: str) -> str:
+    if backend != "auto":
+        return backend
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+class _Observer:
+    """Runs each step under the meter and records the loss averaged over the ranks (outside the meter)."""
+
+    def __init__(self, rule, meter: CommMeter, world: int):
+        self.rule, self.meter, self.world = rule, meter, world
+        self.times: list[float] = []
+
+    def run(self, step, batch):
+        self.meter.step = step
+        start = time.perf_counter()
+        with self.meter:
+            loss = self.rule.step(batch, self.meter.phase)
+        self.times.append(time.perf_counter() - start)
+        total = loss.detach().double().reshape(1).cpu()
+        dist.all_reduce(total)
+        return total / self.world
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+    return full.detach().cpu().clone()
+
+
+def exact_dtype() -> None:
+    """Train in float64 whatever the spec's dtype (the equivalence test's setting: its ranks and its one-process
+    reference alike)."""
+    from ..train import run
+
+    run.DTYPES = {name: torch.float64 for name in run.DTYPES}
+
+
+@record
+def worker(spec: TrainSpec, parallel: str, backend: str, threads: int | None, want_state: bool,
+           exact: bool = False) -> dict:
+    """One rank (the launcher's entry point): train, and return what the parent tabulates."""
+    if exact:
+        exact_dtype()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = resolve_device(spec.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend_for(device, backend))
+    try:
+        meter = CommMeter()
+        observers = []
+
+        def observe(rule, device):
+            observers.append(_Observer(rule, meter, world))
+            return observers[0]
+
+        done = run_steps(spec, observe, parallel=Parallel(parallel, rank, world))
+        if done.status in (STATUS_ERROR, STATUS_OOM):  # the other ranks may wait in a collective: fail the job
+            raise RuntimeError(f"rank {rank}: {done.message}")
+        state = None
+        if want_state:
+            rule = done.rule
+            state = {f"param.{i}": _full(p) for i, p in
+                     enumerate(p for g in rule.optimizer.param_groups for p in g["params"])}
+            state.update({f"buffer.{n}": _full(b) for n, b in done.model.named_buffers()})
+        return {"rank": rank, "world": world, "records": done.records, "status": done.status,
+                "message": done.message, "device": str(done.device), "task": done.task_description,
+                "val_loss": done.val_loss, "val_accuracy": done.val_accuracy, "weight_decay": done.weight_decay,
+                "comm": meter.rows, "step_times": observers[0].times if observers else [], "state": state}
+    finally:
+        dist.destroy_process_group()
+
+
+@dataclass
+class DistributedRun:
+    status: str
+    message: str | None
+    ranks: dict = field(default_factory=dict)  # rank -> what its worker returned
+
+    @property
+    def first(self) -> dict:
+        return self.ranks.get(0, {})
+
+    def comm(self) -> pd.DataFrame:
+        """Rank 0's collectives, one row each."""
+        return pd.DataFrame(self.first.get("comm", []), columns=COMM_COLUMNS)
+
+
+def launch(spec: TrainSpec, nproc: int, parallel: str, backend: str = "auto", threads: int | None = 1,
+           want_state: bool = False, exact: bool = False) -> DistributedRun:
+    """Run ``spec`` on ``nproc`` ranks of this machine."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"trainingcost-{uuid.uuid4().hex}",
+                          rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
+                          monitor_interval=0.1, start_method="spawn")
+    try:
+        ranks = elastic_launch(config, worker)(spec, parallel, backend, threads, want_state, exact)
+    except SignalException as exc:  # the launcher has terminated every rank
+        raise KeyboardInterrupt from exc
+    except ChildFailedError as exc:
+        failures = exc.failures
+        rank, failure = min(failures.items())
+        text = failure.message if isinstance(failure.message, str) else failure.message.get("message", str(failure.message))
+        message = f"rank {rank} exited with status {failure.exitcode}: {' '.join(text.split())[:400]}"
+        return DistributedRun(STATUS_FAILED, message)
+    first = ranks[0]
+    return DistributedRun(first["status"], first["message"], ranks)
+
+
+def comm_summary(comm: pd.DataFrame, steps: int) -> dict:
+    """Per step (mean over the steps run): bytes, seconds and collectives, and bytes and seconds per phase."""
+    out = {"comm_bytes_per_step": math.nan, "comm_s_per_step": math.nan, "collectives_per_step": math.nan}
+    if not steps:
+        return out
+    out.update(comm_bytes_per_step=float(comm["bytes"].sum()) / steps, comm_s_per_step=float(comm["seconds"].sum()) / steps,
+               collectives_per_step=len(comm) / steps)
+    for phase, rows in comm.groupby("phase"):
+        out[f"comm_bytes_{phase}"] = float(rows["bytes"].sum()) / steps
+        out[f"comm_s_{phase}"] = float(rows["seconds"].sum()) / steps
+    return out

@@ -1,0 +1,75 @@
+"""Data-parallel runs (docs/distributed.md): N = 2 ranks give one process's parameters on the same global batch,
+for every rule under ddp and every admitted rule under zero2 and fsdp; the meter sees every kind of collective;
+refusals are one line. Each launch starts two CPU processes (gloo): a few seconds."""
+
+import pytest
+import torch
+
+from trainingcost.analytic.comm import admitted, check_parallel, mechanism
+from trainingcost.analytic.catalogue import rule_names
+from trainingcost.config.errors import ConfigError
+from trainingcost.config.model import canonical_model
+from trainingcost.config.training import TrainSpec
+from trainingcost.measure.distributed import exact_dtype, launch
+from trainingcost.train import run as train_run
+
+STEPS, WORLD, PER_RANK = 3, 2, 2
+CASES = [(rule, "ddp") for rule in rule_names()] + [(rule, p) for p in ("zero2", "fsdp") for rule in rule_names()
+                                                      if admitted(rule, p)]
+
+
+def spec(batch: int, rule: str) -> TrainSpec:
+    cfg = canonical_model(dict(arch="decoder", layers=2, d_model=16, heads=2, d_ff=32, vocab=256, seq_len=8,
+                               batch=batch), "")
+    return TrainSpec(cfg=cfg, task="lm", rule=rule, steps=STEPS)
+
+
+def reference(rule: str, monkeypatch) -> dict:
+    """One process, the global batch, float64: the optimizer's parameters and the model's buffers."""
+    monkeypatch.setattr(train_run, "DTYPES", dict(train_run.DTYPES))
+    exact_dtype()
+    done = train_run.run_steps(spec(WORLD * PER_RANK, rule))
+    assert done.status == "ok", done.message
+    state = {f"param.{i}": p.detach().clone() for i, p in
+             enumerate(p for g in done.rule.optimizer.param_groups for p in g["params"])}
+    state.update({f"buffer.{n}": b.detach().clone() for n, b in done.model.named_buffers()})
+    return state, done.losses
+
+
+@pytest.mark.parametrize("rule,parallel", CASES)
+def test_two_ranks_equal_one_process(rule, parallel, monkeypatch):
+    run = launch(spec(PER_RANK, rule), WORLD, parallel, want_state=True, exact=True)
+    assert run.status == "ok", run.message
+    expected, losses = reference(rule, monkeypatch)
+    for rank in range(WORLD):
+        state = run.ranks[rank]["state"]
+        assert state.keys() == expected.keys()
+        for name, tensor in expected.items():
+            assert state[name].dtype == torch.float64
+            assert torch.allclose(state[name], tensor, rtol=0, atol=1e-10), (rule, parallel, rank, name)
+    assert [r["loss"] for r in run.first["records"]] == pytest.approx(losses, abs=1e-10)
+    # The meter saw this mechanism's collectives, every step.
+    comm = run.comm()
+    ops = set(comm.op)
+    if mechanism(rule) == "explicit":
+        assert set(comm.phase) == {"optimizer_step"} and ops == {"all_reduce"}
+    elif parallel == "ddp":
+        assert "all_reduce" in ops and set(comm[comm.op == "all_reduce"].phase) == {"backward"}
+    else:
+        assert {"all_gather", "reduce_scatter"} <= ops
+        assert ("all_gather" in set(comm[comm.phase == "backward"].op)) == (parallel == "fsdp")
+    assert sorted(set(comm.step)) == list(range(1, STEPS + 1))
+    assert (comm.group == WORLD).all()
+
+
+def test_refusals_are_one_line():
+    sharded = [r for r in rule_names() if admitted(r, "fsdp")]
+    assert set(sharded) == {"bp", "fa", "kp"}
+    with pytest.raises(ConfigError, match=r"^parallel: fsdp .* allowed with fsdp: bp, fa, kp; every rule runs under ddp$"):
+        check_parallel("pepita", "fsdp", 2)
+    with pytest.raises(ConfigError, match=r"^parallel: 'zero3' is not allowed \(allowed: ddp, zero2, fsdp\)$"):
+        check_parallel("bp", "zero3", 2)
+    with pytest.raises(ConfigError, match=r"^nproc: must be at least 1"):
+        check_parallel("bp", "ddp", 0)
+    for rule in rule_names():
+        check_parallel(rule, "ddp", 2)
