@@ -10,7 +10,7 @@ from trainingcost.analytic.catalogue import rule_names
 from trainingcost.config.errors import ConfigError
 from trainingcost.config.model import canonical_model
 from trainingcost.config.training import TrainSpec
-from trainingcost.measure.distributed import exact_dtype, launch
+from trainingcost.measure.distributed import exact_dtype, launch_each
 from trainingcost.train import run as train_run
 
 STEPS, WORLD, PER_RANK = 3, 2, 2
@@ -36,9 +36,21 @@ def reference(rule: str, monkeypatch) -> dict:
     return state, done.losses
 
 
+@pytest.fixture(scope="module")
+def runs():
+    """Every case, one launch per sharding (starting two processes costs more than training this model)."""
+    out = {}
+    for parallel in ("ddp", "zero2", "fsdp"):
+        rules = [rule for rule, p in CASES if p == parallel]
+        for rule, run in zip(rules, launch_each([spec(PER_RANK, r) for r in rules], WORLD, parallel,
+                                                want_state=True, exact=True)):
+            out[rule, parallel] = run
+    return out
+
+
 @pytest.mark.parametrize("rule,parallel", CASES)
-def test_two_ranks_equal_one_process(rule, parallel, monkeypatch):
-    run = launch(spec(PER_RANK, rule), WORLD, parallel, want_state=True, exact=True)
+def test_two_ranks_equal_one_process(rule, parallel, runs, monkeypatch):
+    run = runs[rule, parallel]
     assert run.status == "ok", run.message
     expected, losses = reference(rule, monkeypatch)
     for rank in range(WORLD):

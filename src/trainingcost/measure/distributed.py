@@ -75,41 +75,46 @@ def exact_dtype() -> None:
 
 
 @record
-def worker(spec: TrainSpec, parallel: str, backend: str, threads: int | None, want_state: bool,
-           exact: bool = False) -> dict:
-    """One rank (the launcher's entry point): train, and return what the parent tabulates."""
+def worker(specs: tuple[TrainSpec, ...], parallel: str, backend: str, threads: int | None, want_state: bool,
+           exact: bool = False) -> list[dict]:
+    """One rank (the launcher's entry point): train each spec in turn in one process group, and return what the
+    parent tabulates, per spec."""
     if exact:
         exact_dtype()
     if threads is not None:
         torch.set_num_threads(threads)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device = resolve_device(spec.device)
+    device = resolve_device(specs[0].device)
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend_for(device, backend))
     try:
-        meter = CommMeter()
-        observers = []
-
-        def observe(rule, device):
-            observers.append(_Observer(rule, meter, world))
-            return observers[0]
-
-        done = run_steps(spec, observe, parallel=Parallel(parallel, rank, world))
-        if done.status in (STATUS_ERROR, STATUS_OOM):  # the other ranks may wait in a collective: fail the job
-            raise RuntimeError(f"rank {rank}: {done.message}")
-        state = None
-        if want_state:
-            rule = done.rule
-            state = {f"param.{i}": _full(p) for i, p in
-                     enumerate(p for g in rule.optimizer.param_groups for p in g["params"])}
-            state.update({f"buffer.{n}": _full(b) for n, b in done.model.named_buffers()})
-        return {"rank": rank, "world": world, "records": done.records, "status": done.status,
-                "message": done.message, "device": str(done.device), "task": done.task_description,
-                "val_loss": done.val_loss, "val_accuracy": done.val_accuracy, "weight_decay": done.weight_decay,
-                "comm": meter.rows, "step_times": observers[0].times if observers else [], "state": state}
+        return [_train_rank(spec, parallel, rank, world, want_state) for spec in specs]
     finally:
         dist.destroy_process_group()
+
+
+def _train_rank(spec: TrainSpec, parallel: str, rank: int, world: int, want_state: bool) -> dict:
+    meter = CommMeter()
+    observers = []
+
+    def observe(rule, device):
+        observers.append(_Observer(rule, meter, world))
+        return observers[0]
+
+    done = run_steps(spec, observe, parallel=Parallel(parallel, rank, world))
+    if done.status in (STATUS_ERROR, STATUS_OOM):  # the other ranks may wait in a collective: fail the job
+        raise RuntimeError(f"rank {rank}: {done.message}")
+    state = None
+    if want_state:
+        rule = done.rule
+        state = {f"param.{i}": _full(p) for i, p in
+                 enumerate(p for g in rule.optimizer.param_groups for p in g["params"])}
+        state.update({f"buffer.{n}": _full(b) for n, b in done.model.named_buffers()})
+    return {"rank": rank, "world": world, "records": done.records, "status": done.status,
+            "message": done.message, "device": str(done.device), "task": done.task_description,
+            "val_loss": done.val_loss, "val_accuracy": done.val_accuracy, "weight_decay": done.weight_decay,
+            "comm": meter.rows, "step_times": observers[0].times if observers else [], "state": state}
 
 
 @dataclass
@@ -130,6 +135,12 @@ class DistributedRun:
 def launch(spec: TrainSpec, nproc: int, parallel: str, backend: str = "auto", threads: int | None = 1,
            want_state: bool = False, exact: bool = False) -> DistributedRun:
     """Run ``spec`` on ``nproc`` ranks of this machine."""
+    return launch_each((spec,), nproc, parallel, backend, threads, want_state, exact)[0]
+
+
+def launch_each(specs, nproc: int, parallel: str, backend: str = "auto", threads: int | None = 1,
+                want_state: bool = False, exact: bool = False) -> list[DistributedRun]:
+    """Run each spec in turn on the same ``nproc`` ranks (one launch: the tests' and the benchmark's way)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -138,17 +149,16 @@ def launch(spec: TrainSpec, nproc: int, parallel: str, backend: str = "auto", th
                           rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
                           monitor_interval=0.1, start_method="spawn")
     try:
-        ranks = elastic_launch(config, worker)(spec, parallel, backend, threads, want_state, exact)
+        ranks = elastic_launch(config, worker)(tuple(specs), parallel, backend, threads, want_state, exact)
     except SignalException as exc:  # the launcher has terminated every rank
         raise KeyboardInterrupt from exc
     except ChildFailedError as exc:
-        failures = exc.failures
-        rank, failure = min(failures.items())
+        rank, failure = min(exc.failures.items())
         text = failure.message if isinstance(failure.message, str) else failure.message.get("message", str(failure.message))
-        message = f"rank {rank} exited with status {failure.exitcode}: {' '.join(text.split())[:400]}"
-        return DistributedRun(STATUS_FAILED, message)
-    first = ranks[0]
-    return DistributedRun(first["status"], first["message"], ranks)
+        message = f"rank {rank} exited with status {failure.exitcode}: {' '.join(str(text).split())[:400]}"
+        return [DistributedRun(STATUS_FAILED, message) for _ in specs]
+    return [DistributedRun(ranks[0][i]["status"], ranks[0][i]["message"], {r: ranks[r][i] for r in ranks})
+            for i in range(len(specs))]
 
 
 def comm_summary(comm: pd.DataFrame, steps: int) -> dict:
