@@ -40,6 +40,7 @@ from .config import (
 from .config.training import RULE_OPTION_FLOATS, RULE_OPTION_HELP
 from .io import created_count, undo_since
 from .args import Parser, add_model_flags, flag_message, integer, model_entry, number
+from .analytic.comm import BACKENDS, PARALLEL
 from .curves import add_parser as add_curves_parser  # trainingcost curves (curves.py; the scaling study)
 from .plan import add_parser as add_plan_parser  # trainingcost plan (plan.py; docs/planning.md)
 from .text import describe_config, grid, human, human_bytes
@@ -299,6 +300,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         warmup=args.warmup,
     )
     spec.check()  # every mistake is reported before torch is imported
+    if args.nproc != 1 or args.parallel != "ddp" or args.backend != "auto":
+        from .analytic.comm import check_parallel
+
+        check_parallel(args.rule, args.parallel, args.nproc, args.backend)  # before any process starts
     import torch
 
     from .io import write_parquet
@@ -307,7 +312,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    result = failed_run(spec, args.record_failure) if args.record_failure is not None else train(spec)
+    comm = None
+    if args.record_failure is not None:
+        result = failed_run(spec, args.record_failure)
+    elif args.nproc > 1:  # a data-parallel run: measure/distributed.py, docs/distributed.md
+        from .measure.distributed import train_distributed
+
+        result, comm, comm_line = train_distributed(spec, args.nproc, args.parallel, args.backend, args.threads or 1)
+    else:
+        result = train(spec)
     written = []
     if args.out_dir:
         from .measure.provenance import file_metadata
@@ -318,6 +331,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         write_parquet(result.steps, out_dir / "steps.parquet", metadata)
         trace = result.trace if result.trace is not None else pd.DataFrame(columns=TRACE_COLUMNS)
         write_parquet(trace, out_dir / "trace.parquet", metadata)
+        if comm is not None:
+            write_parquet(comm, out_dir / "comm.parquet", metadata)
         written.append(str(out_dir))
     if args.out:
         write_parquet(result.steps, args.out)
@@ -335,6 +350,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"{m['step_time_iqr_s'] * 1e3:.2f} ms), {human(m['tokens_per_s'])} tokens/s, "
             f"{human(m['flops_per_step'], 'FLOPs')} per step"
         )
+    if comm is not None:
+        from .measure.distributed import comm_line_text
+
+        line += comm_line_text(args.nproc, args.parallel, comm_line)
     print(line + where)
     if result.message:
         sys.stderr.write(f"trainingcost train: run ended with status {result.status}: {result.message}\n")
@@ -483,7 +502,15 @@ def build_parser() -> Parser:
     trn.add_argument("--measure", action="store_true", help="measure time, memory, energy and FLOPs (implied by --out-dir)")
     trn.add_argument("--warmup", type=integer, default=2, help="steps before the FLOP-counted step and the timed steps")
     trn.add_argument("--out-dir", help="measure, and write steps.parquet and measured.parquet here")
-    trn.add_argument("--threads", type=integer, help="CPU threads for torch (default: torch's choice)")
+    trn.add_argument("--threads", type=integer, help="CPU threads for torch (default: torch's choice; 1 per rank "
+                                                     "with --nproc)")
+    trn.add_argument("--nproc", type=integer, default=1,
+                     help="data-parallel processes on this machine (torch.distributed's launcher; the global batch is "
+                          "nproc x --batch; docs/distributed.md)")
+    trn.add_argument("--parallel", default="ddp", choices=PARALLEL,
+                     help="ddp (DistributedDataParallel, or one explicit all-reduce for rules that bypass it), "
+                          "zero2 or fsdp (FSDP2 fully_shard; bp, fa, kp)")
+    trn.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: nccl on CUDA, gloo on CPU")
     trn.add_argument("--config-hash", default=os.environ.get("TRAININGCOST_CONFIG_HASH"),
                      help="the workflow config's hash, kept in the tables' metadata (default: $TRAININGCOST_CONFIG_HASH, "
                           "which the workflow sets without making it a job parameter)")

@@ -172,3 +172,51 @@ def comm_summary(comm: pd.DataFrame, steps: int) -> dict:
         out[f"comm_bytes_{phase}"] = float(rows["bytes"].sum()) / steps
         out[f"comm_s_{phase}"] = float(rows["seconds"].sum()) / steps
     return out
+
+
+def train_distributed(spec: TrainSpec, nproc: int, parallel: str, backend: str = "auto",
+                      threads: int | None = 1):
+    """``train``'s result for a data-parallel run: one row per step (loss averaged over the ranks, the step's
+    wall time and its communication), the collectives of rank 0 (``comm``), and with ``spec.measure`` one
+    measured row for the run with the communication columns (docs/measurement.md)."""
+    from .run import TrainResult, measured_frame, run_columns, steps_frame
+
+    device = resolve_device(spec.device)
+    run = launch(spec, nproc, parallel, backend, threads)
+    first = run.first
+    records = first.get("records", [])
+    columns = {**run_columns(spec, run.status, run.message, device, first.get("weight_decay", spec.options.weight_decay)),
+               "nproc": nproc, "parallel": parallel, "backend": backend_for(device, backend),
+               "global_batch": spec.cfg.batch * nproc}
+    comm = run.comm()
+    frame = steps_frame(records, None, columns)
+    per_step = comm.groupby("step").agg(comm_bytes=("bytes", "sum"), comm_s=("seconds", "sum"),
+                                        collectives=("op", "size")).reset_index()
+    frame = frame.merge(per_step, on="step", how="left")
+    times = first.get("step_times", [])
+    frame["step_time_s"] = [times[i] if i < len(times) else math.nan for i in range(len(frame))]
+    timed = times[spec.warmup:] if len(times) > spec.warmup else times
+    counted = comm[comm.step > spec.warmup] if len(times) > spec.warmup else comm
+    summary = comm_summary(counted, len(timed))
+    if timed:
+        summary["step_time_median_s"] = float(pd.Series(timed).median())
+    measured = None
+    if spec.measure:
+        measured, _ = measured_frame(None, None, spec, columns, records, first.get("val_loss", math.nan),
+                                     first.get("val_accuracy", math.nan))
+        for key, value in summary.items():
+            measured[key] = value
+    losses = [r["loss"] for r in records]
+    result = TrainResult(steps=frame, status=run.status, first_loss=losses[0] if losses else math.nan,
+                         final_loss=losses[-1] if losses else math.nan, val_loss=first.get("val_loss", math.nan),
+                         val_accuracy=first.get("val_accuracy", math.nan), device=str(device),
+                         task_description=first.get("task", ""), message=run.message, measured=measured)
+    return result, comm, summary
+
+
+def comm_line_text(nproc: int, parallel: str, summary: dict) -> str:
+    """The summary line's communication clause."""
+    if not isinstance(summary.get("collectives_per_step"), float) or math.isnan(summary["collectives_per_step"]):
+        return f"; {nproc} ranks ({parallel}): no step run"
+    return (f"; {nproc} ranks ({parallel}), communication per step: {summary['comm_bytes_per_step']:,.0f} bytes in "
+            f"{summary['collectives_per_step']:g} collectives, {summary['comm_s_per_step'] * 1e3:.2f} ms")
