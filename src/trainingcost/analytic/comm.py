@@ -70,3 +70,56 @@ class Collective:
     group: int
     dtype: str
     phase: str
+
+
+# DistributedDataParallel's defaults (torch/nn/parallel/distributed.py): 25 MiB buckets, a first bucket of 1 MiB
+# (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES) when the buckets are rebuilt after the first iteration.
+BUCKET_CAP_BYTES = 25 * 2**20
+FIRST_BUCKET_BYTES = 2**20
+INDEX_BYTES = 4  # the rebuilt bucket indices are broadcast as int32
+
+
+def gradient_bytes(cfg, name: str, dtype: str) -> tuple[int, int]:
+    """(bytes, tensors) of the gradients rule ``name`` produces in one step: the memory model's ``gradients``
+    (every trained parameter, trained feedback included; PEPITA's frozen relative tables excluded) and the number
+    of trained tensors (from Adam's per-tensor step scalars in the same model)."""
+    from ..config.sweep import configs_frame
+    from .memory import STEP_SCALAR_BYTES, memory_table
+
+    row = memory_table(configs_frame([("comm", cfg)]), [name], dtypes=(dtype,), optimizers=("adam",),
+                       executed=False).iloc[0]
+    grads = int(row["gradients"])
+    tensors = (int(row["optimizer_state"]) - 2 * grads) // STEP_SCALAR_BYTES["adam"]
+    return grads, tensors
+
+
+def step_collectives(cfg, name: str, parallel: str, world: int, dtype: str, step: int) -> list[Collective]:
+    """The collectives one rank issues in training step ``step`` (1-based) of rule ``name`` under ``parallel``
+    on ``world`` ranks, in order, with their bytes (equal to the meter: tests/test_distributed.py).
+
+    - explicit rules: one all-reduce of every gradient, flat, before the optimizer step;
+    - DDP: step 1 reduces every gradient in one bucket (DDP disables bucketing until it has seen the backward's
+      order, ``find_unused_parameters=False``); at the start of step 2 it broadcasts the rebuilt buckets (the
+      parameter indices and one more int32, then one int32 per bucket), and from then on reduces one bucket
+      per all-reduce: a first of 1 MiB, then 25 MiB each, in the order gradients become ready.
+    """
+    check_parallel(name, parallel, world)
+    if world == 1:
+        return []
+    grads, tensors = gradient_bytes(cfg, name, dtype)
+    if mechanism(name) == "explicit":
+        return [Collective("all_reduce", grads, world, dtype, "optimizer_step")]
+    if parallel != "ddp":
+        raise ConfigError(f"parallel: {parallel}: the communication model covers ddp only so far (allowed: ddp)")
+    if step == 1 or grads <= FIRST_BUCKET_BYTES:
+        buckets = [grads]
+    else:
+        raise ConfigError(
+            f"model: {grads} bytes of gradients exceed DDP's first bucket ({FIRST_BUCKET_BYTES} bytes): its rebuilt "
+            "buckets follow the backward's gradient-ready order, which this model does not know yet")
+    out = []
+    if step == 2:
+        out += [Collective("broadcast", (tensors + 1) * INDEX_BYTES, world, "int32", "forward"),
+                Collective("broadcast", len(buckets) * INDEX_BYTES, world, "int32", "forward")]
+    out += [Collective("all_reduce", size, world, dtype, "backward") for size in buckets]
+    return out

@@ -31,7 +31,8 @@ OPS = {
     "allgather_": ("all_gather", 0),
     "reduce_scatter_": ("reduce_scatter", 1),
 }
-DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float64: "fp64", torch.float16: "fp16"}
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float64: "fp64", torch.float16: "fp16",
+               torch.int32: "int32", torch.int64: "int64"}
 
 
 def _tensors(value) -> list[torch.Tensor]:
