@@ -363,6 +363,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"threads: must be at least 1 (got {args.threads})")
+    if args.collectives:  # measure/collectives.py, docs/distributed.md
+        return calibrate_collectives_command(args)
+    if args.trace is None:
+        raise ConfigError("--trace: required (or --collectives)")
     if not 0 < args.tolerance < 1:
         raise ConfigError(f"tolerance: must be between 0 and 1 (got {args.tolerance})")
     if not args.time_cap > 0:
@@ -390,6 +394,32 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
           f"{result['rounds']} rounds ({result['seconds_spent']:.1f} s; the last two agree within "
           f"{result['round_agreement']:.1%}); launch {result['launch_overhead_s'] * 1e6:.2f} us; timing quality "
           f"{result['load']['timing_quality']} -> {args.out}")
+    return 0
+
+
+def calibrate_collectives_command(args: argparse.Namespace) -> int:
+    from .analytic.comm import BACKENDS
+
+    if args.nproc < 2:
+        raise ConfigError(f"nproc: --collectives needs at least 2 processes (got {args.nproc})")
+    if args.backend not in BACKENDS:
+        raise ConfigError(f"backend: {args.backend!r} is not allowed (allowed: {', '.join(BACKENDS)})")
+    if not 0 < args.tolerance < 1:
+        raise ConfigError(f"tolerance: must be between 0 and 1 (got {args.tolerance})")
+    from .findings.calibration import write_calibration
+    from .measure.collectives import CollectivesBusy, calibrate_collectives
+
+    try:
+        result = calibrate_collectives(args.nproc, args.device, args.backend, args.max_bytes, args.tolerance,
+                                       args.time_cap)
+    except CollectivesBusy as busy:
+        sys.stderr.write(f"trainingcost {busy}\n")
+        return 1
+    write_calibration(result, args.out)
+    fits = "; ".join(f"{op} {f['alpha_s'] * 1e6:.0f} us + {1 / f['beta_s_per_byte'] / 1e9:.2f} GB/s"
+                     for op, f in result["fit"].items())
+    print(f"{result['backend']} on {result['world']} processes: {fits} ({result['rounds']} rounds, "
+          f"{result['seconds_spent']:.1f} s) -> {args.out}")
     return 0
 
 
@@ -520,8 +550,15 @@ def build_parser() -> Parser:
     trn.set_defaults(func=cmd_train)
 
     cal = sub.add_parser("calibrate", help="time every kernel of traced steps on a device, until two rounds agree")
-    cal.add_argument("--trace", required=True, help="a trace parquet (the trace.parquet of `train --out-dir`, or "
-                                                     "the workflow's results/tables/trace.parquet)")
+    cal.add_argument("--trace", help="a trace parquet (the trace.parquet of `train --out-dir`, or "
+                                      "the workflow's results/tables/trace.parquet)")
+    cal.add_argument("--collectives", action="store_true",
+                     help="time all-reduce, reduce-scatter, all-gather and broadcast over 4 KiB .. --max-bytes on "
+                          "--nproc processes and fit alpha + beta * bytes per op (docs/distributed.md)")
+    cal.add_argument("--nproc", type=integer, default=2, help="processes for --collectives")
+    cal.add_argument("--backend", default="auto", help="for --collectives: auto (nccl on CUDA, gloo on CPU), gloo, nccl")
+    cal.add_argument("--max-bytes", type=integer,
+                     help="for --collectives: the largest buffer (default 256 MiB on CUDA, 16 MiB on CPU)")
     cal.add_argument("--device", default="auto", choices=DEVICES)
     cal.add_argument("--dtype", default="fp32", choices=list(TRAIN_DTYPES))
     cal.add_argument("--tolerance", type=number, default=0.05,

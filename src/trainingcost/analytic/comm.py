@@ -123,3 +123,9 @@ def step_collectives(cfg, name: str, parallel: str, world: int, dtype: str, step
                 Collective("broadcast", len(buckets) * INDEX_BYTES, world, "int32", "forward")]
     out += [Collective("all_reduce", size, world, dtype, "backward") for size in buckets]
     return out
+
+
+def comm_seconds(collectives: list[Collective], fit: dict) -> float:
+    """The time of these collectives, one after another, under a calibration's ``alpha + beta * bytes`` per op
+    (``trainingcost calibrate --collectives``'s ``fit``)."""
+    return sum(fit[c.op]["alpha_s"] + fit[c.op]["beta_s_per_byte"] * c.bytes for c in collectives)

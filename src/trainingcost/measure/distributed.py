@@ -132,6 +132,27 @@ class DistributedRun:
         return pd.DataFrame(self.first.get("comm", []), columns=COMM_COLUMNS)
 
 
+def run_ranks(entry, nproc: int, args: tuple) -> tuple[dict, str | None]:
+    """Start ``entry(*args)`` on ``nproc`` ranks through torch.distributed's elastic launcher (torchrun's engine;
+    its rendezvous store on a free port of this machine; no restarts); return ``({rank: value}, None)``, or
+    ``({}, message)`` when a rank failed (the launcher has then terminated the others)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"trainingcost-{uuid.uuid4().hex}",
+                          rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
+                          monitor_interval=0.1, start_method="spawn")
+    try:
+        return elastic_launch(config, entry)(*args), None
+    except SignalException as exc:  # the launcher has terminated every rank
+        raise KeyboardInterrupt from exc
+    except ChildFailedError as exc:
+        rank, failure = min(exc.failures.items())
+        text = failure.message if isinstance(failure.message, str) else failure.message.get("message", str(failure.message))
+        return {}, f"rank {rank} exited with status {failure.exitcode}: {' '.join(str(text).split())[:400]}"
+
+
 def launch(spec: TrainSpec, nproc: int, parallel: str, backend: str = "auto", threads: int | None = 1,
            want_state: bool = False, exact: bool = False) -> DistributedRun:
     """Run ``spec`` on ``nproc`` ranks of this machine."""
@@ -141,22 +162,9 @@ def launch(spec: TrainSpec, nproc: int, parallel: str, backend: str = "auto", th
 def launch_each(specs, nproc: int, parallel: str, backend: str = "auto", threads: int | None = 1,
                 want_state: bool = False, exact: bool = False) -> list[DistributedRun]:
     """Run each spec in turn on the same ``nproc`` ranks (one launch: the tests' and the benchmark's way)."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"trainingcost-{uuid.uuid4().hex}",
-                          rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
-                          monitor_interval=0.1, start_method="spawn")
-    try:
-        ranks = elastic_launch(config, worker)(tuple(specs), parallel, backend, threads, want_state, exact)
-    except SignalException as exc:  # the launcher has terminated every rank
-        raise KeyboardInterrupt from exc
-    except ChildFailedError as exc:
-        rank, failure = min(exc.failures.items())
-        text = failure.message if isinstance(failure.message, str) else failure.message.get("message", str(failure.message))
-        message = f"rank {rank} exited with status {failure.exitcode}: {' '.join(str(text).split())[:400]}"
-        return [DistributedRun(STATUS_FAILED, message) for _ in specs]
+    ranks, failure = run_ranks(worker, nproc, (tuple(specs), parallel, backend, threads, want_state, exact))
+    if failure is not None:
+        return [DistributedRun(STATUS_FAILED, failure) for _ in specs]
     return [DistributedRun(ranks[0][i]["status"], ranks[0][i]["message"], {r: ranks[r][i] for r in ranks})
             for i in range(len(specs))]
 
