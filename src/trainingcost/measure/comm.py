@@ -5,9 +5,11 @@ DDP's reducer (C++), FSDP2's all-gathers and reduce-scatters and the explicit al
 (``c10d.allreduce_``, ``c10d._allgather_base_``, ``c10d._reduce_scatter_base_``, ``c10d.broadcast_``, ...), so
 one ``TorchDispatchMode`` sees them all, as torch's own ``CommDebugMode`` counts them. For each it records the op,
 the bytes of the buffer (all-reduce, broadcast: the tensors; all-gather: the gathered output; reduce-scatter:
-the unscattered input), the group size, the dtype, the step and phase, and the wall time: the meter waits for
-each collective's ``Work`` where it is issued, so its seconds are the whole collective's (under the meter no
-collective overlaps compute; the step's other phases are timed apart from it).
+the unscattered input), the group size, the dtype, the step and phase, and two times: ``wait_s``, spent at a barrier
+just before the collective (the ranks' imbalance: a collective cannot start before its slowest rank arrives), and
+``seconds``, from the collective's start to its completion on this rank (the meter waits for its ``Work`` where
+it is issued, so no collective overlaps compute under the meter, and the time is the whole collective's: what the
+calibration of the collectives and the communication model predict).
 """
 
 from __future__ import annotations
@@ -70,16 +72,19 @@ class CommMeter(TorchDispatchMode):
         tensors = _tensors(args[where])
         group = next((a for a in args if isinstance(a, torch.ScriptObject)), None)
         start = time.perf_counter()
+        dist.barrier()
+        arrived = time.perf_counter()
         out = func(*args, **kwargs)
         work = out[1] if isinstance(out, tuple) else out
         if isinstance(work, torch.ScriptObject):
             dist.distributed_c10d.Work.unbox(work).wait()
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - arrived
         self.rows.append({
             "step": self.step, "phase": self.current, "op": name,
             "bytes": int(sum(t.numel() * t.element_size() for t in tensors)),
             "group": dist.ProcessGroup.unbox(group).size() if group is not None else dist.get_world_size(),
             "dtype": DTYPE_NAMES.get(tensors[0].dtype, str(tensors[0].dtype)) if tensors else "",
             "seconds": seconds,
+            "wait_s": arrived - start,
         })
         return out

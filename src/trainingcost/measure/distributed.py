@@ -27,7 +27,7 @@ from ..train.distributed import Parallel
 from ..train.run import STATUS_ERROR, STATUS_FAILED, STATUS_OOM, resolve_device, run_steps
 from .comm import CommMeter
 
-COMM_COLUMNS = ["step", "phase", "op", "bytes", "group", "dtype", "seconds"]
+COMM_COLUMNS = ["step", "phase", "op", "bytes", "group", "dtype", "seconds", "wait_s"]
 
 
 def free_port() -> int:
@@ -171,10 +171,12 @@ def launch_each(specs, nproc: int, parallel: str, backend: str = "auto", threads
 
 def comm_summary(comm: pd.DataFrame, steps: int) -> dict:
     """Per step (mean over the steps run): bytes, seconds and collectives, and bytes and seconds per phase."""
-    out = {"comm_bytes_per_step": math.nan, "comm_s_per_step": math.nan, "collectives_per_step": math.nan}
+    out = {"comm_bytes_per_step": math.nan, "comm_s_per_step": math.nan, "comm_wait_s_per_step": math.nan,
+           "collectives_per_step": math.nan}
     if not steps:
         return out
     out.update(comm_bytes_per_step=float(comm["bytes"].sum()) / steps, comm_s_per_step=float(comm["seconds"].sum()) / steps,
+               comm_wait_s_per_step=float(comm["wait_s"].sum()) / steps,
                collectives_per_step=len(comm) / steps)
     for phase, rows in comm.groupby("phase"):
         out[f"comm_bytes_{phase}"] = float(rows["bytes"].sum()) / steps

@@ -19,6 +19,7 @@ Randomness a rule draws per step is made to equal one process's on the global ba
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -53,8 +54,12 @@ class Parallel:
         elif self.kind == "ddp":
             from torch.nn.parallel import DistributedDataParallel
 
-            # Fixed feedback buffers (FA, WM) are equal on every rank: no per-forward broadcast.
-            rule.model = DistributedDataParallel(rule.model, broadcast_buffers=False, bucket_cap_mb=self.bucket_cap_mb)
+            # Fixed feedback buffers (FA, WM) are equal on every rank: no per-forward broadcast (and none at init:
+            # the warning's advice to keep broadcast_buffers=False for that).
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
+                rule.model = DistributedDataParallel(rule.model, broadcast_buffers=False,
+                                                     bucket_cap_mb=self.bucket_cap_mb)
         else:
             self._fsdp(rule)
         self._replicate_randomness(rule)
