@@ -85,3 +85,59 @@ def test_refusals_are_one_line():
         check_parallel("bp", "ddp", 0)
     for rule in rule_names():
         check_parallel(rule, "ddp", 2)
+
+
+def _ranks(parent, count: int, timeout: float = 120.0):
+    """The launcher's rank processes under ``parent`` (psutil), once ``count`` of them run."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ranks = [p for p in psutil.Process(parent.pid).children(recursive=True)
+                 if "spawn_main" in " ".join(p.cmdline())]
+        if len(ranks) == count:
+            return ranks
+        time.sleep(0.2)
+    raise AssertionError(f"{count} ranks never started")
+
+
+def _train(out_dir):
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "trainingcost", "train", "--nproc", "2", "--steps", "100000", "--layers", "1",
+               "--d-model", "16", "--heads", "2", "--d-ff", "32", "--seq-len", "8", "--batch", "2",
+               "--out-dir", str(out_dir)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_dying_rank_ends_the_job_with_a_status_row(tmp_path):
+    import pandas as pd
+    import psutil
+
+    job = _train(tmp_path / "run")
+    ranks = _ranks(job, 2)
+    ranks[1].kill()
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    assert "status failed" in out and "rank 1 exited" in err
+    steps = pd.read_parquet(tmp_path / "run" / "steps.parquet")
+    assert set(steps.status) == {"failed"}
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks)  # the other rank reaped
+
+
+def test_ctrl_c_stops_every_rank_and_writes_nothing(tmp_path):
+    import signal
+
+    import psutil
+
+    job = _train(tmp_path / "run")
+    ranks = _ranks(job, 2)
+    job.send_signal(signal.SIGINT)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode in (130, -signal.SIGINT), err
+    assert "interrupted; nothing written" in err
+    assert not (tmp_path / "run").exists()
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks)
