@@ -40,7 +40,7 @@ from .config import (
 from .config.training import RULE_OPTION_FLOATS, RULE_OPTION_HELP
 from .io import created_count, undo_since
 from .args import Parser, add_model_flags, flag_message, integer, model_entry, number
-from .analytic.comm import BACKENDS, PARALLEL
+from .analytic.comm import BACKENDS, PARALLEL, sharded_rules
 from .curves import add_parser as add_curves_parser  # trainingcost curves (curves.py; the scaling study)
 from .plan import add_parser as add_plan_parser  # trainingcost plan (plan.py; docs/planning.md)
 from .text import describe_config, grid, human, human_bytes
@@ -539,7 +539,7 @@ def build_parser() -> Parser:
                           "nproc x --batch; docs/distributed.md)")
     trn.add_argument("--parallel", default="ddp", choices=PARALLEL,
                      help="ddp (DistributedDataParallel, or one explicit all-reduce for rules that bypass it), "
-                          "zero2 or fsdp (FSDP2 fully_shard; bp, fa, kp)")
+                          "zero2 or fsdp (FSDP2 fully_shard; " + ", ".join(sharded_rules()) + ")")
     trn.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: nccl on CUDA, gloo on CPU")
     trn.add_argument("--config-hash", default=os.environ.get("TRAININGCOST_CONFIG_HASH"),
                      help="the workflow config's hash, kept in the tables' metadata (default: $TRAININGCOST_CONFIG_HASH, "
