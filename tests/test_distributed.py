@@ -141,3 +141,25 @@ def test_ctrl_c_stops_every_rank_and_writes_nothing(tmp_path):
     assert "interrupted; nothing written" in err
     assert not (tmp_path / "run").exists()
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks)
+
+
+def test_a_tiny_distributed_sweep_through_the_workflow(tmp_path):
+    """train.parallel: two ranks per job, through Snakemake; the gathered tables carry the communication."""
+    import copy
+
+    import pandas as pd
+    from test_workflow import TINY, snakemake
+
+    config = copy.deepcopy(TINY)
+    config["train"].update(rules=["bp", "pepita"], steps=4, parallel={"nproc": 2, "parallel": "ddp"})
+    config["sweep"]["models"][0].update(arch="decoder")
+    result = snakemake(tmp_path, config, "results/tables/measured.parquet")
+    assert result.returncode == 0, result.stderr[-3000:]
+    measured = pd.read_parquet(tmp_path / "results/tables/measured.parquet")
+    assert set(measured.rule) == {"bp", "pepita"} and set(measured.status) == {"ok"}
+    assert (measured.nproc == 2).all() and (measured.comm_bytes_per_step > 0).all()
+    assert set(measured.collectives_per_step) == {1.0}  # DDP's one bucket; PEPITA's one all-reduce
+    config["train"]["parallel"]["parallel"] = "fsdp"
+    (tmp_path / "refused").mkdir()
+    refused = snakemake(tmp_path / "refused", config, "-n")
+    assert refused.returncode != 0 and "train.parallel.parallel: fsdp" in refused.stderr

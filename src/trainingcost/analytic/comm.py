@@ -18,11 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..config.choices import BACKENDS, PARALLEL
 from ..config.errors import ConfigError
 from .catalogue import rule, rule_names
 
-PARALLEL = ("ddp", "zero2", "fsdp")
-BACKENDS = ("auto", "gloo", "nccl")
 HOOK_PHASES = frozenset({"forward", "backward", "optimizer_step", "mirror"})
 SHARDED_PHASES = frozenset({"forward", "backward", "optimizer_step"})  # a mirror step reads whole weights
 
