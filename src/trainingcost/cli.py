@@ -40,6 +40,7 @@ from .config import (
 from .config.training import RULE_OPTION_FLOATS, RULE_OPTION_HELP
 from .io import created_count, undo_since
 from .args import Parser, add_model_flags, flag_message, integer, model_entry, number
+from .analytic.comm import BACKENDS, PARALLEL, sharded_rules
 from .curves import add_parser as add_curves_parser  # trainingcost curves (curves.py; the scaling study)
 from .plan import add_parser as add_plan_parser  # trainingcost plan (plan.py; docs/planning.md)
 from .text import describe_config, grid, human, human_bytes, wrapped
@@ -291,6 +292,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         warmup=args.warmup,
     )
     spec.check()  # every mistake is reported before torch is imported
+    if args.nproc != 1 or args.parallel != "ddp" or args.backend != "auto":
+        from .analytic.comm import check_parallel
+
+        check_parallel(args.rule, args.parallel, args.nproc, args.backend)  # before any process starts
     import torch
 
     from .io import write_parquet
@@ -299,7 +304,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    result = failed_run(spec, args.record_failure) if args.record_failure is not None else train(spec)
+    comm = None
+    if args.record_failure is not None:
+        result = failed_run(spec, args.record_failure)
+    elif args.nproc > 1:  # a data-parallel run: measure/distributed.py, docs/distributed.md
+        from .measure.distributed import train_distributed
+
+        result, comm, comm_line = train_distributed(spec, args.nproc, args.parallel, args.backend, args.threads or 1)
+    else:
+        result = train(spec)
     written = []
     if args.out_dir:
         from .measure.provenance import file_metadata
@@ -310,6 +323,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         write_parquet(result.steps, out_dir / "steps.parquet", metadata)
         trace = result.trace if result.trace is not None else pd.DataFrame(columns=TRACE_COLUMNS)
         write_parquet(trace, out_dir / "trace.parquet", metadata)
+        if comm is not None:
+            write_parquet(comm, out_dir / "comm.parquet", metadata)
         written.append(str(out_dir))
     if args.out:
         write_parquet(result.steps, args.out)
@@ -327,6 +342,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"{m['step_time_iqr_s'] * 1e3:.2f} ms), {human(m['tokens_per_s'])} tokens/s, "
             f"{human(m['flops_per_step'], 'FLOPs')} per step"
         )
+    if comm is not None:
+        from .measure.distributed import comm_line_text
+
+        line += comm_line_text(args.nproc, args.parallel, comm_line)
     print(line + where)
     if result.message:
         sys.stderr.write(f"trainingcost train: run ended with status {result.status}: {result.message}\n")
@@ -336,6 +355,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"threads: must be at least 1 (got {args.threads})")
+    if args.collectives:  # measure/collectives.py, docs/distributed.md
+        return calibrate_collectives_command(args)
+    if args.trace is None:
+        raise ConfigError("--trace: required (or --collectives)")
     if not 0 < args.tolerance < 1:
         raise ConfigError(f"tolerance: must be between 0 and 1 (got {args.tolerance})")
     if not args.time_cap > 0:
@@ -368,6 +391,32 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
           f"{result['rounds']} rounds ({result['seconds_spent']:.1f} s; the last two agree within "
           f"{result['round_agreement']:.1%}); launch {result['launch_overhead_s'] * 1e6:.2f} us; timing quality "
           f"{result['load']['timing_quality']} -> {args.out}")
+    return 0
+
+
+def calibrate_collectives_command(args: argparse.Namespace) -> int:
+    from .analytic.comm import BACKENDS
+
+    if args.nproc < 2:
+        raise ConfigError(f"nproc: --collectives needs at least 2 processes (got {args.nproc})")
+    if args.backend not in BACKENDS:
+        raise ConfigError(f"backend: {args.backend!r} is not allowed (allowed: {', '.join(BACKENDS)})")
+    if not 0 < args.tolerance < 1:
+        raise ConfigError(f"tolerance: must be between 0 and 1 (got {args.tolerance})")
+    from .findings.calibration import write_calibration
+    from .measure.collectives import CollectivesBusy, calibrate_collectives
+
+    try:
+        result = calibrate_collectives(args.nproc, args.device, args.backend, args.max_bytes, args.tolerance,
+                                       args.time_cap)
+    except CollectivesBusy as busy:
+        sys.stderr.write(f"trainingcost {busy}\n")
+        return 1
+    write_calibration(result, args.out)
+    fits = "; ".join(f"{op} {f['alpha_s'] * 1e6:.0f} us + {1 / f['beta_s_per_byte'] / 1e9:.2f} GB/s"
+                     for op, f in result["fit"].items())
+    print(f"{result['backend']} on {result['world']} processes: {fits} ({result['rounds']} rounds, "
+          f"{result['seconds_spent']:.1f} s) -> {args.out}")
     return 0
 
 
@@ -480,7 +529,15 @@ def build_parser() -> Parser:
     trn.add_argument("--measure", action="store_true", help="measure time, memory, energy and FLOPs (implied by --out-dir)")
     trn.add_argument("--warmup", type=integer, default=2, help="steps before the FLOP-counted step and the timed steps")
     trn.add_argument("--out-dir", help="measure, and write steps.parquet and measured.parquet here")
-    trn.add_argument("--threads", type=integer, help="CPU threads for torch (default: torch's choice)")
+    trn.add_argument("--threads", type=integer, help="CPU threads for torch (default: torch's choice; 1 per rank "
+                                                     "with --nproc)")
+    trn.add_argument("--nproc", type=integer, default=1,
+                     help="data-parallel processes on this machine (torch.distributed's launcher; the global batch is "
+                          "nproc x --batch; docs/distributed.md)")
+    trn.add_argument("--parallel", default="ddp", choices=PARALLEL,
+                     help="ddp (DistributedDataParallel, or one explicit all-reduce for rules that bypass it), "
+                          "zero2 or fsdp (FSDP2 fully_shard; " + ", ".join(sharded_rules()) + ")")
+    trn.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: nccl on CUDA, gloo on CPU")
     trn.add_argument("--config-hash", default=os.environ.get("TRAININGCOST_CONFIG_HASH"),
                      help="the workflow config's hash, kept in the tables' metadata (default: $TRAININGCOST_CONFIG_HASH, "
                           "which the workflow sets without making it a job parameter)")
@@ -490,8 +547,15 @@ def build_parser() -> Parser:
     trn.set_defaults(func=cmd_train)
 
     cal = sub.add_parser("calibrate", help="time every kernel of traced steps on a device, until two rounds agree")
-    cal.add_argument("--trace", required=True, help="a trace parquet (the trace.parquet of `train --out-dir`, or "
-                                                     "the workflow's results/tables/trace.parquet)")
+    cal.add_argument("--trace", help="a trace parquet (the trace.parquet of `train --out-dir`, or "
+                                      "the workflow's results/tables/trace.parquet)")
+    cal.add_argument("--collectives", action="store_true",
+                     help="time all-reduce, reduce-scatter, all-gather and broadcast over 4 KiB .. --max-bytes on "
+                          "--nproc processes and fit alpha + beta * bytes per op (docs/distributed.md)")
+    cal.add_argument("--nproc", type=integer, default=2, help="processes for --collectives")
+    cal.add_argument("--backend", default="auto", help="for --collectives: auto (nccl on CUDA, gloo on CPU), gloo, nccl")
+    cal.add_argument("--max-bytes", type=integer,
+                     help="for --collectives: the largest buffer (default 256 MiB on CUDA, 16 MiB on CPU)")
     cal.add_argument("--device", default="auto", choices=DEVICES)
     cal.add_argument("--dtype", default="fp32", choices=list(TRAIN_DTYPES))
     cal.add_argument("--tolerance", type=number, default=0.05,

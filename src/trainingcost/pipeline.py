@@ -159,6 +159,14 @@ def train_jobs(config: dict) -> list[TrainJob]:
         except ConfigError as error:
             raise ConfigError(f"train.task: {task} cannot train sweep entry {name!r} ({cfg.config_id}): {error}") from None
         for rule in train["rules"]:
+            if train["parallel"]["nproc"] > 1:  # a rule the sharding does not admit is refused before any job
+                from .analytic.comm import check_parallel
+
+                try:
+                    check_parallel(rule, train["parallel"]["parallel"], train["parallel"]["nproc"],
+                                   train["parallel"]["backend"])
+                except ConfigError as error:
+                    raise ConfigError(f"train.parallel.{error}") from None
             for seed in train["seeds"]:
                 jobs.append(TrainJob(cfg.config_id, rule, seed, name, cfg, task))
     return jobs
@@ -180,6 +188,9 @@ def train_command(job: TrainJob, config: dict) -> list[str]:
         "--mirror-steps", config["analytic"]["wm_mirror_steps"], "--eval-batches", train["eval_batches"],
         "--threads", train["resources"]["threads"], "--out-dir", job.run_dir,
     ]
+    if train["parallel"]["nproc"] > 1:  # one launcher starts the ranks on the job's node (docs/distributed.md)
+        args += ["--nproc", train["parallel"]["nproc"], "--parallel", train["parallel"]["parallel"],
+                 "--backend", train["parallel"]["backend"]]
     return [str(a) for a in args] + option_flags(cfg)
 
 

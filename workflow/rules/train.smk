@@ -11,11 +11,15 @@ rule train:
     wildcard_constraints:
         config_id="[0-9a-f]{10}",
         seed="[0-9]+",
-    threads: TRAIN["resources"]["threads"]
+    # A data-parallel job (train.parallel.nproc N) is one task whose launcher starts N ranks on its node, as
+    # torchrun does: N x the threads (SLURM: cpus_per_task) and, on GPUs, N x the GPUs (docs/distributed.md).
+    threads: TRAIN["resources"]["threads"] * TRAIN["parallel"]["nproc"]
     resources:
-        mem_mb=TRAIN["resources"]["mem_mb"],
+        mem_mb=TRAIN["resources"]["mem_mb"] * TRAIN["parallel"]["nproc"],
         runtime=TRAIN["resources"]["runtime"],
-        gpu=TRAIN["resources"]["gpu"],
+        gpu=TRAIN["resources"]["gpu"] * TRAIN["parallel"]["nproc"],
+        tasks=1,
+        cpus_per_task=TRAIN["resources"]["threads"] * TRAIN["parallel"]["nproc"],
     params:
         command=TRAININGCOST,
         args=lambda w: TRAIN_ARGS[(w.config_id, w.rule, int(w.seed))],

@@ -37,6 +37,8 @@ CONFIG_ENUMS: dict[str, tuple[str, ...]] = {
     "train_dtype": choices.TRAIN_DTYPES,
     "device": choices.DEVICES,
     "optimizer": choices.OPTIMIZERS,
+    "parallel": choices.PARALLEL,
+    "backend": choices.BACKENDS,
 }
 # The enums the catalogue decides: open (any string) in a schema loaded without its vocabulary.
 CATALOGUE_ENUMS = ("rule", "cost_model")

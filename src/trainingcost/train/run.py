@@ -111,20 +111,24 @@ def _divergence(step: int, loss: float, model: Transformer | None, spec: TrainSp
 
 
 def run_steps(spec: TrainSpec, observe: Callable[[Rule, torch.device], Observer] | None = None,
-              phase=no_phases) -> Trained:
-    """Train ``spec``; ``observe(rule, device)`` builds the observer that runs each step, if given."""
+              phase=no_phases, parallel=None) -> Trained:
+    """Train ``spec``; ``observe(rule, device)`` builds the observer that runs each step, if given; ``parallel``
+    (:class:`.distributed.Parallel`): this process is one rank of a data-parallel run."""
     spec.check()
     device = resolve_device(spec.device)
-    task = make_task(spec.task, spec.cfg, spec.corpus)
+    task = make_task(spec.task, parallel.global_cfg(spec.cfg) if parallel else spec.cfg, spec.corpus)
     done = Trained([], STATUS_OK, None, device, task.description, spec.options.weight_decay)
     try:
         done.model, done.rule = build_model(spec, device)
+        if parallel is not None:
+            parallel.wrap(done.rule)
         done.weight_decay = done.rule.weight_decay
         done.observer = observe(done.rule, device) if observe else None
         data = torch.Generator().manual_seed(spec.seed + 2)
         validation = [b.to(device) for b in task.validation(spec.seed, spec.eval_batches)]
         for step in range(1, spec.steps + 1):
-            batch = task.batch(data).to(device)
+            batch = task.batch(data)
+            batch = (parallel.shard(batch) if parallel is not None else batch).to(device)
             loss = float(done.observer.run(step, batch) if done.observer else done.rule.step(batch, phase))
             record = {"step": step, "loss": loss, "val_loss": math.nan, "val_accuracy": math.nan}
             done.records.append(record)
