@@ -52,7 +52,7 @@ def _record_events() -> None:
             tapes.append(self)
 
     M.TensorMeter.begin = logged_begin
-    P.Tape = LoggedTape
+    P.Tape = P.table.Tape = LoggedTape  # (the table module replays the steps on its own name)
 
 
 def allocations(events) -> list[tuple[int, str, str, int]]:

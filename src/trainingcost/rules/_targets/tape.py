@@ -19,7 +19,8 @@ The step (``TargetRule.step``), allocation by allocation:
   unit, alive until the call returns), as DFA's step runs it;
 - ``optimizer_step``: the model's parameters, then the feedback parameters (a second group, no weight decay).
 
-A matrix product of an expanded error (a per-sequence error over positions) folds it to rows first: a copy.
+A matrix product of an expanded error (a per-sequence error over positions) folds it to rows first: a copy, but
+for a batch of one sequence (a view).
 """
 
 from __future__ import annotations
@@ -151,8 +152,12 @@ def target_program(t: Tape, g: Group, run: Run, rule: str) -> None:
         t.drop(shifted)
         return Error(out, rows)
 
+    def fold(error: Error) -> Buf | None:
+        """``error.reshape(-1, d)``: an expanded error's rows are a copy, but for one sequence (a view)."""
+        return t.new(bytes_(np.where(g.B > 1, error.rows * d, 0), z), "reshape") if error.expanded else None
+
     def product(error: Error, label: str) -> Buf:
-        folded = t.new(bytes_(error.rows * d, z), "reshape") if error.expanded else None
+        folded = fold(error)
         out = t.new(bytes_(error.rows * d, z), label)
         t.drop(folded)
         return out
@@ -181,7 +186,7 @@ def target_program(t: Tape, g: Group, run: Run, rule: str) -> None:
             for stack in stacks:
                 for unit in units[stack][1:]:  # gamma * (rows(e)^T @ rows(below))
                     error = errors[id(unit)]
-                    folded = t.new(bytes_(error.rows * d, z), "reshape") if error.expanded else None
+                    folded = fold(error)
                     made = t.new(bytes_(d * d, z), "e^T h")
                     t.drop(folded)
                     t.new(bytes_(d * d, z), "E grad")  # becomes .grad
@@ -235,7 +240,7 @@ def train_inverses(t: Tape, g: Group, units) -> None:
             t.drop(noise, noisy.buf if noisy is not None else None)
             noisy = made
             memory = unit.memory
-            ops.bias = None if unit.bias is None else Value(unit.bias.buf, unit.bias.rows, unit.bias.width, False)
+            ops.bias = unit.bias  # (it requires a gradient: SDPA's math path, even without a graph)
             t.hold(noisy.buf)  # the runner's stream.x
             out = ops.run_block(stack, noisy, memory)
             if g.pre and unit is last:  # the unit's stages end with the stack's final norm
