@@ -172,7 +172,7 @@ OPTION_CASES = [
 
 
 def test_the_tape_follows_the_architecture_options_to_the_byte():
-    """21 option sets x 7 rules, SGD fp32 and Adam bf16 alternating: step start, step peak, every phase's peak.
+    """21 option sets x 10 rules, SGD fp32 and Adam bf16 alternating: step start, step peak, every phase's peak.
     Tied gradients: two in one backward are summed out of place by the engine; one from an earlier backward
     (DFA's head) is added in place."""
     mismatches = []

@@ -21,8 +21,7 @@ docs/learning_rules.md has the equations and their sources):
 
 The functions below take plain tensors, so a reference test can drive them on a two-layer MLP; the
 transformer rules (``rules/{tp,dtp,lra}/step.py``) call them on the model's units. This package is the three
-rules' shared training code (torch): its name starts with ``_``, so the catalogue's discovery, which reads
-every folder of ``rules/`` as a rule, passes it by.
+rules' shared training code (torch); their step on the memory tape is :mod:`.tape` (no torch).
 """
 
 from __future__ import annotations
