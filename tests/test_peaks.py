@@ -159,6 +159,7 @@ OPTION_CASES = [
     ("decoder", dict(positions="relative", kv_heads=1, head_dim=8, norm="rmsnorm"), (2, 16, 4, 40, 5, 4, 24)),
     ("decoder", dict(bias="none", head_bias=False), (2, 16, 2, 32, 8, 2, 16)),
     ("decoder", dict(bias="qkv"), (1, 24, 4, 48, 6, 3, 44)),
+    ("encoder", dict(bias="attention", norm="rmsnorm", norm_position="pre", ffn="swiglu"), (2, 16, 4, 40, 7, 2, 64)),
     ("encoder", dict(bias="none", head_bias=True), (2, 16, 4, 40, 7, 2, 64)),
     ("encoder-decoder", dict(bias="qkv", head_bias=False), (1, 16, 2, 32, 8, 2, 40)),
     ("decoder", dict(tie_embeddings=True, head_bias=False), (2, 16, 2, 32, 8, 2, 16)),
@@ -172,7 +173,7 @@ OPTION_CASES = [
 
 
 def test_the_tape_follows_the_architecture_options_to_the_byte():
-    """21 option sets x 10 rules, SGD fp32 and Adam bf16 alternating: step start, step peak, every phase's peak.
+    """22 option sets x 10 rules, SGD fp32 and Adam bf16 alternating: step start, step peak, every phase's peak.
     Tied gradients: two in one backward are summed out of place by the engine; one from an earlier backward
     (DFA's head) is added in place."""
     mismatches = []

@@ -314,7 +314,7 @@ class Ops:
             a, y = self.math_attention(q, kr, vr, bias)
             if self.g.grouped:
                 self.t.drop(kr.buf, vr.buf)
-            o = self.linear(a, self.g.d, "o", bias=self.g.out_bias)
+            o = self.linear(a, self.g.d, "o", bias=self.g.o_bias)
             self.t.drop(q.buf, k.buf, v.buf, y.buf, a.buf)
             return o
         # Grouped-query attention: K, then V, repeated to every head (expand, then reshape: a copy each), passed to
@@ -336,7 +336,7 @@ class Ops:
         if self.g.grouped:
             self.t.drop(kr.buf, vr.buf)
         self.t.drop(lse)
-        o = self.linear(a, self.g.d, "o", bias=self.g.out_bias)
+        o = self.linear(a, self.g.d, "o", bias=self.g.o_bias)
         self.t.drop(q.buf, k.buf, v.buf, a.buf)
         return o
 
