@@ -42,7 +42,7 @@ from .io import created_count, undo_since
 from .args import Parser, add_model_flags, flag_message, integer, model_entry, number
 from .curves import add_parser as add_curves_parser  # trainingcost curves (curves.py; the scaling study)
 from .plan import add_parser as add_plan_parser  # trainingcost plan (plan.py; docs/planning.md)
-from .text import describe_config, grid, human, human_bytes
+from .text import describe_config, grid, human, human_bytes, wrapped
 
 # ---------------------------------------------------------------------------
 # Human-readable output
@@ -139,14 +139,6 @@ def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model
            f"memory: {first['dtype']}, optimizer {first['optimizer']} (--dtype, --optimizer), the executed model's step "
            "peak" + (f";\n  * the components summed: {'; '.join(dict.fromkeys(why))}" if why else "")]
     return "\n".join(out) + "\n"
-
-
-def wrapped(text: str, width: int = 100) -> str:
-    """Each line of ``text`` broken after a comma or before a parenthesis to fit ``width`` columns."""
-    import textwrap
-
-    return "\n".join(part for line in text.splitlines()
-                     for part in (textwrap.wrap(line, width, break_long_words=False, subsequent_indent="  ") or [""]))
 
 
 def render_memory(memory: pd.DataFrame) -> str:
@@ -362,11 +354,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     try:
-        result = calibrate(device, args.dtype, trace, tolerance=args.tolerance, time_cap_s=args.time_cap, probe=args.probe)
+        result = calibrate(device, args.dtype, trace, tolerance=args.tolerance, time_cap_s=args.time_cap, probe=args.probe,
+                           keep_untrusted=args.keep_untrusted)
     except CalibrationBusy as busy:
         sys.stderr.write(f"trainingcost {busy}\n")
         return 1
     write_calibration(result, args.out)
+    if not result["trusted"]:
+        print(f"{result['provenance']['device_name']} ({args.dtype}): no trusted calibration: the machine is busy: "
+              f"{result['untrusted']}; kept, marked untrusted -> {args.out}")
+        return 0
     print(f"{result['provenance']['device_name']} ({args.dtype}): {len(result['kernels'])} kernels timed in "
           f"{result['rounds']} rounds ({result['seconds_spent']:.1f} s; the last two agree within "
           f"{result['round_agreement']:.1%}); launch {result['launch_overhead_s'] * 1e6:.2f} us; timing quality "
@@ -503,6 +500,9 @@ def build_parser() -> Parser:
                      help="also time each run's step at minimal sizes (the host's overhead; measure/probe.py)")
     cal.add_argument("--time-cap", type=number, default=60.0,
                      help="seconds; without convergence by then: a one-line 'machine is busy' error, no file")
+    cal.add_argument("--keep-untrusted", action="store_true",
+                     help="without convergence by --time-cap, write the rounds so far marked untrusted and exit 0 (the "
+                          "workflow: its findings come out on a busy machine, marked 'no trusted calibration')")
     cal.add_argument("--threads", type=integer)
     cal.add_argument("--out", required=True, help="the calibration JSON")
     cal.set_defaults(func=cmd_calibrate)

@@ -279,13 +279,17 @@ def write_comparison(analytic_path, memory_path, measured_path, comparison_out, 
         write_text(ratios[ratios["config_id"].isin(measured_ids)].to_csv(index=False, float_format="%.6g"), ratios_csv)
 
 
-def write_summary(comparison_path, ratios_path, measured_path, out, scaling_path=None) -> str:
-    """``summary.md`` from the comparison, ratio and measured tables, and the scaling study's section if given."""
+def write_summary(comparison_path, ratios_path, measured_path, out, scaling_path=None, calibration_path=None) -> str:
+    """``summary.md`` from the comparison, ratio and measured tables, the scaling study's section if given, and the
+    device calibration's trust (one that did not converge on a busy machine is said: "No trusted calibration")."""
+    import json
+
     from .findings.summary import write_summary as summarise
 
     extra = Path(scaling_path).read_text() if scaling_path else None
+    calibration = json.loads(Path(calibration_path).read_text()) if calibration_path else None
     return summarise(pd.read_parquet(comparison_path), pd.read_parquet(ratios_path), pd.read_parquet(measured_path), out,
-                     extra)
+                     extra, calibration)
 
 
 def describe(cfg: ModelConfig) -> str:
@@ -379,7 +383,8 @@ def section_spec(section: dict, cfg, gpu, where: str = "plan", count: bool = Tru
     measured = section["efficiency"].get("measured_rule", "bp")
     return PlanSpec(
         tokens=tokens, tokens_source=source, gpus=section["gpus"], tp=section["tp"], pp=section["pp"],
-        sharding=section["sharding"], precision=section["precision"], checkpointing=section["checkpointing"],
+        sharding=section["sharding"], zero3_gather=section["zero3_gather"], precision=section["precision"],
+        checkpointing=section["checkpointing"],
         checkpoint_every=section["checkpoint_every"], optimizer=section["optimizer"],
         global_batch=section.get("global_batch"),
         micro_batch=None if section["micro_batch"] == "max" else section["micro_batch"],

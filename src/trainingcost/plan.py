@@ -20,12 +20,12 @@ import pandas as pd
 from .analytic import cost_model_names, rule_names
 from .analytic.memory import OPTIMIZER_SLOTS
 from .analytic.plan import (
-    CHECKPOINTING, PRECISIONS, PREDICTED_SOURCE, SHARDINGS, STEP_PARTS, Efficiency, PlanSpec, plan_table,
+    CHECKPOINTING, PRECISIONS, PREDICTED_SOURCE, SHARDINGS, STEP_PARTS, ZERO3_GATHER, Efficiency, PlanSpec, plan_table,
     tokens_per_sequence,
 )
 from .args import add_model_flags, count, count_or_max, model_entry, number
 from .config import ConfigError
-from .text import describe_config, grid
+from .text import describe_config, grid, wrapped
 
 CHINCHILLA_TOKENS_PER_PARAMETER = 20  # Hoffmann et al. 2022: compute-optimal D ~ 20 N
 DEFAULT_MFU = 0.40
@@ -39,7 +39,9 @@ def add_parser(sub) -> None:
                                     "CO2e and memory, per rule and cost model")
     add_model_flags(p)
     p.add_argument("--rule", default="all", choices=[*rule_names(), "all"])
-    p.add_argument("--cost-model", default="all", choices=[*cost_model_names(), "all"])
+    p.add_argument("--cost-model", default="executed", choices=[*cost_model_names(), "all"],
+                   help="default executed, one row per rule in one screen; all: every cost model, the predicted step's "
+                        "parts, the memory parts and every source")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--tokens", type=number, help="training tokens (e.g. 2e12)")
     budget.add_argument("--epochs", type=number, help="passes over --dataset-tokens")
@@ -57,6 +59,9 @@ def add_parser(sub) -> None:
     p.add_argument("--pp", type=count, default=1, help="pipeline-parallel degree")
     p.add_argument("--sharding", default="zero3", choices=SHARDINGS,
                    help="data-parallel sharding: none (DDP), ZeRO stage 1-3, fsdp (FULL_SHARD = ZeRO-3); default zero3")
+    p.add_argument("--zero3-gather", default="sublayer", choices=list(ZERO3_GATHER),
+                   help="what ZeRO-3/FSDP gathers whole at a time: module (DeepSpeed ZeRO-3, its estimator's accounting), "
+                        "sublayer (FSDP wrapping attention and FFN modules; default) or block (FSDP wrapping each block)")
     p.add_argument("--precision", choices=list(PRECISIONS),
                    help="default: the device's best mixed precision (bf16-mixed where it has bf16 arithmetic, else "
                         "fp16-mixed, as GPT-3 was trained on V100s)")
@@ -209,6 +214,7 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         tokens=tokens, tokens_source=tokens_source, gpus=args.gpus, tp=args.tp, pp=args.pp, sharding=args.sharding,
         precision=precision, checkpointing=args.checkpointing, checkpoint_every=args.checkpoint_every,
         precision_source="" if args.precision else f"default: {gpu.name}'s best mixed precision",
+        zero3_gather=args.zero3_gather,
         optimizer=args.optimizer, global_batch=global_batch, micro_batch=args.micro_batch,
         efficiency=efficiency_of(args, cfg, precision, args.tp, gpu),
         power_utilisation=args.power_utilisation, power_source=power_source,
@@ -364,6 +370,72 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
     return "\n".join(out) + "\n"
 
 
+SCREEN_WIDTH = 100  # the compact view (the default: one cost model) fits 100 columns x 40 lines
+
+
+def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None) -> str:
+    """The default view, one cost model: one row per rule (FLOPs, ratio to BP, step, wall-clock, GPU-hours, MFU,
+    energy, CO2e, money where priced, memory per GPU, whether it fits, the micro-batch), the fit verdict, and the
+    assumptions in short; ``--cost-model all`` prints :func:`render` with every source."""
+    first = table.iloc[0]
+    batch = "given" if first["source_batch"] == "given" else "default: about 4M tokens"
+    out = [wrapped(describe(cfg).replace(f", batch {cfg.batch} (", " ("), SCREEN_WIDTH), ""]
+    out.append(wrapped(f"Run: {first['tokens']:.3g} tokens ({first['source_tokens'].split(' (')[0]}) in "
+                       f"{first['optimizer_steps']:,.0f} steps of {first['global_batch']} sequences of "
+                       f"{first['tokens_per_sequence']} tokens (global batch {batch})", SCREEN_WIDTH))
+    out.append(wrapped(f"On {first['gpus']} x {gpu.name} ({gpu.memory_bytes / 1e9:g} GB): data x tensor x pipeline = "
+                       f"{first['dp']} x {first['tp']} x {first['pp']}, {first['sharding']}, {first['precision']}, "
+                       f"checkpointing {first['checkpointing']}, {first['optimizer']}", SCREEN_WIDTH))
+    if table["compute_multiplier"].notna().any() and table["source_quality"].iloc[0].startswith("to reach"):
+        out.append(wrapped(tokens_per_rule(table), SCREEN_WIDTH))
+    out.append("")
+    money = table["cost"].notna().any()
+    header = ["rule", "", "FLOPs", "x BP", "step", "time", "GPU-h", "MFU", "MWh", "tCO2e", *(["cost"] if money else []),
+              "GiB/GPU", "fits", "micro"]
+    rows = [[r["rule"], "", "never" if math.isnan(r["model_flops"]) else f"{r['model_flops']:.3g}".replace("e+", "e"),
+             "" if math.isnan(r["flops_vs_bp"]) else f"{r['flops_vs_bp']:.2f}", _duration(r["step_time_s"]),
+             _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), f"{r['mfu']:.3f}", _short(r["energy_kwh"] / 1e3),
+             _short(r["co2e_t"]), *([_si(r["cost"])] if money else []), f"{r['mem_total'] / 2**30:.1f}",
+             "yes" if r["fits"] else "NO", r["micro_batch"]] for _, r in table.iterrows()]
+    out.append(f"The run under the {first['cost_model']} cost model (time: wall-clock; GiB/GPU: the most loaded GPU)")
+    out.append(grid(header, rows))
+    if verdict:  # what does not fit, then what would, each on its own lines
+        out += ["", *(wrapped(part.strip(), SCREEN_WIDTH) for part in verdict.replace(". The smallest", ".\nThe smallest")
+                      .replace(". No layout", ".\nNo layout").splitlines())]
+    out += ["", "Assumptions (--cost-model all: every cost model, the step's parts and every source):"]
+    precision = (first["source_precision"].split("): ")[0] + "; --precision)" if "): " in first["source_precision"]
+                 else f"{first['precision']} (--precision)")
+    gathered = (f"; {first['sharding']} gathers a {first['zero3_gather']} at a time "
+                f"({ZERO3_GATHER[first['zero3_gather']].split(':')[0]}; --zero3-gather)"
+                if first["sharding"] in ("zero3", "fsdp") else "")
+    notes = [f"precision: {precision}",
+             f"step time: {first['source_efficiency'].split(' (')[0]} (docs/planning.md; --mfu, --tokens-per-s, "
+             "--calibration)",
+             f"energy: TDP {gpu.power_w:g} W x {first['source_power'].split(' (')[0].removeprefix('TDP x ')}, PUE "
+             f"{first['source_pue'].split(' (')[0].removeprefix('default ')}, {first['source_carbon'].split(' (')[0].removeprefix('default ')} "
+             f"CO2e{'' if money else '; money: --price'}",
+             f"memory: ZeRO's bytes per parameter, activations of analytic/memory.py{gathered}"]
+    out += [wrapped(f"- {note}", SCREEN_WIDTH) for note in notes]
+    return "\n".join(out) + "\n"
+
+
+def _short(value: float) -> str:
+    """Energy or CO2e in at most 6 characters: 4 significant digits, or 2 in scientific notation below 0.01."""
+    if value == 0 or math.isnan(value):
+        return "0" if value == 0 else "-"
+    return f"{value:.1e}".replace("e-0", "e-") if abs(value) < 0.01 else _si(value, 4)
+
+
+def tokens_per_rule(table: pd.DataFrame) -> str:
+    """The plan-at-equal-quality line: each rule's tokens and its compute as a multiple of BP's."""
+    first = table.iloc[0]
+    per = table.drop_duplicates("rule")
+    return (f"Tokens per rule: {first['source_quality'].split(':')[0]}: " + "; ".join(
+        f"{r['rule'].upper()} " + ("never reaches it" if math.isnan(r["token_multiplier"]) else
+                                  f"{r['tokens']:.3g} ({r['compute_multiplier']:.3g}x BP's compute)")
+        for _, r in per.iterrows()))
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from .config.hardware import device
 
@@ -381,11 +453,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(records, indent=1))
     elif args.format == "csv":
         table.to_csv(sys.stdout, index=False)
+    elif args.cost_model != "all":
+        sys.stdout.write(render_compact(table, cfg, describe_config, gpu, verdict))
     else:
         sys.stdout.write(render(table, cfg, describe_config, gpu))
     if verdict:
         sys.stdout.flush()
-        print(verdict, file=sys.stderr if args.format != "table" else sys.stdout)
+        if args.format != "table" or args.cost_model == "all":
+            print(verdict, file=sys.stderr if args.format != "table" else sys.stdout)
         return 1 if args.require_fit else 0
     return 0
 

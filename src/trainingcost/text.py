@@ -47,3 +47,11 @@ def describe_config(c: ModelConfig) -> str:
         f"{c.arch}, {depth}, d_model {c.d_model}, {c.heads} heads, d_ff {c.d_ff}, {head}, "
         f"batch {c.batch} (config_id {c.config_id}){extra}"
     )
+
+
+def wrapped(text: str, width: int = 100) -> str:
+    """Each line of ``text`` broken after a comma or before a parenthesis to fit ``width`` columns."""
+    import textwrap
+
+    return "\n".join(part for line in text.splitlines()
+                     for part in (textwrap.wrap(line, width, break_long_words=False, subsequent_indent="  ") or [""]))

@@ -46,6 +46,7 @@ rule summary:
         comparison=rules.comparison.output.comparison,
         ratios=rules.comparison.output.ratios,
         measured=rules.measured.output.measured,
+        calibration=rules.calibrate.output[0],  # one that did not converge: "No trusted calibration"
         scaling="results/scaling.md" if SCALING else [],  # the scaling study's section (scaling.smk)
     output:
         report("results/summary.md", caption="../report/summary.rst", category="Summary"),
@@ -56,7 +57,8 @@ rule summary:
         from trainingcost.pipeline import logged, write_summary
 
         with logged(log[0]):
-            write_summary(input.comparison, input.ratios, input.measured, output[0], input.scaling or None)
+            write_summary(input.comparison, input.ratios, input.measured, output[0], input.scaling or None,
+                          input.calibration)
 
 
 rule figures:

@@ -52,6 +52,7 @@ from ..config.errors import SizeOverflowError
 
 PHASES = ("forward", "backward", "error_projection", "target_propagation", "weight_update", "feedback_update", "mirror")
 INT64_LIMIT = float(2**63 - 1)
+EXACT_FLOAT = float(2**50)  # float64 holds every integer below 2**53; the margin covers a formula's intermediates
 
 
 def recipe(rule_name: str, mirror_steps: int = 1, cost_model_name: str | None = None) -> dict[str, list[tuple[str, int]]]:
@@ -77,9 +78,42 @@ class Quantities:
     flops: dict[str, np.ndarray]
     declared: dict[str, np.ndarray]
     elementwise: dict[str, np.ndarray] | None = None
+    exact: dict[str, dict[str, np.ndarray]] | None = None  # the float64 values behind ``maccs``/``flops`` (exact)
+    written: dict[str, list[slice]] | None = None  # the template rows each quantity may be nonzero on
+    # the configurations too large for exact floats: (their indices, their template rows here, their Quantities in int64)
+    large: tuple | None = None
+    lazy: bool = False  # the derived quantities (DERIVED) are not stored: phase_totals sums them part by part
+
+
+class ExactInts(dict):
+    """Float64 arrays of exact integers (every value below EXACT_FLOAT), read as int64 arrays: each converted
+    once, when first read (the per-configuration totals read the floats themselves and convert only their sums)."""
+
+    def __init__(self, floats: dict[str, np.ndarray], rows: np.ndarray | None = None, large: dict | None = None):
+        super().__init__(floats)
+        self.floats, self.rows, self.large = floats, rows, large  # large: int64 values of ``rows`` (too large for floats)
+        self._ints: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._ints:
+            ints = self.floats[name].astype(np.int64)
+            if self.rows is not None and len(self.rows):
+                ints[self.rows] = self.large[name] if name in self.large else 0
+            self._ints[name] = ints
+        return self._ints[name]
+
+    def get(self, name: str, default=None):
+        return self[name] if name in self.floats else default
+
+    def values(self):
+        return [self[name] for name in self.floats]
+
+    def items(self):
+        return [(name, self[name]) for name in self.floats]
 
 
 BACKWARD_PARTS = ("backward", "backward_q", "backward_kv", "backward_skip")
+DERIVED = ("backward_total", "backward_dfa", "forward_unit", "backward_local")
 
 
 def _derive_backward(q: dict, declared: dict, block_entry: np.ndarray, kv_entry: np.ndarray, n: int) -> None:
@@ -129,7 +163,10 @@ def _derive_units(q: dict, declared: dict, templates: Templates) -> None:
         declared["backward_local"] = declared["backward_dfa"] & ~head
 
 
-def _evaluate_formulas(model: CostModel, templates: Templates, dtype) -> tuple[dict, dict, dict, dict]:
+def _evaluate_formulas(model: CostModel, templates: Templates, dtype, written: dict | None = None
+                       ) -> tuple[dict, dict, dict, dict]:
+    """Every formula of ``model`` on its kinds' rows, per batch, in ``dtype``; ``written`` (if given) collects the
+    rows (kind slices) each quantity was written on."""
     n = len(templates)
     maccs: dict[str, np.ndarray] = {}
     flops: dict[str, np.ndarray] = {}
@@ -141,6 +178,8 @@ def _evaluate_formulas(model: CostModel, templates: Templates, dtype) -> tuple[d
             continue
         shapes = Shapes(templates, index, dtype=dtype)
         for name, values in formula(shapes).items():
+            if written is not None:
+                written.setdefault(name, []).append(index)
             where = values[3] if len(values) == 4 else True
             for store, value in zip((maccs, flops, elementwise), values[:3]):
                 if value is None:
@@ -155,18 +194,48 @@ def _evaluate_formulas(model: CostModel, templates: Templates, dtype) -> tuple[d
 
 
 def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
-             templates: Templates | None = None) -> Quantities:
+             templates: Templates | None = None, floats: bool = True, derive: bool = True) -> Quantities:
     """Evaluate every formula of ``cost_model_name`` on every configuration, per batch
-    (on ``templates`` when the caller has built them for the model's granularity)."""
+    (on ``templates`` when the caller has built them for the model's granularity). ``floats`` False: in int64."""
     model = cost_model(cost_model_name)
     templates = templates if templates is not None else build_for(model, configs)
-    maccs, flops, elementwise, declared = _evaluate_formulas(model, templates, np.int64)
-    # The same polynomials in floating point reveal any int64 overflow.
-    _refuse_overflow(model, configs, templates, _float_values(model, templates), mirror_steps)
+    if not floats:
+        maccs, flops, elementwise, declared = _evaluate_formulas(model, templates, np.int64)
+        _refuse_overflow(model, configs, templates, _float_values(model, templates), mirror_steps)
+        q = {"maccs": maccs, "flops": flops, **({"elementwise": elementwise} if elementwise else {})}
+        _derive_backward(q, declared, templates.block_entry, templates.kv_entry, len(templates))
+        _derive_units(q, declared, templates)
+        return Quantities(cost_model_name, templates, maccs, flops, declared, q.get("elementwise"))
+    # The polynomials in floating point reveal any int64 overflow; below EXACT_FLOAT every value, and every
+    # intermediate of a formula (integer products, sums and halvings within a few times the result), is an integer
+    # that float64 holds exactly, so the exact int64 values are those floats: one evaluation, not two.
+    written: dict[str, list[slice]] = {}
+    maccs, flops, elementwise, declared = _evaluate_formulas(model, templates, np.float64, written)
+    worst = _refuse_overflow(model, configs, templates, [(flops, written), (elementwise, written)], mirror_steps)
     q = {"maccs": maccs, "flops": flops, **({"elementwise": elementwise} if elementwise else {})}
-    _derive_backward(q, declared, templates.block_entry, templates.kv_entry, len(templates))
-    _derive_units(q, declared, templates)
-    return Quantities(cost_model_name, templates, maccs, flops, declared, q.get("elementwise"))
+    # derive False (the per-configuration totals): the derived quantities are summed part by part from theirs
+    _derive_backward(q if derive else {}, declared, templates.block_entry, templates.kv_entry, len(templates))
+    _derive_units(q if derive else {}, declared, templates)
+    for derived, parts in (("backward_total", BACKWARD_PARTS), ("backward_dfa", BACKWARD_PARTS),
+                           ("forward_unit", ("forward",)), ("backward_local", BACKWARD_PARTS)):
+        written[derived] = [index for part in parts for index in written.get(part, [])]
+    # Configurations whose sum reaches EXACT_FLOAT (few, and large) are evaluated again alone, in int64.
+    large_cfg = np.flatnonzero(worst >= EXACT_FLOAT) if worst is not None else np.zeros(0, dtype=np.int64)
+    large, rows = None, None
+    if len(large_cfg):
+        alone = evaluate(cost_model_name, configs.iloc[large_cfg].reset_index(drop=True), mirror_steps, floats=False)
+        # the rows of the same (layer, configuration) here, in the order of the subset's rows
+        here = {(templates.labels[templates.part[r]], int(templates.cfg[r])): r
+                for r in np.flatnonzero(np.isin(templates.cfg, large_cfg))}
+        a = alone.templates
+        rows = np.array([here[(a.labels[a.part[r]], int(large_cfg[a.cfg[r]]))] for r in range(len(a))], dtype=np.int64)
+        assert len(rows) == len(here), "a subset's templates differ from the whole's"
+        large = (large_cfg, rows, alone)
+    stores = [ExactInts(store, rows, getattr(large[2], name) if large else None) if store is not None else None
+              for name, store in (("maccs", maccs), ("flops", flops), ("elementwise", q.get("elementwise")))]
+    return Quantities(cost_model_name, templates, *stores[:2], declared, stores[2],
+                      {"maccs": maccs, "flops": flops, "elementwise": q.get("elementwise") or {}}, written, large,
+                      not derive)
 
 
 def _float_values(model: CostModel, templates: Templates) -> list[np.ndarray]:
@@ -180,19 +249,28 @@ def _headroom(mirror_steps: int) -> int:
     return max(3, 2 * mirror_steps)
 
 
-def _total_per_config(templates: Templates, values: list[np.ndarray], n: int) -> np.ndarray:
-    """Per configuration, the sum over its layer instances of every quantity: a bound on any phase's total / headroom."""
+def _total_per_config(templates: Templates, values, n: int) -> np.ndarray:
+    """Per configuration, the sum over its layer instances of every quantity: a bound on any phase's total / headroom.
+    ``values``: float arrays, or (store, written) pairs whose quantities are nonzero only on their written rows."""
     weight = templates.count.astype(np.float64)
-    return sum(np.bincount(templates.cfg, weights=np.abs(v) * weight, minlength=n) for v in values)
+    if all(isinstance(v, np.ndarray) for v in values):
+        return sum(np.bincount(templates.cfg, weights=np.abs(v) * weight, minlength=n) for v in values)
+    rows = np.zeros(len(templates), dtype=np.float64)
+    for store, written in values:
+        for name, v in store.items():
+            for index in written.get(name, [slice(None)]):
+                rows[index] += np.abs(v[index])
+    return np.bincount(templates.cfg, weights=rows * weight, minlength=n)
 
 
-def _refuse_overflow(model: CostModel, configs: pd.DataFrame, templates: Templates, values: list[np.ndarray],
-                     mirror_steps: int) -> None:
-    if not values:
-        return
+def _refuse_overflow(model: CostModel, configs: pd.DataFrame, templates: Templates, values,
+                     mirror_steps: int) -> np.ndarray | None:
+    """Refuse the configurations whose costs leave exact int64; else each configuration's total (None: nothing)."""
+    if not values or all(isinstance(v, tuple) and not v[0] for v in values):
+        return None
     worst = _total_per_config(templates, values, len(configs))
     if worst.max() * _headroom(mirror_steps) < INT64_LIMIT:
-        return
+        return worst
     i = int(np.argmax(worst))
     error = SizeOverflowError(overflow_message(model, configs.iloc[[i]].reset_index(drop=True), float(worst[i]) * _headroom(mirror_steps)))
     error.config_name = str(configs["name"].iloc[i]) if "name" in configs else ""
@@ -280,10 +358,10 @@ def _templates_per_model(configs: pd.DataFrame, cost_models):
         yield model, built[key]
 
 
-def _evaluate_all(configs: pd.DataFrame, cost_models, mirror_steps: int):
+def _evaluate_all(configs: pd.DataFrame, cost_models, mirror_steps: int, derive: bool = True):
     """Yield (rank, name, Quantities) per cost model, building the templates once per granularity."""
     for rank, (model, templates) in enumerate(_templates_per_model(configs, cost_models)):
-        yield rank, model.name, evaluate(model.name, configs, mirror_steps, templates)
+        yield rank, model.name, evaluate(model.name, configs, mirror_steps, templates, derive=derive)
 
 
 def phase_costs(quantities: Quantities, rule: str, mirror_steps: int = 1):
@@ -405,6 +483,24 @@ def layer_rows(configs: pd.DataFrame, rules=None, cost_models=None) -> int:
     return rows * len(rules) * len(PHASES)
 
 
+def _int_sums(quantities: Quantities, values: np.ndarray) -> np.ndarray:
+    """Per configuration, the exact int64 sum of ``values`` x count over its templates."""
+    t = quantities.templates
+    total = np.zeros(len(quantities.templates.configs), dtype=np.int64)
+    np.add.at(total, t.cfg, values * t.count)
+    return total
+
+
+def _part_slices(templates: Templates) -> list[tuple[slice, np.ndarray]]:
+    """The contiguous rows of each template part (one layer of one kind, stack and sublayer: :func:`templates.build`
+    adds each configuration to a part once, in order) and their configurations."""
+    part = templates.part
+    if len(part) == 0:
+        return []
+    edges = [0, *(np.flatnonzero(np.diff(part)) + 1).tolist(), len(part)]
+    return [(slice(a, b), templates.cfg[a:b]) for a, b in zip(edges[:-1], edges[1:])]
+
+
 def phase_totals(configs: pd.DataFrame, rules=None, cost_models=None, mirror_steps: int = 1) -> dict:
     """Per-configuration totals, {(cost_model, rule, phase): (maccs, flops)} arrays of len(configs).
 
@@ -414,17 +510,49 @@ def phase_totals(configs: pd.DataFrame, rules=None, cost_models=None, mirror_ste
     """
     out = {}
     rules = rules or rule_names()
-    for _, model_name, quantities in _evaluate_all(configs, cost_models or cost_model_names(), mirror_steps):
+    for _, model_name, quantities in _evaluate_all(configs, cost_models or cost_model_names(), mirror_steps,
+                                                   derive=False):
         t = quantities.templates
-        order = np.argsort(t.cfg, kind="stable")
-        starts = np.searchsorted(t.cfg[order], np.arange(len(configs)))
-        count = t.count[order]
+        runs = _part_slices(t)  # each part holds a configuration at most once, in order
+        count = t.count.astype(np.float64) if quantities.exact is not None else t.count
         sums: dict[tuple[str, str], np.ndarray] = {}
+        whole = "model" in t.kind_slices
+        head = {kind for kind in L.HEAD_KINDS}
+
+        def part_values(store: str, name: str, part: slice):
+            """A quantity on one part's rows (None where it is zero there); derived ones from theirs."""
+            values = quantities.exact[store] if quantities.exact is not None else getattr(quantities, store)
+            if name not in DERIVED or not quantities.lazy:
+                where = quantities.written.get(name) or [slice(0, len(t))]
+                if name in values and any(index.start <= part.start < index.stop for index in where):
+                    return values[name][part]
+                return None
+            r = part.start
+            if name == "forward_unit":
+                unit = whole or t.is_block[r] or t.rank[r] % 1000 >= T.TAIL_RANK
+                return part_values(store, "forward", part) if unit else None
+            if name == "backward_local":
+                return None if t.labels[t.part[r]][0] in head else part_values(store, "backward_dfa", part)
+            keep = BACKWARD_PARTS if name == "backward_total" else (
+                "backward", *(() if t.block_entry[r] else ("backward_q", "backward_skip")),
+                *(() if t.kv_entry[r] else ("backward_kv",)))
+            found = [v for v in (part_values(store, k, part) for k in keep) if v is not None]
+            return sum(found[1:], found[0]) if found else None
 
         def per_config(store: str, name: str) -> np.ndarray:
-            if (store, name) not in sums:
-                values = getattr(quantities, store)[name]
-                sums[(store, name)] = np.add.reduceat(values[order] * count, starts)
+            if (store, name) not in sums:  # summed over the rows the quantity was written on (zero elsewhere)
+                exact = quantities.exact is not None
+                total = np.zeros(len(configs), dtype=np.float64 if exact else np.int64)
+                for part, cfg in runs:  # a part lies inside one kind's rows
+                    values = part_values(store, name, part)
+                    if values is not None:
+                        total[cfg] += values * count[part]
+                total = total.astype(np.int64) if exact else total  # exact sums: below EXACT_FLOAT
+                if quantities.large is not None:  # the configurations too large for exact floats, from int64
+                    large_cfg, _, alone = quantities.large
+                    values = getattr(alone, store).get(name)
+                    total[large_cfg] = 0 if values is None else _int_sums(alone, values)
+                sums[(store, name)] = total
             return sums[(store, name)]
 
         declared = {name: bool(mask.any()) for name, mask in quantities.declared.items()}

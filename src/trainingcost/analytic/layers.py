@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 
 from .spec import LayerKind
 
@@ -44,6 +45,8 @@ def _attention(name: str, description: str) -> LayerKind:
         working=lambda s: 2 * s.M * s.d + 2 * s.M * s.a + 2 * s.N * s.a,
         kept=lambda s: s.M * s.a + 2 * s.N * s.kv + s.M * s.d,
         param_tensors=lambda s: 4 + 3 * s.bq + s.ba,
+        # train/model.py's Attention: q, k, v and o are one Linear each
+        module_params=lambda s: np.maximum(np.maximum(s.d * s.a + s.bq * s.a, s.d * s.kv + s.bq * s.kv), s.a * s.d + s.ba * s.d),
     )
 
 
@@ -110,6 +113,7 @@ KINDS: dict[str, LayerKind] = _kinds(
         working=lambda s: 2 * s.M * s.d + (2 + 2 * s.gated) * s.M * s.ff,
         kept=lambda s: (1 + s.gated) * s.M * s.ff + s.M * s.d,
         param_tensors=lambda s: (2 + s.gated) * (1 + s.bo),
+        module_params=lambda s: np.maximum(s.d * s.ff + s.bo * s.ff, s.ff * s.d + s.bo * s.d),  # up (gate), down: a Linear each
     ),
     _norm_kind("add_norm", "a residual and its norm: post-LN norm(x + f(x)), or pre-LN x + f(norm(x))", True),
     _norm_kind("norm", "a norm alone: a stack's final norm (pre-LN), or the embedding's norm (BERT)", False),

@@ -42,6 +42,16 @@ from ..config.errors import ConfigError
 from .plan_facts import PRECISIONS, SHARDINGS, ZERO_STAGE, ModelFacts, Precision, _configs, model_facts, model_share  # noqa: F401
 
 CHECKPOINTING = ("none", "selective", "full")
+# What ZeRO-3 (and FSDP's FULL_SHARD) gathers whole at a time, and the framework that does so (docs/planning.md):
+ZERO3_GATHER = {
+    "module": "DeepSpeed ZeRO-3: each torch module's own parameters, gathered by its hooks (the largest: one Linear or "
+              "the embedding), its gradient partition in fp32 (estimate_zero3_model_states_mem_needs: 4 bytes x the "
+              "largest module + 18 per parameter / N with Adam)",
+    "sublayer": "FSDP wrapping attention and FFN modules: an auto-wrap policy that names them (one sublayer, the "
+                "embedding or the head at a time)",
+    "block": "FSDP wrapping each block: transformer_auto_wrap_policy, as Hugging Face Accelerate and torchtitan do (one "
+             "block, or the ends outside the blocks: the root unit)",
+}
 EFFICIENCIES = ("mfu", "hfu", "tokens_per_s", "rate", "predicted")
 PREDICTED_SOURCE = ("predicted: the step-time model (analytic/steptime; device, network and schedule models, every number "
                     "cited in config/hardware.yaml; docs/planning.md)")
@@ -90,6 +100,7 @@ class PlanSpec:
     mirror_steps: int = 1
     notes: tuple = field(default_factory=tuple)
     precision_source: str = ""  # how the precision was chosen, where not given (the plan's output says it)
+    zero3_gather: str = "sublayer"  # what ZeRO-3 / FSDP gathers whole at a time (ZERO3_GATHER; docs/planning.md)
     interleave: int = 1  # virtual pipeline stages per device (predicted mode)
     sequence_parallel: bool = False
     gpus_per_node: int | None = None  # None: the device's usual system (config/hardware.yaml)
@@ -119,6 +130,8 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
         positive(name, getattr(spec, name), integer=True)
     if spec.precision not in PRECISIONS:
         raise ConfigError(f"precision: {spec.precision!r} is not allowed (allowed: {', '.join(PRECISIONS)})")
+    if spec.zero3_gather not in ZERO3_GATHER:
+        raise ConfigError(f"zero3_gather: {spec.zero3_gather!r} is not allowed (allowed: {', '.join(ZERO3_GATHER)})")
     if spec.sharding not in SHARDINGS:
         raise ConfigError(f"sharding: {spec.sharding!r} is not allowed (allowed: {', '.join(SHARDINGS)})")
     if spec.checkpointing not in CHECKPOINTING:
@@ -276,15 +289,19 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     feedback = row["feedback"] * share
     trained = row["trained"] * share
     shard = lambda value, from_stage: value / dp if stage >= from_stage else value  # noqa: E731
+    unit = {"module": facts.largest_module, "sublayer": facts.largest_layer, "block": facts.largest_block}[spec.zero3_gather]
+    # DeepSpeed's ZeRO-3 keeps its gradient partition in fp32 for the optimizer (its estimator's 18 bytes per parameter:
+    # fp16 weights 2, fp32 weights, gradients and Adam's two moments 16, as its offload branches split them)
+    grads = max(p.grads, 4) if stage == 3 and spec.zero3_gather == "module" else p.grads
     return {
         "parameters": shard(params * p.weights, 3),
         "feedback": shard(feedback * p.weights, 3),
-        "gradients": shard(trained * p.grads, 2),
+        "gradients": shard(trained * grads, 2),
         "master_weights": shard(trained * p.master, 1),
         "optimizer_state": shard(trained * p.state * OPTIMIZER_SLOTS[spec.optimizer], 1),
         # ZeRO-3 gathers each layer whole before using it: its working weights and gradients (DeepSpeed's
         # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16)
-        "gathered": (p.weights + p.grads) * facts.largest_layer / spec.tp if stage == 3 and dp > 1 else 0.0,
+        "gathered": (p.weights + p.grads) * unit / spec.tp if stage == 3 and dp > 1 else 0.0,
         "activations": activations * p.activations / spec.tp,
     }
 
@@ -356,7 +373,8 @@ def largest_divisor_at_most(n: int, limit: int, accumulation_multiple: int = 1) 
 
 STEP_PARTS = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer")
 PLAN_COLUMNS = (
-    "config_id", "rule", "cost_model", "gpu", "gpus", "dp", "tp", "pp", "sharding", "precision", "checkpointing",
+    "config_id", "rule", "cost_model", "gpu", "gpus", "dp", "tp", "pp", "sharding", "zero3_gather", "precision",
+    "checkpointing",
     "optimizer", "tokens", "tokens_per_sequence", "global_batch", "micro_batch", "grad_accumulation", "optimizer_steps",
     "model_flops_per_token", "model_flops", "recompute_flops", "hardware_flops", "flops_vs_bp",
     "step_time_s", "wall_clock_s", "wall_clock_days", "gpu_hours", "mfu", "hfu", "peak_flops_per_gpu",
@@ -467,7 +485,8 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         total_memory = fixed + parts["activations"]
         rows.append({
             "config_id": cfg.config_id, "rule": r, "cost_model": name, "gpu": device.name, "gpus": spec.gpus, "dp": dp,
-            "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "precision": spec.precision,
+            "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "zero3_gather": spec.zero3_gather,
+            "precision": spec.precision,
             "checkpointing": spec.checkpointing, "optimizer": spec.optimizer, "tokens": float(tokens),
             "tokens_per_sequence": n, "global_batch": G, "micro_batch": micro, "grad_accumulation": accumulation,
             "optimizer_steps": steps, "model_flops_per_token": model_seq / n, "model_flops": sequences * model_seq,

@@ -15,7 +15,7 @@ import pandas as pd
 from . import templates as T
 from .catalogue import rule
 from .layers import HEAD_KINDS, KINDS
-from .memory import _per_layer, memory_table
+from .memory import _per_layer, memory_table, shapes_namespace
 
 @dataclass(frozen=True)
 class Precision:
@@ -51,11 +51,13 @@ class ModelFacts:
     blocks_parameters: int  # inside blocks (split over pipeline stages)
     stage_end_parameters: int  # the heavier pipeline end: embeddings, or head and final norm (a tied table copied)
     all_end_parameters: int
-    largest_layer: int  # parameters of the largest layer instance (ZeRO-3 gathers it whole)
+    largest_layer: int  # parameters of the largest layer instance (a sublayer, the embedding or the head)
     per_rule: pd.DataFrame  # index rule: feedback, trained, activations (elements per sequence), backward (bool)
     block_saved: dict  # stack -> autograd's saved elements of one block, per sequence
     block_input: dict  # stack -> elements of one block's input, per sequence
     depth: dict  # stack -> blocks
+    largest_module: int = 0  # parameters of the largest torch module (its own: DeepSpeed ZeRO-3's unit)
+    largest_block: int = 0  # parameters of the largest block, or of the ends outside the blocks (FSDP's units)
 
 
 def model_facts(cfg, rules, optimizer: str) -> ModelFacts:
@@ -87,8 +89,14 @@ def model_facts(cfg, rules, optimizer: str) -> ModelFacts:
         "activations": memory["activations"] // 4,
         "backward": [bool(rule(r).recipe.get("backward")) for r in memory.index],
     }, index=memory.index)
+    modules = params.copy()  # a layer of one module: its parameters; else its largest module's (LayerKind.module_params)
+    for kind, index in t.kind_index().items():
+        if KINDS[kind].module_params is not None:
+            modules[index] = KINDS[kind].module_params(shapes_namespace(t, index))
+    one_block = max((int(params[blocks & (stacks == s)].sum()) for s in cfg.stacks), default=0)
     return ModelFacts(total, in_blocks, stage_end, total - in_blocks, int(params.max()), per_rule, block_saved,
-                      block_input, depth)
+                      block_input, depth, largest_module=int(np.where(model_layer, modules, 0).max()),
+                      largest_block=max(one_block, total - in_blocks))
 
 
 def _configs(cfg) -> pd.DataFrame:

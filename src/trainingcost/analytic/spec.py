@@ -102,3 +102,5 @@ class LayerKind:
     kept: Expr | None = None  # PEPITA: the standard pass's outputs its updates subtract
     param_tensors: Expr | None = None  # parameter tensors (a count, not an estimate: the memory model's per-tensor optimizer
     # scalars; tests/test_peaks.py checks the bytes it implies against torch)
+    module_params: Expr | None = None  # parameters of its largest torch module (a module's own, not its children's:
+    # what DeepSpeed's ZeRO-3 gathers at a time); None: the layer is one module, ``params``

@@ -169,9 +169,11 @@ def sanity_violations(table: pd.DataFrame) -> list[str]:
 
 def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, tolerance: float = TOLERANCE,
               time_cap_s: float = 60.0, timing_s: float = 2e-4, max_calls: int = 64, clock=None,
-              probe: bool = False) -> dict:
+              probe: bool = False, keep_untrusted: bool = False) -> dict:
     """Time every kernel of ``trace`` (and the overheads and copy ladder) in interleaved rounds until two
-    rounds agree within ``tolerance``; raise :class:`CalibrationBusy` at ``time_cap_s``.
+    rounds agree within ``tolerance``; raise :class:`CalibrationBusy` at ``time_cap_s``, or with ``keep_untrusted``
+    (the workflow: its findings come out on a busy machine) return the rounds so far with ``trusted`` False and
+    the reason in ``untrusted``.
 
     ``clock(fn, calls)`` returns the seconds of one call (default: the device's clock); tests pass a fake.
     """
@@ -201,7 +203,7 @@ def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, toleranc
     started = time.perf_counter()
     timings: list[list[float]] = [[] for _ in calls]
     probe_timings: dict[tuple, list[dict]] = {key: [] for key in probes}
-    previous, agreement, rounds, problems = None, math.inf, 0, []
+    previous, agreement, rounds, problems, untrusted = None, math.inf, 0, [], ""
     while True:
         watch.step_start()
         for i, fn in enumerate(calls):
@@ -223,6 +225,10 @@ def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, toleranc
             watch.end()
             why = (f"{len(problems)} matmul sanity violations, e.g. {problems[0]}" if problems and agreement <= tolerance
                    else f"the last two rounds differ by {agreement:.0%} (tolerance {tolerance:.0%})")
+            if keep_untrusted:
+                untrusted = (f"no convergence after {rounds} rounds in {time_cap_s:g} s: {why}; CPU time / wall "
+                             f"{watch.cpu_per_wall:.2f}, load {watch.load_after:.1f} on {watch.cores} cores")
+                break
             raise CalibrationBusy(
                 f"calibration: the machine is busy: no convergence after {rounds} rounds in {time_cap_s:g} s: {why}; "
                 f"CPU time / wall {watch.cpu_per_wall:.2f}, load {watch.load_after:.1f} on {watch.cores} cores; "
@@ -251,6 +257,8 @@ def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, toleranc
         "view_overhead_s": float(special.loc[special["cls"] == "view", "seconds"].iloc[0]),
         "probes": probe_rows,
         "rounds": rounds,
+        "trusted": not untrusted,  # converged; False: kept from a busy machine (keep_untrusted), the reason below
+        "untrusted": untrusted,
         "round_agreement": agreement,
         "tolerance": tolerance,
         "seconds_spent": time.perf_counter() - started,

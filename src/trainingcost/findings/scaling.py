@@ -436,12 +436,14 @@ def depth_lines(frontiers: pd.DataFrame, labels: dict) -> list[str]:
         out.append(f"| {labels.get(rule, rule)} | " + " | ".join(cells) + " |")
     out.append("")
     lo, hi = layers[0], layers[-1]
+    spread = any(np.isfinite(g["gap_lo"]) and g["gap_lo"] != g["gap_hi"] for g in gaps.values())
     if ("kp", lo) in gaps:
         worst = max(abs(gaps[("kp", d)]["gap_to_bp"]) for d in layers)
         within = all(gaps[("kp", d)]["gap_lo"] <= 0 <= gaps[("kp", d)]["gap_hi"] for d in layers
                      if np.isfinite(gaps[("kp", d)]["gap_lo"]))
         out.append(f"- Seed 003: KP tracks BP at every depth. Here its largest gap is {worst:.3f} nats"
-                   + (" and every interval contains 0: it tracks BP." if within else
+                   + ("; one seed gives no spread to judge it by." if not spread else
+                      " and every interval contains 0: it tracks BP." if within else
                       "; not every interval contains 0: it does not track BP at every depth."))
     if ("fa", lo) in gaps and any(d > 2 for d in layers) and any(d <= 2 for d in layers):
         shallow = max(d for d in layers if d <= 2)
@@ -451,7 +453,8 @@ def depth_lines(frontiers: pd.DataFrame, labels: dict) -> list[str]:
         separated = np.isfinite(gd["gap_lo"]) and np.isfinite(g2["gap_hi"]) and gd["gap_lo"] > g2["gap_hi"]
         out.append(f"- Seed 003: FA fails beyond 2 layers. Its gap to BP goes from {g2['gap_to_bp']:+.3f} at {shallow} "
                    f"layers to {gd['gap_to_bp']:+.3f} at {deep}: "
-                   + ("it degrades with depth, beyond the spread." if grows and separated else
+                   + ("it degrades with depth (one seed: no spread to judge it by)." if grows and not spread else
+                      "it degrades with depth, beyond the spread." if grows and separated else
                       "it degrades with depth, within the spread." if grows else "it does not degrade with depth here."))
     elif hi <= 2:
         out.append("- Seed 003's FA claim (beyond 2 layers) needs a depth above 2.")

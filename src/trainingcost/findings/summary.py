@@ -51,7 +51,20 @@ def _pct(v: float) -> str:
     return "n/a" if not np.isfinite(v) else f"{v:.0%}"
 
 
-def step_time_section(comparison: pd.DataFrame) -> list[str]:
+NO_TRUSTED_CALIBRATION = "No trusted calibration"
+
+
+def untrusted_calibration(calibration: dict | None) -> str:
+    """The line a summary opens its step-time section with when the calibration did not converge ('' if it did)."""
+    if not calibration or calibration.get("trusted", True):
+        return ""
+    return (f"**{NO_TRUSTED_CALIBRATION}**: the machine was busy while the device was calibrated "
+            f"({calibration.get('untrusted', 'no convergence')}). The predicted times below come from its unconverged "
+            "rounds, so every run counts as untrusted and no accuracy is claimed; run the calibration again on a "
+            "quiet machine.")
+
+
+def step_time_section(comparison: pd.DataFrame, calibration: dict | None = None) -> list[str]:
     from .predictor import accuracy
 
     executed = comparison[comparison["cost_model"] == "executed"]
@@ -61,6 +74,9 @@ def step_time_section(comparison: pd.DataFrame) -> list[str]:
     quality = executed["timing_quality"].fillna("unknown") if "timing_quality" in executed else \
         pd.Series("ok", index=executed.index)
     trusted = ~quality.isin(FLAGGED)
+    untrusted = untrusted_calibration(calibration)
+    if untrusted:  # an unconverged calibration: no run's prediction is trusted
+        trusted = pd.Series(False, index=executed.index)
     flagged = steps[~trusted.loc[steps.index]]
     rows = []
     for device, part in steps.groupby(steps["device_name"].astype(str)):
@@ -74,7 +90,7 @@ def step_time_section(comparison: pd.DataFrame) -> list[str]:
                          "Spearman": score["spearman"], "MAPE, steps >= 1 ms": _pct(score_long["mape"]),
                          "predicted / measured (median)": float(np.median(mine["predicted_time_s"] / mine["measured_time_s"]))
                          if len(mine) else float("nan")})
-    lines = ["## Step-time prediction", "",
+    lines = ["## Step-time prediction", "", *([untrusted, ""] if untrusted else []),
              "The predictor (docs/measurement.md) prices the operations that a trace of each run's step contains with "
              "the device's calibration of those kernels; it is never fitted to training steps. MAPE = mean |predicted − "
              "measured| / measured. Runs whose timings were flagged `noisy` or `contended` (docs/measurement.md) are "
@@ -120,8 +136,9 @@ def step_time_section(comparison: pd.DataFrame) -> list[str]:
 
 
 def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.DataFrame, path,
-                  extra: str | None = None) -> str:
-    """``extra``: a section written elsewhere (the scaling study's), appended as it is."""
+                  extra: str | None = None, calibration: dict | None = None) -> str:
+    """``extra``: a section written elsewhere (the scaling study's), appended as it is; ``calibration``: the device
+    calibration the predictions used (one that did not converge marks the step-time section)."""
     from ..io import write_text
 
     runs = measured.groupby(["config_id", "rule", "seed"], as_index=False).first()
@@ -195,7 +212,7 @@ def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.D
     lines += ["## Validation loss by depth and rule", "",
               f"Median over configurations and seeds, after {int(ok['steps'].max())} steps.", "",
               _table(loss.reset_index()), ""]
-    lines += step_time_section(comparison)
+    lines += step_time_section(comparison, calibration)
     text = "\n".join(lines + ([extra] if extra else []))
     write_text(text, path)
     return text
