@@ -4,8 +4,8 @@ For each arch and head kind (decoder LM, encoder classifier, encoder-decoder, en
 replays, one measured step is metered (``TensorMeter.events``) and replayed (``Tape.events``); the script prints
 whether the step start, step peak and every phase peak agree, and, where they do not, the first allocation at which
 the two disagree (its size, phase, or the live bytes after it), with the allocations around it. This is how the
-tape was made to follow each architecture option (issue 14); use it when extending the tape (a new option, or the
-steps of TP, DTP and LRA).
+tape was made to follow each architecture option (issue 14) and the steps of TP, DTP and LRA (issue 28); use it
+when extending the tape (a new option or rule).
 
     python benchmarks/tape_diff.py --options "positions='relative', norm='rmsnorm'" [--rules bp,dfa] [--context 8]
 
@@ -52,7 +52,7 @@ def _record_events() -> None:
             tapes.append(self)
 
     M.TensorMeter.begin = logged_begin
-    P.Tape = LoggedTape
+    P.Tape = P.table.Tape = LoggedTape  # (the table module replays the steps on its own name)
 
 
 def allocations(events) -> list[tuple[int, str, str, int]]:

@@ -20,7 +20,7 @@ from trainingcost.train import objective  # noqa: E402
 from trainingcost.train.data import make_task  # noqa: E402
 from trainingcost.train.model import Transformer  # noqa: E402
 from trainingcost.train.registry import make_rule  # noqa: E402
-from trainingcost.rules._targets import forward_units  # noqa: E402
+from trainingcost.rules._targets.step import forward_units  # noqa: E402
 
 CFG = dict(arch="encoder", layers=2, d_model=32, heads=4, d_ff=64, vocab=16, seq_len=16, batch=32, classes=3)
 

@@ -69,7 +69,7 @@ def test_default_sweep_keeps_its_ids_and_analytic_tables_byte_for_byte():
     (dict(positions="rotary", d_model=12, heads=4), "positions: rotary positions turn pairs of features, so a head's width must be even (it is 3)"),
     (dict(classes=3, tie_embeddings=True), "tie_embeddings: a classification head has no vocabulary to share (classes is 3)"),
     (dict(heads=5), "heads: 5 does not divide d_model 16"),
-    (dict(bias="some"), "bias: 'some' is not allowed (allowed: all, none, qkv)"),
+    (dict(bias="some"), "bias: 'some' is not allowed (allowed: all, none, qkv, attention)"),
 ])
 def test_bad_options_get_one_line_naming_the_field(change, message):
     with pytest.raises(ConfigError) as err:
@@ -163,7 +163,7 @@ def test_a_config_json_reads_as_its_preset(data, preset):
     (dict(LLAMA, num_local_experts=8), "num_local_experts: mixture of experts is not supported"),
     (dict(QWEN, use_sliding_window=True), "use_sliding_window: sliding-window attention is not supported"),
     (dict(LLAMA, hidden_act="tanh"), "hidden_act: 'tanh' is not supported"),
-    (dict(LLAMA, attention_bias=True), "attention_bias: attention_bias True with mlp_bias False is not supported"),
+    (dict(LLAMA, mlp_bias=True), "mlp_bias: mlp_bias true with attention_bias false is not supported"),
     (dict(BERT, position_embedding_type="relative_key"), "position_embedding_type: 'relative_key' is not supported"),
 ])
 def test_bad_config_json_gets_one_line(data, message):

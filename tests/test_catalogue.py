@@ -224,7 +224,7 @@ def test_the_train_help_reads_the_rules_defaults():
 ALLOWED = {
     "config": {"config"},
     "analytic": {"config", "analytic"},
-    "rules.spec": {"config", "analytic"},  # rules/<name>/__init__.py: torch-free declarations
+    "rules.spec": {"config", "analytic", "rules.spec"},  # rules/<name>/__init__.py, tape.py: torch-free
     "rules.step": {"config", "analytic", "train", "rules.spec"},  # rules/<name>/step.py, rules/_<shared>/: training
     "train": {"config", "analytic", "train"},
     "measure": {"config", "analytic", "train", "measure", "io"},
@@ -247,8 +247,9 @@ def _stage(module: str) -> str:
         return "top"  # the package's __init__ and the modules beside the stage folders: cli, plan, pipeline, args ...
     if parts[0] == "rules":
         # rules/<name>/step.py is a rule's training step; rules/_<shared>/ (skipped by the catalogue's discovery)
-        # is training code several rules' steps share; rules/<name>/__init__.py is a torch-free declaration.
-        shared = len(parts) > 1 and parts[1].startswith("_")
+        # is training code several rules' steps share, but for its torch-free package file and tape programs;
+        # rules/<name>/__init__.py is a torch-free declaration, rules/<name>/tape.py a torch-free tape program.
+        shared = len(parts) > 2 and parts[1].startswith("_") and parts[-1] != "tape"
         return "rules.step" if parts[-1] == "step" or shared else "rules.spec"
     return parts[0]
 

@@ -148,6 +148,7 @@ OPTION_CASES = {
     "tied": dict(tie_embeddings=True),
     "no-bias": dict(bias="none"),
     "qkv-bias": dict(bias="qkv"),
+    "attention-bias": dict(bias="attention"),  # q, k, v and o biased, the FFN not (Llama's attention_bias)
     "head-bias": dict(bias="none", head_bias=True),
     "bert-embedding": dict(type_vocab=2, embedding_norm=True, positions="learned"),
 }

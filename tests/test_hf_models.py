@@ -61,6 +61,8 @@ MODELS = {
         relative_attention_num_buckets=8, relative_attention_max_distance=16, decoder_start_token_id=0, pad_token_id=0,
         dropout_rate=0.0, attn_implementation="sdpa")),
     "llama": _llama_like("LlamaConfig", "LlamaForCausalLM"),
+    # attention_bias without mlp_bias: biases on q, k, v and o, none in the MLP (bias "attention")
+    "llama:attention_bias": _llama_like("LlamaConfig", "LlamaForCausalLM", attention_bias=True),
     "mistral": _llama_like("MistralConfig", "MistralForCausalLM", sliding_window=None),
     "qwen2": _llama_like("Qwen2Config", "Qwen2ForCausalLM", tie_word_embeddings=True),
 }
@@ -84,7 +86,7 @@ def hf_step_flops(model, config) -> int:
 def test_parameters_and_executed_flops_equal_the_hugging_face_model(model_type):
     config, model = MODELS[model_type]()
     data = config.to_dict()
-    assert data["model_type"] == model_type
+    assert data["model_type"] == model_type.split(":")[0]
     lengths = {"seq_len": S, "tgt_len": T} if data.get("is_encoder_decoder") else {"seq_len": S}
     entry = check_window(with_overrides(hf_entry(data), {**lengths, "batch": B}), "test")
     cfg = canonical_model(entry)

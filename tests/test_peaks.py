@@ -66,7 +66,7 @@ def test_the_cases_cover_every_arch_rule_optimizer_and_dtype_with_twenty_shapes(
     for arch in ARCHES:
         assert {(o, d) for a, _, o, d in CASES if a == arch} == set(SETTINGS), arch
         assert {r for a, r, _, _ in CASES if a == arch} == set(rule_names()), arch
-    assert {rule for rule in rule_names() if not P.replays(rule)} == {"tp", "dtp", "lra"}
+    assert all(P.replays(rule) for rule in rule_names())
 
 
 def test_the_executed_model_equals_the_meter_to_the_byte():
@@ -76,9 +76,6 @@ def test_the_executed_model_equals_the_meter_to_the_byte():
     for index, (arch, rule, optimizer, dtype) in enumerate(CASES):
         cfg, reading = metered(arch, rule, optimizer, dtype, SHAPES[index % len(SHAPES)])
         got, want = tape_and_meter(cfg, rule, optimizer, dtype, reading)
-        if not P.replays(rule):  # TP, DTP, LRA: no tape yet; their step's starting bytes still equal the meter's
-            assert got == {"start": got["start"], "peak": -1}, (rule, got)
-            got, want = got["start"], want["start"]
         if got != want:
             mismatches.append((arch, rule, optimizer, dtype, cfg, got, want))
     assert not mismatches, mismatches[:3]
@@ -162,6 +159,7 @@ OPTION_CASES = [
     ("decoder", dict(positions="relative", kv_heads=1, head_dim=8, norm="rmsnorm"), (2, 16, 4, 40, 5, 4, 24)),
     ("decoder", dict(bias="none", head_bias=False), (2, 16, 2, 32, 8, 2, 16)),
     ("decoder", dict(bias="qkv"), (1, 24, 4, 48, 6, 3, 44)),
+    ("encoder", dict(bias="attention", norm="rmsnorm", norm_position="pre", ffn="swiglu"), (2, 16, 4, 40, 7, 2, 64)),
     ("encoder", dict(bias="none", head_bias=True), (2, 16, 4, 40, 7, 2, 64)),
     ("encoder-decoder", dict(bias="qkv", head_bias=False), (1, 16, 2, 32, 8, 2, 40)),
     ("decoder", dict(tie_embeddings=True, head_bias=False), (2, 16, 2, 32, 8, 2, 16)),
@@ -175,12 +173,12 @@ OPTION_CASES = [
 
 
 def test_the_tape_follows_the_architecture_options_to_the_byte():
-    """21 option sets x 7 rules, SGD fp32 and Adam bf16 alternating: step start, step peak, every phase's peak.
+    """22 option sets x 10 rules, SGD fp32 and Adam bf16 alternating: step start, step peak, every phase's peak.
     Tied gradients: two in one backward are summed out of place by the engine; one from an earlier backward
     (DFA's head) is added in place."""
     mismatches = []
     settings = [("sgd", "fp32"), ("adam", "bf16")]
-    replayed = [rule for rule in rule_names() if P.replays(rule)]  # (TP, DTP, LRA: no tape yet)
+    replayed = [rule for rule in rule_names() if P.replays(rule)]  # (every rule)
     for index, ((arch, options, shape), rule) in enumerate(itertools.product(OPTION_CASES, replayed)):
         optimizer, dtype = settings[index % 2]
         layers, d, heads, d_ff, seq, batch, vocab = shape
@@ -194,13 +192,12 @@ def test_the_tape_follows_the_architecture_options_to_the_byte():
     assert not mismatches, mismatches[:3]
 
 
-def test_every_preset_is_replayed_and_only_rules_without_a_tape_are_not():
-    """Every architecture option is followed (issue 14): each preset's step has executed peaks under BP, PEPITA and
-    DFA at its published size; TP, DTP and LRA have no tape yet (-1 in every peak column)."""
+def test_every_preset_is_replayed_under_every_rule():
+    """Every architecture option is followed (issue 14) and every rule replayed (issue 28): each preset's step has
+    executed peaks under every rule at its published size, TP's, DTP's and LRA's units included."""
     frame = configs_frame([(name, canonical_model(entry, name)) for name, entry in PRESETS.items()])
-    table = memory_table(frame, ["bp", "pepita", "dfa", "tp"])
-    taped = table[table.rule != "tp"]
-    assert (taped.peak > taped.step_start).all() and (taped.peak_forward > 0).all(), \
-        taped.loc[taped.peak <= taped.step_start, ["config_id", "rule", "peak"]]
-    untaped = table[table.rule == "tp"]
-    assert (untaped.peak == -1).all() and (untaped[[f"peak_{p}" for p in P.STEP_PHASES]] == -1).all(axis=None)
+    table = memory_table(frame, ["bp", "pepita", "dfa", "tp", "lra"])
+    assert (table.peak > table.step_start).all() and (table.peak_forward > 0).all(), \
+        table.loc[table.peak <= table.step_start, ["config_id", "rule", "peak"]]
+    targets = table[table.rule.isin(["tp", "lra"])]
+    assert (targets.peak_target_propagation > 0).all() and (targets.peak_feedback_update > 0).all()

@@ -23,7 +23,7 @@ from trainingcost.cli import main
 from trainingcost.config import ConfigError, RuleOptions, TrainSpec, canonical_model
 from trainingcost.measure.run import train
 from trainingcost.train.registry import make_rule, rule_class
-from trainingcost.rules._targets import Unit, difference_step
+from trainingcost.rules._targets.step import Unit, difference_step
 
 from torch_helpers import batch_of, model_of
 

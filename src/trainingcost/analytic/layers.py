@@ -39,14 +39,14 @@ def _attention(name: str, description: str) -> LayerKind:
     # attention expands k and v to every head before the fused kernel, which keeps the expanded copies.
     return LayerKind(
         name, "attention", description,
-        params=lambda s: 2 * s.d * s.a + 2 * s.d * s.kv + s.bq * (s.a + 2 * s.kv) + s.bo * s.d,
+        params=lambda s: 2 * s.d * s.a + 2 * s.d * s.kv + s.bq * (s.a + 2 * s.kv) + s.ba * s.d,
         weights=lambda s: 2 * s.d * s.a + 2 * s.d * s.kv,
         saved=lambda s: s.M * s.d + 2 * s.M * s.a + 2 * s.N * s.a + s.M * s.h,
         working=lambda s: 2 * s.M * s.d + 2 * s.M * s.a + 2 * s.N * s.a,
         kept=lambda s: s.M * s.a + 2 * s.N * s.kv + s.M * s.d,
-        param_tensors=lambda s: 4 + 3 * s.bq + s.bo,
+        param_tensors=lambda s: 4 + 3 * s.bq + s.ba,
         # train/model.py's Attention: q, k, v and o are one Linear each
-        module_params=lambda s: np.maximum(np.maximum(s.d * s.a + s.bq * s.a, s.d * s.kv + s.bq * s.kv), s.a * s.d + s.bo * s.d),
+        module_params=lambda s: np.maximum(np.maximum(s.d * s.a + s.bq * s.a, s.d * s.kv + s.bq * s.kv), s.a * s.d + s.ba * s.d),
     )
 
 

@@ -41,7 +41,7 @@ SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": 
                  # architecture options, as integers (see option_columns)
                  "a": "attn_width", "kv": "kv_width", "kvh": "kv_heads", "dh": "head_dim", "gated": "gated",
                  "relu": "relu", "silu": "silu", "g": "norm_vectors", "rms": "rms", "pre": "pre", "tied": "tied", "bq": "qkv_bias",
-                 "bo": "out_bias", "bh": "head_bias", "learned": "learned", "rotary": "rotary", "tv": "type_vocab",
+                 "bo": "out_bias", "ba": "o_bias", "bh": "head_bias", "learned": "learned", "rotary": "rotary", "tv": "type_vocab",
                  "max_pos": "max_positions", "relative": "relative", "rb": "relative_buckets",
                  "default_arch": "default_arch"}
 TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows", "shared")
@@ -76,7 +76,8 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
         "gated": i64(np.isin(ffn, ("swiglu", "geglu"))), "relu": i64(ffn == "relu"), "silu": i64(ffn == "swiglu"),
         "rms": i64(norm == "rmsnorm"), "norm_vectors": i64(np.where(norm == "rmsnorm", 1, 2)),
         "pre": i64(column("norm_position").astype(str) == "pre"), "tied": i64(column("tie_embeddings").astype(bool)),
-        "qkv_bias": i64(bias != "none"), "out_bias": i64(bias == "all"), "head_bias": i64(column("head_bias").astype(bool)),
+        "qkv_bias": i64(bias != "none"), "out_bias": i64(bias == "all"),
+        "o_bias": i64(np.isin(bias, ("all", "attention"))), "head_bias": i64(column("head_bias").astype(bool)),
         "learned": i64(positions == "learned"), "rotary": i64(positions == "rotary"),
         "relative": i64(positions == "relative"), "relative_buckets": i64(column("relative_buckets")),
         "added_positions": i64(np.isin(positions, ("sinusoidal", "learned"))),

@@ -15,7 +15,9 @@ NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("post", "pre")
 FFNS = ("gelu", "relu", "swiglu", "geglu")
 POSITIONS = ("sinusoidal", "learned", "rotary", "relative", "none")
-BIASES = ("all", "none", "qkv")  # qkv: biases on the query, key and value projections only (Qwen2)
+# qkv: biases on the query, key and value projections only (Qwen2); attention: on q, k, v and o, none in the FFN
+# (Llama's attention_bias without mlp_bias)
+BIASES = ("all", "none", "qkv", "attention")
 OPTION_CHOICES = dict(norm=NORMS, norm_position=NORM_POSITIONS, ffn=FFNS, positions=POSITIONS, bias=BIASES)
 
 # What a training run may be asked for (config/training.py checks a run's settings against them).

@@ -202,10 +202,10 @@ def _llama(k: _Keys) -> dict:
         entry["head_dim"] = head_dim
     if model_type == "llama":
         attention, mlp = k.bool("attention_bias", False), k.bool("mlp_bias", False)
-        if attention != mlp:
-            k._fail("attention_bias", f"attention_bias {attention} with mlp_bias {mlp} is not supported "
-                    "(trainingcost's bias option: all, none, or q/k/v only)")
-        entry["bias"] = "all" if attention else "none"
+        if mlp and not attention:
+            k._fail("mlp_bias", "mlp_bias true with attention_bias false is not supported "
+                    "(trainingcost's bias option: all, none, qkv (q, k, v only) or attention (q, k, v, o))")
+        entry["bias"] = ("all" if mlp else "attention") if attention else "none"
     else:
         entry["bias"] = "qkv" if model_type == "qwen2" else "none"
     if model_type == "qwen2" and k.bool("use_sliding_window", False):

@@ -54,7 +54,7 @@ class ModelConfig:
     positions: str = "sinusoidal"  # sinusoidal, learned (a table), rotary (on q and k), relative (T5's bias), none
     max_positions: int = 0  # rows of a learned table; 0: each stack's own length
     tie_embeddings: bool = False  # the head (and an encoder-decoder's two embeddings) share one V x d table
-    bias: str = "all"  # biases of the blocks' linear layers: all, none, qkv
+    bias: str = "all"  # biases of the blocks' linear layers: all, none, qkv, attention (q, k, v, o)
     head_bias: bool | None = None  # the head's bias; None: as the blocks' (bias == all)
     type_vocab: int = 0  # token-type embeddings added to the token embedding (BERT's segments); 0: none
     embedding_norm: bool = False  # a norm on the embedding output (BERT)
@@ -127,11 +127,16 @@ class ModelConfig:
 
     @property
     def qkv_bias(self) -> bool:
-        return self.bias in ("all", "qkv")
+        return self.bias in ("all", "qkv", "attention")
+
+    @property
+    def o_bias(self) -> bool:
+        """A bias on the attention output projection."""
+        return self.bias in ("all", "attention")
 
     @property
     def out_bias(self) -> bool:
-        """Biases on the attention output and the FFN's matrices."""
+        """Biases on the FFN's matrices."""
         return self.bias == "all"
 
     @property

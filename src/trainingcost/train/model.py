@@ -95,7 +95,7 @@ class Attention(nn.Module):
         self.q = Linear(d, a, bias=cfg.qkv_bias)
         self.k = Linear(d, kv, bias=cfg.qkv_bias)
         self.v = Linear(d, kv, bias=cfg.qkv_bias)
-        self.o = Linear(a, d, bias=cfg.out_bias)
+        self.o = Linear(a, d, bias=cfg.o_bias)
         self.rotary = rotary_rows > 0
         if self.rotary:
             cos, sin = rotary_tables(rotary_rows, cfg.head_dim)

@@ -103,7 +103,7 @@ def _attention(s: Shapes, turned: int, causal_half: bool = False):
     products = 4 * M * N * a  # QK^T and PV over all heads; the backward 2.5 times that
     if causal_half:  # the `causal` convention: kernels that skip masked blocks run half of them
         scores, products = scores // 2, products // 2
-    biases = s.bq * (M * a + 2 * N * kv) + s.bo * M * d
+    biases = s.bq * (M * a + 2 * N * kv) + s.ba * M * d
     rotary = turned * s.rotary * ROTARY * (M * a + N * kv)  # rotary and relative positions act on self-attention
     # A relative position bias that needs its gradient takes torch off the fused kernels: the math path's four
     # batched products backward (8 M N a) instead of the fused backward's 10 M N a; the bias added to every score.

@@ -33,6 +33,7 @@ What the tape follows, and where it comes from:
 - PEPITA's and MEMPEPITA's passes without a graph, the outputs their forward hooks keep, their per-layer
   updates (``sub``, ``mm``, the division by the row count, LayerNorm's recomputed normalisation);
 - DFA's detached segments and projections, WM's mirror steps, KP's copied feedback gradients;
+- TP's, DTP's and LRA's units, targets, feedback training and local backward (``rules/_targets/tape.py``);
 - the optimizer on CPU: torch's single-tensor loops (``foreach`` is off on CPU). Adam keeps one
   ``denom`` from the previous parameter while it builds the next (``sqrt``, then ``div``); SGD with weight
   decay builds ``grad + wd * param`` per parameter.

@@ -11,9 +11,6 @@ from ..spec import EXECUTION_PHASES
 FLOAT32, INT64, BOOL = 4, 8, 1
 STEP_PHASES = EXECUTION_PHASES
 
-FLOAT32, INT64, BOOL = 4, 8, 1
-STEP_PHASES = EXECUTION_PHASES
-
 
 class Buf:
     """One storage on the tape: its bytes (an array over the group) and how many references hold it."""
@@ -66,13 +63,15 @@ class Tape:
 
     def _mark(self) -> None:
         self.peak = np.maximum(self.peak, self.live)
+        if self.phase is None:  # outside the rule's phases (as the meter): the step's peak only
+            return
         if self.phase in self.phase_peaks:
             self.phase_peaks[self.phase] = np.maximum(self.phase_peaks[self.phase], self.live)
         else:
             self.phase_peaks[self.phase] = self.live.copy()
 
     @contextmanager
-    def in_phase(self, name: str):
+    def in_phase(self, name: str | None):
         previous, self.phase = self.phase, name
         self._mark()  # a phase's peak counts what is alive when it begins
         try:

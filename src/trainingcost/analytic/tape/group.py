@@ -23,7 +23,8 @@ class GroupKey:
     dec_layers: int
     classifier: bool
     qkv_bias: bool  # biases of q, k, v ...
-    out_bias: bool  # ... of o and the FFN's matrices ...
+    o_bias: bool  # ... of o ...
+    out_bias: bool  # ... of the FFN's matrices ...
     head_bias: bool  # ... and of the head
     tied: bool  # one V x d table: every stack's embedding and the head
     grouped: bool  # fewer key/value heads than heads: K and V repeated to every head (a copy each) ...
@@ -52,7 +53,7 @@ def group_keys(configs) -> list[GroupKey]:
     columns = dict(
         arch=configs["arch"].to_numpy(), enc_layers=configs["enc_layers"].astype(int).to_numpy(),
         dec_layers=configs["dec_layers"].astype(int).to_numpy(), classifier=configs["classes"].astype(int).to_numpy() > 0,
-        qkv_bias=o["qkv_bias"] > 0, out_bias=o["out_bias"] > 0, head_bias=o["head_bias"] > 0, tied=o["tied"] > 0,
+        qkv_bias=o["qkv_bias"] > 0, o_bias=o["o_bias"] > 0, out_bias=o["out_bias"] > 0, head_bias=o["head_bias"] > 0, tied=o["tied"] > 0,
         grouped=o["kv_heads"] < heads, single_kv=(o["kv_heads"] == 1) & (heads > 1), relu=o["relu"] > 0,
         gated=o["gated"] > 0,
         positions=np.where(o["learned"] > 0, "learned", np.where(o["added_positions"] > 0, "sinusoidal", "none")),
@@ -198,7 +199,7 @@ class Group:
                         linear(self.d, self.q_width, self.qkv_bias)
                         linear(self.d, self.kv_width, self.qkv_bias)
                         linear(self.d, self.kv_width, self.qkv_bias)
-                        linear(self.q_width, self.d, self.out_bias)
+                        linear(self.q_width, self.d, self.o_bias)
                     elif family == "ffn":
                         for _ in range(2 if self.gated else 1):  # (gated: the gate's matrix, then the up one)
                             linear(self.d, self.ff, self.out_bias)

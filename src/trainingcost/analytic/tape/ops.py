@@ -314,7 +314,7 @@ class Ops:
             a, y = self.math_attention(q, kr, vr, bias)
             if self.g.grouped:
                 self.t.drop(kr.buf, vr.buf)
-            o = self.linear(a, self.g.d, "o", bias=self.g.out_bias)
+            o = self.linear(a, self.g.d, "o", bias=self.g.o_bias)
             self.t.drop(q.buf, k.buf, v.buf, y.buf, a.buf)
             return o
         # Grouped-query attention: K, then V, repeated to every head (expand, then reshape: a copy each), passed to
@@ -336,7 +336,7 @@ class Ops:
         if self.g.grouped:
             self.t.drop(kr.buf, vr.buf)
         self.t.drop(lse)
-        o = self.linear(a, self.g.d, "o", bias=self.g.out_bias)
+        o = self.linear(a, self.g.d, "o", bias=self.g.o_bias)
         self.t.drop(q.buf, k.buf, v.buf, a.buf)
         return o
 
@@ -408,7 +408,7 @@ class Ops:
         kc = ks if k_dense else passing(self.value(k.rows, k.width, "k transposed contiguous", f), ks)
         scores = self.derivative(self.value(scores_rows, 1, "q kT", f), [qc, kc], [qc.buf, kc.buf],
                                  [(qc.buf.nbytes, "bmm"), (kc.buf.nbytes, "bmm")])
-        self.t.drop(ks.buf)
+        self.t.drop(ks.buf, qc.buf, *([] if k_dense else [kc.buf]))  # (the scores' node keeps them with a graph)
         biased = self.value(scores_rows, 1, "+ bias", f)
 
         def bias_backward(grad, saved_):
@@ -452,12 +452,13 @@ class Ops:
 
         if attn.tracked or vc.tracked:
             self._node(y, values_backward, [attn.buf, vc.buf])
+        if not v_dense:  # bmm's contiguous copy of v (the node keeps it with a graph)
+            self.t.drop(vc.buf)
         out = y
         if wide:
             out = self.derivative(self.value(q.rows, q.width, "to", g.z), [y], [], [(y.buf.nbytes, "_to_copy")])
             self.t.drop(y.buf)
-        self.t.drop(qs.buf, qc.buf, attn.buf, weights, *(x.buf for x in widened if wide),
-                    *([] if k_dense else [kc.buf]), *([] if v_dense else [vc.buf]))
+        self.t.drop(qs.buf, attn.buf, weights, *(x.buf for x in widened if wide))
         a = passing(self.value(q.rows, q.width, "transpose reshape"), out)
         return a, out
 

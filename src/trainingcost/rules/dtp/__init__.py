@@ -28,7 +28,7 @@ SPEC = RuleSpec(
         "feedback_update": (("forward_unit", 1), ("feedback_forward", 1), ("feedback_weight_grad", 1)),
     },
     memory=RuleMemory(activations="targets", feedback="inverses", trains_feedback=True),
-    tape="none",
+    tape="own",
     # Lee et al. 2015's code, exp(0.3277, 0.01489, 0.005011, 0.3598): the first target's step, the forward and
     # inverse learning rates (their ratio, 0.3366, gives the inverse rate from the run's) and the noise's std.
     defaults={"weight_decay": 0.0, "target_step": 0.3277, "target_noise": 0.3598, "inverse_lr_ratio": 0.3366},

@@ -6,7 +6,7 @@ below, ``t_{l-1} = h_{l-1} + g_l(t_l) - g_l(h_l)``, i.e. ``e_{l-1} = e_l V_l^T``
 
 from __future__ import annotations
 
-from .._targets import InverseRule, Unit, difference_step
+from .._targets.step import InverseRule, Unit, difference_step
 
 
 class DifferenceTargetPropagation(InverseRule):

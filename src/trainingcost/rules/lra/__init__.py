@@ -26,7 +26,7 @@ SPEC = RuleSpec(
         "feedback_update": (("feedback_weight_grad", 1), ("head_feedback_copy", 1)),
     },
     memory=RuleMemory(activations="targets", feedback="error_weights", trains_feedback=True),
-    tape="none",
+    tape="own",
     # Ororbia & Mali's code (compute_lra_updates): beta = 0.1, gamma = 1.0.
     defaults={"weight_decay": 0.0, "lra_beta": 0.1, "lra_gamma": 1.0},
 )

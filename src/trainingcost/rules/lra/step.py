@@ -6,7 +6,7 @@ unit through ``E_head``; each unit learns from its local loss, each E from ``gam
 
 from __future__ import annotations
 
-from .._targets import AlignmentRule
+from .._targets.step import AlignmentRule
 
 
 class LocalRepresentationAlignment(AlignmentRule):

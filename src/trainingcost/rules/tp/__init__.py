@@ -19,6 +19,6 @@ SPEC = RuleSpec(
     phases=PHASES,
     recipe=DTP.recipe,
     memory=RuleMemory(activations="targets", feedback="inverses", trains_feedback=True),
-    tape="none",
+    tape="own",
     defaults=dict(DTP.defaults),
 )

@@ -6,7 +6,7 @@ unit above applied to its target, with no difference correction.
 
 from __future__ import annotations
 
-from .._targets import InverseRule, Unit, target_step
+from .._targets.step import InverseRule, Unit, target_step
 
 
 class TargetPropagation(InverseRule):
