@@ -38,4 +38,4 @@ bench: install
 	$(BIN)/python benchmarks/bench_predictor.py
 
 clean:
-	rm -rf results/configs.parquet results/tables results/runs results/figures results/summary.md results/report.html .snakemake
+	rm -rf results/configs.parquet results/tables results/runs results/scaling results/device results/logs results/figures results/summary.md results/scaling.md results/report.html .snakemake
