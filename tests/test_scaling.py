@@ -264,3 +264,16 @@ def test_one_learning_rate_searches_nothing_and_a_rule_with_none_trains_nothing(
     assert list(rows.status) == ["diverged"] and list(rows.step) == [0]
     with pytest.raises(ConfigError, match="--search: the table searched no learning rate for rule dfa"):
         chosen_lr(table, "dfa")
+
+
+def test_the_default_plan_says_its_tokens_are_equal_per_rule_and_the_equal_quality_plan_gives_each_rules(capsys, tmp_path):
+    from trainingcost import cli
+
+    base = ["plan", "--preset", "gpt2-small", "--tokens", "1e10", "--gpu", "a100-80gb", "--gpus", "8", "--mfu", "0.4"]
+    assert cli.main(base) == 0
+    assert "Tokens: equal for every rule; no learning-quality data" in capsys.readouterr().out
+    path = tmp_path / "f.parquet"
+    frontiers_table(_study_rows({"bp": 1.0, "kp": 3.0}, {"bp": 1.0, "kp": 1.0}), bootstrap=10).to_parquet(path)
+    assert cli.main([*base, "--target-loss", "1.3", "--frontiers", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Tokens per rule: to reach validation loss 1.3" in out and "DFA never reaches it" in out

@@ -388,6 +388,8 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
                        f"checkpointing {first['checkpointing']}, {first['optimizer']}", SCREEN_WIDTH))
     if table["compute_multiplier"].notna().any() and table["source_quality"].iloc[0].startswith("to reach"):
         out.append(wrapped(tokens_per_rule(table), SCREEN_WIDTH))
+    else:  # the cheapest per step is not the cheapest per quality: say which this is
+        out.append("Tokens: equal for every rule; no learning-quality data (--target-loss with --frontiers)")
     out.append("")
     money = table["cost"].notna().any()
     header = ["rule", "", "FLOPs", "x BP", "step", "time", "GPU-h", "MFU", "MWh", "tCO2e", *(["cost"] if money else []),
