@@ -194,6 +194,7 @@ def test_plan_with_a_target_loss_gives_each_rule_its_multiplier_of_bps_compute(t
             plain.loc[rule, "gpu_hours"] * equal.loc[rule, "tokens"] / 1e10, rel=1e-9)
     assert math.isnan(equal.loc["pepita", "tokens"]) and "never reaches" in equal.loc["pepita", "source_quality"]
     assert math.isnan(equal.loc["dfa", "tokens"])  # not in the study: no quality data, no budget
+    assert equal.loc["dfa", "source_quality"].endswith("not in the study, so no budget")
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -276,4 +277,4 @@ def test_the_default_plan_says_its_tokens_are_equal_per_rule_and_the_equal_quali
     frontiers_table(_study_rows({"bp": 1.0, "kp": 3.0}, {"bp": 1.0, "kp": 1.0}), bootstrap=10).to_parquet(path)
     assert cli.main([*base, "--target-loss", "1.3", "--frontiers", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "Tokens per rule: to reach validation loss 1.3" in out and "DFA never reaches it" in out
+    assert "Tokens per rule: to reach validation loss 1.3" in out and "DFA not in the study" in out

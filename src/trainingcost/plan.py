@@ -306,11 +306,7 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
                f"checkpointing {first['checkpointing']}; optimizer {first['optimizer']}")
     out.append(f"Efficiency: {first['source_efficiency']}")
     if table["compute_multiplier"].notna().any() and table["source_quality"].iloc[0].startswith("to reach"):
-        per = table.drop_duplicates("rule")
-        out.append(f"Tokens per rule: {first['source_quality'].split(':')[0]}: " + "; ".join(
-            f"{r['rule'].upper()} " + ("never reaches it" if math.isnan(r["token_multiplier"]) else
-                                      f"{r['tokens']:.3g} ({r['compute_multiplier']:.3g}x BP's compute)")
-            for _, r in per.iterrows()))
+        out.append(tokens_per_rule(table))
     else:
         out.append(f"Tokens per rule: {first['source_quality']}")
     out.append("")
@@ -433,7 +429,8 @@ def tokens_per_rule(table: pd.DataFrame) -> str:
     first = table.iloc[0]
     per = table.drop_duplicates("rule")
     return (f"Tokens per rule: {first['source_quality'].split(':')[0]}: " + "; ".join(
-        f"{r['rule'].upper()} " + ("never reaches it" if math.isnan(r["token_multiplier"]) else
+        f"{r['rule'].upper()} " + ("not in the study" if r["source_quality"].endswith("not in the study, so no budget")
+                                  else "never reaches it" if math.isnan(r["token_multiplier"]) else
                                   f"{r['tokens']:.3g} ({r['compute_multiplier']:.3g}x BP's compute)")
         for _, r in per.iterrows()))
 

@@ -534,7 +534,9 @@ def quality_note(spec: PlanSpec, rule: str) -> str:
     given = dict(spec.compute_multipliers)
     if not given:
         return spec.quality_source
-    m = given.get(rule, math.nan)
+    if rule not in given:
+        return f"{spec.quality_source}: not in the study, so no budget"
+    m = given[rule]
     return (f"{spec.quality_source}: never reaches the target in the measured range" if math.isnan(m)
             else f"{spec.quality_source}: {m:.3g}x BP's compute")
 
