@@ -31,6 +31,14 @@ TRAININGCOST = f"{shlex.quote(sys.executable)} -m trainingcost"
 
 # The measured runs and each one's command-line arguments, keyed by the train rule's wildcards.
 TRAIN = FILLED["train"]
+_NPROC = TRAIN["parallel"]["nproc"]
+TRAIN_RESOURCES = dict(
+    mem_mb=TRAIN["resources"]["mem_mb"] * _NPROC,
+    runtime=TRAIN["resources"]["runtime"],
+    gpu=TRAIN["resources"]["gpu"] * _NPROC,
+    # a data-parallel job is one task whose launcher starts its ranks on one node (docs/distributed.md)
+    **(dict(tasks=1, cpus_per_task=TRAIN["resources"]["threads"] * _NPROC) if _NPROC > 1 else {}),
+)
 # Every argument is shell-quoted: nothing from the config is ever read by the shell as code.
 TRAIN_ARGS = {
     (job.config_id, job.rule, job.seed): shlex.join(train_command(job, FILLED))

@@ -15,11 +15,9 @@ rule train:
     # torchrun does: N x the threads (SLURM: cpus_per_task) and, on GPUs, N x the GPUs (docs/distributed.md).
     threads: TRAIN["resources"]["threads"] * TRAIN["parallel"]["nproc"]
     resources:
-        mem_mb=TRAIN["resources"]["mem_mb"] * TRAIN["parallel"]["nproc"],
-        runtime=TRAIN["resources"]["runtime"],
-        gpu=TRAIN["resources"]["gpu"] * TRAIN["parallel"]["nproc"],
-        tasks=1,
-        cpus_per_task=TRAIN["resources"]["threads"] * TRAIN["parallel"]["nproc"],
+        # tasks and cpus_per_task only for a data-parallel job: set on every job, they made a SLURM group job of
+        # two single-process jobs ask for 4 nodes (tests/cluster/test_slurm.py)
+        **TRAIN_RESOURCES,
     params:
         command=TRAININGCOST,
         args=lambda w: TRAIN_ARGS[(w.config_id, w.rule, int(w.seed))],
