@@ -89,6 +89,28 @@ def test_dfa_broadcast_keeps_its_backward_out_of_the_bubble(gpt2, work):
     assert dfa.parts["bubble"] < 0.6 * bp.parts["bubble"]
 
 
+def test_rules_own_products_are_priced_at_their_own_shapes(gpt2):
+    """DFA's extra work over BP is its d x d projections of the error at the head's input onto every block and the
+    embedding output, priced by hand as GEMMs of shape (b s, d, d); WM's mirror steps are products with the weights alone, so no attention core; PEPITA's two
+    forward passes pay BP's forward attention twice and its weight update none."""
+    lay = Layout(gpus=1, global_batch=4, micro_batch=4)
+    work = rule_work(gpt2, ["bp", "dfa", "wm", "pepita"])
+    bp, dfa, wm, pep = (predict_step(gpt2, lay, A100, r, work) for r in ("bp", "dfa", "wm", "pepita"))
+    dev = DeviceModel.of(A100, "bf16")
+    b, s, d = lay.micro_batch, gpt2.seq_len, gpt2.d_model
+    projection = (gpt2.layers + 1) * 2.0 * s * d * d  # FLOPs per sequence: every block and the embedding output
+    assert projection == pytest.approx(sum(v for k, v in work["dfa"]["entries"].items() if k[0] == "error_projection"))
+    by_hand = b * projection * dev.gemm(b * s, d, d) / (2.0 * b * s * d * d)
+    assert dfa.parts["matmul"] - bp.parts["matmul"] == pytest.approx(by_hand, rel=1e-9)
+    assert wm.parts["attention"] == pytest.approx(bp.parts["attention"], rel=1e-12)
+    assert wm.parts["matmul"] > bp.parts["matmul"]
+    # BP's forward attention alone: the forward classes' attention time per micro-batch
+    from trainingcost.analytic.steptime.step import block_times
+
+    fwd_core = gpt2.layers * block_times(gpt2, lay, dev, 2)["classes"][("attention", "fwd")]["attention"]
+    assert pep.parts["attention"] == pytest.approx(2 * fwd_core, rel=1e-9)
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(pp=2, interleave=4), "--interleave: 4 does not divide the 6 blocks per stage"),
     (dict(interleave=2), "--interleave: 2 needs pipeline stages"),

@@ -6,12 +6,18 @@ priced on the device model: the block's four matrix products (q/k/v, output, FFN
 (FlashAttention, or Megatron's unfused batched products with a softmax and dropout in memory); the memory-bound
 kernels (norms, residual adds, the activation, the loss over the vocabulary); and no kernel shorter than a launch.
 
-A rule's phases (the engine's ``executed`` FLOPs) are priced at the rate the device model gives BP's pass of the
-same kind: its forward passes at BP's forward rate, everything else (backward, projections, updates, feedback
-training, mirror steps) at BP's backward rate. The rule's dependency structure decides what the pipeline
-serialises (:func:`rule_work`): BP, FA, KP and WM send the error back stage by stage; DFA broadcasts the output
-error to every stage, whose backward is then local; TP, DTP and LRA carry a target (a d x d product per block)
-down the stages and update locally; PEPITA and MEMPEPITA run a second forward sweep that needs the first's error.
+A rule's phases are priced from the same per-layer shapes (:func:`rule_work`, :func:`kernel_rates`): each of the
+engine's ``executed`` quantities (a forward pass, an input gradient, a weight gradient, a product with the weights
+alone) of each layer kind is priced at the rate of that kind's own kernels of that class on the device model -- a
+forward through attention at the rate of its projections and fused core, a weight gradient at the rate of the
+weight-gradient products alone (no attention core), a mirror step or an inverse's forward at the projections' rate;
+the rule's own layers at their own GEMM shapes (PEPITA's F and LRA's head feedback from the output-wide error to d;
+DFA's d x d projections; TP's and DTP's d x d inverses, LRA's error weights). BP's own step is unchanged by
+construction: its rates are its kernels' times over its FLOPs. Memory-bound kernels and launches follow the rule's
+forward and backward FLOPs at BP's mix. The rule's dependency structure decides what the pipeline serialises
+(:func:`rule_work`): BP, FA, KP and WM send the error back stage by stage; DFA broadcasts the output error to every
+stage, whose backward is then local; TP, DTP and LRA carry a target (a d x d product per block) down the stages and
+update locally; PEPITA and MEMPEPITA run a second forward sweep that needs the first's error.
 
 Communication: tensor parallelism's all-reduces (2 per block per forward pass, 2 per backward through the blocks,
 2 more per recomputed forward; with sequence parallelism an all-gather and a reduce-scatter of the same bytes),
@@ -26,6 +32,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .device import DeviceModel
 from .network import Network
 
@@ -36,6 +44,8 @@ DEFAULT_OVERLAP = 1.0
 DEFAULT_OVERLAP_SOURCE = ("data-parallel communication overlapped with compute where frameworks overlap it "
                           "(PyTorch DDP's bucketed all-reduce during backward, Li et al. 2020; FSDP/ZeRO-3 prefetch, "
                           "Zhao et al. 2023): fraction 1.0 of the overlappable compute, override with --dp-overlap")
+RULE_PHASES = ("forward", "backward", "error_projection", "target_propagation", "weight_update", "feedback_update",
+               "mirror")  # analytic/engine.py's PHASES
 BREAKDOWN = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer")
 
 
@@ -125,13 +135,25 @@ def rule_work(cfg, rules) -> dict:
     from ..plan_facts import _configs
     from ..registry import cost_model
 
+    from .. import layers as L
+
     configs = _configs(cfg)
     templates = build_for(cost_model("executed"), configs)
     q = evaluate("executed", configs, 1, templates)
+    kinds = templates.kind
     out = {}
     for r in dict.fromkeys(["bp", *rules]):
         parts = recipe(r, 1, "executed")
         phases = {phase: float((flops * templates.count).sum()) for phase, _, _, flops, _ in phase_costs(q, r)}
+        entries = {}  # (phase, quantity, layer kind, in a block) -> FLOPs per sequence (all blocks)
+        for phase, items in parts.items():
+            for name, times in items:
+                if name not in q.declared:
+                    continue
+                flops = times * q.flops[name] * templates.count
+                for i in np.nonzero(q.declared[name] & (flops > 0))[0]:
+                    key = (phase, name, str(kinds[i]), bool(templates.is_block[i]))
+                    entries[key] = entries.get(key, 0.0) + float(flops[i])
         backward = parts.get("backward", ())
         names = {name for name, _ in backward}
         through = "backward_total" in names  # the error goes back block by block, stage by stage
@@ -145,7 +167,8 @@ def rule_work(cfg, rules) -> dict:
         out[r] = {"forward": phases.get("forward", 0.0), "chain": chain, "local": local, "passes": max(1, passes),
                   "sweeps": 2 if modulated else 1, "backward": bool(backward), "through": through,
                   "broadcast": "error_projection" in parts and not through and bool(backward),
-                  "changes_feedback": changes_feedback, "total": sum(phases.values())}
+                  "changes_feedback": changes_feedback, "total": sum(phases.values()), "entries": entries,
+                  "families": {k: L.kind(k).family for _, _, k, _ in entries}}
     return out
 
 
@@ -190,7 +213,18 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     rotary = [dev.memory(2 * m * (a + kv) * e)] if cfg.positions == "rotary" else []
     fwd_mem = norm_res + act + rotary + fwd_att_mem
     bwd_mem = [2 * x for x in norm_res + act + rotary] + bwd_att_mem
-    out = {}
+    out = {"classes": {  # per layer family and class of work: {matmul, attention} seconds (no launch floor)
+        ("attention", "fwd"): {"matmul": sum(fwd_mm[:2]), "attention": sum(fwd_att)},
+        ("attention", "bin"): {"matmul": bwd_mm[0] + bwd_mm[2], "attention": sum(bwd_att)},
+        ("attention", "wgrad"): {"matmul": bwd_mm[1] + bwd_mm[3], "attention": 0.0},
+        ("attention", "linear"): {"matmul": sum(fwd_mm[:2]), "attention": 0.0},
+        ("ffn", "fwd"): {"matmul": sum(fwd_mm[2:]), "attention": 0.0},
+        ("ffn", "bin"): {"matmul": bwd_mm[4] + bwd_mm[6], "attention": 0.0},
+        ("ffn", "wgrad"): {"matmul": bwd_mm[5] + bwd_mm[7], "attention": 0.0},
+        ("ffn", "linear"): {"matmul": sum(fwd_mm[2:]), "attention": 0.0},
+    }, "linear_flops": {  # the products with the weights alone, full width (all t GPUs), per micro-batch
+        "attention": 2.0 * m * d * (cfg.attn_width + 2 * cfg.kv_width) + 2.0 * m * cfg.attn_width * d,
+        "ffn": 2.0 * m * d * (2 + gated) * cfg.d_ff}}
     for name, mm, att, mem in (("fwd", fwd_mm, fwd_att, fwd_mem), ("bwd", bwd_mm, bwd_att, bwd_mem)):
         mm_t, mm_l = _floor(mm, dev.launch)
         at_t, at_l = _floor(att, dev.launch)
@@ -210,7 +244,89 @@ def head_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     fwd = {"matmul": dev.gemm(m, v, d), "attention": 0.0, "memory": dev.memory(m * v * (act_bytes + 8)), "launch": 0.0}
     bwd = {"matmul": dev.gemm(m, d, v) + dev.gemm(v, d, m), "attention": 0.0,
            "memory": dev.memory(m * v * (4 + act_bytes)), "launch": 0.0}
-    return {"fwd": fwd, "bwd": bwd}
+    classes = {("head", "fwd"): {"matmul": fwd["matmul"], "attention": 0.0},
+               ("head", "bin"): {"matmul": dev.gemm(m, d, v), "attention": 0.0},
+               ("head", "wgrad"): {"matmul": dev.gemm(v, d, m), "attention": 0.0},
+               ("head", "linear"): {"matmul": fwd["matmul"], "attention": 0.0}}
+    return {"fwd": fwd, "bwd": bwd, "classes": classes, "linear_flops": {"head": 2.0 * m * d * (cfg.classes or cfg.vocab)}}
+
+
+# ---------------------------------------------------------------------------
+# Pricing a rule's quantities on the device model
+
+QUANTITY_CLASS = {  # the engine's quantities (analytic/engine.py) by the kernels they run
+    "fwd": ("forward", "forward_modulated", "forward_unit"),
+    "bin": ("backward", "backward_q", "backward_kv", "backward_skip", "backward_total", "backward_dfa", "backward_local"),
+    "wgrad": ("weight_grad", "weight_grad_dense", "linear_weight_grad", "feedback_weight_grad"),
+    "linear": ("linear_forward", "feedback_forward", "target_projection", "head_projection", "dfa_projection",
+               "error_projection", "feedback_copy", "head_feedback_copy"),
+}
+CLASS_OF = {q: c for c, qs in QUANTITY_CLASS.items() for q in qs}
+
+
+def quantity_class(name: str) -> str:
+    """fwd, bin (input gradients), wgrad (weight gradients) or linear (products with the weights alone); a
+    quantity this table does not know is priced as an input gradient (a backward-like pass through the layer)."""
+    return CLASS_OF.get(name, "bin")
+
+
+def projection_gemm(cfg, lay: Layout, kind: str, cls: str):
+    """The (m, n, k) of a rule's own layer per micro-batch on one GPU, and its full-width FLOPs (analytic/models/
+    executed.py): PEPITA's F and LRA's head feedback take the output-wide error to d (their k, the output, split
+    over the t GPUs as the head's); DFA's B (the error at the head's input, d wide) and TP's, DTP's and LRA's block
+    maps are d x d (their n split over t). Rows: one per output position, or one per sequence under a classifier."""
+    b, t, d = lay.micro_batch, lay.tp, cfg.d_model
+    rows = b * (1 if cfg.classes else cfg.tgt_len)
+    if kind in ("error_projection", "head_feedback"):
+        out = cfg.classes or cfg.vocab
+        shape, full = (rows, d, max(1, out // t)), 2.0 * rows * d * out
+    else:
+        shape, full = (rows, max(1, d // t), d), 2.0 * rows * d * d
+    if cls == "wgrad":
+        shape = (shape[1], shape[2], shape[0])
+    return shape, full
+
+
+def kernel_rates(cfg, lay: Layout, dev: DeviceModel, bt: dict, ht: dict, bp: dict) -> dict:
+    """Seconds per FLOP of the engine's count, per (layer family, class): BP's kernels of that family and class on
+    the device model over BP's FLOPs of them (so BP's step is its kernels' time), the products with the weights alone
+    over their own FLOPs; {matmul, attention} each."""
+    blocks = sum(cfg.depth(s) for s in cfg.stacks)
+    b = lay.micro_batch
+    bp_flops = {}
+    for (phase, name, kind, in_block), flops in bp["entries"].items():
+        fam = bp["families"][kind]
+        key = (fam, quantity_class(name))
+        bp_flops[key] = bp_flops.get(key, 0.0) + flops * b / (blocks if in_block else 1)
+    rates = {}
+    for source in (bt, ht):
+        for (fam, cls), times in source["classes"].items():
+            flops = bp_flops.get((fam, cls), 0.0) if cls != "linear" else 0.0
+            if flops <= 0:  # the products with the weights alone (or BP has no such work): their own FLOPs
+                flops = source["linear_flops"][fam]  # an input or weight gradient of a product costs as many
+            zero = {"matmul": 0.0, "attention": 0.0}
+            rates[(fam, cls)] = {c: v / flops for c, v in times.items()} if flops > 0 else zero
+    return rates
+
+
+def price(cfg, lay: Layout, dev: DeviceModel, rates: dict, w: dict, phases=None) -> dict:
+    """{matmul, attention} seconds per micro-batch on the critical stage of the rule's quantities (of ``phases``):
+    block layers' FLOPs / p, the model's other layers (head, projections of the output error) whole."""
+    p, b = lay.pp, lay.micro_batch
+    out = {"matmul": 0.0, "attention": 0.0}
+    for (phase, name, kind, in_block), flops in w["entries"].items():
+        if phases is not None and phase not in phases:
+            continue
+        share = flops * b / (p if in_block else 1)
+        fam, cls = w["families"][kind], quantity_class(name)
+        if fam == "projection":
+            (M, N, K), full = projection_gemm(cfg, lay, kind, cls)
+            out["matmul"] += share * dev.gemm(M, N, K) / full
+            continue
+        r = rates.get((fam, cls)) or rates.get(("ffn", cls))  # a family without kernels of its own: a product
+        for c in out:
+            out[c] += share * r[c]
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -239,13 +355,19 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     # BP per micro-batch on the critical (last) stage
     fwd_bp = {c: per_stage * bt["fwd"][c] + ht["fwd"][c] for c in cats}
     bwd_bp = {c: per_stage * bt["bwd"][c] + ht["bwd"][c] for c in cats}
-    # The rule's work at BP's rates: forward passes at the forward rate, the rest at the backward rate
+    # The rule's products priced at their own shapes and classes; memory-bound kernels and launches at BP's mix
+    rates = kernel_rates(cfg, lay, dev, bt, ht, bp)
     f_ratio = w["forward"] / bp["forward"]
     bwd_total_bp = bp["chain"] + bp["local"]
     chain_ratio = w["chain"] / bwd_total_bp
     local_ratio = w["local"] / bwd_total_bp
-    fwd = {c: f_ratio * fwd_bp[c] for c in cats}
-    bwd = {c: (chain_ratio + local_ratio) * bwd_bp[c] for c in cats}
+    fwd = {c: f_ratio * fwd_bp[c] for c in ("memory", "launch")}
+    fwd.update(price(cfg, lay, dev, rates, w, ("forward",)))
+    bwd = {c: (chain_ratio + local_ratio) * bwd_bp[c] for c in ("memory", "launch")}
+    bwd.update(price(cfg, lay, dev, rates, w, tuple(ph for ph in RULE_PHASES if ph != "forward")))
+    chain_phase = "backward" if w["through"] else "target_propagation"
+    chain_time = sum(price(cfg, lay, dev, rates, w, (chain_phase,)).values()) + \
+        chain_ratio * (bwd_bp["memory"] + bwd_bp["launch"])
     # Recompute (rules with a backward keep an autograd graph; PEPITA and MEMPEPITA keep none)
     rec = {c: 0.0 for c in cats}
     recomputed_blocks = 0.0
@@ -283,7 +405,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         if w["through"]:
             sequential += compute_bwd + tp_bwd
         elif w["chain"]:
-            sequential += chain_ratio * sum(bwd_bp.values())
+            sequential += chain_time
         bubble = (p - 1) / v * sequential
     else:
         bubble = 0.0
