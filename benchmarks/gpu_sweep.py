@@ -114,7 +114,34 @@ def main() -> int:
     print(headline(pd.read_parquet(measured)))
     if not args.no_findings:
         findings(config, out, measured)
+    device_numbers(out)
     return 0
+
+
+def device_numbers(out: Path) -> None:
+    """On a GPU of the catalogue: the step-time model's device numbers measured here (calibrate --device-model,
+    bf16) beside the catalogue's cited ones, written to device_model.json for `plan --device-model`."""
+    import json
+
+    import torch
+
+    from trainingcost.analytic.steptime.device import DeviceModel, with_measurement
+    from trainingcost.config.hardware import match_device
+    from trainingcost.measure.device_model import measure_device_model
+
+    if not torch.cuda.is_available():
+        return
+    data = measure_device_model(torch.device("cuda"), "bf16")
+    (out / "device_model.json").write_text(json.dumps(data, indent=1))
+    known = match_device(data["device_name"])
+    if known is None:
+        print(f"device model: {data['device_name']} is not in the catalogue; measured numbers in device_model.json")
+        return
+    cited, measured = DeviceModel.of(known, "bf16").params, with_measurement(known, data, "bf16", "device_model.json").steptime
+    print(f"\nDevice model of {known.name}: catalogue (cited) vs measured here (bf16)")
+    for key in ("gemm_ceiling", "flash_forward", "flash_backward", "launch_us"):
+        print(f"  {key:15s} {cited[key]:8.3g} {measured[key]:8.3g}")
+    print(f"  {'hbm_efficiency':15s} {cited['hbm_efficiency']} {measured['hbm_efficiency']}")
 
 
 def findings(config: dict, out: Path, measured: Path) -> None:

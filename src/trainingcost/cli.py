@@ -357,6 +357,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ConfigError(f"threads: must be at least 1 (got {args.threads})")
     if args.collectives:  # measure/collectives.py, docs/distributed.md
         return calibrate_collectives_command(args)
+    if args.device_model:  # measure/device_model.py, docs/planning.md
+        return calibrate_device_model_command(args)
     if args.trace is None:
         raise ConfigError("--trace: required (or --collectives)")
     if not 0 < args.tolerance < 1:
@@ -391,6 +393,29 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
           f"{result['rounds']} rounds ({result['seconds_spent']:.1f} s; the last two agree within "
           f"{result['round_agreement']:.1%}); launch {result['launch_overhead_s'] * 1e6:.2f} us; timing quality "
           f"{result['load']['timing_quality']} -> {args.out}")
+    return 0
+
+
+def calibrate_device_model_command(args: argparse.Namespace) -> int:
+    import torch
+
+    from .findings.calibration import write_calibration
+    from .measure.device_model import DTYPES, measure_device_model
+    from .train.run import resolve_device
+
+    if args.dtype not in DTYPES:
+        raise ConfigError(f"dtype: --device-model measures {', '.join(DTYPES)} (got {args.dtype})")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    result = measure_device_model(device, args.dtype)
+    write_calibration(result, args.out)
+    bw = max(b for _, b in result["bandwidth"])
+    trust = "" if result["trusted"] else f"; untrusted (the device is busy): {result['untrusted']}"
+    print(f"{result['device_name']} ({args.dtype}): GEMM {result['gemm_flops'] / 1e12:.3g} TFLOP/s, copy "
+          f"{bw / 1e9:.3g} GB/s, attention {result['flash_forward_flops'] / 1e12:.3g} / "
+          f"{result['flash_backward_flops'] / 1e12:.3g} TFLOP/s forward / backward, launch "
+          f"{result['launch_s'] * 1e6:.2f} us{trust} -> {args.out}")
     return 0
 
 
@@ -552,6 +577,9 @@ def build_parser() -> Parser:
     cal.add_argument("--collectives", action="store_true",
                      help="time all-reduce, reduce-scatter, all-gather and broadcast over 4 KiB .. --max-bytes on "
                           "--nproc processes and fit alpha + beta * bytes per op (docs/distributed.md)")
+    cal.add_argument("--device-model", action="store_true",
+                     help="measure the step-time model's device numbers (large-GEMM ceiling, copy bandwidth by size, "
+                          "fused attention, launch) for `plan --device-model` (docs/planning.md)")
     cal.add_argument("--nproc", type=integer, default=2, help="processes for --collectives")
     cal.add_argument("--backend", default="auto", help="for --collectives: auto (nccl on CUDA, gloo on CPU), gloo, nccl")
     cal.add_argument("--max-bytes", type=integer,

@@ -10,6 +10,7 @@ plan. Nothing here imports torch. docs/planning.md documents every formula and s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -84,6 +85,9 @@ def add_parser(sub) -> None:
     speed.add_argument("--measured-run", metavar="DIR", help="a measured run (train --out-dir DIR, or its measured.parquet): "
                                                              "its achieved FLOP/s, and its joules per FLOP where it "
                                                              "measured energy")
+    p.add_argument("--device-model", metavar="JSON",
+                   help="the device's own numbers for the predicted step time (trainingcost calibrate --device-model, "
+                        "run on that GPU): they replace the catalogue's GEMM ceiling, bandwidth, attention and launch")
     p.add_argument("--measured-rule", default="bp", choices=rule_names(),
                    help="the rule --tokens-per-s and --joules-per-token were measured under (default bp)")
     p.add_argument("--joules-per-token", type=number, help="measured energy per token per GPU (default: TDP)")
@@ -406,9 +410,10 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     gathered = (f"; {first['sharding']} gathers a {first['zero3_gather']} at a time "
                 f"({ZERO3_GATHER[first['zero3_gather']].split(':')[0]}; --zero3-gather)"
                 if first["sharding"] in ("zero3", "fsdp") else "")
+    measured = " on the device numbers of --device-model" if "calibrate --device-model" in first["source_efficiency"] else ""
     notes = [f"precision: {precision}",
-             f"step time: {first['source_efficiency'].split(' (')[0]} (docs/planning.md; --mfu, --tokens-per-s, "
-             "--calibration)",
+             f"step time: {first['source_efficiency'].split(' (')[0]}{measured} (docs/planning.md; --mfu, "
+             "--tokens-per-s, --calibration)",
              f"energy: TDP {gpu.power_w:g} W x {first['source_power'].split(' (')[0].removeprefix('TDP x ')}, PUE "
              f"{first['source_pue'].split(' (')[0].removeprefix('default ')}, {first['source_carbon'].split(' (')[0].removeprefix('default ')} "
              f"CO2e{'' if money else '; money: --price'}",
@@ -443,6 +448,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     cfg = model_entry(args)
     gpu = device(args.gpu)
     spec = spec_from_args(args, cfg, gpu)
+    if args.device_model is not None:
+        gpu = measured_device(args, gpu, spec)
+        spec = dataclasses.replace(spec, efficiency=Efficiency(
+            "predicted", 1.0, f"{PREDICTED_SOURCE}; GEMM ceiling, bandwidth, attention and launch "
+                              f"{gpu.steptime_sources['gemm_ceiling']}"))
     rules = list(rule_names()) if args.rule == "all" else [args.rule]
     models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
     table = plan_table(cfg, spec, gpu, rules, models)
@@ -462,6 +472,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(verdict, file=sys.stderr if args.format != "table" else sys.stdout)
         return 1 if args.require_fit else 0
     return 0
+
+
+def measured_device(args: argparse.Namespace, gpu, spec):
+    """--device-model: the plan's device with the step-time numbers measured on it (analytic/steptime/device.py)."""
+    from .analytic.plan_facts import PRECISIONS
+    from .analytic.steptime.device import with_measurement
+
+    if spec.efficiency.kind != "predicted":
+        raise ConfigError("--device-model: feeds the predicted step time; leave out --mfu, --hfu, --tokens-per-s, "
+                          "--calibration and --measured-run")
+    path = Path(args.device_model)
+    if not path.is_file():
+        raise ConfigError(f"--device-model: {path} is not a file")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"--device-model: {path} is not JSON ({err})") from None
+    return with_measurement(gpu, data, PRECISIONS[spec.precision].compute, str(path))
 
 
 def fit_verdict(table: pd.DataFrame, cfg, spec, gpu) -> str | None:

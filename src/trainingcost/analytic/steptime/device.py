@@ -83,3 +83,43 @@ class DeviceModel:
     def flash(self, flops: float, backward: bool) -> float:
         share = self.params["flash_backward" if backward else "flash_forward"]
         return flops / (self.peak * share * self.params["kernel_efficiency"]) if flops else 0.0
+
+
+DEVICE_MODEL_KEYS = ("gemm_flops", "bandwidth", "flash_forward_flops", "flash_backward_flops", "launch_s", "device_name",
+                     "dtype")
+
+
+def with_measurement(device, data: dict, dtype: str, where: str):
+    """``device`` (a catalogue Device) with the step-time numbers that ``trainingcost calibrate --device-model``
+    measured on it (measure/device_model.py) in place of the catalogue's: the large-GEMM ceiling (best measured
+    FLOP/s over the dense peak), the memory efficiency by kernel size (measured copy bandwidth over the datasheet's),
+    FlashAttention's forward and backward shares, the launch overhead. The fitted kernel efficiency stays.
+    Refused in one line when the file is no device measurement, or was measured on another device or dtype."""
+    import dataclasses
+
+    from ...config.errors import ConfigError
+    from ...config.hardware import match_device
+
+    if not isinstance(data, dict) or data.get("kind") != "device_model" or any(k not in data for k in DEVICE_MODEL_KEYS):
+        raise ConfigError(f"--device-model: {where} is not a device measurement (trainingcost calibrate --device-model)")
+    matched = match_device(str(data["device_name"]))
+    if matched is None or matched.name != device.name:
+        found = f"catalogue device {matched.name}" if matched is not None else "no catalogue device"
+        raise ConfigError(f"--device-model: {where} was measured on {data['device_name']!r} ({found}), not on "
+                          f"--gpu {device.name}")
+    if data["dtype"] != dtype:
+        raise ConfigError(f"--device-model: {where} was measured in {data['dtype']}, the plan computes in {dtype} "
+                          f"(calibrate --device-model --dtype {dtype})")
+    peak = float(device.peak(dtype))
+    points = sorted(((int(b), min(1.0, float(bw) / device.bandwidth_bytes_per_s)) for b, bw in data["bandwidth"]),
+                    reverse=True)
+    hbm = [[b, e] for b, e in points[:-1]] + [[0, points[-1][1]]]
+    measured = {"gemm_ceiling": min(1.0, float(data["gemm_flops"]) / peak), "hbm_efficiency": hbm,
+                "flash_forward": float(data["flash_forward_flops"]) / peak,
+                "flash_backward": float(data["flash_backward_flops"]) / peak,
+                "launch_us": float(data["launch_s"]) * 1e6}
+    trust = "" if data.get("trusted", False) else f"; untrusted: {data.get('untrusted')}"
+    source = (f"measured: trainingcost calibrate --device-model on {data['device_name']} "
+              f"({data.get('measured_at', 'undated')}, {where}{trust})")
+    return dataclasses.replace(device, steptime={**device.steptime, **measured},
+                               steptime_sources={**device.steptime_sources, **{k: source for k in measured}})

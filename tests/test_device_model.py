@@ -1,0 +1,93 @@
+"""`calibrate --device-model` (measure/device_model.py) and `plan --device-model` (analytic/steptime/device.py):
+the device's own numbers replace the catalogue's in the predicted step, checked by hand; a measurement of another
+device, dtype or no device at all is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from trainingcost.analytic.steptime import Layout, predict_step
+from trainingcost.analytic.steptime.device import DeviceModel, with_measurement
+from trainingcost.analytic.steptime.step import rule_work
+from trainingcost.config import ConfigError
+from trainingcost.config.hardware import device
+from trainingcost.config.model import canonical_model, preset_entry
+
+A100 = device("a100-80gb")
+
+
+def measurement(**change) -> dict:
+    data = {"kind": "device_model", "device_name": "NVIDIA A100-SXM4-80GB", "dtype": "bf16",
+            "gemm_flops": 0.5 * 312e12, "bandwidth": [[2 * 10**6, 0.5e12], [2 * 10**9, 1.8e12]],
+            "flash_forward_flops": 0.6 * 312e12, "flash_backward_flops": 0.45 * 312e12, "launch_s": 5e-6,
+            "trusted": True, "measured_at": "2026-11-25T00:00:00+00:00"}
+    data.update(change)
+    return data
+
+
+def test_measured_numbers_replace_the_catalogues():
+    dev = with_measurement(A100, measurement(), "bf16", "dm.json")
+    params = dev.steptime
+    assert params["gemm_ceiling"] == pytest.approx(0.5)
+    assert params["flash_forward"] == pytest.approx(0.6) and params["flash_backward"] == pytest.approx(0.45)
+    assert params["launch_us"] == pytest.approx(5.0)
+    # bandwidth: measured over the datasheet's 2039 GB/s, largest kernels first, the smallest measured below it
+    assert params["hbm_efficiency"] == [[2 * 10**9, pytest.approx(1.8e12 / 2039e9)], [0, pytest.approx(0.5e12 / 2039e9)]]
+    assert "measured: trainingcost calibrate --device-model" in dev.steptime_sources["gemm_ceiling"]
+    assert dev.steptime_sources["sms"] == A100.steptime_sources["sms"]  # what it did not measure stays cited
+    # the predicted step's products slow down by exactly the ceilings' ratio (everything else in the GEMM term stays)
+    gpt2 = canonical_model(preset_entry("gpt2-small"))
+    lay = Layout(gpus=1, global_batch=8, micro_batch=8)
+    work = rule_work(gpt2, ["bp"])
+    before, after = predict_step(gpt2, lay, A100, "bp", work), predict_step(gpt2, lay, dev, "bp", work)
+    ceiling = DeviceModel.of(A100, "bf16").params["gemm_ceiling"]
+    assert after.parts["matmul"] == pytest.approx(before.parts["matmul"] * ceiling / 0.5, rel=1e-12)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(device_name="NVIDIA H100 80GB HBM3"), "was measured on 'NVIDIA H100 80GB HBM3' (catalogue device h100-sxm), "
+                                                 "not on --gpu a100-80gb"),
+    (dict(device_name="Intel(R) Xeon(R)"), "(no catalogue device), not on --gpu a100-80gb"),
+    (dict(dtype="fp32"), "was measured in fp32, the plan computes in bf16"),
+    (dict(kind="kernels"), "is not a device measurement"),
+])
+def test_another_device_or_dtype_is_refused(change, message):
+    with pytest.raises(ConfigError, match=r"^--device-model: dm.json ") as err:
+        with_measurement(A100, measurement(**change), "bf16", "dm.json")
+    assert message in str(err.value)
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "trainingcost", *args], capture_output=True, text=True)
+
+
+def test_calibrate_measures_this_device_and_plan_refuses_it_for_a_gpu(tmp_path):
+    out = tmp_path / "dm.json"
+    done = run("calibrate", "--device-model", "--device", "cpu", "--threads", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert data["kind"] == "device_model" and data["device_type"] == "cpu" and data["dtype"] == "fp32"
+    for key in ("gemm_flops", "flash_forward_flops", "flash_backward_flops", "launch_s"):
+        assert data[key] > 0
+    assert [b for b, _ in data["bandwidth"]] == [2 * 10**6, 2 * 10**7, 2 * 10**8]
+    assert all(bw > 0 for _, bw in data["bandwidth"])
+    assert isinstance(data["trusted"], bool)  # a busy machine marks it, and still writes it
+    refused = run("plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb", "--device-model", str(out))
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1].endswith("(no catalogue device), not on --gpu a100-80gb")
+
+
+def test_plan_reads_a_measurement_of_its_gpu(tmp_path):
+    path = tmp_path / "dm.json"
+    path.write_text(json.dumps(measurement()))
+    done = run("plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb", "--device-model", str(path),
+               "--cost-model", "all")
+    assert done.returncode == 0, done.stderr
+    assert "measured: trainingcost calibrate --device-model on NVIDIA A100-SXM4-80GB" in done.stdout
+    both = run("plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb", "--device-model", str(path),
+               "--mfu", "0.4")
+    assert both.returncode == 2 and "--device-model: feeds the predicted step time" in both.stderr
