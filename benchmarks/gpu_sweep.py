@@ -34,21 +34,57 @@ from trainingcost.pipeline import load_file as load_config  # noqa: E402
 from trainingcost.pipeline import gather_runs, train_command, train_jobs  # noqa: E402
 
 
-def run_jobs(config: dict, out: Path, limit: int | None, timeout: int) -> tuple[Path, Path]:
-    jobs = train_jobs(config)[:limit]
+def in_process(argv: list[str], cwd: Path, log) -> int:
+    """One job through the command line's own entry point in this process (no interpreter start, no second CUDA
+    context: on a lent GPU the jobs then cost their steps, not their imports)."""
+    import contextlib
+
+    from trainingcost.cli import main as cli_main
+
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            return cli_main(argv)
+    except Exception as err:  # a crash of one job is recorded, and the sweep goes on
+        log.write(f"crashed: {type(err).__name__}: {err}\n")
+        return 1
+    finally:
+        os.chdir(here)
+
+
+def size(job) -> int:
+    """A job's step size, to run the largest configurations first (BP's MFU is read at the largest shapes)."""
+    c = job.cfg
+    return c.d_model * c.d_model * (c.enc_layers + c.dec_layers) * c.seq_len * c.batch
+
+
+def run_jobs(config: dict, out: Path, limit: int | None, timeout: int, same_process: bool = False,
+             largest_first: bool = False, budget_s: float | None = None) -> tuple[Path, Path]:
+    jobs = train_jobs(config)
+    if largest_first:  # stable: each configuration keeps its rules together, in the config's rule order
+        jobs = sorted(jobs, key=lambda j: -size(j))
+    jobs = jobs[:limit]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    began = time.perf_counter()
     for n, job in enumerate(jobs, 1):
+        if budget_s is not None and time.perf_counter() - began > budget_s:
+            print(f"time budget of {budget_s:g} s spent: {len(jobs) - n + 1} jobs not started", flush=True)
+            break
         target = out / job.run_dir
         if (target / "measured.parquet").exists():
             continue  # resume: a finished job is not run again
         target.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         with open(target / "train.log", "w") as log:
-            try:
-                code = subprocess.run([sys.executable, "-m", "trainingcost", *train_command(job, config)], cwd=out,
-                                      stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
-            except subprocess.TimeoutExpired:
-                code = "timeout"
+            if same_process:
+                code = in_process(train_command(job, config), out, log)
+            else:
+                try:
+                    code = subprocess.run([sys.executable, "-m", "trainingcost", *train_command(job, config)], cwd=out,
+                                          stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
+                except subprocess.TimeoutExpired:
+                    code = "timeout"
         line = (target / "train.log").read_text().strip().splitlines()
         print(f"[{n}/{len(jobs)}] {job.name} {job.config_id} {job.rule}: exit {code}, {time.perf_counter() - start:.1f} s; "
               f"{line[-1][-120:] if line else ''}", flush=True)
@@ -105,11 +141,17 @@ def main() -> int:
     parser.add_argument("--limit", type=int, help="run the first N jobs only")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per job")
     parser.add_argument("--no-findings", action="store_true", help="gather and print the headline only")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run every job in this process (no per-job interpreter and CUDA start; --timeout unused; "
+                             "on a CPU the process's peak RSS is then the sweep's, not the job's)")
+    parser.add_argument("--largest-first", action="store_true", help="run the largest configurations first")
+    parser.add_argument("--time-budget", type=float, help="seconds: start no job after this (a device lease's limit)")
     args = parser.parse_args()
     config = load_config(args.config)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    measured, _ = run_jobs(config, out, args.limit, args.timeout)
+    measured, _ = run_jobs(config, out, args.limit, args.timeout, args.in_process, args.largest_first,
+                           args.time_budget)
     print()
     print(headline(pd.read_parquet(measured)))
     if not args.no_findings:
