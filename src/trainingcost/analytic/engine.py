@@ -163,7 +163,7 @@ def _derive_units(q: dict, declared: dict, templates: Templates) -> None:
         declared["backward_local"] = declared["backward_dfa"] & ~head
 
 
-def _evaluate_formulas(model: CostModel, templates: Templates, dtype, written: dict | None = None
+def _evaluate_formulas(model: CostModel, templates: Templates, dtype, written: dict | None = None, memo: bool = False
                        ) -> tuple[dict, dict, dict, dict]:
     """Every formula of ``model`` on its kinds' rows, per batch, in ``dtype``; ``written`` (if given) collects the
     rows (kind slices) each quantity was written on."""
@@ -172,12 +172,19 @@ def _evaluate_formulas(model: CostModel, templates: Templates, dtype, written: d
     flops: dict[str, np.ndarray] = {}
     elementwise: dict[str, np.ndarray] = {}
     declared: dict[str, np.ndarray] = {}
+    # A formula that the previous cost model evaluated on these templates (``causal`` shares all but one of
+    # ``executed``'s) is not evaluated again: its quantities are kept per kind until the next model is done.
+    previous = _FORMULA_MEMO.get(id(templates), (None, {}))[1] if memo else {}
+    current = {}
     for kind, index in sorted(templates.kind_index().items()):
         formula = model.formulas.get(kind)
         if formula is None:  # a cost model that leaves a kind out prices it at nothing (docs/extending.md)
             continue
         shapes = Shapes(templates, index, dtype=dtype)
-        for name, values in formula(shapes).items():
+        key = (formula, kind, np.dtype(dtype).str)
+        results = previous[key] if key in previous else formula(shapes)
+        current[key] = results
+        for name, values in results.items():
             if written is not None:
                 written.setdefault(name, []).append(index)
             where = values[3] if len(values) == 4 else True
@@ -190,11 +197,18 @@ def _evaluate_formulas(model: CostModel, templates: Templates, dtype, written: d
             if name not in declared:
                 declared[name] = np.zeros(n, dtype=bool)
             declared[name][index] = where
+    if memo:
+        _FORMULA_MEMO.clear()  # one model's results at a time, for the templates they were computed on
+        _FORMULA_MEMO[id(templates)] = (templates, current)
     return maccs, flops, elementwise, declared
 
 
+_FORMULA_MEMO: dict[int, tuple] = {}  # id(templates) -> (the templates, kept alive; {(formula, kind, dtype): quantities})
+
+
 def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
-             templates: Templates | None = None, floats: bool = True, derive: bool = True) -> Quantities:
+             templates: Templates | None = None, floats: bool = True, derive: bool = True, memo: bool = False
+             ) -> Quantities:
     """Evaluate every formula of ``cost_model_name`` on every configuration, per batch
     (on ``templates`` when the caller has built them for the model's granularity). ``floats`` False: in int64."""
     model = cost_model(cost_model_name)
@@ -210,7 +224,7 @@ def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
     # intermediate of a formula (integer products, sums and halvings within a few times the result), is an integer
     # that float64 holds exactly, so the exact int64 values are those floats: one evaluation, not two.
     written: dict[str, list[slice]] = {}
-    maccs, flops, elementwise, declared = _evaluate_formulas(model, templates, np.float64, written)
+    maccs, flops, elementwise, declared = _evaluate_formulas(model, templates, np.float64, written, memo=memo)
     worst = _refuse_overflow(model, configs, templates, [(flops, written), (elementwise, written)], mirror_steps)
     q = {"maccs": maccs, "flops": flops, **({"elementwise": elementwise} if elementwise else {})}
     # derive False (the per-configuration totals): the derived quantities are summed part by part from theirs
@@ -360,8 +374,11 @@ def _templates_per_model(configs: pd.DataFrame, cost_models):
 
 def _evaluate_all(configs: pd.DataFrame, cost_models, mirror_steps: int, derive: bool = True):
     """Yield (rank, name, Quantities) per cost model, building the templates once per granularity."""
-    for rank, (model, templates) in enumerate(_templates_per_model(configs, cost_models)):
-        yield rank, model.name, evaluate(model.name, configs, mirror_steps, templates, derive=derive)
+    try:
+        for rank, (model, templates) in enumerate(_templates_per_model(configs, cost_models)):
+            yield rank, model.name, evaluate(model.name, configs, mirror_steps, templates, derive=derive, memo=True)
+    finally:
+        _FORMULA_MEMO.clear()
 
 
 def phase_costs(quantities: Quantities, rule: str, mirror_steps: int = 1):
