@@ -1,10 +1,11 @@
 """The communication model (analytic/comm.py) equals the meter, byte for byte and collective for collective, for
-every rule under ddp, fp32 and bf16, N = 2 and 3, on the three architectures (docs/distributed.md)."""
+every rule under ddp and every admitted rule under zero2 and fsdp, fp32 and bf16, N = 2 and 3, on the three
+architectures (docs/distributed.md)."""
 
 import pytest
 
 from trainingcost.analytic.catalogue import rule_names
-from trainingcost.analytic.comm import step_collectives
+from trainingcost.analytic.comm import parameter_tensors, sharded_rules, step_collectives
 from trainingcost.config.model import canonical_model
 from trainingcost.config.training import TrainSpec
 from trainingcost.measure.distributed import launch_each
@@ -44,3 +45,66 @@ def test_model_equals_meter(measured):
             model = [(c.op, c.bytes, c.group, c.dtype, c.phase)
                      for c in step_collectives(s.cfg, s.rule, "ddp", world, s.dtype, step)]
             assert seen == model, (case, world, step)
+
+
+# Sharded: widths FSDP2 must pad on dim 0 at N = 2 (a 257-token vocabulary, 3 classes) and at N = 3 (d_model 8,
+# d_ff 16, 256), and two blocks in a stack, so that the backward's one-unit-ahead all-gathers interleave with the
+# reduce-scatters.
+SHARDED_ARCHS = {
+    "decoder": dict(ARCHS["decoder"], layers=2, vocab=257),
+    "encoder": ARCHS["encoder"],
+    "encoder-decoder": dict(ARCHS["encoder-decoder"], enc_layers=2),
+}
+SHARDED = [(arch, dtype, rule) for arch in SHARDED_ARCHS for dtype in ("fp32", "bf16") for rule in sharded_rules()]
+
+
+def sharded_spec(arch, dtype, rule):
+    task = "classify" if arch == "encoder" else "lm"
+    return TrainSpec(cfg=canonical_model(dict(SHARDED_ARCHS[arch], batch=1), ""), task=task, rule=rule, steps=2,
+                     dtype=dtype, eval_batches=1)
+
+
+@pytest.fixture(scope="module", params=[("zero2", 2), ("zero2", 3), ("fsdp", 2), ("fsdp", 3)], ids=str)
+def sharded(request):
+    parallel, world = request.param
+    runs = launch_each([sharded_spec(*case) for case in SHARDED], world, parallel)
+    return parallel, world, dict(zip(SHARDED, runs))
+
+
+def test_sharded_model_equals_meter(sharded):
+    """FSDP2's all-gathers and reduce-scatters: per unit, padded, in issue order, every step."""
+    parallel, world, runs = sharded
+    for case, run in runs.items():
+        assert run.status == "ok", (case, run.message)
+        comm = run.comm()
+        s = sharded_spec(*case)
+        for step in (1, 2):
+            seen = [(r.op, r.bytes, r.group, r.dtype, r.phase) for r in comm[comm.step == step].itertuples()]
+            model = [(c.op, c.bytes, c.group, c.dtype, c.phase)
+                     for c in step_collectives(s.cfg, s.rule, parallel, world, s.dtype, step)]
+            assert seen == model, (case, parallel, world, step)
+
+
+@pytest.mark.parametrize("options", [
+    {}, dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", bias="none", tie_embeddings=True, positions="learned"),
+    dict(positions="relative", bias="qkv", kv_heads=1, type_vocab=2, embedding_norm=True),
+    dict(positions="rotary", bias="attention", ffn="geglu")], ids=str)
+@pytest.mark.parametrize("arch", list(SHARDED_ARCHS))
+@pytest.mark.parametrize("rule", ["bp", "kp"])
+def test_parameter_listing_is_the_models(arch, options, rule):
+    """The model's parameter tensors (names, shapes, order; KP's B included), listed without torch."""
+    from torch import nn
+
+    from trainingcost.config.errors import ConfigError
+    from trainingcost.train.model import Transformer
+
+    try:
+        cfg = canonical_model(dict(SHARDED_ARCHS[arch], **options, batch=1), "")
+    except ConfigError:
+        pytest.skip("not a valid configuration (a tied classifier)")
+    model = Transformer(cfg)
+    if rule == "kp":  # rules/kp/step.py: a trained B of W's shape on every Linear
+        for linear in model.linears().values():
+            del linear.feedback
+            linear.feedback = nn.Parameter(linear.weight.detach().clone())
+    assert [(n, tuple(p.shape)) for n, p in model.named_parameters()] == parameter_tensors(cfg, rule)
