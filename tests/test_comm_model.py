@@ -108,3 +108,30 @@ def test_parameter_listing_is_the_models(arch, options, rule):
             del linear.feedback
             linear.feedback = nn.Parameter(linear.weight.detach().clone())
     assert [(n, tuple(p.shape)) for n, p in model.named_parameters()] == parameter_tensors(cfg, rule)
+
+
+# DDP beyond its first bucket: models of several buckets, each boundary where the gradient-ready order puts it
+# (a first of 1 MiB, then 25 MiB each; a tied table; KP's B doubling every matrix).
+BUCKETED = [
+    ("decoder", "fp32", "bp", dict(arch="decoder", layers=12, d_model=256, heads=4, d_ff=1024, vocab=2048, seq_len=4)),
+    ("decoder", "bf16", "kp", dict(arch="decoder", layers=8, d_model=256, heads=4, d_ff=1024, vocab=8192, seq_len=4,
+                                   ffn="swiglu", norm="rmsnorm", norm_position="pre")),
+    ("encoder-decoder", "fp32", "kp", dict(arch="encoder-decoder", enc_layers=2, dec_layers=2, d_model=256, heads=4,
+                                           d_ff=1024, vocab=8192, seq_len=4, tgt_len=4, tie_embeddings=True)),
+]
+
+
+def test_ddp_buckets_equal_meter():
+    from trainingcost.analytic.comm import ddp_buckets
+
+    specs = [TrainSpec(cfg=canonical_model(dict(model, batch=1), ""), task="lm", rule=rule, steps=3, dtype=dtype,
+                       eval_batches=1) for _, dtype, rule, model in BUCKETED]
+    assert all(len(ddp_buckets(s.cfg, s.rule, s.dtype)) >= 3 for s in specs)
+    for s, run in zip(specs, launch_each(specs, 2, "ddp")):
+        assert run.status == "ok", run.message
+        comm = run.comm()
+        for step in range(1, 4):
+            seen = [(r.op, r.bytes, r.group, r.dtype, r.phase) for r in comm[comm.step == step].itertuples()]
+            model = [(c.op, c.bytes, c.group, c.dtype, c.phase)
+                     for c in step_collectives(s.cfg, s.rule, "ddp", 2, s.dtype, step)]
+            assert seen == model, (s.rule, s.dtype, step)

@@ -208,18 +208,48 @@ def step_collectives(cfg, name: str, parallel: str, world: int, dtype: str, step
         return [Collective("all_reduce", grads, world, dtype, "optimizer_step")]
     if parallel != "ddp":
         return fsdp_collectives(cfg, name, parallel, world, dtype)
-    if step == 1 or grads <= FIRST_BUCKET_BYTES:
-        buckets = [grads]
-    else:
-        raise ConfigError(
-            f"model: {grads} bytes of gradients exceed DDP's first bucket ({FIRST_BUCKET_BYTES} bytes): its rebuilt "
-            "buckets follow the backward's gradient-ready order, which this model does not know yet")
+    buckets = [grads] if step == 1 else ddp_buckets(cfg, name, dtype)
     out = []
     if step == 2:
         out += [Collective("broadcast", (tensors + 1) * INDEX_BYTES, world, "int32", "forward"),
                 Collective("broadcast", len(buckets) * INDEX_BYTES, world, "int32", "forward")]
     out += [Collective("all_reduce", size, world, dtype, "backward") for size in buckets]
     return out
+
+
+def ready_order(cfg, name: str) -> list[tuple[str, tuple[int, ...]]]:
+    """The parameters in the order their gradients are accumulated in a backward (DDP's rebuilt order): the
+    modules in reverse registration order (autograd runs the backward from the head down to the embeddings, and
+    inside a layer from its last product to its first: o, v, k, q; down, up, gate), and inside one module its
+    tensors in registration order (weight, bias, KP's B: the accumulations of one backward node run in the order of
+    its outputs). A table tied to the head is ready when its last use, the first stack's embedding, is done."""
+    modules: dict[str, list] = {}
+    for tensor, shape in parameter_tensors(cfg, name):
+        modules.setdefault(tensor.rsplit(".", 1)[0], []).append((tensor, shape))
+    return [t for module in reversed(list(modules)) for t in modules[module]]
+
+
+def ddp_buckets(cfg, name: str, dtype: str, first_cap: int = FIRST_BUCKET_BYTES,
+                cap: int = BUCKET_CAP_BYTES) -> list[int]:
+    """The bytes of DDP's rebuilt buckets, in the order they are all-reduced (from step 2 on).
+
+    ``Reducer::rebuild_buckets`` (torch/csrc/distributed/c10d/reducer.cpp) assigns the parameters, in the order
+    their gradients became ready in step 1's backward, with ``compute_bucket_assignment_by_size`` and the limits
+    ``[first_bucket_bytes_cap, bucket_bytes_cap]`` (1 MiB and 25 MiB when ``bucket_cap_mb`` is left unset, as
+    train/distributed.py leaves it; set, it is both limits: ``_BucketCapacityConfig`` in
+    torch/nn/parallel/distributed.py): a tensor joins the open bucket (one per dtype and device), and the
+    bucket closes as soon as its bytes reach the limit (so it may exceed it by its last tensor); after the first,
+    every bucket has the second limit; the last one holds what is left. Buckets keep the ready order (no sort) and
+    are all-reduced in it. The ready order (:func:`ready_order`) is checked against the meter on models of several
+    buckets (tests/test_comm_model.py)."""
+    size = DTYPE_BYTES[dtype]
+    buckets, current, limit = [], 0, first_cap
+    for _, shape in ready_order(cfg, name):
+        current += numel(shape) * size
+        if current >= limit:
+            buckets.append(current)
+            current, limit = 0, cap
+    return buckets + ([current] if current else [])
 
 
 def fsdp_collectives(cfg, name: str, parallel: str, world: int, dtype: str) -> list[Collective]:
