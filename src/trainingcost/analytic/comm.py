@@ -293,7 +293,34 @@ def fsdp_collectives(cfg, name: str, parallel: str, world: int, dtype: str) -> l
     return out + [scatter(root)]
 
 
-def comm_seconds(collectives: list[Collective], fit: dict) -> float:
-    """The time of these collectives, one after another, under a calibration's ``alpha + beta * bytes`` per op
-    (``trainingcost calibrate --collectives``'s ``fit``)."""
-    return sum(fit[c.op]["alpha_s"] + fit[c.op]["beta_s_per_byte"] * c.bytes for c in collectives)
+def collective_seconds(op: str, nbytes: int, group: int, calibration: dict) -> float:
+    """One collective's seconds under ``trainingcost calibrate --collectives``'s result.
+
+    With the calibrated points (``points``: seconds per op and size on ``world`` ranks), α and β per size range:
+    between two neighbouring calibrated sizes, the line through them (gloo and NCCL change algorithm with the size,
+    so one line over 4 KiB .. 16 MiB misses the middle by up to 2x); below the smallest size its time (latency
+    bound); above the largest, the last range's line. With only a ``fit`` (α, β per op, or a bare fit dict), that
+    line. A group of another size than the calibration's scales the bandwidth term by the ring's bus factors
+    (:func:`..steptime.network.bus_factor`: 2(n-1)/n for an all-reduce, (n-1)/n for a gather or a scatter)."""
+    from .steptime.network import bus_factor
+
+    world = int(calibration.get("world", group))
+    scale = bus_factor(op, group) / bus_factor(op, world) if world != group and world > 1 else 1.0
+    points = sorted((p["bytes"], p["seconds"]) for p in calibration.get("points", ()) if p["op"] == op)
+    if len(points) >= 2:
+        sizes = [b for b, _ in points]
+        if nbytes <= sizes[0]:
+            return points[0][1]
+        k = next((i for i in range(1, len(points)) if nbytes <= sizes[i]), len(points) - 1)
+        (b0, t0), (b1, t1) = points[k - 1], points[k]
+        beta = (t1 - t0) / (b1 - b0)
+        alpha = t0 - beta * b0
+        return alpha + scale * beta * nbytes
+    fit = calibration.get("fit", calibration)[op]
+    return fit["alpha_s"] + scale * fit["beta_s_per_byte"] * nbytes
+
+
+def comm_seconds(collectives: list[Collective], calibration: dict) -> float:
+    """The time of these collectives, one after another (the meter waits for each), under a collectives
+    calibration (:func:`collective_seconds`)."""
+    return sum(collective_seconds(c.op, c.bytes, c.group, calibration) for c in collectives)
