@@ -135,3 +135,31 @@ def test_ddp_buckets_equal_meter():
             model = [(c.op, c.bytes, c.group, c.dtype, c.phase)
                      for c in step_collectives(s.cfg, s.rule, "ddp", 2, s.dtype, step)]
             assert seen == model, (s.rule, s.dtype, step)
+
+
+def test_collective_seconds_per_size_range():
+    """α and β of the calibrated range a size falls in; the smallest size's time below it; the last range beyond;
+    a fit alone where no points; a larger group scales the bandwidth term by the ring's bus factor."""
+    from trainingcost.analytic.comm import Collective, collective_seconds, comm_seconds
+
+    points = [{"op": "all_reduce", "bytes": b, "seconds": t} for b, t in ((1000, 1.0), (2000, 1.5), (4000, 4.5))]
+    calibration = {"world": 2, "points": points, "fit": {"all_reduce": {"alpha_s": 9.0, "beta_s_per_byte": 0.0}}}
+    assert collective_seconds("all_reduce", 10, 2, calibration) == 1.0
+    assert collective_seconds("all_reduce", 1500, 2, calibration) == 1.25
+    assert collective_seconds("all_reduce", 3000, 2, calibration) == 3.0
+    assert collective_seconds("all_reduce", 6000, 2, calibration) == 7.5
+    assert collective_seconds("all_reduce", 5, 2, {"fit": calibration["fit"]}) == 9.0
+    # N = 4: 2(n-1)/n = 1.5 against N = 2's 1: the per-byte term x 1.5 (range 2000..4000: alpha -1.5, beta 1.5e-3)
+    assert collective_seconds("all_reduce", 3000, 4, calibration) == -1.5 + 1.5 * 1.5e-3 * 3000
+    assert comm_seconds([Collective("all_reduce", 1500, 2, "fp32", "backward")] * 2, calibration) == 2.5
+
+
+def test_what_each_rule_sends_beyond_bp():
+    from trainingcost.findings.comm import beyond_bp
+
+    assert beyond_bp("bp") == "—"
+    assert "trained feedback B" in beyond_bp("kp")
+    assert "inverses" in beyond_bp("tp") and "inverses" in beyond_bp("dtp")
+    assert "error weights" in beyond_bp("lra")
+    assert beyond_bp("dfa").startswith("nothing more") and "never sent" in beyond_bp("dfa")
+    assert "explicit all-reduce" in beyond_bp("pepita") and "explicit all-reduce" not in beyond_bp("fa")

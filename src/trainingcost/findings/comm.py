@@ -34,8 +34,10 @@ def beyond_bp(name: str, parallel: str = "ddp") -> str:
         extra = "the gradients of its trained error weights E_l, E_head: blocks x d^2 + out x d elements"
     elif memory.feedback == "none":
         extra = "nothing" if name == "bp" else "nothing more"
-    else:  # fixed feedback: FA's and WM's B, DFA's projections, PEPITA's F
-        extra = "nothing more: its feedback is fixed (or, WM, updated identically on every rank) and never sent"
+    elif name == "wm":  # mirror steps: replicated, every rank updates B alike
+        extra = "nothing more: its B is updated by mirror steps that every rank repeats alike, never sent"
+    else:  # fixed feedback: FA's B, DFA's projections, PEPITA's F
+        extra = "nothing more: its feedback is fixed, never sent"
     return ("—" if name == "bp" else extra) + how
 
 
