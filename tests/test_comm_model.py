@@ -163,3 +163,25 @@ def test_what_each_rule_sends_beyond_bp():
     assert "error weights" in beyond_bp("lra")
     assert beyond_bp("dfa").startswith("nothing more") and "never sent" in beyond_bp("dfa")
     assert "explicit all-reduce" in beyond_bp("pepita") and "explicit all-reduce" not in beyond_bp("fa")
+
+
+def test_the_step_prediction_adds_communication():
+    """predict_comm prices a run's steady step with the calibration; add_comm adds it to the compute prediction
+    (0 for a one-process run)."""
+    import pandas as pd
+
+    from trainingcost.analytic.comm import comm_seconds
+    from trainingcost.findings.predictor import add_comm, predict_comm
+
+    s = spec("decoder", "fp32", "kp")
+    calibration = {"world": 2, "fit": {op: {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9}
+                                       for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")}}
+    runs = pd.DataFrame([{"config_id": "c", "rule": "kp", "seed": 0, "cfg": s.cfg, "parallel": "fsdp", "nproc": 2,
+                          "dtype": "fp32"}])
+    comm = predict_comm(runs, calibration)
+    expected = comm_seconds(step_collectives(s.cfg, "kp", "fsdp", 2, "fp32", 3), calibration)
+    assert comm["comm_s"].tolist() == [expected] and expected > 0
+    steps = pd.DataFrame([{"config_id": "c", "rule": "kp", "seed": 0, "predicted_time_s": 1.0},
+                          {"config_id": "c", "rule": "bp", "seed": 0, "predicted_time_s": 2.0}])
+    out = add_comm(steps, comm, ["config_id", "rule", "seed"])
+    assert out["predicted_time_s"].tolist() == [1.0 + expected, 2.0] and out["comm_s"].tolist() == [expected, 0.0]
