@@ -100,7 +100,9 @@ rule comm:
     input:
         configs=rules.configs.output,
         measured=rules.measured.output.measured,
-        calibration=lambda w: ["results/device/collectives.json"] if os.path.exists("results/device/collectives.json") else [],
+        calibration=lambda w: (
+            ["results/device/collectives.json"] if os.path.exists("results/device/collectives.json") else []
+        ),
     output:
         table="results/tables/comm.parquet",
         figure=report("results/figures/comm.png", caption="../report/comm.rst", category="Figures"),

@@ -12,6 +12,11 @@ Mechanisms, derived from each rule's declared phases (``RuleSpec.phases``):
   framework hook sees it; before the optimizer step every gradient the optimizer holds (trained feedback
   included: TP's and DTP's inverses, LRA's error weights) is averaged by one all-reduce of one flat buffer.
   DFA's fixed projections and PEPITA's fixed F are no parameters of the optimizer, so they are never sent.
+
+The collectives of one step (:func:`step_collectives`), exact in bytes against the meter: the explicit
+all-reduce; DDP's buckets (:func:`ddp_buckets`, from the per-tensor listing :func:`parameter_tensors` in
+gradient-ready order); FSDP2's per-unit all-gathers and reduce-scatters with dim-0 padding
+(:func:`fsdp_collectives`). Their seconds: :func:`comm_seconds` under a collectives calibration.
 """
 
 from __future__ import annotations
@@ -128,8 +133,10 @@ def _layer_tensors(cfg, layer: str, kind: str, stack: str, feedback: bool) -> li
         return [(f"{layer}.table.weight", (cfg.relative_buckets, cfg.heads))]
     if kind in L.ATTENTION_KINDS:
         a, kv = cfg.attn_width, cfg.kv_width
-        return (_linear(f"{layer}.q", d, a, cfg.qkv_bias, feedback) + _linear(f"{layer}.k", d, kv, cfg.qkv_bias, feedback)
-                + _linear(f"{layer}.v", d, kv, cfg.qkv_bias, feedback) + _linear(f"{layer}.o", a, d, cfg.o_bias, feedback))
+        return (_linear(f"{layer}.q", d, a, cfg.qkv_bias, feedback)
+                + _linear(f"{layer}.k", d, kv, cfg.qkv_bias, feedback)
+                + _linear(f"{layer}.v", d, kv, cfg.qkv_bias, feedback)
+                + _linear(f"{layer}.o", a, d, cfg.o_bias, feedback))
     if kind == "ffn":
         ups = ("gate", "up") if cfg.gated else ("up",)
         return ([t for up in ups for t in _linear(f"{layer}.{up}", d, cfg.d_ff, cfg.out_bias, feedback)]

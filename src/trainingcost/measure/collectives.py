@@ -108,7 +108,8 @@ def worker(device_name: str, backend: str, max_bytes: int, tolerance: float, tim
             if stop[0] or stop[1]:
                 break
             previous = current
-        return {"world": world, "backend": dist.get_backend(), "after_compute_s": after_compute_s, "rounds": rounds, "converged": bool(stop[0]),
+        return {"world": world, "backend": dist.get_backend(), "after_compute_s": after_compute_s,
+                "rounds": rounds, "converged": bool(stop[0]),
                 "agreement": change, "seconds_spent": time.perf_counter() - start,
                 "points": [{"op": op, "bytes": size, "seconds": t} for (op, size), t in current.items()]}
     finally:
