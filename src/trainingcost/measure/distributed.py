@@ -208,6 +208,13 @@ def train_distributed(spec: TrainSpec, nproc: int, parallel: str, backend: str =
     timed = times[spec.warmup:] if len(times) > spec.warmup else times
     counted = comm[comm.step > spec.warmup] if len(times) > spec.warmup else comm
     summary = comm_summary(counted, len(timed))
+    if timed and run.status == "ok":  # the communication model's bytes over the same steps (analytic/comm.py)
+        from ..analytic.comm import step_collectives
+
+        first_step = len(times) - len(timed) + 1
+        model = [step_collectives(spec.cfg, spec.rule, parallel, nproc, spec.dtype, step)
+                 for step in range(first_step, len(times) + 1)]
+        summary["comm_model_bytes_per_step"] = sum(c.bytes for s in model for c in s) / len(model)
     if timed:
         summary["step_time_median_s"] = float(pd.Series(timed).median())
     measured = None
@@ -228,5 +235,8 @@ def comm_line_text(nproc: int, parallel: str, summary: dict) -> str:
     """The summary line's communication clause."""
     if not isinstance(summary.get("collectives_per_step"), float) or math.isnan(summary["collectives_per_step"]):
         return f"; {nproc} ranks ({parallel}): no step run"
-    return (f"; {nproc} ranks ({parallel}), communication per step: {summary['comm_bytes_per_step']:,.0f} bytes in "
-            f"{summary['collectives_per_step']:g} collectives, {summary['comm_s_per_step'] * 1e3:.2f} ms")
+    model = summary.get("comm_model_bytes_per_step")
+    said = ("" if model is None else " (the model's: equal)" if model == summary["comm_bytes_per_step"]
+            else f" (the model's: {model:,.0f})")
+    return (f"; {nproc} ranks ({parallel}), communication per step: {summary['comm_bytes_per_step']:,.0f} bytes"
+            f"{said} in {summary['collectives_per_step']:g} collectives, {summary['comm_s_per_step'] * 1e3:.2f} ms")
