@@ -63,7 +63,7 @@ def comm_table(measured: pd.DataFrame, configs: pd.DataFrame, calibration: dict 
         out = {k: run.get(k) for k in ("config_id", "rule", "seed", "parallel", "dtype", "status")}
         out.update(nproc=nproc, measured_bytes_per_step=run.get("comm_bytes_per_step", math.nan),
                    measured_collectives_per_step=run.get("collectives_per_step", math.nan),
-                   measured_comm_s_per_step=run.get("comm_s_per_step", math.nan),
+                   measured_comm_s_per_step=run.get("comm_s_slowest_per_step", run.get("comm_s_per_step", math.nan)),
                    step_time_s=run.get("step_time_median_s", math.nan), beyond_bp=beyond_bp(run["rule"]))
         if cfg is not None and last >= first:
             steps = _model_steps(cfg, run["rule"], run["parallel"], nproc, run["dtype"], first, last)

@@ -131,6 +131,15 @@ class DistributedRun:
         """Rank 0's collectives, one row each."""
         return pd.DataFrame(self.first.get("comm", []), columns=COMM_COLUMNS)
 
+    def slowest_seconds(self) -> pd.Series:
+        """Each of rank 0's collectives' seconds on its slowest rank (the ranks issue the same collectives in the
+        same order; the collectives calibration's statistic: a collective ends for the job when it ends on every
+        rank)."""
+        times = [pd.Series([row["seconds"] for row in v.get("comm", [])]) for v in self.ranks.values()]
+        if not times or len({len(t) for t in times}) != 1:
+            return pd.Series(dtype=float)
+        return pd.concat(times, axis=1).max(axis=1)
+
 
 def run_ranks(entry, nproc: int, args: tuple) -> tuple[dict, str | None]:
     """Start ``entry(*args)`` on ``nproc`` ranks through torch.distributed's elastic launcher (torchrun's engine;
@@ -208,6 +217,10 @@ def train_distributed(spec: TrainSpec, nproc: int, parallel: str, backend: str =
     timed = times[spec.warmup:] if len(times) > spec.warmup else times
     counted = comm[comm.step > spec.warmup] if len(times) > spec.warmup else comm
     summary = comm_summary(counted, len(timed))
+    slowest = run.slowest_seconds()
+    if len(slowest) == len(comm) and len(timed):
+        summary["comm_s_slowest_per_step"] = float(slowest[(comm.step > spec.warmup).to_numpy()
+                                                          if len(times) > spec.warmup else slice(None)].sum()) / len(timed)
     if timed and run.status == "ok":  # the communication model's bytes over the same steps (analytic/comm.py)
         from ..analytic.comm import step_collectives
 
