@@ -38,6 +38,8 @@ rule all:
             if TRAIN_JOBS
             else []
         ),
+        # A data-parallel sweep's communication findings (train.parallel.nproc > 1).
+        ([rules.comm.output] if TRAIN_JOBS and _NPROC > 1 else []),
         # The scaling study, when the config has a scaling section.
         ([rules.frontiers.output, rules.scaling_findings.output] if SCALING else []),
 

@@ -153,9 +153,13 @@ def test_a_tiny_distributed_sweep_through_the_workflow(tmp_path):
     config = copy.deepcopy(TINY)
     config["train"].update(rules=["bp", "pepita"], steps=4, parallel={"nproc": 2, "parallel": "ddp"})
     config["sweep"]["models"][0].update(arch="decoder")
-    result = snakemake(tmp_path, config, "results/tables/measured.parquet")
+    result = snakemake(tmp_path, config, "results/tables/measured.parquet", "results/tables/comm.parquet")
     assert result.returncode == 0, result.stderr[-3000:]
     measured = pd.read_parquet(tmp_path / "results/tables/measured.parquet")
+    comm = pd.read_parquet(tmp_path / "results/tables/comm.parquet")  # findings/comm.py
+    assert set(comm.rule) == {"bp", "pepita"} and comm.bytes_exact.all() and (comm.comm_share > 0).all()
+    assert (tmp_path / "results/figures/comm.png").exists()
+    assert "what each rule communicates that bp does not" in (tmp_path / "results/comm.md").read_text().lower()
     assert set(measured.rule) == {"bp", "pepita"} and set(measured.status) == {"ok"}
     assert (measured.nproc == 2).all() and (measured.comm_bytes_per_step > 0).all()
     assert set(measured.collectives_per_step) == {1.0}  # DDP's one bucket; PEPITA's one all-reduce

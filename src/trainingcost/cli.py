@@ -433,7 +433,7 @@ def calibrate_collectives_command(args: argparse.Namespace) -> int:
 
     try:
         result = calibrate_collectives(args.nproc, args.device, args.backend, args.max_bytes, args.tolerance,
-                                       args.time_cap)
+                                       args.time_cap, args.after_compute_ms / 1e3)
     except CollectivesBusy as busy:
         sys.stderr.write(f"trainingcost {busy}\n")
         return 1
@@ -582,6 +582,9 @@ def build_parser() -> Parser:
                           "fused attention, launch) for `plan --device-model` (docs/planning.md)")
     cal.add_argument("--nproc", type=integer, default=2, help="processes for --collectives")
     cal.add_argument("--backend", default="auto", help="for --collectives: auto (nccl on CUDA, gloo on CPU), gloo, nccl")
+    cal.add_argument("--after-compute-ms", type=number, default=0.0,
+                     help="for --collectives: compute this long on every rank before each timed collective, as a "
+                          "training step does (default 0: back to back)")
     cal.add_argument("--max-bytes", type=integer,
                      help="for --collectives: the largest buffer (default 256 MiB on CUDA, 16 MiB on CPU)")
     cal.add_argument("--device", default="auto", choices=DEVICES)

@@ -290,17 +290,35 @@ def write_comparison(analytic_path, memory_path, measured_path, comparison_out, 
         write_text(ratios[ratios["config_id"].isin(measured_ids)].to_csv(index=False, float_format="%.6g"), ratios_csv)
 
 
-def write_summary(comparison_path, ratios_path, measured_path, out, scaling_path=None, calibration_path=None) -> str:
+def write_summary(comparison_path, ratios_path, measured_path, out, scaling_path=None, calibration_path=None,
+                  comm_path=None) -> str:
     """``summary.md`` from the comparison, ratio and measured tables, the scaling study's section if given, and the
     device calibration's trust (one that did not converge on a busy machine is said: "No trusted calibration")."""
     import json
 
     from .findings.summary import write_summary as summarise
 
-    extra = Path(scaling_path).read_text() if scaling_path else None
+    extra = "\n".join(Path(p).read_text() for p in (scaling_path, comm_path) if p) or None
     calibration = json.loads(Path(calibration_path).read_text()) if calibration_path else None
     return summarise(pd.read_parquet(comparison_path), pd.read_parquet(ratios_path), pd.read_parquet(measured_path), out,
                      extra, calibration)
+
+
+def write_comm(configs_path, measured_path, table_out, figure_out, section_out, calibration_path=None) -> str:
+    """The data-parallel sweep's communication findings (findings/comm.py): ``comm.parquet``, its figure (PNG and
+    PDF) and the summary's section. ``calibration_path``: a ``calibrate --collectives`` JSON, for the predicted
+    seconds (absent: those columns stay empty)."""
+    from .findings.comm import comm_figure, comm_section, comm_table
+    from .findings.figures import save, style
+
+    calibration = json.loads(Path(calibration_path).read_text()) if calibration_path else None
+    table = comm_table(pd.read_parquet(measured_path), pd.read_parquet(configs_path), calibration)
+    write_parquet(table, table_out)
+    style()
+    save(comm_figure(table), figure_out)
+    section = comm_section(table)
+    write_text(section, section_out)
+    return section
 
 
 def describe(cfg: ModelConfig) -> str:

@@ -48,6 +48,7 @@ rule summary:
         measured=rules.measured.output.measured,
         calibration=rules.calibrate.output[0],  # one that did not converge: "No trusted calibration"
         scaling="results/scaling.md" if SCALING else [],  # the scaling study's section (scaling.smk)
+        comm="results/comm.md" if _NPROC > 1 else [],  # a data-parallel sweep's communication section (rule comm)
     output:
         report("results/summary.md", caption="../report/summary.rst", category="Summary"),
     log:
@@ -58,7 +59,7 @@ rule summary:
 
         with logged(log[0]):
             write_summary(input.comparison, input.ratios, input.measured, output[0], input.scaling or None,
-                          input.calibration)
+                          input.calibration, input.comm or None)
 
 
 rule figures:
@@ -88,3 +89,31 @@ rule figures:
             write_figures(
                 FILLED, input.analytic, input.comparison, input.measured, "results/figures"
             )
+
+
+# A data-parallel sweep (train.parallel.nproc > 1; docs/distributed.md): communication bytes (model and meter) and
+# seconds per rule and sharding, their share of the step, and what each rule sends that BP does not. Predicted
+# seconds when a collectives calibration is at results/device/collectives.json (`trainingcost calibrate
+# --collectives --nproc N --out results/device/collectives.json`, run on a quiet machine; not a job of the sweep,
+# whose jobs would load the machine it times).
+rule comm:
+    input:
+        configs=rules.configs.output,
+        measured=rules.measured.output.measured,
+        calibration=lambda w: (
+            ["results/device/collectives.json"] if os.path.exists("results/device/collectives.json") else []
+        ),
+    output:
+        table="results/tables/comm.parquet",
+        figure=report("results/figures/comm.png", caption="../report/comm.rst", category="Figures"),
+        pdf="results/figures/comm.pdf",
+        section="results/comm.md",
+    log:
+        "results/logs/comm.log",
+    localrule: True
+    run:
+        from trainingcost.pipeline import logged, write_comm
+
+        with logged(log[0]):
+            write_comm(input.configs[0], input.measured, output.table, output.figure, output.section,
+                       input.calibration[0] if input.calibration else None)

@@ -12,14 +12,21 @@ Mechanisms, derived from each rule's declared phases (``RuleSpec.phases``):
   framework hook sees it; before the optimizer step every gradient the optimizer holds (trained feedback
   included: TP's and DTP's inverses, LRA's error weights) is averaged by one all-reduce of one flat buffer.
   DFA's fixed projections and PEPITA's fixed F are no parameters of the optimizer, so they are never sent.
+
+The collectives of one step (:func:`step_collectives`), exact in bytes against the meter: the explicit
+all-reduce; DDP's buckets (:func:`ddp_buckets`, from the per-tensor listing :func:`parameter_tensors` in
+gradient-ready order); FSDP2's per-unit all-gathers and reduce-scatters with dim-0 padding
+(:func:`fsdp_collectives`). Their seconds: :func:`comm_seconds` under a collectives calibration.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..config.choices import BACKENDS, PARALLEL
 from ..config.errors import ConfigError
+from . import layers as L
 from .catalogue import rule, rule_names
 
 HOOK_PHASES = frozenset({"forward", "backward", "optimizer_step", "mirror"})
@@ -76,6 +83,7 @@ class Collective:
 BUCKET_CAP_BYTES = 25 * 2**20
 FIRST_BUCKET_BYTES = 2**20
 INDEX_BYTES = 4  # the rebuilt bucket indices are broadcast as int32
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
 
 
 def gradient_bytes(cfg, name: str, dtype: str) -> tuple[int, int]:
@@ -90,6 +98,103 @@ def gradient_bytes(cfg, name: str, dtype: str) -> tuple[int, int]:
     grads = int(row["gradients"])
     tensors = (int(row["optimizer_state"]) - 2 * grads) // STEP_SCALAR_BYTES["adam"]
     return grads, tensors
+
+
+# -- the parameters, tensor by tensor ----------------------------------------------------------------------------
+# What bucketing (DDP) and sharding (FSDP2) act on: each parameter tensor's shape, in the order the model registers
+# it (``Transformer.parameters()``: train/model.py builds its modules from the same layer plan, analytic/layers.py).
+
+
+def _linear(name: str, d_in: int, d_out: int, bias: bool, feedback: bool) -> list[tuple[str, tuple[int, ...]]]:
+    """``nn.Linear``'s weight [out, in] and bias [out]; then KP's B, a parameter of W's shape registered after
+    them (rules/kp/step.py)."""
+    out = [(f"{name}.weight", (d_out, d_in))]
+    if bias:
+        out.append((f"{name}.bias", (d_out,)))
+    if feedback:
+        out.append((f"{name}.feedback", (d_out, d_in)))
+    return out
+
+
+def _layer_tensors(cfg, layer: str, kind: str, stack: str, feedback: bool) -> list[tuple[str, tuple[int, ...]]]:
+    d = cfg.d_model
+    norm = [(f"{layer}.norm.weight" if kind == "add_norm" else f"{layer}.weight", (d,))]
+    if cfg.norm != "rmsnorm":  # LayerNorm: gamma and beta; RMSNorm: gamma
+        norm.append((norm[0][0].replace(".weight", ".bias"), (d,)))
+    if kind in ("add_norm", "norm"):
+        return norm
+    if kind == "embedding":
+        return [(f"{layer}.weight", (cfg.vocab, d))]
+    if kind == "token_type_embedding":
+        return [(f"{layer}.table.weight", (cfg.type_vocab, d))]
+    if kind == "positional_encoding":
+        return [(f"{layer}.table.weight", (cfg.position_rows(stack), d))] if cfg.positions == "learned" else []
+    if kind == "relative_position":
+        return [(f"{layer}.table.weight", (cfg.relative_buckets, cfg.heads))]
+    if kind in L.ATTENTION_KINDS:
+        a, kv = cfg.attn_width, cfg.kv_width
+        return (_linear(f"{layer}.q", d, a, cfg.qkv_bias, feedback)
+                + _linear(f"{layer}.k", d, kv, cfg.qkv_bias, feedback)
+                + _linear(f"{layer}.v", d, kv, cfg.qkv_bias, feedback)
+                + _linear(f"{layer}.o", a, d, cfg.o_bias, feedback))
+    if kind == "ffn":
+        ups = ("gate", "up") if cfg.gated else ("up",)
+        return ([t for up in ups for t in _linear(f"{layer}.{up}", d, cfg.d_ff, cfg.out_bias, feedback)]
+                + _linear(f"{layer}.down", cfg.d_ff, d, cfg.out_bias, feedback))
+    raise ConfigError(f"model: layer kind {kind!r} has no parameter listing in the communication model")
+
+
+def parameter_units(cfg, name: str) -> list[tuple[str, list[tuple[str, tuple[int, ...]]]]]:
+    """The trained parameters of rule ``name``'s model, by FSDP2 unit, each in registration order: ``""`` (the
+    root: every stack's embedding tables and norms, the final norms, the head; a tied table once) and then each
+    block (``encoder.0``, ...; train/distributed.py shards each block apart), in forward order. Listed for the rules
+    whose gradients torch's hooks reduce (``mechanism == "hooks"``): the model's parameters plus KP's B per weight
+    matrix (FA's and WM's B are buffers, never sent)."""
+    memory = rule(name).memory
+    feedback = memory.feedback == "weights" and memory.trains_feedback
+    root: list = []
+    blocks: dict[str, list] = {}
+    for layer, kind in L.layer_plan(cfg):
+        parts = layer.split(".")
+        stack = parts[0] if parts[0] in ("encoder", "decoder") else ""
+        if kind in L.HEAD_KINDS:  # a tied head's weight is the first stack's table
+            tensors = [] if cfg.tie_embeddings else [(f"{layer}.weight", (cfg.out_width, cfg.d_model))]
+            if cfg.head_bias:
+                tensors.append((f"{layer}.bias", (cfg.out_width,)))
+            if feedback:
+                tensors.append((f"{layer}.feedback", (cfg.out_width, cfg.d_model)))
+            root += tensors
+        elif kind == "embedding" and cfg.tie_embeddings and stack != cfg.stacks[0]:
+            continue  # the first stack's table, shared
+        elif len(parts) > 2 and parts[1].isdigit():
+            blocks.setdefault(f"{parts[0]}.{parts[1]}", []).extend(_layer_tensors(cfg, layer, kind, stack, feedback))
+        else:
+            root += _layer_tensors(cfg, layer, kind, stack, feedback)
+    return [("", root), *blocks.items()]
+
+
+def parameter_tensors(cfg, name: str) -> list[tuple[str, tuple[int, ...]]]:
+    """Every trained parameter in ``model.parameters()`` order (DDP's parameter order). The root's tensors
+    interleave with the blocks' there: the stacks' end layers, then their blocks, then the head."""
+    return _registration_order(cfg, parameter_units(cfg, name))
+
+
+def _registration_order(cfg, units) -> list[tuple[str, tuple[int, ...]]]:
+    everything = {n: shape for _, tensors in units for n, shape in tensors}
+    order = []
+    for layer, _ in L.layer_plan(cfg):
+        order += [n for n in everything if n == layer or n.startswith(layer + ".")]
+    return [(n, everything[n]) for n in order]
+
+
+def numel(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
+
+
+def padded_numel(shape: tuple[int, ...], world: int) -> int:
+    """FSDP2's elements of one parameter across ``world`` ranks: dim 0 padded up to a multiple of ``world``
+    (``FSDPParam``: each rank holds ``ceil(dim0 / world)`` rows; torch/distributed/fsdp/_fully_shard/_fsdp_param.py)."""
+    return world * -(-shape[0] // world) * numel(shape[1:])
 
 
 def step_collectives(cfg, name: str, parallel: str, world: int, dtype: str, step: int) -> list[Collective]:
@@ -109,13 +214,8 @@ def step_collectives(cfg, name: str, parallel: str, world: int, dtype: str, step
     if mechanism(name) == "explicit":
         return [Collective("all_reduce", grads, world, dtype, "optimizer_step")]
     if parallel != "ddp":
-        raise ConfigError(f"parallel: {parallel}: the communication model covers ddp only so far (allowed: ddp)")
-    if step == 1 or grads <= FIRST_BUCKET_BYTES:
-        buckets = [grads]
-    else:
-        raise ConfigError(
-            f"model: {grads} bytes of gradients exceed DDP's first bucket ({FIRST_BUCKET_BYTES} bytes): its rebuilt "
-            "buckets follow the backward's gradient-ready order, which this model does not know yet")
+        return fsdp_collectives(cfg, name, parallel, world, dtype)
+    buckets = [grads] if step == 1 else ddp_buckets(cfg, name, dtype)
     out = []
     if step == 2:
         out += [Collective("broadcast", (tensors + 1) * INDEX_BYTES, world, "int32", "forward"),
@@ -124,7 +224,110 @@ def step_collectives(cfg, name: str, parallel: str, world: int, dtype: str, step
     return out
 
 
-def comm_seconds(collectives: list[Collective], fit: dict) -> float:
-    """The time of these collectives, one after another, under a calibration's ``alpha + beta * bytes`` per op
-    (``trainingcost calibrate --collectives``'s ``fit``)."""
-    return sum(fit[c.op]["alpha_s"] + fit[c.op]["beta_s_per_byte"] * c.bytes for c in collectives)
+def ready_order(cfg, name: str) -> list[tuple[str, tuple[int, ...]]]:
+    """The parameters in the order their gradients are accumulated in a backward (DDP's rebuilt order): the
+    modules in reverse registration order (autograd runs the backward from the head down to the embeddings, and
+    inside a layer from its last product to its first: o, v, k, q; down, up, gate), and inside one module its
+    tensors in registration order (weight, bias, KP's B: the accumulations of one backward node run in the order of
+    its outputs). A table tied to the head is ready when its last use, the first stack's embedding, is done."""
+    modules: dict[str, list] = {}
+    for tensor, shape in parameter_tensors(cfg, name):
+        modules.setdefault(tensor.rsplit(".", 1)[0], []).append((tensor, shape))
+    return [t for module in reversed(list(modules)) for t in modules[module]]
+
+
+def ddp_buckets(cfg, name: str, dtype: str, first_cap: int = FIRST_BUCKET_BYTES,
+                cap: int = BUCKET_CAP_BYTES) -> list[int]:
+    """The bytes of DDP's rebuilt buckets, in the order they are all-reduced (from step 2 on).
+
+    ``Reducer::rebuild_buckets`` (torch/csrc/distributed/c10d/reducer.cpp) assigns the parameters, in the order
+    their gradients became ready in step 1's backward, with ``compute_bucket_assignment_by_size`` and the limits
+    ``[first_bucket_bytes_cap, bucket_bytes_cap]`` (1 MiB and 25 MiB when ``bucket_cap_mb`` is left unset, as
+    train/distributed.py leaves it; set, it is both limits: ``_BucketCapacityConfig`` in
+    torch/nn/parallel/distributed.py): a tensor joins the open bucket (one per dtype and device), and the
+    bucket closes as soon as its bytes reach the limit (so it may exceed it by its last tensor); after the first,
+    every bucket has the second limit; the last one holds what is left. Buckets keep the ready order (no sort) and
+    are all-reduced in it. The ready order (:func:`ready_order`) is checked against the meter on models of several
+    buckets (tests/test_comm_model.py)."""
+    size = DTYPE_BYTES[dtype]
+    buckets, current, limit = [], 0, first_cap
+    for _, shape in ready_order(cfg, name):
+        current += numel(shape) * size
+        if current >= limit:
+            buckets.append(current)
+            current, limit = 0, cap
+    return buckets + ([current] if current else [])
+
+
+def fsdp_collectives(cfg, name: str, parallel: str, world: int, dtype: str) -> list[Collective]:
+    """FSDP2's collectives of one step (every step alike) under ``zero2`` (``reshard_after_forward=False``) or
+    ``fsdp`` (``True``), one rank's, in the order it issues them (docs/distributed.md):
+
+    - forward: one all-gather per unit, the root first (its pre-forward hook runs before any block's), then the
+      blocks in forward order;
+    - backward, ``fsdp`` only: the units were resharded after their forward and are gathered again, the root first
+      (explicitly ``reshard_after_forward=True``, so FSDP2 does not keep it), then the blocks in reverse forward
+      order, each gathered one unit ahead (FSDP2's implicit backward prefetch: a unit's pre-backward gathers the
+      next unit of the reversed post-forward order), so the all-gather of unit i+1 precedes unit i's reduce-scatter;
+    - backward: one reduce-scatter per unit when its gradients are done (post-backward), the blocks in reverse
+      order, the root last (its embeddings are the last gradients).
+
+    Each all-gather's output and each reduce-scatter's input is the unit's parameters with every dim 0 padded to
+    a multiple of ``world`` (:func:`padded_numel`), in the training dtype: the runner casts the whole model to
+    bf16 (no ``MixedPrecisionPolicy``), so parameters are gathered and gradients reduced in the parameters'
+    dtype. Padding changes bytes wherever a dim 0 (d_model, d_ff, a kv width, the vocabulary, the classes, a
+    bias) is not a multiple of ``world``."""
+    size = DTYPE_BYTES[dtype]
+    units = parameter_units(cfg, name)
+    nbytes = {unit: sum(padded_numel(shape, world) for _, shape in tensors) * size for unit, tensors in units}
+    root, blocks = units[0][0], [unit for unit, tensors in units[1:] if tensors]
+
+    def gather(unit, phase):
+        return Collective("all_gather", nbytes[unit], world, dtype, phase)
+
+    def scatter(unit):
+        return Collective("reduce_scatter", nbytes[unit], world, dtype, "backward")
+
+    out = [gather(root, "forward")] + [gather(unit, "forward") for unit in blocks]
+    backward = blocks[::-1]
+    if parallel == "fsdp":
+        out += [gather(root, "backward")] + [gather(unit, "backward") for unit in backward[:1]]
+        for i, unit in enumerate(backward):
+            out += [gather(backward[i + 1], "backward")] if i + 1 < len(backward) else []
+            out.append(scatter(unit))
+    else:
+        out += [scatter(unit) for unit in backward]
+    return out + [scatter(root)]
+
+
+def collective_seconds(op: str, nbytes: int, group: int, calibration: dict) -> float:
+    """One collective's seconds under ``trainingcost calibrate --collectives``'s result.
+
+    With the calibrated points (``points``: seconds per op and size on ``world`` ranks), α and β per size range:
+    between two neighbouring calibrated sizes, the line through them (gloo and NCCL change algorithm with the size,
+    so one line over 4 KiB .. 16 MiB misses the middle by up to 2x); below the smallest size its time (latency
+    bound); above the largest, the last range's line. With only a ``fit`` (α, β per op, or a bare fit dict), that
+    line. A group of another size than the calibration's scales the bandwidth term by the ring's bus factors
+    (:func:`..steptime.network.bus_factor`: 2(n-1)/n for an all-reduce, (n-1)/n for a gather or a scatter)."""
+    from .steptime.network import bus_factor
+
+    world = int(calibration.get("world", group))
+    scale = bus_factor(op, group) / bus_factor(op, world) if world != group and world > 1 else 1.0
+    points = sorted((p["bytes"], p["seconds"]) for p in calibration.get("points", ()) if p["op"] == op)
+    if len(points) >= 2:
+        sizes = [b for b, _ in points]
+        if nbytes <= sizes[0]:
+            return points[0][1]
+        k = next((i for i in range(1, len(points)) if nbytes <= sizes[i]), len(points) - 1)
+        (b0, t0), (b1, t1) = points[k - 1], points[k]
+        beta = (t1 - t0) / (b1 - b0)
+        alpha = t0 - beta * b0
+        return alpha + scale * beta * nbytes
+    fit = calibration.get("fit", calibration)[op]
+    return fit["alpha_s"] + scale * fit["beta_s_per_byte"] * nbytes
+
+
+def comm_seconds(collectives: list[Collective], calibration: dict) -> float:
+    """The time of these collectives, one after another (the meter waits for each), under a collectives
+    calibration (:func:`collective_seconds`)."""
+    return sum(collective_seconds(c.op, c.bytes, c.group, calibration) for c in collectives)

@@ -183,11 +183,36 @@ def predict_phases(traces: pd.DataFrame, calibration: dict, keys=("config_id", "
     return pd.concat([parts, rest], ignore_index=True).rename(columns={"timed_phase": "phase", "seconds": "predicted_time_s"})
 
 
-def predict_steps(traces: pd.DataFrame, calibration: dict, keys=("config_id", "rule", "seed")) -> pd.DataFrame:
-    """Predicted seconds per run (every phase and the work between phases), with the parts."""
+def predict_steps(traces: pd.DataFrame, calibration: dict, keys=("config_id", "rule", "seed"),
+                  comm: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Predicted seconds per run (every phase and the work between phases), with the parts; with ``comm`` (one
+    row per run: the keys and ``comm_s``, :func:`predict_comm`), plus each run's communication, in ``comm_s``."""
     phases = predict_phases(traces, calibration, keys)
     keys = [k for k in keys if k in phases.columns]
-    return phases.groupby(keys, as_index=False)[["predicted_time_s", *PARTS]].sum()
+    steps = phases.groupby(keys, as_index=False)[["predicted_time_s", *PARTS]].sum()
+    return steps if comm is None else add_comm(steps, comm, keys)
+
+
+def predict_comm(runs: pd.DataFrame, collectives: dict, keys=("config_id", "rule", "seed")) -> pd.DataFrame:
+    """Each data-parallel run's predicted communication seconds per step (``comm_s``): the communication model's
+    collectives of a steady step (analytic/comm.py, exact in bytes), each priced by ``calibrate --collectives``'s
+    α and β of its size range (:func:`trainingcost.analytic.comm.collective_seconds`). ``runs``: the keys,
+    ``cfg`` (a ModelConfig), ``parallel``, ``nproc`` and ``dtype``. The meter waits for every collective, so
+    nothing of it overlaps compute and the step's prediction is compute + communication."""
+    from ..analytic.comm import comm_seconds, step_collectives
+
+    rows = []
+    for run in runs.to_dict("records"):
+        steady = step_collectives(run["cfg"], run["rule"], run["parallel"], int(run["nproc"]), run["dtype"], 3)
+        rows.append({**{k: run[k] for k in keys if k in run}, "comm_s": comm_seconds(steady, collectives)})
+    return pd.DataFrame(rows)
+
+
+def add_comm(steps: pd.DataFrame, comm: pd.DataFrame, keys) -> pd.DataFrame:
+    """``predicted_time_s`` plus each run's ``comm_s`` (0 for a run of one process)."""
+    out = steps.merge(comm[[*keys, "comm_s"]], on=list(keys), how="left").fillna({"comm_s": 0.0})
+    out["predicted_time_s"] = out["predicted_time_s"] + out["comm_s"]
+    return out
 
 
 def dominant_part(frame: pd.DataFrame) -> pd.Series:

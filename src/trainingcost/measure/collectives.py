@@ -52,14 +52,26 @@ def _collective(op: str, size: int, world: int, device: torch.device):
     return lambda: dist.reduce_scatter_single(small, big)
 
 
-def _round(ops, points, world, device) -> dict:
+def _busy(seconds: float, work: torch.Tensor) -> torch.Tensor:
+    """Compute on this rank's thread for ``seconds`` (small matrix products), as a training step does between two
+    collectives."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        work = torch.tanh(work @ work)
+    return work
+
+
+def _round(ops, points, world, device, after_compute_s: float = 0.0) -> dict:
     times = {}
+    work = torch.randn(128, 128, device=device) / 16
     for op in ops:
         for size in points:
             run = _collective(op, size, world, device)
             run()  # warm
             samples = []
             for _ in range(REPEATS):
+                if after_compute_s:
+                    work = _busy(after_compute_s, work)
                 dist.barrier()
                 if device.type == "cuda":
                     torch.cuda.synchronize()
@@ -75,7 +87,8 @@ def _round(ops, points, world, device) -> dict:
 
 
 @record
-def worker(device_name: str, backend: str, max_bytes: int, tolerance: float, time_cap_s: float) -> dict:
+def worker(device_name: str, backend: str, max_bytes: int, tolerance: float, time_cap_s: float,
+           after_compute_s: float = 0.0) -> dict:
     torch.set_num_threads(1)
     device = resolve_device(device_name)
     if device.type == "cuda":
@@ -85,7 +98,7 @@ def worker(device_name: str, backend: str, max_bytes: int, tolerance: float, tim
         world, points = dist.get_world_size(), sizes(max_bytes)
         start, rounds, previous, change = time.perf_counter(), 0, None, float("inf")
         while True:
-            current = _round(OPS, points, world, device)
+            current = _round(OPS, points, world, device, after_compute_s)
             rounds += 1
             if previous is not None:
                 total = sum(current.values())
@@ -95,7 +108,8 @@ def worker(device_name: str, backend: str, max_bytes: int, tolerance: float, tim
             if stop[0] or stop[1]:
                 break
             previous = current
-        return {"world": world, "backend": dist.get_backend(), "rounds": rounds, "converged": bool(stop[0]),
+        return {"world": world, "backend": dist.get_backend(), "after_compute_s": after_compute_s,
+                "rounds": rounds, "converged": bool(stop[0]),
                 "agreement": change, "seconds_spent": time.perf_counter() - start,
                 "points": [{"op": op, "bytes": size, "seconds": t} for (op, size), t in current.items()]}
     finally:
@@ -123,11 +137,14 @@ class CollectivesBusy(Exception):
 
 
 def calibrate_collectives(nproc: int, device: str = "auto", backend: str = "auto", max_bytes: int | None = None,
-                          tolerance: float = 0.05, time_cap_s: float = 120.0) -> dict:
+                          tolerance: float = 0.05, time_cap_s: float = 120.0, after_compute_s: float = 0.0) -> dict:
+    """Time the collectives until two rounds agree (else :class:`CollectivesBusy`). ``after_compute_s``: each timed
+    collective follows that much computation on every rank (then a barrier), as a collective in a training step
+    follows the step's compute; 0: back to back (the collective's own time)."""
     resolved = resolve_device(device)
     if max_bytes is None:
         max_bytes = MAX_BYTES if resolved.type == "cuda" else CPU_MAX_BYTES
-    ranks, failure = run_ranks(worker, nproc, (device, backend, max_bytes, tolerance, time_cap_s))
+    ranks, failure = run_ranks(worker, nproc, (device, backend, max_bytes, tolerance, time_cap_s, after_compute_s))
     if failure is not None:
         raise RuntimeError(failure)
     result = ranks[0]

@@ -131,6 +131,15 @@ class DistributedRun:
         """Rank 0's collectives, one row each."""
         return pd.DataFrame(self.first.get("comm", []), columns=COMM_COLUMNS)
 
+    def slowest_seconds(self) -> pd.Series:
+        """Each of rank 0's collectives' seconds on its slowest rank (the ranks issue the same collectives in the
+        same order; the collectives calibration's statistic: a collective ends for the job when it ends on every
+        rank)."""
+        times = [pd.Series([row["seconds"] for row in v.get("comm", [])]) for v in self.ranks.values()]
+        if not times or len({len(t) for t in times}) != 1:
+            return pd.Series(dtype=float)
+        return pd.concat(times, axis=1).max(axis=1)
+
 
 def run_ranks(entry, nproc: int, args: tuple) -> tuple[dict, str | None]:
     """Start ``entry(*args)`` on ``nproc`` ranks through torch.distributed's elastic launcher (torchrun's engine;
@@ -208,6 +217,17 @@ def train_distributed(spec: TrainSpec, nproc: int, parallel: str, backend: str =
     timed = times[spec.warmup:] if len(times) > spec.warmup else times
     counted = comm[comm.step > spec.warmup] if len(times) > spec.warmup else comm
     summary = comm_summary(counted, len(timed))
+    slowest = run.slowest_seconds()
+    if len(slowest) == len(comm) and len(timed):
+        summary["comm_s_slowest_per_step"] = float(slowest[(comm.step > spec.warmup).to_numpy()
+                                                          if len(times) > spec.warmup else slice(None)].sum()) / len(timed)
+    if timed and run.status == "ok":  # the communication model's bytes over the same steps (analytic/comm.py)
+        from ..analytic.comm import step_collectives
+
+        first_step = len(times) - len(timed) + 1
+        model = [step_collectives(spec.cfg, spec.rule, parallel, nproc, spec.dtype, step)
+                 for step in range(first_step, len(times) + 1)]
+        summary["comm_model_bytes_per_step"] = sum(c.bytes for s in model for c in s) / len(model)
     if timed:
         summary["step_time_median_s"] = float(pd.Series(timed).median())
     measured = None
@@ -228,5 +248,8 @@ def comm_line_text(nproc: int, parallel: str, summary: dict) -> str:
     """The summary line's communication clause."""
     if not isinstance(summary.get("collectives_per_step"), float) or math.isnan(summary["collectives_per_step"]):
         return f"; {nproc} ranks ({parallel}): no step run"
-    return (f"; {nproc} ranks ({parallel}), communication per step: {summary['comm_bytes_per_step']:,.0f} bytes in "
-            f"{summary['collectives_per_step']:g} collectives, {summary['comm_s_per_step'] * 1e3:.2f} ms")
+    model = summary.get("comm_model_bytes_per_step")
+    said = ("" if model is None else " (the model's: equal)" if model == summary["comm_bytes_per_step"]
+            else f" (the model's: {model:,.0f})")
+    return (f"; {nproc} ranks ({parallel}), communication per step: {summary['comm_bytes_per_step']:,.0f} bytes"
+            f"{said} in {summary['collectives_per_step']:g} collectives, {summary['comm_s_per_step'] * 1e3:.2f} ms")

@@ -35,7 +35,7 @@ class Parallel:
     kind: str  # ddp, zero2, fsdp
     rank: int
     world: int
-    bucket_cap_mb: float = 25.0
+    bucket_cap_mb: float | None = None  # DDP's default: 25 MiB buckets after a first of 1 MiB (analytic/comm.py)
 
     # -- data ----------------------------------------------------------------------
     def global_cfg(self, cfg):

@@ -14,6 +14,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def bus_factor(op: str, n: int) -> float:
+    """The share of a collective's buffer that each rank sends over the ring (nccl-tests doc/PERFORMANCE.md, "bus
+    bandwidth"): all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n of the whole buffer, broadcast 1."""
+    if n <= 1:
+        return 0.0
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter"):
+        return (n - 1) / n
+    if op == "broadcast":
+        return 1.0
+    raise ValueError(f"op: {op!r} has no bus factor")
+
+
 @dataclass(frozen=True)
 class Network:
     gpus_per_node: int
@@ -45,7 +59,7 @@ class Network:
         if n <= 1 or nbytes <= 0:
             return 0.0
         bw, alpha, inter = self._link(n, stride)
-        return (2 * (n - 1) * alpha if inter else alpha) + 2 * (n - 1) / n * nbytes / bw
+        return (2 * (n - 1) * alpha if inter else alpha) + bus_factor("all_reduce", n) * nbytes / bw
 
     def all_gather(self, nbytes: float, n: int, stride: int = 1, rails: bool = True) -> float:
         """``nbytes``: the gathered (whole) buffer; reduce-scatter costs the same. ``rails`` False: a collective
@@ -53,7 +67,7 @@ class Network:
         if n <= 1 or nbytes <= 0:
             return 0.0
         bw, alpha, inter = self._link(n, stride, rails)
-        return ((n - 1) * alpha if inter else alpha) + (n - 1) / n * nbytes / bw
+        return ((n - 1) * alpha if inter else alpha) + bus_factor("all_gather", n) * nbytes / bw
 
     reduce_scatter = all_gather
 
