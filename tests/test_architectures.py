@@ -69,7 +69,12 @@ def test_default_sweep_keeps_its_ids_and_analytic_tables_byte_for_byte():
     (dict(positions="rotary", d_model=12, heads=4), "positions: rotary positions turn pairs of features, so a head's width must be even (it is 3)"),
     (dict(classes=3, tie_embeddings=True), "tie_embeddings: a classification head has no vocabulary to share (classes is 3)"),
     (dict(heads=5), "heads: 5 does not divide d_model 16"),
-    (dict(bias="some"), "bias: 'some' is not allowed (allowed: all, none, qkv, attention)"),
+    (dict(bias="some"), "bias: 'some' is not allowed (allowed: all, none, qkv, attention, ffn)"),
+    (dict(parallel_block="yes"), "parallel_block: 'yes' is not allowed (allowed: none, one_norm, two_norms)"),
+    (dict(parallel_block="one_norm"), "parallel_block: one_norm needs norm_position pre"),
+    (dict(rotary_dim=2), "rotary_dim: applies only to positions rotary (positions is sinusoidal)"),
+    (dict(positions="rotary", rotary_dim=3), "rotary_dim: 3 features cannot be turned in pairs within a head of 4"),
+    (dict(positions="rotary", rotary_dim=6), "rotary_dim: 6 features cannot be turned in pairs within a head of 4"),
 ])
 def test_bad_options_get_one_line_naming_the_field(change, message):
     with pytest.raises(ConfigError) as err:

@@ -8,8 +8,9 @@ never counted silently wrong. The result is an entry like a preset's: command-li
 flags and a sweep entry's other keys override its fields.
 
 Sources of each mapping: the ``configuration_*.py`` and ``modeling_*.py`` of
-Hugging Face ``transformers`` for GPT-2, BERT, Llama, Mistral and Qwen2 (key names,
-their defaults, which layers carry biases, which heads are tied).
+Hugging Face ``transformers`` for GPT-2, BERT, T5, Llama, Mistral, Qwen2, GPT-NeoX,
+GPT-J, Phi and Falcon (key names, their defaults, which layers carry biases, which
+heads are tied, which blocks are parallel, how much of a head rotary turns).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2")
+SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon")
 # Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
 UNSUPPORTED_KEYS = {
     "num_local_experts": "mixture of experts",
@@ -111,7 +112,8 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
         if data.get(key) not in (None, 0, False):
             raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")
     keys = _Keys(data, where, model_type)
-    return {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama}[model_type](keys)
+    return {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
+            "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon}[model_type](keys)
 
 
 def _gpt2(k: _Keys) -> dict:
@@ -218,6 +220,116 @@ def _llama(k: _Keys) -> dict:
             entry["sliding_window"] = (window, k.where + ("" if "sliding_window" in k.data else
                                                          " (no sliding_window key: transformers' default)"))
     return entry
+
+
+def _rotary_fraction(k: _Keys, keys: tuple[str, ...], default: float) -> float:
+    """The share of a head that rotary positions turn: the first of ``keys`` at the top level (older files) or in
+    ``rope_parameters`` / ``rope_scaling`` (transformers 5 writes partial_rotary_factor there)."""
+    for container in (k.data, k.data.get("rope_parameters"), k.data.get("rope_scaling")):
+        if not isinstance(container, dict):
+            continue
+        for key in keys:
+            if container.get(key) is not None:
+                value = container[key]
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                    k._fail(key, f"{value!r} is not a fraction in (0, 1]")
+                return float(value)
+    return default
+
+
+def _partial_rotary(entry: dict, k: _Keys, turned: int, key: str) -> dict:
+    """``entry`` with rotary_dim where rotary turns ``turned`` features of a head (HF: int(head_dim x fraction))."""
+    head_dim = entry.get("head_dim", entry["d_model"] // entry["heads"])
+    if turned % 2 or not 0 < turned <= head_dim:
+        k._fail(key, f"turns {turned} features of a {head_dim}-wide head (supported: an even number up to the head)")
+    if turned < head_dim:
+        entry["rotary_dim"] = turned
+    return entry
+
+
+def _gpt_neox(k: _Keys) -> dict:
+    # GPT-NeoX (modeling_gpt_neox.py; Black et al. 2022): pre-LayerNorm, a fused query_key_value and a dense output
+    # (biases: attention_bias, default true), an MLP with biases, rotary positions on rotary_pct (default 0.25) of each
+    # head, use_parallel_residual (default true): x + attn(ln1(x)) + mlp(ln2(x)); a final LayerNorm; embed_out
+    # without bias, untied by default.
+    d, heads = k.int("hidden_size"), k.int("num_attention_heads")
+    entry = dict(
+        arch="decoder", layers=k.int("num_hidden_layers"), d_model=d, heads=heads, d_ff=k.int("intermediate_size"),
+        vocab=k.int("vocab_size"), seq_len=k.int("max_position_embeddings"), norm="layernorm", norm_position="pre",
+        ffn=k.activation("hidden_act", "gelu", ACTIVATIONS), positions="rotary",
+        parallel_block="two_norms" if k.bool("use_parallel_residual", True) else "none",
+        bias="all" if k.bool("attention_bias", True) else "ffn", head_bias=False,
+        tie_embeddings=k.bool("tie_word_embeddings", False),
+    )
+    fraction = _rotary_fraction(k, ("rotary_pct", "partial_rotary_factor"), 0.25)
+    return _partial_rotary(entry, k, int(d // heads * fraction), "rotary_pct")
+
+
+def _gptj(k: _Keys) -> dict:
+    # GPT-J (modeling_gptj.py; Wang & Komatsuzaki 2021): one LayerNorm per block read by attention and MLP in parallel,
+    # x + attn(ln(x)) + mlp(ln(x)); q, k, v and out_proj without biases, fc_in and fc_out with; rotary positions on
+    # rotary_dim features of each head (default 64; null: all); ln_f; lm_head with a bias, untied.
+    d = k.int("n_embd")
+    entry = dict(
+        arch="decoder", layers=k.int("n_layer"), d_model=d, heads=k.int("n_head"), d_ff=k.int("n_inner", 4 * d) or 4 * d,
+        vocab=k.int("vocab_size"), seq_len=k.int("n_positions"), norm="layernorm", norm_position="pre",
+        ffn=k.activation("activation_function", "gelu_new", ACTIVATIONS), positions="rotary",
+        parallel_block="one_norm", bias="ffn", head_bias=True, tie_embeddings=k.bool("tie_word_embeddings", False),
+    )
+    if "rotary_dim" in k.data and k.data["rotary_dim"] is None:
+        return entry  # null: the whole head
+    return _partial_rotary(entry, k, k.int("rotary_dim", 64), "rotary_dim")
+
+
+def _phi(k: _Keys) -> dict:
+    # Phi-1, Phi-1.5, Phi-2 (modeling_phi.py; Gunasekar et al. 2023, Li et al. 2023): one LayerNorm per block read by
+    # attention and MLP in parallel; q, k, v (num_key_value_heads) and dense with biases, fc1 and fc2 with biases;
+    # rotary positions on partial_rotary_factor (default 0.5) of each head; final_layernorm; lm_head with a bias.
+    if k.bool("qk_layernorm", False):
+        k._fail("qk_layernorm", "norms on the queries and keys are not supported")
+    d, heads = k.int("hidden_size"), k.int("num_attention_heads")
+    entry = dict(
+        arch="decoder", layers=k.int("num_hidden_layers"), d_model=d, heads=heads, d_ff=k.int("intermediate_size"),
+        vocab=k.int("vocab_size"), seq_len=k.int("max_position_embeddings"), norm="layernorm", norm_position="pre",
+        ffn=k.activation("hidden_act", "gelu_new", ACTIVATIONS), positions="rotary",
+        kv_heads=k.int("num_key_value_heads", heads) or heads, parallel_block="one_norm", bias="all", head_bias=True,
+        tie_embeddings=k.bool("tie_word_embeddings", False),
+    )
+    fraction = _rotary_fraction(k, ("partial_rotary_factor",), 0.5)
+    return _partial_rotary(entry, k, int(d // heads * fraction), "partial_rotary_factor")
+
+
+def _falcon(k: _Keys) -> dict:
+    # Falcon (modeling_falcon.py; Almazrouei et al. 2023): rotary positions on the whole head (alibi refused), a fused
+    # query_key_value and a dense output, an MLP of ffn_hidden_size (default 4 d), biases on all or none (bias), a
+    # final LayerNorm and an lm_head without bias, tied by default. Old architecture (falcon-7b): multi_query (one
+    # key/value head, default true) or full heads; parallel_attn (default true) with one input_layernorm, else two
+    # norms in sequence. new_decoder_architecture (falcon-40b): num_kv_heads key/value heads, attention and MLP in
+    # parallel with num_ln_in_parallel_attn norms (default 2: ln_attn, ln_mlp).
+    if k.bool("alibi", False):
+        k._fail("alibi", "ALiBi positions are not supported (supported: rotary, alibi false)")
+    d, heads = k.int("hidden_size"), k.int("num_attention_heads")
+    parallel = k.bool("parallel_attn", True)
+    if k.bool("new_decoder_architecture", False):
+        if not parallel:
+            k._fail("parallel_attn", "false with new_decoder_architecture is not supported (transformers' Falcon "
+                    "runs it in parallel)")
+        kv_heads = k.int("num_kv_heads", heads) or heads
+        norms = k.int("num_ln_in_parallel_attn", 2) or 2
+        if norms not in (1, 2):
+            k._fail("num_ln_in_parallel_attn", f"{norms} is not supported (supported: 1, 2)")
+        block = "two_norms" if norms == 2 else "one_norm"
+    else:
+        kv_heads = 1 if k.bool("multi_query", True) else heads
+        block = "one_norm" if parallel else "none"
+    return dict(
+        arch="decoder", layers=k.int("num_hidden_layers"), d_model=d, heads=heads, kv_heads=kv_heads,
+        d_ff=k.int("ffn_hidden_size", 4 * d) or 4 * d, vocab=k.int("vocab_size"),
+        seq_len=k.int("max_position_embeddings", 2048), norm="layernorm", norm_position="pre",
+        ffn=k.activation("activation", "gelu", ACTIVATIONS), positions="rotary", parallel_block=block,
+        bias="all" if k.bool("bias", False) else "none", head_bias=False,
+        tie_embeddings=k.bool("tie_word_embeddings", True),
+    )
 
 
 def check_window(entry: dict, where: str) -> dict:

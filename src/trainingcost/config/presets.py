@@ -76,6 +76,28 @@ PRESETS: dict[str, dict] = {
     "qwen2.5-0.5b": dict(arch="decoder", layers=24, d_model=896, heads=14, kv_heads=2, d_ff=4864, vocab=151936,
                          seq_len=32768, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
                          bias="qkv", tie_embeddings=True),
+    # Biderman et al. 2023 (Pythia), EleutherAI/pythia-1.4b (GPT-NeoX): attention and MLP in parallel, each with its
+    # LayerNorm (use_parallel_residual), rotary positions on a quarter of each head (rotary_pct 0.25: 32 of 128
+    # features), biases everywhere but the untied head. 1,414,647,808 parameters.
+    "pythia-1.4b": dict(arch="decoder", layers=24, d_model=2048, heads=16, d_ff=8192, vocab=50304, seq_len=2048,
+                        norm_position="pre", positions="rotary", rotary_dim=32, parallel_block="two_norms",
+                        head_bias=False),
+    # Wang & Komatsuzaki 2021, EleutherAI/gpt-j-6b: one LayerNorm read by attention and MLP in parallel, rotary on
+    # 64 of 256 features per head (rotary_dim), no attention biases, MLP biases, an untied head with a bias.
+    # 6,050,882,784 parameters.
+    "gpt-j-6b": dict(arch="decoder", layers=28, d_model=4096, heads=16, d_ff=16384, vocab=50400, seq_len=2048,
+                     norm_position="pre", positions="rotary", rotary_dim=64, parallel_block="one_norm", bias="ffn",
+                     head_bias=True),
+    # Microsoft 2023 (Phi-2), microsoft/phi-2: GPT-J's parallel block with biases everywhere, rotary on 32 of 80
+    # features per head (partial_rotary_factor 0.4), an untied head with a bias. 2,779,683,840 parameters.
+    "phi-2": dict(arch="decoder", layers=32, d_model=2560, heads=32, d_ff=10240, vocab=51200, seq_len=2048,
+                  norm_position="pre", positions="rotary", rotary_dim=32, parallel_block="one_norm", head_bias=True),
+    # Almazrouei et al. 2023 (Falcon), tiiuae/falcon-7b: multi-query attention (71 heads of 64, one key/value head),
+    # one LayerNorm read by attention and MLP in parallel, rotary positions, no biases, the head tied to the
+    # embedding. 6,921,720,704 parameters.
+    "falcon-7b": dict(arch="decoder", layers=32, d_model=4544, heads=71, kv_heads=1, d_ff=18176, vocab=65024,
+                      seq_len=2048, norm_position="pre", positions="rotary", parallel_block="one_norm", bias="none",
+                      head_bias=False, tie_embeddings=True),
 }
 
 # The parameter count each preset's source publishes (Hugging Face's num_parameters() of the named model class),
@@ -91,5 +113,9 @@ PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
     "llama-3-8b": (8_030_261_248, "LlamaForCausalLM"),
     "mistral-7b": (7_241_732_096, "MistralForCausalLM"),
     "qwen2.5-0.5b": (494_032_768, "Qwen2ForCausalLM"),
+    "pythia-1.4b": (1_414_647_808, "GPTNeoXForCausalLM"),
+    "gpt-j-6b": (6_050_882_784, "GPTJForCausalLM"),
+    "phi-2": (2_779_683_840, "PhiForCausalLM"),
+    "falcon-7b": (6_921_720_704, "FalconForCausalLM"),
 }
 MLM_TRANSFORM = {"bert-base": 768 * 768 + 768 + 2 * 768}  # what a preset leaves out of its source's count
