@@ -151,6 +151,10 @@ OPTION_CASES = {
     "attention-bias": dict(bias="attention"),  # q, k, v and o biased, the FFN not (Llama's attention_bias)
     "head-bias": dict(bias="none", head_bias=True),
     "bert-embedding": dict(type_vocab=2, embedding_norm=True, positions="learned"),
+    "ffn-bias": dict(bias="ffn"),  # the FFN's matrices biased, attention not (GPT-J)
+    "parallel-one-norm": dict(norm_position="pre", parallel_block="one_norm"),  # GPT-J, Phi-1/2, Falcon-7B
+    # GPT-NeoX: a norm per branch, rotary on half of each head
+    "parallel-two-norms": dict(norm_position="pre", parallel_block="two_norms", positions="rotary", rotary_dim=2),
 }
 # Models of today, whole: Llama/Mistral (pre-RMSNorm, SwiGLU, GQA, rotary, no biases), Qwen2 (and q/k/v biases,
 # tied), GPT-2 (pre-LN, learned positions, tied, no head bias), BERT (post-LN, token types, embedding norm).
@@ -177,6 +181,8 @@ def _option_grid():
         for name, options in {**OPTION_CASES, **MODERN}.items():
             if arch == "classifier" and options.get("tie_embeddings"):
                 continue  # refused: a classifier has no vocabulary to tie to (tests/test_config.py)
+            if arch == "encoder-decoder" and options.get("parallel_block"):
+                continue  # refused: a block with cross-attention has no parallel form
             yield pytest.param({**shape, **options}, id=f"{arch}-{name}")
 
 
