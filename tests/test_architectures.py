@@ -58,7 +58,7 @@ def test_default_sweep_keeps_its_ids_and_analytic_tables_byte_for_byte():
 
 @pytest.mark.parametrize("change, message", [
     (dict(kv_heads=3), "kv_heads: 3 does not divide heads 4"),
-    (dict(norm="batchnorm"), "norm: 'batchnorm' is not allowed (allowed: layernorm, rmsnorm)"),
+    (dict(norm="batchnorm"), "norm: 'batchnorm' is not allowed (allowed: layernorm, rmsnorm, nonparametric)"),
     (dict(ffn="swish"), "ffn: 'swish' is not allowed (allowed: gelu, relu, swiglu, geglu)"),
     (dict(positions="alibi"), "positions: 'alibi' is not allowed (allowed: sinusoidal, learned, rotary, relative, none)"),
     (dict(relative_buckets=16), "relative_buckets: applies only to positions relative (positions is sinusoidal)"),
@@ -158,7 +158,7 @@ def test_a_config_json_reads_as_its_preset(data, preset):
 
 
 @pytest.mark.parametrize("data, message", [
-    (dict(LLAMA, model_type="mixtral"), "model_type: 'mixtral' is not supported (supported: gpt2, bert, t5, llama, mistral, qwen2)"),
+    (dict(LLAMA, model_type="mixtral"), "model_type: 'mixtral' is not supported (supported: gpt2, bert, t5, llama, mistral, qwen2, gpt_neox"),
     (dict(T5, tie_word_embeddings=False), "tie_word_embeddings: an untied head with shared encoder and decoder embeddings (T5 v1.1) is not supported"),
     (dict(T5, feed_forward_proj="gated-swish"), "feed_forward_proj: 'gated-swish' is not supported"),
     ({k: v for k, v in LLAMA.items() if k != "model_type"}, "model_type: missing"),

@@ -4,8 +4,10 @@ config with random weights (no download), ``attn_implementation="sdpa"``, dropou
 config as ``config.json`` data and must count the same parameters (``num_parameters()``), and its ``executed`` model
 the same forward and backward FLOPs as torch's ``FlopCounterMode`` on one training step, at two sequence lengths.
 
-Parallel blocks (GPT-J, GPT-NeoX, Phi-1/2, Falcon), partial rotary (rotary_pct, rotary_dim, partial_rotary_factor),
-fused projections (GPT-NeoX's and Falcon's query_key_value: one product of the three widths, the same FLOPs as three).
+Parallel blocks (GPT-J, GPT-NeoX, Phi-1/2, Falcon, StableLM), partial rotary (rotary_pct, rotary_dim,
+partial_rotary_factor), a LayerNorm without parameters (OLMo), fused projections (GPT-NeoX's and Falcon's
+query_key_value, Phi-3's qkv_proj and gate_up_proj: one product of the widths they join, the same FLOPs as trainingcost's
+separate ones).
 The one term left: Falcon's multi-query attention, which Hugging Face runs on SDPA's math path (see the test).
 """
 
@@ -60,6 +62,17 @@ MODELS = {
                          bias=True),
     "falcon:sequential": _model("FalconConfig", "FalconForCausalLM", **FALCON, parallel_attn=False,
                                 multi_query=False, tie_word_embeddings=False),
+    "stablelm": _model("StableLmConfig", "StableLmForCausalLM", **PHI, num_key_value_heads=2, partial_rotary_factor=0.5),
+    "stablelm:parallel": _model("StableLmConfig", "StableLmForCausalLM", **PHI, num_key_value_heads=4, use_parallel_residual=True,
+                                use_qkv_bias=True),
+    "olmo": _model("OlmoConfig", "OlmoForCausalLM", **PHI, num_key_value_heads=2),
+    "olmo:attention_bias": _model("OlmoConfig", "OlmoForCausalLM", **PHI, attention_bias=True, clip_qkv=8.0,
+                                  tie_word_embeddings=True),
+    "starcoder2": _model("Starcoder2Config", "Starcoder2ForCausalLM", **PHI, num_key_value_heads=2),
+    "starcoder2:no_bias": _model("Starcoder2Config", "Starcoder2ForCausalLM", **PHI, num_key_value_heads=1,
+                                 use_bias=False, tie_word_embeddings=False),
+    "phi3": _model("Phi3Config", "Phi3ForCausalLM", **PHI, num_key_value_heads=2, pad_token_id=0),
+    "phi3:partial": _model("Phi3Config", "Phi3ForCausalLM", **PHI, partial_rotary_factor=0.5, pad_token_id=0),
 }
 
 

@@ -213,6 +213,12 @@ FAMILY_CASES = {
                                  head_bias=False), (1, 24, 4, 48, 6, 3, 44)),
     "falcon": ("encoder", dict(norm_position="pre", parallel_block="one_norm", positions="rotary", kv_heads=1,
                                bias="none", head_bias=False), (2, 16, 2, 32, 5, 2, 24)),
+    # OLMo: a LayerNorm without gain or bias (DFA: a segment's first norm reads a constant, and has no node)
+    "olmo": ("decoder", dict(norm="nonparametric", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
+                             head_bias=False), (2, 16, 4, 40, 5, 4, 24)),
+    # StableLM with use_parallel_residual, q, k, v biases, grouped-query attention and partial rotary, as a classifier
+    "stablelm": ("encoder", dict(norm_position="pre", parallel_block="one_norm", ffn="swiglu", bias="qkv",
+                                 kv_heads=2, positions="rotary", rotary_dim=2, head_bias=False), (1, 24, 4, 48, 6, 3, 44)),
 }
 
 

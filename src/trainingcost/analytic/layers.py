@@ -63,11 +63,12 @@ def _head(name: str, description: str) -> LayerKind:
 
 
 def _norm_kind(name: str, description: str, residual: bool) -> LayerKind:
-    # LayerNorm has gamma and beta and saves its mean and rstd per row; RMSNorm gamma and rstd (s.g: 2 or 1).
+    # LayerNorm has gamma and beta and saves its mean and rstd per row; RMSNorm gamma and rstd (s.g: 2 or 1, s.ns: 2
+    # or 1); a non-parametric LayerNorm (OLMo) no parameters (s.g: 0), its mean and rstd.
     return LayerKind(
         name, "norm", description,
         params=lambda s: s.g * s.d,
-        saved=lambda s: s.M * s.d + s.g * s.M,
+        saved=lambda s: s.M * s.d + s.ns * s.M,
         working=lambda s: (3 if residual else 2) * s.M * s.d,
         kept=lambda s: s.M * s.d,
         param_tensors=lambda s: s.g,

@@ -41,7 +41,7 @@ SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": 
                  "src_len": "seq_len", "tgt_len": "tgt_len", "enc_layers": "enc_layers", "dec_layers": "dec_layers",
                  # architecture options, as integers (see option_columns)
                  "a": "attn_width", "kv": "kv_width", "kvh": "kv_heads", "dh": "head_dim", "gated": "gated",
-                 "relu": "relu", "silu": "silu", "g": "norm_vectors", "rms": "rms", "pre": "pre", "tied": "tied", "bq": "qkv_bias",
+                 "relu": "relu", "silu": "silu", "g": "norm_vectors", "ns": "norm_stats", "rms": "rms", "pre": "pre", "tied": "tied", "bq": "qkv_bias",
                  "bo": "out_bias", "ba": "o_bias", "bh": "head_bias", "learned": "learned", "rotary": "rotary", "tv": "type_vocab",
                  "max_pos": "max_positions", "relative": "relative", "rb": "relative_buckets",
                  "default_arch": "default_arch"}
@@ -75,7 +75,8 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
     cols = {
         "attn_width": heads * head_dim, "kv_width": kv_heads * head_dim, "kv_heads": kv_heads, "head_dim": head_dim,
         "gated": i64(np.isin(ffn, ("swiglu", "geglu"))), "relu": i64(ffn == "relu"), "silu": i64(ffn == "swiglu"),
-        "rms": i64(norm == "rmsnorm"), "norm_vectors": i64(np.where(norm == "rmsnorm", 1, 2)),
+        "rms": i64(norm == "rmsnorm"), "norm_vectors": i64(np.select([norm == "rmsnorm", norm == "nonparametric"], [1, 0], 2)),
+        "norm_stats": i64(np.where(norm == "rmsnorm", 1, 2)),  # saved per row: LayerNorm's mean and rstd, RMSNorm's rstd
         "pre": i64(column("norm_position").astype(str) == "pre"), "tied": i64(column("tie_embeddings").astype(bool)),
         "qkv_bias": i64(np.isin(bias, ("all", "qkv", "attention"))), "out_bias": i64(np.isin(bias, ("all", "ffn"))),
         "o_bias": i64(np.isin(bias, ("all", "attention"))), "head_bias": i64(column("head_bias").astype(bool)),

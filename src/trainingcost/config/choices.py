@@ -11,7 +11,7 @@ ARCHES = ("encoder", "decoder", "encoder-decoder")
 
 # Architecture options. Each has a default that is the 2017 transformer (Vaswani et al. 2017), which trainingcost
 # costed first (config/model.py's OPTION_DEFAULTS).
-NORMS = ("layernorm", "rmsnorm")
+NORMS = ("layernorm", "rmsnorm", "nonparametric")  # nonparametric: LayerNorm without gain or bias (OLMo)
 NORM_POSITIONS = ("post", "pre")
 FFNS = ("gelu", "relu", "swiglu", "geglu")
 POSITIONS = ("sinusoidal", "learned", "rotary", "relative", "none")

@@ -9,7 +9,7 @@ flags and a sweep entry's other keys override its fields.
 
 Sources of each mapping: the ``configuration_*.py`` and ``modeling_*.py`` of
 Hugging Face ``transformers`` for GPT-2, BERT, T5, Llama, Mistral, Qwen2, GPT-NeoX,
-GPT-J, Phi and Falcon (key names, their defaults, which layers carry biases, which
+GPT-J, Phi, Falcon, StableLM, OLMo, StarCoder2 and Phi-3 (key names, their defaults, which layers carry biases, which
 heads are tied, which blocks are parallel, how much of a head rotary turns).
 """
 
@@ -20,7 +20,8 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon")
+SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
+             "starcoder2", "phi3")
 # Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
 UNSUPPORTED_KEYS = {
     "num_local_experts": "mixture of experts",
@@ -113,7 +114,8 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
             raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")
     keys = _Keys(data, where, model_type)
     return {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
-            "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon}[model_type](keys)
+            "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo,
+            "starcoder2": _starcoder2, "phi3": _phi3}[model_type](keys)
 
 
 def _gpt2(k: _Keys) -> dict:
@@ -330,6 +332,87 @@ def _falcon(k: _Keys) -> dict:
         bias="all" if k.bool("bias", False) else "none", head_bias=False,
         tie_embeddings=k.bool("tie_word_embeddings", True),
     )
+
+
+def _decoder(k: _Keys, **options) -> dict:
+    """The keys a Llama-like config.json shares: widths, depth, heads (grouped-query), vocabulary, context, head_dim."""
+    d, heads = k.int("hidden_size"), k.int("num_attention_heads")
+    entry = dict(arch="decoder", layers=k.int("num_hidden_layers"), d_model=d, heads=heads,
+                 kv_heads=k.int("num_key_value_heads", heads) or heads, d_ff=k.int("intermediate_size"),
+                 vocab=k.int("vocab_size"), seq_len=k.int("max_position_embeddings"), norm_position="pre",
+                 positions="rotary", head_bias=False, **options)
+    head_dim = k.int("head_dim", 0, minimum=0) or 0
+    if head_dim and head_dim * heads != d:
+        entry["head_dim"] = head_dim
+    return entry
+
+
+def _silu(k: _Keys) -> str:
+    act = k.str("hidden_act", "silu")
+    if act != "silu":
+        k._fail("hidden_act", f"{act!r} is not supported (supported: silu)")
+    return "swiglu"
+
+
+def _stablelm(k: _Keys) -> dict:
+    # StableLM (modeling_stablelm.py; Stability AI 2023-24): LayerNorm with bias, a SwiGLU MLP without biases, q, k, v
+    # biased where use_qkv_bias (o never), grouped-query attention, rotary positions on partial_rotary_factor (default
+    # 0.25) of each head, use_parallel_residual (default false): x + attn(ln(x)) + mlp(ln(x)) with the one
+    # input_layernorm; a final LayerNorm, an untied head without bias.
+    if k.bool("qk_layernorm", False):
+        k._fail("qk_layernorm", "per-head norms on the queries and keys are not supported")
+    entry = _decoder(k, norm="layernorm", ffn=_silu(k), bias="qkv" if k.bool("use_qkv_bias", False) else "none",
+                     parallel_block="one_norm" if k.bool("use_parallel_residual", False) else "none",
+                     tie_embeddings=k.bool("tie_word_embeddings", False))
+    head_dim = entry.get("head_dim", entry["d_model"] // entry["heads"])
+    fraction = _rotary_fraction(k, ("partial_rotary_factor",), 0.25)
+    return _partial_rotary(entry, k, int(head_dim * fraction), "partial_rotary_factor")
+
+
+def _olmo(k: _Keys) -> dict:
+    # OLMo (modeling_olmo.py; Groeneveld et al. 2024): Llama's block with a non-parametric LayerNorm (OlmoLayerNorm:
+    # no weight, no bias), q, k, v and o biased where attention_bias; clip_qkv clamps q, k and v in place (elementwise
+    # work, not modelled); an untied head without bias.
+    entry = _decoder(k, norm="nonparametric", ffn=_silu(k), tie_embeddings=k.bool("tie_word_embeddings", False),
+                     bias="attention" if k.bool("attention_bias", False) else "none")
+    return _full_rotary(entry, k)
+
+
+def _starcoder2(k: _Keys) -> dict:
+    # StarCoder2 (modeling_starcoder2.py; Lozhkov et al. 2024): LayerNorm with bias, a non-gated MLP (c_fc, c_proj) with
+    # GELU (gelu_pytorch_tanh), biases on every linear layer where use_bias (default true), grouped-query attention,
+    # rotary positions, a final LayerNorm, the head tied by default and without bias; sliding_window (default null).
+    entry = _decoder(k, norm="layernorm", ffn=k.activation("hidden_act", "gelu_pytorch_tanh", ACTIVATIONS),
+                     bias="all" if k.bool("use_bias", True) else "none",
+                     tie_embeddings=k.bool("tie_word_embeddings", True))
+    _window(entry, k, None)
+    return _full_rotary(entry, k)
+
+
+def _phi3(k: _Keys) -> dict:
+    # Phi-3 (modeling_phi3.py; Abdin et al. 2024): Llama's block with a fused qkv_proj and a fused gate_up_proj, each
+    # one product of the widths it joins (the same FLOPs and parameters as trainingcost's separate ones), RMSNorm, no
+    # biases, rotary on partial_rotary_factor (default 1) of each head, an untied head; sliding_window (default null).
+    entry = _decoder(k, norm="rmsnorm", ffn=_silu(k), bias="none", tie_embeddings=k.bool("tie_word_embeddings", False))
+    _window(entry, k, None)
+    head_dim = entry.get("head_dim", entry["d_model"] // entry["heads"])
+    fraction = _rotary_fraction(k, ("partial_rotary_factor",), 1.0)
+    return _partial_rotary(entry, k, int(head_dim * fraction), "partial_rotary_factor")
+
+
+def _full_rotary(entry: dict, k: _Keys) -> dict:
+    fraction = _rotary_fraction(k, ("partial_rotary_factor",), 1.0)
+    head_dim = entry.get("head_dim", entry["d_model"] // entry["heads"])
+    return _partial_rotary(entry, k, int(head_dim * fraction), "partial_rotary_factor")
+
+
+def _window(entry: dict, k: _Keys, default: int | None) -> None:
+    """A sliding window from the ``sliding_window`` key (``default`` where absent; null: none), checked against the
+    sequence length once flags or a sweep entry have overridden it (:func:`check_window`)."""
+    window = k.int("sliding_window", default or 0, minimum=0) or 0
+    if window:
+        entry["sliding_window"] = (window, k.where + ("" if "sliding_window" in k.data else
+                                                     " (no sliding_window key: transformers' default)"))
 
 
 def check_window(entry: dict, where: str) -> dict:

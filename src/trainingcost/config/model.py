@@ -49,7 +49,7 @@ class ModelConfig:
     batch: int
     classes: int  # 0: an LM head over the vocabulary
     # -- architecture options (defaults: the 2017 transformer) ----------------------------
-    norm: str = "layernorm"  # layernorm (gamma, beta) or rmsnorm (gamma)
+    norm: str = "layernorm"  # layernorm (gamma, beta), rmsnorm (gamma) or nonparametric (a LayerNorm without: OLMo)
     norm_position: str = "post"  # post: LN(x + f(x)); pre: x + f(LN(x)), and a final norm per stack
     ffn: str = "gelu"  # gelu, relu (two matrices), swiglu, geglu (three; d_ff is the gated width)
     kv_heads: int = 0  # key/value heads (grouped-query attention); 0: as many as heads

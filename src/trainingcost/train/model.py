@@ -159,8 +159,11 @@ class FeedForward(nn.Module):
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
-    """LayerNorm (Ba et al. 2016) or RMSNorm (Zhang & Sennrich 2019) over d_model."""
-    return nn.RMSNorm(cfg.d_model, eps=1e-6) if cfg.norm == "rmsnorm" else nn.LayerNorm(cfg.d_model)
+    """LayerNorm (Ba et al. 2016), RMSNorm (Zhang & Sennrich 2019) or a LayerNorm without gain and bias (OLMo,
+    Groeneveld et al. 2024) over d_model."""
+    if cfg.norm == "rmsnorm":
+        return nn.RMSNorm(cfg.d_model, eps=1e-6)
+    return nn.LayerNorm(cfg.d_model, elementwise_affine=cfg.norm == "layernorm")
 
 
 NORMS = (nn.LayerNorm, nn.RMSNorm)

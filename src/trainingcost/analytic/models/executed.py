@@ -162,7 +162,7 @@ def _norm_quantities(s: Shapes, residual: int):
     T, d, rms = s.M, s.d, s.rms
     norm = np.where(rms > 0, RMS_NORM, LAYER_NORM)
     norm_backward = np.where(rms > 0, RMS_NORM_BACKWARD, LAYER_NORM_BACKWARD)
-    params = np.where(rms > 0, RMS_NORM_PARAMS, LAYER_NORM_PARAMS)
+    params = np.where(rms > 0, RMS_NORM_PARAMS, np.where(s.g > 0, LAYER_NORM_PARAMS, 0))  # (non-parametric: none)
     forward = _matmul(s.zero, (residual * RESIDUAL + norm) * T * d)
     quantities = {
         "forward": forward,

@@ -40,6 +40,7 @@ class GroupKey:
     relative: bool  # T5's relative bias
     parallel: str = "none"  # parallel_block: none, one_norm, two_norms (layers.describe_block)
     partial_rotary: bool = False  # rotary turns only the first rotary_dim features of a head (a third slice)
+    plain_norm: bool = False  # a LayerNorm without gain and bias (norm nonparametric: OLMo)
 
     @property
     def blocks(self) -> int:
@@ -61,7 +62,7 @@ def group_keys(configs) -> list[GroupKey]:
         positions=np.where(o["learned"] > 0, "learned", np.where(o["added_positions"] > 0, "sinusoidal", "none")),
         types=o["type_vocab"] > 0, embedding_norm=o["embedding_norm"] > 0, pre=o["pre"] > 0, rms=o["rms"] > 0,
         rotary=o["rotary"] > 0, relative=o["relative"] > 0, parallel=o["parallel_block"],
-        partial_rotary=(o["rotary"] > 0) & (o["rotary_dim"] < o["head_dim"]),
+        partial_rotary=(o["rotary"] > 0) & (o["rotary_dim"] < o["head_dim"]), plain_norm=o["norm_vectors"] == 0,
     )
     names = [f.name for f in fields(GroupKey)]
     rows = zip(*(columns[name].tolist() for name in names))
@@ -138,7 +139,7 @@ class Group:
     @property
     def norm_parameters(self) -> list[np.ndarray]:
         """A norm's parameter tensors: LayerNorm's gamma and beta, RMSNorm's weight."""
-        return [self.d] if self.rms else [self.d, self.d]
+        return [] if self.plain_norm else [self.d] if self.rms else [self.d, self.d]
 
     def position_rows(self, stack: str) -> np.ndarray:
         """Rows of a stack's learned position table (``ModelConfig.position_rows``)."""

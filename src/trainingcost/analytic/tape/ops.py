@@ -573,15 +573,17 @@ class Ops:
 
         def backward(grad, saved):  # (an input without a graph, a DFA segment's start: no input gradient)
             grad_s = self.t.new(s.buf.nbytes, "layer_norm_backward") if s.tracked else None
-            self.param_grad(self.g.d, label="grad_gamma")
-            self.param_grad(self.g.d, label="grad_beta")
+            if not self.g.plain_norm:
+                self.param_grad(self.g.d, label="grad_gamma")
+                self.param_grad(self.g.d, label="grad_beta")
             self.release(grad, saved)
             self.deliver(s, grad_s)
 
-        self._node(y, backward, [s.buf, mean, rstd])
+        if s.tracked or not self.g.plain_norm:  # (no gain, no bias and a constant input: nothing to differentiate)
+            self._node(y, backward, [s.buf, mean, rstd])
         self.t.drop(mean, rstd)
         if self.hook is not None:
-            self.hook("norm", s, y)
+            self.hook("plain norm" if self.g.plain_norm else "norm", s, y)
         return y
 
     def add_norm(self, x: Value, branch: Value) -> Value:
