@@ -166,7 +166,8 @@ def test_a_config_json_reads_as_its_preset(data, preset):
     (dict(LLAMA, num_attention_heads="32"), "num_attention_heads: '32' is not an integer (model_type llama)"),
     (dict(LLAMA, tie_word_embeddings="no"), "tie_word_embeddings: 'no' is not a boolean"),
     (dict(LLAMA, num_local_experts=8), "num_local_experts: mixture of experts is not supported"),
-    (dict(QWEN, use_sliding_window=True), "use_sliding_window: sliding-window attention is not supported"),
+    (dict(QWEN, use_sliding_window=True, max_window_layers=21), "max_window_layers: a sliding window on 3 of 24 layers "
+     "is not supported"),
     (dict(LLAMA, hidden_act="tanh"), "hidden_act: 'tanh' is not supported"),
     (dict(LLAMA, mlp_bias=True), "mlp_bias: mlp_bias true with attention_bias false is not supported"),
     (dict(BERT, position_embedding_type="relative_key"), "position_embedding_type: 'relative_key' is not supported"),
@@ -177,13 +178,37 @@ def test_bad_config_json_gets_one_line(data, message):
     assert "\n" not in str(err.value) and message in str(err.value)
 
 
-def test_sliding_window_over_a_longer_sequence_is_refused(tmp_path, capsys):
+def test_a_sliding_window_over_a_longer_sequence_is_an_option(tmp_path, capsys):
+    """Mistral's 4096-token window over 32768 positions: the option sliding_window; over 4096 it masks nothing (the
+    preset's configuration, no option)."""
     (tmp_path / "config.json").write_text(json.dumps(MISTRAL))
     status, out, err = run_here(capsys, "estimate", "--hf-config", str(tmp_path), "--rule", "bp")
-    assert status == 2 and out == "" and err.count("\n") == 1
-    assert "sliding_window: 4096-token sliding-window attention over 32768 positions is not supported" in err
-    status, out, err = run_here(capsys, "estimate", "--hf-config", str(tmp_path), "--rule", "bp", "--seq-len", "4096")
-    assert status == 0, err
+    assert status == 0 and "32768 tokens" in out, err
+    assert canonical_model(hf_entry(MISTRAL)).sliding_window == 4096
+    assert canonical_model(dict(hf_entry(MISTRAL), seq_len=4096)).config_id == canonical_model(PRESETS["mistral-7b"]).config_id
+
+
+def test_a_sliding_window_under_the_baselines_and_the_causal_convention_by_hand():
+    """The executed model counts what SDPA with the window's mask computes: the dense product, as without a window.
+    The baselines and the causal convention assume a windowed kernel: a query sees min(M, w) keys (the baselines),
+    or the last w up to itself (causal: w (w + 1) / 2 over the first w queries, w each after)."""
+    d, h, L, n, w, B = 32, 4, 2, 12, 5, 2
+    entry = dict(arch="decoder", layers=L, d_model=d, heads=h, d_ff=48, vocab=50, seq_len=n, batch=B, norm="rmsnorm",
+                 norm_position="pre", positions="rotary", ffn="swiglu", bias="none")
+    models = ("executed", "causal", "kaplan", "textbook", "survey")
+    dense, windowed = (costs(dict(entry, **extra), cost_models=models) for extra in ({}, dict(sliding_window=w)))
+
+    def total(t, model, phase="forward"):
+        return phase_sum(t, phase, "bp", "flops", model)
+
+    for phase in ("forward", "backward", "weight_update"):
+        assert total(windowed, "executed", phase) == total(dense, "executed", phase)
+    keys = w * (w + 1) // 2 + (n - w) * w  # per sequence and head
+    assert total(dense, "causal") - total(windowed, "causal") == B * L * 4 * d * (n * n // 2 - keys)
+    assert total(dense, "causal", "backward") - total(windowed, "causal", "backward") == B * L * 10 * d * (n * n // 2 - keys)
+    assert total(dense, "kaplan") - total(windowed, "kaplan") == B * 2 * L * n * (n - w) * d
+    assert total(dense, "textbook") - total(windowed, "textbook") == B * 4 * L * n * (n - w) * d
+    assert total(dense, "survey") - total(windowed, "survey") == B * 4 * L * n * (n - w) * d
 
 
 def test_unreadable_config_json_files(tmp_path):

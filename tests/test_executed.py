@@ -156,6 +156,7 @@ OPTION_CASES = {
     "parallel-one-norm": dict(norm_position="pre", parallel_block="one_norm"),  # GPT-J, Phi-1/2, Falcon-7B
     # GPT-NeoX: a norm per branch, rotary on half of each head
     "parallel-two-norms": dict(norm_position="pre", parallel_block="two_norms", positions="rotary", rotary_dim=2),
+    "sliding-window": dict(sliding_window=3, positions="rotary"),  # SDPA with the window's mask: the dense product
 }
 # Models of today, whole: Llama/Mistral (pre-RMSNorm, SwiGLU, GQA, rotary, no biases), Qwen2 (and q/k/v biases,
 # tied), GPT-2 (pre-LN, learned positions, tied, no head bias), BERT (post-LN, token types, embedding norm).
@@ -184,6 +185,8 @@ def _option_grid():
                 continue  # refused: a classifier has no vocabulary to tie to (tests/test_config.py)
             if arch == "encoder-decoder" and options.get("parallel_block"):
                 continue  # refused: a block with cross-attention has no parallel form
+            if arch.startswith("encoder") and options.get("sliding_window"):
+                continue  # refused: a window applies to a decoder's causal self-attention
             yield pytest.param({**shape, **options}, id=f"{arch}-{name}")
 
 

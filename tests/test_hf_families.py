@@ -73,7 +73,15 @@ MODELS = {
                                  use_bias=False, tie_word_embeddings=False),
     "phi3": _model("Phi3Config", "Phi3ForCausalLM", **PHI, num_key_value_heads=2, pad_token_id=0),
     "phi3:partial": _model("Phi3Config", "Phi3ForCausalLM", **PHI, partial_rotary_factor=0.5, pad_token_id=0),
+    # Sliding windows of 4 positions over both lengths: transformers masks SDPA, which runs the dense product
+    "mistral:window": _model("MistralConfig", "MistralForCausalLM", **PHI, num_key_value_heads=2, sliding_window=4),
+    "qwen2:window": _model("Qwen2Config", "Qwen2ForCausalLM", **PHI, num_key_value_heads=2, use_sliding_window=True,
+                           sliding_window=4, max_window_layers=0),
+    "starcoder2:window": _model("Starcoder2Config", "Starcoder2ForCausalLM", **PHI, num_key_value_heads=2,
+                                sliding_window=4),
+    "phi3:window": _model("Phi3Config", "Phi3ForCausalLM", **PHI, sliding_window=4, pad_token_id=0),
 }
+WINDOWED = {name for name in MODELS if name.endswith(":window")}
 
 
 def hf_step_flops(model, config, length: int) -> int:
@@ -95,6 +103,7 @@ def test_parameters_and_executed_flops_equal_the_hugging_face_model(model_type):
     assert data["model_type"] == model_type.split(":")[0]
     for length in LENGTHS:
         cfg = canonical_model(check_window(with_overrides(hf_entry(data), {"seq_len": length, "batch": B}), "test"))
+        assert cfg.sliding_window == (4 if model_type in WINDOWED else 0), cfg.options()
         frame = configs_frame([("", cfg)])
         assert int(memory_table(frame, ["bp"]).parameter_count.iloc[0]) == model.num_parameters()
         executed = int(layer_table(frame, ["bp"], ["executed"]).flops.sum())

@@ -219,6 +219,9 @@ FAMILY_CASES = {
     # StableLM with use_parallel_residual, q, k, v biases, grouped-query attention and partial rotary, as a classifier
     "stablelm": ("encoder", dict(norm_position="pre", parallel_block="one_norm", ffn="swiglu", bias="qkv",
                                  kv_heads=2, positions="rotary", rotary_dim=2, head_bias=False), (1, 24, 4, 48, 6, 3, 44)),
+    # Mistral: a 3-token sliding window over 8 positions (SDPA with the stack's additive mask, a buffer)
+    "mistral-window": ("decoder", dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
+                                       kv_heads=2, sliding_window=3, head_bias=False), (2, 16, 4, 32, 8, 2, 16)),
 }
 
 

@@ -18,7 +18,7 @@ from .config.model import BIASES, FFNS, NORM_POSITIONS, NORMS, PARALLEL_BLOCKS, 
 MODEL_FIELDS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "tgt_len", "batch",
                 "classes", "norm", "norm_position", "ffn", "kv_heads", "head_dim", "positions", "max_positions",
                 "tie_embeddings", "bias", "head_bias", "type_vocab", "embedding_norm", "relative_buckets",
-                "relative_max_distance", "parallel_block", "rotary_dim")
+                "relative_max_distance", "parallel_block", "rotary_dim", "sliding_window")
 LAYER_FIELDS = ("layers", "enc_layers", "dec_layers")
 
 
@@ -96,6 +96,7 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     arch.add_argument("--parallel-block", choices=PARALLEL_BLOCKS,
                       help="x + attn(norm(x)) + ffn(norm(x)): one norm (GPT-J, Phi-2, Falcon-7B) or two (GPT-NeoX)")
     arch.add_argument("--rotary-dim", type=integer, help="positions rotary: features of a head turned (default all)")
+    arch.add_argument("--sliding-window", type=integer, help="a decoder's queries attend to the last N positions only")
 
 
 def model_entry(args: argparse.Namespace, defaults: dict | None = None):

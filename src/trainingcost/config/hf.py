@@ -2,8 +2,8 @@
 
 Plain JSON, no ``transformers``: each supported ``model_type`` maps its keys onto
 trainingcost's fields and options. What the mapping cannot express (mixture of
-experts, sliding-window attention over a longer sequence, an unknown
-``model_type``, keys of the wrong type) is refused in one line that names it,
+experts, a sliding window on some layers only, an unknown ``model_type``, keys of
+the wrong type) is refused in one line that names it,
 never counted silently wrong. The result is an entry like a preset's: command-line
 flags and a sweep entry's other keys override its fields.
 
@@ -212,16 +212,34 @@ def _llama(k: _Keys) -> dict:
         entry["bias"] = ("all" if mlp else "attention") if attention else "none"
     else:
         entry["bias"] = "qkv" if model_type == "qwen2" else "none"
-    if model_type == "qwen2" and k.bool("use_sliding_window", False):
-        k._fail("use_sliding_window", "sliding-window attention is not supported")
+    if model_type == "qwen2":
+        _qwen2_window(entry, k)
     if model_type == "mistral":
-        # Absent, the key is MistralConfig's default (4096, as transformers loads the file); null: no window.
-        window = k.int("sliding_window", MISTRAL_SLIDING_WINDOW, minimum=0)
-        if window:
-            # checked against the sequence length once flags or a sweep entry have overridden it (check_window)
-            entry["sliding_window"] = (window, k.where + ("" if "sliding_window" in k.data else
-                                                         " (no sliding_window key: transformers' default)"))
+        _window(entry, k, MISTRAL_SLIDING_WINDOW)  # absent: MistralConfig's default, as transformers loads the file
     return entry
+
+
+def _qwen2_window(entry: dict, k: _Keys) -> None:
+    """Qwen2's window (configuration_qwen2.py): with use_sliding_window, on the layers from max_window_layers on, or
+    as ``layer_types`` lists them; a window on every layer or on none, not on some."""
+    layers = entry["layers"]
+    types = k.data.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or not set(types) <= {"full_attention", "sliding_attention"}:
+            k._fail("layer_types", f"{types!r} is not a list of full_attention and sliding_attention")
+        windowed = types.count("sliding_attention")
+        key = "layer_types"
+    elif k.bool("use_sliding_window", False):
+        windowed = max(0, layers - k.int("max_window_layers", 28, minimum=0))
+        key = "max_window_layers"
+    else:
+        return
+    window = k.int("sliding_window", 4096, minimum=0) if k.data.get("use_sliding_window", True) else 0
+    if windowed and window:
+        if windowed != layers:
+            k._fail(key, f"a sliding window on {windowed} of {layers} layers is not supported (supported: on every "
+                    "layer or on none)")
+        entry["sliding_window"] = window
 
 
 def _rotary_fraction(k: _Keys, keys: tuple[str, ...], default: float) -> float:
@@ -407,23 +425,18 @@ def _full_rotary(entry: dict, k: _Keys) -> dict:
 
 
 def _window(entry: dict, k: _Keys, default: int | None) -> None:
-    """A sliding window from the ``sliding_window`` key (``default`` where absent; null: none), checked against the
-    sequence length once flags or a sweep entry have overridden it (:func:`check_window`)."""
+    """A sliding window from the ``sliding_window`` key (``default`` where absent, as transformers loads the file;
+    null: none). A window that covers the sequence masks nothing: ``canonical_model`` drops it, once flags or a sweep
+    entry have set the length."""
     window = k.int("sliding_window", default or 0, minimum=0) or 0
     if window:
-        entry["sliding_window"] = (window, k.where + ("" if "sliding_window" in k.data else
-                                                     " (no sliding_window key: transformers' default)"))
+        entry["sliding_window"] = window
 
 
 def check_window(entry: dict, where: str) -> dict:
-    """An entry from a config.json with sliding-window attention is costed exactly only where the window covers the
-    whole sequence (then it masks nothing); otherwise one line naming the file. Returns the entry without the key."""
-    entry = dict(entry)
-    window, source = entry.pop("sliding_window", (0, where))
-    if window and entry.get("seq_len", 0) > window:
-        raise ConfigError(f"{source}: sliding_window: {window}-token sliding-window attention over {entry['seq_len']} "
-                          f"positions is not supported; give seq_len of at most {window}, where the window masks nothing")
-    return entry
+    """The entry of a config.json as a model entry (kept for callers: windows are an option now, ``sliding_window``;
+    nothing is refused here)."""
+    return dict(entry)
 
 
 def with_overrides(entry: dict, overrides: dict) -> dict:

@@ -26,11 +26,11 @@ ADDED_POSITIONS = ("sinusoidal", "learned")  # a table added to the token embedd
 OPTION_DEFAULTS = dict(
     norm="layernorm", norm_position="post", ffn="gelu", kv_heads=0, head_dim=0, positions="sinusoidal",
     max_positions=0, tie_embeddings=False, bias="all", head_bias=None, type_vocab=0, embedding_norm=False,
-    relative_buckets=32, relative_max_distance=128, parallel_block="none", rotary_dim=0,
+    relative_buckets=32, relative_max_distance=128, parallel_block="none", rotary_dim=0, sliding_window=0,
 )
 # Options added after the default sweep's tables were written: a configs frame has their column only where a row
 # sets one (config/sweep.py's configs_frame), so frames of the earlier options keep their bytes.
-LATE_OPTIONS = ("parallel_block", "rotary_dim")
+LATE_OPTIONS = ("parallel_block", "rotary_dim", "sliding_window")
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,8 @@ class ModelConfig:
     #                               per branch (GPT-NeoX, Falcon-40B); none: the branches in sequence
     rotary_dim: int = 0  # features of each head rotary positions turn (GPT-NeoX's rotary_pct, Phi's
     #                      partial_rotary_factor, GPT-J's rotary_dim); 0: all of them
+    sliding_window: int = 0  # a decoder's query attends to the last w positions only (Mistral, Qwen2, StarCoder2,
+    #                          Phi-3); 0: every earlier one. Executed: SDPA with a mask, the dense product
 
     def __post_init__(self):
         if self.kv_heads == 0:
@@ -327,7 +329,7 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
                 raise ConfigError(f"{_field(where, name)}: {e[name]!r} is not a boolean (true or false)")
             out[name] = e[name]
     for name in ("kv_heads", "head_dim", "max_positions", "type_vocab", "relative_buckets", "relative_max_distance",
-                 "rotary_dim"):
+                 "rotary_dim", "sliding_window"):
         if name in e:
             value = e[name]
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "type_vocab" else 1):
@@ -363,6 +365,15 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
                               f"within a head of {head_dim} (give an even number up to head_dim)")
         if out["rotary_dim"] == head_dim:
             del out["rotary_dim"]  # the whole head: the default, one config_id
+    if "sliding_window" in out:
+        if arch != "decoder":
+            raise ConfigError(f"{_field(where, 'sliding_window')}: applies only to arch decoder (a causal "
+                              f"self-attention; arch is {arch})")
+        if positions == "relative":
+            raise ConfigError(f"{_field(where, 'sliding_window')}: does not combine with positions relative (T5's bias "
+                              "carries its own mask)")
+        if out["sliding_window"] >= lengths[0]:
+            del out["sliding_window"]  # the window covers the sequence: it masks nothing (the default, one config_id)
     parallel = out.get("parallel_block", "none")
     if parallel != "none":
         if arch == "encoder-decoder":

@@ -106,6 +106,7 @@ class Attention(nn.Module):
         self.o = Linear(a, d, bias=cfg.o_bias)
         self.rotary = rotary_rows > 0
         self.turned = cfg.rotary_width
+        self.windowed = causal and cfg.sliding_window > 0  # its bias is the stack's sliding-window mask
         if self.rotary:
             cos, sin = rotary_tables(rotary_rows, cfg.head_dim, turned=cfg.rotary_width)
             self.register_buffer("cos", cos, persistent=False)
@@ -133,6 +134,8 @@ class Attention(nn.Module):
             k = rotate(k, self.cos[: k.shape[2]].to(k.dtype), self.sin[: k.shape[2]].to(k.dtype), self.turned)
         if bias is None:
             y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), is_causal=self.causal)
+        elif self.windowed:  # an additive mask (0 or -inf), causal and banded: the fused kernel, the dense product
+            y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), attn_mask=bias)
         else:  # T5: the relative bias (causal mask included) on unscaled scores (Raffel et al. 2020)
             y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), attn_mask=bias.to(q.dtype), scale=1.0)
         return self.o(y.transpose(1, 2).reshape(batch, rows, self.heads * self.head_dim))
@@ -314,8 +317,18 @@ class RelativePositionBias(nn.Module):
         return bias
 
 
+def window_mask(rows: int, window: int) -> torch.Tensor:
+    """A sliding window's additive mask, [rows, rows]: 0 where key j is one of the last ``window`` positions up to
+    query i (i - window < j <= i, as transformers' sliding_window_overlay), -inf elsewhere."""
+    position = torch.arange(rows)
+    distance = position[:, None] - position[None, :]
+    allowed = (distance >= 0) & (distance < window)
+    return torch.zeros(rows, rows).masked_fill(~allowed, float("-inf"))
+
+
 class Stack(nn.Module):
-    """The embedding (token, token types, positions, a norm), the blocks ``0 .. n-1`` and, pre-LN, a final norm."""
+    """The embedding (token, token types, positions, a norm), the blocks ``0 .. n-1`` and, pre-LN, a final norm.
+    A decoder with a sliding window keeps its mask (a buffer in the model's dtype), read by every self-attention."""
 
     def __init__(self, cfg: ModelConfig, stack: str):
         super().__init__()
@@ -327,6 +340,8 @@ class Stack(nn.Module):
         causal = stack == "decoder"  # a decoder stack's self-attention is masked
         self.relative_position = (RelativePositionBias(cfg, cfg.rows(stack), causal) if cfg.positions == "relative"
                                   else None)
+        self.register_buffer("window_mask", window_mask(cfg.rows(stack), cfg.sliding_window)
+                             if causal and cfg.sliding_window else None, persistent=False)
         description = L.describe_block(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block)
         self.depth = cfg.depth(stack)
         for index in range(self.depth):
@@ -433,6 +448,8 @@ class Transformer(nn.Module):
             # PEPITA's modulated input is added where the embedding's tables meet
             s.x = stack.embed(s.tokens[stack_name], s.modulation.get(stack_name))
             s.position_bias = stack.relative_position(s.x.shape[1]) if stack.relative_position is not None else None
+            if stack.window_mask is not None:
+                s.position_bias = stack.window_mask
 
         return run
 

@@ -101,8 +101,13 @@ def _attention(s: Shapes, turned: int, causal_half: bool = False):
     weights = 4 * M * d * a + 4 * N * d * kv  # q and o on M rows, k and v on N rows
     scores = M * N * h
     products = 4 * M * N * a  # QK^T and PV over all heads; the backward 2.5 times that
-    if causal_half:  # the `causal` convention: kernels that skip masked blocks run half of them
-        scores, products = scores // 2, products // 2
+    if causal_half:  # the `causal` convention: kernels that skip masked blocks run half of them ...
+        # ... or, with a sliding window of w (shorter than the sequence), the keys each query sees: w (w + 1) / 2 over
+        # the first w queries, then w each (a windowed kernel: Beltagy et al. 2020, Jiang et al. 2023)
+        w = s.w
+        keys = w * (w + 1) // 2 + (M - w) * w
+        scores = np.where(w > 0, h * keys, scores // 2)
+        products = np.where(w > 0, 4 * keys * s.dh * h, products // 2)
     biases = s.bq * (M * a + 2 * N * kv) + s.ba * M * d
     rotary = turned * s.rotary * ROTARY * (M * a + N * kv)  # rotary and relative positions act on self-attention
     # A relative position bias that needs its gradient takes torch off the fused kernels: the math path's four
