@@ -156,7 +156,8 @@ OPTION_CASES = {
     "parallel-one-norm": dict(norm_position="pre", parallel_block="one_norm"),  # GPT-J, Phi-1/2, Falcon-7B
     # GPT-NeoX: a norm per branch, rotary on half of each head
     "parallel-two-norms": dict(norm_position="pre", parallel_block="two_norms", positions="rotary", rotary_dim=2),
-    "sliding-window": dict(sliding_window=3, positions="rotary"),  # SDPA with the window's mask: the dense product
+    "sliding-window": dict(sliding_window=3, positions="rotary"),
+    "embedding-scale": dict(embedding_scale=True),  # Gemma's sqrt(d) on the embedding  # SDPA with the window's mask: the dense product
 }
 # Models of today, whole: Llama/Mistral (pre-RMSNorm, SwiGLU, GQA, rotary, no biases), Qwen2 (and q/k/v biases,
 # tied), GPT-2 (pre-LN, learned positions, tied, no head bias), BERT (post-LN, token types, embedding norm).

@@ -80,6 +80,10 @@ MODELS = {
     "starcoder2:window": _model("Starcoder2Config", "Starcoder2ForCausalLM", **PHI, num_key_value_heads=2,
                                 sliding_window=4),
     "phi3:window": _model("Phi3Config", "Phi3ForCausalLM", **PHI, sliding_window=4, pad_token_id=0),
+    # Gemma: the embedding scaled by sqrt(d), GeGLU (tanh), heads 12 wide beside d 32, one key/value head, tied
+    "gemma": _model("GemmaConfig", "GemmaForCausalLM", **PHI, num_key_value_heads=1, head_dim=12),
+    "gemma:gqa": _model("GemmaConfig", "GemmaForCausalLM", **PHI, num_key_value_heads=2, head_dim=8,
+                        attention_bias=True),
 }
 WINDOWED = {name for name in MODELS if name.endswith(":window")}
 
@@ -130,6 +134,12 @@ PUBLISHED = {  # the presets' config.json keys (the hub's files; older key names
     "falcon-7b": dict(model_type="falcon", hidden_size=4544, num_attention_heads=71, num_hidden_layers=32,
                       multi_query=True, parallel_attn=True, bias=False, alibi=False, new_decoder_architecture=False,
                       vocab_size=65024),
+    "gemma-2b": dict(model_type="gemma", hidden_size=2048, intermediate_size=16384, num_hidden_layers=18,
+                     num_attention_heads=8, num_key_value_heads=1, head_dim=256, vocab_size=256000,
+                     max_position_embeddings=8192, hidden_act="gelu_pytorch_tanh"),
+    "gemma-7b": dict(model_type="gemma", hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
+                     num_attention_heads=16, num_key_value_heads=16, head_dim=256, vocab_size=256000,
+                     max_position_embeddings=8192, hidden_act="gelu_pytorch_tanh"),
 }
 
 

@@ -222,6 +222,10 @@ FAMILY_CASES = {
     # Mistral: a 3-token sliding window over 8 positions (SDPA with the stack's additive mask, a buffer)
     "mistral-window": ("decoder", dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
                                        kv_heads=2, sliding_window=3, head_bias=False), (2, 16, 4, 32, 8, 2, 16)),
+    # Gemma: the embedding scaled by sqrt(d), GeGLU, heads 6 wide beside d 16, one key/value head, a tied head
+    "gemma": ("decoder", dict(norm="rmsnorm", norm_position="pre", ffn="geglu", positions="rotary", bias="none",
+                              kv_heads=1, head_dim=6, embedding_scale=True, tie_embeddings=True, head_bias=False),
+              (2, 16, 4, 40, 5, 4, 24)),
 }
 
 

@@ -18,7 +18,8 @@ from .config.model import BIASES, FFNS, NORM_POSITIONS, NORMS, PARALLEL_BLOCKS, 
 MODEL_FIELDS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "tgt_len", "batch",
                 "classes", "norm", "norm_position", "ffn", "kv_heads", "head_dim", "positions", "max_positions",
                 "tie_embeddings", "bias", "head_bias", "type_vocab", "embedding_norm", "relative_buckets",
-                "relative_max_distance", "parallel_block", "rotary_dim", "sliding_window")
+                "relative_max_distance", "parallel_block", "rotary_dim", "sliding_window",
+                "embedding_scale")
 LAYER_FIELDS = ("layers", "enc_layers", "dec_layers")
 
 
@@ -97,6 +98,8 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
                       help="x + attn(norm(x)) + ffn(norm(x)): one norm (GPT-J, Phi-2, Falcon-7B) or two (GPT-NeoX)")
     arch.add_argument("--rotary-dim", type=integer, help="positions rotary: features of a head turned (default all)")
     arch.add_argument("--sliding-window", type=integer, help="a decoder's queries attend to the last N positions only")
+    arch.add_argument("--embedding-scale", action=argparse.BooleanOptionalAction, default=None,
+                      help="the embedding's output times sqrt(d_model) (Gemma)")
 
 
 def model_entry(args: argparse.Namespace, defaults: dict | None = None):

@@ -44,7 +44,7 @@ SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": 
                  "relu": "relu", "silu": "silu", "g": "norm_vectors", "ns": "norm_stats", "rms": "rms", "pre": "pre", "tied": "tied", "bq": "qkv_bias",
                  "bo": "out_bias", "ba": "o_bias", "bh": "head_bias", "learned": "learned", "rotary": "rotary", "tv": "type_vocab",
                  "max_pos": "max_positions", "relative": "relative", "rb": "relative_buckets",
-                 "w": "sliding_window", "default_arch": "default_arch"}
+                 "w": "sliding_window", "es": "embedding_scale", "default_arch": "default_arch"}
 TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows", "shared")
 
 
@@ -89,6 +89,7 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
         # features of a head that rotary positions turn (rotary_dim; 0: the whole head)
         "rotary_dim": np.where(i64(column("rotary_dim")) > 0, i64(column("rotary_dim")), head_dim),
         "sliding_window": i64(column("sliding_window")),  # 0: none (a window shorter than the sequence otherwise)
+        "embedding_scale": i64(column("embedding_scale").astype(bool)),
     }
     default = np.ones(n, dtype=bool)
     for name, value in OPTION_DEFAULTS.items():

@@ -9,7 +9,7 @@ flags and a sweep entry's other keys override its fields.
 
 Sources of each mapping: the ``configuration_*.py`` and ``modeling_*.py`` of
 Hugging Face ``transformers`` for GPT-2, BERT, T5, Llama, Mistral, Qwen2, GPT-NeoX,
-GPT-J, Phi, Falcon, StableLM, OLMo, StarCoder2 and Phi-3 (key names, their defaults, which layers carry biases, which
+GPT-J, Phi, Falcon, StableLM, OLMo, StarCoder2, Phi-3 and Gemma (key names, their defaults, which layers carry biases, which
 heads are tied, which blocks are parallel, how much of a head rotary turns).
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from .errors import ConfigError
 
 SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
-             "starcoder2", "phi3")
+             "starcoder2", "phi3", "gemma")
 # Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
 UNSUPPORTED_KEYS = {
     "num_local_experts": "mixture of experts",
@@ -115,7 +115,7 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
     keys = _Keys(data, where, model_type)
     return {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
             "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo,
-            "starcoder2": _starcoder2, "phi3": _phi3}[model_type](keys)
+            "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma}[model_type](keys)
 
 
 def _gpt2(k: _Keys) -> dict:
@@ -416,6 +416,22 @@ def _phi3(k: _Keys) -> dict:
     head_dim = entry.get("head_dim", entry["d_model"] // entry["heads"])
     fraction = _rotary_fraction(k, ("partial_rotary_factor",), 1.0)
     return _partial_rotary(entry, k, int(head_dim * fraction), "partial_rotary_factor")
+
+
+def _gemma(k: _Keys) -> dict:
+    # Gemma (modeling_gemma.py; Gemma Team 2024): the embedding's output times sqrt(hidden_size), GeGLU (gelu_pytorch_tanh:
+    # GELU's tanh form, elementwise), RMSNorm with the gain as (1 + w) (the same d parameters, a reparametrisation:
+    # trainingcost's RMSNorm multiplies by w), heads head_dim wide whatever hidden_size, one key/value head on the 2B,
+    # the head tied to the embedding, biases on q, k, v and o where attention_bias.
+    if k.data.get("use_bidirectional_attention"):
+        k._fail("use_bidirectional_attention", "bidirectional attention is not supported")
+    act = k.str("hidden_act", "gelu_pytorch_tanh")
+    if act not in ("gelu", "gelu_pytorch_tanh", "gelu_new"):
+        k._fail("hidden_act", f"{act!r} is not supported (supported: gelu_pytorch_tanh, gelu)")
+    entry = _decoder(k, norm="rmsnorm", ffn="geglu", embedding_scale=True,
+                     bias="attention" if k.bool("attention_bias", False) else "none",
+                     tie_embeddings=k.bool("tie_word_embeddings", True))
+    return _full_rotary(entry, k)
 
 
 def _full_rotary(entry: dict, k: _Keys) -> dict:

@@ -27,10 +27,11 @@ OPTION_DEFAULTS = dict(
     norm="layernorm", norm_position="post", ffn="gelu", kv_heads=0, head_dim=0, positions="sinusoidal",
     max_positions=0, tie_embeddings=False, bias="all", head_bias=None, type_vocab=0, embedding_norm=False,
     relative_buckets=32, relative_max_distance=128, parallel_block="none", rotary_dim=0, sliding_window=0,
+    embedding_scale=False,
 )
 # Options added after the default sweep's tables were written: a configs frame has their column only where a row
 # sets one (config/sweep.py's configs_frame), so frames of the earlier options keep their bytes.
-LATE_OPTIONS = ("parallel_block", "rotary_dim", "sliding_window")
+LATE_OPTIONS = ("parallel_block", "rotary_dim", "sliding_window", "embedding_scale")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class ModelConfig:
     #                      partial_rotary_factor, GPT-J's rotary_dim); 0: all of them
     sliding_window: int = 0  # a decoder's query attends to the last w positions only (Mistral, Qwen2, StarCoder2,
     #                          Phi-3); 0: every earlier one. Executed: SDPA with a mask, the dense product
+    embedding_scale: bool = False  # the token embedding's output times sqrt(d_model) (Gemma)
 
     def __post_init__(self):
         if self.kv_heads == 0:
@@ -223,7 +225,7 @@ class ModelConfig:
 CANONICAL_FIELDS = tuple(f.name for f in fields(ModelConfig))
 OPTION_FIELDS = tuple(OPTION_DEFAULTS)
 SIZE_FIELDS = tuple(name for name in CANONICAL_FIELDS if name not in OPTION_DEFAULTS)
-BOOL_FIELDS = ("tie_embeddings", "head_bias", "embedding_norm")
+BOOL_FIELDS = ("tie_embeddings", "head_bias", "embedding_norm", "embedding_scale")
 STR_FIELDS = ("arch", *OPTION_CHOICES)
 
 

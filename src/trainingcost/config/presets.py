@@ -98,6 +98,15 @@ PRESETS: dict[str, dict] = {
     "falcon-7b": dict(arch="decoder", layers=32, d_model=4544, heads=71, kv_heads=1, d_ff=18176, vocab=65024,
                       seq_len=2048, norm_position="pre", positions="rotary", parallel_block="one_norm", bias="none",
                       head_bias=False, tie_embeddings=True),
+    # Gemma Team 2024 (Gemma), google/gemma-2b and google/gemma-7b: the embedding scaled by sqrt(d_model), GeGLU, RMSNorm
+    # (its gain as 1 + w: the same parameters), heads 256 wide (the 2B: one key/value head; the 7B: 16 heads of 256
+    # beside d_model 3072), no biases, the head tied to the embedding. 2,506,172,416 and 8,537,680,896 parameters.
+    "gemma-2b": dict(arch="decoder", layers=18, d_model=2048, heads=8, kv_heads=1, d_ff=16384, vocab=256000,
+                     seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="geglu", positions="rotary", bias="none",
+                     embedding_scale=True, tie_embeddings=True),
+    "gemma-7b": dict(arch="decoder", layers=28, d_model=3072, heads=16, head_dim=256, d_ff=24576, vocab=256000,
+                     seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="geglu", positions="rotary", bias="none",
+                     embedding_scale=True, tie_embeddings=True),
 }
 
 # The parameter count each preset's source publishes (Hugging Face's num_parameters() of the named model class),
@@ -117,5 +126,7 @@ PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
     "gpt-j-6b": (6_050_882_784, "GPTJForCausalLM"),
     "phi-2": (2_779_683_840, "PhiForCausalLM"),
     "falcon-7b": (6_921_720_704, "FalconForCausalLM"),
+    "gemma-2b": (2_506_172_416, "GemmaForCausalLM"),
+    "gemma-7b": (8_537_680_896, "GemmaForCausalLM"),
 }
 MLM_TRANSFORM = {"bert-base": 768 * 768 + 768 + 2 * 768}  # what a preset leaves out of its source's count

@@ -333,6 +333,7 @@ class Stack(nn.Module):
     def __init__(self, cfg: ModelConfig, stack: str):
         super().__init__()
         self.embedding = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.scale = math.sqrt(cfg.d_model) if cfg.embedding_scale else None
         self.token_type_embedding = TokenTypes(cfg.type_vocab, cfg.d_model) if cfg.type_vocab else None
         self.positional_encoding = (PositionalEncoding(cfg.position_rows(stack), cfg.d_model, cfg.positions == "learned")
                                     if cfg.added_positions else None)
@@ -354,6 +355,8 @@ class Stack(nn.Module):
     def embed(self, tokens: torch.Tensor, modulation: torch.Tensor | None = None) -> torch.Tensor:
         """The stack's input: the tables' sum (plus PEPITA's modulation, where the tables meet), then its norm."""
         x = self.embedding(tokens)
+        if self.scale is not None:  # Gemma: times sqrt(d_model)
+            x = x * self.scale
         for table in (self.token_type_embedding, self.positional_encoding):
             if table is not None:
                 x = table(x)

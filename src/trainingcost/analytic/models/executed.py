@@ -62,12 +62,14 @@ def _matmul(flops, elementwise=0, where=None):
 @register("executed", "embedding")
 def embedding(s: Shapes):
     # A gather forward; the weight gradient is a scatter-add of the output gradient (BP) or
-    # PEPITA's index-add of the modulation: d additions per token, no product.
+    # PEPITA's index-add of the modulation: d additions per token, no product. Gemma's scale by sqrt(d_model): one
+    # product per element forward, and one on its gradient.
+    scaled = s.es * SCALE * s.M * s.d
     return {
-        "forward": _matmul(s.zero),
-        "backward": _matmul(s.zero),
+        "forward": _matmul(s.zero, scaled),
+        "backward": _matmul(s.zero, scaled),
         "weight_grad": _matmul(s.zero, RESIDUAL * s.M * s.d),
-        "forward_modulated": _matmul(s.zero, RESIDUAL * s.M * s.d),  # PEPITA adds the modulation
+        "forward_modulated": _matmul(s.zero, RESIDUAL * s.M * s.d + scaled),  # PEPITA adds the modulation
     }
 
 

@@ -41,6 +41,7 @@ class GroupKey:
     parallel: str = "none"  # parallel_block: none, one_norm, two_norms (layers.describe_block)
     partial_rotary: bool = False  # rotary turns only the first rotary_dim features of a head (a third slice)
     plain_norm: bool = False  # a LayerNorm without gain and bias (norm nonparametric: OLMo)
+    embedding_scale: bool = False  # the embedding's output times sqrt(d_model) (Gemma)
 
     @property
     def blocks(self) -> int:
@@ -63,6 +64,7 @@ def group_keys(configs) -> list[GroupKey]:
         types=o["type_vocab"] > 0, embedding_norm=o["embedding_norm"] > 0, pre=o["pre"] > 0, rms=o["rms"] > 0,
         rotary=o["rotary"] > 0, relative=o["relative"] > 0, parallel=o["parallel_block"],
         partial_rotary=(o["rotary"] > 0) & (o["rotary_dim"] < o["head_dim"]), plain_norm=o["norm_vectors"] == 0,
+        embedding_scale=o["embedding_scale"] > 0,
     )
     names = [f.name for f in fields(GroupKey)]
     rows = zip(*(columns[name].tolist() for name in names))

@@ -624,6 +624,17 @@ class Ops:
         """``Stack.embed``: the token table, token types (every token of type 0), positions (a sinusoidal buffer
         added, or a learned table's rows broadcast over the batch), PEPITA's modulation, the embedding norm."""
         x = self.embedding(stack)
+        if self.g.embedding_scale:  # x * sqrt(d_model): its backward multiplies the gradient (a new tensor)
+            scaled = self.value(x.rows, x.width, "* sqrt(d)")
+            if x.tracked:
+                def backward(grad, saved, x=x):
+                    made = self.t.new(x.buf.nbytes, "mul")
+                    self.release(grad, saved)
+                    self.deliver(x, made)
+
+                self._node(scaled, backward)
+            self.t.drop(x.buf)
+            x = scaled
         tables = []
         if self.g.types is not None:
             tables.append((self.g.M(stack), self.g.M(stack), self.g.types, "token types", False))
