@@ -159,7 +159,6 @@ def test_a_config_json_reads_as_its_preset(data, preset):
 
 @pytest.mark.parametrize("data, message", [
     (dict(LLAMA, model_type="mixtral"), "model_type: 'mixtral' is not supported (supported: gpt2, bert, t5, llama, mistral, qwen2, gpt_neox"),
-    (dict(T5, tie_word_embeddings=False), "tie_word_embeddings: an untied head with shared encoder and decoder embeddings (T5 v1.1) is not supported"),
     (dict(T5, feed_forward_proj="gated-swish"), "feed_forward_proj: 'gated-swish' is not supported"),
     ({k: v for k, v in LLAMA.items() if k != "model_type"}, "model_type: missing"),
     ({k: v for k, v in LLAMA.items() if k != "hidden_size"}, "hidden_size: missing (model_type llama)"),
@@ -308,7 +307,11 @@ def test_a_workflow_train_job_passes_every_option_to_train():
 
     config = validate_config({"sweep": {"models": [dict(DECODER, name="m")]}, "train": {"select": ["m"]}}, vocabulary())
     for options in [*OPTION_CASES.values(), *MODERN.values(), dict(head_bias=False, tie_embeddings=False, bias="qkv")]:
-        cfg = canonical_model(dict(DECODER, seq_len=8, **options))
+        base = dict(DECODER, seq_len=8)
+        if options.get("shared_embedding"):  # (an encoder-decoder's option)
+            base = dict({k: v for k, v in base.items() if k != "layers"}, arch="encoder-decoder", enc_layers=1,
+                        dec_layers=2)
+        cfg = canonical_model(dict(base, **options))
         args = train_command(TrainJob(cfg.config_id, "bp", 0, "m", cfg, "lm"), config)
         assert args[-len(option_flags(cfg)) or len(args):] == option_flags(cfg)
         parsed = build_parser().parse_args(args)

@@ -157,7 +157,8 @@ OPTION_CASES = {
     # GPT-NeoX: a norm per branch, rotary on half of each head
     "parallel-two-norms": dict(norm_position="pre", parallel_block="two_norms", positions="rotary", rotary_dim=2),
     "sliding-window": dict(sliding_window=3, positions="rotary"),
-    "embedding-scale": dict(embedding_scale=True),  # Gemma's sqrt(d) on the embedding  # SDPA with the window's mask: the dense product
+    "embedding-scale": dict(embedding_scale=True),  # Gemma's sqrt(d) on the embedding
+    "shared-embedding": dict(shared_embedding=True),  # T5 v1.1: one table for both stacks, the head its own  # SDPA with the window's mask: the dense product
 }
 # Models of today, whole: Llama/Mistral (pre-RMSNorm, SwiGLU, GQA, rotary, no biases), Qwen2 (and q/k/v biases,
 # tied), GPT-2 (pre-LN, learned positions, tied, no head bias), BERT (post-LN, token types, embedding norm).
@@ -188,6 +189,8 @@ def _option_grid():
                 continue  # refused: a block with cross-attention has no parallel form
             if arch.startswith("encoder") and options.get("sliding_window"):
                 continue  # refused: a window applies to a decoder's causal self-attention
+            if arch != "encoder-decoder" and options.get("shared_embedding"):
+                continue  # refused: one stack has no table to share
             yield pytest.param({**shape, **options}, id=f"{arch}-{name}")
 
 

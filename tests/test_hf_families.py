@@ -85,18 +85,26 @@ MODELS = {
     "gemma:gqa": _model("GemmaConfig", "GemmaForCausalLM", **PHI, num_key_value_heads=2, head_dim=8,
                         attention_bias=True),
 }
+ENCODER_DECODER = {  # T5 v1.1: gated GELU, the stacks sharing one table, the head its own
+    "t5:v1.1": lambda: (lambda c: (c, transformers.T5ForConditionalGeneration(c)))(transformers.T5Config(
+        d_model=32, d_kv=8, d_ff=40, num_layers=2, num_decoder_layers=1, num_heads=4, vocab_size=61,
+        relative_attention_num_buckets=8, relative_attention_max_distance=16, decoder_start_token_id=0, pad_token_id=0,
+        dropout_rate=0.0, feed_forward_proj="gated-gelu", tie_word_embeddings=False, attn_implementation="sdpa")),
+}
+MODELS.update(ENCODER_DECODER)
 WINDOWED = {name for name in MODELS if name.endswith(":window")}
 
 
 def hf_step_flops(model, config, length: int) -> int:
     torch.manual_seed(0)
     ids = torch.randint(0, config.vocab_size, (B, length))
+    labels = torch.randint(0, config.vocab_size, (B, length - 2)) if config.is_encoder_decoder else ids
     model.train()
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     with FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION) as counter:
-        model(input_ids=ids, labels=ids).loss.backward()
+        model(input_ids=ids, labels=labels).loss.backward()
     return counter.get_total_flops()
 
 
@@ -105,11 +113,23 @@ def test_parameters_and_executed_flops_equal_the_hugging_face_model(model_type):
     config, model = MODELS[model_type]()
     data = config.to_dict()
     assert data["model_type"] == model_type.split(":")[0]
+    untied = 0  # parameters of a head transformers ties where the model's own config.json unties it
+    if model_type == "t5:v1.1":
+        # google/t5-v1_1-*'s config.json writes tie_word_embeddings false: the checkpoint has its own lm_head (and
+        # transformers 4 builds it). transformers 5 ties T5's head always (configuration_t5.py: "we tie weights always
+        # and force it to be True"), keeping only the flag's other meaning (no rescaled decoder output). trainingcost
+        # reads the file as written; the products, and so the FLOPs, are the same either way.
+        data["tie_word_embeddings"] = False
+        if model.lm_head.weight is model.shared.weight:
+            untied = config.vocab_size * config.d_model
     for length in LENGTHS:
-        cfg = canonical_model(check_window(with_overrides(hf_entry(data), {"seq_len": length, "batch": B}), "test"))
+        lengths = {"seq_len": length, "tgt_len": length - 2} if data.get("is_encoder_decoder") else {"seq_len": length}
+        cfg = canonical_model(check_window(with_overrides(hf_entry(data), {**lengths, "batch": B}), "test"))
         assert cfg.sliding_window == (4 if model_type in WINDOWED else 0), cfg.options()
+        assert cfg.shared_embedding == (model_type == "t5:v1.1") and cfg.tie_embeddings != cfg.shared_embedding or \
+            not cfg.encdec, cfg.options()
         frame = configs_frame([("", cfg)])
-        assert int(memory_table(frame, ["bp"]).parameter_count.iloc[0]) == model.num_parameters()
+        assert int(memory_table(frame, ["bp"]).parameter_count.iloc[0]) == model.num_parameters() + untied
         executed = int(layer_table(frame, ["bp"], ["executed"]).flops.sum())
         terms = 0
         if model_type == "falcon":
@@ -134,6 +154,9 @@ PUBLISHED = {  # the presets' config.json keys (the hub's files; older key names
     "falcon-7b": dict(model_type="falcon", hidden_size=4544, num_attention_heads=71, num_hidden_layers=32,
                       multi_query=True, parallel_attn=True, bias=False, alibi=False, new_decoder_architecture=False,
                       vocab_size=65024),
+    "t5-v1.1-small": dict(model_type="t5", d_model=512, d_ff=1024, d_kv=64, num_heads=6, num_layers=8,
+                          num_decoder_layers=8, vocab_size=32128, feed_forward_proj="gated-gelu",
+                          tie_word_embeddings=False, relative_attention_num_buckets=32, is_encoder_decoder=True),
     "gemma-2b": dict(model_type="gemma", hidden_size=2048, intermediate_size=16384, num_hidden_layers=18,
                      num_attention_heads=8, num_key_value_heads=1, head_dim=256, vocab_size=256000,
                      max_position_embeddings=8192, hidden_act="gelu_pytorch_tanh"),

@@ -226,6 +226,10 @@ FAMILY_CASES = {
     "gemma": ("decoder", dict(norm="rmsnorm", norm_position="pre", ffn="geglu", positions="rotary", bias="none",
                               kv_heads=1, head_dim=6, embedding_scale=True, tie_embeddings=True, head_bias=False),
               (2, 16, 4, 40, 5, 4, 24)),
+    # T5 v1.1: the stacks share one table, the head its own; gated GELU, relative bias
+    "t5-v1.1": ("encoder-decoder", dict(positions="relative", relative_buckets=8, relative_max_distance=16,
+                                        norm="rmsnorm", norm_position="pre", ffn="geglu", bias="none", head_bias=False,
+                                        shared_embedding=True), (1, 16, 2, 32, 7, 2, 40)),
 }
 
 

@@ -19,7 +19,7 @@ MODEL_FIELDS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads"
                 "classes", "norm", "norm_position", "ffn", "kv_heads", "head_dim", "positions", "max_positions",
                 "tie_embeddings", "bias", "head_bias", "type_vocab", "embedding_norm", "relative_buckets",
                 "relative_max_distance", "parallel_block", "rotary_dim", "sliding_window",
-                "embedding_scale")
+                "embedding_scale", "shared_embedding")
 LAYER_FIELDS = ("layers", "enc_layers", "dec_layers")
 
 
@@ -100,6 +100,8 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     arch.add_argument("--sliding-window", type=integer, help="a decoder's queries attend to the last N positions only")
     arch.add_argument("--embedding-scale", action=argparse.BooleanOptionalAction, default=None,
                       help="the embedding's output times sqrt(d_model) (Gemma)")
+    arch.add_argument("--shared-embedding", action=argparse.BooleanOptionalAction, default=None,
+                      help="encoder-decoder: both stacks read one table, the head its own (T5 v1.1)")
 
 
 def model_entry(args: argparse.Namespace, defaults: dict | None = None):

@@ -90,6 +90,7 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
         "rotary_dim": np.where(i64(column("rotary_dim")) > 0, i64(column("rotary_dim")), head_dim),
         "sliding_window": i64(column("sliding_window")),  # 0: none (a window shorter than the sequence otherwise)
         "embedding_scale": i64(column("embedding_scale").astype(bool)),
+        "shared_embedding": i64(column("shared_embedding").astype(bool)),  # the stacks share a table, not the head
     }
     default = np.ones(n, dtype=bool)
     for name, value in OPTION_DEFAULTS.items():
@@ -262,7 +263,8 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
             for end, rank in END_RANK.items():
                 kind = "norm" if end == L.EMBEDDING_NORM else end
                 # A tied encoder-decoder shares one table: the encoder's embedding owns it.
-                shared = (tied & encdec & (stack == "decoder")).astype(np.int64) if end == "embedding" else 0
+                shared = (((cols["shared_embedding"] > 0) | tied) & encdec & (stack == "decoder")).astype(np.int64) \
+                    if end == "embedding" else 0
                 add(has & ends_of[end], kind, stack, end, 1, False, False, rank, rows, shared=shared)
             for arch_name, pre, parallel in itertools.product(ARCHES, (False, True), PARALLEL_BLOCKS):
                 mask = has & (arch == arch_name) & ((cols["pre"] > 0) == pre) & (cols["parallel_block"] == parallel)

@@ -157,14 +157,11 @@ T5_FFN = {"relu": "relu", "gelu": "gelu", "gated-gelu": "geglu", "gated-silu": "
 
 
 def _t5(k: _Keys) -> dict:
-    # T5 (modeling_t5.py, T5ForConditionalGeneration): pre-RMSNorm (T5LayerNorm, no bias) with a final norm per stack,
-    # no biases, a relative position bias per stack (first block's self-attention, shared by the stack), heads d_kv
+    # T5 and T5 v1.1 (modeling_t5.py, T5ForConditionalGeneration): pre-RMSNorm (T5LayerNorm, no bias) with a final norm
+    # per stack, no biases, a relative position bias per stack (first block's self-attention, shared by the stack), heads d_kv
     # wide, encoder and decoder embeddings shared and tied to the head. Sequence length: n_positions (512).
     if not k.bool("is_encoder_decoder", True):
         k._fail("is_encoder_decoder", "T5's encoder alone is not supported")
-    if not k.bool("tie_word_embeddings", True):
-        k._fail("tie_word_embeddings", "an untied head with shared encoder and decoder embeddings (T5 v1.1) is not "
-                "supported")
     layers = k.int("num_layers")
     heads = k.int("num_heads")
     d = k.int("d_model")
@@ -175,8 +172,13 @@ def _t5(k: _Keys) -> dict:
         ffn=k.activation("feed_forward_proj", "relu", T5_FFN), positions="relative",
         relative_buckets=k.int("relative_attention_num_buckets", 32),
         relative_max_distance=k.int("relative_attention_max_distance", 128),
-        tie_embeddings=True, bias="none", head_bias=False,
+        bias="none", head_bias=False,
     )
+    # T5 v1.1 (tie_word_embeddings false): the stacks still share one table, the head has its own
+    if k.bool("tie_word_embeddings", True):
+        entry["tie_embeddings"] = True
+    else:
+        entry["shared_embedding"] = True
     head_dim = k.int("d_kv", d // heads)
     if head_dim * heads != d:
         entry["head_dim"] = head_dim

@@ -27,11 +27,11 @@ OPTION_DEFAULTS = dict(
     norm="layernorm", norm_position="post", ffn="gelu", kv_heads=0, head_dim=0, positions="sinusoidal",
     max_positions=0, tie_embeddings=False, bias="all", head_bias=None, type_vocab=0, embedding_norm=False,
     relative_buckets=32, relative_max_distance=128, parallel_block="none", rotary_dim=0, sliding_window=0,
-    embedding_scale=False,
+    embedding_scale=False, shared_embedding=False,
 )
 # Options added after the default sweep's tables were written: a configs frame has their column only where a row
 # sets one (config/sweep.py's configs_frame), so frames of the earlier options keep their bytes.
-LATE_OPTIONS = ("parallel_block", "rotary_dim", "sliding_window", "embedding_scale")
+LATE_OPTIONS = ("parallel_block", "rotary_dim", "sliding_window", "embedding_scale", "shared_embedding")
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,8 @@ class ModelConfig:
     sliding_window: int = 0  # a decoder's query attends to the last w positions only (Mistral, Qwen2, StarCoder2,
     #                          Phi-3); 0: every earlier one. Executed: SDPA with a mask, the dense product
     embedding_scale: bool = False  # the token embedding's output times sqrt(d_model) (Gemma)
+    shared_embedding: bool = False  # an encoder-decoder's two stacks read one table, the head its own (T5 v1.1);
+    #                                 tie_embeddings shares it with the head too
 
     def __post_init__(self):
         if self.kv_heads == 0:
@@ -225,7 +227,7 @@ class ModelConfig:
 CANONICAL_FIELDS = tuple(f.name for f in fields(ModelConfig))
 OPTION_FIELDS = tuple(OPTION_DEFAULTS)
 SIZE_FIELDS = tuple(name for name in CANONICAL_FIELDS if name not in OPTION_DEFAULTS)
-BOOL_FIELDS = ("tie_embeddings", "head_bias", "embedding_norm", "embedding_scale")
+BOOL_FIELDS = ("tie_embeddings", "head_bias", "embedding_norm", "embedding_scale", "shared_embedding")
 STR_FIELDS = ("arch", *OPTION_CHOICES)
 
 
@@ -376,6 +378,12 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
                               "carries its own mask)")
         if out["sliding_window"] >= lengths[0]:
             del out["sliding_window"]  # the window covers the sequence: it masks nothing (the default, one config_id)
+    if out.get("shared_embedding"):
+        if arch != "encoder-decoder":
+            raise ConfigError(f"{_field(where, 'shared_embedding')}: applies only to arch encoder-decoder (two stacks "
+                              f"to share a table; arch is {arch})")
+        if out.get("tie_embeddings"):
+            del out["shared_embedding"]  # tied: the stacks share the head's table already (one config_id)
     parallel = out.get("parallel_block", "none")
     if parallel != "none":
         if arch == "encoder-decoder":

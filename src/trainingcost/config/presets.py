@@ -98,6 +98,12 @@ PRESETS: dict[str, dict] = {
     "falcon-7b": dict(arch="decoder", layers=32, d_model=4544, heads=71, kv_heads=1, d_ff=18176, vocab=65024,
                       seq_len=2048, norm_position="pre", positions="rotary", parallel_block="one_norm", bias="none",
                       head_bias=False, tie_embeddings=True),
+    # Raffel et al. 2020 (T5 v1.1), google/t5-v1_1-small: gated GELU, no biases, a relative bias per stack, heads of 64
+    # (6 beside d_model 512), one table for both stacks and the head its own (tie_word_embeddings false).
+    # 76,961,152 parameters (transformers 4's T5ForConditionalGeneration; transformers 5 ties T5's head always).
+    "t5-v1.1-small": dict(arch="encoder-decoder", enc_layers=8, dec_layers=8, d_model=512, heads=6, head_dim=64,
+                          d_ff=1024, vocab=32128, seq_len=512, tgt_len=512, norm="rmsnorm", norm_position="pre",
+                          ffn="geglu", positions="relative", bias="none", head_bias=False, shared_embedding=True),
     # Gemma Team 2024 (Gemma), google/gemma-2b and google/gemma-7b: the embedding scaled by sqrt(d_model), GeGLU, RMSNorm
     # (its gain as 1 + w: the same parameters), heads 256 wide (the 2B: one key/value head; the 7B: 16 heads of 256
     # beside d_model 3072), no biases, the head tied to the embedding. 2,506,172,416 and 8,537,680,896 parameters.
@@ -126,6 +132,8 @@ PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
     "gpt-j-6b": (6_050_882_784, "GPTJForCausalLM"),
     "phi-2": (2_779_683_840, "PhiForCausalLM"),
     "falcon-7b": (6_921_720_704, "FalconForCausalLM"),
+    "t5-v1.1-small": (76_961_152, "T5ForConditionalGeneration (transformers 4; transformers 5 ties the head: "
+                                  "60,511,616)"),
     "gemma-2b": (2_506_172_416, "GemmaForCausalLM"),
     "gemma-7b": (8_537_680_896, "GemmaForCausalLM"),
 }

@@ -399,6 +399,8 @@ class Transformer(nn.Module):
         self.classes = cfg.classes
         self.out_features = cfg.out_width
         self.head = Linear(cfg.d_model, self.out_features, bias=cfg.head_bias)
+        if cfg.shared_embedding:  # one V x d table read by both stacks, the head its own (T5 v1.1)
+            self.decoder.embedding.weight = self.encoder.embedding.weight
         if cfg.tie_embeddings:  # one V x d table: the head's and every stack's embedding (Vaswani et al. 2017, 3.4)
             shared = getattr(self, cfg.stacks[0]).embedding.weight
             for stack in cfg.stacks[1:]:

@@ -42,6 +42,7 @@ class GroupKey:
     partial_rotary: bool = False  # rotary turns only the first rotary_dim features of a head (a third slice)
     plain_norm: bool = False  # a LayerNorm without gain and bias (norm nonparametric: OLMo)
     embedding_scale: bool = False  # the embedding's output times sqrt(d_model) (Gemma)
+    shared_table: bool = False  # the stacks' embeddings share one table, the head its own (T5 v1.1)
 
     @property
     def blocks(self) -> int:
@@ -64,7 +65,7 @@ def group_keys(configs) -> list[GroupKey]:
         types=o["type_vocab"] > 0, embedding_norm=o["embedding_norm"] > 0, pre=o["pre"] > 0, rms=o["rms"] > 0,
         rotary=o["rotary"] > 0, relative=o["relative"] > 0, parallel=o["parallel_block"],
         partial_rotary=(o["rotary"] > 0) & (o["rotary_dim"] < o["head_dim"]), plain_norm=o["norm_vectors"] == 0,
-        embedding_scale=o["embedding_scale"] > 0,
+        embedding_scale=o["embedding_scale"] > 0, shared_table=o["shared_embedding"] > 0,
     )
     names = [f.name for f in fields(GroupKey)]
     rows = zip(*(columns[name].tolist() for name in names))
@@ -193,7 +194,7 @@ class Group:
             sizes.extend([n_in * n_out] + ([n_out] if bias else []) + ([n_in * n_out] if feedback_parameters else []))
 
         for stack in self.stacks:
-            if not (self.tied and stack != self.stacks[0]):
+            if not ((self.tied or self.shared_table) and stack != self.stacks[0]):
                 sizes.append(self.V * self.d)  # token embedding (a tied table once, with the first stack)
             if self.types is not None:
                 sizes.append(self.types * self.d)

@@ -61,7 +61,7 @@ class Ops:
     def table_grad(self, phase: str | None = None, label: str = "table grad", then=None) -> None:
         """The gradient of the V x d table (an embedding's, or a tied head's weight): its own ``.grad``, or, tied,
         the first becomes the shared ``.grad`` and each later one is made, added in place, and freed."""
-        if not self.g.tied or not self.table_has_grad:
+        if not (self.g.tied or self.g.shared_table) or not self.table_has_grad:
             self.table_buf = self.param_grad(self.g.V * self.g.d, phase, label)
             self.table_has_grad, self.table_run = True, self.run
             if then is not None:

@@ -57,7 +57,7 @@ def pepita_step(t: Tape, g: Group, run: Run, recompute: bool = False) -> None:
                 # the per-sequence shift, expanded over positions, then flattened: a copy (a local to the end)
                 flat = None if g.aligned(stack) else t.new(bytes_(g.M(stack) * g.d, g.z), "shift.reshape")
                 grad = t.new(bytes_(g.V * g.d, g.z), "zeros_like")  # becomes .grad ...
-                if not (g.tied and ops.table_has_grad):  # ... or, tied, is added into it (freed when rebound)
+                if not ((g.tied or g.shared_table) and ops.table_has_grad):  # ... or, shared, is added into it
                     t.hold(grad)
                 ops.table_has_grad = True
                 smaller = []  # token types: row 0 gets the shift summed over rows; learned positions: per position
