@@ -68,9 +68,11 @@ PRESETS: dict[str, dict] = {
     "llama-3-8b": dict(arch="decoder", layers=32, d_model=4096, heads=32, kv_heads=8, d_ff=14336, vocab=128256,
                        seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none"),
     # Jiang et al. 2023 (Mistral 7B), mistralai/Mistral-7B-v0.1: Llama's blocks with 8 key/value heads and a
-    # 4,096-token sliding window, which masks nothing at the 4,096-token sequence used here. 7,241,732,096 parameters.
+    # 4,096-token sliding window, which masks nothing at the 4,096-token sequence used here (a longer --seq-len keeps
+    # it: the option sliding_window). 7,241,732,096 parameters.
     "mistral-7b": dict(arch="decoder", layers=32, d_model=4096, heads=32, kv_heads=8, d_ff=14336, vocab=32000,
-                       seq_len=4096, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none"),
+                       seq_len=4096, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
+                       sliding_window=4096),
     # Qwen team 2024 (Qwen2.5), Qwen/Qwen2.5-0.5B: 14 query and 2 key/value heads of 64, biases on q, k and v only,
     # the head tied to the embedding. 494,032,768 parameters.
     "qwen2.5-0.5b": dict(arch="decoder", layers=24, d_model=896, heads=14, kv_heads=2, d_ff=4864, vocab=151936,
