@@ -17,7 +17,8 @@ import pandas as pd
 import yaml
 
 from .errors import ConfigError
-from .model import BOOL_FIELDS, CANONICAL_FIELDS, STR_FIELDS, ModelConfig, canonical_model, config_from_row, preset_entry
+from .model import (BOOL_FIELDS, CANONICAL_FIELDS, LATE_OPTIONS, OPTION_DEFAULTS, STR_FIELDS, ModelConfig, canonical_model,
+                    config_from_row, preset_entry)
 from .schema import CATALOGUE_ENUMS, Vocabulary, fill_defaults, schema, validate
 
 CONFIG_COLUMNS = ("config_id", "name", *CANONICAL_FIELDS)
@@ -190,12 +191,15 @@ def configs_frame(pairs: list[tuple[str, ModelConfig]]) -> pd.DataFrame:
         frame[column] = frame[column].astype(kind)
     frame["name"] = frame["name"].astype(str)
     frame["config_id"] = frame["config_id"].astype(str)
-    return frame
+    # A later option's column only where some row sets it (LATE_OPTIONS: the earlier frames keep their bytes; a
+    # missing column reads as the default, templates.option_columns)
+    unset = [name for name in LATE_OPTIONS if (frame[name] == OPTION_DEFAULTS[name]).all()]
+    return frame.drop(columns=unset)
 
 
 def frame_configs(frame: pd.DataFrame) -> list[ModelConfig]:
     """The configurations of a configs frame, in row order."""
-    return [config_from_row(row) for row in frame[list(CANONICAL_FIELDS)].to_dict("records")]
+    return [config_from_row(row) for row in frame[[c for c in CANONICAL_FIELDS if c in frame]].to_dict("records")]
 
 
 def sweep_frame(config: dict) -> pd.DataFrame:
