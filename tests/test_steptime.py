@@ -230,3 +230,21 @@ def test_every_published_run_loads_and_plans():
         assert runs.measured_step_time(row) > 0
         pred = predict_step(cfg, lay, device(row["gpu"]))
         assert pred.step_time_s > 0 and 0 < pred.mfu < 1
+
+
+@pytest.mark.parametrize("sharding, parallel", [("none", "ddp"), ("fsdp", "fsdp")])
+def test_the_plans_row_carries_comm_models_bytes(tiny, sharding, parallel):
+    """`plan` in predicted mode reports the data-parallel bytes and collectives of one step on one GPU: comm.py's
+    (DDP: one steady step; FSDP: one step per micro-batch), exactly."""
+    from trainingcost.analytic.comm import step_collectives
+    from trainingcost.analytic.plan import Efficiency, PlanSpec, plan_table
+
+    spec = PlanSpec(tokens=1e6, gpus=3, sharding=sharding, global_batch=6, micro_batch=1, dp_overlap=0.0,
+                    efficiency=Efficiency("predicted", 1.0, "predicted"))
+    table = plan_table(tiny, spec, A100, ["bp", "kp"], ["executed"]).set_index("rule")
+    for rule in ("bp", "kp"):
+        model = step_collectives(tiny, rule, parallel, 3, "bf16", 3)
+        times = table.at[rule, "grad_accumulation"] if parallel == "fsdp" else 1
+        assert table.at[rule, "step_dp_bytes"] == times * sum(c.bytes for c in model)
+        assert table.at[rule, "step_dp_collectives"] == times * len(model)
+        assert table.at[rule, "step_comm_dp_s"] > 0

@@ -87,6 +87,8 @@ class StepPrediction:
     mfu: float
     hfu: float
     sources: dict = field(default_factory=dict)
+    dp_bytes: int = 0  # data-parallel collectives' bytes per step on one GPU (analytic/comm.py's accounting)
+    dp_collectives: int = 0  # data-parallel collectives per step on one GPU
 
 
 def check_layout(cfg, lay: Layout) -> None:
@@ -418,9 +420,11 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     if not w["changes_feedback"]:
         trained_gpu = min(trained_gpu, params_gpu)
     stage = ZERO_STAGE[lay.sharding]
-    dp_comm = 0.0
+    dp_comm, dp_ops = 0.0, []
     if dp > 1:
-        dp_comm = dp_seconds(data_parallel_collectives(cfg, lay, rule, w, share), net, lay, M, compute_fwd, compute_bwd)
+        collectives = data_parallel_collectives(cfg, lay, rule, w, share)
+        dp_comm = dp_seconds(collectives, net, lay, M, compute_fwd, compute_bwd)
+        dp_ops = collectives.all(M)
     # Optimizer: a memory-bound pass over this GPU's (ZeRO-1+: sharded) master weights, state, gradients, weights
     opt_params = trained_gpu / (dp if stage >= 1 else 1)
     opt_bytes = opt_params * (2 * prec.master + 2 * prec.state * lay.optimizer_slots + prec.grads + prec.weights)
@@ -435,7 +439,8 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     hw_flops = model_flops + (lay.global_batch * w["forward"] / max(1, w["passes"]) *
                               (recomputed_blocks * p / max(1, blocks)) if w["backward"] else 0.0)
     return StepPrediction(step, parts, model_flops, hw_flops, model_flops / (step * lay.gpus * peak),
-                          hw_flops / (step * lay.gpus * peak), dict(dev.sources))
+                          hw_flops / (step * lay.gpus * peak), dict(dev.sources),
+                          sum(c.bytes for c in dp_ops), len(dp_ops))
 
 
 def data_parallel_collectives(cfg, lay: Layout, rule: str, w: dict | None = None, share: float | None = None):
