@@ -21,9 +21,10 @@ update locally; PEPITA and MEMPEPITA run a second forward sweep that needs the f
 
 Communication: tensor parallelism's all-reduces (2 per block per forward pass, 2 per backward through the blocks,
 2 more per recomputed forward; with sequence parallelism an all-gather and a reduce-scatter of the same bytes),
-data parallelism's gradient reduction (all-reduce; ZeRO-1/2 reduce-scatter + all-gather; ZeRO-3/FSDP parameters
-gathered per forward and backward and gradients reduce-scattered, 3 x the parameter bytes per micro-batch), trained
-feedback matrices' gradients beside the weights', overlapped with compute by a stated fraction; pipeline
+data parallelism's collectives from analytic/comm.py (:func:`..comm.plan_collectives`, the model equal to the meter:
+DDP's buckets; ZeRO-1/2 the FSDP2 units' reduce-scatters and all-gathers once per step; ZeRO-3/FSDP the units
+gathered per forward and backward and reduce-scattered per micro-batch; the explicit rules' one flat all-reduce),
+each priced on the network model with its own latency, overlapped with compute by a stated fraction; pipeline
 point-to-point sends and the 1F1B bubble (p - 1) / (v m) of the serialised per-micro-batch time.
 """
 
