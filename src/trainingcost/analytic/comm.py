@@ -16,7 +16,8 @@ Mechanisms, derived from each rule's declared phases (``RuleSpec.phases``):
 The collectives of one step (:func:`step_collectives`), exact in bytes against the meter: the explicit
 all-reduce; DDP's buckets (:func:`ddp_buckets`, from the per-tensor listing :func:`parameter_tensors` in
 gradient-ready order); FSDP2's per-unit all-gathers and reduce-scatters with dim-0 padding
-(:func:`fsdp_collectives`). Their seconds: :func:`comm_seconds` under a collectives calibration.
+(:func:`fsdp_collectives`). Their seconds: :func:`comm_seconds` under a collectives calibration. The same functions
+give ``trainingcost plan`` its data-parallel traffic (:func:`plan_collectives`, priced on the plan's network model).
 """
 
 from __future__ import annotations
