@@ -47,14 +47,83 @@ def test_one_all_reduce_by_hand():
 
 
 def test_one_zero3_step_moves_three_times_the_parameters(gpt2, work):
+    """Per FSDP unit (the root and each block, analytic/comm.py): gathered in forward and again in backward, its
+    gradients reduce-scattered, each a collective of its own with one latency: 3 x (15 alpha + 15/16 S_u / B) per
+    unit. (Before the plan read comm.py: one lump of the whole model, 3 latencies, unpadded; comm.py's units pad
+    the vocabulary's dim 0 to a multiple of 16, and each of the 13 units pays its own latency.)"""
+    from trainingcost.analytic.comm import fsdp_collectives
+
     lay = Layout(gpus=16, global_batch=16, micro_batch=1, sharding="zero3", dp_overlap=0.0)
     pred = predict_step(gpt2, lay, A100, "bp", work)
     net = net_of(lay)
+    units = [c.bytes for c in fsdp_collectives(gpt2, "bp", "zero2", 16, "bf16") if c.op == "all_gather"]
+    assert len(units) == gpt2.layers + 1
     facts = model_facts(gpt2, ["bp"], "adam")
     psi = facts.parameters * model_share(facts, 1, 1) * PRECISIONS["bf16-mixed"].weights
-    # parameters gathered in forward and again in backward, gradients reduce-scattered: 3 x (15 alpha + 15/16 psi / B)
-    by_hand = 3 * (15 * net.inter_alpha + 15 / 16 * psi / min(net.intra_bw, 8 * net.inter_bw))
+    assert psi <= sum(units) < psi + 16 * gpt2.d_model * 2  # the whole model, the vocabulary padded
+    bw = min(net.intra_bw, 8 * net.inter_bw)
+    by_hand = 3 * sum(15 * net.inter_alpha + 15 / 16 * u / bw for u in units)
     assert pred.parts["comm_dp"] == pytest.approx(by_hand)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return canonical_model(dict(arch="decoder", layers=2, d_model=8, heads=2, d_ff=16, vocab=250, seq_len=4,
+                                batch=1), "")
+
+
+@pytest.mark.parametrize("rule", ["bp", "kp", "wm", "tp", "lra", "pepita"])
+@pytest.mark.parametrize("gpus", [2, 3])
+@pytest.mark.parametrize("precision, dtype", [("fp32", "fp32"), ("bf16-mixed", "bf16")])
+def test_the_plans_ddp_bytes_are_comm_models(tiny, rule, gpus, precision, dtype):
+    """The plan's data-parallel collectives without sharding are comm.py's steady DDP step, byte for byte: the
+    buckets (hooks rules, KP's B included, WM's B never sent) or the explicit rules' one flat all-reduce (TP's
+    inverses and LRA's error weights included)."""
+    from trainingcost.analytic.comm import step_collectives
+    from trainingcost.analytic.steptime.step import data_parallel_collectives
+
+    lay = Layout(gpus=gpus, global_batch=gpus, micro_batch=1, sharding="none", precision=precision)
+    plan = data_parallel_collectives(tiny, lay, rule).all(lay.accumulation)
+    model = step_collectives(tiny, rule, "ddp", gpus, dtype, 3)
+    assert [(c.op, c.bytes, c.group, c.dtype) for c in plan] == [(c.op, c.bytes, c.group, c.dtype) for c in model]
+    assert sum(c.bytes for c in plan) == sum(c.bytes for c in model) > 0
+
+
+@pytest.mark.parametrize("rule", ["bp", "kp", "fa"])
+@pytest.mark.parametrize("gpus", [2, 3])
+@pytest.mark.parametrize("precision, dtype", [("fp32", "fp32"), ("bf16-mixed", "bf16")])
+def test_the_plans_fsdp_bytes_are_comm_models(tiny, rule, gpus, precision, dtype):
+    """ZeRO-3 / FSDP in the plan: per micro-batch, comm.py's FSDP2 step (every unit's padded gathers and
+    reduce-scatters), byte for byte; ZeRO-1/2: comm.py's zero2 collectives, once per step."""
+    from trainingcost.analytic.comm import step_collectives
+    from trainingcost.analytic.steptime.step import data_parallel_collectives
+
+    for sharding, parallel in (("fsdp", "fsdp"), ("zero3", "fsdp"), ("zero2", "zero2"), ("zero1", "zero2")):
+        lay = Layout(gpus=gpus, global_batch=2 * gpus, micro_batch=1, sharding=sharding, precision=precision)
+        ops = data_parallel_collectives(tiny, lay, rule)
+        model = [(c.op, c.bytes, c.group, c.dtype) for c in step_collectives(tiny, rule, parallel, gpus, dtype, 3)]
+        one = [(c.op, c.bytes, c.group, c.dtype) for c in (ops.micro_batch if parallel == "fsdp" else ops.step)]
+        assert one == model
+        assert sum(c.bytes for c in ops.all(lay.accumulation)) == \
+            (lay.accumulation if parallel == "fsdp" else 1) * sum(b for _, b, _, _ in model)
+
+
+def test_every_ddp_bucket_pays_one_latency(gpt2, work):
+    """GPT-2 small in bf16 fills DDP's 1 MiB first bucket and several 25 MiB ones: the plan pays one all-reduce,
+    with its latency, per bucket (the single-lump formula paid one)."""
+    from trainingcost.analytic.comm import ddp_buckets
+
+    lay = Layout(gpus=16, global_batch=16, micro_batch=1, sharding="none", dp_overlap=0.0)
+    pred = predict_step(gpt2, lay, A100, "bp", work)
+    net = net_of(lay)
+    buckets = ddp_buckets(gpt2, "bp", "bf16")
+    assert len(buckets) > 3
+    by_hand = sum(net.all_reduce(b, 16) for b in buckets)
+    assert by_hand == pytest.approx(len(buckets) * 2 * 15 * net.inter_alpha
+                                    + 2 * 15 / 16 * sum(buckets) / min(net.intra_bw, 8 * net.inter_bw))
+    assert pred.parts["comm_dp"] == pytest.approx(by_hand)
+    lump = net.all_reduce(sum(buckets), 16)
+    assert pred.parts["comm_dp"] - lump == pytest.approx((len(buckets) - 1) * 2 * 15 * net.inter_alpha)
 
 
 def test_interleaved_bubble(gpt2, work):
@@ -161,3 +230,21 @@ def test_every_published_run_loads_and_plans():
         assert runs.measured_step_time(row) > 0
         pred = predict_step(cfg, lay, device(row["gpu"]))
         assert pred.step_time_s > 0 and 0 < pred.mfu < 1
+
+
+@pytest.mark.parametrize("sharding, parallel", [("none", "ddp"), ("fsdp", "fsdp")])
+def test_the_plans_row_carries_comm_models_bytes(tiny, sharding, parallel):
+    """`plan` in predicted mode reports the data-parallel bytes and collectives of one step on one GPU: comm.py's
+    (DDP: one steady step; FSDP: one step per micro-batch), exactly."""
+    from trainingcost.analytic.comm import step_collectives
+    from trainingcost.analytic.plan import Efficiency, PlanSpec, plan_table
+
+    spec = PlanSpec(tokens=1e6, gpus=3, sharding=sharding, global_batch=6, micro_batch=1, dp_overlap=0.0,
+                    efficiency=Efficiency("predicted", 1.0, "predicted"))
+    table = plan_table(tiny, spec, A100, ["bp", "kp"], ["executed"]).set_index("rule")
+    for rule in ("bp", "kp"):
+        model = step_collectives(tiny, rule, parallel, 3, "bf16", 3)
+        times = table.at[rule, "grad_accumulation"] if parallel == "fsdp" else 1
+        assert table.at[rule, "step_dp_bytes"] == times * sum(c.bytes for c in model)
+        assert table.at[rule, "step_dp_collectives"] == times * len(model)
+        assert table.at[rule, "step_comm_dp_s"] > 0

@@ -16,7 +16,8 @@ Mechanisms, derived from each rule's declared phases (``RuleSpec.phases``):
 The collectives of one step (:func:`step_collectives`), exact in bytes against the meter: the explicit
 all-reduce; DDP's buckets (:func:`ddp_buckets`, from the per-tensor listing :func:`parameter_tensors` in
 gradient-ready order); FSDP2's per-unit all-gathers and reduce-scatters with dim-0 padding
-(:func:`fsdp_collectives`). Their seconds: :func:`comm_seconds` under a collectives calibration.
+(:func:`fsdp_collectives`). Their seconds: :func:`comm_seconds` under a collectives calibration. The same functions
+give ``trainingcost plan`` its data-parallel traffic (:func:`plan_collectives`, priced on the plan's network model).
 """
 
 from __future__ import annotations
@@ -197,7 +198,8 @@ def padded_numel(shape: tuple[int, ...], world: int) -> int:
     return world * -(-shape[0] // world) * numel(shape[1:])
 
 
-def step_collectives(cfg, name: str, parallel: str, world: int, dtype: str, step: int) -> list[Collective]:
+def step_collectives(cfg, name: str, parallel: str, world: int, dtype: str, step: int,
+                     scale: float = 1.0, blocks: int | None = None) -> list[Collective]:
     """The collectives one rank issues in training step ``step`` (1-based) of rule ``name`` under ``parallel``
     on ``world`` ranks, in order, with their bytes (equal to the meter: tests/test_distributed.py).
 
@@ -206,16 +208,23 @@ def step_collectives(cfg, name: str, parallel: str, world: int, dtype: str, step
       order, ``find_unused_parameters=False``); at the start of step 2 it broadcasts the rebuilt buckets (the
       parameter indices and one more int32, then one int32 per bucket), and from then on reduces one bucket
       per all-reduce: a first of 1 MiB, then 25 MiB each, in the order gradients become ready.
+
+    ``scale`` and ``blocks``: the plan's share of the listed tensors on one GPU under tensor and pipeline
+    parallelism (:func:`plan_collectives`); 1 and None (the whole model, what a measured run holds) by default.
     """
     check_parallel(name, parallel, world)
     if world == 1:
         return []
-    grads, tensors = gradient_bytes(cfg, name, dtype)
     if mechanism(name) == "explicit":
-        return [Collective("all_reduce", grads, world, dtype, "optimizer_step")]
+        return [Collective("all_reduce", round(scale * gradient_bytes(cfg, name, dtype)[0]), world, dtype,
+                           "optimizer_step")]
     if parallel != "ddp":
-        return fsdp_collectives(cfg, name, parallel, world, dtype)
-    buckets = [grads] if step == 1 else ddp_buckets(cfg, name, dtype)
+        return fsdp_collectives(cfg, name, parallel, world, dtype, scale, blocks)
+    if step >= 3:  # the steady state: neither the whole-gradient bucket nor the rebuild's broadcasts
+        return [Collective("all_reduce", size, world, dtype, "backward")
+                for size in ddp_buckets(cfg, name, dtype, scale=scale)]
+    grads, tensors = gradient_bytes(cfg, name, dtype)
+    buckets = [round(scale * grads)] if step == 1 else ddp_buckets(cfg, name, dtype, scale=scale)
     out = []
     if step == 2:
         out += [Collective("broadcast", (tensors + 1) * INDEX_BYTES, world, "int32", "forward"),
@@ -237,7 +246,7 @@ def ready_order(cfg, name: str) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def ddp_buckets(cfg, name: str, dtype: str, first_cap: int = FIRST_BUCKET_BYTES,
-                cap: int = BUCKET_CAP_BYTES) -> list[int]:
+                cap: int = BUCKET_CAP_BYTES, scale: float = 1.0) -> list[int]:
     """The bytes of DDP's rebuilt buckets, in the order they are all-reduced (from step 2 on).
 
     ``Reducer::rebuild_buckets`` (torch/csrc/distributed/c10d/reducer.cpp) assigns the parameters, in the order
@@ -248,18 +257,23 @@ def ddp_buckets(cfg, name: str, dtype: str, first_cap: int = FIRST_BUCKET_BYTES,
     bucket closes as soon as its bytes reach the limit (so it may exceed it by its last tensor); after the first,
     every bucket has the second limit; the last one holds what is left. Buckets keep the ready order (no sort) and
     are all-reduced in it. The ready order (:func:`ready_order`) is checked against the meter on models of several
-    buckets (tests/test_comm_model.py)."""
-    size = DTYPE_BYTES[dtype]
+    buckets (tests/test_comm_model.py).
+
+    ``scale`` (the plan under tensor or pipeline parallelism, :func:`plan_collectives`): every tensor's bytes
+    times the GPU's share of the model, so the buckets are those of the shard a GPU holds (approximately: the
+    shard's tensors in the whole model's ready order); 1 (exact) by default."""
+    size = DTYPE_BYTES[dtype] * scale
     buckets, current, limit = [], 0, first_cap
     for _, shape in ready_order(cfg, name):
         current += numel(shape) * size
         if current >= limit:
-            buckets.append(current)
+            buckets.append(round(current))
             current, limit = 0, cap
-    return buckets + ([current] if current else [])
+    return buckets + ([round(current)] if current else [])
 
 
-def fsdp_collectives(cfg, name: str, parallel: str, world: int, dtype: str) -> list[Collective]:
+def fsdp_collectives(cfg, name: str, parallel: str, world: int, dtype: str, scale: float = 1.0,
+                     blocks: int | None = None) -> list[Collective]:
     """FSDP2's collectives of one step (every step alike) under ``zero2`` (``reshard_after_forward=False``) or
     ``fsdp`` (``True``), one rank's, in the order it issues them (docs/distributed.md):
 
@@ -276,11 +290,20 @@ def fsdp_collectives(cfg, name: str, parallel: str, world: int, dtype: str) -> l
     a multiple of ``world`` (:func:`padded_numel`), in the training dtype: the runner casts the whole model to
     bf16 (no ``MixedPrecisionPolicy``), so parameters are gathered and gradients reduced in the parameters'
     dtype. Padding changes bytes wherever a dim 0 (d_model, d_ff, a kv width, the vocabulary, the classes, a
-    bias) is not a multiple of ``world``."""
+    bias) is not a multiple of ``world``.
+
+    ``scale`` and ``blocks`` (the plan under tensor or pipeline parallelism, :func:`plan_collectives`): the GPU
+    holds the root and the first ``blocks`` block units, their bytes scaled so that they sum to ``scale`` times
+    the whole model's padded bytes; 1 and None (every unit, exact) by default."""
     size = DTYPE_BYTES[dtype]
     units = parameter_units(cfg, name)
     nbytes = {unit: sum(padded_numel(shape, world) for _, shape in tensors) * size for unit, tensors in units}
-    root, blocks = units[0][0], [unit for unit, tensors in units[1:] if tensors]
+    root, kept = units[0][0], [unit for unit, tensors in units[1:] if tensors]
+    if scale != 1.0 or blocks is not None:
+        kept = kept[:blocks] if blocks is not None else kept
+        factor = scale * sum(nbytes.values()) / (nbytes[root] + sum(nbytes[u] for u in kept))
+        nbytes = {u: round(b * factor) for u, b in nbytes.items()}
+    blocks = kept
 
     def gather(unit, phase):
         return Collective("all_gather", nbytes[unit], world, dtype, phase)
@@ -298,6 +321,77 @@ def fsdp_collectives(cfg, name: str, parallel: str, world: int, dtype: str) -> l
     else:
         out += [scatter(unit) for unit in backward]
     return out + [scatter(root)]
+
+
+# -- the plan's data-parallel traffic ----------------------------------------------------------------------------
+# ``trainingcost plan`` (analytic/steptime/step.py) prices the collectives below on its network model; the mapping
+# of its shardings onto the measured ones is in docs/planning.md and docs/distributed.md.
+
+PLAN_PARALLEL = {"none": "ddp", "zero1": "zero2", "zero2": "zero2", "zero3": "fsdp", "fsdp": "fsdp"}
+PLAN_DTYPE = {"fp32": "fp32", "bf16-mixed": "bf16", "fp16-mixed": "fp16"}  # gradients' and weights' dtype
+
+
+@dataclass(frozen=True)
+class PlanCollectives:
+    """A plan's data-parallel collectives on one GPU: ``micro_batch`` is issued for every micro-batch (ZeRO-3's
+    gathers and reduce-scatters), ``step`` once per optimizer step. Each one's ``phase`` says what compute it can
+    hide behind: ``forward`` and ``backward`` (their micro-batch's, or the step's last backward), or none
+    (``optimizer_step``: it waits for the whole update)."""
+
+    micro_batch: tuple
+    step: tuple
+
+    def all(self, micro_batches: int = 1) -> list[Collective]:
+        return [*self.micro_batch] * micro_batches + [*self.step]
+
+
+def plan_collectives(cfg, name: str, sharding: str, world: int, dtype: str, passes: int = 1, backward: bool = True,
+                     scale: float = 1.0, blocks: int | None = None) -> PlanCollectives:
+    """The collectives a plan's data-parallel axis of ``world`` ranks issues for rule ``name`` under the plan's
+    ``sharding`` (none, zero1, zero2, zero3, fsdp), built by the functions the meter is checked against:
+
+    - ``none``: DDP's steady step (:func:`step_collectives`, step 3): the rule's buckets all-reduced in the backward
+      (hooks rules), or its one flat all-reduce before the optimizer step (explicit rules); once per step.
+    - ``zero1``, ``zero2``: FSDP2's per-unit collectives under ``zero2`` (:func:`fsdp_collectives`): each unit's
+      reduce-scatter (backward) and all-gather, bytes alike; but once per step, as ZeRO-1/2 do (gradients
+      accumulated over the micro-batches, reduce-scattered after the last backward, the updated shards gathered
+      after the optimizer step: the gathers' phase is ``optimizer_step``), where FSDP2 with
+      ``reshard_after_forward=False`` gathers at each micro-batch's forward.
+    - ``zero3``, ``fsdp``: FSDP2's per-unit collectives under ``fsdp``, per micro-batch.
+
+    Rules the measured shardings refuse (``admitted``) keep the same pieces: WM (a hooks rule) its units as BP's;
+    the explicit rules their flat gradient buffer (trained feedback included, as the all-reduce has it), padded to
+    a multiple of ``world``, reduce-scattered before the optimizer step and, under ZeRO-1/2, gathered after it;
+    under ZeRO-3 the model's units are gathered per forward pass (``passes``) and for the backward
+    (``backward``), and the trained feedback the units do not hold is gathered once per step with the update.
+
+    ``scale`` (the share of the model on the GPU) and ``blocks`` (the block units it holds) adapt the listing to
+    tensor and pipeline parallelism (docs/planning.md): 1 and None, the whole model, are exact."""
+    if world <= 1:
+        return PlanCollectives((), ())
+    parallel = PLAN_PARALLEL[sharding]
+    if parallel == "ddp":
+        return PlanCollectives((), tuple(step_collectives(cfg, name, "ddp", world, dtype, 3, scale, blocks)))
+    if mechanism(name) == "hooks":
+        ops = fsdp_collectives(cfg, name, parallel, world, dtype, scale, blocks)
+        if parallel == "fsdp":
+            return PlanCollectives(tuple(ops), ())
+        return PlanCollectives((), tuple(c if c.op != "all_gather" else
+                                         Collective(c.op, c.bytes, c.group, c.dtype, "optimizer_step") for c in ops))
+    size = DTYPE_BYTES[dtype]
+    grads = gradient_bytes(cfg, name, dtype)[0]
+    flat = round(scale * world * -(-grads // (size * world)) * size)
+    scatter = Collective("reduce_scatter", flat, world, dtype, "optimizer_step")
+    if parallel == "zero2":
+        return PlanCollectives((), (scatter, Collective("all_gather", flat, world, dtype, "optimizer_step")))
+    units = fsdp_collectives(cfg, "bp", "zero2", world, dtype, scale, blocks)  # the model's units, gathered
+    gathers = [c for c in units if c.op == "all_gather"]
+    micro = gathers * passes + ([Collective(c.op, c.bytes, c.group, c.dtype, "backward") for c in gathers]
+                                if backward else [])
+    model = sum(numel(shape) for _, tensors in parameter_units(cfg, "bp") for _, shape in tensors) * size
+    feedback = round(scale * max(0, grads - model))
+    step = [scatter] + ([Collective("all_gather", feedback, world, dtype, "optimizer_step")] if feedback else [])
+    return PlanCollectives(tuple(micro), tuple(step))
 
 
 def collective_seconds(op: str, nbytes: int, group: int, calibration: dict) -> float:

@@ -383,7 +383,7 @@ PLAN_COLUMNS = (
     "checkpoint_applies",
     "source_tokens", "source_batch", "source_efficiency", "source_precision", "source_peak", "source_memory_capacity",
     "source_power", "source_pue", "source_carbon", "source_price",
-    *(f"step_{k}_s" for k in STEP_PARTS),
+    *(f"step_{k}_s" for k in STEP_PARTS), "step_dp_bytes", "step_dp_collectives",
     "compute_multiplier", "token_multiplier", "source_quality",
 )
 
@@ -507,6 +507,9 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
                                                  else f"; TDP {device.power_w:g} W: {device.sources.get('power_w', '')}"),
             "source_pue": spec.pue_source, "source_carbon": spec.carbon_source, "source_price": spec.price_source,
             **{f"step_{k}_s": (float(predicted[r].parts[k]) if r in predicted else math.nan) for k in STEP_PARTS},
+            # the data-parallel collectives of one step on one GPU (analytic/comm.py's, predicted mode only)
+            "step_dp_bytes": float(predicted[r].dp_bytes) if r in predicted else math.nan,
+            "step_dp_collectives": float(predicted[r].dp_collectives) if r in predicted else math.nan,
             "compute_multiplier": dict(spec.compute_multipliers).get(r, math.nan if spec.compute_multipliers else 1.0),
             "token_multiplier": scale, "source_quality": quality_note(spec, r),
         })

@@ -21,9 +21,10 @@ update locally; PEPITA and MEMPEPITA run a second forward sweep that needs the f
 
 Communication: tensor parallelism's all-reduces (2 per block per forward pass, 2 per backward through the blocks,
 2 more per recomputed forward; with sequence parallelism an all-gather and a reduce-scatter of the same bytes),
-data parallelism's gradient reduction (all-reduce; ZeRO-1/2 reduce-scatter + all-gather; ZeRO-3/FSDP parameters
-gathered per forward and backward and gradients reduce-scattered, 3 x the parameter bytes per micro-batch), trained
-feedback matrices' gradients beside the weights', overlapped with compute by a stated fraction; pipeline
+data parallelism's collectives from analytic/comm.py (:func:`..comm.plan_collectives`, the model equal to the meter:
+DDP's buckets; ZeRO-1/2 the FSDP2 units' reduce-scatters and all-gathers once per step; ZeRO-3/FSDP the units
+gathered per forward and backward and reduce-scattered per micro-batch; the explicit rules' one flat all-reduce),
+each priced on the network model with its own latency, overlapped with compute by a stated fraction; pipeline
 point-to-point sends and the 1F1B bubble (p - 1) / (v m) of the serialised per-micro-batch time.
 """
 
@@ -87,6 +88,8 @@ class StepPrediction:
     mfu: float
     hfu: float
     sources: dict = field(default_factory=dict)
+    dp_bytes: int = 0  # data-parallel collectives' bytes per step on one GPU (analytic/comm.py's accounting)
+    dp_collectives: int = 0  # data-parallel collectives per step on one GPU
 
 
 def check_layout(cfg, lay: Layout) -> None:
@@ -418,21 +421,11 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     if not w["changes_feedback"]:
         trained_gpu = min(trained_gpu, params_gpu)
     stage = ZERO_STAGE[lay.sharding]
-    f = lay.dp_overlap
-    dp_comm = 0.0
-    grad_bytes = trained_gpu * prec.grads
+    dp_comm, dp_ops = 0.0, []
     if dp > 1:
-        if stage == 3:
-            rails = lay.zero3_granularity == "block"  # DeepSpeed's per-tensor gathers: one NIC (docs/planning.md)
-            gather = net.all_gather(params_gpu * prec.weights, dp, t, rails)
-            scatter = net.reduce_scatter(grad_bytes, dp, t, rails)
-            fwd_comm = w["passes"] * gather
-            bwd_comm = (gather if w["backward"] else 0.0) + scatter
-            dp_comm = M * (_exposed(fwd_comm, compute_fwd, f) + _exposed(bwd_comm, compute_bwd, f))
-        else:
-            reduce = net.all_reduce(grad_bytes, dp, t) if stage == 0 else net.reduce_scatter(grad_bytes, dp, t)
-            gather = 0.0 if stage == 0 else net.all_gather(params_gpu * prec.weights, dp, t)
-            dp_comm = _exposed(reduce, compute_bwd, f) + gather
+        collectives = data_parallel_collectives(cfg, lay, rule, w, share)
+        dp_comm = dp_seconds(collectives, net, lay, M, compute_fwd, compute_bwd)
+        dp_ops = collectives.all(M)
     # Optimizer: a memory-bound pass over this GPU's (ZeRO-1+: sharded) master weights, state, gradients, weights
     opt_params = trained_gpu / (dp if stage >= 1 else 1)
     opt_bytes = opt_params * (2 * prec.master + 2 * prec.state * lay.optimizer_slots + prec.grads + prec.weights)
@@ -447,7 +440,57 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     hw_flops = model_flops + (lay.global_batch * w["forward"] / max(1, w["passes"]) *
                               (recomputed_blocks * p / max(1, blocks)) if w["backward"] else 0.0)
     return StepPrediction(step, parts, model_flops, hw_flops, model_flops / (step * lay.gpus * peak),
-                          hw_flops / (step * lay.gpus * peak), dict(dev.sources))
+                          hw_flops / (step * lay.gpus * peak), dict(dev.sources),
+                          sum(c.bytes for c in dp_ops), len(dp_ops))
+
+
+def data_parallel_collectives(cfg, lay: Layout, rule: str, w: dict | None = None, share: float | None = None):
+    """The layout's data-parallel collectives on the critical GPU (:func:`..comm.plan_collectives`, the code the
+    meter is checked against): the layout's sharding mapped onto DDP or FSDP2, in the gradients' dtype; under tensor
+    or pipeline parallelism the listed tensors scaled to the GPU's share of the model (``model_share``: the stage's
+    blocks and its heavier end, over t), and ZeRO-3's units cut to the stage's blocks."""
+    from ..comm import PLAN_DTYPE, plan_collectives
+    from ..plan_facts import model_facts, model_share
+
+    if share is None:
+        share = model_share(model_facts(cfg, [rule], "adam"), lay.tp, lay.pp)
+    blocks = sum(cfg.depth(s) for s in cfg.stacks)
+    stage_blocks = None if lay.pp == 1 else blocks // lay.pp
+    passes, backward = (w["passes"], w["backward"]) if w is not None else (1, True)
+    return plan_collectives(cfg, rule, lay.sharding, lay.dp, PLAN_DTYPE[lay.precision], passes, backward,
+                            1.0 if (lay.tp == 1 and lay.pp == 1) else share, stage_blocks)
+
+
+def dp_seconds(ops, net: Network, lay: Layout, M: int, compute_fwd: float, compute_bwd: float) -> float:
+    """Exposed seconds per step of the data-parallel collectives ``ops`` (a ``PlanCollectives``), each priced on the
+    network model's alpha-beta over the data-parallel axis (dp ranks, stride t): one latency per collective (per DDP
+    bucket, per FSDP unit). A fraction ``dp_overlap`` of each micro-batch's forward (backward) collectives hides
+    behind its forward (backward) compute; the step's backward collectives behind the last backward; collectives of
+    the ``optimizer_step`` phase (the explicit rules' reduction, ZeRO-1/2's gathers of the updated shards) not at
+    all. ZeRO-3 with ``zero3_granularity: tensor`` (DeepSpeed) runs over one NIC (``rails`` False)."""
+    from ..plan_facts import ZERO_STAGE
+
+    rails = not (ZERO_STAGE[lay.sharding] == 3 and lay.zero3_granularity != "block")
+    dp, t, f = lay.dp, lay.tp, lay.dp_overlap
+
+    def seconds(ops, phase):
+        total = 0.0
+        for c in ops:
+            if (c.phase if c.phase in ("forward", "backward") else "optimizer_step") != phase:
+                continue
+            if c.op == "all_reduce":
+                total += net.all_reduce(c.bytes, dp, t)
+            elif c.op in ("all_gather", "reduce_scatter"):
+                total += net.all_gather(c.bytes, dp, t, rails)
+            else:
+                raise ValueError(f"op: {c.op!r} has no price on the data-parallel axis")
+        return total
+
+    micro = M * (_exposed(seconds(ops.micro_batch, "forward"), compute_fwd, f)
+                 + _exposed(seconds(ops.micro_batch, "backward"), compute_bwd, f)
+                 + seconds(ops.micro_batch, "optimizer_step"))
+    return (micro + _exposed(seconds(ops.step, "forward"), compute_fwd, f)
+            + _exposed(seconds(ops.step, "backward"), compute_bwd, f) + seconds(ops.step, "optimizer_step"))
 
 
 def _exposed(comm: float, window: float, overlap: float) -> float:
