@@ -163,10 +163,11 @@ class Templates:
         ``decoder_only``, ``encdec`` or ``pos_rows``), per template, in ``dtype``, read-only (computed once)."""
         key = ("shape", name, np.dtype(dtype).str)
         if key not in self._cache:
-            if name in SHAPE_COLUMNS:
-                values = self.config_column(SHAPE_COLUMNS[name])
+            if name in SHAPE_COLUMNS:  # converted per configuration, then gathered per template (one pass)
+                column = self.config_columns[SHAPE_COLUMNS[name]]
+                values = (column if column.dtype == bool else column.astype(dtype, copy=False))[self.cfg]
             elif name in TEMPLATE_COLUMNS:
-                values = getattr(self, name).astype(np.int64)
+                values = getattr(self, name).astype(dtype)
             elif name in ("encoder_only", "decoder_only", "encdec"):
                 arch = {"encoder_only": "encoder", "decoder_only": "decoder", "encdec": "encoder-decoder"}[name]
                 values = self.config_columns["arch"][self.cfg] == arch
