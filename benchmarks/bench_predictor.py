@@ -67,6 +67,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--optimizer", default="sgd")
     parser.add_argument("--rules", default=",".join(rule_names()))
+    parser.add_argument("--save", default="", help="a pickle file for the traces, calibration and measurements")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rules = args.rules.split(",")
@@ -95,6 +96,11 @@ def main() -> None:
             classes.setdefault(f"{i}:{r}", []).append({p: result.summary[f"measured_{p}"] for p in PARTS})
             for phase, t in result.measured.groupby("phase")["phase_time_median_s"].first().items():
                 phases.setdefault((f"{i}:{r}", phase), []).append(t)
+    if args.save:
+        import pickle
+        with open(args.save, "wb") as f:
+            pickle.dump(dict(traces=traces, cal=probed_cal, steps=steps, phases=phases, quality=quality,
+                             classes=classes), f)
     predicted = predict_phases(traces, cal, keys=("run",))
     step_pred = predicted.groupby("run")[["predicted_time_s", *PARTS]].sum()
     frame = step_pred.assign(measured=pd.Series({k: statistics.median(v) for k, v in steps.items()}),

@@ -140,10 +140,14 @@ def price(trace: pd.DataFrame, calibration: dict) -> pd.DataFrame:
     call = np.array([per_call[(o, s)] for o, s in zip(rows["op"], rows["signature"])], dtype=float)
     count = rows["count"].to_numpy(float)
     cls = rows["cls"].to_numpy()
-    rows["seconds"] = call * count
+    rows["op_seconds"] = call * count
+    from ..measure.host import host_seconds  # noqa: PLC0415 - torch only where a price is asked for
+
+    rows["host_s"] = host_seconds(rows, calibration.get("host", {}).get("coefficients", {}))
+    rows["seconds"] = rows["op_seconds"] + rows["host_s"]
     for name in KERNEL_CLASSES:
-        rows[f"{name}_s"] = np.where(cls == name, rows["seconds"], 0.0)
-    rows["launch_s"] = np.where(np.isin(cls, KERNEL_CLASSES), 0.0, rows["seconds"])
+        rows[f"{name}_s"] = np.where(cls == name, rows["op_seconds"], 0.0)
+    rows["launch_s"] = np.where(np.isin(cls, KERNEL_CLASSES), 0.0, rows["op_seconds"]) + rows["host_s"]
     return rows
 
 
@@ -158,7 +162,7 @@ def predict_phases(traces: pd.DataFrame, calibration: dict, keys=("config_id", "
     keys = [k for k in keys if k in priced.columns]
     launch = float(calibration["launch_overhead_s"])
     kernel = priced["cls"].isin(KERNEL_CLASSES).to_numpy()
-    body = np.where(kernel, np.maximum(priced["seconds"] - priced["count"] * launch, 0.0), 0.0)
+    body = np.where(kernel, np.maximum(priced["op_seconds"] - priced["count"] * launch, 0.0), 0.0)
     group = keys + ["timed_phase"]
     plain = priced.groupby(group, as_index=False)[["seconds", *PARTS]].sum()
     probes = pd.DataFrame(calibration.get("probes") or [], columns=["config_id", "rule", "seed", "phase", "seconds"])
