@@ -192,7 +192,7 @@ def test_a_real_calibration_times_every_kernel_and_prices_its_trace_exactly(smal
     priced = price(small_trace, result)
     kernel = priced[priced["cls"].isin(["matmul", "attention", "elementwise"])]
     exact = dict(zip(zip(timed["op"], timed["signature"]), timed["seconds"]))
-    assert np.allclose(kernel["seconds"], [exact[(o, s)] * n for o, s, n in
+    assert np.allclose(kernel["op_seconds"], [exact[(o, s)] * n for o, s, n in
                                            zip(kernel["op"], kernel["signature"], kernel["count"])])
 
 

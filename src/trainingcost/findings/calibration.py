@@ -172,15 +172,19 @@ def sanity_violations(table: pd.DataFrame) -> list[str]:
 
 def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, tolerance: float = TOLERANCE,
               time_cap_s: float = 60.0, timing_s: float = 2e-4, max_calls: int = 64, clock=None,
-              probe: bool = False, keep_untrusted: bool = False, host: bool = True) -> dict:
+              probe: bool = False, keep_untrusted: bool = False, host: bool | None = None) -> dict:
     """Time every kernel of ``trace`` (and the overheads and copy ladder) in interleaved rounds until two
     rounds agree within ``tolerance``; raise :class:`CalibrationBusy` at ``time_cap_s``, or with ``keep_untrusted``
     (the workflow: its findings come out on a busy machine) return the rounds so far with ``trusted`` False and
     the reason in ``untrusted``.
 
     ``clock(fn, calls)`` returns the seconds of one call (default: the device's clock); tests pass a fake.
+    ``host`` (default: on a CPU): the host micro-steps (:mod:`trainingcost.measure.host`), timed in the same
+    rounds, whose fit prices the host's work around the ops (``"host"``: coefficients and segments). Off on a GPU,
+    where the host's work overlaps the kernels rather than adding to them.
     """
-    clock = clock or _clock(device)
+    fake_clock, clock = clock, clock or _clock(device)
+    host = device.type == "cpu" if host is None else host
     table = kernels(trace).drop(columns="count")
     torch_dtype = DTYPES[dtype]
     itemsize = torch.empty((), dtype=torch_dtype).element_size()
@@ -220,7 +224,7 @@ def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, toleranc
         for key, run in probes.items():
             probe_timings[key].append(run())
         for segment, readings in zip(micro, micro_timings):
-            readings.append(segment.time())
+            readings.append(segment.time(fake_clock))
         watch.step_end()
         rounds += 1
         medians = np.array([statistics.median(t) for t in timings] + [statistics.median(t) for t in micro_timings]
