@@ -18,17 +18,22 @@ One call of an op costs:
   calibration never timed, the copy ladder's bandwidth at that size. FlopCounterMode registers FLOPs only for
   matrix products and attention, so a ``FLOPs / vector rate`` term would be zero for these ops; the
   per-op calibrated bandwidth carries their arithmetic (a GELU moves the bytes of a copy and costs more);
-- a **view**: ``view_overhead_s`` (a dispatch, no kernel); a **host** op (a device query, a scalar read): 0.
+- a **view**: ``view_overhead_s`` (a dispatch, no kernel); a **host** op (a device query, a scalar read): 0;
+- the **host's work** around the ops (CPU calibrations: ``calibration["host"]``, :mod:`trainingcost.measure.host`):
+  each op's host context (``plain``, ``record``: autograd records a node, ``engine``: the backward's engine runs
+  it) at that context's seconds per op, and each host call of the trace (a Python autograd Function's apply
+  and backward, an optimizer's step call and the parameter tensors its per-tensor loop updates) at its seconds
+  per call. The coefficients are fitted by least squares to host-bound micro-steps timed in the calibration's
+  rounds, never to training steps; ``optimizer`` ops are priced by their kernels and the per-tensor term.
 
 The parts of a prediction: ``matmul_s``, ``attention_s`` and ``elementwise_s``, the seconds of the kernels of
-each class (their launches included), and ``launch_s``, the dispatches that launch no kernel (views). A run's
-profiled step splits the measured time the same way (:func:`trainingcost.measure.trace.class_times`), so each
-miss has a class that dominates it.
+each class (their launches included), and ``launch_s``, the dispatches that launch no kernel (views) and the
+host's work (``host_s`` of each row). A run's profiled step splits the measured time the same way
+(:func:`trainingcost.measure.trace.class_times`), so each miss has a class that dominates it.
 
-What the trace cannot see, and so the prediction leaves out: the Python interpreter between ops (module
-calls, hooks, the rules' own Python), autograd's bookkeeping (recording nodes in the forward, the engine's
-scheduling in the backward), the allocator, and caches warmed or flushed by the ops around each one (a
-replay runs one op many times on the same operands).
+What the prediction still leaves out: the allocator, Python the micro-steps do not resemble (a rule's own
+loops between ops beyond the per-op terms), and caches warmed or flushed by the ops around each one (a replay
+runs one op many times on the same operands).
 """
 
 from __future__ import annotations

@@ -21,8 +21,10 @@ optimizer's per-call and per-tensor terms per optimizer class. The segments:
   two variants, its linears as ``F.linear`` (``native``) or as a Python autograd Function (``function``, as the
   model's linears are: :mod:`trainingcost.train.feedback_linear`); each variant's forward under no-grad
   (``plain``), its forward with grad (``record``) and its backward (``engine``);
-- each optimizer class the runs use, stepping :data:`OPTIMIZER_TENSORS` small and large sets of tensors
-  (the slope is the per-tensor loop, the rest the call).
+- each optimizer class the runs use, stepping the sets of tensors of :data:`OPTIMIZER_SEGMENTS` (few and many
+  tiny tensors, few large ones), each after a write of :data:`FLUSH_BYTES` that evicts its operands from the
+  private caches, as the rest of a step does: the per-call, per-tensor terms of each class and the seconds per
+  byte its kernels move beyond their warm replay (:data:`OPTIMIZER_BYTES`, one term for every class).
 
 No training step is fitted: the coefficients come from these segments alone, so a configuration the
 calibration never saw is priced from its trace's counts.
@@ -42,8 +44,10 @@ from .trace import (FUNCTION_APPLY, FUNCTION_BACKWARD, OPTIMIZER_CALL, OPTIMIZER
 
 WIDTH = 4  # features of the micro block's tensors
 BLOCKS = 4  # blocks per micro forward
-OPTIMIZER_TENSORS = (4, 64)  # parameter tensors of the small and the large optimizer segment
-REPEATS = 4  # a segment runs this many times per timing (its time is their mean)
+OPTIMIZER_SEGMENTS = ((4, WIDTH), (64, WIDTH), (4, 2**18))  # (parameter tensors, elements each) per segment
+FLUSH_BYTES = 16 * 2**20  # written before each optimizer segment: its operands leave the private caches
+OPTIMIZER_BYTES = "optimizer bytes"  # the term of the optimizer's kernels' bytes (read + written)
+REPEATS = 8  # a segment runs this many times per timing (its time is their mean)
 CONTEXT_TERMS = ("plain", "record", "engine")  # the optimizer context's ops are priced by its per-tensor term
 
 
@@ -146,13 +150,16 @@ def _optimizer_segments(kind: str, device: torch.device, dtype) -> list[Segment]
     from ..train.rule import make_optimizer
 
     segments = []
-    for tensors in OPTIMIZER_TENSORS:
-        params = [torch.nn.Parameter(torch.rand(WIDTH, dtype=dtype, device=device)) for _ in range(tensors)]
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device=device)
+    for tensors, size in OPTIMIZER_SEGMENTS:
+        params = [torch.nn.Parameter(torch.rand(size, dtype=dtype, device=device)) for _ in range(tensors)]
         for p in params:
             p.grad = torch.rand_like(p) * 1e-3
         optimizer = make_optimizer(params, RuleOptions(optimizer=kind, lr=1e-4), 0.0)
         optimizer.step()  # its state comes into being
-        segments.append(Segment(f"optimizer/{kind}/{tensors}", optimizer.step))
+        # in a step, the optimizer's operands were last touched long before (the backward's other layers ran
+        # since): they come from beyond the private caches, which the flush empties
+        segments.append(Segment(f"optimizer/{kind}/{tensors}x{size}", optimizer.step, lambda f=flush: f.fill_(1.0)))
     return segments
 
 
@@ -186,7 +193,12 @@ def host_terms(trace: pd.DataFrame) -> pd.DataFrame:
     optimizer = op.isin([OPTIMIZER_CALL, OPTIMIZER_TENSOR])
     term[optimizer] = op[optimizer] + "[" + trace["signature"][optimizer].astype(str) + "]"
     keep = term.notna()
-    return pd.DataFrame({"term": term[keep], "count": trace["count"][keep].astype(float)})
+    out = pd.DataFrame({"term": term[keep], "count": trace["count"][keep].astype(float)})
+    moved = (context == "optimizer") & cls.isin(["matmul", "attention", "elementwise"])
+    if moved.any():  # the optimizer's kernels' bytes: from beyond the private caches in a step, warm in a replay
+        nbytes = (trace["bytes_read"] + trace["bytes_written"]).astype(float) * trace["count"].astype(float)
+        out = pd.concat([out, pd.DataFrame({"term": OPTIMIZER_BYTES, "count": nbytes[moved]})])
+    return out
 
 
 def solve(residuals: dict[str, float], counts: dict[str, pd.Series]) -> dict[str, float]:
@@ -194,8 +206,9 @@ def solve(residuals: dict[str, float], counts: dict[str, pd.Series]) -> dict[str
     names = sorted({t for c in counts.values() for t in c.index})
     design = np.array([[float(counts[s].get(t, 0.0)) for t in names] for s in residuals])
     target = np.array([residuals[s] for s in residuals])
-    coefficients, *_ = np.linalg.lstsq(design, target, rcond=None)
-    return dict(zip(names, map(float, coefficients)))
+    scale = np.maximum(np.abs(design).max(axis=0), 1e-30)  # columns of calls and of bytes: alike in size
+    coefficients, *_ = np.linalg.lstsq(design / scale, target, rcond=None)
+    return dict(zip(names, map(float, coefficients / scale)))
 
 
 def host_seconds(trace: pd.DataFrame, coefficients: dict[str, float]) -> np.ndarray:
@@ -210,5 +223,57 @@ def host_seconds(trace: pd.DataFrame, coefficients: dict[str, float]) -> np.ndar
         same = [v for k, v in coefficients.items() if k.startswith(base + "[")]
         fallback[base] = float(np.mean(same)) if same else 0.0
     per_call = [coefficients.get(t, fallback.get(t.split("[")[0], 0.0)) for t in terms["term"]]
-    out[terms.index.to_numpy()] = np.asarray(per_call) * terms["count"].to_numpy()
+    np.add.at(out, terms.index.to_numpy(), np.asarray(per_call) * terms["count"].to_numpy())
     return out
+
+
+def neighbour_loop(specs_json: list[str], steps_each: int = 5) -> None:
+    """A neighbour's work, forever: each traced run's step in turn (built, ``steps_each`` steps, dropped), as a
+    training job beside the timed one does. Run in its own process by :func:`neighbours`."""
+    from ..train.data import make_task
+    from ..train.run import build_model
+    from .probe import spec_from_json
+
+    torch.set_num_threads(1)
+    device = torch.device("cpu")
+    while True:
+        for text in specs_json:
+            spec = spec_from_json(text)
+            model, rule = build_model(spec, device)
+            batch = make_task(spec.task, spec.cfg, spec.corpus).batch(torch.Generator().manual_seed(spec.seed + 2))
+            for _ in range(steps_each):
+                rule.step(batch.to(device))
+
+
+class neighbours:
+    """``with neighbours(n, specs):`` ``n`` processes that train the traced runs' steps in a loop while inside (the
+    calibration under the concurrency of the timed jobs: ``calibrate --neighbours``); each is killed by its PID on
+    leaving, whatever happens."""
+
+    def __init__(self, count: int, specs_json: list[str]):
+        self.count, self.specs = count, list(specs_json)
+        self.processes: list = []
+
+    def __enter__(self):
+        import json
+        import subprocess
+        import sys
+
+        code = ("import json, sys; from trainingcost.measure.host import neighbour_loop; "
+                "neighbour_loop(json.loads(sys.stdin.readline()))")
+        for _ in range(self.count if self.specs else 0):
+            process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, text=True)
+            process.stdin.write(json.dumps(self.specs) + "\n")
+            process.stdin.flush()
+            self.processes.append(process)
+        if self.processes:
+            time.sleep(3.0)  # they import torch and build their first model before the rounds begin
+        return self
+
+    def __exit__(self, *exc):
+        for process in self.processes:
+            process.kill()
+        for process in self.processes:
+            process.wait()
+        return False
