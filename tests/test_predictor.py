@@ -260,7 +260,7 @@ def test_probes_add_the_host_overhead_to_the_kernel_bodies():
     kernel = priced[priced["cls"].isin(["matmul", "attention", "elementwise"])]
     for phase, seconds in probes.set_index("phase")["seconds"].items():
         mine = kernel[kernel["timed_phase"] == phase]
-        bodies = np.maximum(mine["seconds"] - mine["count"] * cal["launch_overhead_s"], 0).sum()
+        bodies = np.maximum(mine["op_seconds"] - mine["count"] * cal["launch_overhead_s"], 0).sum()
         assert phases.at[phase, "predicted_time_s"] == pytest.approx(bodies + seconds)
         assert phases.at[phase, "launch_s"] == pytest.approx(seconds)
     alone = predict_phases(trace, {**cal, "probes": []})
