@@ -18,6 +18,9 @@ rule train:
         # tasks and cpus_per_task only for a data-parallel job: set on every job, they made a SLURM group job of
         # two single-process jobs ask for 4 nodes (tests/cluster/test_slurm.py)
         **TRAIN_RESOURCES,
+        # one timed job at a time (the Snakefile's default, `--resources timed=N` to change it): a timed step
+        # shares no core, cache or memory bus with another training job (docs/measurement.md)
+        timed=1,
     params:
         command=TRAININGCOST,
         args=lambda w: TRAIN_ARGS[(w.config_id, w.rule, int(w.seed))],
