@@ -136,3 +136,30 @@ def test_a_calibration_fits_the_host_terms_with_a_steady_clock():
     assert np.isfinite(phases["launch_s"]).all()  # a fake clock: the fitted values mean nothing
     off = C.calibrate(torch.device("cpu"), "fp32", trace, clock=lambda fn, calls: 1e-5, host=False)
     assert off["host"] == {"coefficients": {}, "segments": []}
+
+
+def test_neighbours_train_beside_the_calibration_and_are_killed_by_pid():
+    """calibrate --neighbours N: N processes run the traced runs' steps while inside, none is left after."""
+    from trainingcost.measure.probe import spec_json
+
+    with H.neighbours(1, [spec_json(spec("bp"))]) as crowd:
+        assert len(crowd.processes) == 1 and crowd.processes[0].poll() is None  # still training
+    assert all(p.poll() is not None for p in crowd.processes)
+    with H.neighbours(2, []) as nobody:  # no traced run to train: nobody starts
+        assert nobody.processes == []
+
+
+def test_timed_jobs_run_one_at_a_time_by_default(tmp_path):
+    """The train rule asks for the `timed` resource, of which the Snakefile provides 1 unless told otherwise."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", "-d", str(tmp_path), "-s",
+                          str(root / "Snakefile"), "--configfile", str(root / "config" / "config.yaml")],
+                         capture_output=True, text=True, cwd=root, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout + out.stderr
+    train = text[text.index("rule train:"):]
+    assert "timed=1" in train[: train.index("\n\n")]

@@ -290,7 +290,8 @@ def write_comparison(analytic_path, memory_path, measured_path, comparison_out, 
         write_text(ratios[ratios["config_id"].isin(measured_ids)].to_csv(index=False, float_format="%.6g"), ratios_csv)
 
 
-def write_summary(comparison_path, ratios_path, measured_path, out, scaling_path=None, calibration_path=None) -> str:
+def write_summary(comparison_path, ratios_path, measured_path, out, scaling_path=None, calibration_path=None,
+                  timed_at_once=None) -> str:
     """``summary.md`` from the comparison, ratio and measured tables, the scaling study's section if given, and the
     device calibration's trust (one that did not converge on a busy machine is said: "No trusted calibration")."""
     import json
@@ -300,7 +301,7 @@ def write_summary(comparison_path, ratios_path, measured_path, out, scaling_path
     extra = Path(scaling_path).read_text() if scaling_path else None
     calibration = json.loads(Path(calibration_path).read_text()) if calibration_path else None
     return summarise(pd.read_parquet(comparison_path), pd.read_parquet(ratios_path), pd.read_parquet(measured_path), out,
-                     extra, calibration)
+                     extra, calibration, timed_at_once)
 
 
 def describe(cfg: ModelConfig) -> str:

@@ -39,6 +39,9 @@ TRAIN_RESOURCES = dict(
     # a data-parallel job is one task whose launcher starts its ranks on one node (docs/distributed.md)
     **(dict(tasks=1, cpus_per_task=TRAIN["resources"]["threads"] * _NPROC) if _NPROC > 1 else {}),
 )
+# Timed training jobs at once: the `timed` resource (Snakefile: 1 unless --resources says), the cores permitting.
+TIMED_AT_ONCE = max(1, min(int(workflow.global_resources.get("timed", 1)),
+                           workflow.cores // max(TRAIN["resources"]["threads"] * _NPROC, 1)))
 # Every argument is shell-quoted: nothing from the config is ever read by the shell as code.
 TRAIN_ARGS = {
     (job.config_id, job.rule, job.seed): shlex.join(train_command(job, FILLED))
