@@ -40,7 +40,8 @@ TRAIN_RESOURCES = dict(
     **(dict(tasks=1, cpus_per_task=TRAIN["resources"]["threads"] * _NPROC) if _NPROC > 1 else {}),
 )
 # Timed training jobs at once: the `timed` resource (Snakefile: 1 unless --resources says), the cores permitting.
-TIMED_AT_ONCE = max(1, min(int(workflow.global_resources.get("timed", 1)),
+_TIMED = workflow.global_resources["timed"] if "timed" in workflow.global_resources else None
+TIMED_AT_ONCE = max(1, min(int(getattr(_TIMED, "value", _TIMED) or 1),
                            workflow.cores // max(TRAIN["resources"]["threads"] * _NPROC, 1)))
 # Every argument is shell-quoted: nothing from the config is ever read by the shell as code.
 TRAIN_ARGS = {

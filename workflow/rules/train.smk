@@ -54,9 +54,13 @@ rule calibrate:
         tolerance=TRAIN["calibration"]["tolerance"],
         time_cap=TRAIN["calibration"]["time_cap"],
         probe="--probe" if TRAIN["calibration"]["probe"] else "",
+        # as many training processes beside it as ran beside each timed job (TIMED_AT_ONCE - 1: none by default)
+        neighbours=TIMED_AT_ONCE - 1 if TRAIN["device"] in ("cpu", "auto") else 0,
     shell:
-        # After the training jobs (it reads their traces), so it times the kernels on a machine they no longer load.
+        # After the training jobs (it reads their traces): beside --neighbours training processes, so that it shares
+        # the machine as the timed jobs did (none when they ran one at a time).
         "{params.command} calibrate --trace {input:q} --device {params.device:q} --dtype {params.dtype:q} "
+        "--neighbours {params.neighbours} "
         # A busy machine keeps the unconverged rounds, marked untrusted: the findings say "no trusted calibration".
         "--tolerance {params.tolerance} --time-cap {params.time_cap} {params.probe} --keep-untrusted --threads {threads} "
         "--out {output:q} "
