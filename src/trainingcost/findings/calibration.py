@@ -18,6 +18,15 @@ compared with the previous round's: the calibration has converged when their tim
 is at most ``tolerance`` (default 5%) and the sanity check passes. It stops at ``time_cap_s`` otherwise and
 raises :class:`CalibrationBusy`, one line that says the machine is busy, and nothing is written.
 
+**The host's work** (on a CPU, by default): the host-bound micro-steps of :mod:`trainingcost.measure.host` (a
+block of modules under no-grad, with grad and backward, with its linears as ``F.linear`` and as a Python
+autograd Function; each optimizer class the traces' runs use, on few and many tiny tensors and few large ones)
+are timed in the same rounds, and their own rounds must agree within ``tolerance`` too. Their residuals (time
+less their ops, priced like a step's) fitted on their host terms give the seconds per op of each host context and
+per host call (``"host"``: ``coefficients`` and ``segments``), which the predictor adds to every traced step.
+``neighbours``: processes that train the traced runs' steps beside the rounds (the workflow's timed jobs' own
+concurrency, less one).
+
 **Probes** (``probe=True``): for every run of the trace, the same step at minimal sizes
 (:mod:`trainingcost.measure.probe`), timed in the same rounds; the predictor then adds the real kernels' bodies
 to the probe's time. Off by default: on the benchmark's quiet machine the traced ops alone came closer
