@@ -152,7 +152,9 @@ def test_calibration_converges_with_a_steady_clock(small_trace):
     def clock(fn, calls):
         return 1e-5
     result = C.calibrate(torch.device("cpu"), "fp32", small_trace, clock=clock)
-    assert result["rounds"] == C.MIN_ROUNDS and result["round_agreement"] == 0.0
+    assert result["rounds"] == C.MIN_HOST_ROUNDS and result["round_agreement"] == 0.0  # the host micro-steps: 7
+    alone = C.calibrate(torch.device("cpu"), "fp32", small_trace, clock=clock, host=False)
+    assert alone["rounds"] == C.MIN_ROUNDS
     assert len(result["kernels"]) == len(C.kernels(small_trace)) and result["launch_overhead_s"] == 1e-5
 
 

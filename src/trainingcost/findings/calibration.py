@@ -67,6 +67,7 @@ from .predictor import gemm_dims
 MAX_SLOWDOWN_PER_FLOP = 3.0
 TOLERANCE = 0.05
 MIN_ROUNDS = 3
+MIN_HOST_ROUNDS = 7  # with the host micro-steps: each host term is a difference of two segments' medians
 COPY_LADDER = [2**k for k in range(12, 27, 2)]  # bytes copied: 4 KiB ... 64 MiB
 aten = torch.ops.aten
 
@@ -259,7 +260,7 @@ def _calibrate(device, dtype, trace, *, tolerance, time_cap_s, timing_s, max_cal
                 agreement = max(agreement, float(np.abs(medians[part] - previous[part]).sum()
                                                  / max(medians[part].sum(), 1e-30)))
         previous = medians
-        if rounds >= MIN_ROUNDS and agreement <= tolerance:
+        if rounds >= (MIN_HOST_ROUNDS if micro else MIN_ROUNDS) and agreement <= tolerance:
             problems = sanity_violations(table.assign(seconds=medians[: len(calls)]))
             if not problems:
                 break
