@@ -41,8 +41,9 @@ TRAIN_RESOURCES = dict(
 )
 # Timed training jobs at once: the `timed` resource (Snakefile: 1 unless --resources says), the cores permitting.
 _TIMED = workflow.global_resources["timed"] if "timed" in workflow.global_resources else None
-TIMED_AT_ONCE = max(1, min(int(getattr(_TIMED, "value", _TIMED) or 1),
-                           workflow.cores // max(TRAIN["resources"]["threads"] * _NPROC, 1)))
+_CORES = workflow.global_resources["_cores"].value if "_cores" in workflow.global_resources else None
+TIMED_AT_ONCE = max(1, min(int(getattr(_TIMED, "value", _TIMED) or 1),  # no --cores (a report): as given
+                           int(_CORES or 10**6) // max(TRAIN["resources"]["threads"] * _NPROC, 1)))
 # Every argument is shell-quoted: nothing from the config is ever read by the shell as code.
 TRAIN_ARGS = {
     (job.config_id, job.rule, job.seed): shlex.join(train_command(job, FILLED))
