@@ -55,7 +55,8 @@ rule calibrate:
         time_cap=TRAIN["calibration"]["time_cap"],
         probe="--probe" if TRAIN["calibration"]["probe"] else "",
         # as many training processes beside it as ran beside each timed job (TIMED_AT_ONCE - 1: none by default)
-        neighbours=TIMED_AT_ONCE - 1 if TRAIN["device"] in ("cpu", "auto") else 0,
+        # (never more than this machine's other cores: timed jobs on other nodes share nothing with it)
+        neighbours=min(TIMED_AT_ONCE, os.cpu_count() or 1) - 1 if TRAIN["device"] in ("cpu", "auto") else 0,
     shell:
         # After the training jobs (it reads their traces): beside --neighbours training processes, so that it shares
         # the machine as the timed jobs did (none when they ran one at a time).
