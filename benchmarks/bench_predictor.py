@@ -61,18 +61,32 @@ def pct(x: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", type=int, default=12)
+    parser.add_argument("--config-ids", default="",
+                        help="comma-separated indices into CONFIGS instead of the first --configs (e.g. 12,13: the "
+                             "two configurations the default leaves out, held out)")
     parser.add_argument("--steps", type=int, default=14)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--optimizer", default="sgd")
     parser.add_argument("--rules", default=",".join(rule_names()))
+    parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                        help="thread: every perf_counter reading of this process (the runs' timers, the calibration) "
+                             "is the thread's CPU time, which leaves out the time other processes hold the core "
+                             "(a loaded machine; caches and the memory bus stay shared). Said in the output")
+    parser.add_argument("--score-flagged", action="store_true",
+                        help="score the runs flagged noisy or contended too (a loaded machine; said in the output)")
+    parser.add_argument("--save", default="", help="a pickle file for the traces, calibration and measurements")
     args = parser.parse_args()
+    if args.clock == "thread":
+        time.perf_counter = time.thread_time  # the timers and the calibration read time.perf_counter at each call
     torch.set_num_threads(args.threads)
     rules = args.rules.split(",")
-    runs = [(i, c, r) for i, c in enumerate(CONFIGS[: args.configs]) for r in rules]
+    chosen = [int(i) for i in args.config_ids.split(",")] if args.config_ids else list(range(args.configs))
+    runs = [(i, CONFIGS[i], r) for i in chosen for r in rules]
     print(f"machine: {cpu_name()} ({os.cpu_count()} cores, {args.threads} thread(s)), torch {torch.__version__}, "
-          f"Python {platform.python_version()}; load average before {load_average():.2f}")
+          f"Python {platform.python_version()}; load average before {load_average():.2f}"
+          + ("; clock: the thread's CPU time (--clock thread)" if args.clock == "thread" else ""))
     began = time.perf_counter()
     specs = {(i, r): TrainSpec(cfg=model(*c), task=task(c[0]), rule=r, steps=args.steps, warmup=args.warmup, seed=0,
                                measure=True, options=RuleOptions(optimizer=args.optimizer)) for i, c, r in runs}
@@ -83,6 +97,10 @@ def main() -> None:
     print(f"traced {len(runs)} runs in {trace_seconds:.1f} s; calibrated {len(cal['kernels'])} kernels in "
           f"{cal['seconds_spent']:.1f} s ({cal['rounds']} rounds, last two agree within {pct(cal['round_agreement'])}; "
           f"launch {cal['launch_overhead_s'] * 1e6:.2f} us, view {cal['view_overhead_s'] * 1e6:.2f} us)")
+    host = cal.get("host", {}).get("coefficients", {})
+    if host:  # the host terms (measure/host.py): seconds per op of a context, per call, per tensor, per byte
+        print("host terms, us per count (per MB for bytes): " + ", ".join(
+            f"{name} {value * (1e12 if 'bytes' in name else 1e6):.2f}" for name, value in sorted(host.items())))
     steps: dict[str, list] = {}
     phases: dict[tuple[str, str], list] = {}
     quality: dict[str, list] = {}
@@ -95,6 +113,11 @@ def main() -> None:
             classes.setdefault(f"{i}:{r}", []).append({p: result.summary[f"measured_{p}"] for p in PARTS})
             for phase, t in result.measured.groupby("phase")["phase_time_median_s"].first().items():
                 phases.setdefault((f"{i}:{r}", phase), []).append(t)
+    if args.save:
+        import pickle
+        with open(args.save, "wb") as f:
+            pickle.dump(dict(traces=traces, cal=probed_cal, steps=steps, phases=phases, quality=quality,
+                             classes=classes), f)
     predicted = predict_phases(traces, cal, keys=("run",))
     step_pred = predicted.groupby("run")[["predicted_time_s", *PARTS]].sum()
     frame = step_pred.assign(measured=pd.Series({k: statistics.median(v) for k, v in steps.items()}),
@@ -103,6 +126,9 @@ def main() -> None:
     frame["rule"] = [k.split(":")[1] for k in frame.index]
     frame["config"] = [int(k.split(":")[0]) for k in frame.index]
     flagged = frame["quality"] != "ok"
+    if args.score_flagged:
+        print(f"--score-flagged: the {int(flagged.sum())} flagged runs are scored too")
+        flagged = flagged & False
     good = frame[~flagged]
     print(f"measured {len(runs)} runs x {args.rounds} rounds of {args.steps} steps in "
           f"{time.perf_counter() - began:.0f} s in all; load average after {load_average():.2f}; "
@@ -110,6 +136,10 @@ def main() -> None:
     score = accuracy(good["predicted_time_s"], good["measured"])
     print(f"\nstep time, all runs: MAPE {pct(score['mape'])}, Spearman {score['spearman']:.3f} (n={score['n']})")
     print(f"predicted / measured, median {float((good['predicted_time_s'] / good['measured']).median()):.3f}")
+    no_host = predict_phases(traces, {**cal, "host": {}}, keys=("run",)).groupby("run")["predicted_time_s"].sum()
+    score_ops = accuracy(no_host.loc[good.index], good["measured"])
+    print(f"the ops alone (no host terms): MAPE {pct(score_ops['mape'])}, Spearman {score_ops['spearman']:.3f}, "
+          f"predicted / measured {float((no_host.loc[good.index] / good['measured']).median()):.3f}")
     probed = predict_phases(traces, probed_cal, keys=("run",)).groupby("run")["predicted_time_s"].sum()
     score_probed = accuracy(probed.loc[good.index], good["measured"])
     print(f"with the probes (calibrate --probe: kernel bodies + the step at minimal sizes): MAPE "

@@ -152,7 +152,9 @@ def test_calibration_converges_with_a_steady_clock(small_trace):
     def clock(fn, calls):
         return 1e-5
     result = C.calibrate(torch.device("cpu"), "fp32", small_trace, clock=clock)
-    assert result["rounds"] == C.MIN_ROUNDS and result["round_agreement"] == 0.0
+    assert result["rounds"] == C.MIN_HOST_ROUNDS and result["round_agreement"] == 0.0  # the host micro-steps: 7
+    alone = C.calibrate(torch.device("cpu"), "fp32", small_trace, clock=clock, host=False)
+    assert alone["rounds"] == C.MIN_ROUNDS
     assert len(result["kernels"]) == len(C.kernels(small_trace)) and result["launch_overhead_s"] == 1e-5
 
 
@@ -192,7 +194,7 @@ def test_a_real_calibration_times_every_kernel_and_prices_its_trace_exactly(smal
     priced = price(small_trace, result)
     kernel = priced[priced["cls"].isin(["matmul", "attention", "elementwise"])]
     exact = dict(zip(zip(timed["op"], timed["signature"]), timed["seconds"]))
-    assert np.allclose(kernel["seconds"], [exact[(o, s)] * n for o, s, n in
+    assert np.allclose(kernel["op_seconds"], [exact[(o, s)] * n for o, s, n in
                                            zip(kernel["op"], kernel["signature"], kernel["count"])])
 
 
@@ -260,7 +262,7 @@ def test_probes_add_the_host_overhead_to_the_kernel_bodies():
     kernel = priced[priced["cls"].isin(["matmul", "attention", "elementwise"])]
     for phase, seconds in probes.set_index("phase")["seconds"].items():
         mine = kernel[kernel["timed_phase"] == phase]
-        bodies = np.maximum(mine["seconds"] - mine["count"] * cal["launch_overhead_s"], 0).sum()
+        bodies = np.maximum(mine["op_seconds"] - mine["count"] * cal["launch_overhead_s"], 0).sum()
         assert phases.at[phase, "predicted_time_s"] == pytest.approx(bodies + seconds)
         assert phases.at[phase, "launch_s"] == pytest.approx(seconds)
     alone = predict_phases(trace, {**cal, "probes": []})

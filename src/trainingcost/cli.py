@@ -355,6 +355,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"threads: must be at least 1 (got {args.threads})")
+    if args.neighbours < 0:
+        raise ConfigError(f"neighbours: must be 0 or more (got {args.neighbours})")
     if args.collectives:  # measure/collectives.py, docs/distributed.md
         return calibrate_collectives_command(args)
     if args.device_model:  # measure/device_model.py, docs/planning.md
@@ -380,7 +382,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     try:
         result = calibrate(device, args.dtype, trace, tolerance=args.tolerance, time_cap_s=args.time_cap, probe=args.probe,
-                           keep_untrusted=args.keep_untrusted)
+                           keep_untrusted=args.keep_untrusted, neighbours=args.neighbours)
     except CalibrationBusy as busy:
         sys.stderr.write(f"trainingcost {busy}\n")
         return 1
@@ -599,6 +601,9 @@ def build_parser() -> Parser:
                      help="without convergence by --time-cap, write the rounds so far marked untrusted and exit 0 (the "
                           "workflow: its findings come out on a busy machine, marked 'no trusted calibration')")
     cal.add_argument("--threads", type=integer)
+    cal.add_argument("--neighbours", type=integer, default=0,
+                     help="processes that train the traced runs' steps beside the rounds: the concurrency the timed "
+                          "jobs had, less one (default 0: the calibration alone)")
     cal.add_argument("--out", required=True, help="the calibration JSON")
     cal.set_defaults(func=cmd_calibrate)
 

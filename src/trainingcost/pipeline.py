@@ -291,7 +291,7 @@ def write_comparison(analytic_path, memory_path, measured_path, comparison_out, 
 
 
 def write_summary(comparison_path, ratios_path, measured_path, out, scaling_path=None, calibration_path=None,
-                  comm_path=None) -> str:
+                  comm_path=None, timed_at_once=None) -> str:
     """``summary.md`` from the comparison, ratio and measured tables, the scaling study's section if given, and the
     device calibration's trust (one that did not converge on a busy machine is said: "No trusted calibration")."""
     import json
@@ -301,7 +301,7 @@ def write_summary(comparison_path, ratios_path, measured_path, out, scaling_path
     extra = "\n".join(Path(p).read_text() for p in (scaling_path, comm_path) if p) or None
     calibration = json.loads(Path(calibration_path).read_text()) if calibration_path else None
     return summarise(pd.read_parquet(comparison_path), pd.read_parquet(ratios_path), pd.read_parquet(measured_path), out,
-                     extra, calibration)
+                     extra, calibration, timed_at_once)
 
 
 def write_comm(configs_path, measured_path, table_out, figure_out, section_out, calibration_path=None) -> str:

@@ -39,6 +39,11 @@ TRAIN_RESOURCES = dict(
     # a data-parallel job is one task whose launcher starts its ranks on one node (docs/distributed.md)
     **(dict(tasks=1, cpus_per_task=TRAIN["resources"]["threads"] * _NPROC) if _NPROC > 1 else {}),
 )
+# Timed training jobs at once: the `timed` resource (Snakefile: 1 unless --resources says), the cores permitting.
+_TIMED = workflow.global_resources["timed"] if "timed" in workflow.global_resources else None
+_CORES = workflow.global_resources["_cores"].value if "_cores" in workflow.global_resources else None
+TIMED_AT_ONCE = max(1, min(int(getattr(_TIMED, "value", _TIMED) or 1),  # no --cores (a report): as given
+                           int(_CORES or 10**6) // max(TRAIN["resources"]["threads"] * _NPROC, 1)))
 # Every argument is shell-quoted: nothing from the config is ever read by the shell as code.
 TRAIN_ARGS = {
     (job.config_id, job.rule, job.seed): shlex.join(train_command(job, FILLED))

@@ -59,7 +59,7 @@ rule summary:
 
         with logged(log[0]):
             write_summary(input.comparison, input.ratios, input.measured, output[0], input.scaling or None,
-                          input.calibration, input.comm or None)
+                          input.calibration, input.comm or None, TIMED_AT_ONCE)
 
 
 rule figures:

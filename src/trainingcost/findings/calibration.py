@@ -18,6 +18,15 @@ compared with the previous round's: the calibration has converged when their tim
 is at most ``tolerance`` (default 5%) and the sanity check passes. It stops at ``time_cap_s`` otherwise and
 raises :class:`CalibrationBusy`, one line that says the machine is busy, and nothing is written.
 
+**The host's work** (on a CPU, by default): the host-bound micro-steps of :mod:`trainingcost.measure.host` (a
+block of modules under no-grad, with grad and backward, with its linears as ``F.linear`` and as a Python
+autograd Function; each optimizer class the traces' runs use, on few and many tiny tensors and few large ones)
+are timed in the same rounds, and their own rounds must agree within ``tolerance`` too. Their residuals (time
+less their ops, priced like a step's) fitted on their host terms give the seconds per op of each host context and
+per host call (``"host"``: ``coefficients`` and ``segments``), which the predictor adds to every traced step.
+``neighbours``: processes that train the traced runs' steps beside the rounds (the workflow's timed jobs' own
+concurrency, less one).
+
 **Probes** (``probe=True``): for every run of the trace, the same step at minimal sizes
 (:mod:`trainingcost.measure.probe`), timed in the same rounds; the predictor then adds the real kernels' bodies
 to the probe's time. Off by default: on the benchmark's quiet machine the traced ops alone came closer
@@ -46,6 +55,10 @@ import torch
 
 from ..io import write_text
 from ..measure.load import LoadWatch
+from ..measure.host import neighbours as host_neighbours
+from ..measure.host import segments as host_segments
+from ..measure.host import solve as solve_host
+from ..measure.host import term_counts as host_term_counts
 from ..measure.provenance import provenance
 from ..measure.trace import KERNEL_CLASSES
 from ..train.run import DTYPES
@@ -54,6 +67,7 @@ from .predictor import gemm_dims
 MAX_SLOWDOWN_PER_FLOP = 3.0
 TOLERANCE = 0.05
 MIN_ROUNDS = 3
+MIN_HOST_ROUNDS = 7  # with the host micro-steps: each host term is a difference of two segments' medians
 COPY_LADDER = [2**k for k in range(12, 27, 2)]  # bytes copied: 4 KiB ... 64 MiB
 aten = torch.ops.aten
 
@@ -169,15 +183,32 @@ def sanity_violations(table: pd.DataFrame) -> list[str]:
 
 def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, tolerance: float = TOLERANCE,
               time_cap_s: float = 60.0, timing_s: float = 2e-4, max_calls: int = 64, clock=None,
-              probe: bool = False, keep_untrusted: bool = False) -> dict:
+              probe: bool = False, keep_untrusted: bool = False, host: bool | None = None,
+              neighbours: int = 0) -> dict:
     """Time every kernel of ``trace`` (and the overheads and copy ladder) in interleaved rounds until two
     rounds agree within ``tolerance``; raise :class:`CalibrationBusy` at ``time_cap_s``, or with ``keep_untrusted``
     (the workflow: its findings come out on a busy machine) return the rounds so far with ``trusted`` False and
     the reason in ``untrusted``.
 
     ``clock(fn, calls)`` returns the seconds of one call (default: the device's clock); tests pass a fake.
+    ``host`` (default: on a CPU): the host micro-steps (:mod:`trainingcost.measure.host`), timed in the same
+    rounds, whose fit prices the host's work around the ops (``"host"``: coefficients and segments). Off on a GPU,
+    where the host's work overlaps the kernels rather than adding to them. ``neighbours``: that many processes
+    train the traced runs' steps beside the rounds (:class:`trainingcost.measure.host.neighbours`), so that the
+    calibration shares the caches and the memory bus as the timed jobs, run that many more at a time, did.
     """
-    clock = clock or _clock(device)
+    specs = list(trace["spec"].dropna().unique()) if "spec" in trace.columns else []
+    with host_neighbours(neighbours, specs):
+        result = _calibrate(device, dtype, trace, tolerance=tolerance, time_cap_s=time_cap_s, timing_s=timing_s,
+                            max_calls=max_calls, clock=clock, probe=probe, keep_untrusted=keep_untrusted, host=host)
+    result["neighbours"] = neighbours if specs else 0
+    return result
+
+
+def _calibrate(device, dtype, trace, *, tolerance, time_cap_s, timing_s, max_calls, clock, probe, keep_untrusted,
+               host) -> dict:
+    fake_clock, clock = clock, clock or _clock(device)
+    host = device.type == "cpu" if host is None else host
     table = kernels(trace).drop(columns="count")
     torch_dtype = DTYPES[dtype]
     itemsize = torch.empty((), dtype=torch_dtype).element_size()
@@ -191,6 +222,11 @@ def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, toleranc
           for nbytes in COPY_LADDER),
     ]
     table = pd.concat([table, pd.DataFrame(overheads).assign(flops=0)], ignore_index=True)
+    micro = host_segments(device, torch_dtype, _optimizers(trace)) if host else []
+    if micro:  # the micro-steps' kernels are replayed with the rest, so that their residuals are the host's
+        extra = kernels(pd.concat([m.trace for m in micro], ignore_index=True)).drop(columns="count")
+        extra = extra[~extra.set_index(["op", "signature"]).index.isin(table.set_index(["op", "signature"]).index)]
+        table = pd.concat([table, extra], ignore_index=True)
     calls = [replay(op, sig, device) for op, sig in zip(table["op"], table["signature"])]
     inner = []
     for fn in calls:  # warm up; the calls per timing that make one timing last about timing_s
@@ -202,6 +238,7 @@ def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, toleranc
     watch.begin()
     started = time.perf_counter()
     timings: list[list[float]] = [[] for _ in calls]
+    micro_timings: list[list[float]] = [[] for _ in micro]
     probe_timings: dict[tuple, list[dict]] = {key: [] for key in probes}
     previous, agreement, rounds, problems, untrusted = None, math.inf, 0, [], ""
     while True:
@@ -210,14 +247,20 @@ def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, toleranc
             timings[i].append(clock(fn, inner[i]))
         for key, run in probes.items():
             probe_timings[key].append(run())
+        for segment, readings in zip(micro, micro_timings):
+            readings.append(segment.time(fake_clock))
         watch.step_end()
         rounds += 1
-        medians = np.array([statistics.median(t) for t in timings]
+        medians = np.array([statistics.median(t) for t in timings] + [statistics.median(t) for t in micro_timings]
                            + [statistics.median(sum(p.values()) for p in probe_timings[key]) for key in probes])
         if previous is not None:
             agreement = float(np.abs(medians - previous).sum() / max(medians.sum(), 1e-30))
+            if micro:  # the host's micro-steps agree on their own: a small share of the time, but all of the host fit
+                part = slice(len(calls), len(calls) + len(micro))
+                agreement = max(agreement, float(np.abs(medians[part] - previous[part]).sum()
+                                                 / max(medians[part].sum(), 1e-30)))
         previous = medians
-        if rounds >= MIN_ROUNDS and agreement <= tolerance:
+        if rounds >= (MIN_HOST_ROUNDS if micro else MIN_ROUNDS) and agreement <= tolerance:
             problems = sanity_violations(table.assign(seconds=medians[: len(calls)]))
             if not problems:
                 break
@@ -235,6 +278,7 @@ def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, toleranc
                 "no calibration written")
     medians = medians[: len(calls)]
     probe_rows = []
+    host_fit = _host_fit(table.assign(seconds=medians), micro, micro_timings)
     for (config_id, rule, seed), readings in probe_timings.items():
         for phase in readings[0]:
             values = [r.get(phase, 0.0) for r in readings]
@@ -247,15 +291,18 @@ def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, toleranc
     table = table.assign(seconds=medians, spread=spread)
     load = watch.columns(float(np.median(medians)) if len(medians) else math.nan, 0.0, device.type)
     special = table[table["cls"].isin(["launch", "view", "copy"])]
+    micro_kernels = set(zip(extra["op"], extra["signature"])) if micro else set()
+    traced_only = ~pd.Series([(o, s) in micro_kernels for o, s in zip(table["op"], table["signature"])], index=table.index)
     return {
         "dtype": dtype,
         "method": "replay",
-        "kernels": table[~table["cls"].isin(["launch", "view", "copy"])].to_dict("records"),
+        "kernels": table[~table["cls"].isin(["launch", "view", "copy"]) & traced_only].to_dict("records"),
         "copy_ladder": [{"bytes": int(r.bytes_read + r.bytes_written), "seconds": float(r.seconds)}
                         for r in special[special["cls"] == "copy"].itertuples()],
         "launch_overhead_s": float(special.loc[special["cls"] == "launch", "seconds"].iloc[0]),
         "view_overhead_s": float(special.loc[special["cls"] == "view", "seconds"].iloc[0]),
         "probes": probe_rows,
+        "host": host_fit,
         "rounds": rounds,
         "trusted": not untrusted,  # converged; False: kept from a busy machine (keep_untrusted), the reason below
         "untrusted": untrusted,
@@ -265,6 +312,36 @@ def calibrate(device: torch.device, dtype: str, trace: pd.DataFrame, *, toleranc
         "load": load,
         "provenance": provenance(device),
     }
+
+
+def _optimizers(trace: pd.DataFrame) -> list[str]:
+    """The torch.optim kinds the traced runs step (``sgd`` where the trace does not say)."""
+    if "spec" not in trace.columns or trace.empty:
+        return ["sgd"]
+    return sorted({json.loads(text)["options"]["optimizer"] for text in trace["spec"].dropna().unique()}) or ["sgd"]
+
+
+def _host_fit(table: pd.DataFrame, micro: list, timings: list[list[float]]) -> dict:
+    """The host's seconds per term (measure/host.py), from the micro-steps' medians less their priced ops."""
+    if not micro:
+        return {"coefficients": {}, "segments": []}
+    from .predictor import price
+
+    special = table[table["cls"].isin(["launch", "view", "copy"])]
+    priced_by = {"kernels": table[~table["cls"].isin(["launch", "view", "copy"])].to_dict("records"),
+                 "copy_ladder": [{"bytes": int(r.bytes_read + r.bytes_written), "seconds": float(r.seconds)}
+                                 for r in special[special["cls"] == "copy"].itertuples()],
+                 "launch_overhead_s": float(special.loc[special["cls"] == "launch", "seconds"].iloc[0]),
+                 "view_overhead_s": float(special.loc[special["cls"] == "view", "seconds"].iloc[0])}
+    residuals, counts, rows = {}, {}, []
+    for segment, readings in zip(micro, timings):
+        seconds = statistics.median(readings)
+        priced = float(price(segment.trace, priced_by)["op_seconds"].sum())
+        residuals[segment.name] = seconds - priced
+        counts[segment.name] = host_term_counts(segment.trace)
+        rows.append({"segment": segment.name, "seconds": seconds, "priced_ops_s": priced,
+                     "terms": {k: float(v) for k, v in counts[segment.name].items()}})
+    return {"coefficients": solve_host(residuals, counts), "segments": rows}
 
 
 def _sig(*tensors) -> str:

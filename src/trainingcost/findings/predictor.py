@@ -18,17 +18,22 @@ One call of an op costs:
   calibration never timed, the copy ladder's bandwidth at that size. FlopCounterMode registers FLOPs only for
   matrix products and attention, so a ``FLOPs / vector rate`` term would be zero for these ops; the
   per-op calibrated bandwidth carries their arithmetic (a GELU moves the bytes of a copy and costs more);
-- a **view**: ``view_overhead_s`` (a dispatch, no kernel); a **host** op (a device query, a scalar read): 0.
+- a **view**: ``view_overhead_s`` (a dispatch, no kernel); a **host** op (a device query, a scalar read): 0;
+- the **host's work** around the ops (CPU calibrations: ``calibration["host"]``, :mod:`trainingcost.measure.host`):
+  each op's host context (``plain``, ``record``: autograd records a node, ``engine``: the backward's engine runs
+  it) at that context's seconds per op, and each host call of the trace (a Python autograd Function's apply
+  and backward, an optimizer's step call and the parameter tensors its per-tensor loop updates) at its seconds
+  per call. The coefficients are fitted by least squares to host-bound micro-steps timed in the calibration's
+  rounds, never to training steps; ``optimizer`` ops are priced by their kernels and the per-tensor term.
 
 The parts of a prediction: ``matmul_s``, ``attention_s`` and ``elementwise_s``, the seconds of the kernels of
-each class (their launches included), and ``launch_s``, the dispatches that launch no kernel (views). A run's
-profiled step splits the measured time the same way (:func:`trainingcost.measure.trace.class_times`), so each
-miss has a class that dominates it.
+each class (their launches included), and ``launch_s``, the dispatches that launch no kernel (views) and the
+host's work (``host_s`` of each row). A run's profiled step splits the measured time the same way
+(:func:`trainingcost.measure.trace.class_times`), so each miss has a class that dominates it.
 
-What the trace cannot see, and so the prediction leaves out: the Python interpreter between ops (module
-calls, hooks, the rules' own Python), autograd's bookkeeping (recording nodes in the forward, the engine's
-scheduling in the backward), the allocator, and caches warmed or flushed by the ops around each one (a
-replay runs one op many times on the same operands).
+What the prediction still leaves out: the allocator, Python the micro-steps do not resemble (a rule's own
+loops between ops beyond the per-op terms), and caches warmed or flushed by the ops around each one (a replay
+runs one op many times on the same operands).
 """
 
 from __future__ import annotations
@@ -140,10 +145,14 @@ def price(trace: pd.DataFrame, calibration: dict) -> pd.DataFrame:
     call = np.array([per_call[(o, s)] for o, s in zip(rows["op"], rows["signature"])], dtype=float)
     count = rows["count"].to_numpy(float)
     cls = rows["cls"].to_numpy()
-    rows["seconds"] = call * count
+    rows["op_seconds"] = call * count
+    from ..measure.host import host_seconds  # noqa: PLC0415 - torch only where a price is asked for
+
+    rows["host_s"] = host_seconds(rows, calibration.get("host", {}).get("coefficients", {}))
+    rows["seconds"] = rows["op_seconds"] + rows["host_s"]
     for name in KERNEL_CLASSES:
-        rows[f"{name}_s"] = np.where(cls == name, rows["seconds"], 0.0)
-    rows["launch_s"] = np.where(np.isin(cls, KERNEL_CLASSES), 0.0, rows["seconds"])
+        rows[f"{name}_s"] = np.where(cls == name, rows["op_seconds"], 0.0)
+    rows["launch_s"] = np.where(np.isin(cls, KERNEL_CLASSES), 0.0, rows["op_seconds"]) + rows["host_s"]
     return rows
 
 
@@ -158,7 +167,7 @@ def predict_phases(traces: pd.DataFrame, calibration: dict, keys=("config_id", "
     keys = [k for k in keys if k in priced.columns]
     launch = float(calibration["launch_overhead_s"])
     kernel = priced["cls"].isin(KERNEL_CLASSES).to_numpy()
-    body = np.where(kernel, np.maximum(priced["seconds"] - priced["count"] * launch, 0.0), 0.0)
+    body = np.where(kernel, np.maximum(priced["op_seconds"] - priced["count"] * launch, 0.0), 0.0)
     group = keys + ["timed_phase"]
     plain = priced.groupby(group, as_index=False)[["seconds", *PARTS]].sum()
     probes = pd.DataFrame(calibration.get("probes") or [], columns=["config_id", "rule", "seed", "phase", "seconds"])

@@ -64,7 +64,23 @@ def untrusted_calibration(calibration: dict | None) -> str:
             "quiet machine.")
 
 
-def step_time_section(comparison: pd.DataFrame, calibration: dict | None = None) -> list[str]:
+def concurrency_line(timed_at_once: int | None, calibration: dict | None) -> str:
+    """How many timed jobs ran at once and what the calibration ran beside: the concurrency bias, said."""
+    if not timed_at_once:
+        return ""
+    neighbours = int((calibration or {}).get("neighbours", 0) or 0)
+    beside = (f"the calibration ran beside {neighbours} training process{'es' if neighbours != 1 else ''}"
+              if neighbours else "the calibration ran alone")
+    if timed_at_once == 1:
+        return (f"Timed runs: one at a time (the Snakemake resource `timed=1`, the default), so no timed step shared the "
+                f"machine with another training job; {beside}.")
+    return (f"Timed runs: up to {timed_at_once} at a time (`--resources timed={timed_at_once}`); {beside}"
+            + ("." if neighbours else ", so it prices a machine the timed steps did not have (expect "
+               "predicted / measured below 1)."))
+
+
+def step_time_section(comparison: pd.DataFrame, calibration: dict | None = None,
+                      timed_at_once: int | None = None) -> list[str]:
     from .predictor import accuracy
 
     executed = comparison[comparison["cost_model"] == "executed"]
@@ -90,7 +106,9 @@ def step_time_section(comparison: pd.DataFrame, calibration: dict | None = None)
                          "Spearman": score["spearman"], "MAPE, steps >= 1 ms": _pct(score_long["mape"]),
                          "predicted / measured (median)": float(np.median(mine["predicted_time_s"] / mine["measured_time_s"]))
                          if len(mine) else float("nan")})
+    concurrency = concurrency_line(timed_at_once, calibration)
     lines = ["## Step-time prediction", "", *([untrusted, ""] if untrusted else []),
+             *([concurrency, ""] if concurrency else []),
              "The predictor (docs/measurement.md) prices the operations that a trace of each run's step contains with "
              "the device's calibration of those kernels; it is never fitted to training steps. MAPE = mean |predicted − "
              "measured| / measured. Runs whose timings were flagged `noisy` or `contended` (docs/measurement.md) are "
@@ -130,13 +148,13 @@ def step_time_section(comparison: pd.DataFrame, calibration: dict | None = None)
         lines += ["Where the misses come from. The last step of each run is profiled (torch.profiler) and split by "
                   "class of work, as the prediction is: the kernels of each class (their dispatch included), and "
                   "`launch`, everything around the kernels (views, autograd's nodes, the optimizer's Python, the "
-                  "interpreter between ops), which the trace prices only as views. Medians over runs:", "",
+                  "interpreter between ops), which the predictor prices as views and host terms (docs/measurement.md). Medians over runs:", "",
                   _table(pd.DataFrame(rows)), ""]
     return lines
 
 
 def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.DataFrame, path,
-                  extra: str | None = None, calibration: dict | None = None) -> str:
+                  extra: str | None = None, calibration: dict | None = None, timed_at_once: int | None = None) -> str:
     """``extra``: a section written elsewhere (the scaling study's), appended as it is; ``calibration``: the device
     calibration the predictions used (one that did not converge marks the step-time section)."""
     from ..io import write_text
@@ -212,7 +230,7 @@ def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.D
     lines += ["## Validation loss by depth and rule", "",
               f"Median over configurations and seeds, after {int(ok['steps'].max())} steps.", "",
               _table(loss.reset_index()), ""]
-    lines += step_time_section(comparison, calibration)
+    lines += step_time_section(comparison, calibration, timed_at_once)
     text = "\n".join(lines + ([extra] if extra else []))
     write_text(text, path)
     return text

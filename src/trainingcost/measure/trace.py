@@ -17,7 +17,17 @@ into being) and then traces the next, steady-state step. Every aten op the step 
 - **bytes read and written**: every tensor argument's and every output's ``numel × itemsize`` (0 for views;
   an in-place op reads and writes its target);
 - its **signature**: a JSON encoding of its arguments, tensors as (shape, stride, dtype), which a calibration
-  replays with real tensors of the same layout (:mod:`trainingcost.findings.calibration`).
+  replays with real tensors of the same layout (:mod:`trainingcost.findings.calibration`);
+- its **host context** (``context``, :data:`HOST_CONTEXTS`), the host work around the op besides its dispatch:
+  ``record`` (grad mode on and an input requires grad: autograd records a node), ``engine`` (run by autograd's
+  engine in a backward), ``optimizer`` (inside a ``torch.optim`` optimizer's ``step``: its per-tensor Python loop)
+  or ``plain`` (the rest: no-grad Python). Host work that is not an op is recorded as ``host`` rows (no
+  kernel, no bytes) of pseudo-ops (:data:`HOST_CALLS`): each ``step`` of a torch.optim optimizer
+  (:data:`OPTIMIZER_CALL`, the call's fixed overhead, signature the optimizer's class) and the parameter tensors
+  it updates (:data:`OPTIMIZER_TENSOR`: torch.optim's per-tensor Python loop on CPU), each ``apply`` of a Python ``torch.autograd.Function``
+  (:data:`FUNCTION_APPLY`: the Python node autograd records) and each such node's backward run by the engine
+  (:data:`FUNCTION_BACKWARD`). The predictor prices each context's ops and each pseudo-op at the calibration's
+  host seconds (:mod:`trainingcost.findings.calibration`, the host micro-steps).
 
 Identical records (same layer, phase, op and signature) are counted, not repeated. A scalar read
 (``.item()``, ``float(t)``) returns 1 under the trace: the values are fake, so data-dependent Python
@@ -33,6 +43,7 @@ from contextlib import contextmanager
 import pandas as pd
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.autograd.function import BackwardCFunction
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
@@ -50,7 +61,51 @@ aten = torch.ops.aten
 KERNEL_CLASSES = ("matmul", "attention", "elementwise")  # the classes that launch a kernel
 BETWEEN = "between_phases"  # work of a step outside every phase (the step's time includes it)
 MATMUL_OPS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm}
-TRACE_COLUMNS = ["layer", "phase", "timed_phase", "op", "cls", "count", "flops", "bytes_read", "bytes_written", "signature"]
+TRACE_COLUMNS = ["layer", "phase", "timed_phase", "op", "cls", "count", "flops", "bytes_read", "bytes_written", "signature",
+                 "context"]
+HOST_CONTEXTS = ("plain", "record", "engine", "optimizer")
+OPTIMIZER_CALL = "torch.optim.Optimizer.step"  # a trace row per optimizer step call (class host, no kernel)
+OPTIMIZER_TENSOR = "torch.optim.Optimizer.step/tensor"  # counts the parameter tensors (with a gradient) it updates
+FUNCTION_APPLY = "torch.autograd.Function.apply"  # per apply of a Python autograd Function (its forward)
+FUNCTION_BACKWARD = "torch.autograd.Function.backward"  # per Python Function node the engine runs
+HOST_CALLS = (OPTIMIZER_CALL, OPTIMIZER_TENSOR, FUNCTION_APPLY, FUNCTION_BACKWARD)
+
+
+def host_context(args, kwargs, in_optimizer: bool) -> str:
+    """The host work around an op besides its dispatch (:data:`HOST_CONTEXTS`), from inside a dispatch mode."""
+    if in_optimizer:
+        return "optimizer"
+    if torch._C._current_autograd_node() is not None:
+        return "engine"
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                       for t in tree_flatten((args, kwargs))[0]):
+        return "record"
+    return "plain"
+
+
+@contextmanager
+def host_calls(on_optimizer, on_apply):
+    """While inside: ``on_optimizer(optimizer)`` as any torch.optim optimizer's ``step`` begins, ``on_optimizer(None)``
+    as it ends, and ``on_apply()`` at each ``apply`` of a Python autograd Function."""
+    from torch.autograd.function import Function
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    pre = register_optimizer_step_pre_hook(lambda optimizer, *a: on_optimizer(optimizer))
+    post = register_optimizer_step_post_hook(lambda *a: on_optimizer(None))
+    original = Function.__dict__["apply"]
+    apply = original.__func__
+
+    def counted(cls, *args, **kwargs):
+        on_apply()
+        return apply(cls, *args, **kwargs)
+
+    Function.apply = classmethod(counted)
+    try:
+        yield
+    finally:
+        Function.apply = original
+        pre.remove()
+        post.remove()
 
 
 def placeholder(tensor: torch.Tensor):
@@ -110,6 +165,26 @@ class TraceMeter(FlopMeter):
         super().__init__()
         self.records: Counter = Counter()
         self.timed_phase = BETWEEN
+        self.in_optimizer = 0
+        self.python_nodes: set = set()
+
+    def host_call(self, op: str, context: str, what: str = "", count: int = 1) -> None:
+        """``count`` calls of a pseudo-op (:data:`HOST_CALLS`) where the step is now (a ``host`` row)."""
+        self.records[(self.layer_now(), analytic_phase(self.phase_now()), self.timed_phase, op, "host", 0, 0, 0, what,
+                      context)] += count
+
+    def optimizer_call(self, optimizer) -> None:
+        """An optimizer's step begins (rows of :data:`OPTIMIZER_CALL` and :data:`OPTIMIZER_TENSOR`) or ends (None)."""
+        if optimizer is not None:
+            name = type(optimizer).__name__
+            self.host_call(OPTIMIZER_CALL, "optimizer", name)
+            tensors = sum(p.grad is not None for group in optimizer.param_groups for p in group["params"])
+            if tensors:
+                self.host_call(OPTIMIZER_TENSOR, "optimizer", name, tensors)
+        self.in_optimizer += 1 if optimizer is not None else -1
+
+    def function_apply(self) -> None:
+        self.host_call(FUNCTION_APPLY, "record" if torch.is_grad_enabled() else "plain")
 
     @contextmanager
     def in_phase(self, name: str):
@@ -135,7 +210,13 @@ class TraceMeter(FlopMeter):
             read = written = 0
         else:
             read, written = _nbytes((args, kwargs)), _nbytes(out)
-        self.records[(layer, phase, self.timed_phase, str(func), cls, flops, read, written, signature(args, kwargs))] += 1
+        context = host_context(args, kwargs, self.in_optimizer > 0)
+        node = torch._C._current_autograd_node() if context == "engine" else None
+        if isinstance(node, BackwardCFunction) and id(node) not in self.python_nodes:
+            self.python_nodes.add(id(node))  # the step's graph lives until the trace ends: ids stay unique
+            self.host_call(FUNCTION_BACKWARD, "engine")
+        self.records[(layer, phase, self.timed_phase, str(func), cls, flops, read, written, signature(args, kwargs),
+                      context)] += 1
         return out
 
     def phase_now(self) -> str:
@@ -176,7 +257,7 @@ def trace_step(spec: TrainSpec, device: str | torch.device = "cpu") -> pd.DataFr
         meter = TraceMeter()
         hooks = LayerHooks(model)
         try:
-            with meter:
+            with meter, host_calls(meter.optimizer_call, meter.function_apply):
                 rule.step(batch, meter.in_phase)
         finally:
             hooks.remove()
