@@ -18,7 +18,7 @@ from .config.model import BIASES, FFNS, NORM_POSITIONS, NORMS, POSITIONS
 MODEL_FIELDS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "tgt_len", "batch",
                 "classes", "norm", "norm_position", "ffn", "kv_heads", "head_dim", "positions", "max_positions",
                 "tie_embeddings", "bias", "head_bias", "type_vocab", "embedding_norm", "relative_buckets",
-                "relative_max_distance")
+                "relative_max_distance", "experts", "experts_per_token", "shared_expert_ff", "router_norm")
 LAYER_FIELDS = ("layers", "enc_layers", "dec_layers")
 
 
@@ -93,6 +93,11 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     arch.add_argument("--type-vocab", type=integer, help="token types added to the embedding (BERT: 2)")
     arch.add_argument("--embedding-norm", action=argparse.BooleanOptionalAction, default=None,
                       help="a norm on the embedding output (BERT)")
+    arch.add_argument("--experts", type=integer, help="mixture of experts: routed FFNs per block, each --d-ff wide")
+    arch.add_argument("--experts-per-token", type=integer, help="mixture of experts: the top-k experts a token runs")
+    arch.add_argument("--shared-expert-ff", type=integer, help="mixture of experts: a shared expert this wide (Qwen-MoE)")
+    arch.add_argument("--router-norm", action=argparse.BooleanOptionalAction, default=None,
+                      help="mixture of experts: renormalise the top-k weights (default; Mixtral)")
 
 
 def model_entry(args: argparse.Namespace, defaults: dict | None = None):

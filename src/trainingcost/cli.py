@@ -292,6 +292,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         warmup=args.warmup,
     )
     spec.check()  # every mistake is reported before torch is imported
+    from .analytic.catalogue import check_architecture
+
+    check_architecture(args.rule, cfg, "--rule")
     if args.nproc != 1 or args.parallel != "ddp" or args.backend != "auto":
         from .analytic.comm import check_parallel
 

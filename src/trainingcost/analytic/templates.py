@@ -43,7 +43,8 @@ SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": 
                  "relu": "relu", "silu": "silu", "g": "norm_vectors", "rms": "rms", "pre": "pre", "tied": "tied", "bq": "qkv_bias",
                  "bo": "out_bias", "ba": "o_bias", "bh": "head_bias", "learned": "learned", "rotary": "rotary", "tv": "type_vocab",
                  "max_pos": "max_positions", "relative": "relative", "rb": "relative_buckets",
-                 "default_arch": "default_arch"}
+                 "default_arch": "default_arch",
+                 "E": "experts", "k": "experts_per_token", "sff": "shared_expert_ff"}
 TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows", "shared")
 
 
@@ -83,6 +84,8 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
         "added_positions": i64(np.isin(positions, ("sinusoidal", "learned"))),
         "type_vocab": i64(column("type_vocab")), "max_positions": i64(column("max_positions")),
         "embedding_norm": i64(column("embedding_norm").astype(bool)),
+        "experts": i64(column("experts")), "experts_per_token": i64(column("experts_per_token")),
+        "shared_expert_ff": i64(column("shared_expert_ff")), "router_norm": i64(column("router_norm").astype(bool)),
     }
     default = np.ones(n, dtype=bool)
     for name, value in OPTION_DEFAULTS.items():
@@ -257,12 +260,10 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
                 # A tied encoder-decoder shares one table: the encoder's embedding owns it.
                 shared = (tied & encdec & (stack == "decoder")).astype(np.int64) if end == "embedding" else 0
                 add(has & ends_of[end], kind, stack, end, 1, False, False, rank, rows, shared=shared)
-            for arch_name in ARCHES:
-                for pre in (False, True):
-                    mask = has & (arch == arch_name) & ((cols["pre"] > 0) == pre)
-                    if not mask.any():
-                        continue
-                    for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre)):
+            for arch_name, pre, moe in ((a, p, m) for a in ARCHES for p in (False, True) for m in (False, True)):
+                mask = has & (arch == arch_name) & ((cols["pre"] > 0) == pre) & ((cols["experts"] > 0) == moe)
+                if mask.any():
+                    for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre, moe)):
                         kv_rows = cols["seq_len"] if sub.kind == "cross_attention" else rows
                         add(mask, sub.kind, stack, sub.name, depth, True, sub.block_entry, BLOCK_SUB_OFFSET + position,
                             rows, kv_rows, kv_entry=sub.kv_entry)

@@ -27,6 +27,7 @@ OPTION_DEFAULTS = dict(
     norm="layernorm", norm_position="post", ffn="gelu", kv_heads=0, head_dim=0, positions="sinusoidal",
     max_positions=0, tie_embeddings=False, bias="all", head_bias=None, type_vocab=0, embedding_norm=False,
     relative_buckets=32, relative_max_distance=128,
+    experts=0, experts_per_token=0, shared_expert_ff=0, router_norm=True,
 )
 
 
@@ -60,6 +61,12 @@ class ModelConfig:
     embedding_norm: bool = False  # a norm on the embedding output (BERT)
     relative_buckets: int = 32  # positions relative: T5's buckets of relative distance (Raffel et al. 2020) ...
     relative_max_distance: int = 128  # ... and the distance from which all share the last bucket
+    # mixture of experts (Mixtral, Qwen-MoE): each block's FFN becomes `experts` FFNs of d_ff (the expert width) and a
+    # router (d x experts); each token runs through its experts_per_token (top-k) best, weighted by the router's softmax
+    experts: int = 0  # routed experts per block; 0: a dense FFN
+    experts_per_token: int = 0  # top-k: experts each token runs through (0 without experts)
+    shared_expert_ff: int = 0  # Qwen-MoE's shared expert: an FFN this wide that every token runs, gated by sigmoid(x w)
+    router_norm: bool = True  # the top-k weights renormalised to sum to 1 (Mixtral); false: the softmax's (Qwen-MoE)
 
     def __post_init__(self):
         if self.kv_heads == 0:
@@ -156,6 +163,11 @@ class ModelConfig:
         return out
 
     @property
+    def moe(self) -> bool:
+        """A mixture of experts in place of each block's FFN."""
+        return self.experts > 0
+
+    @property
     def out_width(self) -> int:
         """The head's output width (and the output error's): classes, or the vocabulary."""
         return self.classes or self.vocab
@@ -204,7 +216,11 @@ class ModelConfig:
 CANONICAL_FIELDS = tuple(f.name for f in fields(ModelConfig))
 OPTION_FIELDS = tuple(OPTION_DEFAULTS)
 SIZE_FIELDS = tuple(name for name in CANONICAL_FIELDS if name not in OPTION_DEFAULTS)
-BOOL_FIELDS = ("tie_embeddings", "head_bias", "embedding_norm")
+BOOL_FIELDS = ("tie_embeddings", "head_bias", "embedding_norm", "router_norm")
+# Options appended after the published tables: a configs frame has their column only where a configuration sets one
+# (config/sweep.py's configs_frame), so the default sweep's tables stay byte-identical; a missing column reads as the
+# default (config_from_row, templates.option_columns).
+LATE_FIELDS = CANONICAL_FIELDS[CANONICAL_FIELDS.index("relative_max_distance") + 1:]
 STR_FIELDS = ("arch", *OPTION_CHOICES)
 
 
@@ -308,10 +324,11 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
             if not isinstance(e[name], bool):
                 raise ConfigError(f"{_field(where, name)}: {e[name]!r} is not a boolean (true or false)")
             out[name] = e[name]
-    for name in ("kv_heads", "head_dim", "max_positions", "type_vocab", "relative_buckets", "relative_max_distance"):
+    for name in ("kv_heads", "head_dim", "max_positions", "type_vocab", "relative_buckets", "relative_max_distance",
+                 "experts", "experts_per_token", "shared_expert_ff"):
         if name in e:
             value = e[name]
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "type_vocab" else 1):
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name in ("type_vocab", "experts", "shared_expert_ff") else 1):
                 raise ConfigError(f"{_field(where, name)}: {value!r} is not a positive integer")
             out[name] = value
     if "kv_heads" in out and heads % out["kv_heads"]:
@@ -336,10 +353,30 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
     if positions == "rotary" and head_dim % 2:
         raise ConfigError(f"{_field(where, 'head_dim' if 'head_dim' in out else 'positions')}: rotary positions turn "
                           f"pairs of features, so a head's width must be even (it is {head_dim})")
+    _experts(out, where)
     if out.get("tie_embeddings") and classes:
         raise ConfigError(f"{_field(where, 'tie_embeddings')}: a classification head has no vocabulary to share "
                           f"(classes is {classes}); tie only an LM head")
     return out
+
+
+def _experts(out: dict, where: str) -> None:
+    """Mixture-of-experts options, checked against each other; zero experts is the dense FFN (the default)."""
+    experts = out.get("experts", 0)
+    if not experts:
+        out.pop("experts", None)
+        for name in ("experts_per_token", "shared_expert_ff", "router_norm"):
+            if out.get(name, OPTION_DEFAULTS[name]) != OPTION_DEFAULTS[name]:
+                raise ConfigError(f"{_field(where, name)}: applies only to a mixture of experts (give experts)")
+        return
+    top_k = out.get("experts_per_token")
+    if top_k is None:
+        raise ConfigError(f"{_field(where, 'experts_per_token')}: required with experts (the top-k experts each token "
+                          f"runs through, 1 to {experts})")
+    if top_k > experts:
+        raise ConfigError(f"{_field(where, 'experts_per_token')}: {top_k} is more than the {experts} experts")
+    if not out.get("shared_expert_ff", 1):
+        del out["shared_expert_ff"]  # no shared expert: the default
 
 
 def preset_entry(name: str, where: str = "preset") -> dict:

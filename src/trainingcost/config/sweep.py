@@ -17,7 +17,7 @@ import pandas as pd
 import yaml
 
 from .errors import ConfigError
-from .model import BOOL_FIELDS, CANONICAL_FIELDS, STR_FIELDS, ModelConfig, canonical_model, config_from_row, preset_entry
+from .model import BOOL_FIELDS, CANONICAL_FIELDS, LATE_FIELDS, OPTION_DEFAULTS, STR_FIELDS, ModelConfig, canonical_model, config_from_row, preset_entry
 from .schema import CATALOGUE_ENUMS, Vocabulary, fill_defaults, schema, validate
 
 CONFIG_COLUMNS = ("config_id", "name", *CANONICAL_FIELDS)
@@ -184,8 +184,9 @@ def entry_config(config: dict, name: str, where: str) -> ModelConfig:
 def configs_frame(pairs: list[tuple[str, ModelConfig]]) -> pd.DataFrame:
     """One row per configuration, every parameter a column: int64 sizes, str and bool options."""
     rows = [{"config_id": cfg.config_id, "name": name, **cfg.as_dict()} for name, cfg in pairs]
-    frame = pd.DataFrame(rows, columns=list(CONFIG_COLUMNS))
-    for column in CANONICAL_FIELDS:
+    unused = [name for name in LATE_FIELDS if all(row[name] == OPTION_DEFAULTS[name] for row in rows)]
+    frame = pd.DataFrame(rows, columns=[c for c in CONFIG_COLUMNS if c not in unused])
+    for column in (c for c in CANONICAL_FIELDS if c not in unused):
         kind = str if column in STR_FIELDS else bool if column in BOOL_FIELDS else "int64"
         frame[column] = frame[column].astype(kind)
     frame["name"] = frame["name"].astype(str)
@@ -195,7 +196,7 @@ def configs_frame(pairs: list[tuple[str, ModelConfig]]) -> pd.DataFrame:
 
 def frame_configs(frame: pd.DataFrame) -> list[ModelConfig]:
     """The configurations of a configs frame, in row order."""
-    return [config_from_row(row) for row in frame[list(CANONICAL_FIELDS)].to_dict("records")]
+    return [config_from_row(row) for row in frame[[c for c in CANONICAL_FIELDS if c in frame]].to_dict("records")]
 
 
 def sweep_frame(config: dict) -> pd.DataFrame:

@@ -38,6 +38,7 @@ class GroupKey:
     rms: bool  # RMSNorm (a weight, no bias) instead of LayerNorm
     rotary: bool  # rotary positions: q and k of every self-attention turned before SDPA
     relative: bool  # T5's relative bias
+    experts: bool = False  # a mixture of experts: not replayed (tape/table.py's step_peaks)
 
     @property
     def blocks(self) -> int:
@@ -58,7 +59,7 @@ def group_keys(configs) -> list[GroupKey]:
         gated=o["gated"] > 0,
         positions=np.where(o["learned"] > 0, "learned", np.where(o["added_positions"] > 0, "sinusoidal", "none")),
         types=o["type_vocab"] > 0, embedding_norm=o["embedding_norm"] > 0, pre=o["pre"] > 0, rms=o["rms"] > 0,
-        rotary=o["rotary"] > 0, relative=o["relative"] > 0,
+        rotary=o["rotary"] > 0, relative=o["relative"] > 0, experts=o["experts"] > 0,
     )
     names = [f.name for f in fields(GroupKey)]
     rows = zip(*(columns[name].tolist() for name in names))
