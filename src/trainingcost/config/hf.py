@@ -1,14 +1,14 @@
 """A model's own ``config.json`` (as shipped with a Hugging Face model), read as a model entry.
 
 Plain JSON, no ``transformers``: each supported ``model_type`` maps its keys onto
-trainingcost's fields and options. What the mapping cannot express (mixture of
-experts, sliding-window attention over a longer sequence, an unknown
+trainingcost's fields and options. What the mapping cannot express (a mixture of
+experts outside Mixtral and Qwen-MoE, sliding-window attention over a longer sequence, an unknown
 ``model_type``, keys of the wrong type) is refused in one line that names it,
 never counted silently wrong. The result is an entry like a preset's: command-line
 flags and a sweep entry's other keys override its fields.
 
 Sources of each mapping: the ``configuration_*.py`` and ``modeling_*.py`` of
-Hugging Face ``transformers`` for GPT-2, BERT, Llama, Mistral and Qwen2 (key names,
+Hugging Face ``transformers`` for GPT-2, BERT, Llama, Mistral, Qwen2, Mixtral and Qwen-MoE (key names,
 their defaults, which layers carry biases, which heads are tied).
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2")
+SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "mixtral", "qwen2_moe")
 # Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
 UNSUPPORTED_KEYS = {
     "num_local_experts": "mixture of experts",
@@ -108,10 +108,11 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
     if model_type not in SUPPORTED:
         raise ConfigError(f"{where}: model_type: {model_type!r} is not supported (supported: {', '.join(SUPPORTED)})")
     for key, feature in UNSUPPORTED_KEYS.items():
-        if data.get(key) not in (None, 0, False):
+        if data.get(key) not in (None, 0, False) and key not in MOE_KEYS.get(model_type, ()):
             raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")
     keys = _Keys(data, where, model_type)
-    return {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama}[model_type](keys)
+    return {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
+            "mixtral": _moe, "qwen2_moe": _moe}[model_type](keys)
 
 
 def _gpt2(k: _Keys) -> dict:
@@ -206,9 +207,11 @@ def _llama(k: _Keys) -> dict:
             k._fail("mlp_bias", "mlp_bias true with attention_bias false is not supported "
                     "(trainingcost's bias option: all, none, qkv (q, k, v only) or attention (q, k, v, o))")
         entry["bias"] = ("all" if mlp else "attention") if attention else "none"
+    elif model_type == "qwen2_moe":  # Qwen2MoeAttention: q, k and v biased where qkv_bias (the default)
+        entry["bias"] = "qkv" if k.bool("qkv_bias", True) else "none"
     else:
         entry["bias"] = "qkv" if model_type == "qwen2" else "none"
-    if model_type == "qwen2" and k.bool("use_sliding_window", False):
+    if model_type in ("qwen2", "qwen2_moe") and k.bool("use_sliding_window", False):
         k._fail("use_sliding_window", "sliding-window attention is not supported")
     if model_type == "mistral":
         # Absent, the key is MistralConfig's default (4096, as transformers loads the file); null: no window.
@@ -217,6 +220,40 @@ def _llama(k: _Keys) -> dict:
             # checked against the sequence length once flags or a sweep entry have overridden it (check_window)
             entry["sliding_window"] = (window, k.where + ("" if "sliding_window" in k.data else
                                                          " (no sliding_window key: transformers' default)"))
+    return entry
+
+
+# The keys of a mixture of experts that each MoE model_type maps (hf_entry refuses them elsewhere).
+MOE_KEYS = {"mixtral": ("num_local_experts",), "qwen2_moe": ("num_experts", "moe_intermediate_size")}
+
+
+def _moe(k: _Keys) -> dict:
+    # Mixtral (modeling_mixtral.py, MixtralSparseMoeBlock) and Qwen-MoE (modeling_qwen2_moe.py, Qwen2MoeSparseMoeBlock):
+    # Llama's blocks (above) with a mixture of experts in place of the MLP: a router (hidden_size x experts, no bias),
+    # softmax, top num_experts_per_tok, SwiGLU experts without biases. Mixtral: num_local_experts experts of
+    # intermediate_size, the top-k weights renormalised; its sliding_window defaults to none. Qwen-MoE: num_experts
+    # of moe_intermediate_size, renormalised only where norm_topk_prob, and a shared expert of
+    # shared_expert_intermediate_size gated by sigmoid(x w); every layer sparse (decoder_sparse_step 1, no
+    # mlp_only_layers), the dense layers of other settings being refused.
+    mixtral = k.model_type == "mixtral"
+    entry = _llama(k)
+    if mixtral and k.data.get("sliding_window") is not None:  # absent or null: MixtralConfig's default, no window
+        window = k.int("sliding_window", minimum=0)
+        if window:
+            entry["sliding_window"] = (window, k.where)  # checked against the sequence length (check_window)
+    if k.data.get("router_jitter_noise", 0):
+        k._fail("router_jitter_noise", "multiplicative noise on the router's input in training is not supported")
+    if not mixtral:
+        if k.int("decoder_sparse_step", 1) != 1 or k.data.get("mlp_only_layers"):
+            key = "decoder_sparse_step" if k.int("decoder_sparse_step", 1) != 1 else "mlp_only_layers"
+            k._fail(key, "dense MLP layers among the sparse ones are not supported (every layer a mixture of experts: "
+                    "decoder_sparse_step 1, mlp_only_layers empty)")
+    experts = k.int("num_local_experts" if mixtral else "num_experts", 8 if mixtral else 60)
+    entry.update(experts=experts, experts_per_token=k.int("num_experts_per_tok", 2 if mixtral else 4))
+    if not mixtral:
+        entry["d_ff"] = k.int("moe_intermediate_size", 1408)
+        entry["shared_expert_ff"] = k.int("shared_expert_intermediate_size", 5632, minimum=0)
+        entry["router_norm"] = k.bool("norm_topk_prob", False)
     return entry
 
 

@@ -76,6 +76,18 @@ PRESETS: dict[str, dict] = {
     "qwen2.5-0.5b": dict(arch="decoder", layers=24, d_model=896, heads=14, kv_heads=2, d_ff=4864, vocab=151936,
                          seq_len=32768, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
                          bias="qkv", tie_embeddings=True),
+    # Jiang et al. 2024 (Mixtral of Experts), mistralai/Mixtral-8x7B-v0.1: Mistral 7B's blocks with 8 SwiGLU experts of
+    # 14,336 per block, 2 per token (top-2, renormalised), no sliding window, a 32,768-token context.
+    # 46,702,792,704 parameters (about 12.9B used per token).
+    "mixtral-8x7b": dict(arch="decoder", layers=32, d_model=4096, heads=32, kv_heads=8, d_ff=14336, vocab=32000,
+                         seq_len=32768, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
+                         bias="none", experts=8, experts_per_token=2),
+    # Qwen team 2024 (Qwen1.5-MoE), Qwen/Qwen1.5-MoE-A2.7B: 24 blocks of 16 heads (q, k, v biased), 60 SwiGLU experts
+    # of 1,408, 4 per token, their softmax weights not renormalised, and a shared expert of 5,632 gated by
+    # sigmoid(x w). 14,315,784,192 parameters (about 2.7B used per token).
+    "qwen1.5-moe-a2.7b": dict(arch="decoder", layers=24, d_model=2048, heads=16, d_ff=1408, vocab=151936,
+                              seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
+                              bias="qkv", experts=60, experts_per_token=4, shared_expert_ff=5632, router_norm=False),
 }
 
 # The parameter count each preset's source publishes (Hugging Face's num_parameters() of the named model class),
@@ -91,5 +103,7 @@ PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
     "llama-3-8b": (8_030_261_248, "LlamaForCausalLM"),
     "mistral-7b": (7_241_732_096, "MistralForCausalLM"),
     "qwen2.5-0.5b": (494_032_768, "Qwen2ForCausalLM"),
+    "mixtral-8x7b": (46_702_792_704, "MixtralForCausalLM"),
+    "qwen1.5-moe-a2.7b": (14_315_784_192, "Qwen2MoeForCausalLM"),
 }
 MLM_TRANSFORM = {"bert-base": 768 * 768 + 768 + 2 * 768}  # what a preset leaves out of its source's count
