@@ -58,7 +58,7 @@ def test_default_sweep_keeps_its_ids_and_analytic_tables_byte_for_byte():
 
 @pytest.mark.parametrize("change, message", [
     (dict(kv_heads=3), "kv_heads: 3 does not divide heads 4"),
-    (dict(norm="batchnorm"), "norm: 'batchnorm' is not allowed (allowed: layernorm, rmsnorm)"),
+    (dict(norm="batchnorm"), "norm: 'batchnorm' is not allowed (allowed: layernorm, rmsnorm, nonparametric)"),
     (dict(ffn="swish"), "ffn: 'swish' is not allowed (allowed: gelu, relu, swiglu, geglu)"),
     (dict(positions="alibi"), "positions: 'alibi' is not allowed (allowed: sinusoidal, learned, rotary, relative, none)"),
     (dict(relative_buckets=16), "relative_buckets: applies only to positions relative (positions is sinusoidal)"),
@@ -69,7 +69,12 @@ def test_default_sweep_keeps_its_ids_and_analytic_tables_byte_for_byte():
     (dict(positions="rotary", d_model=12, heads=4), "positions: rotary positions turn pairs of features, so a head's width must be even (it is 3)"),
     (dict(classes=3, tie_embeddings=True), "tie_embeddings: a classification head has no vocabulary to share (classes is 3)"),
     (dict(heads=5), "heads: 5 does not divide d_model 16"),
-    (dict(bias="some"), "bias: 'some' is not allowed (allowed: all, none, qkv, attention)"),
+    (dict(bias="some"), "bias: 'some' is not allowed (allowed: all, none, qkv, attention, ffn)"),
+    (dict(parallel_block="yes"), "parallel_block: 'yes' is not allowed (allowed: none, one_norm, two_norms)"),
+    (dict(parallel_block="one_norm"), "parallel_block: one_norm needs norm_position pre"),
+    (dict(rotary_dim=2), "rotary_dim: applies only to positions rotary (positions is sinusoidal)"),
+    (dict(positions="rotary", rotary_dim=3), "rotary_dim: 3 features cannot be turned in pairs within a head of 4"),
+    (dict(positions="rotary", rotary_dim=6), "rotary_dim: 6 features cannot be turned in pairs within a head of 4"),
 ])
 def test_bad_options_get_one_line_naming_the_field(change, message):
     with pytest.raises(ConfigError) as err:
@@ -154,14 +159,14 @@ def test_a_config_json_reads_as_its_preset(data, preset):
 
 @pytest.mark.parametrize("data, message", [
     (dict(LLAMA, model_type="deepseek_v2"), "model_type: 'deepseek_v2' is not supported (supported: gpt2, bert, t5, llama, "),
-    (dict(T5, tie_word_embeddings=False), "tie_word_embeddings: an untied head with shared encoder and decoder embeddings (T5 v1.1) is not supported"),
     (dict(T5, feed_forward_proj="gated-swish"), "feed_forward_proj: 'gated-swish' is not supported"),
     ({k: v for k, v in LLAMA.items() if k != "model_type"}, "model_type: missing"),
     ({k: v for k, v in LLAMA.items() if k != "hidden_size"}, "hidden_size: missing (model_type llama)"),
     (dict(LLAMA, num_attention_heads="32"), "num_attention_heads: '32' is not an integer (model_type llama)"),
     (dict(LLAMA, tie_word_embeddings="no"), "tie_word_embeddings: 'no' is not a boolean"),
     (dict(LLAMA, num_local_experts=8), "num_local_experts: mixture of experts is not supported"),
-    (dict(QWEN, use_sliding_window=True), "use_sliding_window: sliding-window attention is not supported"),
+    (dict(QWEN, use_sliding_window=True, max_window_layers=21), "max_window_layers: a sliding window on 3 of 24 layers "
+     "is not supported"),
     (dict(LLAMA, hidden_act="tanh"), "hidden_act: 'tanh' is not supported"),
     (dict(LLAMA, mlp_bias=True), "mlp_bias: mlp_bias true with attention_bias false is not supported"),
     (dict(BERT, position_embedding_type="relative_key"), "position_embedding_type: 'relative_key' is not supported"),
@@ -172,13 +177,37 @@ def test_bad_config_json_gets_one_line(data, message):
     assert "\n" not in str(err.value) and message in str(err.value)
 
 
-def test_sliding_window_over_a_longer_sequence_is_refused(tmp_path, capsys):
+def test_a_sliding_window_over_a_longer_sequence_is_an_option(tmp_path, capsys):
+    """Mistral's 4096-token window over 32768 positions: the option sliding_window; over 4096 it masks nothing (the
+    preset's configuration, no option)."""
     (tmp_path / "config.json").write_text(json.dumps(MISTRAL))
     status, out, err = run_here(capsys, "estimate", "--hf-config", str(tmp_path), "--rule", "bp")
-    assert status == 2 and out == "" and err.count("\n") == 1
-    assert "sliding_window: 4096-token sliding-window attention over 32768 positions is not supported" in err
-    status, out, err = run_here(capsys, "estimate", "--hf-config", str(tmp_path), "--rule", "bp", "--seq-len", "4096")
-    assert status == 0, err
+    assert status == 0 and "32768 tokens" in out, err
+    assert canonical_model(hf_entry(MISTRAL)).sliding_window == 4096
+    assert canonical_model(dict(hf_entry(MISTRAL), seq_len=4096)).config_id == canonical_model(PRESETS["mistral-7b"]).config_id
+
+
+def test_a_sliding_window_under_the_baselines_and_the_causal_convention_by_hand():
+    """The executed model counts what SDPA with the window's mask computes: the dense product, as without a window.
+    The baselines and the causal convention assume a windowed kernel: a query sees min(M, w) keys (the baselines),
+    or the last w up to itself (causal: w (w + 1) / 2 over the first w queries, w each after)."""
+    d, h, L, n, w, B = 32, 4, 2, 12, 5, 2
+    entry = dict(arch="decoder", layers=L, d_model=d, heads=h, d_ff=48, vocab=50, seq_len=n, batch=B, norm="rmsnorm",
+                 norm_position="pre", positions="rotary", ffn="swiglu", bias="none")
+    models = ("executed", "causal", "kaplan", "textbook", "survey")
+    dense, windowed = (costs(dict(entry, **extra), cost_models=models) for extra in ({}, dict(sliding_window=w)))
+
+    def total(t, model, phase="forward"):
+        return phase_sum(t, phase, "bp", "flops", model)
+
+    for phase in ("forward", "backward", "weight_update"):
+        assert total(windowed, "executed", phase) == total(dense, "executed", phase)
+    keys = w * (w + 1) // 2 + (n - w) * w  # per sequence and head
+    assert total(dense, "causal") - total(windowed, "causal") == B * L * 4 * d * (n * n // 2 - keys)
+    assert total(dense, "causal", "backward") - total(windowed, "causal", "backward") == B * L * 10 * d * (n * n // 2 - keys)
+    assert total(dense, "kaplan") - total(windowed, "kaplan") == B * 2 * L * n * (n - w) * d
+    assert total(dense, "textbook") - total(windowed, "textbook") == B * 4 * L * n * (n - w) * d
+    assert total(dense, "survey") - total(windowed, "survey") == B * 4 * L * n * (n - w) * d
 
 
 def test_unreadable_config_json_files(tmp_path):
@@ -278,7 +307,11 @@ def test_a_workflow_train_job_passes_every_option_to_train():
 
     config = validate_config({"sweep": {"models": [dict(DECODER, name="m")]}, "train": {"select": ["m"]}}, vocabulary())
     for options in [*OPTION_CASES.values(), *MODERN.values(), dict(head_bias=False, tie_embeddings=False, bias="qkv")]:
-        cfg = canonical_model(dict(DECODER, seq_len=8, **options))
+        base = dict(DECODER, seq_len=8)
+        if options.get("shared_embedding"):  # (an encoder-decoder's option)
+            base = dict({k: v for k, v in base.items() if k != "layers"}, arch="encoder-decoder", enc_layers=1,
+                        dec_layers=2)
+        cfg = canonical_model(dict(base, **options))
         args = train_command(TrainJob(cfg.config_id, "bp", 0, "m", cfg, "lm"), config)
         assert args[-len(option_flags(cfg)) or len(args):] == option_flags(cfg)
         parsed = build_parser().parse_args(args)

@@ -15,8 +15,8 @@ from trainingcost.config import (
 )
 from trainingcost.config import validate_config as validate_with
 from trainingcost.config.presets import PRESETS
+from trainingcost.config.model import LATE_OPTIONS
 from trainingcost.config.sweep import CONFIG_COLUMNS
-from trainingcost.config.model import LATE_FIELDS
 
 
 def validate_config(config):
@@ -61,8 +61,8 @@ def test_grid_union_presets_and_models():
         }
     )
     frame = sweep_frame(config)
-    # the options appended later (config/model.py's LATE_FIELDS) have a column only where a configuration sets one
-    assert list(frame.columns) == [c for c in CONFIG_COLUMNS if c not in LATE_FIELDS]
+    # the later options' columns only where a row sets one (none here): the frames of before keep their bytes
+    assert list(frame.columns) == [c for c in CONFIG_COLUMNS if c not in LATE_OPTIONS]
     assert len(frame) == 2 + 3 * 2 * 3 * 2  # the explicit model duplicates a grid point
     assert frame.config_id.is_unique
     encdec = frame[frame.arch == "encoder-decoder"]
@@ -105,3 +105,15 @@ def test_bad_configs_name_the_field(config, message):
     text = str(info.value)
     assert message in text
     assert "\n" not in text
+
+
+def test_a_later_option_has_its_column_where_a_row_sets_it():
+    from trainingcost.config import canonical_model, configs_frame
+    from trainingcost.config.sweep import frame_configs
+
+    plain = canonical_model(dict(arch="decoder", layers=1, d_model=16, heads=2, d_ff=32, vocab=40, seq_len=8))
+    window = plain.replace(sliding_window=4, positions="rotary")
+    frame = configs_frame([("a", plain), ("b", window)])
+    assert "sliding_window" in frame and not set(LATE_OPTIONS) - {"sliding_window"} & set(frame.columns)
+    assert frame_configs(frame) == [plain, window]
+    assert frame_configs(configs_frame([("a", plain)])) == [plain]

@@ -152,6 +152,14 @@ OPTION_CASES = {
     "attention-bias": dict(bias="attention"),  # q, k, v and o biased, the FFN not (Llama's attention_bias)
     "head-bias": dict(bias="none", head_bias=True),
     "bert-embedding": dict(type_vocab=2, embedding_norm=True, positions="learned"),
+    "nonparametric": dict(norm="nonparametric"),  # a LayerNorm without gain or bias (OLMo)
+    "ffn-bias": dict(bias="ffn"),  # the FFN's matrices biased, attention not (GPT-J)
+    "parallel-one-norm": dict(norm_position="pre", parallel_block="one_norm"),  # GPT-J, Phi-1/2, Falcon-7B
+    # GPT-NeoX: a norm per branch, rotary on half of each head
+    "parallel-two-norms": dict(norm_position="pre", parallel_block="two_norms", positions="rotary", rotary_dim=2),
+    "sliding-window": dict(sliding_window=3, positions="rotary"),
+    "embedding-scale": dict(embedding_scale=True),  # Gemma's sqrt(d) on the embedding
+    "shared-embedding": dict(shared_embedding=True),  # T5 v1.1: one table for both stacks, the head its own  # SDPA with the window's mask: the dense product
     "experts": dict(experts=3, experts_per_token=2, router_norm=False),  # GELU experts, biased where bias is all
 }
 # Models of today, whole: Llama/Mistral (pre-RMSNorm, SwiGLU, GQA, rotary, no biases), Qwen2 (and q/k/v biases,
@@ -184,6 +192,12 @@ def _option_grid():
         for name, options in {**OPTION_CASES, **MODERN}.items():
             if arch == "classifier" and options.get("tie_embeddings"):
                 continue  # refused: a classifier has no vocabulary to tie to (tests/test_config.py)
+            if arch == "encoder-decoder" and options.get("parallel_block"):
+                continue  # refused: a block with cross-attention has no parallel form
+            if arch.startswith("encoder") and options.get("sliding_window"):
+                continue  # refused: a window applies to a decoder's causal self-attention
+            if arch != "encoder-decoder" and options.get("shared_embedding"):
+                continue  # refused: one stack has no table to share
             yield pytest.param({**shape, **options}, id=f"{arch}-{name}")
 
 

@@ -262,35 +262,38 @@ def test_a_classifier_on_a_bert_config_json_needs_no_tie_flag(tmp_path, capsys):
 
 def test_mistral_without_a_sliding_window_key_gets_transformers_default(tmp_path, capsys):
     """transformers reads a Mistral config.json without ``sliding_window`` with MistralConfig's 4096: the file with
-    the key left out and the file with 4096 written out are the same model, refused alike at 8192 tokens (one line
-    naming the file) and accepted at 4096; ``null`` is no window."""
+    the key left out and the file with 4096 written out are the same model, a 4096-token window at 8192 tokens (one
+    config_id) and no window at 4096 (the window masks nothing); ``null`` is no window."""
     import transformers
+
+    from trainingcost.config import canonical_model
+    from trainingcost.config.hf import read_hf_config
 
     assert transformers.MistralConfig().sliding_window == 4096
     written = _config_json(tmp_path, {**TINY_MISTRAL, "sliding_window": 4096}, "written.json")
     absent = _config_json(tmp_path, TINY_MISTRAL, "absent.json")
-    for path in (written, absent):
-        status, stdout, stderr = run_here(capsys, "estimate", "--hf-config", str(path), "--rule", "bp")
-        line = one_line(stderr, "estimate", f"--hf-config {path}")
-        assert status == 2 and "4096-token sliding-window attention over 8192 positions is not supported" in line
-        status, stdout, stderr = run_here(capsys, "estimate", "--hf-config", str(path), "--rule", "bp",
-                                          "--cost-model", "executed", "--seq-len", "4096")
-        assert status == 0, stderr
     none = _config_json(tmp_path, {**TINY_MISTRAL, "sliding_window": None}, "none.json")
-    status, stdout, stderr = run_here(capsys, "estimate", "--hf-config", str(none), "--rule", "bp", "--cost-model",
-                                      "executed")
-    assert status == 0 and "8192 tokens" in stdout, stderr
+    for seq_len, windows in ((8192, (4096, 4096, 0)), (4096, (0, 0, 0))):
+        cfgs = [canonical_model(dict(read_hf_config(path), seq_len=seq_len)) for path in (written, absent, none)]
+        assert tuple(c.sliding_window for c in cfgs) == windows
+        assert cfgs[0].config_id == cfgs[1].config_id and (cfgs[1].config_id == cfgs[2].config_id) == (seq_len == 4096)
+    for path in (written, absent):
+        status, stdout, stderr = run_here(capsys, "estimate", "--hf-config", str(path), "--rule", "bp",
+                                          "--cost-model", "executed")
+        assert status == 0 and "8192 tokens" in stdout, stderr
 
 
-def test_a_sweep_entrys_sliding_window_error_names_its_file(tmp_path):
+def test_a_sweep_entrys_window_error_names_its_file(tmp_path):
+    """A window on some layers only (Qwen2's max_window_layers) is refused in one line naming the file."""
     from trainingcost.analytic import vocabulary
     from trainingcost.config import ConfigError, validate_config
 
-    path = _config_json(tmp_path, TINY_MISTRAL)
+    qwen = {**TINY_MISTRAL, "model_type": "qwen2", "use_sliding_window": True, "max_window_layers": 1}
+    path = _config_json(tmp_path, qwen)
     with pytest.raises(ConfigError) as err:
         validate_config({"sweep": {"models": [{"hf_config": str(path)}]}}, vocabulary())
     assert str(err.value).startswith(f"sweep.models[0].hf_config {path}") and "\n" not in str(err.value)
-    assert "sliding_window: 4096-token" in str(err.value)
+    assert "max_window_layers: a sliding window on 1 of 2 layers is not supported" in str(err.value)
 
 
 def test_the_hf_config_help_lists_every_model_type_read():

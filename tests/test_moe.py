@@ -168,8 +168,8 @@ def test_config_json_mappings_and_refusals():
     for key, value in (("router_jitter_noise", 0.1),):
         with pytest.raises(ConfigError, match=key):
             hf_entry(dict(mixtral, **{key: value}))
-    with pytest.raises(ConfigError, match="sliding_window"):  # a window shorter than the sequence: refused
-        check_window(hf_entry(dict(mixtral, sliding_window=64)), "x")
+    windowed = canonical_model(check_window(hf_entry(dict(mixtral, sliding_window=64)), "x"))  # a window: an option
+    assert windowed.sliding_window == 64 and windowed.moe
     qwen = dict(model_type="qwen2_moe", hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
                 shared_expert_intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
                 vocab_size=100, max_position_embeddings=128, num_experts=6, num_experts_per_tok=2)

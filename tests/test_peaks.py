@@ -203,3 +203,50 @@ def test_every_preset_is_replayed_under_every_rule():
         table.loc[table.peak <= table.step_start, ["config_id", "rule", "peak"]]
     targets = table[table.rule.isin(["tp", "lra"])]
     assert (targets.peak_target_propagation > 0).all() and (targets.peak_feedback_update > 0).all()
+
+
+# The model families of issue 28 (tests/test_hf_families.py checks them against transformers): parallel blocks with
+# one norm (GPT-J, Phi-1/2, Falcon-7B) or two (GPT-NeoX), partial rotary, biases on the FFN only. Each under every
+# rule, SGD fp32 and Adam bf16 alternating.
+FAMILY_CASES = {
+    "gptj": ("decoder", dict(norm_position="pre", parallel_block="one_norm", positions="rotary", rotary_dim=2,
+                             bias="ffn", head_bias=True), (2, 16, 2, 32, 6, 2, 16)),
+    "gpt_neox": ("decoder", dict(norm_position="pre", parallel_block="two_norms", positions="rotary", rotary_dim=4,
+                                 head_bias=False), (1, 24, 4, 48, 6, 3, 44)),
+    "falcon": ("encoder", dict(norm_position="pre", parallel_block="one_norm", positions="rotary", kv_heads=1,
+                               bias="none", head_bias=False), (2, 16, 2, 32, 5, 2, 24)),
+    # OLMo: a LayerNorm without gain or bias (DFA: a segment's first norm reads a constant, and has no node)
+    "olmo": ("decoder", dict(norm="nonparametric", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
+                             head_bias=False), (2, 16, 4, 40, 5, 4, 24)),
+    # StableLM with use_parallel_residual, q, k, v biases, grouped-query attention and partial rotary, as a classifier
+    "stablelm": ("encoder", dict(norm_position="pre", parallel_block="one_norm", ffn="swiglu", bias="qkv",
+                                 kv_heads=2, positions="rotary", rotary_dim=2, head_bias=False), (1, 24, 4, 48, 6, 3, 44)),
+    # Mistral: a 3-token sliding window over 8 positions (SDPA with the stack's additive mask, a buffer)
+    "mistral-window": ("decoder", dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
+                                       kv_heads=2, sliding_window=3, head_bias=False), (2, 16, 4, 32, 8, 2, 16)),
+    # Gemma: the embedding scaled by sqrt(d), GeGLU, heads 6 wide beside d 16, one key/value head, a tied head
+    "gemma": ("decoder", dict(norm="rmsnorm", norm_position="pre", ffn="geglu", positions="rotary", bias="none",
+                              kv_heads=1, head_dim=6, embedding_scale=True, tie_embeddings=True, head_bias=False),
+              (2, 16, 4, 40, 5, 4, 24)),
+    # T5 v1.1: the stacks share one table, the head its own; gated GELU, relative bias
+    "t5-v1.1": ("encoder-decoder", dict(positions="relative", relative_buckets=8, relative_max_distance=16,
+                                        norm="rmsnorm", norm_position="pre", ffn="geglu", bias="none", head_bias=False,
+                                        shared_embedding=True), (1, 16, 2, 32, 7, 2, 40)),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_CASES))
+def test_the_tape_follows_the_model_families_to_the_byte(family):
+    arch, options, shape = FAMILY_CASES[family]
+    layers, d, heads, d_ff, seq, batch, vocab = shape
+    fields, task = ARCHES[arch]
+    mismatches = []
+    for index, rule in enumerate(rule_names()):
+        optimizer, dtype = [("sgd", "fp32"), ("adam", "bf16")][index % 2]
+        cfg = canonical_model(dict(layers=layers, d_model=d, heads=heads, d_ff=d_ff, seq_len=seq, batch=batch,
+                                   vocab=vocab + (256 if task == "lm" else 0), **fields, **options), "")
+        got, want = tape_and_meter(cfg, rule, optimizer, dtype, meter_step(cfg, task, rule, optimizer, dtype))
+        assert got["peak"] >= 0, (family, rule)
+        if got != want:
+            mismatches.append((family, rule, optimizer, dtype, got, want))
+    assert not mismatches, mismatches[:3]

@@ -12,13 +12,14 @@ import re
 from .config import PRESETS, ConfigError, canonical_model, preset_entry
 from .config.hf import SUPPORTED as HF_MODEL_TYPES
 from .config.hf import check_window, drop_lm_head, drop_short_table, read_hf_config
-from .config.model import BIASES, FFNS, NORM_POSITIONS, NORMS, POSITIONS
+from .config.model import BIASES, FFNS, NORM_POSITIONS, NORMS, PARALLEL_BLOCKS, POSITIONS
 
 # Model flags; each flag's dest is its config field (--d-model -> d_model).
 MODEL_FIELDS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "tgt_len", "batch",
                 "classes", "norm", "norm_position", "ffn", "kv_heads", "head_dim", "positions", "max_positions",
                 "tie_embeddings", "bias", "head_bias", "type_vocab", "embedding_norm", "relative_buckets",
-                "relative_max_distance", "experts", "experts_per_token", "shared_expert_ff", "router_norm")
+                "relative_max_distance", "parallel_block", "rotary_dim", "sliding_window",
+                "embedding_scale", "shared_embedding", "experts", "experts_per_token", "shared_expert_ff", "router_norm")
 LAYER_FIELDS = ("layers", "enc_layers", "dec_layers")
 
 
@@ -93,6 +94,14 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     arch.add_argument("--type-vocab", type=integer, help="token types added to the embedding (BERT: 2)")
     arch.add_argument("--embedding-norm", action=argparse.BooleanOptionalAction, default=None,
                       help="a norm on the embedding output (BERT)")
+    arch.add_argument("--parallel-block", choices=PARALLEL_BLOCKS,
+                      help="x + attn(norm(x)) + ffn(norm(x)): one norm (GPT-J, Phi-2, Falcon-7B) or two (GPT-NeoX)")
+    arch.add_argument("--rotary-dim", type=integer, help="positions rotary: features of a head turned (default all)")
+    arch.add_argument("--sliding-window", type=integer, help="a decoder's queries attend to the last N positions only")
+    arch.add_argument("--embedding-scale", action=argparse.BooleanOptionalAction, default=None,
+                      help="the embedding's output times sqrt(d_model) (Gemma)")
+    arch.add_argument("--shared-embedding", action=argparse.BooleanOptionalAction, default=None,
+                      help="encoder-decoder: both stacks read one table, the head its own (T5 v1.1)")
     arch.add_argument("--experts", type=integer, help="mixture of experts: routed FFNs per block, each --d-ff wide")
     arch.add_argument("--experts-per-token", type=integer, help="mixture of experts: the top-k experts a token runs")
     arch.add_argument("--shared-expert-ff", type=integer, help="mixture of experts: a shared expert this wide (Qwen-MoE)")

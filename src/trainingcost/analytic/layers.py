@@ -63,11 +63,12 @@ def _head(name: str, description: str) -> LayerKind:
 
 
 def _norm_kind(name: str, description: str, residual: bool) -> LayerKind:
-    # LayerNorm has gamma and beta and saves its mean and rstd per row; RMSNorm gamma and rstd (s.g: 2 or 1).
+    # LayerNorm has gamma and beta and saves its mean and rstd per row; RMSNorm gamma and rstd (s.g: 2 or 1, s.ns: 2
+    # or 1); a non-parametric LayerNorm (OLMo) no parameters (s.g: 0), its mean and rstd.
     return LayerKind(
         name, "norm", description,
         params=lambda s: s.g * s.d,
-        saved=lambda s: s.M * s.d + s.g * s.M,
+        saved=lambda s: s.M * s.d + s.ns * s.M,
         working=lambda s: (3 if residual else 2) * s.M * s.d,
         kept=lambda s: s.M * s.d,
         param_tensors=lambda s: s.g,
@@ -206,7 +207,9 @@ class BlockDescription:
     (``train/model.py``'s ``Block``) and the memory tape (``analytic/tape``) all read.
 
     ``branches`` run in order, each on the output of the one before; ``sublayers`` are the layers of the tables,
-    in forward order (pre-LN: each norm before its branch; post-LN: after it).
+    in forward order (pre-LN: each norm before its branch; post-LN: after it). ``parallel``: the branches all read
+    the block input and their outputs are added to it, x + attn(norm(x)) + ffn(norm(x)); branches that name the
+    same norm share it (``parallel_block`` one_norm: one ``input_norm``).
     """
 
     arch: str
@@ -214,6 +217,7 @@ class BlockDescription:
     pre: bool
     branches: tuple[Branch, ...]
     sublayers: tuple[Sublayer, ...]
+    parallel: bool = False
 
     def sublayer(self, name: str) -> Sublayer:
         return next(sub for sub in self.sublayers if sub.name == name)
@@ -223,12 +227,15 @@ _ENCODER = (("self_attention", "self_attention"), ("ffn", "ffn"))
 _DECODER_ONLY = (("self_attention", "masked_self_attention"), ("ffn", "ffn"))
 _ENC_DEC_DECODER = (("self_attention", "masked_self_attention"), ("cross_attention", "cross_attention"), ("ffn", "ffn"))
 EMBEDDING_NORM, FINAL_NORM = "embedding_norm", "final_norm"  # kind "norm"
+SHARED_NORM = "input_norm"  # a parallel block's one norm (parallel_block one_norm), kind "add_norm"
 
 
 @lru_cache(maxsize=None)
-def describe_block(arch: str, stack: str, pre: bool = False, moe: bool = False) -> BlockDescription:
-    """The block of ``stack`` ('encoder' or 'decoder') in ``arch``, post-LN or ``pre``-LN; with ``moe``, a mixture
-    of experts (kind ``moe``) in the FFN's place, under the FFN's name."""
+def describe_block(arch: str, stack: str, pre: bool = False, parallel: str = "none", moe: bool = False
+                   ) -> BlockDescription:
+    """The block of ``stack`` ('encoder' or 'decoder') in ``arch``, post-LN or ``pre``-LN, its branches in sequence
+    or ``parallel`` (``ModelConfig.parallel_block``: one_norm, two_norms; pre-LN, no cross-attention); with ``moe``, a
+    mixture of experts (kind ``moe``) in the FFN's place, under the FFN's name."""
     if stack == "encoder":
         pairs = _ENCODER
     elif arch == "encoder-decoder":
@@ -242,19 +249,23 @@ def describe_block(arch: str, stack: str, pre: bool = False, moe: bool = False) 
         entry = not subs  # only the first branch reads the block input
         cross = kind == "cross_attention"
         attention = KINDS[kind].family == "attention"
-        branch = Branch(name, kind, f"{name}_norm", reads_memory=cross, positional=attention and not cross)
+        norm_name = SHARED_NORM if parallel == "one_norm" else f"{name}_norm"
+        branch = Branch(name, kind, norm_name, reads_memory=cross, positional=attention and not cross)
         branches.append(branch)
-        norm = Sublayer(branch.norm, "add_norm", entry, role="norm")
-        if pre:
+        norm = Sublayer(branch.norm, "add_norm", entry or parallel != "none", role="norm")
+        if parallel == "one_norm" and not entry:
+            subs.append(Sublayer(name, kind, False, attention and cross))  # the norm is the first branch's
+        elif pre:
             subs += [norm, Sublayer(name, kind, False, attention and cross)]
         else:
             subs += [Sublayer(name, kind, entry, attention and (entry or cross)), norm]
-    return BlockDescription(arch, stack, pre, tuple(branches), tuple(subs))
+    return BlockDescription(arch, stack, pre, tuple(branches), tuple(subs), parallel != "none")
 
 
-def block_sublayers(arch: str, stack: str, pre: bool = False, moe: bool = False) -> tuple[Sublayer, ...]:
+def block_sublayers(arch: str, stack: str, pre: bool = False, parallel: str = "none", moe: bool = False
+                    ) -> tuple[Sublayer, ...]:
     """The sublayers of one block of ``stack`` in ``arch``, in forward order (:func:`describe_block`)."""
-    return describe_block(arch, stack, pre, moe).sublayers
+    return describe_block(arch, stack, pre, parallel, moe).sublayers
 
 
 def stack_ends(cfg) -> tuple[tuple[str, str], ...]:
@@ -307,7 +318,7 @@ def layer_plan(cfg) -> list[tuple[str, str]]:
         for end, kind in stack_ends(cfg):
             plan.append((end_layer_name(stack, end), kind))
         for index in range(cfg.depth(stack)):
-            for sub in block_sublayers(cfg.arch, stack, cfg.pre_norm, cfg.moe):
+            for sub in block_sublayers(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block, cfg.moe):
                 plan.append((block_layer_name(stack, index, sub.name), sub.kind))
         if cfg.pre_norm:
             plan.append((end_layer_name(stack, FINAL_NORM), "norm"))

@@ -124,7 +124,8 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
     # The feedback's tensors (per-tensor optimizer scalars, where the feedback is trained)
     feedback_tensors = {"weights": lambda: linears, "inverses": lambda: 2 * blocks, "error_weights": lambda: blocks + 1}
     # Buffers: each stack's sinusoidal table (rows x d, in the dtype), or each rotary self-attention's cos and sin
-    # (rows x head_dim each, float32 tables cast to the dtype), or each stack's relative-position buckets (rows x rows,
+    # (rows x head_dim each, float32 tables cast to the dtype), a decoder's sliding-window mask (rows x rows, in the
+    # dtype), or each stack's relative-position buckets (rows x rows,
     # int64, T5); a rule's own buffers per weight matrix (RuleMemory.matrix_buffer_bytes: WM's float64 norms).
     options = T.option_columns(configs)
     stack_rows = [np.where(configs["arch"].to_numpy() != "decoder", c["seq_len"], 0),  # the encoder's, the decoder's
@@ -134,7 +135,8 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
     rotary_tables = 2 * options["rotary"] * options["head_dim"] * (
         np.where(configs["arch"].to_numpy() != "decoder", c["seq_len"] * c["enc_layers"], 0)
         + c["tgt_len"] * c["dec_layers"])
-    position_buffers = np.where(sinusoidal, rows_per_stack * d, 0) + rotary_tables
+    window_masks = np.where(options["sliding_window"] > 0, stack_rows[1] * stack_rows[1], 0)  # a decoder's, in the dtype
+    position_buffers = np.where(sinusoidal, rows_per_stack * d, 0) + rotary_tables + window_masks
     bucket_bytes = options["relative"] * TOKEN_BYTES * sum(rows * rows for rows in stack_rows)
     # T5's relative-position tables (buckets x heads per stack): PEPITA and MEMPEPITA never update them (their output
     # does not depend on the input; docs/learning_rules.md), so they have no gradient and no optimizer state there.

@@ -15,12 +15,13 @@ Shapes, per template and per sequence:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from ..config.model import ARCHES
+from ..config.model import ARCHES, PARALLEL_BLOCKS
 from . import layers as L
 
 STACK_RANK = {"encoder": 0, "decoder": 1, "": 2}
@@ -40,10 +41,10 @@ SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": 
                  "src_len": "seq_len", "tgt_len": "tgt_len", "enc_layers": "enc_layers", "dec_layers": "dec_layers",
                  # architecture options, as integers (see option_columns)
                  "a": "attn_width", "kv": "kv_width", "kvh": "kv_heads", "dh": "head_dim", "gated": "gated",
-                 "relu": "relu", "silu": "silu", "g": "norm_vectors", "rms": "rms", "pre": "pre", "tied": "tied", "bq": "qkv_bias",
+                 "relu": "relu", "silu": "silu", "g": "norm_vectors", "ns": "norm_stats", "rms": "rms", "pre": "pre", "tied": "tied", "bq": "qkv_bias",
                  "bo": "out_bias", "ba": "o_bias", "bh": "head_bias", "learned": "learned", "rotary": "rotary", "tv": "type_vocab",
                  "max_pos": "max_positions", "relative": "relative", "rb": "relative_buckets",
-                 "default_arch": "default_arch",
+                 "w": "sliding_window", "es": "embedding_scale", "default_arch": "default_arch",
                  "E": "experts", "k": "experts_per_token", "sff": "shared_expert_ff"}
 TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows", "shared")
 
@@ -75,15 +76,22 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
     cols = {
         "attn_width": heads * head_dim, "kv_width": kv_heads * head_dim, "kv_heads": kv_heads, "head_dim": head_dim,
         "gated": i64(np.isin(ffn, ("swiglu", "geglu"))), "relu": i64(ffn == "relu"), "silu": i64(ffn == "swiglu"),
-        "rms": i64(norm == "rmsnorm"), "norm_vectors": i64(np.where(norm == "rmsnorm", 1, 2)),
+        "rms": i64(norm == "rmsnorm"), "norm_vectors": i64(np.select([norm == "rmsnorm", norm == "nonparametric"], [1, 0], 2)),
+        "norm_stats": i64(np.where(norm == "rmsnorm", 1, 2)),  # saved per row: LayerNorm's mean and rstd, RMSNorm's rstd
         "pre": i64(column("norm_position").astype(str) == "pre"), "tied": i64(column("tie_embeddings").astype(bool)),
-        "qkv_bias": i64(bias != "none"), "out_bias": i64(bias == "all"),
+        "qkv_bias": i64(np.isin(bias, ("all", "qkv", "attention"))), "out_bias": i64(np.isin(bias, ("all", "ffn"))),
         "o_bias": i64(np.isin(bias, ("all", "attention"))), "head_bias": i64(column("head_bias").astype(bool)),
         "learned": i64(positions == "learned"), "rotary": i64(positions == "rotary"),
         "relative": i64(positions == "relative"), "relative_buckets": i64(column("relative_buckets")),
         "added_positions": i64(np.isin(positions, ("sinusoidal", "learned"))),
         "type_vocab": i64(column("type_vocab")), "max_positions": i64(column("max_positions")),
         "embedding_norm": i64(column("embedding_norm").astype(bool)),
+        "parallel_block": column("parallel_block").astype(str),
+        # features of a head that rotary positions turn (rotary_dim; 0: the whole head)
+        "rotary_dim": np.where(i64(column("rotary_dim")) > 0, i64(column("rotary_dim")), head_dim),
+        "sliding_window": i64(column("sliding_window")),  # 0: none (a window shorter than the sequence otherwise)
+        "embedding_scale": i64(column("embedding_scale").astype(bool)),
+        "shared_embedding": i64(column("shared_embedding").astype(bool)),  # the stacks share a table, not the head
         "experts": i64(column("experts")), "experts_per_token": i64(column("experts_per_token")),
         "shared_expert_ff": i64(column("shared_expert_ff")), "router_norm": i64(column("router_norm").astype(bool)),
     }
@@ -258,15 +266,18 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
             for end, rank in END_RANK.items():
                 kind = "norm" if end == L.EMBEDDING_NORM else end
                 # A tied encoder-decoder shares one table: the encoder's embedding owns it.
-                shared = (tied & encdec & (stack == "decoder")).astype(np.int64) if end == "embedding" else 0
+                shared = (((cols["shared_embedding"] > 0) | tied) & encdec & (stack == "decoder")).astype(np.int64) \
+                    if end == "embedding" else 0
                 add(has & ends_of[end], kind, stack, end, 1, False, False, rank, rows, shared=shared)
-            for arch_name, pre, moe in ((a, p, m) for a in ARCHES for p in (False, True) for m in (False, True)):
-                mask = has & (arch == arch_name) & ((cols["pre"] > 0) == pre) & ((cols["experts"] > 0) == moe)
-                if mask.any():
-                    for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre, moe)):
-                        kv_rows = cols["seq_len"] if sub.kind == "cross_attention" else rows
-                        add(mask, sub.kind, stack, sub.name, depth, True, sub.block_entry, BLOCK_SUB_OFFSET + position,
-                            rows, kv_rows, kv_entry=sub.kv_entry)
+            for arch_name, pre, parallel, moe in itertools.product(ARCHES, (False, True), PARALLEL_BLOCKS, (False, True)):
+                mask = (has & (arch == arch_name) & ((cols["pre"] > 0) == pre) & (cols["parallel_block"] == parallel)
+                        & ((cols["experts"] > 0) == moe))
+                if not mask.any():
+                    continue
+                for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre, parallel, moe)):
+                    kv_rows = cols["seq_len"] if sub.kind == "cross_attention" else rows
+                    add(mask, sub.kind, stack, sub.name, depth, True, sub.block_entry, BLOCK_SUB_OFFSET + position,
+                        rows, kv_rows, kv_entry=sub.kv_entry)
             add(has & (cols["pre"] > 0), "norm", stack, L.FINAL_NORM, 1, False, False, TAIL_RANK, rows)
             # DFA: the output error reaches each block through its own projection. The error has
             # one row per output position for an LM head whose positions are the block's own;

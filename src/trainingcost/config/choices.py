@@ -11,14 +11,18 @@ ARCHES = ("encoder", "decoder", "encoder-decoder")
 
 # Architecture options. Each has a default that is the 2017 transformer (Vaswani et al. 2017), which trainingcost
 # costed first (config/model.py's OPTION_DEFAULTS).
-NORMS = ("layernorm", "rmsnorm")
+NORMS = ("layernorm", "rmsnorm", "nonparametric")  # nonparametric: LayerNorm without gain or bias (OLMo)
 NORM_POSITIONS = ("post", "pre")
 FFNS = ("gelu", "relu", "swiglu", "geglu")
 POSITIONS = ("sinusoidal", "learned", "rotary", "relative", "none")
 # qkv: biases on the query, key and value projections only (Qwen2); attention: on q, k, v and o, none in the FFN
-# (Llama's attention_bias without mlp_bias)
-BIASES = ("all", "none", "qkv", "attention")
-OPTION_CHOICES = dict(norm=NORMS, norm_position=NORM_POSITIONS, ffn=FFNS, positions=POSITIONS, bias=BIASES)
+# (Llama's attention_bias without mlp_bias); ffn: on the FFN's matrices only (GPT-J; GPT-NeoX without attention_bias)
+BIASES = ("all", "none", "qkv", "attention", "ffn")
+# Parallel attention and FFN (GPT-J, GPT-NeoX, Phi-1/2, Falcon): x + attn(norm(x)) + ffn(norm(x)) with one norm
+# read by both branches (one_norm), or a norm each (two_norms); none: the branches in sequence.
+PARALLEL_BLOCKS = ("none", "one_norm", "two_norms")
+OPTION_CHOICES = dict(norm=NORMS, norm_position=NORM_POSITIONS, ffn=FFNS, positions=POSITIONS, bias=BIASES,
+                      parallel_block=PARALLEL_BLOCKS)
 
 # What a training run may be asked for (config/training.py checks a run's settings against them).
 TASKS = ("lm", "classify", "copy", "reverse")

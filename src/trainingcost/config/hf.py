@@ -2,14 +2,15 @@
 
 Plain JSON, no ``transformers``: each supported ``model_type`` maps its keys onto
 trainingcost's fields and options. What the mapping cannot express (a mixture of
-experts outside Mixtral and Qwen-MoE, sliding-window attention over a longer sequence, an unknown
-``model_type``, keys of the wrong type) is refused in one line that names it,
+experts outside Mixtral and Qwen-MoE, a sliding window on some layers only, an unknown ``model_type``, keys of
+the wrong type) is refused in one line that names it,
 never counted silently wrong. The result is an entry like a preset's: command-line
 flags and a sweep entry's other keys override its fields.
 
 Sources of each mapping: the ``configuration_*.py`` and ``modeling_*.py`` of
-Hugging Face ``transformers`` for GPT-2, BERT, Llama, Mistral, Qwen2, Mixtral and Qwen-MoE (key names,
-their defaults, which layers carry biases, which heads are tied).
+Hugging Face ``transformers`` for GPT-2, BERT, T5, Llama, Mistral, Qwen2, GPT-NeoX,
+GPT-J, Phi, Falcon, StableLM, OLMo, StarCoder2, Phi-3, Gemma, Mixtral and Qwen-MoE (key names, their defaults, which
+layers carry biases, which heads are tied, which blocks are parallel, how much of a head rotary turns, the experts).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "mixtral", "qwen2_moe")
+SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
+             "starcoder2", "phi3", "gemma", "mixtral", "qwen2_moe")
 # Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
 UNSUPPORTED_KEYS = {
     "num_local_experts": "mixture of experts",
@@ -112,7 +114,8 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
             raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")
     keys = _Keys(data, where, model_type)
     return {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
-            "mixtral": _moe, "qwen2_moe": _moe}[model_type](keys)
+            "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo,
+            "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma, "mixtral": _moe, "qwen2_moe": _moe}[model_type](keys)
 
 
 def _gpt2(k: _Keys) -> dict:
@@ -154,14 +157,11 @@ T5_FFN = {"relu": "relu", "gelu": "gelu", "gated-gelu": "geglu", "gated-silu": "
 
 
 def _t5(k: _Keys) -> dict:
-    # T5 (modeling_t5.py, T5ForConditionalGeneration): pre-RMSNorm (T5LayerNorm, no bias) with a final norm per stack,
-    # no biases, a relative position bias per stack (first block's self-attention, shared by the stack), heads d_kv
+    # T5 and T5 v1.1 (modeling_t5.py, T5ForConditionalGeneration): pre-RMSNorm (T5LayerNorm, no bias) with a final norm
+    # per stack, no biases, a relative position bias per stack (first block's self-attention, shared by the stack), heads d_kv
     # wide, encoder and decoder embeddings shared and tied to the head. Sequence length: n_positions (512).
     if not k.bool("is_encoder_decoder", True):
         k._fail("is_encoder_decoder", "T5's encoder alone is not supported")
-    if not k.bool("tie_word_embeddings", True):
-        k._fail("tie_word_embeddings", "an untied head with shared encoder and decoder embeddings (T5 v1.1) is not "
-                "supported")
     layers = k.int("num_layers")
     heads = k.int("num_heads")
     d = k.int("d_model")
@@ -172,8 +172,13 @@ def _t5(k: _Keys) -> dict:
         ffn=k.activation("feed_forward_proj", "relu", T5_FFN), positions="relative",
         relative_buckets=k.int("relative_attention_num_buckets", 32),
         relative_max_distance=k.int("relative_attention_max_distance", 128),
-        tie_embeddings=True, bias="none", head_bias=False,
+        bias="none", head_bias=False,
     )
+    # T5 v1.1 (tie_word_embeddings false): the stacks still share one table, the head has its own
+    if k.bool("tie_word_embeddings", True):
+        entry["tie_embeddings"] = True
+    else:
+        entry["shared_embedding"] = True
     head_dim = k.int("d_kv", d // heads)
     if head_dim * heads != d:
         entry["head_dim"] = head_dim
@@ -211,16 +216,241 @@ def _llama(k: _Keys) -> dict:
         entry["bias"] = "qkv" if k.bool("qkv_bias", True) else "none"
     else:
         entry["bias"] = "qkv" if model_type == "qwen2" else "none"
-    if model_type in ("qwen2", "qwen2_moe") and k.bool("use_sliding_window", False):
-        k._fail("use_sliding_window", "sliding-window attention is not supported")
+    if model_type in ("qwen2", "qwen2_moe"):
+        _qwen2_window(entry, k)
     if model_type == "mistral":
-        # Absent, the key is MistralConfig's default (4096, as transformers loads the file); null: no window.
-        window = k.int("sliding_window", MISTRAL_SLIDING_WINDOW, minimum=0)
-        if window:
-            # checked against the sequence length once flags or a sweep entry have overridden it (check_window)
-            entry["sliding_window"] = (window, k.where + ("" if "sliding_window" in k.data else
-                                                         " (no sliding_window key: transformers' default)"))
+        _window(entry, k, MISTRAL_SLIDING_WINDOW)  # absent: MistralConfig's default, as transformers loads the file
     return entry
+
+
+def _qwen2_window(entry: dict, k: _Keys) -> None:
+    """Qwen2's window (configuration_qwen2.py): with use_sliding_window, on the layers from max_window_layers on, or
+    as ``layer_types`` lists them; a window on every layer or on none, not on some."""
+    layers = entry["layers"]
+    types = k.data.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or not set(types) <= {"full_attention", "sliding_attention"}:
+            k._fail("layer_types", f"{types!r} is not a list of full_attention and sliding_attention")
+        windowed = types.count("sliding_attention")
+        key = "layer_types"
+    elif k.bool("use_sliding_window", False):
+        windowed = max(0, layers - k.int("max_window_layers", 28, minimum=0))
+        key = "max_window_layers"
+    else:
+        return
+    window = k.int("sliding_window", 4096, minimum=0) if k.data.get("use_sliding_window", True) else 0
+    if windowed and window:
+        if windowed != layers:
+            k._fail(key, f"a sliding window on {windowed} of {layers} layers is not supported (supported: on every "
+                    "layer or on none)")
+        entry["sliding_window"] = window
+
+
+def _rotary_fraction(k: _Keys, keys: tuple[str, ...], default: float) -> float:
+    """The share of a head that rotary positions turn: the first of ``keys`` at the top level (older files) or in
+    ``rope_parameters`` / ``rope_scaling`` (transformers 5 writes partial_rotary_factor there)."""
+    for container in (k.data, k.data.get("rope_parameters"), k.data.get("rope_scaling")):
+        if not isinstance(container, dict):
+            continue
+        for key in keys:
+            if container.get(key) is not None:
+                value = container[key]
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                    k._fail(key, f"{value!r} is not a fraction in (0, 1]")
+                return float(value)
+    return default
+
+
+def _partial_rotary(entry: dict, k: _Keys, turned: int, key: str) -> dict:
+    """``entry`` with rotary_dim where rotary turns ``turned`` features of a head (HF: int(head_dim x fraction))."""
+    head_dim = entry.get("head_dim", entry["d_model"] // entry["heads"])
+    if turned % 2 or not 0 < turned <= head_dim:
+        k._fail(key, f"turns {turned} features of a {head_dim}-wide head (supported: an even number up to the head)")
+    if turned < head_dim:
+        entry["rotary_dim"] = turned
+    return entry
+
+
+def _gpt_neox(k: _Keys) -> dict:
+    # GPT-NeoX (modeling_gpt_neox.py; Black et al. 2022): pre-LayerNorm, a fused query_key_value and a dense output
+    # (biases: attention_bias, default true), an MLP with biases, rotary positions on rotary_pct (default 0.25) of each
+    # head, use_parallel_residual (default true): x + attn(ln1(x)) + mlp(ln2(x)); a final LayerNorm; embed_out
+    # without bias, untied by default.
+    d, heads = k.int("hidden_size"), k.int("num_attention_heads")
+    entry = dict(
+        arch="decoder", layers=k.int("num_hidden_layers"), d_model=d, heads=heads, d_ff=k.int("intermediate_size"),
+        vocab=k.int("vocab_size"), seq_len=k.int("max_position_embeddings"), norm="layernorm", norm_position="pre",
+        ffn=k.activation("hidden_act", "gelu", ACTIVATIONS), positions="rotary",
+        parallel_block="two_norms" if k.bool("use_parallel_residual", True) else "none",
+        bias="all" if k.bool("attention_bias", True) else "ffn", head_bias=False,
+        tie_embeddings=k.bool("tie_word_embeddings", False),
+    )
+    fraction = _rotary_fraction(k, ("rotary_pct", "partial_rotary_factor"), 0.25)
+    return _partial_rotary(entry, k, int(d // heads * fraction), "rotary_pct")
+
+
+def _gptj(k: _Keys) -> dict:
+    # GPT-J (modeling_gptj.py; Wang & Komatsuzaki 2021): one LayerNorm per block read by attention and MLP in parallel,
+    # x + attn(ln(x)) + mlp(ln(x)); q, k, v and out_proj without biases, fc_in and fc_out with; rotary positions on
+    # rotary_dim features of each head (default 64; null: all); ln_f; lm_head with a bias, untied.
+    d = k.int("n_embd")
+    entry = dict(
+        arch="decoder", layers=k.int("n_layer"), d_model=d, heads=k.int("n_head"), d_ff=k.int("n_inner", 4 * d) or 4 * d,
+        vocab=k.int("vocab_size"), seq_len=k.int("n_positions"), norm="layernorm", norm_position="pre",
+        ffn=k.activation("activation_function", "gelu_new", ACTIVATIONS), positions="rotary",
+        parallel_block="one_norm", bias="ffn", head_bias=True, tie_embeddings=k.bool("tie_word_embeddings", False),
+    )
+    if "rotary_dim" in k.data and k.data["rotary_dim"] is None:
+        return entry  # null: the whole head
+    return _partial_rotary(entry, k, k.int("rotary_dim", 64), "rotary_dim")
+
+
+def _phi(k: _Keys) -> dict:
+    # Phi-1, Phi-1.5, Phi-2 (modeling_phi.py; Gunasekar et al. 2023, Li et al. 2023): one LayerNorm per block read by
+    # attention and MLP in parallel; q, k, v (num_key_value_heads) and dense with biases, fc1 and fc2 with biases;
+    # rotary positions on partial_rotary_factor (default 0.5) of each head; final_layernorm; lm_head with a bias.
+    if k.bool("qk_layernorm", False):
+        k._fail("qk_layernorm", "norms on the queries and keys are not supported")
+    d, heads = k.int("hidden_size"), k.int("num_attention_heads")
+    entry = dict(
+        arch="decoder", layers=k.int("num_hidden_layers"), d_model=d, heads=heads, d_ff=k.int("intermediate_size"),
+        vocab=k.int("vocab_size"), seq_len=k.int("max_position_embeddings"), norm="layernorm", norm_position="pre",
+        ffn=k.activation("hidden_act", "gelu_new", ACTIVATIONS), positions="rotary",
+        kv_heads=k.int("num_key_value_heads", heads) or heads, parallel_block="one_norm", bias="all", head_bias=True,
+        tie_embeddings=k.bool("tie_word_embeddings", False),
+    )
+    fraction = _rotary_fraction(k, ("partial_rotary_factor",), 0.5)
+    return _partial_rotary(entry, k, int(d // heads * fraction), "partial_rotary_factor")
+
+
+def _falcon(k: _Keys) -> dict:
+    # Falcon (modeling_falcon.py; Almazrouei et al. 2023): rotary positions on the whole head (alibi refused), a fused
+    # query_key_value and a dense output, an MLP of ffn_hidden_size (default 4 d), biases on all or none (bias), a
+    # final LayerNorm and an lm_head without bias, tied by default. Old architecture (falcon-7b): multi_query (one
+    # key/value head, default true) or full heads; parallel_attn (default true) with one input_layernorm, else two
+    # norms in sequence. new_decoder_architecture (falcon-40b): num_kv_heads key/value heads, attention and MLP in
+    # parallel with num_ln_in_parallel_attn norms (default 2: ln_attn, ln_mlp).
+    if k.bool("alibi", False):
+        k._fail("alibi", "ALiBi positions are not supported (supported: rotary, alibi false)")
+    d, heads = k.int("hidden_size"), k.int("num_attention_heads")
+    parallel = k.bool("parallel_attn", True)
+    if k.bool("new_decoder_architecture", False):
+        if not parallel:
+            k._fail("parallel_attn", "false with new_decoder_architecture is not supported (transformers' Falcon "
+                    "runs it in parallel)")
+        kv_heads = k.int("num_kv_heads", heads) or heads
+        norms = k.int("num_ln_in_parallel_attn", 2) or 2
+        if norms not in (1, 2):
+            k._fail("num_ln_in_parallel_attn", f"{norms} is not supported (supported: 1, 2)")
+        block = "two_norms" if norms == 2 else "one_norm"
+    else:
+        kv_heads = 1 if k.bool("multi_query", True) else heads
+        block = "one_norm" if parallel else "none"
+    return dict(
+        arch="decoder", layers=k.int("num_hidden_layers"), d_model=d, heads=heads, kv_heads=kv_heads,
+        d_ff=k.int("ffn_hidden_size", 4 * d) or 4 * d, vocab=k.int("vocab_size"),
+        seq_len=k.int("max_position_embeddings", 2048), norm="layernorm", norm_position="pre",
+        ffn=k.activation("activation", "gelu", ACTIVATIONS), positions="rotary", parallel_block=block,
+        bias="all" if k.bool("bias", False) else "none", head_bias=False,
+        tie_embeddings=k.bool("tie_word_embeddings", True),
+    )
+
+
+def _decoder(k: _Keys, **options) -> dict:
+    """The keys a Llama-like config.json shares: widths, depth, heads (grouped-query), vocabulary, context, head_dim."""
+    d, heads = k.int("hidden_size"), k.int("num_attention_heads")
+    entry = dict(arch="decoder", layers=k.int("num_hidden_layers"), d_model=d, heads=heads,
+                 kv_heads=k.int("num_key_value_heads", heads) or heads, d_ff=k.int("intermediate_size"),
+                 vocab=k.int("vocab_size"), seq_len=k.int("max_position_embeddings"), norm_position="pre",
+                 positions="rotary", head_bias=False, **options)
+    head_dim = k.int("head_dim", 0, minimum=0) or 0
+    if head_dim and head_dim * heads != d:
+        entry["head_dim"] = head_dim
+    return entry
+
+
+def _silu(k: _Keys) -> str:
+    act = k.str("hidden_act", "silu")
+    if act != "silu":
+        k._fail("hidden_act", f"{act!r} is not supported (supported: silu)")
+    return "swiglu"
+
+
+def _stablelm(k: _Keys) -> dict:
+    # StableLM (modeling_stablelm.py; Stability AI 2023-24): LayerNorm with bias, a SwiGLU MLP without biases, q, k, v
+    # biased where use_qkv_bias (o never), grouped-query attention, rotary positions on partial_rotary_factor (default
+    # 0.25) of each head, use_parallel_residual (default false): x + attn(ln(x)) + mlp(ln(x)) with the one
+    # input_layernorm; a final LayerNorm, an untied head without bias.
+    if k.bool("qk_layernorm", False):
+        k._fail("qk_layernorm", "per-head norms on the queries and keys are not supported")
+    entry = _decoder(k, norm="layernorm", ffn=_silu(k), bias="qkv" if k.bool("use_qkv_bias", False) else "none",
+                     parallel_block="one_norm" if k.bool("use_parallel_residual", False) else "none",
+                     tie_embeddings=k.bool("tie_word_embeddings", False))
+    head_dim = entry.get("head_dim", entry["d_model"] // entry["heads"])
+    fraction = _rotary_fraction(k, ("partial_rotary_factor",), 0.25)
+    return _partial_rotary(entry, k, int(head_dim * fraction), "partial_rotary_factor")
+
+
+def _olmo(k: _Keys) -> dict:
+    # OLMo (modeling_olmo.py; Groeneveld et al. 2024): Llama's block with a non-parametric LayerNorm (OlmoLayerNorm:
+    # no weight, no bias), q, k, v and o biased where attention_bias; clip_qkv clamps q, k and v in place (elementwise
+    # work, not modelled); an untied head without bias.
+    entry = _decoder(k, norm="nonparametric", ffn=_silu(k), tie_embeddings=k.bool("tie_word_embeddings", False),
+                     bias="attention" if k.bool("attention_bias", False) else "none")
+    return _full_rotary(entry, k)
+
+
+def _starcoder2(k: _Keys) -> dict:
+    # StarCoder2 (modeling_starcoder2.py; Lozhkov et al. 2024): LayerNorm with bias, a non-gated MLP (c_fc, c_proj) with
+    # GELU (gelu_pytorch_tanh), biases on every linear layer where use_bias (default true), grouped-query attention,
+    # rotary positions, a final LayerNorm, the head tied by default and without bias; sliding_window (default null).
+    entry = _decoder(k, norm="layernorm", ffn=k.activation("hidden_act", "gelu_pytorch_tanh", ACTIVATIONS),
+                     bias="all" if k.bool("use_bias", True) else "none",
+                     tie_embeddings=k.bool("tie_word_embeddings", True))
+    _window(entry, k, None)
+    return _full_rotary(entry, k)
+
+
+def _phi3(k: _Keys) -> dict:
+    # Phi-3 (modeling_phi3.py; Abdin et al. 2024): Llama's block with a fused qkv_proj and a fused gate_up_proj, each
+    # one product of the widths it joins (the same FLOPs and parameters as trainingcost's separate ones), RMSNorm, no
+    # biases, rotary on partial_rotary_factor (default 1) of each head, an untied head; sliding_window (default null).
+    entry = _decoder(k, norm="rmsnorm", ffn=_silu(k), bias="none", tie_embeddings=k.bool("tie_word_embeddings", False))
+    _window(entry, k, None)
+    head_dim = entry.get("head_dim", entry["d_model"] // entry["heads"])
+    fraction = _rotary_fraction(k, ("partial_rotary_factor",), 1.0)
+    return _partial_rotary(entry, k, int(head_dim * fraction), "partial_rotary_factor")
+
+
+def _gemma(k: _Keys) -> dict:
+    # Gemma (modeling_gemma.py; Gemma Team 2024): the embedding's output times sqrt(hidden_size), GeGLU (gelu_pytorch_tanh:
+    # GELU's tanh form, elementwise), RMSNorm with the gain as (1 + w) (the same d parameters, a reparametrisation:
+    # trainingcost's RMSNorm multiplies by w), heads head_dim wide whatever hidden_size, one key/value head on the 2B,
+    # the head tied to the embedding, biases on q, k, v and o where attention_bias.
+    if k.data.get("use_bidirectional_attention"):
+        k._fail("use_bidirectional_attention", "bidirectional attention is not supported")
+    act = k.str("hidden_act", "gelu_pytorch_tanh")
+    if act not in ("gelu", "gelu_pytorch_tanh", "gelu_new"):
+        k._fail("hidden_act", f"{act!r} is not supported (supported: gelu_pytorch_tanh, gelu)")
+    entry = _decoder(k, norm="rmsnorm", ffn="geglu", embedding_scale=True,
+                     bias="attention" if k.bool("attention_bias", False) else "none",
+                     tie_embeddings=k.bool("tie_word_embeddings", True))
+    return _full_rotary(entry, k)
+
+
+def _full_rotary(entry: dict, k: _Keys) -> dict:
+    fraction = _rotary_fraction(k, ("partial_rotary_factor",), 1.0)
+    head_dim = entry.get("head_dim", entry["d_model"] // entry["heads"])
+    return _partial_rotary(entry, k, int(head_dim * fraction), "partial_rotary_factor")
+
+
+def _window(entry: dict, k: _Keys, default: int | None) -> None:
+    """A sliding window from the ``sliding_window`` key (``default`` where absent, as transformers loads the file;
+    null: none). A window that covers the sequence masks nothing: ``canonical_model`` drops it, once flags or a sweep
+    entry have set the length."""
+    window = k.int("sliding_window", default or 0, minimum=0) or 0
+    if window:
+        entry["sliding_window"] = window
 
 
 # The keys of a mixture of experts that each MoE model_type maps (hf_entry refuses them elsewhere).
@@ -237,10 +467,8 @@ def _moe(k: _Keys) -> dict:
     # mlp_only_layers), the dense layers of other settings being refused.
     mixtral = k.model_type == "mixtral"
     entry = _llama(k)
-    if mixtral and k.data.get("sliding_window") is not None:  # absent or null: MixtralConfig's default, no window
-        window = k.int("sliding_window", minimum=0)
-        if window:
-            entry["sliding_window"] = (window, k.where)  # checked against the sequence length (check_window)
+    if mixtral:
+        _window(entry, k, None)  # absent or null: MixtralConfig's default, no window
     if k.data.get("router_jitter_noise", 0):
         k._fail("router_jitter_noise", "multiplicative noise on the router's input in training is not supported")
     if not mixtral:
@@ -258,14 +486,9 @@ def _moe(k: _Keys) -> dict:
 
 
 def check_window(entry: dict, where: str) -> dict:
-    """An entry from a config.json with sliding-window attention is costed exactly only where the window covers the
-    whole sequence (then it masks nothing); otherwise one line naming the file. Returns the entry without the key."""
-    entry = dict(entry)
-    window, source = entry.pop("sliding_window", (0, where))
-    if window and entry.get("seq_len", 0) > window:
-        raise ConfigError(f"{source}: sliding_window: {window}-token sliding-window attention over {entry['seq_len']} "
-                          f"positions is not supported; give seq_len of at most {window}, where the window masks nothing")
-    return entry
+    """The entry of a config.json as a model entry (kept for callers: windows are an option now, ``sliding_window``;
+    nothing is refused here)."""
+    return dict(entry)
 
 
 def with_overrides(entry: dict, overrides: dict) -> dict:

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
-from .choices import ARCHES, BIASES, FFNS, NORM_POSITIONS, NORMS, OPTION_CHOICES, POSITIONS  # noqa: F401 - re-exported
+from .choices import ARCHES, BIASES, FFNS, NORM_POSITIONS, NORMS, OPTION_CHOICES, PARALLEL_BLOCKS, POSITIONS  # noqa: F401
 from .errors import ConfigError
 from .presets import PRESETS
 from .schema import validate
@@ -26,9 +26,14 @@ ADDED_POSITIONS = ("sinusoidal", "learned")  # a table added to the token embedd
 OPTION_DEFAULTS = dict(
     norm="layernorm", norm_position="post", ffn="gelu", kv_heads=0, head_dim=0, positions="sinusoidal",
     max_positions=0, tie_embeddings=False, bias="all", head_bias=None, type_vocab=0, embedding_norm=False,
-    relative_buckets=32, relative_max_distance=128,
+    relative_buckets=32, relative_max_distance=128, parallel_block="none", rotary_dim=0, sliding_window=0,
+    embedding_scale=False, shared_embedding=False,
     experts=0, experts_per_token=0, shared_expert_ff=0, router_norm=True,
 )
+# Options added after the default sweep's tables were written: a configs frame has their column only where a row
+# sets one (config/sweep.py's configs_frame), so frames of the earlier options keep their bytes.
+LATE_OPTIONS = ("parallel_block", "rotary_dim", "sliding_window", "embedding_scale", "shared_embedding",
+                "experts", "experts_per_token", "shared_expert_ff", "router_norm")
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ class ModelConfig:
     batch: int
     classes: int  # 0: an LM head over the vocabulary
     # -- architecture options (defaults: the 2017 transformer) ----------------------------
-    norm: str = "layernorm"  # layernorm (gamma, beta) or rmsnorm (gamma)
+    norm: str = "layernorm"  # layernorm (gamma, beta), rmsnorm (gamma) or nonparametric (a LayerNorm without: OLMo)
     norm_position: str = "post"  # post: LN(x + f(x)); pre: x + f(LN(x)), and a final norm per stack
     ffn: str = "gelu"  # gelu, relu (two matrices), swiglu, geglu (three; d_ff is the gated width)
     kv_heads: int = 0  # key/value heads (grouped-query attention); 0: as many as heads
@@ -61,6 +66,16 @@ class ModelConfig:
     embedding_norm: bool = False  # a norm on the embedding output (BERT)
     relative_buckets: int = 32  # positions relative: T5's buckets of relative distance (Raffel et al. 2020) ...
     relative_max_distance: int = 128  # ... and the distance from which all share the last bucket
+    # (options added later go at the end of this list: LATE_OPTIONS)
+    parallel_block: str = "none"  # one_norm: x + attn(n(x)) + ffn(n(x)) (GPT-J, Phi-1/2, Falcon-7B); two_norms: a norm
+    #                               per branch (GPT-NeoX, Falcon-40B); none: the branches in sequence
+    rotary_dim: int = 0  # features of each head rotary positions turn (GPT-NeoX's rotary_pct, Phi's
+    #                      partial_rotary_factor, GPT-J's rotary_dim); 0: all of them
+    sliding_window: int = 0  # a decoder's query attends to the last w positions only (Mistral, Qwen2, StarCoder2,
+    #                          Phi-3); 0: every earlier one. Executed: SDPA with a mask, the dense product
+    embedding_scale: bool = False  # the token embedding's output times sqrt(d_model) (Gemma)
+    shared_embedding: bool = False  # an encoder-decoder's two stacks read one table, the head its own (T5 v1.1);
+    #                                 tie_embeddings shares it with the head too
     # mixture of experts (Mixtral, Qwen-MoE): each block's FFN becomes `experts` FFNs of d_ff (the expert width) and a
     # router (d x experts); each token runs through its experts_per_token (top-k) best, weighted by the router's softmax
     experts: int = 0  # routed experts per block; 0: a dense FFN
@@ -133,6 +148,15 @@ class ModelConfig:
         return self.max_positions or self.rows(stack)
 
     @property
+    def parallel(self) -> bool:
+        return self.parallel_block != "none"
+
+    @property
+    def rotary_width(self) -> int:
+        """Features of each head that rotary positions turn (rotary_dim, or the whole head)."""
+        return self.rotary_dim or self.head_dim
+
+    @property
     def qkv_bias(self) -> bool:
         return self.bias in ("all", "qkv", "attention")
 
@@ -144,7 +168,7 @@ class ModelConfig:
     @property
     def out_bias(self) -> bool:
         """Biases on the FFN's matrices."""
-        return self.bias == "all"
+        return self.bias in ("all", "ffn")
 
     @property
     def default_architecture(self) -> bool:
@@ -216,11 +240,7 @@ class ModelConfig:
 CANONICAL_FIELDS = tuple(f.name for f in fields(ModelConfig))
 OPTION_FIELDS = tuple(OPTION_DEFAULTS)
 SIZE_FIELDS = tuple(name for name in CANONICAL_FIELDS if name not in OPTION_DEFAULTS)
-BOOL_FIELDS = ("tie_embeddings", "head_bias", "embedding_norm", "router_norm")
-# Options appended after the published tables: a configs frame has their column only where a configuration sets one
-# (config/sweep.py's configs_frame), so the default sweep's tables stay byte-identical; a missing column reads as the
-# default (config_from_row, templates.option_columns).
-LATE_FIELDS = CANONICAL_FIELDS[CANONICAL_FIELDS.index("relative_max_distance") + 1:]
+BOOL_FIELDS = ("tie_embeddings", "head_bias", "embedding_norm", "embedding_scale", "shared_embedding", "router_norm")
 STR_FIELDS = ("arch", *OPTION_CHOICES)
 
 
@@ -291,7 +311,7 @@ def canonical_model(entry: dict, where: str = "", *, strict: bool = True) -> Mod
         raise ConfigError(f"{_field(where, 'classes')}: a classification head needs arch encoder or decoder")
     seq_len = int(e["seq_len"])
     tgt_len = int(e.get("tgt_len", seq_len)) if encdec else seq_len
-    options = _options(e, where, heads=heads, d_model=d_model, classes=classes, lengths=(seq_len, tgt_len))
+    options = _options(e, where, heads=heads, d_model=d_model, classes=classes, lengths=(seq_len, tgt_len), arch=arch)
     return ModelConfig(
         arch=arch,
         d_model=d_model,
@@ -308,7 +328,8 @@ def canonical_model(entry: dict, where: str = "", *, strict: bool = True) -> Mod
     )
 
 
-def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, lengths: tuple[int, int]) -> dict:
+def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, lengths: tuple[int, int],
+             arch: str = "decoder") -> dict:
     """The architecture options of an entry, checked against each other (one line per mistake)."""
     out = {}
     for name, choices in OPTION_CHOICES.items():
@@ -325,7 +346,7 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
                 raise ConfigError(f"{_field(where, name)}: {e[name]!r} is not a boolean (true or false)")
             out[name] = e[name]
     for name in ("kv_heads", "head_dim", "max_positions", "type_vocab", "relative_buckets", "relative_max_distance",
-                 "experts", "experts_per_token", "shared_expert_ff"):
+                 "rotary_dim", "sliding_window", "experts", "experts_per_token", "shared_expert_ff"):
         if name in e:
             value = e[name]
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name in ("type_vocab", "experts", "shared_expert_ff") else 1):
@@ -353,6 +374,37 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
     if positions == "rotary" and head_dim % 2:
         raise ConfigError(f"{_field(where, 'head_dim' if 'head_dim' in out else 'positions')}: rotary positions turn "
                           f"pairs of features, so a head's width must be even (it is {head_dim})")
+    if "rotary_dim" in out:
+        if positions != "rotary":
+            raise ConfigError(f"{_field(where, 'rotary_dim')}: applies only to positions rotary (positions is {positions})")
+        if out["rotary_dim"] % 2 or out["rotary_dim"] > head_dim:
+            raise ConfigError(f"{_field(where, 'rotary_dim')}: {out['rotary_dim']} features cannot be turned in pairs "
+                              f"within a head of {head_dim} (give an even number up to head_dim)")
+        if out["rotary_dim"] == head_dim:
+            del out["rotary_dim"]  # the whole head: the default, one config_id
+    if "sliding_window" in out:
+        if arch != "decoder":
+            raise ConfigError(f"{_field(where, 'sliding_window')}: applies only to arch decoder (a causal "
+                              f"self-attention; arch is {arch})")
+        if positions == "relative":
+            raise ConfigError(f"{_field(where, 'sliding_window')}: does not combine with positions relative (T5's bias "
+                              "carries its own mask)")
+        if out["sliding_window"] >= lengths[0]:
+            del out["sliding_window"]  # the window covers the sequence: it masks nothing (the default, one config_id)
+    if out.get("shared_embedding"):
+        if arch != "encoder-decoder":
+            raise ConfigError(f"{_field(where, 'shared_embedding')}: applies only to arch encoder-decoder (two stacks "
+                              f"to share a table; arch is {arch})")
+        if out.get("tie_embeddings"):
+            del out["shared_embedding"]  # tied: the stacks share the head's table already (one config_id)
+    parallel = out.get("parallel_block", "none")
+    if parallel != "none":
+        if arch == "encoder-decoder":
+            raise ConfigError(f"{_field(where, 'parallel_block')}: {parallel} applies only to arch encoder or decoder "
+                              "(a block with cross-attention has no parallel form)")
+        if out.get("norm_position", OPTION_DEFAULTS["norm_position"]) != "pre":
+            raise ConfigError(f"{_field(where, 'parallel_block')}: {parallel} needs norm_position pre (the branches "
+                              "read the normalised block input)")
     _experts(out, where)
     if out.get("tie_embeddings") and classes:
         raise ConfigError(f"{_field(where, 'tie_embeddings')}: a classification head has no vocabulary to share "

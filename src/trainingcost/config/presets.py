@@ -68,14 +68,53 @@ PRESETS: dict[str, dict] = {
     "llama-3-8b": dict(arch="decoder", layers=32, d_model=4096, heads=32, kv_heads=8, d_ff=14336, vocab=128256,
                        seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none"),
     # Jiang et al. 2023 (Mistral 7B), mistralai/Mistral-7B-v0.1: Llama's blocks with 8 key/value heads and a
-    # 4,096-token sliding window, which masks nothing at the 4,096-token sequence used here. 7,241,732,096 parameters.
+    # 4,096-token sliding window, which masks nothing at the 4,096-token sequence used here (a longer --seq-len keeps
+    # it: the option sliding_window). 7,241,732,096 parameters.
     "mistral-7b": dict(arch="decoder", layers=32, d_model=4096, heads=32, kv_heads=8, d_ff=14336, vocab=32000,
-                       seq_len=4096, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none"),
+                       seq_len=4096, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
+                       sliding_window=4096),
     # Qwen team 2024 (Qwen2.5), Qwen/Qwen2.5-0.5B: 14 query and 2 key/value heads of 64, biases on q, k and v only,
     # the head tied to the embedding. 494,032,768 parameters.
     "qwen2.5-0.5b": dict(arch="decoder", layers=24, d_model=896, heads=14, kv_heads=2, d_ff=4864, vocab=151936,
                          seq_len=32768, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
                          bias="qkv", tie_embeddings=True),
+    # Biderman et al. 2023 (Pythia), EleutherAI/pythia-1.4b (GPT-NeoX): attention and MLP in parallel, each with its
+    # LayerNorm (use_parallel_residual), rotary positions on a quarter of each head (rotary_pct 0.25: 32 of 128
+    # features), biases everywhere but the untied head. 1,414,647,808 parameters.
+    "pythia-1.4b": dict(arch="decoder", layers=24, d_model=2048, heads=16, d_ff=8192, vocab=50304, seq_len=2048,
+                        norm_position="pre", positions="rotary", rotary_dim=32, parallel_block="two_norms",
+                        head_bias=False),
+    # Wang & Komatsuzaki 2021, EleutherAI/gpt-j-6b: one LayerNorm read by attention and MLP in parallel, rotary on
+    # 64 of 256 features per head (rotary_dim), no attention biases, MLP biases, an untied head with a bias.
+    # 6,050,882,784 parameters.
+    "gpt-j-6b": dict(arch="decoder", layers=28, d_model=4096, heads=16, d_ff=16384, vocab=50400, seq_len=2048,
+                     norm_position="pre", positions="rotary", rotary_dim=64, parallel_block="one_norm", bias="ffn",
+                     head_bias=True),
+    # Microsoft 2023 (Phi-2), microsoft/phi-2: GPT-J's parallel block with biases everywhere, rotary on 32 of 80
+    # features per head (partial_rotary_factor 0.4), an untied head with a bias. 2,779,683,840 parameters.
+    "phi-2": dict(arch="decoder", layers=32, d_model=2560, heads=32, d_ff=10240, vocab=51200, seq_len=2048,
+                  norm_position="pre", positions="rotary", rotary_dim=32, parallel_block="one_norm", head_bias=True),
+    # Almazrouei et al. 2023 (Falcon), tiiuae/falcon-7b: multi-query attention (71 heads of 64, one key/value head),
+    # one LayerNorm read by attention and MLP in parallel, rotary positions, no biases, the head tied to the
+    # embedding. 6,921,720,704 parameters.
+    "falcon-7b": dict(arch="decoder", layers=32, d_model=4544, heads=71, kv_heads=1, d_ff=18176, vocab=65024,
+                      seq_len=2048, norm_position="pre", positions="rotary", parallel_block="one_norm", bias="none",
+                      head_bias=False, tie_embeddings=True),
+    # Raffel et al. 2020 (T5 v1.1), google/t5-v1_1-small: gated GELU, no biases, a relative bias per stack, heads of 64
+    # (6 beside d_model 512), one table for both stacks and the head its own (tie_word_embeddings false).
+    # 76,961,152 parameters (transformers 4's T5ForConditionalGeneration; transformers 5 ties T5's head always).
+    "t5-v1.1-small": dict(arch="encoder-decoder", enc_layers=8, dec_layers=8, d_model=512, heads=6, head_dim=64,
+                          d_ff=1024, vocab=32128, seq_len=512, tgt_len=512, norm="rmsnorm", norm_position="pre",
+                          ffn="geglu", positions="relative", bias="none", head_bias=False, shared_embedding=True),
+    # Gemma Team 2024 (Gemma), google/gemma-2b and google/gemma-7b: the embedding scaled by sqrt(d_model), GeGLU, RMSNorm
+    # (its gain as 1 + w: the same parameters), heads 256 wide (the 2B: one key/value head; the 7B: 16 heads of 256
+    # beside d_model 3072), no biases, the head tied to the embedding. 2,506,172,416 and 8,537,680,896 parameters.
+    "gemma-2b": dict(arch="decoder", layers=18, d_model=2048, heads=8, kv_heads=1, d_ff=16384, vocab=256000,
+                     seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="geglu", positions="rotary", bias="none",
+                     embedding_scale=True, tie_embeddings=True),
+    "gemma-7b": dict(arch="decoder", layers=28, d_model=3072, heads=16, head_dim=256, d_ff=24576, vocab=256000,
+                     seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="geglu", positions="rotary", bias="none",
+                     embedding_scale=True, tie_embeddings=True),
     # Jiang et al. 2024 (Mixtral of Experts), mistralai/Mixtral-8x7B-v0.1: Mistral 7B's blocks with 8 SwiGLU experts of
     # 14,336 per block, 2 per token (top-2, renormalised), no sliding window, a 32,768-token context.
     # 46,702,792,704 parameters (about 12.9B used per token).
@@ -103,6 +142,14 @@ PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
     "llama-3-8b": (8_030_261_248, "LlamaForCausalLM"),
     "mistral-7b": (7_241_732_096, "MistralForCausalLM"),
     "qwen2.5-0.5b": (494_032_768, "Qwen2ForCausalLM"),
+    "pythia-1.4b": (1_414_647_808, "GPTNeoXForCausalLM"),
+    "gpt-j-6b": (6_050_882_784, "GPTJForCausalLM"),
+    "phi-2": (2_779_683_840, "PhiForCausalLM"),
+    "falcon-7b": (6_921_720_704, "FalconForCausalLM"),
+    "t5-v1.1-small": (76_961_152, "T5ForConditionalGeneration (transformers 4; transformers 5 ties the head: "
+                                  "60,511,616)"),
+    "gemma-2b": (2_506_172_416, "GemmaForCausalLM"),
+    "gemma-7b": (8_537_680_896, "GemmaForCausalLM"),
     "mixtral-8x7b": (46_702_792_704, "MixtralForCausalLM"),
     "qwen1.5-moe-a2.7b": (14_315_784_192, "Qwen2MoeForCausalLM"),
 }

@@ -17,7 +17,8 @@ import pandas as pd
 import yaml
 
 from .errors import ConfigError
-from .model import BOOL_FIELDS, CANONICAL_FIELDS, LATE_FIELDS, OPTION_DEFAULTS, STR_FIELDS, ModelConfig, canonical_model, config_from_row, preset_entry
+from .model import (BOOL_FIELDS, CANONICAL_FIELDS, LATE_OPTIONS, OPTION_DEFAULTS, STR_FIELDS, ModelConfig, canonical_model,
+                    config_from_row, preset_entry)
 from .schema import CATALOGUE_ENUMS, Vocabulary, fill_defaults, schema, validate
 
 CONFIG_COLUMNS = ("config_id", "name", *CANONICAL_FIELDS)
@@ -184,14 +185,16 @@ def entry_config(config: dict, name: str, where: str) -> ModelConfig:
 def configs_frame(pairs: list[tuple[str, ModelConfig]]) -> pd.DataFrame:
     """One row per configuration, every parameter a column: int64 sizes, str and bool options."""
     rows = [{"config_id": cfg.config_id, "name": name, **cfg.as_dict()} for name, cfg in pairs]
-    unused = [name for name in LATE_FIELDS if all(row[name] == OPTION_DEFAULTS[name] for row in rows)]
-    frame = pd.DataFrame(rows, columns=[c for c in CONFIG_COLUMNS if c not in unused])
-    for column in (c for c in CANONICAL_FIELDS if c not in unused):
+    frame = pd.DataFrame(rows, columns=list(CONFIG_COLUMNS))
+    for column in CANONICAL_FIELDS:
         kind = str if column in STR_FIELDS else bool if column in BOOL_FIELDS else "int64"
         frame[column] = frame[column].astype(kind)
     frame["name"] = frame["name"].astype(str)
     frame["config_id"] = frame["config_id"].astype(str)
-    return frame
+    # A later option's column only where some row sets it (LATE_OPTIONS: the earlier frames keep their bytes; a
+    # missing column reads as the default, templates.option_columns)
+    unset = [name for name in LATE_OPTIONS if (frame[name] == OPTION_DEFAULTS[name]).all()]
+    return frame.drop(columns=unset)
 
 
 def frame_configs(frame: pd.DataFrame) -> list[ModelConfig]:

@@ -360,10 +360,11 @@ def run_label(frame: pd.DataFrame) -> pd.Series:
 
 
 # Short names of the architecture options away from their defaults, for labels.
-OPTION_TAGS = {"norm": {"rmsnorm": "rms"}, "norm_position": {"pre": "pre"},
+OPTION_TAGS = {"norm": {"rmsnorm": "rms", "nonparametric": "plain-ln"}, "norm_position": {"pre": "pre"},
                "ffn": {"relu": "relu", "swiglu": "swiglu", "geglu": "geglu"},
                "positions": {"learned": "learned", "rotary": "rope", "relative": "rel", "none": "nope"},
-               "bias": {"none": "no-bias", "qkv": "qkv-bias"}}
+               "bias": {"none": "no-bias", "qkv": "qkv-bias", "ffn": "ffn-bias"},
+               "parallel_block": {"one_norm": "parallel", "two_norms": "parallel2"}}
 
 
 def options_tag(frame: pd.DataFrame) -> pd.Series:

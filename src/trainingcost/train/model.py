@@ -64,20 +64,28 @@ class Linear(nn.Linear):
         return ACTIVATIONS[self.activation](y) if self.activation else y
 
 
-def rotary_tables(length: int, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_tables(length: int, head_dim: int, base: float = 10000.0, turned: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of rotary positions (Su et al. 2021, eq. 34), [length, head_dim], in the half-split layout
-    of GPT-NeoX and Llama: feature i and i + head_dim / 2 turn together by position x base^(-2i / head_dim)."""
-    inverse = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    of GPT-NeoX and Llama: feature i and i + r / 2 turn together by position x base^(-2i / r), r the ``turned``
+    features of a head (partial rotary: GPT-NeoX's rotary_pct; 0: all); the others get angle 0 (cos 1, sin 0)."""
+    turned = turned or head_dim
+    inverse = base ** (-torch.arange(0, turned, 2, dtype=torch.float64) / turned)
     angles = torch.arange(length, dtype=torch.float64)[:, None] * inverse[None, :]
-    angles = torch.cat([angles, angles], dim=-1)
+    angles = torch.cat([angles, angles, torch.zeros(length, head_dim - turned, dtype=torch.float64)], dim=-1)
     return angles.cos().float(), angles.sin().float()
 
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x turned by its positions' angles: x cos + rotate_half(x) sin, rotate_half(x) = (-x2, x1)."""
-    half = x.shape[-1] // 2
-    turned = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + turned * sin
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, turned: int = 0) -> torch.Tensor:
+    """x turned by its positions' angles: x cos + rotate_half(x) sin, rotate_half(x) = (-x2, x1) over the first
+    ``turned`` features (0: all); the rest pass through rotate_half unchanged, where sin is 0 (partial rotary)."""
+    width = x.shape[-1]
+    turned = turned or width
+    half = turned // 2
+    if turned == width:
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    else:
+        rotated = torch.cat([-x[..., half:turned], x[..., :half], x[..., turned:]], dim=-1)
+    return x * cos + rotated * sin
 
 
 class Attention(nn.Module):
@@ -97,8 +105,10 @@ class Attention(nn.Module):
         self.v = Linear(d, kv, bias=cfg.qkv_bias)
         self.o = Linear(a, d, bias=cfg.o_bias)
         self.rotary = rotary_rows > 0
+        self.turned = cfg.rotary_width
+        self.windowed = causal and cfg.sliding_window > 0  # its bias is the stack's sliding-window mask
         if self.rotary:
-            cos, sin = rotary_tables(rotary_rows, cfg.head_dim)
+            cos, sin = rotary_tables(rotary_rows, cfg.head_dim, turned=cfg.rotary_width)
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
 
@@ -120,10 +130,12 @@ class Attention(nn.Module):
         k = self._heads(self.k(source), self.kv_heads)
         v = self._heads(self.v(source), self.kv_heads)
         if self.rotary:
-            q = rotate(q, self.cos[:rows].to(q.dtype), self.sin[:rows].to(q.dtype))
-            k = rotate(k, self.cos[: k.shape[2]].to(k.dtype), self.sin[: k.shape[2]].to(k.dtype))
+            q = rotate(q, self.cos[:rows].to(q.dtype), self.sin[:rows].to(q.dtype), self.turned)
+            k = rotate(k, self.cos[: k.shape[2]].to(k.dtype), self.sin[: k.shape[2]].to(k.dtype), self.turned)
         if bias is None:
             y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), is_causal=self.causal)
+        elif self.windowed:  # an additive mask (0 or -inf), causal and banded: the fused kernel, the dense product
+            y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), attn_mask=bias)
         else:  # T5: the relative bias (causal mask included) on unscaled scores (Raffel et al. 2020)
             y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), attn_mask=bias.to(q.dtype), scale=1.0)
         return self.o(y.transpose(1, 2).reshape(batch, rows, self.heads * self.head_dim))
@@ -189,8 +201,11 @@ class MixtureOfExperts(nn.Module):
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
-    """LayerNorm (Ba et al. 2016) or RMSNorm (Zhang & Sennrich 2019) over d_model."""
-    return nn.RMSNorm(cfg.d_model, eps=1e-6) if cfg.norm == "rmsnorm" else nn.LayerNorm(cfg.d_model)
+    """LayerNorm (Ba et al. 2016), RMSNorm (Zhang & Sennrich 2019) or a LayerNorm without gain and bias (OLMo,
+    Groeneveld et al. 2024) over d_model."""
+    if cfg.norm == "rmsnorm":
+        return nn.RMSNorm(cfg.d_model, eps=1e-6)
+    return nn.LayerNorm(cfg.d_model, elementwise_affine=cfg.norm == "layernorm")
 
 
 NORMS = (nn.LayerNorm, nn.RMSNorm)
@@ -223,31 +238,43 @@ BLOCK_MODULES: dict[str, Callable[[str, ModelConfig, int], nn.Module]] = {
 
 class Block(nn.Module):
     """One block, as :func:`layers.describe_block` describes it: a module per sublayer under its name, and the
-    branches run in order, each with its norm: after the residual (post-LN) or on the branch's input (pre-LN)."""
+    branches run in order, each with its norm: after the residual (post-LN) or on the branch's input (pre-LN);
+    or, ``parallel``, each on the normalised block input, their outputs added to it."""
 
     def __init__(self, description: L.BlockDescription, cfg: ModelConfig, rows: int):
         super().__init__()
         self.pre = description.pre
+        self.parallel = description.parallel
         self.branches = description.branches
         for sub in description.sublayers:
             self.add_module(sub.name, BLOCK_MODULES[L.KINDS[sub.kind].family](sub.kind, cfg, rows))
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if self.parallel:  # x + attn(norm(x)) + ffn(norm(x)): a norm shared by the branches that name it
+            out, h, normed = x, None, None
+            for branch in self.branches:
+                if branch.norm != normed:
+                    h, normed = getattr(self, branch.norm)(x), branch.norm
+                out = out + self._branch(branch, h, memory, bias)
+            return out
         for branch in self.branches:
             x = self.sublayer(branch, x, memory, bias)
         return x
 
+    def _branch(self, branch: L.Branch, h: torch.Tensor, memory: torch.Tensor | None, bias: torch.Tensor | None):
+        f = getattr(self, branch.name)
+        if branch.reads_memory:
+            return f(h, memory)
+        if branch.positional and bias is not None:
+            return f(h, bias=bias)
+        return f(h)
+
     def sublayer(self, branch: L.Branch, x: torch.Tensor, memory: torch.Tensor | None = None,
                  bias: torch.Tensor | None = None) -> torch.Tensor:
         """One branch of :meth:`forward` with its norm; ``bias``: the stack's relative position bias."""
-        f, add_norm = getattr(self, branch.name), getattr(self, branch.norm)
+        add_norm = getattr(self, branch.norm)
         h = add_norm(x) if self.pre else x
-        if branch.reads_memory:
-            out = f(h, memory)
-        elif branch.positional and bias is not None:
-            out = f(h, bias=bias)
-        else:
-            out = f(h)
+        out = self._branch(branch, h, memory, bias)
         return add_norm(x, out)
 
 
@@ -330,12 +357,23 @@ class RelativePositionBias(nn.Module):
         return bias
 
 
+def window_mask(rows: int, window: int) -> torch.Tensor:
+    """A sliding window's additive mask, [rows, rows]: 0 where key j is one of the last ``window`` positions up to
+    query i (i - window < j <= i, as transformers' sliding_window_overlay), -inf elsewhere."""
+    position = torch.arange(rows)
+    distance = position[:, None] - position[None, :]
+    allowed = (distance >= 0) & (distance < window)
+    return torch.zeros(rows, rows).masked_fill(~allowed, float("-inf"))
+
+
 class Stack(nn.Module):
-    """The embedding (token, token types, positions, a norm), the blocks ``0 .. n-1`` and, pre-LN, a final norm."""
+    """The embedding (token, token types, positions, a norm), the blocks ``0 .. n-1`` and, pre-LN, a final norm.
+    A decoder with a sliding window keeps its mask (a buffer in the model's dtype), read by every self-attention."""
 
     def __init__(self, cfg: ModelConfig, stack: str):
         super().__init__()
         self.embedding = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.scale = math.sqrt(cfg.d_model) if cfg.embedding_scale else None
         self.token_type_embedding = TokenTypes(cfg.type_vocab, cfg.d_model) if cfg.type_vocab else None
         self.positional_encoding = (PositionalEncoding(cfg.position_rows(stack), cfg.d_model, cfg.positions == "learned")
                                     if cfg.added_positions else None)
@@ -343,7 +381,9 @@ class Stack(nn.Module):
         causal = stack == "decoder"  # a decoder stack's self-attention is masked
         self.relative_position = (RelativePositionBias(cfg, cfg.rows(stack), causal) if cfg.positions == "relative"
                                   else None)
-        description = L.describe_block(cfg.arch, stack, cfg.pre_norm, cfg.moe)
+        self.register_buffer("window_mask", window_mask(cfg.rows(stack), cfg.sliding_window)
+                             if causal and cfg.sliding_window else None, persistent=False)
+        description = L.describe_block(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block, cfg.moe)
         self.depth = cfg.depth(stack)
         for index in range(self.depth):
             self.add_module(str(index), Block(description, cfg, cfg.rows(stack)))
@@ -355,6 +395,8 @@ class Stack(nn.Module):
     def embed(self, tokens: torch.Tensor, modulation: torch.Tensor | None = None) -> torch.Tensor:
         """The stack's input: the tables' sum (plus PEPITA's modulation, where the tables meet), then its norm."""
         x = self.embedding(tokens)
+        if self.scale is not None:  # Gemma: times sqrt(d_model)
+            x = x * self.scale
         for table in (self.token_type_embedding, self.positional_encoding):
             if table is not None:
                 x = table(x)
@@ -397,6 +439,8 @@ class Transformer(nn.Module):
         self.classes = cfg.classes
         self.out_features = cfg.out_width
         self.head = Linear(cfg.d_model, self.out_features, bias=cfg.head_bias)
+        if cfg.shared_embedding:  # one V x d table read by both stacks, the head its own (T5 v1.1)
+            self.decoder.embedding.weight = self.encoder.embedding.weight
         if cfg.tie_embeddings:  # one V x d table: the head's and every stack's embedding (Vaswani et al. 2017, 3.4)
             shared = getattr(self, cfg.stacks[0]).embedding.weight
             for stack in cfg.stacks[1:]:
@@ -410,13 +454,13 @@ class Transformer(nn.Module):
     # -- the forward pass as stages -------------------------------------------------
     def stages(self, by: str = "block") -> list[Stage]:
         """The embedding of each stack, its blocks (``by="sublayer"``: each block's branches with their norms,
-        kind ``sublayer``), its final norm (pre-LN, kind ``norm``), and the head."""
+        kind ``sublayer``, but a parallel block whole), its final norm (pre-LN, kind ``norm``), and the head."""
         stages = []
         for stack_name in self.cfg.stacks:
             stack = getattr(self, stack_name)
             stages.append(Stage(f"{stack_name}.embedding", "embedding", stack_name, self._embed_stage(stack_name)))
             for index, block in enumerate(stack.blocks()):
-                if by == "sublayer":
+                if by == "sublayer" and not block.parallel:  # (a parallel block's branches run together)
                     stages += [Stage(f"{stack_name}.{index}.{branch.name}", "sublayer", stack_name,
                                      self._sublayer_stage(block, branch)) for branch in block.branches]
                 else:
@@ -449,6 +493,8 @@ class Transformer(nn.Module):
             # PEPITA's modulated input is added where the embedding's tables meet
             s.x = stack.embed(s.tokens[stack_name], s.modulation.get(stack_name))
             s.position_bias = stack.relative_position(s.x.shape[1]) if stack.relative_position is not None else None
+            if stack.window_mask is not None:
+                s.position_bias = stack.window_mask
 
         return run
 

@@ -62,12 +62,14 @@ def _matmul(flops, elementwise=0, where=None):
 @register("executed", "embedding")
 def embedding(s: Shapes):
     # A gather forward; the weight gradient is a scatter-add of the output gradient (BP) or
-    # PEPITA's index-add of the modulation: d additions per token, no product.
+    # PEPITA's index-add of the modulation: d additions per token, no product. Gemma's scale by sqrt(d_model): one
+    # product per element forward, and one on its gradient.
+    scaled = s.es * SCALE * s.M * s.d
     return {
-        "forward": _matmul(s.zero),
-        "backward": _matmul(s.zero),
+        "forward": _matmul(s.zero, scaled),
+        "backward": _matmul(s.zero, scaled),
         "weight_grad": _matmul(s.zero, RESIDUAL * s.M * s.d),
-        "forward_modulated": _matmul(s.zero, RESIDUAL * s.M * s.d),  # PEPITA adds the modulation
+        "forward_modulated": _matmul(s.zero, RESIDUAL * s.M * s.d + scaled),  # PEPITA adds the modulation
     }
 
 
@@ -101,8 +103,13 @@ def _attention(s: Shapes, turned: int, causal_half: bool = False):
     weights = 4 * M * d * a + 4 * N * d * kv  # q and o on M rows, k and v on N rows
     scores = M * N * h
     products = 4 * M * N * a  # QK^T and PV over all heads; the backward 2.5 times that
-    if causal_half:  # the `causal` convention: kernels that skip masked blocks run half of them
-        scores, products = scores // 2, products // 2
+    if causal_half:  # the `causal` convention: kernels that skip masked blocks run half of them ...
+        # ... or, with a sliding window of w (shorter than the sequence), the keys each query sees: w (w + 1) / 2 over
+        # the first w queries, then w each (a windowed kernel: Beltagy et al. 2020, Jiang et al. 2023)
+        w = s.w
+        keys = w * (w + 1) // 2 + (M - w) * w
+        scores = np.where(w > 0, h * keys, scores // 2)
+        products = np.where(w > 0, 4 * keys * s.dh * h, products // 2)
     biases = s.bq * (M * a + 2 * N * kv) + s.ba * M * d
     rotary = turned * s.rotary * ROTARY * (M * a + N * kv)  # rotary and relative positions act on self-attention
     # A relative position bias that needs its gradient takes torch off the fused kernels: the math path's four
@@ -197,7 +204,7 @@ def _norm_quantities(s: Shapes, residual: int):
     T, d, rms = s.M, s.d, s.rms
     norm = np.where(rms > 0, RMS_NORM, LAYER_NORM)
     norm_backward = np.where(rms > 0, RMS_NORM_BACKWARD, LAYER_NORM_BACKWARD)
-    params = np.where(rms > 0, RMS_NORM_PARAMS, LAYER_NORM_PARAMS)
+    params = np.where(rms > 0, RMS_NORM_PARAMS, np.where(s.g > 0, LAYER_NORM_PARAMS, 0))  # (non-parametric: none)
     forward = _matmul(s.zero, (residual * RESIDUAL + norm) * T * d)
     quantities = {
         "forward": forward,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..registry import declare, register
 from ..templates import Shapes
 from ._baseline import feedback_flops, ffn_weights, phases
@@ -22,5 +24,7 @@ def kaplan(s: Shapes):
     block = 2 * d * a + 2 * d * kv + ffn_weights(s)  # self-attention and FFN weights
     cross_q, cross_kv = s.encdec * 2 * d * a, s.encdec * 2 * d * kv  # a cross-attention's Q and O; its K and V
     weights = 2 * N * s.enc_layers * block + 2 * s.dec_layers * (M * (block + cross_q) + N * cross_kv)
-    attention = 2 * N * s.enc_layers * N * a + 2 * M * s.dec_layers * (M + s.encdec * N) * a
+    # A sliding window (decoder-only) of w positions: a windowed kernel's context is min(M, w) (Jiang et al. 2023).
+    context = np.where(s.w > 0, np.minimum(s.w, M), M)
+    attention = 2 * N * s.enc_layers * N * a + 2 * M * s.dec_layers * (context + s.encdec * N) * a
     return phases(weights, attention, feedback_flops(s))

@@ -4,6 +4,8 @@ multiplications, as totals per phase in one layer named ``model``.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..registry import declare, register
 from ..templates import Shapes
 from ._baseline import feedback_flops, ffn_weights, phases
@@ -22,5 +24,6 @@ def survey(s: Shapes):
     enc_maccs_w = s.enc_layers * (2 * N * d * a + 2 * N * d * kv + N * ffn)
     enc_maccs_s = s.enc_layers * (2 * N * N * a)
     dec_maccs_w = s.dec_layers * (2 * M * d * a + 2 * M * d * kv + M * ffn + s.encdec * (2 * M * d * a + 2 * N * d * kv))
-    dec_maccs_s = s.dec_layers * (2 * M * M * a + s.encdec * 2 * M * N * a)
+    context = np.where(s.w > 0, np.minimum(s.w, M), M)  # a sliding window (decoder-only): a windowed kernel's keys
+    dec_maccs_s = s.dec_layers * (2 * M * context * a + s.encdec * 2 * M * N * a)
     return phases(2 * (enc_maccs_w + dec_maccs_w), 2 * (enc_maccs_s + dec_maccs_s), feedback_flops(s))

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..registry import declare, register
 from ..templates import Shapes
 from ._baseline import feedback_flops, ffn_weights, phases
@@ -24,5 +26,6 @@ def textbook(s: Shapes):
     enc_weights = s.enc_layers * (4 * N * d * a + 4 * N * d * kv + N * ffn)
     enc_scores = s.enc_layers * (4 * N * N * a)
     dec_weights = s.dec_layers * (4 * M * d * a + 4 * M * d * kv + M * ffn + s.encdec * (4 * M * d * a + 4 * N * d * kv))
-    dec_scores = s.dec_layers * (4 * M * M * a + s.encdec * 4 * M * N * a)
+    context = np.where(s.w > 0, np.minimum(s.w, M), M)  # a sliding window (decoder-only): a windowed kernel's keys
+    dec_scores = s.dec_layers * (4 * M * context * a + s.encdec * 4 * M * N * a)
     return phases(enc_weights + dec_weights, enc_scores + dec_scores, feedback_flops(s))

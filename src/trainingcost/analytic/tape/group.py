@@ -38,6 +38,11 @@ class GroupKey:
     rms: bool  # RMSNorm (a weight, no bias) instead of LayerNorm
     rotary: bool  # rotary positions: q and k of every self-attention turned before SDPA
     relative: bool  # T5's relative bias
+    parallel: str = "none"  # parallel_block: none, one_norm, two_norms (layers.describe_block)
+    partial_rotary: bool = False  # rotary turns only the first rotary_dim features of a head (a third slice)
+    plain_norm: bool = False  # a LayerNorm without gain and bias (norm nonparametric: OLMo)
+    embedding_scale: bool = False  # the embedding's output times sqrt(d_model) (Gemma)
+    shared_table: bool = False  # the stacks' embeddings share one table, the head its own (T5 v1.1)
     experts: bool = False  # a mixture of experts: not replayed (tape/table.py's step_peaks)
 
     @property
@@ -59,7 +64,9 @@ def group_keys(configs) -> list[GroupKey]:
         gated=o["gated"] > 0,
         positions=np.where(o["learned"] > 0, "learned", np.where(o["added_positions"] > 0, "sinusoidal", "none")),
         types=o["type_vocab"] > 0, embedding_norm=o["embedding_norm"] > 0, pre=o["pre"] > 0, rms=o["rms"] > 0,
-        rotary=o["rotary"] > 0, relative=o["relative"] > 0, experts=o["experts"] > 0,
+        rotary=o["rotary"] > 0, relative=o["relative"] > 0, parallel=o["parallel_block"],
+        partial_rotary=(o["rotary"] > 0) & (o["rotary_dim"] < o["head_dim"]), plain_norm=o["norm_vectors"] == 0,
+        embedding_scale=o["embedding_scale"] > 0, shared_table=o["shared_embedding"] > 0, experts=o["experts"] > 0,
     )
     names = [f.name for f in fields(GroupKey)]
     rows = zip(*(columns[name].tolist() for name in names))
@@ -93,6 +100,8 @@ class Group:
     max_pos: np.ndarray  # rows of a learned position table (0: the stack's rows)
     types: np.ndarray | None = None  # rows of BERT's token-type table (None: no token types)
     relative: np.ndarray | None = None  # T5's relative bias: the table's buckets (None: no relative bias)
+    head_dim: np.ndarray | None = None  # the width of one head ...
+    rotary_dim: np.ndarray | None = None  # ... and the features of it that rotary positions turn
 
     @classmethod
     def of(cls, configs, rows: np.ndarray, key: GroupKey, dtype_bytes: int) -> "Group":
@@ -106,7 +115,8 @@ class Group:
                    {"encoder": col["seq_len"], "decoder": col["tgt_len"]}, dtype_bytes, options["attn_width"][rows],
                    options["kv_width"][rows], options["max_positions"][rows],
                    options["type_vocab"][rows] if key.types else None,
-                   options["relative_buckets"][rows] if key.relative else None)
+                   options["relative_buckets"][rows] if key.relative else None, options["head_dim"][rows],
+                   options["rotary_dim"][rows])
 
     def __getattr__(self, name: str):  # the structure's fields: g.pre, g.gated, g.arch ...
         if name.startswith("_") or name == "key":
@@ -133,7 +143,7 @@ class Group:
     @property
     def norm_parameters(self) -> list[np.ndarray]:
         """A norm's parameter tensors: LayerNorm's gamma and beta, RMSNorm's weight."""
-        return [self.d] if self.rms else [self.d, self.d]
+        return [] if self.plain_norm else [self.d] if self.rms else [self.d, self.d]
 
     def position_rows(self, stack: str) -> np.ndarray:
         """Rows of a stack's learned position table (``ModelConfig.position_rows``)."""
@@ -168,7 +178,7 @@ class Group:
         out: list[tuple] = []
         for stack in self.stacks:
             for _ in range(self.depth[stack]):
-                for sub in L.block_sublayers(self.arch, stack):
+                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel):
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
                         out += [(self.d, self.q_width), (self.d, self.kv_width), (self.d, self.kv_width),
@@ -185,7 +195,7 @@ class Group:
             sizes.extend([n_in * n_out] + ([n_out] if bias else []) + ([n_in * n_out] if feedback_parameters else []))
 
         for stack in self.stacks:
-            if not (self.tied and stack != self.stacks[0]):
+            if not ((self.tied or self.shared_table) and stack != self.stacks[0]):
                 sizes.append(self.V * self.d)  # token embedding (a tied table once, with the first stack)
             if self.types is not None:
                 sizes.append(self.types * self.d)
@@ -194,7 +204,7 @@ class Group:
             if self.embedding_norm:
                 sizes.extend(self.norm_parameters)
             for _ in range(self.depth[stack]):
-                for sub in L.block_sublayers(self.arch, stack, self.pre):  # (pre-LN: each norm before its branch)
+                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel):  # (pre-LN: norm, branch)
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
                         linear(self.d, self.q_width, self.qkv_bias)

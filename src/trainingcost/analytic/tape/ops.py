@@ -61,7 +61,7 @@ class Ops:
     def table_grad(self, phase: str | None = None, label: str = "table grad", then=None) -> None:
         """The gradient of the V x d table (an embedding's, or a tied head's weight): its own ``.grad``, or, tied,
         the first becomes the shared ``.grad`` and each later one is made, added in place, and freed."""
-        if not self.g.tied or not self.table_has_grad:
+        if not (self.g.tied or self.g.shared_table) or not self.table_has_grad:
             self.table_buf = self.param_grad(self.g.V * self.g.d, phase, label)
             self.table_has_grad, self.table_run = True, self.run
             if then is not None:
@@ -257,10 +257,12 @@ class Ops:
         """``rotate``: x cos + cat(-x₂, x₁) sin, cos and sin views of the rotary tables (buffers in the model's
         dtype: ``.to`` copies nothing). Nodes: the two slices, neg, cat (its gradient goes to its inputs as views),
         the two products (each saves only its table, a view) and the sum; the original x goes when the caller
-        rebinds it."""
+        rebinds it. Partial rotary: x₁ and x₂ halve the turned features, and a third slice, the features passed
+        through, joins the cat."""
         rows, width = x.rows, x.width
-        second = self.view(x, width / 2, "x[..., half:]")
-        negated = self.value(rows, width / 2, "neg")
+        turned = width * self.g.rotary_dim // self.g.head_dim if self.g.partial_rotary else width
+        second = self.view(x, turned / 2, "x[..., half:]")
+        negated = self.value(rows, turned / 2, "neg")
         if x.tracked:
             def neg_backward(grad, saved):
                 made = self.t.new(negated.buf.nbytes, "neg")
@@ -269,16 +271,18 @@ class Ops:
 
             self._node(negated, neg_backward)
         self.t.drop(second.buf)
-        first = self.view(x, width / 2, "x[..., :half]")
-        turned = self.value(rows, width, "cat")
+        first = self.view(x, turned / 2, "x[..., :half]")
+        rest = self.view(x, width - turned, "x[..., turned:]") if self.g.partial_rotary else None
+        cat = self.value(rows, width, "cat")
         if x.tracked:
             def cat_backward(grad, saved):  # each input's gradient is a view of this one
-                self.t.hold(grad)
-                self.deliver(first, grad)
-                self.deliver(negated, grad)
+                for piece in (first, negated) if rest is None else (first, negated, rest):
+                    self.t.hold(grad)
+                    self.deliver(piece, grad)
+                self.t.drop(grad)
 
-            self._node(turned, cat_backward)
-        self.t.drop(negated.buf, first.buf)
+            self._node(cat, cat_backward)
+        self.t.drop(negated.buf, first.buf, rest.buf if rest is not None else None)
 
         def product(a: Value, label: str) -> Value:
             out = self.value(rows, width, label)
@@ -291,9 +295,9 @@ class Ops:
             return self._node(out, backward) if a.tracked else out
 
         with_cos = product(x, "x cos")
-        with_sin = product(turned, "turned sin")
+        with_sin = product(cat, "turned sin")
         out = self.add(with_cos, with_sin, "rotated")
-        self.t.drop(with_cos.buf, with_sin.buf, turned.buf)
+        self.t.drop(with_cos.buf, with_sin.buf, cat.buf)
         return out
 
     def attention(self, x: Value, source: Value, rotary: bool = False, bias: Value | None = None) -> Value:
@@ -569,15 +573,17 @@ class Ops:
 
         def backward(grad, saved):  # (an input without a graph, a DFA segment's start: no input gradient)
             grad_s = self.t.new(s.buf.nbytes, "layer_norm_backward") if s.tracked else None
-            self.param_grad(self.g.d, label="grad_gamma")
-            self.param_grad(self.g.d, label="grad_beta")
+            if not self.g.plain_norm:
+                self.param_grad(self.g.d, label="grad_gamma")
+                self.param_grad(self.g.d, label="grad_beta")
             self.release(grad, saved)
             self.deliver(s, grad_s)
 
-        self._node(y, backward, [s.buf, mean, rstd])
+        if s.tracked or not self.g.plain_norm:  # (no gain, no bias and a constant input: nothing to differentiate)
+            self._node(y, backward, [s.buf, mean, rstd])
         self.t.drop(mean, rstd)
         if self.hook is not None:
-            self.hook("norm", s, y)
+            self.hook("plain norm" if self.g.plain_norm else "norm", s, y)
         return y
 
     def add_norm(self, x: Value, branch: Value) -> Value:
@@ -618,6 +624,17 @@ class Ops:
         """``Stack.embed``: the token table, token types (every token of type 0), positions (a sinusoidal buffer
         added, or a learned table's rows broadcast over the batch), PEPITA's modulation, the embedding norm."""
         x = self.embedding(stack)
+        if self.g.embedding_scale:  # x * sqrt(d_model): its backward multiplies the gradient (a new tensor)
+            scaled = self.value(x.rows, x.width, "* sqrt(d)")
+            if x.tracked:
+                def backward(grad, saved, x=x):
+                    made = self.t.new(x.buf.nbytes, "mul")
+                    self.release(grad, saved)
+                    self.deliver(x, made)
+
+                self._node(scaled, backward)
+            self.t.drop(x.buf)
+            x = scaled
         tables = []
         if self.g.types is not None:
             tables.append((self.g.M(stack), self.g.M(stack), self.g.types, "token types", False))
@@ -655,7 +672,7 @@ class Ops:
 
     def branches(self, stack: str) -> tuple[L.Branch, ...]:
         """The branches of one block of ``stack`` (``Block.branches``: :func:`layers.describe_block`)."""
-        return L.describe_block(self.g.arch, stack, self.g.pre).branches
+        return L.describe_block(self.g.arch, stack, self.g.pre, self.g.parallel).branches
 
     def sublayer(self, branch: L.Branch, x: Value, memory: Value | None) -> Value:
         """``Block.sublayer``: post-LN norm(x + branch(x)), pre-LN x + branch(norm(x)); the branch's output (and
@@ -670,12 +687,32 @@ class Ops:
 
     def block(self, stack: str, x: Value, memory: Value | None) -> Value:
         """One block (``Block.forward``, one ``Block.sublayer`` per branch); the block's input stays with the caller."""
+        if self.g.parallel != "none":
+            return self.parallel_block(stack, x, memory)
         for branch in self.branches(stack):
             y = self.sublayer(branch, x, memory)
             if x is not self._block_input:
                 self.t.drop(x.buf)
             x = y
         return x
+
+    def parallel_block(self, stack: str, x: Value, memory: Value | None) -> Value:
+        """``Block.forward`` of a parallel block: out = x; per branch, its norm of x (computed once where branches
+        share it; the previous one goes when rebound), then out = out + branch(h)."""
+        out, h, normed = x, None, None
+        for branch in self.branches(stack):
+            if branch.norm != normed:
+                new = self.norm(x)
+                self.t.drop(h.buf if h is not None else None)
+                h, normed = new, branch.norm
+            f = self.branch(branch, h, memory)
+            y = self.add(out, f)
+            self.t.drop(f.buf)
+            if out is not x:
+                self.t.drop(out.buf)
+            out = y
+        self.t.drop(h.buf)
+        return out
 
     _block_input = None
     bias: Value | None = None  # the relative position bias of the stream being run (Stream.bias)
@@ -708,7 +745,7 @@ class Ops:
         for stack in self.g.stacks:
             out.append(("embedding", stack, None))
             for _ in range(self.g.depth[stack]):
-                if by == "sublayer":
+                if by == "sublayer" and self.g.parallel == "none":  # (a parallel block runs whole)
                     out += [("sublayer", stack, branch) for branch in self.branches(stack)]
                 else:
                     out.append(("block", stack, None))

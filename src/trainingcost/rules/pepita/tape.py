@@ -57,7 +57,7 @@ def pepita_step(t: Tape, g: Group, run: Run, recompute: bool = False) -> None:
                 # the per-sequence shift, expanded over positions, then flattened: a copy (a local to the end)
                 flat = None if g.aligned(stack) else t.new(bytes_(g.M(stack) * g.d, g.z), "shift.reshape")
                 grad = t.new(bytes_(g.V * g.d, g.z), "zeros_like")  # becomes .grad ...
-                if not (g.tied and ops.table_has_grad):  # ... or, tied, is added into it (freed when rebound)
+                if not ((g.tied or g.shared_table) and ops.table_has_grad):  # ... or, shared, is added into it
                     t.hold(grad)
                 ops.table_has_grad = True
                 smaller = []  # token types: row 0 gets the shift summed over rows; learned positions: per position
@@ -77,7 +77,9 @@ def pepita_step(t: Tape, g: Group, run: Run, recompute: bool = False) -> None:
                 h = clean.pop(0)
                 rows, n_in, n_out = x_mod.rows, x_mod.width, h_mod.width
                 diff = t.new(bytes_(rows * n_out, g.z), "h - h_mod")
-                if unit in ("norm", "rms norm"):
+                if unit == "plain norm":  # no gain, no bias: (y - y_mod) alone, and no update
+                    to_drop = []
+                elif unit in ("norm", "rms norm"):
                     if unit == "norm":
                         normalised = t.new(bytes_(rows * n_out, g.z), "layer_norm")
                         t.drop(t.new(bytes_(rows, g.z), "mean"), t.new(bytes_(rows, g.z), "rstd"))
@@ -106,7 +108,7 @@ def pepita_step(t: Tape, g: Group, run: Run, recompute: bool = False) -> None:
                     t.new(bytes_(n_out * n_in, g.z), "grad_w")
                     t.drop(product)
                     to_drop = []
-                if unit not in ("linear without bias", "rms norm"):
+                if unit not in ("linear without bias", "rms norm", "plain norm"):
                     total = t.new(bytes_(n_out, g.z), "sum")
                     t.new(bytes_(n_out, g.z), "grad_b")
                     t.drop(total)

@@ -1,0 +1,186 @@
+"""The model families of issue 28 against Hugging Face ``transformers``' own models (the dev extra), as
+tests/test_hf_models.py checks GPT-2, BERT, T5, Llama, Mistral and Qwen2: each ``model_type`` built from a small
+config with random weights (no download), ``attn_implementation="sdpa"``, dropout off. trainingcost reads the same
+config as ``config.json`` data and must count the same parameters (``num_parameters()``), and its ``executed`` model
+the same forward and backward FLOPs as torch's ``FlopCounterMode`` on one training step, at two sequence lengths.
+
+Parallel blocks (GPT-J, GPT-NeoX, Phi-1/2, Falcon, StableLM), partial rotary (rotary_pct, rotary_dim,
+partial_rotary_factor), a LayerNorm without parameters (OLMo), fused projections (GPT-NeoX's and Falcon's
+query_key_value, Phi-3's qkv_proj and gate_up_proj: one product of the widths they join, the same FLOPs as trainingcost's
+separate ones).
+The one term left: Falcon's multi-query attention, which Hugging Face runs on SDPA's math path (see the test).
+"""
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from trainingcost.analytic import layer_table
+from trainingcost.analytic.memory import memory_table
+from trainingcost.config import ConfigError, canonical_model, configs_frame
+from trainingcost.config.hf import check_window, hf_entry, with_overrides
+from trainingcost.measure.flops import CPU_SDPA_FORMULAS
+
+transformers = pytest.importorskip("transformers")
+
+B = 2
+LENGTHS = (7, 12)  # two sequence lengths per family
+
+
+def _raw(formula):
+    def counted(*args, **kwargs):
+        return formula(*args, **kwargs)
+    counted._get_raw = True
+    return counted
+
+
+CPU_ATTENTION = {op: _raw(formula) for op, formula in CPU_SDPA_FORMULAS.items()}
+SMALL = dict(vocab_size=61, attn_implementation="sdpa")
+
+
+def _model(config_class: str, model_class: str, **keys):
+    def build():
+        config = getattr(transformers, config_class)(**SMALL, **keys)
+        return config, getattr(transformers, model_class)(config)
+    return build
+
+
+NEOX = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=48,
+            max_position_embeddings=64)
+PHI = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=40, max_position_embeddings=64)
+FALCON = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, max_position_embeddings=64)
+
+MODELS = {
+    "gpt_neox": _model("GPTNeoXConfig", "GPTNeoXForCausalLM", **NEOX, rotary_pct=0.5),
+    "gpt_neox:sequential": _model("GPTNeoXConfig", "GPTNeoXForCausalLM", **NEOX, use_parallel_residual=False,
+                                  attention_bias=False, tie_word_embeddings=True),
+    "gptj": _model("GPTJConfig", "GPTJForCausalLM", n_embd=32, n_head=4, n_layer=2, n_positions=64, rotary_dim=4),
+    "phi": _model("PhiConfig", "PhiForCausalLM", **PHI, partial_rotary_factor=0.5),
+    "phi:gqa": _model("PhiConfig", "PhiForCausalLM", **PHI, num_key_value_heads=2, partial_rotary_factor=0.25),
+    "falcon": _model("FalconConfig", "FalconForCausalLM", **FALCON),  # falcon-7b's kind: multi-query, one norm
+    "falcon:new": _model("FalconConfig", "FalconForCausalLM", **FALCON, new_decoder_architecture=True, num_kv_heads=2,
+                         bias=True),
+    "falcon:sequential": _model("FalconConfig", "FalconForCausalLM", **FALCON, parallel_attn=False,
+                                multi_query=False, tie_word_embeddings=False),
+    "stablelm": _model("StableLmConfig", "StableLmForCausalLM", **PHI, num_key_value_heads=2, partial_rotary_factor=0.5),
+    "stablelm:parallel": _model("StableLmConfig", "StableLmForCausalLM", **PHI, num_key_value_heads=4, use_parallel_residual=True,
+                                use_qkv_bias=True),
+    "olmo": _model("OlmoConfig", "OlmoForCausalLM", **PHI, num_key_value_heads=2),
+    "olmo:attention_bias": _model("OlmoConfig", "OlmoForCausalLM", **PHI, attention_bias=True, clip_qkv=8.0,
+                                  tie_word_embeddings=True),
+    "starcoder2": _model("Starcoder2Config", "Starcoder2ForCausalLM", **PHI, num_key_value_heads=2),
+    "starcoder2:no_bias": _model("Starcoder2Config", "Starcoder2ForCausalLM", **PHI, num_key_value_heads=1,
+                                 use_bias=False, tie_word_embeddings=False),
+    "phi3": _model("Phi3Config", "Phi3ForCausalLM", **PHI, num_key_value_heads=2, pad_token_id=0),
+    "phi3:partial": _model("Phi3Config", "Phi3ForCausalLM", **PHI, partial_rotary_factor=0.5, pad_token_id=0),
+    # Sliding windows of 4 positions over both lengths: transformers masks SDPA, which runs the dense product
+    "mistral:window": _model("MistralConfig", "MistralForCausalLM", **PHI, num_key_value_heads=2, sliding_window=4),
+    "qwen2:window": _model("Qwen2Config", "Qwen2ForCausalLM", **PHI, num_key_value_heads=2, use_sliding_window=True,
+                           sliding_window=4, max_window_layers=0),
+    "starcoder2:window": _model("Starcoder2Config", "Starcoder2ForCausalLM", **PHI, num_key_value_heads=2,
+                                sliding_window=4),
+    "phi3:window": _model("Phi3Config", "Phi3ForCausalLM", **PHI, sliding_window=4, pad_token_id=0),
+    # Gemma: the embedding scaled by sqrt(d), GeGLU (tanh), heads 12 wide beside d 32, one key/value head, tied
+    "gemma": _model("GemmaConfig", "GemmaForCausalLM", **PHI, num_key_value_heads=1, head_dim=12),
+    "gemma:gqa": _model("GemmaConfig", "GemmaForCausalLM", **PHI, num_key_value_heads=2, head_dim=8,
+                        attention_bias=True),
+}
+ENCODER_DECODER = {  # T5 v1.1: gated GELU, the stacks sharing one table, the head its own
+    "t5:v1.1": lambda: (lambda c: (c, transformers.T5ForConditionalGeneration(c)))(transformers.T5Config(
+        d_model=32, d_kv=8, d_ff=40, num_layers=2, num_decoder_layers=1, num_heads=4, vocab_size=61,
+        relative_attention_num_buckets=8, relative_attention_max_distance=16, decoder_start_token_id=0, pad_token_id=0,
+        dropout_rate=0.0, feed_forward_proj="gated-gelu", tie_word_embeddings=False, attn_implementation="sdpa")),
+}
+MODELS.update(ENCODER_DECODER)
+WINDOWED = {name for name in MODELS if name.endswith(":window")}
+
+
+def hf_step_flops(model, config, length: int) -> int:
+    torch.manual_seed(0)
+    ids = torch.randint(0, config.vocab_size, (B, length))
+    labels = torch.randint(0, config.vocab_size, (B, length - 2)) if config.is_encoder_decoder else ids
+    model.train()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    with FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION) as counter:
+        model(input_ids=ids, labels=labels).loss.backward()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("model_type", sorted(MODELS))
+def test_parameters_and_executed_flops_equal_the_hugging_face_model(model_type):
+    config, model = MODELS[model_type]()
+    data = config.to_dict()
+    assert data["model_type"] == model_type.split(":")[0]
+    untied = 0  # parameters of a head transformers ties where the model's own config.json unties it
+    if model_type == "t5:v1.1":
+        # google/t5-v1_1-*'s config.json writes tie_word_embeddings false: the checkpoint has its own lm_head (and
+        # transformers 4 builds it). transformers 5 ties T5's head always (configuration_t5.py: "we tie weights always
+        # and force it to be True"), keeping only the flag's other meaning (no rescaled decoder output). trainingcost
+        # reads the file as written; the products, and so the FLOPs, are the same either way.
+        data["tie_word_embeddings"] = False
+        if model.lm_head.weight is model.shared.weight:
+            untied = config.vocab_size * config.d_model
+    for length in LENGTHS:
+        lengths = {"seq_len": length, "tgt_len": length - 2} if data.get("is_encoder_decoder") else {"seq_len": length}
+        cfg = canonical_model(check_window(with_overrides(hf_entry(data), {**lengths, "batch": B}), "test"))
+        assert cfg.sliding_window == (4 if model_type in WINDOWED else 0), cfg.options()
+        assert cfg.shared_embedding == (model_type == "t5:v1.1") and cfg.tie_embeddings != cfg.shared_embedding or \
+            not cfg.encdec, cfg.options()
+        frame = configs_frame([("", cfg)])
+        assert int(memory_table(frame, ["bp"]).parameter_count.iloc[0]) == model.num_parameters() + untied
+        executed = int(layer_table(frame, ["bp"], ["executed"]).flops.sum())
+        terms = 0
+        if model_type == "falcon":
+            # Falcon's multi-query attention hands SDPA one key/value head beside four query heads with a mask, which
+            # the CPU's fused kernel does not take: torch's math path runs, its backward four batched products (8 M N
+            # a), not the fused kernel's 10 M N a. trainingcost's model repeats the head (a view) and runs the fused
+            # kernel, and counts that.
+            terms -= cfg.layers * 2 * B * length * length * cfg.attn_width
+        assert hf_step_flops(model, config, length) - executed == terms, (model_type, length, cfg.options())
+
+
+# -- config.json files as transformers writes them, and as the hub holds them -----------------------------------------
+PUBLISHED = {  # the presets' config.json keys (the hub's files; older key names: rotary_pct, rotary_dim)
+    "pythia-1.4b": dict(model_type="gpt_neox", hidden_size=2048, intermediate_size=8192, num_attention_heads=16,
+                        num_hidden_layers=24, rotary_pct=0.25, rotary_emb_base=10000, max_position_embeddings=2048,
+                        vocab_size=50304, use_parallel_residual=True, tie_word_embeddings=False, hidden_act="gelu"),
+    "gpt-j-6b": dict(model_type="gptj", n_embd=4096, n_head=16, n_layer=28, n_positions=2048, rotary_dim=64,
+                     vocab_size=50400, activation_function="gelu_new", n_inner=None),
+    "phi-2": dict(model_type="phi", hidden_size=2560, intermediate_size=10240, num_attention_heads=32,
+                  num_hidden_layers=32, partial_rotary_factor=0.4, vocab_size=51200, max_position_embeddings=2048,
+                  hidden_act="gelu_new", num_key_value_heads=None, qk_layernorm=False),
+    "falcon-7b": dict(model_type="falcon", hidden_size=4544, num_attention_heads=71, num_hidden_layers=32,
+                      multi_query=True, parallel_attn=True, bias=False, alibi=False, new_decoder_architecture=False,
+                      vocab_size=65024),
+    "t5-v1.1-small": dict(model_type="t5", d_model=512, d_ff=1024, d_kv=64, num_heads=6, num_layers=8,
+                          num_decoder_layers=8, vocab_size=32128, feed_forward_proj="gated-gelu",
+                          tie_word_embeddings=False, relative_attention_num_buckets=32, is_encoder_decoder=True),
+    "gemma-2b": dict(model_type="gemma", hidden_size=2048, intermediate_size=16384, num_hidden_layers=18,
+                     num_attention_heads=8, num_key_value_heads=1, head_dim=256, vocab_size=256000,
+                     max_position_embeddings=8192, hidden_act="gelu_pytorch_tanh"),
+    "gemma-7b": dict(model_type="gemma", hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
+                     num_attention_heads=16, num_key_value_heads=16, head_dim=256, vocab_size=256000,
+                     max_position_embeddings=8192, hidden_act="gelu_pytorch_tanh"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_a_published_config_json_reads_as_its_preset(name):
+    from trainingcost.config import PRESETS
+
+    assert canonical_model(hf_entry(PUBLISHED[name])).config_id == canonical_model(PRESETS[name]).config_id
+
+
+@pytest.mark.parametrize("data, message", [
+    (dict(PUBLISHED["falcon-7b"], alibi=True), "alibi: ALiBi positions are not supported"),
+    (dict(PUBLISHED["phi-2"], qk_layernorm=True), "qk_layernorm: norms on the queries and keys are not supported"),
+    (dict(PUBLISHED["falcon-7b"], new_decoder_architecture=True, parallel_attn=False), "parallel_attn: false with "),
+    (dict(PUBLISHED["pythia-1.4b"], rotary_pct=0.2), "rotary_pct: turns 25 features of a 128-wide head"),
+    (dict(PUBLISHED["gpt-j-6b"], rotary_dim=512), "rotary_dim: turns 512 features of a 256-wide head"),
+])
+def test_unsupported_variants_get_one_line(data, message):
+    with pytest.raises(ConfigError) as err:
+        hf_entry(data, "config.json")
+    assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
