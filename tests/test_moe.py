@@ -33,6 +33,8 @@ QWEN_LIKE = dict(MIXTRAL_LIKE, bias="qkv", shared_expert_ff=20, router_norm=Fals
 # post-LN, GELU experts with biases, top-1 routing (Switch), in both stacks of an encoder-decoder
 SWITCH_LIKE = dict(arch="encoder-decoder", enc_layers=1, dec_layers=2, d_model=16, heads=4, d_ff=24, vocab=11,
                    seq_len=7, tgt_len=5, batch=2, experts=3, experts_per_token=1)
+# with the dense families' options: a parallel block (one norm), a sliding window, a shared expert
+PARALLEL_LIKE = dict(MIXTRAL_LIKE, parallel_block="one_norm", sliding_window=4, shared_expert_ff=12)
 TRAINING = [name for name in rule_names() if rule_spec(name).trains_experts]
 
 
@@ -62,7 +64,8 @@ def test_a_dense_model_keeps_its_config_id_and_its_columns():
 # -- the model and its counts ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("entry", [MIXTRAL_LIKE, QWEN_LIKE, SWITCH_LIKE], ids=["mixtral", "qwen-moe", "switch"])
+@pytest.mark.parametrize("entry", [MIXTRAL_LIKE, QWEN_LIKE, SWITCH_LIKE, PARALLEL_LIKE],
+                         ids=["mixtral", "qwen-moe", "switch", "parallel-windowed"])
 def test_parameters_and_executed_flops_equal_the_meter_under_every_training_rule(entry):
     cfg = canonical_model(entry)
     model = model_of(cfg)
