@@ -101,6 +101,13 @@ OPTION_MODELS = [
          tgt_len=4, tie_embeddings=True, bias="qkv", ffn="geglu", head_dim=6, kv_heads=1, norm_position="pre"),
     dict(DECODER, ffn="relu", bias="none", head_bias=True, classes=3, positions="none"),
     dict(DECODER, arch="encoder", positions="relative", relative_buckets=8, norm="rmsnorm"),
+    # issue 28's options: a parallel block (one norm, none with parameters), partial rotary, FFN biases, a window, Gemma's
+    # scale; GPT-NeoX's two norms; T5 v1.1's shared table with its own head
+    dict(DECODER, norm_position="pre", parallel_block="one_norm", positions="rotary", rotary_dim=2, bias="ffn",
+         head_bias=True, norm="nonparametric", embedding_scale=True, sliding_window=3),
+    dict(DECODER, norm_position="pre", parallel_block="two_norms", kv_heads=2),
+    dict({k: v for k, v in DECODER.items() if k != "layers"}, arch="encoder-decoder", enc_layers=1, dec_layers=2,
+         tgt_len=4, shared_embedding=True, ffn="geglu", norm="rmsnorm", norm_position="pre"),
 ]
 
 

@@ -100,6 +100,27 @@ PRESETS: dict[str, dict] = {
     "falcon-7b": dict(arch="decoder", layers=32, d_model=4544, heads=71, kv_heads=1, d_ff=18176, vocab=65024,
                       seq_len=2048, norm_position="pre", positions="rotary", parallel_block="one_norm", bias="none",
                       head_bias=False, tie_embeddings=True),
+    # Groeneveld et al. 2024 (OLMo), allenai/OLMo-1B-hf: Llama's block with a LayerNorm without gain or bias, no biases,
+    # the head tied. 1,176,764,416 parameters.
+    "olmo-1b": dict(arch="decoder", layers=16, d_model=2048, heads=16, d_ff=8192, vocab=50304, seq_len=2048,
+                    norm="nonparametric", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
+                    tie_embeddings=True),
+    # Lozhkov et al. 2024 (StarCoder2), bigcode/starcoder2-3b: pre-LayerNorm, a GELU MLP, biases everywhere but the
+    # tied head, 24 heads and 2 key/value heads, a 4,096-token sliding window over 16,384 positions.
+    # 3,030,371,328 parameters.
+    "starcoder2-3b": dict(arch="decoder", layers=30, d_model=3072, heads=24, kv_heads=2, d_ff=12288, vocab=49152,
+                          seq_len=16384, norm_position="pre", positions="rotary", head_bias=False, tie_embeddings=True,
+                          sliding_window=4096),
+    # Abdin et al. 2024 (Phi-3), microsoft/Phi-3-mini-4k-instruct: Llama's block (fused qkv and gate_up projections),
+    # a 2,047-token sliding window over 4,096 positions, an untied head. 3,821,079,552 parameters.
+    "phi-3-mini-4k": dict(arch="decoder", layers=32, d_model=3072, heads=32, d_ff=8192, vocab=32064, seq_len=4096,
+                          norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
+                          sliding_window=2047),
+    # Stability AI 2024 (StableLM 2), stabilityai/stablelm-2-1_6b: pre-LayerNorm, SwiGLU, q, k and v biased, rotary on
+    # a quarter of each head (16 of 64 features), an untied head. 1,644,515,328 parameters.
+    "stablelm-2-1.6b": dict(arch="decoder", layers=24, d_model=2048, heads=32, d_ff=5632, vocab=100352, seq_len=4096,
+                            norm_position="pre", ffn="swiglu", positions="rotary", rotary_dim=16, bias="qkv",
+                            head_bias=False),
     # Raffel et al. 2020 (T5 v1.1), google/t5-v1_1-small: gated GELU, no biases, a relative bias per stack, heads of 64
     # (6 beside d_model 512), one table for both stacks and the head its own (tie_word_embeddings false).
     # 76,961,152 parameters (transformers 4's T5ForConditionalGeneration; transformers 5 ties T5's head always).
@@ -148,6 +169,10 @@ PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
     "falcon-7b": (6_921_720_704, "FalconForCausalLM"),
     "t5-v1.1-small": (76_961_152, "T5ForConditionalGeneration (transformers 4; transformers 5 ties the head: "
                                   "60,511,616)"),
+    "olmo-1b": (1_176_764_416, "OlmoForCausalLM"),
+    "starcoder2-3b": (3_030_371_328, "Starcoder2ForCausalLM"),
+    "phi-3-mini-4k": (3_821_079_552, "Phi3ForCausalLM"),
+    "stablelm-2-1.6b": (1_644_515_328, "StableLmForCausalLM"),
     "gemma-2b": (2_506_172_416, "GemmaForCausalLM"),
     "gemma-7b": (8_537_680_896, "GemmaForCausalLM"),
     "mixtral-8x7b": (46_702_792_704, "MixtralForCausalLM"),
