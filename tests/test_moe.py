@@ -271,3 +271,15 @@ def test_all_to_all_bytes_and_expert_memory():
     assert one - eight == pytest.approx(2 * experts * 7 / 8)  # bf16 weights: 7/8 of the experts elsewhere
     sharded = [memory_per_gpu(facts, _spec(ep=ep, sharding="zero3"), "bp", 0)["parameters"] for ep in (1, 8)]
     assert sharded[0] == pytest.approx(sharded[1])  # ZeRO-3: 1/dp of everything either way
+
+
+def test_the_workflow_refuses_pepita_on_a_mixture_of_experts_before_any_job():
+    from trainingcost.pipeline import load, train_jobs
+
+    model = dict(MIXTRAL_LIKE, name="moe", vocab=256)
+    ok = {"sweep": {"models": [model]}, "train": {"select": ["moe"], "rules": ["bp", "dfa"]}}
+    assert {job.rule for job in train_jobs(load(ok))} == {"bp", "dfa"}
+    refused = {"sweep": {"models": [model]}, "train": {"select": ["moe"], "rules": ["bp", "pepita"]}}
+    with pytest.raises(ConfigError) as error:
+        train_jobs(load(refused))
+    assert str(error.value).startswith("train.rules: sweep entry 'moe'") and "pepita does not train" in str(error.value)
