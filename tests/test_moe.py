@@ -283,3 +283,18 @@ def test_the_workflow_refuses_pepita_on_a_mixture_of_experts_before_any_job():
     with pytest.raises(ConfigError) as error:
         train_jobs(load(refused))
     assert str(error.value).startswith("train.rules: sweep entry 'moe'") and "pepita does not train" in str(error.value)
+
+
+def test_the_predicted_step_prices_the_all_to_alls_and_the_plan_reports_their_bytes():
+    from trainingcost.analytic.plan import plan_table
+
+    cfg = canonical_model(PRESETS["mixtral-8x7b"]).replace(seq_len=4096)
+    gpu = hardware_device("h100-sxm")
+    spec = dict(tokens=1e12, gpus=64, efficiency=Efficiency("predicted", 0.0, "predicted"), global_batch=128)
+    rows = {ep: plan_table(cfg, PlanSpec(**spec, ep=ep), gpu, ["bp"], ["executed"]).iloc[0] for ep in (1, 8)}
+    assert rows[1]["ep_all_to_all_bytes"] == 0 and rows[1]["step_comm_ep_s"] == 0
+    one = rows[8]
+    micro, accumulation = one["micro_batch"], one["grad_accumulation"]
+    per_all_to_all = micro * 4096 * 2 * 4096 * 2 * 7 / 8  # tokens x k x d x bf16 x (ep - 1) / ep
+    assert one["ep_all_to_all_bytes"] == pytest.approx(accumulation * 4 * 32 * per_all_to_all)  # 4 per layer, 32 layers
+    assert one["step_comm_ep_s"] > 0 and one["mem_parameters"] == pytest.approx(rows[1]["mem_parameters"])  # ZeRO-3
