@@ -19,7 +19,7 @@ MODEL_FIELDS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads"
                 "classes", "norm", "norm_position", "ffn", "kv_heads", "head_dim", "positions", "max_positions",
                 "tie_embeddings", "bias", "head_bias", "type_vocab", "embedding_norm", "relative_buckets",
                 "relative_max_distance", "parallel_block", "rotary_dim", "sliding_window",
-                "embedding_scale", "shared_embedding")
+                "embedding_scale", "shared_embedding", "experts", "experts_per_token", "shared_expert_ff", "router_norm")
 LAYER_FIELDS = ("layers", "enc_layers", "dec_layers")
 
 
@@ -102,6 +102,11 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
                       help="the embedding's output times sqrt(d_model) (Gemma)")
     arch.add_argument("--shared-embedding", action=argparse.BooleanOptionalAction, default=None,
                       help="encoder-decoder: both stacks read one table, the head its own (T5 v1.1)")
+    arch.add_argument("--experts", type=integer, help="mixture of experts: routed FFNs per block, each --d-ff wide")
+    arch.add_argument("--experts-per-token", type=integer, help="mixture of experts: the top-k experts a token runs")
+    arch.add_argument("--shared-expert-ff", type=integer, help="mixture of experts: a shared expert this wide (Qwen-MoE)")
+    arch.add_argument("--router-norm", action=argparse.BooleanOptionalAction, default=None,
+                      help="mixture of experts: renormalise the top-k weights (default; Mixtral)")
 
 
 def model_entry(args: argparse.Namespace, defaults: dict | None = None):

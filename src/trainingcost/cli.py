@@ -108,7 +108,12 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
     return f"Total {unit} per training step, by rule and cost model\n" + grid(header, rows) + "\n"
 
 
-def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model: str) -> str:
+def _not_replayed(moe: bool) -> str:
+    """Why the tape gives no peak for a rule it replays: the model's depth, or a mixture of experts (tape/table.py)."""
+    return "not replayed (a mixture of experts)" if moe else f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)"
+
+
+def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model: str, moe: bool = False) -> str:
     """The default view: one row per rule under one cost model: the step's total, its ratio to BP, its forward,
     its backward, everything else, and the step's tensor-memory peak with its ratio to BP (the executed tape
     where it replays the step, else the components summed, marked *). Fits 100 columns."""
@@ -120,7 +125,7 @@ def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model
             peaks[r["rule"]] = (float(r["peak"]), "")
         else:
             peaks[r["rule"]] = (float(r["total"]), "*")
-            why.append(f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)" if replays(r["rule"])
+            why.append(_not_replayed(moe) if replays(r["rule"])
                        else "no tape replays this rule's step yet")
     ref = REFERENCE_RULE if REFERENCE_RULE in totals.index else None
     label = catalogue_rule(REFERENCE_RULE).label
@@ -142,9 +147,9 @@ def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model
     return "\n".join(out) + "\n"
 
 
-def render_memory(memory: pd.DataFrame) -> str:
+def render_memory(memory: pd.DataFrame, moe: bool = False) -> str:
     first = memory.iloc[0]
-    why = f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)"
+    why = _not_replayed(moe)
     setting = f"{first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters"
     phases = [c for c in PEAK_PHASE_COLUMNS if (memory[c] >= 0).any()]
     rule_why = "not replayed yet for this rule (its tape is not written; the components below cover it)"
@@ -215,16 +220,20 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             out.to_csv(sys.stdout, index=False)
         return 0
     print(wrapped(describe_config(cfg)) if compact else describe_config(cfg))
+    if cfg.moe:
+        refused = [name for name in dict.fromkeys(table["rule"]) if not catalogue_rule(name).trains_experts]
+        notes = [*notes, "mixture of experts: FLOPs of the k experts a token uses (token-balanced), parameters of all"
+                 + (f"; {', '.join(refused)}: priced, not trained (docs/learning_rules.md)" if refused else "")]
     for note in notes:
         print(wrapped(note) if compact else note)
     print()
     if compact:
-        print(render_compact(table, memory, args.metric, models[0]))
+        print(render_compact(table, memory, args.metric, models[0], cfg.moe))
         return 0
     if not args.memory:
         print(render_costs(table, args.metric) if args.per_layer else render_phases(table, args.metric))
         print(render_summary(table, args.metric))
-    print(render_memory(memory))
+    print(render_memory(memory, cfg.moe))
     return 0
 
 
@@ -292,6 +301,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         warmup=args.warmup,
     )
     spec.check()  # every mistake is reported before torch is imported
+    from .analytic.catalogue import check_architecture
+
+    check_architecture(args.rule, cfg, "--rule")
     if args.nproc != 1 or args.parallel != "ddp" or args.backend != "auto":
         from .analytic.comm import check_parallel
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from .analytic import layer_table, vocabulary
+from .analytic.catalogue import check_architecture
 from .analytic.engine import check_overflow
 from .analytic.memory import memory_table
 from .config.errors import SizeOverflowError
@@ -159,6 +160,7 @@ def train_jobs(config: dict) -> list[TrainJob]:
         except ConfigError as error:
             raise ConfigError(f"train.task: {task} cannot train sweep entry {name!r} ({cfg.config_id}): {error}") from None
         for rule in train["rules"]:
+            check_architecture(rule, cfg, f"train.rules: sweep entry {name!r} ({cfg.config_id})")
             if train["parallel"]["nproc"] > 1:  # a rule the sharding does not admit is refused before any job
                 from .analytic.comm import check_parallel
 

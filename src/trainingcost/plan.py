@@ -58,6 +58,8 @@ def add_parser(sub) -> None:
     p.add_argument("--gpus", type=count, default=1)
     p.add_argument("--tp", type=count, default=1, help="tensor-parallel degree")
     p.add_argument("--pp", type=count, default=1, help="pipeline-parallel degree")
+    p.add_argument("--ep", type=count, default=1, help="expert-parallel degree (a mixture of experts; divides the "
+                   "experts and the data-parallel degree)")
     p.add_argument("--sharding", default="zero3", choices=SHARDINGS,
                    help="data-parallel sharding: none (DDP), ZeRO stage 1-3, fsdp (FULL_SHARD = ZeRO-3); default zero3")
     p.add_argument("--zero3-gather", default="sublayer", choices=list(ZERO3_GATHER),
@@ -229,7 +231,7 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         carbon_source=defaults.carbon_source if args.carbon_intensity is None else "given",
         price=args.price, price_source="given" if args.price is not None else defaults.price_source,
         mirror_steps=args.mirror_steps, interleave=args.interleave, sequence_parallel=args.sequence_parallel,
-        gpus_per_node=args.gpus_per_node, nic_gbps=args.nic_gbps, dp_overlap=args.dp_overlap,
+        gpus_per_node=args.gpus_per_node, nic_gbps=args.nic_gbps, dp_overlap=args.dp_overlap, ep=args.ep,
         **quality_of(args),
     )
 
@@ -307,7 +309,7 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
     out.append(f"Hardware: {first['gpus']} x {gpu.name} ({gpu.label}: {peak:g} TFLOP/s dense {PRECISIONS[first['precision']].compute}, "
                f"{gpu.memory_bytes / 1e9:g} GB, {gpu.power_w:g} W); data x tensor x pipeline parallel = {first['dp']} x "
                f"{first['tp']} x {first['pp']}; sharding {first['sharding']}; {first['precision']}; activation "
-               f"checkpointing {first['checkpointing']}; optimizer {first['optimizer']}")
+               f"checkpointing {first['checkpointing']}; optimizer {first['optimizer']}" + _experts(first))
     out.append(f"Efficiency: {first['source_efficiency']}")
     if table["compute_multiplier"].notna().any() and table["source_quality"].iloc[0].startswith("to reach"):
         out.append(tokens_per_rule(table))
@@ -332,7 +334,7 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
     if table[f"step_{STEP_PARTS[0]}_s"].notna().any():
         labels = {"matmul": "matmul", "attention": "attention", "memory": "memory", "launch": "launch",
                   "comm_tp": "TP comm", "comm_dp": "DP comm", "comm_pp": "PP comm", "bubble": "bubble",
-                  "optimizer": "optimizer"}
+                  "optimizer": "optimizer", **({"comm_ep": "EP comm"} if (table["ep"] > 1).any() else {})}
         steps = table.drop_duplicates("rule")
         header = ["rule", "step", *labels.values(), "MFU"]
         rows = [[r["rule"], _duration(r["step_time_s"]), *(_duration(r[f"step_{k}_s"]) if r[f"step_{k}_s"] else "0"
@@ -373,6 +375,14 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
 SCREEN_WIDTH = 100  # the compact view (the default: one cost model) fits 100 columns x 40 lines
 
 
+def _experts(row) -> str:
+    """The expert-parallel degree and its all-to-all traffic, where the plan has one (docs/planning.md)."""
+    if row["ep"] <= 1:
+        return ""
+    return (f"; expert-parallel {row['ep']} inside data-parallel, all-to-all {row['ep_all_to_all_bytes'] / 1e9:.3g} GB "
+            f"sent per GPU per step ({row['rule']})")
+
+
 def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None) -> str:
     """The default view, one cost model: one row per rule (FLOPs, ratio to BP, step, wall-clock, GPU-hours, MFU,
     energy, CO2e, money where priced, memory per GPU, whether it fits, the micro-batch), the fit verdict, and the
@@ -385,7 +395,7 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
                        f"{first['tokens_per_sequence']} tokens (global batch {batch})", SCREEN_WIDTH))
     out.append(wrapped(f"On {first['gpus']} x {gpu.name} ({gpu.memory_bytes / 1e9:g} GB): data x tensor x pipeline = "
                        f"{first['dp']} x {first['tp']} x {first['pp']}, {first['sharding']}, {first['precision']}, "
-                       f"checkpointing {first['checkpointing']}, {first['optimizer']}", SCREEN_WIDTH))
+                       f"checkpointing {first['checkpointing']}, {first['optimizer']}" + _experts(first), SCREEN_WIDTH))
     if table["compute_multiplier"].notna().any() and table["source_quality"].iloc[0].startswith("to reach"):
         out.append(wrapped(tokens_per_rule(table), SCREEN_WIDTH))
     else:  # the cheapest per step is not the cheapest per quality: say which this is

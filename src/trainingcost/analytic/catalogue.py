@@ -69,6 +69,17 @@ def rule(name: str) -> RuleSpec:
         raise KeyError(f"unknown rule {name!r} (allowed: {', '.join(rule_names())})") from None
 
 
+def check_architecture(name: str, cfg, where: str = "rule") -> None:
+    """One line (a ConfigError naming ``where``) where rule ``name`` does not train ``cfg``'s architecture: a
+    mixture of experts under a rule whose spec says ``trains_experts=False``; before any job runs."""
+    if cfg.moe and not rule(name).trains_experts:
+        from ..config.errors import ConfigError
+
+        allowed = ", ".join(spec.name for spec in rules() if spec.trains_experts)
+        raise ConfigError(f"{where}: {name} does not train a mixture of experts (experts {cfg.experts}; "
+                          f"docs/learning_rules.md); allowed with experts: {allowed}")
+
+
 def vocabulary() -> dict[str, tuple[str, ...]]:
     """The schema enums the catalogue decides: rules and cost models."""
     from .registry import cost_model_names

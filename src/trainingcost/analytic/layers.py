@@ -116,6 +116,25 @@ KINDS: dict[str, LayerKind] = _kinds(
         param_tensors=lambda s: (2 + s.gated) * (1 + s.bo),
         module_params=lambda s: np.maximum(s.d * s.ff + s.bo * s.ff, s.ff * s.d + s.bo * s.d),  # up (gate), down: a Linear each
     ),
+    LayerKind(
+        "moe", "moe",
+        "mixture of experts in place of the FFN: a router (d x E), softmax, the top-k experts of each token (each an "
+        "FFN d_ff wide), their outputs weighted and summed; Qwen-MoE's shared expert (sff wide) gated by sigmoid(x w). "
+        "Parameters and weights count all E experts; rows, k of them per token (token-balanced: M k / E rows each)",
+        params=lambda s: s.E * ((2 + s.gated) * s.d * s.ff + s.bo * ((1 + s.gated) * s.ff + s.d)) + s.d * s.E
+        + (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.bo * ((1 + s.gated) * s.sff + s.d) + s.d),
+        weights=lambda s: s.E * (2 + s.gated) * s.d * s.ff + s.d * s.E + (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.d),
+        # the router's input and softmax; per routed row (M k) its gathered input, the FFN's hidden tensors, the
+        # expert output and its weight; the shared expert's hidden tensors, gate and output
+        saved=lambda s: s.M * s.d + s.M * s.E + s.M * s.k * (2 * s.d + (2 + 2 * s.gated - s.relu) * s.ff + 1)
+        + (s.sff > 0) * ((2 + 2 * s.gated - s.relu) * s.M * s.sff + s.M + s.M * s.d),
+        working=lambda s: 2 * s.M * s.d + s.M * s.E + s.M * s.k * (2 * s.d + (2 + 2 * s.gated) * s.ff)
+        + (s.sff > 0) * ((2 + 2 * s.gated) * s.M * s.sff + s.M * s.d),
+        kept=lambda s: s.M * s.d + s.M * s.E + (1 + s.gated) * s.M * s.k * s.ff + (s.sff > 0) * (1 + s.gated) * s.M * s.sff,
+        param_tensors=lambda s: s.E * (2 + s.gated) * (1 + s.bo) + 1 + (s.sff > 0) * ((2 + s.gated) * (1 + s.bo) + 1),
+        module_params=lambda s: np.maximum(np.maximum(s.d * s.ff + s.bo * s.ff, s.ff * s.d + s.bo * s.d),
+                                           np.maximum(s.d * s.E, (s.sff > 0) * (s.d * s.sff + s.bo * np.maximum(s.sff, s.d)))),
+    ),
     _norm_kind("add_norm", "a residual and its norm: post-LN norm(x + f(x)), or pre-LN x + f(norm(x))", True),
     _norm_kind("norm", "a norm alone: a stack's final norm (pre-LN), or the embedding's norm (BERT)", False),
     _head("lm_head", "linear layer over the vocabulary, softmax cross-entropy"),
@@ -212,15 +231,19 @@ SHARED_NORM = "input_norm"  # a parallel block's one norm (parallel_block one_no
 
 
 @lru_cache(maxsize=None)
-def describe_block(arch: str, stack: str, pre: bool = False, parallel: str = "none") -> BlockDescription:
+def describe_block(arch: str, stack: str, pre: bool = False, parallel: str = "none", moe: bool = False
+                   ) -> BlockDescription:
     """The block of ``stack`` ('encoder' or 'decoder') in ``arch``, post-LN or ``pre``-LN, its branches in sequence
-    or ``parallel`` (``ModelConfig.parallel_block``: one_norm, two_norms; pre-LN, no cross-attention)."""
+    or ``parallel`` (``ModelConfig.parallel_block``: one_norm, two_norms; pre-LN, no cross-attention); with ``moe``, a
+    mixture of experts (kind ``moe``) in the FFN's place, under the FFN's name."""
     if stack == "encoder":
         pairs = _ENCODER
     elif arch == "encoder-decoder":
         pairs = _ENC_DEC_DECODER
     else:
         pairs = _DECODER_ONLY
+    if moe:
+        pairs = tuple((name, "moe" if kind == "ffn" else kind) for name, kind in pairs)
     branches, subs = [], []
     for name, kind in pairs:
         entry = not subs  # only the first branch reads the block input
@@ -239,9 +262,10 @@ def describe_block(arch: str, stack: str, pre: bool = False, parallel: str = "no
     return BlockDescription(arch, stack, pre, tuple(branches), tuple(subs), parallel != "none")
 
 
-def block_sublayers(arch: str, stack: str, pre: bool = False, parallel: str = "none") -> tuple[Sublayer, ...]:
+def block_sublayers(arch: str, stack: str, pre: bool = False, parallel: str = "none", moe: bool = False
+                    ) -> tuple[Sublayer, ...]:
     """The sublayers of one block of ``stack`` in ``arch``, in forward order (:func:`describe_block`)."""
-    return describe_block(arch, stack, pre, parallel).sublayers
+    return describe_block(arch, stack, pre, parallel, moe).sublayers
 
 
 def stack_ends(cfg) -> tuple[tuple[str, str], ...]:
@@ -294,7 +318,7 @@ def layer_plan(cfg) -> list[tuple[str, str]]:
         for end, kind in stack_ends(cfg):
             plan.append((end_layer_name(stack, end), kind))
         for index in range(cfg.depth(stack)):
-            for sub in block_sublayers(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block):
+            for sub in block_sublayers(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block, cfg.moe):
                 plan.append((block_layer_name(stack, index, sub.name), sub.kind))
         if cfg.pre_norm:
             plan.append((end_layer_name(stack, FINAL_NORM), "norm"))

@@ -111,6 +111,7 @@ class PlanSpec:
     # executed FLOPs per token (docs/planning.md, "The plan at equal quality").
     compute_multipliers: tuple = ()
     quality_source: str = "equal tokens per rule; no learning-quality data (give --target-loss with --frontiers)"
+    ep: int = 1  # expert-parallel degree (a mixture of experts: experts / ep per GPU, carved out of dp)
 
 
 # ---------------------------------------------------------------------------
@@ -164,6 +165,7 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
         allowed = [p for p, q in PRECISIONS.items() if device.peak(q.compute) is not None]
         raise ConfigError(f"precision: {spec.precision} needs {precision.compute} arithmetic, which {device.name} has not "
                           f"(allowed on {device.name}: {', '.join(allowed)})")
+    check_expert_parallel(spec, cfg)
     if spec.gpus % (spec.tp * spec.pp):
         raise ConfigError(f"gpus: {spec.gpus} GPUs do not divide into tensor-parallel {spec.tp} x pipeline-parallel "
                           f"{spec.pp} = {spec.tp * spec.pp} (the data-parallel degree must be a whole number)")
@@ -188,6 +190,49 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
         if per_replica % spec.micro_batch:
             raise ConfigError(f"micro_batch: {spec.micro_batch} does not divide the {per_replica} sequences each "
                               f"data-parallel replica takes per step (global batch / {dp})")
+
+
+def check_expert_parallel(spec: PlanSpec, cfg) -> None:
+    """--ep: each GPU of an expert-parallel group holds experts / ep of every mixture of experts; the groups are
+    carved out of the data-parallel replicas (DeepSpeed-MoE; GShard), so ep divides the experts and dp."""
+    if isinstance(spec.ep, bool) or not isinstance(spec.ep, int) or spec.ep < 1:
+        raise ConfigError(f"ep: must be a positive integer (got {spec.ep!r})")
+    if spec.ep == 1:
+        return
+    if not cfg.moe:
+        raise ConfigError(f"ep: expert parallelism {spec.ep} needs a mixture of experts (the model has no experts)")
+    if cfg.experts % spec.ep:
+        raise ConfigError(f"ep: expert-parallel degree {spec.ep} does not divide the {cfg.experts} experts (each GPU "
+                          "holds experts / ep)")
+    if spec.gpus % spec.ep:
+        raise ConfigError(f"ep: expert-parallel degree {spec.ep} does not divide the {spec.gpus} GPUs")
+    dp = spec.gpus // (spec.tp * spec.pp) if spec.gpus % (spec.tp * spec.pp) == 0 else 0
+    if dp and dp % spec.ep:
+        raise ConfigError(f"ep: expert-parallel degree {spec.ep} does not divide the data-parallel degree {dp} "
+                          f"(gpus / (tp x pp)); the expert-parallel groups are made of data-parallel replicas")
+
+
+def all_to_all_bytes(cfg, spec: PlanSpec, micro_batch: int) -> float:
+    """Bytes one GPU sends in one all-to-all of a mixture of experts, per micro-batch: its tokens' k routed copies
+    of width d (activation dtype), all but the 1 / ep that stay on it (token-balanced routing, docs/planning.md)."""
+    if spec.ep == 1 or not cfg.moe:
+        return 0.0
+    tokens = micro_batch * tokens_per_sequence(cfg)
+    return tokens * cfg.experts_per_token * cfg.d_model * PRECISIONS[spec.precision].activations * (spec.ep - 1) / spec.ep
+
+
+def all_to_alls_per_micro_batch(facts: ModelFacts, spec: PlanSpec, rule_name: str) -> int:
+    """All-to-alls per micro-batch on the most loaded stage: two per mixture-of-experts layer and forward pass
+    (dispatch, combine), two per backward through it, two per recomputed forward (checkpointing)."""
+    layers = sum((facts.moe_layers or {}).values()) // spec.pp
+    if not layers:
+        return 0
+    work = rule(rule_name).recipe
+    passes = sum(int(t) if not isinstance(t, str) else 1 for name, t in work.get("forward", ())
+                 if name in ("forward", "forward_modulated"))
+    backward = bool(work.get("backward"))
+    recomputed = sum(checkpointed(facts, spec.checkpointing, spec.checkpoint_every).values()) // spec.pp if backward else 0
+    return 2 * max(1, passes) * layers + (2 * layers if backward else 0) + 2 * recomputed
 
 
 def tokens_per_sequence(cfg) -> int:
@@ -288,7 +333,10 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     params = facts.parameters * share
     feedback = row["feedback"] * share
     trained = row["trained"] * share
-    shard = lambda value, from_stage: value / dp if stage >= from_stage else value  # noqa: E731
+    # Expert parallelism: a GPU holds experts / ep of each mixture, unsharded; ZeRO shards the experts over the
+    # dp / ep replicas of each (DeepSpeed-MoE, Rajbhandari et al. 2022), the rest over dp: 1 / dp of all either way.
+    held = model_share(facts, spec.tp, spec.pp, spec.ep) / share if share else 1.0
+    shard = lambda value, from_stage: value / dp if stage >= from_stage else value * held  # noqa: E731
     unit = {"module": facts.largest_module, "sublayer": facts.largest_layer, "block": facts.largest_block}[spec.zero3_gather]
     # DeepSpeed's ZeRO-3 keeps its gradient partition in fp32 for the optimizer (its estimator's 18 bytes per parameter:
     # fp16 weights 2, fp32 weights, gradients and Adam's two moments 16, as its offload branches split them)
@@ -371,7 +419,7 @@ def largest_divisor_at_most(n: int, limit: int, accumulation_multiple: int = 1) 
 # The plan
 
 
-STEP_PARTS = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer")
+STEP_PARTS = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer", "comm_ep")
 PLAN_COLUMNS = (
     "config_id", "rule", "cost_model", "gpu", "gpus", "dp", "tp", "pp", "sharding", "zero3_gather", "precision",
     "checkpointing",
@@ -385,6 +433,7 @@ PLAN_COLUMNS = (
     "source_power", "source_pue", "source_carbon", "source_price",
     *(f"step_{k}_s" for k in STEP_PARTS), "step_dp_bytes", "step_dp_collectives",
     "compute_multiplier", "token_multiplier", "source_quality",
+    "ep", "ep_all_to_all_bytes",
 )
 
 
@@ -436,7 +485,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
 
         work = rule_work(cfg, rules)
         for r in rules:
-            lay = Layout(gpus=spec.gpus, global_batch=G, micro_batch=memory[r][2], tp=spec.tp, pp=spec.pp,
+            lay = Layout(gpus=spec.gpus, global_batch=G, micro_batch=memory[r][2], tp=spec.tp, pp=spec.pp, ep=spec.ep,
                          interleave=spec.interleave, sequence_parallel=spec.sequence_parallel, sharding=spec.sharding,
                          recompute=spec.checkpointing, checkpoint_every=spec.checkpoint_every, precision=spec.precision,
                          dp_overlap=spec.dp_overlap, gpus_per_node=spec.gpus_per_node, nic_gbps=spec.nic_gbps,
@@ -512,6 +561,9 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "step_dp_collectives": float(predicted[r].dp_collectives) if r in predicted else math.nan,
             "compute_multiplier": dict(spec.compute_multipliers).get(r, math.nan if spec.compute_multipliers else 1.0),
             "token_multiplier": scale, "source_quality": quality_note(spec, r),
+            # bytes each GPU sends in the step's all-to-alls (expert parallelism)
+            "ep": spec.ep, "ep_all_to_all_bytes": accumulation * all_to_alls_per_micro_batch(facts, spec, r)
+            * all_to_all_bytes(cfg, spec, micro),
         })
     table = pd.DataFrame(rows, columns=list(PLAN_COLUMNS))
     order = {r: i for i, r in enumerate(rules)}

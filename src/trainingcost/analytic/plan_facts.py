@@ -58,6 +58,8 @@ class ModelFacts:
     depth: dict  # stack -> blocks
     largest_module: int = 0  # parameters of the largest torch module (its own: DeepSpeed ZeRO-3's unit)
     largest_block: int = 0  # parameters of the largest block, or of the ends outside the blocks (FSDP's units)
+    expert_parameters: int = 0  # a mixture of experts' routed experts (split over the expert-parallel degree)
+    moe_layers: dict = None  # stack -> blocks with a mixture of experts (each: two all-to-alls per pass)
 
 
 def model_facts(cfg, rules, optimizer: str) -> ModelFacts:
@@ -94,9 +96,14 @@ def model_facts(cfg, rules, optimizer: str) -> ModelFacts:
         if KINDS[kind].module_params is not None:
             modules[index] = KINDS[kind].module_params(shapes_namespace(t, index))
     one_block = max((int(params[blocks & (stacks == s)].sum()) for s in cfg.stacks), default=0)
+    moe = kinds == "moe"  # the routed experts: all but the router and the shared expert with its gate
+    s = shapes_namespace(t, moe)
+    shared = (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.bo * ((1 + s.gated) * s.sff + s.d) + s.d)
+    experts = int(((params[moe] - s.d * s.E - shared) * t.count[moe]).sum())
     return ModelFacts(total, in_blocks, stage_end, total - in_blocks, int(params.max()), per_rule, block_saved,
                       block_input, depth, largest_module=int(np.where(model_layer, modules, 0).max()),
-                      largest_block=max(one_block, total - in_blocks))
+                      largest_block=max(one_block, total - in_blocks), expert_parameters=experts,
+                      moe_layers={stack: depth[stack] if cfg.moe else 0 for stack in cfg.stacks})
 
 
 def _configs(cfg) -> pd.DataFrame:
@@ -106,8 +113,10 @@ def _configs(cfg) -> pd.DataFrame:
 
 
 
-def model_share(facts: ModelFacts, tp: int, pp: int) -> float:
-    """The share of the model's parameters on the most loaded GPU: blocks / pp plus the heavier end, all / tp."""
+def model_share(facts: ModelFacts, tp: int, pp: int, ep: int = 1) -> float:
+    """The share of the model's parameters on the most loaded GPU: blocks / pp plus the heavier end, all / tp;
+    the routed experts of the blocks also / ep (each GPU of an expert-parallel group holds experts / ep)."""
     ends = facts.all_end_parameters if pp == 1 else facts.stage_end_parameters
-    return (facts.blocks_parameters / pp + ends) / (tp * facts.parameters)
+    blocks = facts.blocks_parameters - facts.expert_parameters * (1 - 1 / ep)
+    return (blocks / pp + ends) / (tp * facts.parameters)
 

@@ -62,6 +62,7 @@ class RuleSpec:
     memory: RuleMemory = RuleMemory()
     defaults: Mapping[str, float] = field(default_factory=dict)  # hyperparameters (config.training.RuleOptions)
     tape: str = "autograd"  # its step on the executed memory tape (TAPES)
+    trains_experts: bool = True  # trains a mixture of experts (docs/learning_rules.md); False: refused in one line
 
     def __post_init__(self):
         if self.tape not in TAPES:

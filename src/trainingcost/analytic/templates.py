@@ -44,7 +44,8 @@ SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": 
                  "relu": "relu", "silu": "silu", "g": "norm_vectors", "ns": "norm_stats", "rms": "rms", "pre": "pre", "tied": "tied", "bq": "qkv_bias",
                  "bo": "out_bias", "ba": "o_bias", "bh": "head_bias", "learned": "learned", "rotary": "rotary", "tv": "type_vocab",
                  "max_pos": "max_positions", "relative": "relative", "rb": "relative_buckets",
-                 "w": "sliding_window", "es": "embedding_scale", "default_arch": "default_arch"}
+                 "w": "sliding_window", "es": "embedding_scale", "default_arch": "default_arch",
+                 "E": "experts", "k": "experts_per_token", "sff": "shared_expert_ff"}
 TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows", "shared")
 
 
@@ -91,6 +92,8 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
         "sliding_window": i64(column("sliding_window")),  # 0: none (a window shorter than the sequence otherwise)
         "embedding_scale": i64(column("embedding_scale").astype(bool)),
         "shared_embedding": i64(column("shared_embedding").astype(bool)),  # the stacks share a table, not the head
+        "experts": i64(column("experts")), "experts_per_token": i64(column("experts_per_token")),
+        "shared_expert_ff": i64(column("shared_expert_ff")), "router_norm": i64(column("router_norm").astype(bool)),
     }
     default = np.ones(n, dtype=bool)
     for name, value in OPTION_DEFAULTS.items():
@@ -267,11 +270,12 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
                 shared = (((cols["shared_embedding"] > 0) | tied) & encdec & (stack == "decoder")).astype(np.int64) \
                     if end == "embedding" else 0
                 add(has & ends_of[end], kind, stack, end, 1, False, False, rank, rows, shared=shared)
-            for arch_name, pre, parallel in itertools.product(ARCHES, (False, True), PARALLEL_BLOCKS):
-                mask = has & (arch == arch_name) & ((cols["pre"] > 0) == pre) & (cols["parallel_block"] == parallel)
+            for arch_name, pre, parallel, moe in itertools.product(ARCHES, (False, True), PARALLEL_BLOCKS, (False, True)):
+                mask = (has & (arch == arch_name) & ((cols["pre"] > 0) == pre) & (cols["parallel_block"] == parallel)
+                        & ((cols["experts"] > 0) == moe))
                 if not mask.any():
                     continue
-                for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre, parallel)):
+                for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre, parallel, moe)):
                     kv_rows = cols["seq_len"] if sub.kind == "cross_attention" else rows
                     add(mask, sub.kind, stack, sub.name, depth, True, sub.block_entry, BLOCK_SUB_OFFSET + position,
                         rows, kv_rows, kv_entry=sub.kv_entry)

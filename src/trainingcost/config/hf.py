@@ -1,16 +1,16 @@
 """A model's own ``config.json`` (as shipped with a Hugging Face model), read as a model entry.
 
 Plain JSON, no ``transformers``: each supported ``model_type`` maps its keys onto
-trainingcost's fields and options. What the mapping cannot express (mixture of
-experts, a sliding window on some layers only, an unknown ``model_type``, keys of
+trainingcost's fields and options. What the mapping cannot express (a mixture of
+experts outside Mixtral and Qwen-MoE, a sliding window on some layers only, an unknown ``model_type``, keys of
 the wrong type) is refused in one line that names it,
 never counted silently wrong. The result is an entry like a preset's: command-line
 flags and a sweep entry's other keys override its fields.
 
 Sources of each mapping: the ``configuration_*.py`` and ``modeling_*.py`` of
 Hugging Face ``transformers`` for GPT-2, BERT, T5, Llama, Mistral, Qwen2, GPT-NeoX,
-GPT-J, Phi, Falcon, StableLM, OLMo, StarCoder2, Phi-3 and Gemma (key names, their defaults, which layers carry biases, which
-heads are tied, which blocks are parallel, how much of a head rotary turns).
+GPT-J, Phi, Falcon, StableLM, OLMo, StarCoder2, Phi-3, Gemma, Mixtral and Qwen-MoE (key names, their defaults, which
+layers carry biases, which heads are tied, which blocks are parallel, how much of a head rotary turns, the experts).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from .errors import ConfigError
 
 SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
-             "starcoder2", "phi3", "gemma")
+             "starcoder2", "phi3", "gemma", "mixtral", "qwen2_moe")
 # Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
 UNSUPPORTED_KEYS = {
     "num_local_experts": "mixture of experts",
@@ -110,12 +110,12 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
     if model_type not in SUPPORTED:
         raise ConfigError(f"{where}: model_type: {model_type!r} is not supported (supported: {', '.join(SUPPORTED)})")
     for key, feature in UNSUPPORTED_KEYS.items():
-        if data.get(key) not in (None, 0, False):
+        if data.get(key) not in (None, 0, False) and key not in MOE_KEYS.get(model_type, ()):
             raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")
     keys = _Keys(data, where, model_type)
     return {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
             "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo,
-            "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma}[model_type](keys)
+            "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma, "mixtral": _moe, "qwen2_moe": _moe}[model_type](keys)
 
 
 def _gpt2(k: _Keys) -> dict:
@@ -212,9 +212,11 @@ def _llama(k: _Keys) -> dict:
             k._fail("mlp_bias", "mlp_bias true with attention_bias false is not supported "
                     "(trainingcost's bias option: all, none, qkv (q, k, v only) or attention (q, k, v, o))")
         entry["bias"] = ("all" if mlp else "attention") if attention else "none"
+    elif model_type == "qwen2_moe":  # Qwen2MoeAttention: q, k and v biased where qkv_bias (the default)
+        entry["bias"] = "qkv" if k.bool("qkv_bias", True) else "none"
     else:
         entry["bias"] = "qkv" if model_type == "qwen2" else "none"
-    if model_type == "qwen2":
+    if model_type in ("qwen2", "qwen2_moe"):
         _qwen2_window(entry, k)
     if model_type == "mistral":
         _window(entry, k, MISTRAL_SLIDING_WINDOW)  # absent: MistralConfig's default, as transformers loads the file
@@ -449,6 +451,38 @@ def _window(entry: dict, k: _Keys, default: int | None) -> None:
     window = k.int("sliding_window", default or 0, minimum=0) or 0
     if window:
         entry["sliding_window"] = window
+
+
+# The keys of a mixture of experts that each MoE model_type maps (hf_entry refuses them elsewhere).
+MOE_KEYS = {"mixtral": ("num_local_experts",), "qwen2_moe": ("num_experts", "moe_intermediate_size")}
+
+
+def _moe(k: _Keys) -> dict:
+    # Mixtral (modeling_mixtral.py, MixtralSparseMoeBlock) and Qwen-MoE (modeling_qwen2_moe.py, Qwen2MoeSparseMoeBlock):
+    # Llama's blocks (above) with a mixture of experts in place of the MLP: a router (hidden_size x experts, no bias),
+    # softmax, top num_experts_per_tok, SwiGLU experts without biases. Mixtral: num_local_experts experts of
+    # intermediate_size, the top-k weights renormalised; its sliding_window defaults to none. Qwen-MoE: num_experts
+    # of moe_intermediate_size, renormalised only where norm_topk_prob, and a shared expert of
+    # shared_expert_intermediate_size gated by sigmoid(x w); every layer sparse (decoder_sparse_step 1, no
+    # mlp_only_layers), the dense layers of other settings being refused.
+    mixtral = k.model_type == "mixtral"
+    entry = _llama(k)
+    if mixtral:
+        _window(entry, k, None)  # absent or null: MixtralConfig's default, no window
+    if k.data.get("router_jitter_noise", 0):
+        k._fail("router_jitter_noise", "multiplicative noise on the router's input in training is not supported")
+    if not mixtral:
+        if k.int("decoder_sparse_step", 1) != 1 or k.data.get("mlp_only_layers"):
+            key = "decoder_sparse_step" if k.int("decoder_sparse_step", 1) != 1 else "mlp_only_layers"
+            k._fail(key, "dense MLP layers among the sparse ones are not supported (every layer a mixture of experts: "
+                    "decoder_sparse_step 1, mlp_only_layers empty)")
+    experts = k.int("num_local_experts" if mixtral else "num_experts", 8 if mixtral else 60)
+    entry.update(experts=experts, experts_per_token=k.int("num_experts_per_tok", 2 if mixtral else 4))
+    if not mixtral:
+        entry["d_ff"] = k.int("moe_intermediate_size", 1408)
+        entry["shared_expert_ff"] = k.int("shared_expert_intermediate_size", 5632, minimum=0)
+        entry["router_norm"] = k.bool("norm_topk_prob", False)
+    return entry
 
 
 def check_window(entry: dict, where: str) -> dict:

@@ -28,10 +28,12 @@ OPTION_DEFAULTS = dict(
     max_positions=0, tie_embeddings=False, bias="all", head_bias=None, type_vocab=0, embedding_norm=False,
     relative_buckets=32, relative_max_distance=128, parallel_block="none", rotary_dim=0, sliding_window=0,
     embedding_scale=False, shared_embedding=False,
+    experts=0, experts_per_token=0, shared_expert_ff=0, router_norm=True,
 )
 # Options added after the default sweep's tables were written: a configs frame has their column only where a row
 # sets one (config/sweep.py's configs_frame), so frames of the earlier options keep their bytes.
-LATE_OPTIONS = ("parallel_block", "rotary_dim", "sliding_window", "embedding_scale", "shared_embedding")
+LATE_OPTIONS = ("parallel_block", "rotary_dim", "sliding_window", "embedding_scale", "shared_embedding",
+                "experts", "experts_per_token", "shared_expert_ff", "router_norm")
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,12 @@ class ModelConfig:
     embedding_scale: bool = False  # the token embedding's output times sqrt(d_model) (Gemma)
     shared_embedding: bool = False  # an encoder-decoder's two stacks read one table, the head its own (T5 v1.1);
     #                                 tie_embeddings shares it with the head too
+    # mixture of experts (Mixtral, Qwen-MoE): each block's FFN becomes `experts` FFNs of d_ff (the expert width) and a
+    # router (d x experts); each token runs through its experts_per_token (top-k) best, weighted by the router's softmax
+    experts: int = 0  # routed experts per block; 0: a dense FFN
+    experts_per_token: int = 0  # top-k: experts each token runs through (0 without experts)
+    shared_expert_ff: int = 0  # Qwen-MoE's shared expert: an FFN this wide that every token runs, gated by sigmoid(x w)
+    router_norm: bool = True  # the top-k weights renormalised to sum to 1 (Mixtral); false: the softmax's (Qwen-MoE)
 
     def __post_init__(self):
         if self.kv_heads == 0:
@@ -179,6 +187,11 @@ class ModelConfig:
         return out
 
     @property
+    def moe(self) -> bool:
+        """A mixture of experts in place of each block's FFN."""
+        return self.experts > 0
+
+    @property
     def out_width(self) -> int:
         """The head's output width (and the output error's): classes, or the vocabulary."""
         return self.classes or self.vocab
@@ -227,7 +240,7 @@ class ModelConfig:
 CANONICAL_FIELDS = tuple(f.name for f in fields(ModelConfig))
 OPTION_FIELDS = tuple(OPTION_DEFAULTS)
 SIZE_FIELDS = tuple(name for name in CANONICAL_FIELDS if name not in OPTION_DEFAULTS)
-BOOL_FIELDS = ("tie_embeddings", "head_bias", "embedding_norm", "embedding_scale", "shared_embedding")
+BOOL_FIELDS = ("tie_embeddings", "head_bias", "embedding_norm", "embedding_scale", "shared_embedding", "router_norm")
 STR_FIELDS = ("arch", *OPTION_CHOICES)
 
 
@@ -333,10 +346,10 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
                 raise ConfigError(f"{_field(where, name)}: {e[name]!r} is not a boolean (true or false)")
             out[name] = e[name]
     for name in ("kv_heads", "head_dim", "max_positions", "type_vocab", "relative_buckets", "relative_max_distance",
-                 "rotary_dim", "sliding_window"):
+                 "rotary_dim", "sliding_window", "experts", "experts_per_token", "shared_expert_ff"):
         if name in e:
             value = e[name]
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "type_vocab" else 1):
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name in ("type_vocab", "experts", "shared_expert_ff") else 1):
                 raise ConfigError(f"{_field(where, name)}: {value!r} is not a positive integer")
             out[name] = value
     if "kv_heads" in out and heads % out["kv_heads"]:
@@ -392,10 +405,30 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
         if out.get("norm_position", OPTION_DEFAULTS["norm_position"]) != "pre":
             raise ConfigError(f"{_field(where, 'parallel_block')}: {parallel} needs norm_position pre (the branches "
                               "read the normalised block input)")
+    _experts(out, where)
     if out.get("tie_embeddings") and classes:
         raise ConfigError(f"{_field(where, 'tie_embeddings')}: a classification head has no vocabulary to share "
                           f"(classes is {classes}); tie only an LM head")
     return out
+
+
+def _experts(out: dict, where: str) -> None:
+    """Mixture-of-experts options, checked against each other; zero experts is the dense FFN (the default)."""
+    experts = out.get("experts", 0)
+    if not experts:
+        out.pop("experts", None)
+        for name in ("experts_per_token", "shared_expert_ff", "router_norm"):
+            if out.get(name, OPTION_DEFAULTS[name]) != OPTION_DEFAULTS[name]:
+                raise ConfigError(f"{_field(where, name)}: applies only to a mixture of experts (give experts)")
+        return
+    top_k = out.get("experts_per_token")
+    if top_k is None:
+        raise ConfigError(f"{_field(where, 'experts_per_token')}: required with experts (the top-k experts each token "
+                          f"runs through, 1 to {experts})")
+    if top_k > experts:
+        raise ConfigError(f"{_field(where, 'experts_per_token')}: {top_k} is more than the {experts} experts")
+    if not out.get("shared_expert_ff", 1):
+        del out["shared_expert_ff"]  # no shared expert: the default
 
 
 def preset_entry(name: str, where: str = "preset") -> dict:

@@ -136,6 +136,18 @@ PRESETS: dict[str, dict] = {
     "gemma-7b": dict(arch="decoder", layers=28, d_model=3072, heads=16, head_dim=256, d_ff=24576, vocab=256000,
                      seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="geglu", positions="rotary", bias="none",
                      embedding_scale=True, tie_embeddings=True),
+    # Jiang et al. 2024 (Mixtral of Experts), mistralai/Mixtral-8x7B-v0.1: Mistral 7B's blocks with 8 SwiGLU experts of
+    # 14,336 per block, 2 per token (top-2, renormalised), no sliding window, a 32,768-token context.
+    # 46,702,792,704 parameters (about 12.9B used per token).
+    "mixtral-8x7b": dict(arch="decoder", layers=32, d_model=4096, heads=32, kv_heads=8, d_ff=14336, vocab=32000,
+                         seq_len=32768, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
+                         bias="none", experts=8, experts_per_token=2),
+    # Qwen team 2024 (Qwen1.5-MoE), Qwen/Qwen1.5-MoE-A2.7B: 24 blocks of 16 heads (q, k, v biased), 60 SwiGLU experts
+    # of 1,408, 4 per token, their softmax weights not renormalised, and a shared expert of 5,632 gated by
+    # sigmoid(x w). 14,315,784,192 parameters (about 2.7B used per token).
+    "qwen1.5-moe-a2.7b": dict(arch="decoder", layers=24, d_model=2048, heads=16, d_ff=1408, vocab=151936,
+                              seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
+                              bias="qkv", experts=60, experts_per_token=4, shared_expert_ff=5632, router_norm=False),
 }
 
 # The parameter count each preset's source publishes (Hugging Face's num_parameters() of the named model class),
@@ -163,5 +175,7 @@ PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
     "stablelm-2-1.6b": (1_644_515_328, "StableLmForCausalLM"),
     "gemma-2b": (2_506_172_416, "GemmaForCausalLM"),
     "gemma-7b": (8_537_680_896, "GemmaForCausalLM"),
+    "mixtral-8x7b": (46_702_792_704, "MixtralForCausalLM"),
+    "qwen1.5-moe-a2.7b": (14_315_784_192, "Qwen2MoeForCausalLM"),
 }
 MLM_TRANSFORM = {"bert-base": 768 * 768 + 768 + 2 * 768}  # what a preset leaves out of its source's count

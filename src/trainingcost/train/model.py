@@ -144,9 +144,9 @@ class Attention(nn.Module):
 class FeedForward(nn.Module):
     """d -> d_ff, activation, d_ff -> d; gated (SwiGLU, GeGLU; Shazeer 2020): act(x W_gate) * (x W_up), then W_down."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, width: int = 0):
         super().__init__()
-        d, ff, bias = cfg.d_model, cfg.d_ff, cfg.out_bias
+        d, ff, bias = cfg.d_model, width or cfg.d_ff, cfg.out_bias
         self.gated = cfg.gated
         if self.gated:
             self.gate = Linear(d, ff, activation=FFN_ACTIVATION[cfg.ffn], bias=bias)
@@ -159,6 +159,45 @@ class FeedForward(nn.Module):
         if self.gated:
             return self.down(self.gate(x) * self.up(x))
         return self.down(self.up(x))
+
+
+class MixtureOfExperts(nn.Module):
+    """A mixture of experts in place of the FFN (Shazeer et al. 2017; Mixtral, Jiang et al. 2024; transformers'
+    ``MixtralSparseMoeBlock``, ``Qwen2MoeSparseMoeBlock``): per token, the router's softmax over the experts
+    p = softmax(x W_r), its top k, renormalised to sum to 1 (``router_norm``; Qwen-MoE keeps the softmax's),
+    and y = sum over the k chosen experts e of p_e FFN_e(x). Each expert runs on the rows routed to it (gathered,
+    then added back in place, ``index_add_``). Qwen-MoE's shared expert runs on every row, scaled by
+    sigmoid(x w_gate). Module names: ``.router``, ``.experts.<e>`` (FFNs), ``.shared_expert``, ``.shared_expert_gate``.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.top_k, self.renormalise = cfg.experts_per_token, cfg.router_norm
+        self.router = Linear(cfg.d_model, cfg.experts, bias=False)
+        self.experts = nn.ModuleList(FeedForward(cfg) for _ in range(cfg.experts))
+        self.shared_expert = FeedForward(cfg, cfg.shared_expert_ff) if cfg.shared_expert_ff else None
+        self.shared_expert_gate = Linear(cfg.d_model, 1, bias=False) if cfg.shared_expert_ff else None
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's k experts (indices, [rows, k]) and their weights (softmax, top k, renormalised)."""
+        probabilities = F.softmax(self.router(x).float(), dim=-1)
+        weights, chosen = probabilities.topk(self.top_k, dim=-1)
+        if self.renormalise:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return chosen, weights.to(x.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        chosen, weights = self.route(x)
+        y = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            rows, slot = torch.where(chosen == e)  # the rows routed to expert e, and where it ranks among their k
+            if len(rows):
+                y.index_add_(0, rows, expert(x[rows]) * weights[rows, slot, None])
+        if self.shared_expert is not None:
+            y = y + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        return y.view(shape)
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
@@ -192,6 +231,7 @@ BLOCK_MODULES: dict[str, Callable[[str, ModelConfig, int], nn.Module]] = {
     "attention": lambda kind, c, rows: Attention(c, causal=kind == "masked_self_attention",
                                                  rotary_rows=rows if c.positions == "rotary" and kind != "cross_attention" else 0),
     "ffn": lambda kind, c, rows: FeedForward(c),
+    "moe": lambda kind, c, rows: MixtureOfExperts(c),
     "norm": lambda kind, c, rows: AddNorm(c),
 }
 
@@ -343,7 +383,7 @@ class Stack(nn.Module):
                                   else None)
         self.register_buffer("window_mask", window_mask(cfg.rows(stack), cfg.sliding_window)
                              if causal and cfg.sliding_window else None, persistent=False)
-        description = L.describe_block(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block)
+        description = L.describe_block(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block, cfg.moe)
         self.depth = cfg.depth(stack)
         for index in range(self.depth):
             self.add_module(str(index), Block(description, cfg, cfg.rows(stack)))

@@ -20,6 +20,7 @@ from typing import Callable, Protocol
 
 import torch
 
+from ..analytic.catalogue import check_architecture
 from ..config.errors import ConfigError
 from ..config.training import DEVICES, TrainSpec
 from .data import make_task
@@ -115,6 +116,7 @@ def run_steps(spec: TrainSpec, observe: Callable[[Rule, torch.device], Observer]
     """Train ``spec``; ``observe(rule, device)`` builds the observer that runs each step, if given; ``parallel``
     (:class:`.distributed.Parallel`): this process is one rank of a data-parallel run."""
     spec.check()
+    check_architecture(spec.rule, spec.cfg)
     device = resolve_device(spec.device)
     task = make_task(spec.task, parallel.global_cfg(spec.cfg) if parallel else spec.cfg, spec.corpus)
     done = Trained([], STATUS_OK, None, device, task.description, spec.options.weight_decay)

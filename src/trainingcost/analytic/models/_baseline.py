@@ -16,7 +16,17 @@ encoder-decoder both are the sequence length and only one stack exists.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..registry import cost
+
+
+def ffn_weights(s) -> object:
+    """The FFN weights one token is multiplied by: a dense FFN's (2 + gated) d d_ff; a mixture of experts' router
+    (d E), its k experts' and its shared expert's with their gate (the baseline's convention applied to the weights
+    a token uses, the experts' parameters not all counted; docs/cost_models.md)."""
+    dense = (2 + s.gated) * s.d * s.ff
+    return np.where(s.E > 0, s.k * dense + s.d * s.E + (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.d), dense)
 
 
 def feedback_flops(s) -> object:

@@ -165,6 +165,41 @@ def ffn(s: Shapes):
     }
 
 
+SIGMOID = 4  # negate, exp, add 1, divide (Qwen-MoE's shared-expert gate)
+TOPK = 1  # one comparison per router probability to pick a token's k experts
+
+
+@register("executed", "moe")
+def moe(s: Shapes):
+    # A mixture of experts (train/model.py's MixtureOfExperts; transformers' Mixtral and Qwen-MoE blocks): the router
+    # (2 M d E), then each expert an FFN on the rows routed to it. torch counts each expert's products on its own rows;
+    # for linear layers the sum over experts of rows_e x d x ff is (sum of rows_e) x d x ff = M k d ff whatever the
+    # balance, so the expert products are exact for any routing, not only a balanced one. The dispatch (topk, the
+    # gather of each expert's rows, index_add of its weighted output) does no counted work. The shared expert (sff
+    # wide, every row) and its gate (d x 1) where sff > 0.
+    T, d, ff, gated, E, k, sff = s.M, s.d, s.ff, s.gated, s.E, s.k, s.sff
+    shared = sff > 0
+    rows = T * k  # the routed rows, over all experts
+    products = 2 * T * d * E + (4 + 2 * gated) * rows * d * ff + shared * ((4 + 2 * gated) * T * d * sff + 2 * T * d)
+    act = np.where(s.relu > 0, RELU, np.where(s.silu > 0, SILU, GELU))
+    act_backward = np.where(s.relu > 0, RELU_BACKWARD, np.where(s.silu > 0, SILU_BACKWARD, GELU_BACKWARD))
+    hidden = rows * ff + shared * T * sff  # the FFNs' hidden rows (routed and shared)
+    biases = s.bo * ((1 + gated) * hidden + (rows + shared * T) * d)
+    routing = (SOFTMAX + TOPK) * T * E + 2 * rows  # softmax and top-k over E; the top-k weights renormalised
+    combine = 2 * rows * d + shared * (SIGMOID * T + 2 * T * d)  # weight and add each routed output; gate the shared
+    forward = _matmul(products, BIAS * biases + act * hidden + gated * GATE * hidden + routing + combine)
+    return {
+        "forward": forward,
+        "forward_modulated": forward,
+        "backward": _matmul(products, act_backward * hidden + gated * (GATE_BACKWARD * hidden + RESIDUAL * (rows + shared * T) * d)
+                            + 2 * rows * d + SOFTMAX * T * E + shared * (SIGMOID * T + 2 * T * d)),
+        "weight_grad": _matmul(products, BIAS * biases),
+        "linear_forward": _matmul(products),
+        "linear_weight_grad": _matmul(products),
+        "feedback_copy": _matmul(s.zero),
+    }
+
+
 def _norm_quantities(s: Shapes, residual: int):
     T, d, rms = s.M, s.d, s.rms
     norm = np.where(rms > 0, RMS_NORM, LAYER_NORM)

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..registry import declare, register
 from ..templates import Shapes
-from ._baseline import feedback_flops, phases
+from ._baseline import feedback_flops, ffn_weights, phases
 
 declare("kaplan", order=30, granularity="model", description="Kaplan et al. 2020, Table 1: 2N + 2 n_layer n_ctx d_attn per token")
 
@@ -21,7 +21,7 @@ def kaplan(s: Shapes):
     # Today's architectures (the options of config/model.py: GQA, head_dim, gated FFNs): d_attn = heads x head_dim
     # (a); grouped-query K and V are kv = kv_heads x head_dim wide; a gated FFN has three d x d_ff matrices.
     d, ff, N, M, a, kv = s.d, s.ff, s.src_len, s.tgt_len, s.a, s.kv
-    block = 2 * d * a + 2 * d * kv + (2 + s.gated) * d * ff  # self-attention and FFN weights
+    block = 2 * d * a + 2 * d * kv + ffn_weights(s)  # self-attention and FFN weights
     cross_q, cross_kv = s.encdec * 2 * d * a, s.encdec * 2 * d * kv  # a cross-attention's Q and O; its K and V
     weights = 2 * N * s.enc_layers * block + 2 * s.dec_layers * (M * (block + cross_q) + N * cross_kv)
     # A sliding window (decoder-only) of w positions: a windowed kernel's context is min(M, w) (Jiang et al. 2023).

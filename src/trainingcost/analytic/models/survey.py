@@ -8,7 +8,7 @@ import numpy as np
 
 from ..registry import declare, register
 from ..templates import Shapes
-from ._baseline import feedback_flops, phases
+from ._baseline import feedback_flops, ffn_weights, phases
 
 declare("survey", order=50, granularity="model", description="survey slides (DSBA, on Lin et al. 2021): 4 n d^2 + 2 n^2 d + 8 n d^2 multiplications")
 
@@ -20,7 +20,7 @@ def survey(s: Shapes):
     # Today's architectures (the options of config/model.py: GQA, head_dim, gated FFNs): Q and O d x a (a = heads x
     # head_dim), K and V d x kv, a gated FFN's third matrix.
     d, ff, N, M, a, kv = s.d, s.ff, s.src_len, s.tgt_len, s.a, s.kv
-    ffn = (2 + s.gated) * d * ff
+    ffn = ffn_weights(s)
     enc_maccs_w = s.enc_layers * (2 * N * d * a + 2 * N * d * kv + N * ffn)
     enc_maccs_s = s.enc_layers * (2 * N * N * a)
     dec_maccs_w = s.dec_layers * (2 * M * d * a + 2 * M * d * kv + M * ffn + s.encdec * (2 * M * d * a + 2 * N * d * kv))

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..registry import declare, register
 from ..templates import Shapes
-from ._baseline import feedback_flops, phases
+from ._baseline import feedback_flops, ffn_weights, phases
 
 declare("textbook", order=40, granularity="model", description="Deep Learning and Transformers (2026), eqs. 10.82-10.90: 24 B n d^2 + 4 B n^2 d per layer")
 
@@ -22,7 +22,7 @@ def textbook(s: Shapes):
     # x head_dim), K and V d x kv (grouped-query), the scores and weighted sum a wide; a gated FFN has a third d x
     # d_ff matrix.
     d, ff, N, M, a, kv = s.d, s.ff, s.src_len, s.tgt_len, s.a, s.kv
-    ffn = (4 + 2 * s.gated) * d * ff
+    ffn = 2 * ffn_weights(s)
     enc_weights = s.enc_layers * (4 * N * d * a + 4 * N * d * kv + N * ffn)
     enc_scores = s.enc_layers * (4 * N * N * a)
     dec_weights = s.dec_layers * (4 * M * d * a + 4 * M * d * kv + M * ffn + s.encdec * (4 * M * d * a + 4 * N * d * kv))

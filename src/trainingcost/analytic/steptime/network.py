@@ -71,6 +71,11 @@ class Network:
 
     reduce_scatter = all_gather
 
+    def all_to_all(self, nbytes: float, n: int, stride: int = 1) -> float:
+        """Each of n ranks sends (n - 1) / n of its ``nbytes`` to the others (expert parallelism's dispatch and
+        combine): the bus bandwidth factor of nccl-tests' alltoall, (n - 1) / n, as an all-gather's."""
+        return self.all_gather(nbytes, n, stride)
+
     def p2p(self, nbytes: float, inter: bool) -> float:
         if nbytes <= 0:
             return 0.0

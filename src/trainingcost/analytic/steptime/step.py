@@ -47,7 +47,7 @@ DEFAULT_OVERLAP_SOURCE = ("data-parallel communication overlapped with compute w
                           "Zhao et al. 2023): fraction 1.0 of the overlappable compute, override with --dp-overlap")
 RULE_PHASES = ("forward", "backward", "error_projection", "target_propagation", "weight_update", "feedback_update",
                "mirror")  # analytic/engine.py's PHASES
-BREAKDOWN = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer")
+BREAKDOWN = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer", "comm_ep")
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,7 @@ class Layout:
     gpus_per_node: int | None = None
     nic_gbps: float | None = None
     optimizer_slots: int = 2
+    ep: int = 1  # expert-parallel degree (a mixture of experts), inside the data-parallel replicas
 
     @property
     def dp(self) -> int:
@@ -192,6 +193,12 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     gated = 1 if cfg.gated else 0
     ff = cfg.d_ff // t
     gemms = [(m, a + 2 * kv, d), (m, d, a), (m, (1 + gated) * ff, d), (m, d, ff)]
+    if cfg.moe:  # the router; each expert on its m k / E rows (token-balanced), experts / ep of them on this GPU ...
+        rows, local = max(1, m * cfg.experts_per_token // cfg.experts), cfg.experts // lay.ep
+        gemms = gemms[:2] + [(m, cfg.experts, d)] + [(rows * lay.ep, (1 + gated) * ff, d), (rows * lay.ep, d, ff)] * local
+        if cfg.shared_expert_ff:  # ... and the shared expert on every row, with its gate
+            shared = cfg.shared_expert_ff // t
+            gemms += [(m, (1 + gated) * shared + 1, d), (m, d, shared)]
     fwd_mm = [dev.gemm(M, N, K) for M, N, K in gemms]
     bwd_mm = [x for M, N, K in gemms for x in (dev.gemm(M, K, N), dev.gemm(N, K, M))]
     heads = max(1, cfg.heads // t)
@@ -212,7 +219,7 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     e = act_bytes
     rows = m * d * e
     norm_res = [dev.memory(2 * rows / sp)] * 2 + [dev.memory(3 * rows / sp)] * 2  # two norms, two residual adds
-    act = [dev.memory((2 + gated) * m * ff * e)]
+    act = [dev.memory((2 + gated) * m * (cfg.experts_per_token if cfg.moe else 1) * ff * e)]
     rotary = [dev.memory(2 * m * (a + kv) * e)] if cfg.positions == "rotary" else []
     fwd_mem = norm_res + act + rotary + fwd_att_mem
     bwd_mem = [2 * x for x in norm_res + act + rotary] + bwd_att_mem
@@ -222,12 +229,14 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
         ("attention", "wgrad"): {"matmul": bwd_mm[1] + bwd_mm[3], "attention": 0.0},
         ("attention", "linear"): {"matmul": sum(fwd_mm[:2]), "attention": 0.0},
         ("ffn", "fwd"): {"matmul": sum(fwd_mm[2:]), "attention": 0.0},
-        ("ffn", "bin"): {"matmul": bwd_mm[4] + bwd_mm[6], "attention": 0.0},
-        ("ffn", "wgrad"): {"matmul": bwd_mm[5] + bwd_mm[7], "attention": 0.0},
+        ("ffn", "bin"): {"matmul": sum(bwd_mm[4::2]), "attention": 0.0},  # the FFN's (a mixture's router and
+        ("ffn", "wgrad"): {"matmul": sum(bwd_mm[5::2]), "attention": 0.0},  # experts too): input, weight gradients
         ("ffn", "linear"): {"matmul": sum(fwd_mm[2:]), "attention": 0.0},
     }, "linear_flops": {  # the products with the weights alone, full width (all t GPUs), per micro-batch
         "attention": 2.0 * m * d * (cfg.attn_width + 2 * cfg.kv_width) + 2.0 * m * cfg.attn_width * d,
-        "ffn": 2.0 * m * d * (2 + gated) * cfg.d_ff}}
+        # (each GPU's experts run all its group's rows routed to them: per GPU as many rows x experts as its own
+        # tokens x k; the router is not split over the t GPUs)
+        "ffn": sum(2.0 * M * N * K * (1 if cfg.moe and i == 0 else t) for i, (M, N, K) in enumerate(gemms[2:]))}}
     for name, mm, att, mem in (("fwd", fwd_mm, fwd_att, fwd_mem), ("bwd", bwd_mm, bwd_att, bwd_mem)):
         mm_t, mm_l = _floor(mm, dev.launch)
         at_t, at_l = _floor(att, dev.launch)
@@ -265,6 +274,7 @@ QUANTITY_CLASS = {  # the engine's quantities (analytic/engine.py) by the kernel
                "error_projection", "feedback_copy", "head_feedback_copy"),
 }
 CLASS_OF = {q: c for c, qs in QUANTITY_CLASS.items() for q in qs}
+FAMILY_RATES = {"moe": "ffn"}  # a mixture of experts is the block's FFN on the device model (block_times' products)
 
 
 def quantity_class(name: str) -> str:
@@ -298,7 +308,7 @@ def kernel_rates(cfg, lay: Layout, dev: DeviceModel, bt: dict, ht: dict, bp: dic
     b = lay.micro_batch
     bp_flops = {}
     for (phase, name, kind, in_block), flops in bp["entries"].items():
-        fam = bp["families"][kind]
+        fam = FAMILY_RATES.get(bp["families"][kind], bp["families"][kind])
         key = (fam, quantity_class(name))
         bp_flops[key] = bp_flops.get(key, 0.0) + flops * b / (blocks if in_block else 1)
     rates = {}
@@ -321,7 +331,7 @@ def price(cfg, lay: Layout, dev: DeviceModel, rates: dict, w: dict, phases=None)
         if phases is not None and phase not in phases:
             continue
         share = flops * b / (p if in_block else 1)
-        fam, cls = w["families"][kind], quantity_class(name)
+        fam, cls = FAMILY_RATES.get(w["families"][kind], w["families"][kind]), quantity_class(name)
         if fam == "projection":
             (M, N, K), full = projection_gemm(cfg, lay, kind, cls)
             out["matmul"] += share * dev.gemm(M, N, K) / full
@@ -391,9 +401,16 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     ar_bwd = (2 * per_stage if w["backward"] else 0) + 2 * recomputed_blocks
     tp_fwd, tp_bwd = ar_fwd * one, ar_bwd * one
 
+    # Expert parallelism: two all-to-alls per mixture-of-experts block and pass (dispatch, combine), two backward,
+    # two per recomputed forward; each GPU sends its tokens' k copies but the 1 / ep kept (Lepikhin et al. 2021)
+    ep_bytes = lay.micro_batch * cfg.seq_len * cfg.experts_per_token * cfg.d_model * e if cfg.moe else 0
+    ep_one = net.all_to_all(ep_bytes, lay.ep, t)
+    ep_fwd = 2 * w["passes"] * per_stage * ep_one if cfg.moe else 0.0
+    ep_bwd = ((2 * per_stage if w["backward"] else 0) + 2 * recomputed_blocks) * ep_one if cfg.moe else 0.0
+
     compute_fwd = sum(fwd.values())
     compute_bwd = sum(bwd.values()) + sum(rec.values())
-    per_micro = compute_fwd + compute_bwd + tp_fwd + tp_bwd
+    per_micro = compute_fwd + compute_bwd + tp_fwd + tp_bwd + ep_fwd + ep_bwd
 
     # Pipeline: point-to-point sends and the bubble of the serialised part
     pp_comm = 0.0
@@ -415,7 +432,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
 
     # Data parallel (and ZeRO) over dp ranks, stride t
     facts = model_facts(cfg, [rule], "adam")
-    share = model_share(facts, t, p)
+    share = model_share(facts, t, p, lay.ep)
     params_gpu = facts.parameters * share
     trained_gpu = float(facts.per_rule.loc[rule, "trained"]) * share
     if not w["changes_feedback"]:
@@ -433,7 +450,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
 
     parts = {c: M * (fwd[c] + bwd[c] + rec[c]) for c in cats}
     parts.update({"comm_tp": M * (tp_fwd + tp_bwd), "comm_dp": dp_comm, "comm_pp": pp_comm, "bubble": bubble,
-                  "optimizer": optimizer})
+                  "optimizer": optimizer, "comm_ep": M * (ep_fwd + ep_bwd)})
     step = M * per_micro + bubble + dp_comm + pp_comm + optimizer
     peak = dev.peak
     model_flops = lay.global_batch * w["total"]

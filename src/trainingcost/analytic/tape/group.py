@@ -43,6 +43,7 @@ class GroupKey:
     plain_norm: bool = False  # a LayerNorm without gain and bias (norm nonparametric: OLMo)
     embedding_scale: bool = False  # the embedding's output times sqrt(d_model) (Gemma)
     shared_table: bool = False  # the stacks' embeddings share one table, the head its own (T5 v1.1)
+    experts: bool = False  # a mixture of experts: not replayed (tape/table.py's step_peaks)
 
     @property
     def blocks(self) -> int:
@@ -65,7 +66,7 @@ def group_keys(configs) -> list[GroupKey]:
         types=o["type_vocab"] > 0, embedding_norm=o["embedding_norm"] > 0, pre=o["pre"] > 0, rms=o["rms"] > 0,
         rotary=o["rotary"] > 0, relative=o["relative"] > 0, parallel=o["parallel_block"],
         partial_rotary=(o["rotary"] > 0) & (o["rotary_dim"] < o["head_dim"]), plain_norm=o["norm_vectors"] == 0,
-        embedding_scale=o["embedding_scale"] > 0, shared_table=o["shared_embedding"] > 0,
+        embedding_scale=o["embedding_scale"] > 0, shared_table=o["shared_embedding"] > 0, experts=o["experts"] > 0,
     )
     names = [f.name for f in fields(GroupKey)]
     rows = zip(*(columns[name].tolist() for name in names))

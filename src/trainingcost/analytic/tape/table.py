@@ -16,6 +16,9 @@ from .programs import Run, autograd_step
 PEAK_PHASE_COLUMNS = tuple(f"peak_{phase}" for phase in STEP_PHASES)
 # The tape replays every block (about a millisecond per block and rule): deeper models get -1 (not replayed).
 MAX_TAPE_BLOCKS = 1024
+# A mixture of experts is not replayed (-1) under any rule: the sizes of its dispatch (each expert's gathered rows,
+# hidden tensors and weighted output) follow the routing of the step's data, which shapes alone do not give; the
+# hand model (memory.py) gives its components under the token-balanced assumption (docs/cost_models.md).
 
 Program = Callable[[Tape, Group, Run], object]
 
@@ -58,7 +61,7 @@ def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start:
         return out
     run = run_settings(rule_name, optimizer, weight_decay, mirror_steps)
     for rows, key in groups(configs):
-        if key.blocks > MAX_TAPE_BLOCKS:
+        if key.blocks > MAX_TAPE_BLOCKS or key.experts:
             continue
         g = Group.of(configs, rows, key, dtype_bytes)
         t = Tape(start[rows])

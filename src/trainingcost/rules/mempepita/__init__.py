@@ -28,5 +28,8 @@ SPEC = RuleSpec(
     },
     memory=RuleMemory(activations="mempepita", feedback="output"),
     tape="own",
+    # a mixture of experts: the clean and modulated passes may route a token to different experts, so an expert's
+    # rows in one pass have no partner in the other for the update h - h_mod (docs/learning_rules.md)
+    trains_experts=False,
     defaults={"weight_decay": 0.0, "pepita_f_scale": 0.05},
 )

@@ -46,6 +46,7 @@ class WeightMirror(FeedbackAlignment):
         return hook
 
     def step(self, batch, phase=no_phases) -> torch.Tensor:
+        self.rows.clear()  # the rows of this step (an expert of a mixture may see none)
         loss = super().step(batch, phase)
         with phase("mirror"):
             for _ in range(self.options.mirror_steps):
@@ -56,7 +57,9 @@ class WeightMirror(FeedbackAlignment):
     def mirror(self) -> None:
         for name, linear in self.linears.items():
             with attribution.layer(self.layer_of[name]):
-                rows = self.rows[name]
+                rows = self.rows.get(name, 0)
+                if not rows:  # an expert no row was routed to this step: no noise to drive it with
+                    continue
                 x = self.randn(rows, linear.in_features, std=self.hp('mirror_noise'))
                 y = x @ linear.weight.t()
                 feedback = linear.feedback

@@ -1,0 +1,300 @@
+"""Mixture of experts (Mixtral, Qwen-MoE): the configuration, the model, the counts against transformers and the
+meter, the rules that train it and those that refuse it, the tape that does not replay it, and the plan's expert
+parallelism.
+
+The analytic model counts FLOPs by the k experts each token uses and parameters by all experts. Its FLOPs are exact
+for any routing, not only a balanced one: every expert is linear in its rows, so the sum over experts of
+rows_e x d x d_ff is (rows routed in all) x d x d_ff = tokens x k x d x d_ff. The test below checks this claim with
+the routing forced onto one expert.
+"""
+
+import pytest
+import torch
+
+from trainingcost.analytic import layer_table
+from trainingcost.analytic.catalogue import check_architecture
+from trainingcost.analytic.memory import memory_table
+from trainingcost.analytic.plan import PlanSpec, Efficiency, all_to_all_bytes, check_spec, memory_per_gpu
+from trainingcost.analytic.plan_facts import model_facts
+from trainingcost.config import ConfigError, RuleOptions, canonical_model, configs_frame
+from trainingcost.config.hardware import device as hardware_device
+from trainingcost.config.hf import check_window, hf_entry, with_overrides
+from trainingcost.config.presets import PRESETS
+from trainingcost.train.registry import make_rule, rule_names
+from trainingcost.analytic.catalogue import rule as rule_spec
+
+from torch_helpers import batch_of, model_of
+from test_executed import assert_cells_equal, measured, predicted
+
+MIXTRAL_LIKE = dict(arch="decoder", layers=2, d_model=16, heads=4, kv_heads=2, d_ff=24, vocab=11, seq_len=6, batch=3,
+                    norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none", experts=4,
+                    experts_per_token=2)
+QWEN_LIKE = dict(MIXTRAL_LIKE, bias="qkv", shared_expert_ff=20, router_norm=False, experts=5, experts_per_token=3)
+# post-LN, GELU experts with biases, top-1 routing (Switch), in both stacks of an encoder-decoder
+SWITCH_LIKE = dict(arch="encoder-decoder", enc_layers=1, dec_layers=2, d_model=16, heads=4, d_ff=24, vocab=11,
+                   seq_len=7, tgt_len=5, batch=2, experts=3, experts_per_token=1)
+# with the dense families' options: a parallel block (one norm), a sliding window, a shared expert
+PARALLEL_LIKE = dict(MIXTRAL_LIKE, parallel_block="one_norm", sliding_window=4, shared_expert_ff=12)
+TRAINING = [name for name in rule_names() if rule_spec(name).trains_experts]
+
+
+# -- configuration -----------------------------------------------------------------------------------------------
+
+
+def test_the_options_are_checked_in_one_line():
+    for entry, field in ((dict(MIXTRAL_LIKE, experts=0), "experts_per_token"),
+                         ({k: v for k, v in MIXTRAL_LIKE.items() if k != "experts_per_token"}, "experts_per_token"),
+                         (dict(MIXTRAL_LIKE, experts_per_token=5), "experts_per_token"),
+                         (dict(MIXTRAL_LIKE, experts=0, experts_per_token=0, shared_expert_ff=8), None)):
+        with pytest.raises(ConfigError) as error:
+            canonical_model(entry)
+        assert "\n" not in str(error.value) and (field is None or field in str(error.value))
+
+
+def test_a_dense_model_keeps_its_config_id_and_its_columns():
+    dense = {k: v for k, v in MIXTRAL_LIKE.items() if k not in ("experts", "experts_per_token")}
+    cfg = canonical_model(dense)
+    assert not cfg.moe and canonical_model(dict(dense, experts=0)).config_id == cfg.config_id
+    assert "experts" not in configs_frame([("", cfg)]).columns  # the default sweep's tables stay byte-identical
+    moe = canonical_model(MIXTRAL_LIKE)
+    frame = configs_frame([("dense", cfg), ("moe", moe)])
+    assert list(frame["experts"]) == [0, 4] and moe.config_id != cfg.config_id
+
+
+# -- the model and its counts ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("entry", [MIXTRAL_LIKE, QWEN_LIKE, SWITCH_LIKE, PARALLEL_LIKE],
+                         ids=["mixtral", "qwen-moe", "switch", "parallel-windowed"])
+def test_parameters_and_executed_flops_equal_the_meter_under_every_training_rule(entry):
+    cfg = canonical_model(entry)
+    model = model_of(cfg)
+    params = int(memory_table(configs_frame([("", cfg)]), ["bp"], ["fp32"], ["adam"]).parameter_count.iloc[0])
+    assert params == sum(p.numel() for p in model.parameters())
+    for rule in TRAINING:
+        assert_cells_equal(predicted(cfg, rule), measured(cfg, rule, RuleOptions()), rule)
+
+
+def test_the_count_is_exact_however_unbalanced_the_routing():
+    """Every token routed to the same k experts (the router's weights zeroed, its bias-free logits all 0: top-k takes
+    the first k): the meter counts the same FLOPs as for a balanced routing, tokens x k rows in all."""
+    cfg = canonical_model(MIXTRAL_LIKE)
+    model = model_of(cfg, dtype=torch.float32)
+    rows = {}
+    for name, module in model.named_modules():
+        if name.endswith(".router"):
+            torch.nn.init.zeros_(module.weight)
+        if ".experts." in name and name.endswith(".up"):
+            module.register_forward_hook(lambda m, args, out, name=name: rows.__setitem__(name, args[0].shape[0]))
+    from torch_helpers import count_step, by_analytic_phase
+
+    counts = by_analytic_phase(count_step(make_rule("bp", model, RuleOptions()), batch_of(cfg)))
+    assert_cells_equal(predicted(cfg, "bp"), counts, "bp, every token on experts 0 and 1")
+    tokens = cfg.batch * cfg.seq_len
+    per_block = {}
+    for name, n in rows.items():
+        per_block.setdefault(name.split(".experts.")[0], []).append(n)
+    assert all(sorted(n) == [tokens, tokens] for n in per_block.values()), per_block  # k = 2 experts, all tokens
+
+
+def test_the_router_is_softmax_then_top_k_renormalised_as_transformers_mixtral():
+    cfg = canonical_model(MIXTRAL_LIKE)
+    moe = model_of(cfg, dtype=torch.float32).get_submodule("decoder.0.ffn")
+    x = torch.randn(7, cfg.d_model)
+    chosen, weights = moe.route(x)
+    p = torch.softmax(x @ moe.router.weight.t(), dim=-1)
+    top, index = p.topk(2, dim=-1)
+    assert torch.equal(chosen, index) and torch.allclose(weights, top / top.sum(-1, keepdim=True))
+    y = moe(x[None])[0]
+    by_hand = torch.stack([sum(w * moe.experts[int(e)](row[None])[0] for e, w in zip(es, ws))
+                           for row, es, ws in zip(x, chosen, weights)])
+    assert torch.allclose(y, by_hand, atol=1e-6)
+
+
+# -- against transformers ----------------------------------------------------------------------------------------
+
+
+def _hf(model_type: str, implementation: str):
+    transformers = pytest.importorskip("transformers")
+    common = dict(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+                  num_hidden_layers=2, vocab_size=61, max_position_embeddings=64, attn_implementation="sdpa",
+                  experts_implementation=implementation)
+    if model_type == "mixtral":
+        config = transformers.MixtralConfig(num_local_experts=4, num_experts_per_tok=2, **common)
+        return config, transformers.MixtralForCausalLM(config)
+    config = transformers.Qwen2MoeConfig(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+                                         shared_expert_intermediate_size=40, **common)
+    return config, transformers.Qwen2MoeForCausalLM(config)
+
+
+def _hf_step(model, config, batch: int, length: int) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+    from test_hf_models import CPU_ATTENTION
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, config.vocab_size, (batch, length))
+    model.train()
+    with FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION) as counter:
+        model(input_ids=ids, labels=ids).loss.backward()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("model_type", ["mixtral", "qwen2_moe"])
+@pytest.mark.parametrize("length", [12, 20])
+def test_parameters_and_executed_flops_equal_the_hugging_face_model(model_type, length):
+    """transformers' experts_implementation "eager" runs each expert on its gathered rows (modeling_mixtral.py's
+    MixtralExperts): FlopCounterMode counts those products and the router's; the dispatch (one_hot, topk, where,
+    index_add_) does no counted work. "grouped_mm" (its default where torch has it) runs the experts in one
+    torch._grouped_mm, for which FlopCounterMode has no formula: blind to the experts, it counts the rest, and the
+    experts' products by hand (forward, input and weight gradients: 3 x (4 + 2) T k d ff per layer) make it whole."""
+    batch = 2
+    config, model = _hf(model_type, "eager")
+    cfg = canonical_model(check_window(with_overrides(hf_entry(config.to_dict()), {"seq_len": length, "batch": batch}),
+                                       "test"))
+    frame = configs_frame([("", cfg)])
+    assert int(memory_table(frame, ["bp"]).parameter_count.iloc[0]) == model.num_parameters()
+    executed = int(layer_table(frame, ["bp"], ["executed"]).flops.sum())
+    assert _hf_step(model, config, batch, length) == executed
+    config, model = _hf(model_type, "grouped_mm")
+    if config._experts_implementation != "grouped_mm":
+        return  # no grouped_mm in this torch: transformers fell back to eager, counted above
+    blind = 3 * 6 * batch * length * cfg.experts_per_token * cfg.d_model * cfg.d_ff * cfg.layers
+    assert _hf_step(model, config, batch, length) + blind == executed
+
+
+def test_config_json_mappings_and_refusals():
+    mixtral = dict(model_type="mixtral", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, vocab_size=100, max_position_embeddings=128,
+                   num_local_experts=8, num_experts_per_tok=2, sliding_window=None)
+    entry = hf_entry(mixtral)
+    assert entry["experts"] == 8 and entry["experts_per_token"] == 2 and entry["d_ff"] == 96
+    for key, value in (("router_jitter_noise", 0.1),):
+        with pytest.raises(ConfigError, match=key):
+            hf_entry(dict(mixtral, **{key: value}))
+    windowed = canonical_model(check_window(hf_entry(dict(mixtral, sliding_window=64)), "x"))  # a window: an option
+    assert windowed.sliding_window == 64 and windowed.moe
+    qwen = dict(model_type="qwen2_moe", hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                shared_expert_intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                vocab_size=100, max_position_embeddings=128, num_experts=6, num_experts_per_tok=2)
+    entry = hf_entry(qwen)
+    assert (entry["d_ff"], entry["shared_expert_ff"], entry["router_norm"], entry["bias"]) == (32, 80, False, "qkv")
+    for key, value in (("decoder_sparse_step", 2), ("mlp_only_layers", [0])):
+        with pytest.raises(ConfigError, match=key):
+            hf_entry(dict(qwen, **{key: value}))
+    llama = dict(mixtral, model_type="llama")
+    with pytest.raises(ConfigError, match="num_local_experts: mixture of experts is not supported"):
+        hf_entry(llama)
+
+
+# -- learning rules ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", TRAINING)
+def test_every_training_rule_updates_the_router_and_the_experts(rule):
+    cfg = canonical_model(QWEN_LIKE)
+    model = model_of(cfg, dtype=torch.float32)
+    names = ("decoder.0.ffn.router.weight", "decoder.1.ffn.experts.0.down.weight", "decoder.0.ffn.shared_expert_gate.weight")
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if n in names}
+    step = make_rule(rule, model, RuleOptions(lr=0.1))
+    for seed in range(2):
+        step.step(batch_of(cfg, seed))
+    after = dict(model.named_parameters())
+    assert all(not torch.equal(before[n], after[n]) for n in names), rule
+
+
+def test_pepita_and_mempepita_refuse_in_one_line_before_anything_runs():
+    cfg = canonical_model(MIXTRAL_LIKE)
+    refused = [name for name in rule_names() if not rule_spec(name).trains_experts]
+    assert refused == ["pepita", "mempepita"]
+    for name in refused:
+        with pytest.raises(ConfigError) as error:
+            check_architecture(name, cfg, "--rule")
+        text = str(error.value)
+        assert "\n" not in text and text.startswith(f"--rule: {name} does not train a mixture of experts")
+        assert text.endswith("allowed with experts: " + ", ".join(TRAINING))
+    from trainingcost.config.training import TrainSpec
+    from trainingcost.train.run import run_steps
+
+    with pytest.raises(ConfigError, match="pepita does not train"):
+        run_steps(TrainSpec(cfg=cfg.replace(vocab=256), task="lm", rule="pepita", steps=1))
+    dense = {k: v for k, v in MIXTRAL_LIKE.items() if k not in ("experts", "experts_per_token")}
+    check_architecture("pepita", canonical_model(dense))  # a dense model: PEPITA trains it
+
+
+# -- memory ------------------------------------------------------------------------------------------------------
+
+
+def test_the_tape_does_not_replay_a_mixture_of_experts_and_says_so():
+    frame = configs_frame([("", canonical_model(MIXTRAL_LIKE)), ("", canonical_model(QWEN_LIKE))])
+    table = memory_table(frame, list(rule_names()), ["fp32"], ["adam"])
+    assert (table.peak == -1).all() and (table.total > 0).all()
+    qwen = canonical_model(QWEN_LIKE)
+    model = model_of(qwen)
+    row = table[(table.config_id == qwen.config_id) & (table.rule == "bp")].iloc[0]
+    assert row.optimizer_state == 4 * (2 * row.parameter_count + len(list(model.parameters())))
+
+
+def test_presets_have_their_published_parameter_counts():
+    for name, count in (("mixtral-8x7b", 46_702_792_704), ("qwen1.5-moe-a2.7b", 14_315_784_192)):
+        cfg = canonical_model(PRESETS[name])
+        assert int(memory_table(configs_frame([("", cfg)]), ["bp"], executed=False).parameter_count.iloc[0]) == count
+
+
+# -- plan: expert parallelism ------------------------------------------------------------------------------------
+
+
+def _spec(**changes):
+    return PlanSpec(**{"tokens": 1e9, "gpus": 16, "efficiency": Efficiency("mfu", 0.4, "given"), **changes})
+
+
+def test_the_expert_parallel_degree_is_checked_in_one_line():
+    cfg = canonical_model(PRESETS["mixtral-8x7b"])
+    gpu = hardware_device("h100-sxm")
+    for changes, words in ((dict(ep=3), "does not divide the 8 experts"), (dict(ep=8, gpus=12), "12 GPUs"),
+                           (dict(ep=8, tp=4), "data-parallel degree 4"), (dict(ep=0), "positive integer")):
+        with pytest.raises(ConfigError, match=words) as error:
+            check_spec(_spec(**changes), cfg, gpu)
+        assert str(error.value).startswith("ep: ") and "\n" not in str(error.value)
+    with pytest.raises(ConfigError, match="needs a mixture of experts"):
+        check_spec(_spec(ep=2), canonical_model(PRESETS["llama-2-7b"]), gpu)
+    check_spec(_spec(ep=8), cfg, gpu)
+
+
+def test_all_to_all_bytes_and_expert_memory():
+    cfg = canonical_model(PRESETS["mixtral-8x7b"]).replace(seq_len=4096)
+    spec = _spec(ep=8, sharding="none", precision="bf16-mixed")
+    assert all_to_all_bytes(cfg, spec, 2) == 2 * 4096 * 2 * 4096 * 2 * 7 / 8
+    assert all_to_all_bytes(cfg, _spec(ep=1), 2) == 0
+    facts = model_facts(cfg, ["bp"], "adam")
+    one, eight = (memory_per_gpu(facts, _spec(ep=ep, sharding="none"), "bp", 0)["parameters"] for ep in (1, 8))
+    experts = facts.expert_parameters
+    assert one - eight == pytest.approx(2 * experts * 7 / 8)  # bf16 weights: 7/8 of the experts elsewhere
+    sharded = [memory_per_gpu(facts, _spec(ep=ep, sharding="zero3"), "bp", 0)["parameters"] for ep in (1, 8)]
+    assert sharded[0] == pytest.approx(sharded[1])  # ZeRO-3: 1/dp of everything either way
+
+
+def test_the_workflow_refuses_pepita_on_a_mixture_of_experts_before_any_job():
+    from trainingcost.pipeline import load, train_jobs
+
+    model = dict(MIXTRAL_LIKE, name="moe", vocab=256)
+    ok = {"sweep": {"models": [model]}, "train": {"select": ["moe"], "rules": ["bp", "dfa"]}}
+    assert {job.rule for job in train_jobs(load(ok))} == {"bp", "dfa"}
+    refused = {"sweep": {"models": [model]}, "train": {"select": ["moe"], "rules": ["bp", "pepita"]}}
+    with pytest.raises(ConfigError) as error:
+        train_jobs(load(refused))
+    assert str(error.value).startswith("train.rules: sweep entry 'moe'") and "pepita does not train" in str(error.value)
+
+
+def test_the_predicted_step_prices_the_all_to_alls_and_the_plan_reports_their_bytes():
+    from trainingcost.analytic.plan import plan_table
+
+    cfg = canonical_model(PRESETS["mixtral-8x7b"]).replace(seq_len=4096)
+    gpu = hardware_device("h100-sxm")
+    spec = dict(tokens=1e12, gpus=64, efficiency=Efficiency("predicted", 0.0, "predicted"), global_batch=128)
+    rows = {ep: plan_table(cfg, PlanSpec(**spec, ep=ep), gpu, ["bp"], ["executed"]).iloc[0] for ep in (1, 8)}
+    assert rows[1]["ep_all_to_all_bytes"] == 0 and rows[1]["step_comm_ep_s"] == 0
+    one = rows[8]
+    micro, accumulation = one["micro_batch"], one["grad_accumulation"]
+    per_all_to_all = micro * 4096 * 2 * 4096 * 2 * 7 / 8  # tokens x k x d x bf16 x (ep - 1) / ep
+    assert one["ep_all_to_all_bytes"] == pytest.approx(accumulation * 4 * 32 * per_all_to_all)  # 4 per layer, 32 layers
+    assert one["step_comm_ep_s"] > 0 and one["mem_parameters"] == pytest.approx(rows[1]["mem_parameters"])  # ZeRO-3
