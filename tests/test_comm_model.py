@@ -88,7 +88,13 @@ def test_sharded_model_equals_meter(sharded):
 @pytest.mark.parametrize("options", [
     {}, dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", bias="none", tie_embeddings=True, positions="learned"),
     dict(positions="relative", bias="qkv", kv_heads=1, type_vocab=2, embedding_norm=True),
-    dict(positions="rotary", bias="attention", ffn="geglu")], ids=str)
+    dict(positions="rotary", bias="attention", ffn="geglu"),
+    # issue 28's families: parallel blocks, OLMo's parameter-free norm, GPT-J's FFN biases, a mixture of experts
+    # with Qwen-MoE's shared expert, T5 v1.1's shared embedding
+    dict(norm_position="pre", parallel_block="one_norm", norm="nonparametric", bias="ffn", positions="rotary"),
+    dict(norm_position="pre", parallel_block="two_norms", ffn="swiglu", experts=4, experts_per_token=2,
+         shared_expert_ff=8),
+    dict(shared_embedding=True, ffn="geglu", norm="rmsnorm", norm_position="pre")], ids=str)
 @pytest.mark.parametrize("arch", list(SHARDED_ARCHS))
 @pytest.mark.parametrize("rule", ["bp", "kp"])
 def test_parameter_listing_is_the_models(arch, options, rule):

@@ -117,13 +117,19 @@ def _linear(name: str, d_in: int, d_out: int, bias: bool, feedback: bool) -> lis
     return out
 
 
+def _ffn(cfg, layer: str, width: int, feedback: bool) -> list[tuple[str, tuple[int, ...]]]:
+    ups = ("gate", "up") if cfg.gated else ("up",)
+    return ([t for up in ups for t in _linear(f"{layer}.{up}", cfg.d_model, width, cfg.out_bias, feedback)]
+            + _linear(f"{layer}.down", width, cfg.d_model, cfg.out_bias, feedback))
+
+
 def _layer_tensors(cfg, layer: str, kind: str, stack: str, feedback: bool) -> list[tuple[str, tuple[int, ...]]]:
     d = cfg.d_model
     norm = [(f"{layer}.norm.weight" if kind == "add_norm" else f"{layer}.weight", (d,))]
-    if cfg.norm != "rmsnorm":  # LayerNorm: gamma and beta; RMSNorm: gamma
+    if cfg.norm == "layernorm":  # LayerNorm: gamma and beta; RMSNorm: gamma; OLMo's non-parametric norm: none
         norm.append((norm[0][0].replace(".weight", ".bias"), (d,)))
     if kind in ("add_norm", "norm"):
-        return norm
+        return norm if cfg.norm != "nonparametric" else []
     if kind == "embedding":
         return [(f"{layer}.weight", (cfg.vocab, d))]
     if kind == "token_type_embedding":
@@ -139,9 +145,15 @@ def _layer_tensors(cfg, layer: str, kind: str, stack: str, feedback: bool) -> li
                 + _linear(f"{layer}.v", d, kv, cfg.qkv_bias, feedback)
                 + _linear(f"{layer}.o", a, d, cfg.o_bias, feedback))
     if kind == "ffn":
-        ups = ("gate", "up") if cfg.gated else ("up",)
-        return ([t for up in ups for t in _linear(f"{layer}.{up}", d, cfg.d_ff, cfg.out_bias, feedback)]
-                + _linear(f"{layer}.down", cfg.d_ff, d, cfg.out_bias, feedback))
+        return _ffn(cfg, layer, cfg.d_ff, feedback)
+    if kind == "moe":  # train/model.py's MixtureOfExperts: the router, each expert, the shared expert and its gate
+        out = _linear(f"{layer}.router", d, cfg.experts, False, feedback)
+        for i in range(cfg.experts):
+            out += _ffn(cfg, f"{layer}.experts.{i}", cfg.d_ff, feedback)
+        if cfg.shared_expert_ff:
+            out += _ffn(cfg, f"{layer}.shared_expert", cfg.shared_expert_ff, feedback)
+            out += _linear(f"{layer}.shared_expert_gate", d, 1, False, feedback)
+        return out
     raise ConfigError(f"model: layer kind {kind!r} has no parameter listing in the communication model")
 
 
@@ -165,8 +177,8 @@ def parameter_units(cfg, name: str) -> list[tuple[str, list[tuple[str, tuple[int
             if feedback:
                 tensors.append((f"{layer}.feedback", (cfg.out_width, cfg.d_model)))
             root += tensors
-        elif kind == "embedding" and cfg.tie_embeddings and stack != cfg.stacks[0]:
-            continue  # the first stack's table, shared
+        elif kind == "embedding" and (cfg.tie_embeddings or cfg.shared_embedding) and stack != cfg.stacks[0]:
+            continue  # the first stack's table, shared (tied, or T5 v1.1's shared embedding)
         elif len(parts) > 2 and parts[1].isdigit():
             blocks.setdefault(f"{parts[0]}.{parts[1]}", []).extend(_layer_tensors(cfg, layer, kind, stack, feedback))
         else:
