@@ -39,8 +39,8 @@ def test_one_all_reduce_by_hand():
     net = Network(gpus_per_node=8, intra_bw=200e9, intra_alpha=10e-6, inter_bw=25e9, inter_alpha=20e-6)
     # inside a node: one latency + 2 (n-1)/n S / B
     assert net.all_reduce(1e9, 8) == pytest.approx(10e-6 + 2 * 7 / 8 * 1e9 / 200e9)
-    # two nodes: 2 (n-1) ring steps of alpha, bandwidth min(NVLink, 8 NICs x 25 GB/s) = 200 GB/s
-    assert net.all_reduce(1e9, 16) == pytest.approx(2 * 15 * 20e-6 + 2 * 15 / 16 * 1e9 / 200e9)
+    # two nodes: one latency per collective (Calculon's form), bandwidth min(NVLink, 8 NICs x 25 GB/s) = 200 GB/s
+    assert net.all_reduce(1e9, 16) == pytest.approx(20e-6 + 2 * 15 / 16 * 1e9 / 200e9)
     # reduce-scatter and all-gather: half the all-reduce's bandwidth term
     assert net.all_gather(1e9, 8) == pytest.approx(10e-6 + 7 / 8 * 1e9 / 200e9)
     assert net.all_reduce(1e9, 1) == 0.0
@@ -48,7 +48,7 @@ def test_one_all_reduce_by_hand():
 
 def test_one_zero3_step_moves_three_times_the_parameters(gpt2, work):
     """Per FSDP unit (the root and each block, analytic/comm.py): gathered in forward and again in backward, its
-    gradients reduce-scattered, each a collective of its own with one latency: 3 x (15 alpha + 15/16 S_u / B) per
+    gradients reduce-scattered, each a collective of its own with one latency: 3 x (alpha + 15/16 S_u / B) per
     unit. (Before the plan read comm.py: one lump of the whole model, 3 latencies, unpadded; comm.py's units pad
     the vocabulary's dim 0 to a multiple of 16, and each of the 13 units pays its own latency.)"""
     from trainingcost.analytic.comm import fsdp_collectives
@@ -62,7 +62,7 @@ def test_one_zero3_step_moves_three_times_the_parameters(gpt2, work):
     psi = facts.parameters * model_share(facts, 1, 1) * PRECISIONS["bf16-mixed"].weights
     assert psi <= sum(units) < psi + 16 * gpt2.d_model * 2  # the whole model, the vocabulary padded
     bw = min(net.intra_bw, 8 * net.inter_bw)
-    by_hand = 3 * sum(15 * net.inter_alpha + 15 / 16 * u / bw for u in units)
+    by_hand = 3 * sum(net.inter_alpha + 15 / 16 * u / bw for u in units)
     assert pred.parts["comm_dp"] == pytest.approx(by_hand)
 
 
@@ -119,11 +119,11 @@ def test_every_ddp_bucket_pays_one_latency(gpt2, work):
     buckets = ddp_buckets(gpt2, "bp", "bf16")
     assert len(buckets) > 3
     by_hand = sum(net.all_reduce(b, 16) for b in buckets)
-    assert by_hand == pytest.approx(len(buckets) * 2 * 15 * net.inter_alpha
+    assert by_hand == pytest.approx(len(buckets) * net.inter_alpha
                                     + 2 * 15 / 16 * sum(buckets) / min(net.intra_bw, 8 * net.inter_bw))
     assert pred.parts["comm_dp"] == pytest.approx(by_hand)
     lump = net.all_reduce(sum(buckets), 16)
-    assert pred.parts["comm_dp"] - lump == pytest.approx((len(buckets) - 1) * 2 * 15 * net.inter_alpha)
+    assert pred.parts["comm_dp"] - lump == pytest.approx((len(buckets) - 1) * net.inter_alpha)
 
 
 def test_interleaved_bubble(gpt2, work):

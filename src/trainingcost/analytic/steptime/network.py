@@ -1,8 +1,13 @@
 """The network model: alpha-beta collectives on the link each parallel axis uses (docs/planning.md).
 
 Ring algorithms (Thakur et al. 2005; NCCL's bus-bandwidth factors, nccl-tests doc/PERFORMANCE.md):
-all-reduce of S bytes over n ranks 2(n-1)/n S / B, reduce-scatter and all-gather (n-1)/n S / B. Latency: one
-step alpha inside a node (NVSwitch: one hop), (n-1) ring steps of alpha between nodes, 2(n-1) for an all-reduce.
+all-reduce of S bytes over n ranks 2(n-1)/n S / B, reduce-scatter and all-gather (n-1)/n S / B. Latency: one alpha
+per collective, on the link it uses (Calculon's form, t = latency + bytes x factor / (bandwidth x efficiency), Isaev
+et al. 2023, whose A100 system gives the catalogue's 10 us inside a node and 20 us between nodes). Thakur's ring
+pays alpha per ring step, (n-1) or 2(n-1) of them; with the catalogue's per-collective alphas that prices a 1,024-GPU
+all-gather at 20 ms of latency alone, and once data-parallel traffic is priced per bucket and per FSDP unit
+(analytic/comm.py) it made ZeRO-3 at scale latency-bound against the published runs (benchmarks/plan_accuracy.md:
+9.0% overall against 8.6% per collective).
 B is the NCCL bus bandwidth inside a node; a ring that spans nodes runs one channel per NIC (rail-optimised DGX/HGX,
 one NIC per GPU), so the data entering a node, (n-1)/n of the buffer, arrives over all its NICs at once: bus bandwidth
 min(NVLink bus bandwidth, GPUs per node x NIC x efficiency) (about 180 GB/s measured on DGX A100 pods, nccl-tests).
@@ -34,7 +39,7 @@ class Network:
     intra_bw: float  # bytes/s, NCCL bus bandwidth inside a node
     intra_alpha: float  # seconds per collective inside a node
     inter_bw: float  # bytes/s per GPU between nodes (NIC x efficiency)
-    inter_alpha: float  # seconds per ring step between nodes
+    inter_alpha: float  # seconds per collective between nodes
 
     @classmethod
     def of(cls, params: dict, gpus_per_node: int | None = None, nic_gbps: float | None = None) -> "Network":
@@ -59,7 +64,7 @@ class Network:
         if n <= 1 or nbytes <= 0:
             return 0.0
         bw, alpha, inter = self._link(n, stride)
-        return (2 * (n - 1) * alpha if inter else alpha) + bus_factor("all_reduce", n) * nbytes / bw
+        return alpha + bus_factor("all_reduce", n) * nbytes / bw
 
     def all_gather(self, nbytes: float, n: int, stride: int = 1, rails: bool = True) -> float:
         """``nbytes``: the gathered (whole) buffer; reduce-scatter costs the same. ``rails`` False: a collective
@@ -67,7 +72,7 @@ class Network:
         if n <= 1 or nbytes <= 0:
             return 0.0
         bw, alpha, inter = self._link(n, stride, rails)
-        return ((n - 1) * alpha if inter else alpha) + bus_factor("all_gather", n) * nbytes / bw
+        return alpha + bus_factor("all_gather", n) * nbytes / bw
 
     reduce_scatter = all_gather
 
