@@ -150,7 +150,8 @@ def test_default_config_trains_every_rule_and_executed_equals_measured(tmp_path)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     result = subprocess.run(
         [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
-         str(tmp_path / "config.yaml"), "--cores", "2", "-q", "--set-threads", "train=1"],  # two jobs at a time: faster
+         str(tmp_path / "config.yaml"), "--cores", "2", "-q", "--set-threads", "train=1",
+         "--resources", "timed=2"],  # two jobs at a time: faster (this test checks FLOPs, not times)
         capture_output=True, text=True,
     )
     assert result.returncode == 0, result.stderr[-2000:]
