@@ -49,9 +49,9 @@ def slurm_env() -> dict:
     return {**env, "SLURM_CONF": machine} if machine else env
 
 
-def run_sweep(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+def run_sweep(workdir: Path, *extra: str, config: dict = TINY) -> subprocess.CompletedProcess:
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "config.yaml").write_text(yaml.safe_dump(TINY))
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--configfile",
                str(workdir / "config.yaml"), *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=900, env=slurm_env())
@@ -95,6 +95,45 @@ def test_tiny_sweep_through_slurm_equals_the_local_run(cluster, tmp_path):
                                  for where in ("local", "slurm"))
     assert list(local_steps.loss) == list(remote_steps.loss)
     assert (tmp_path / "slurm/results/summary.md").exists()
+
+
+# A data-parallel sweep (train.parallel; docs/distributed.md): each training job is one SLURM task whose launcher
+# starts two ranks, so it asks for 2 x threads CPUs and, with profiles/slurm's one GPU per process, 2 GPUs; a
+# group of two such jobs would outgrow the 2-CPU test node, hence one job per group.
+TINY_DP = {
+    "sweep": {"models": [{"name": "dp", "arch": "decoder", "layers": 1, "d_model": 16, "heads": 2, "d_ff": 32,
+                          "vocab": 256, "seq_len": 8, "batch": 2}]},
+    "memory": {"dtypes": ["fp32"], "optimizers": ["sgd"]},
+    # BP (DDP's bucket hooks) and PEPITA (its update bypasses autograd: an explicit all-reduce)
+    "train": {"select": ["dp"], "rules": ["bp", "pepita"], "steps": 4, "eval_batches": 1,
+              "parallel": {"nproc": 2, "parallel": "ddp"},
+              "resources": {"threads": 1, "mem_mb": 600, "runtime": 10, "gpu": 0}},
+}
+SLURM_DP_OVERRIDES = [
+    "--default-resources", "slurm_partition=debug", "mem_mb=400", "runtime=10",
+    "--set-resources", "train:gpu=2", "train:mem_mb=1200",
+    "--group-components", "trainers=1",
+    "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2", "--jobs", "4",
+]
+
+
+def test_data_parallel_sweep_through_slurm(cluster, tmp_path):
+    """Two ranks per training job through sbatch: one task, 2 CPUs, 2 GPUs each; the gathered tables carry the
+    communication, its bytes equal to the model's."""
+    before = set(job_records())
+    remote = run_sweep(tmp_path / "slurm", "--profile", str(REPO / "profiles/slurm"), *SLURM_DP_OVERRIDES,
+                       "results/tables/measured.parquet", "results/tables/comm.parquet", config=TINY_DP)
+    assert remote.returncode == 0, remote.stderr[-3000:]
+    jobs = [job for key, job in job_records().items() if key not in before]
+    train = [job for job in jobs if job.get("Comment", "").startswith("rule_trainers_train")]
+    assert len(train) == 2, jobs
+    assert all(job["JobState"] == "COMPLETED" and job["NumTasks"] == "1" and job["NumCPUs"] == "2"
+               and job["TresPerJob"] == "gres:gpu:2" for job in train), train
+    measured = pd.read_parquet(tmp_path / "slurm/results/tables/measured.parquet")
+    assert set(measured.rule) == {"bp", "pepita"} and set(measured.status) == {"ok"}
+    assert (measured.nproc == 2).all() and (measured.comm_bytes_per_step > 0).all()
+    comm = pd.read_parquet(tmp_path / "slurm/results/tables/comm.parquet")
+    assert set(comm.rule) == {"bp", "pepita"} and comm.bytes_exact.all()
 
 
 def job_records() -> dict:

@@ -36,8 +36,10 @@ TRAIN_RESOURCES = dict(
     mem_mb=TRAIN["resources"]["mem_mb"] * _NPROC,
     runtime=TRAIN["resources"]["runtime"],
     gpu=TRAIN["resources"]["gpu"] * _NPROC,
-    # a data-parallel job is one task whose launcher starts its ranks on one node (docs/distributed.md)
-    **(dict(tasks=1, cpus_per_task=TRAIN["resources"]["threads"] * _NPROC) if _NPROC > 1 else {}),
+    # a data-parallel job is one task whose launcher starts its ranks on one node (docs/distributed.md);
+    # tasks_per_gpu 0: with GPUs the SLURM plugin otherwise asks --ntasks-per-gpu=tasks, N tasks of N x threads
+    # CPUs each, which no node of N x threads CPUs holds (tests/cluster/test_slurm.py)
+    **(dict(tasks=1, tasks_per_gpu=0, cpus_per_task=TRAIN["resources"]["threads"] * _NPROC) if _NPROC > 1 else {}),
 )
 # Timed training jobs at once: the `timed` resource (Snakefile: 1 unless --resources says), the cores permitting.
 _TIMED = workflow.global_resources["timed"] if "timed" in workflow.global_resources else None
