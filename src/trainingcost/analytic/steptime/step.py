@@ -513,12 +513,3 @@ def dp_seconds(ops, net: Network, lay: Layout, M: int, compute_fwd: float, compu
 def _exposed(comm: float, window: float, overlap: float) -> float:
     """Communication left on the critical path: a fraction ``overlap`` of it hides behind the compute window."""
     return comm - overlap * min(comm, window)
-
-
-def _tensors_per_block(cfg) -> int:
-    """Parameter tensors of one block (DeepSpeed ZeRO-3 gathers each): q/k/v fused, output, the FFN's 2 or 3
-    matrices, with their biases, and the two norms' gains (and LayerNorm's biases)."""
-    linears = 2 + 2 + (1 if cfg.gated else 0)
-    biases = linears if cfg.bias == "all" else (1 if cfg.bias == "qkv" else 0)
-    norms = 2 * (2 if cfg.norm == "layernorm" else 1)
-    return linears + biases + norms
