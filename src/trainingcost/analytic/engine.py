@@ -364,9 +364,10 @@ def _templates_per_model(configs: pd.DataFrame, cost_models):
     """Yield (CostModel, its Templates) per cost model, building the templates once per granularity and scope."""
     built: dict[tuple[str, str], Templates] = {}
     options = T.option_columns(configs)
+    every = bool(np.all(options["default_arch"] > 0))  # every configuration in the 2017 transformer's scope
     for name in cost_models:
         model = cost_model(name)
-        key = (model.granularity, model.scope)
+        key = (model.granularity, "any" if every else model.scope)  # then a 'default' scope's templates are all
         if key not in built:
             built[key] = build_for(model, configs, options)
         yield model, built[key]
