@@ -237,10 +237,13 @@ def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
     large_cfg = np.flatnonzero(worst >= EXACT_FLOAT) if worst is not None else np.zeros(0, dtype=np.int64)
     large, rows = None, None
     if len(large_cfg):
-        alone = evaluate(cost_model_name, configs.iloc[large_cfg].reset_index(drop=True), mirror_steps, floats=False)
+        subset = configs.iloc[large_cfg].reset_index(drop=True)
+        # the subset's columns and options are the whole's rows (option_columns reads each row alone)
+        columns = {name: values[large_cfg] for name, values in templates.config_columns.items()}
+        alone = evaluate(cost_model_name, subset, mirror_steps, build_for(model, subset, columns), floats=False)
         # the rows of the same (layer, configuration) here, in the order of the subset's rows
         here = {(templates.labels[templates.part[r]], int(templates.cfg[r])): r
-                for r in np.flatnonzero(np.isin(templates.cfg, large_cfg))}
+                for r in np.flatnonzero(_config_mask(len(configs), large_cfg)[templates.cfg])}
         a = alone.templates
         rows = np.array([here[(a.labels[a.part[r]], int(large_cfg[a.cfg[r]]))] for r in range(len(a))], dtype=np.int64)
         assert len(rows) == len(here), "a subset's templates differ from the whole's"
@@ -250,6 +253,13 @@ def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
     return Quantities(cost_model_name, templates, *stores[:2], declared, stores[2],
                       {"maccs": maccs, "flops": flops, "elementwise": q.get("elementwise") or {}}, written, large,
                       not derive)
+
+
+def _config_mask(n: int, chosen: np.ndarray) -> np.ndarray:
+    """A bool array of n configurations, true at ``chosen``."""
+    mask = np.zeros(n, dtype=bool)
+    mask[chosen] = True
+    return mask
 
 
 def _float_values(model: CostModel, templates: Templates) -> list[np.ndarray]:
@@ -266,7 +276,7 @@ def _headroom(mirror_steps: int) -> int:
 def _total_per_config(templates: Templates, values, n: int) -> np.ndarray:
     """Per configuration, the sum over its layer instances of every quantity: a bound on any phase's total / headroom.
     ``values``: float arrays, or (store, written) pairs whose quantities are nonzero only on their written rows."""
-    weight = templates.count.astype(np.float64)
+    weight = _float_count(templates)
     if all(isinstance(v, np.ndarray) for v in values):
         return sum(np.bincount(templates.cfg, weights=np.abs(v) * weight, minlength=n) for v in values)
     rows = np.zeros(len(templates), dtype=np.float64)
@@ -519,6 +529,31 @@ def _part_slices(templates: Templates) -> list[tuple[slice, np.ndarray]]:
     return [(slice(a, b), templates.cfg[a:b]) for a, b in zip(edges[:-1], edges[1:])]
 
 
+def _float_count(templates: Templates) -> np.ndarray:
+    """The templates' instance counts in float64 (computed once per templates)."""
+    if "float_count" not in templates._cache:
+        templates._cache["float_count"] = templates.count.astype(np.float64)
+    return templates._cache["float_count"]
+
+
+def _spans(indices: list[slice]) -> list[slice]:
+    """Row slices covering ``indices``: adjacent ones joined, and all in one where they fill most of their span
+    (the rows between them hold zeros: a quantity is zero where it was not written)."""
+    indices = sorted(indices, key=lambda index: index.start)
+    joined: list[slice] = []
+    for index in indices:
+        if joined and joined[-1].stop >= index.start:
+            joined[-1] = slice(joined[-1].start, max(joined[-1].stop, index.stop))
+        else:
+            joined.append(index)
+    if len(joined) > 1:
+        covered = sum(index.stop - index.start for index in joined)
+        span = slice(joined[0].start, max(index.stop for index in joined))
+        if covered * 2 >= span.stop - span.start:
+            return [span]
+    return joined
+
+
 def phase_totals(configs: pd.DataFrame, rules=None, cost_models=None, mirror_steps: int = 1) -> dict:
     """Per-configuration totals, {(cost_model, rule, phase): (maccs, flops)} arrays of len(configs).
 
@@ -528,44 +563,74 @@ def phase_totals(configs: pd.DataFrame, rules=None, cost_models=None, mirror_ste
     """
     out = {}
     rules = rules or rule_names()
+    n = len(configs)
     for _, model_name, quantities in _evaluate_all(configs, cost_models or cost_model_names(), mirror_steps,
                                                    derive=False):
         t = quantities.templates
-        runs = _part_slices(t)  # each part holds a configuration at most once, in order
-        count = t.count.astype(np.float64) if quantities.exact is not None else t.count
+        count = _float_count(t)
         sums: dict[tuple[str, str], np.ndarray] = {}
+        masked: dict[tuple[str, str, str], np.ndarray | None] = {}
         whole = "model" in t.kind_slices
-        head = {kind for kind in L.HEAD_KINDS}
 
-        def part_values(store: str, name: str, part: slice):
-            """A quantity on one part's rows (None where it is zero there); derived ones from theirs."""
-            values = quantities.exact[store] if quantities.exact is not None else getattr(quantities, store)
-            if name not in DERIVED or not quantities.lazy:
-                where = quantities.written.get(name) or [slice(0, len(t))]
-                if name in values and any(index.start <= part.start < index.stop for index in where):
-                    return values[name][part]
-                return None
-            r = part.start
+        def row_mask(which: str) -> np.ndarray:
+            """Rows as float 0/1: 'unit' (blocks and final norms), 'inner' (residual input inside the block),
+            'kv_inner' (keys and values inside the block), each also '_body' (not the head's rows)."""
+            key = ("row_mask", which)
+            if key not in t._cache:
+                base, _, body = which.partition("_body")
+                if base == "unit":
+                    keep = t.is_block | (t.rank % 1000 >= T.TAIL_RANK)
+                elif base == "inner":
+                    keep = ~t.block_entry
+                elif base == "kv_inner":
+                    keep = ~t.kv_entry
+                else:
+                    keep = np.ones(len(t), dtype=bool)
+                if which.endswith("_body"):
+                    keep = keep.copy()
+                    for kind in L.HEAD_KINDS:
+                        if kind in t.kind_slices:
+                            keep[t.kind_slices[kind]] = False
+                t._cache[key] = count * keep
+            return t._cache[key]
+
+        def stored_sum(store: str, name: str, which: str = "") -> np.ndarray | None:
+            """Per configuration, the float sum of a stored quantity x count over its rows (``which``: on those
+            rows alone, :func:`row_mask`); None where it is stored nowhere. Every partial sum is an exact integer
+            (below EXACT_FLOAT) outside the large configurations, so any order of summation gives the same."""
+            key = (store, name, which)
+            if key not in masked:
+                values = quantities.exact[store].get(name)
+                total = None
+                if values is not None:
+                    weight = row_mask(which) if which else count
+                    for index in _spans(quantities.written.get(name) or [slice(0, len(t))]):
+                        part = np.bincount(t.cfg[index], weights=values[index] * weight[index], minlength=n)
+                        total = part if total is None else total + part
+                masked[key] = total
+            return masked[key]
+
+        def float_sum(store: str, name: str) -> np.ndarray | None:
+            """A quantity's per-configuration float sum; the derived ones (not stored) from their parts'."""
             if name == "forward_unit":
-                unit = whole or t.is_block[r] or t.rank[r] % 1000 >= T.TAIL_RANK
-                return part_values(store, "forward", part) if unit else None
-            if name == "backward_local":
-                return None if t.labels[t.part[r]][0] in head else part_values(store, "backward_dfa", part)
-            keep = BACKWARD_PARTS if name == "backward_total" else (
-                "backward", *(() if t.block_entry[r] else ("backward_q", "backward_skip")),
-                *(() if t.kv_entry[r] else ("backward_kv",)))
-            found = [v for v in (part_values(store, k, part) for k in keep) if v is not None]
+                terms = [("forward", "" if whole else "unit")]
+            elif name == "backward_total":
+                terms = [(k, "") for k in BACKWARD_PARTS]
+            elif name in ("backward_dfa", "backward_local"):
+                body = "_body" if name == "backward_local" else ""
+                terms = [("backward", body), ("backward_q", "inner" + body), ("backward_skip", "inner" + body),
+                         ("backward_kv", "kv_inner" + body)]
+                if body and not any(kind in t.kind_slices for kind in L.HEAD_KINDS):
+                    terms = [(k, w[:-len(body)]) for k, w in terms]
+            else:
+                terms = [(name, "")]
+            found = [v for v in (stored_sum(store, k, w) for k, w in terms) if v is not None]
             return sum(found[1:], found[0]) if found else None
 
         def per_config(store: str, name: str) -> np.ndarray:
-            if (store, name) not in sums:  # summed over the rows the quantity was written on (zero elsewhere)
-                exact = quantities.exact is not None
-                total = np.zeros(len(configs), dtype=np.float64 if exact else np.int64)
-                for part, cfg in runs:  # a part lies inside one kind's rows
-                    values = part_values(store, name, part)
-                    if values is not None:
-                        total[cfg] += values * count[part]
-                total = total.astype(np.int64) if exact else total  # exact sums: below EXACT_FLOAT
+            if (store, name) not in sums:
+                total = float_sum(store, name)
+                total = np.zeros(n, dtype=np.int64) if total is None else total.astype(np.int64)  # exact: below EXACT_FLOAT
                 if quantities.large is not None:  # the configurations too large for exact floats, from int64
                     large_cfg, _, alone = quantities.large
                     values = getattr(alone, store).get(name)

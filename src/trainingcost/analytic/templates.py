@@ -49,6 +49,14 @@ SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": 
 TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows", "shared")
 
 
+def _numpy(series: pd.Series) -> np.ndarray:
+    """A column as numpy: strings as a unicode array, converted once per distinct value (not per row)."""
+    if isinstance(series.dtype, pd.StringDtype) and not series.hasnans:
+        codes, uniques = pd.factorize(series)
+        return np.asarray(uniques, dtype=str)[codes] if len(uniques) else np.zeros(len(series), dtype=str)
+    return series.to_numpy()
+
+
 def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
     """The architecture options of each configuration as the int64 columns the formulas read.
 
@@ -57,10 +65,16 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
     from ..config.model import OPTION_DEFAULTS
 
     n = len(configs)
+    read: dict[str, np.ndarray] = {}
 
-    def column(name):
+    def column(name):  # each column read once (the defaults' check reads them again)
+        if name not in read:
+            read[name] = _column(name)
+        return read[name]
+
+    def _column(name):
         if name in configs:
-            return configs[name].to_numpy()
+            return _numpy(configs[name])
         default = OPTION_DEFAULTS[name]
         if name == "kv_heads":
             return configs["heads"].to_numpy(dtype=np.int64)
@@ -68,7 +82,7 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
             return configs["d_model"].to_numpy(dtype=np.int64) // configs["heads"].to_numpy(dtype=np.int64)
         if name == "head_bias":
             return column("bias") == "all"
-        return np.full(n, default, dtype=object if isinstance(default, str) else None)
+        return np.full(n, default)  # a string default: a unicode array (its own width)
 
     i64 = lambda v: np.asarray(v).astype(np.int64)  # noqa: E731
     heads, head_dim, kv_heads = i64(configs["heads"]), i64(column("head_dim")), i64(column("kv_heads"))
