@@ -82,7 +82,7 @@ class Quantities:
     written: dict[str, list[slice]] | None = None  # the template rows each quantity may be nonzero on
     # the configurations too large for exact floats: (their indices, their template rows here, their Quantities in int64)
     large: tuple | None = None
-    lazy: bool = False  # the derived quantities (DERIVED) are not stored: phase_totals sums them part by part
+    lazy: bool = False  # the derived quantities (DERIVED) are not stored (evaluate's derive False)
 
 
 class ExactInts(dict):
@@ -203,6 +203,57 @@ def _evaluate_formulas(model: CostModel, templates: Templates, dtype, written: d
     return maccs, flops, elementwise, declared
 
 
+def _formula_pieces(model: CostModel, templates: Templates, memo: bool = False) -> tuple[dict, dict]:
+    """Every formula of ``model`` on its kinds' rows, in float64, per *sequence*, kept where it was computed:
+    {store: {quantity: [(kind rows, values), ...]}} (no array over every template per quantity, no product
+    with the batch: the per-configuration totals weigh each row by its batch and count), and where each
+    quantity is declared. A quantity's names appear in each store in :func:`_evaluate_formulas`'s order."""
+    n = len(templates)
+    pieces: dict[str, dict[str, list]] = {"maccs": {}, "flops": {}, "elementwise": {}}
+    declared: dict[str, np.ndarray] = {}
+    dtype = np.float64
+    previous = _FORMULA_MEMO.get(id(templates), (None, {}))[1] if memo else {}
+    current = {}
+    for kind, index in sorted(templates.kind_index().items()):
+        formula = model.formulas.get(kind)
+        if formula is None:
+            continue
+        shapes = Shapes(templates, index, dtype=dtype)
+        key = (formula, kind, np.dtype(dtype).str)
+        results = previous[key] if key in previous else formula(shapes)
+        current[key] = results
+        for name, values in results.items():
+            where = values[3] if len(values) == 4 else True
+            for store, value in zip(pieces.values(), values[:3]):
+                if value is None:
+                    continue
+                found = store.setdefault(name, [])
+                if np.ndim(value) == 0 and value == 0:  # zero on these rows
+                    continue
+                found.append((index, np.broadcast_to(np.asarray(value, dtype=dtype), (len(shapes),))))
+            if name not in declared:
+                declared[name] = np.zeros(n, dtype=bool)
+            declared[name][index] = where
+    if memo:
+        _FORMULA_MEMO.clear()
+        _FORMULA_MEMO[id(templates)] = (templates, current)
+    return pieces, declared
+
+
+def _pieces_total(templates: Templates, stores, n: int) -> np.ndarray | None:
+    """:func:`_total_per_config` of quantities given as pieces per sequence (None: no quantity), the same floats:
+    |v x B| is |v| x B, summed over the same rows in the same order."""
+    if not any(stores):
+        return None
+    batch = templates.shape_column("B", np.float64)
+    rows = np.zeros(len(templates), dtype=np.float64)
+    for store in stores:
+        for found in store.values():
+            for index, values in found:
+                rows[index] += np.abs(values) * batch[index]
+    return np.bincount(templates.cfg, weights=rows * _float_count(templates), minlength=n)
+
+
 _FORMULA_MEMO: dict[int, tuple] = {}  # id(templates) -> (the templates, kept alive; {(formula, kind, dtype): quantities})
 
 
@@ -227,20 +278,19 @@ def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
     maccs, flops, elementwise, declared = _evaluate_formulas(model, templates, np.float64, written, memo=memo)
     worst = _refuse_overflow(model, configs, templates, [(flops, written), (elementwise, written)], mirror_steps)
     q = {"maccs": maccs, "flops": flops, **({"elementwise": elementwise} if elementwise else {})}
-    # derive False (the per-configuration totals): the derived quantities are summed part by part from theirs
+    # derive False: the derived quantities are not stored (a caller sums them part by part from theirs)
     _derive_backward(q if derive else {}, declared, templates.block_entry, templates.kv_entry, len(templates))
     _derive_units(q if derive else {}, declared, templates)
     for derived, parts in (("backward_total", BACKWARD_PARTS), ("backward_dfa", BACKWARD_PARTS),
                            ("forward_unit", ("forward",)), ("backward_local", BACKWARD_PARTS)):
         written[derived] = [index for part in parts for index in written.get(part, [])]
     # Configurations whose sum reaches EXACT_FLOAT (few, and large) are evaluated again alone, in int64.
-    large_cfg = np.flatnonzero(worst >= EXACT_FLOAT) if worst is not None else np.zeros(0, dtype=np.int64)
     large, rows = None, None
-    if len(large_cfg):
-        alone = evaluate(cost_model_name, configs.iloc[large_cfg].reset_index(drop=True), mirror_steps, floats=False)
+    large_cfg, alone = _large(model, configs, templates, worst, mirror_steps)
+    if alone is not None:
         # the rows of the same (layer, configuration) here, in the order of the subset's rows
         here = {(templates.labels[templates.part[r]], int(templates.cfg[r])): r
-                for r in np.flatnonzero(np.isin(templates.cfg, large_cfg))}
+                for r in np.flatnonzero(_config_mask(len(configs), large_cfg)[templates.cfg])}
         a = alone.templates
         rows = np.array([here[(a.labels[a.part[r]], int(large_cfg[a.cfg[r]]))] for r in range(len(a))], dtype=np.int64)
         assert len(rows) == len(here), "a subset's templates differ from the whole's"
@@ -250,6 +300,26 @@ def evaluate(cost_model_name: str, configs: pd.DataFrame, mirror_steps: int = 1,
     return Quantities(cost_model_name, templates, *stores[:2], declared, stores[2],
                       {"maccs": maccs, "flops": flops, "elementwise": q.get("elementwise") or {}}, written, large,
                       not derive)
+
+
+def _large(model: CostModel, configs: pd.DataFrame, templates: Templates, worst: np.ndarray | None,
+           mirror_steps: int) -> tuple[np.ndarray, Quantities | None]:
+    """The configurations whose sum reaches EXACT_FLOAT (few, and large), and their Quantities evaluated alone,
+    in int64 (None where there are none)."""
+    large_cfg = np.flatnonzero(worst >= EXACT_FLOAT) if worst is not None else np.zeros(0, dtype=np.int64)
+    if not len(large_cfg):
+        return large_cfg, None
+    subset = configs.iloc[large_cfg].reset_index(drop=True)
+    # the subset's columns and options are the whole's rows (option_columns reads each row alone)
+    columns = {name: values[large_cfg] for name, values in templates.config_columns.items()}
+    return large_cfg, evaluate(model.name, subset, mirror_steps, build_for(model, subset, columns), floats=False)
+
+
+def _config_mask(n: int, chosen: np.ndarray) -> np.ndarray:
+    """A bool array of n configurations, true at ``chosen``."""
+    mask = np.zeros(n, dtype=bool)
+    mask[chosen] = True
+    return mask
 
 
 def _float_values(model: CostModel, templates: Templates) -> list[np.ndarray]:
@@ -266,7 +336,7 @@ def _headroom(mirror_steps: int) -> int:
 def _total_per_config(templates: Templates, values, n: int) -> np.ndarray:
     """Per configuration, the sum over its layer instances of every quantity: a bound on any phase's total / headroom.
     ``values``: float arrays, or (store, written) pairs whose quantities are nonzero only on their written rows."""
-    weight = templates.count.astype(np.float64)
+    weight = _float_count(templates)
     if all(isinstance(v, np.ndarray) for v in values):
         return sum(np.bincount(templates.cfg, weights=np.abs(v) * weight, minlength=n) for v in values)
     rows = np.zeros(len(templates), dtype=np.float64)
@@ -282,7 +352,11 @@ def _refuse_overflow(model: CostModel, configs: pd.DataFrame, templates: Templat
     """Refuse the configurations whose costs leave exact int64; else each configuration's total (None: nothing)."""
     if not values or all(isinstance(v, tuple) and not v[0] for v in values):
         return None
-    worst = _total_per_config(templates, values, len(configs))
+    return _refuse_worst(model, configs, _total_per_config(templates, values, len(configs)), mirror_steps)
+
+
+def _refuse_worst(model: CostModel, configs: pd.DataFrame, worst: np.ndarray, mirror_steps: int) -> np.ndarray:
+    """Refuse the configurations whose total ``worst`` (:func:`_total_per_config`) leaves exact int64; else it."""
     if worst.max() * _headroom(mirror_steps) < INT64_LIMIT:
         return worst
     i = int(np.argmax(worst))
@@ -364,9 +438,10 @@ def _templates_per_model(configs: pd.DataFrame, cost_models):
     """Yield (CostModel, its Templates) per cost model, building the templates once per granularity and scope."""
     built: dict[tuple[str, str], Templates] = {}
     options = T.option_columns(configs)
+    every = bool(np.all(options["default_arch"] > 0))  # every configuration in the 2017 transformer's scope
     for name in cost_models:
         model = cost_model(name)
-        key = (model.granularity, model.scope)
+        key = (model.granularity, "any" if every else model.scope)  # then a 'default' scope's templates are all
         if key not in built:
             built[key] = build_for(model, configs, options)
         yield model, built[key]
@@ -508,14 +583,11 @@ def _int_sums(quantities: Quantities, values: np.ndarray) -> np.ndarray:
     return total
 
 
-def _part_slices(templates: Templates) -> list[tuple[slice, np.ndarray]]:
-    """The contiguous rows of each template part (one layer of one kind, stack and sublayer: :func:`templates.build`
-    adds each configuration to a part once, in order) and their configurations."""
-    part = templates.part
-    if len(part) == 0:
-        return []
-    edges = [0, *(np.flatnonzero(np.diff(part)) + 1).tolist(), len(part)]
-    return [(slice(a, b), templates.cfg[a:b]) for a, b in zip(edges[:-1], edges[1:])]
+def _float_count(templates: Templates) -> np.ndarray:
+    """The templates' instance counts in float64 (computed once per templates)."""
+    if "float_count" not in templates._cache:
+        templates._cache["float_count"] = templates.count.astype(np.float64)
+    return templates._cache["float_count"]
 
 
 def phase_totals(configs: pd.DataFrame, rules=None, cost_models=None, mirror_steps: int = 1) -> dict:
@@ -527,62 +599,105 @@ def phase_totals(configs: pd.DataFrame, rules=None, cost_models=None, mirror_ste
     """
     out = {}
     rules = rules or rule_names()
-    for _, model_name, quantities in _evaluate_all(configs, cost_models or cost_model_names(), mirror_steps,
-                                                   derive=False):
-        t = quantities.templates
-        runs = _part_slices(t)  # each part holds a configuration at most once, in order
-        count = t.count.astype(np.float64) if quantities.exact is not None else t.count
-        sums: dict[tuple[str, str], np.ndarray] = {}
-        whole = "model" in t.kind_slices
-        head = {kind for kind in L.HEAD_KINDS}
-
-        def part_values(store: str, name: str, part: slice):
-            """A quantity on one part's rows (None where it is zero there); derived ones from theirs."""
-            values = quantities.exact[store] if quantities.exact is not None else getattr(quantities, store)
-            if name not in DERIVED or not quantities.lazy:
-                where = quantities.written.get(name) or [slice(0, len(t))]
-                if name in values and any(index.start <= part.start < index.stop for index in where):
-                    return values[name][part]
-                return None
-            r = part.start
-            if name == "forward_unit":
-                unit = whole or t.is_block[r] or t.rank[r] % 1000 >= T.TAIL_RANK
-                return part_values(store, "forward", part) if unit else None
-            if name == "backward_local":
-                return None if t.labels[t.part[r]][0] in head else part_values(store, "backward_dfa", part)
-            keep = BACKWARD_PARTS if name == "backward_total" else (
-                "backward", *(() if t.block_entry[r] else ("backward_q", "backward_skip")),
-                *(() if t.kv_entry[r] else ("backward_kv",)))
-            found = [v for v in (part_values(store, k, part) for k in keep) if v is not None]
-            return sum(found[1:], found[0]) if found else None
-
-        def per_config(store: str, name: str) -> np.ndarray:
-            if (store, name) not in sums:  # summed over the rows the quantity was written on (zero elsewhere)
-                exact = quantities.exact is not None
-                total = np.zeros(len(configs), dtype=np.float64 if exact else np.int64)
-                for part, cfg in runs:  # a part lies inside one kind's rows
-                    values = part_values(store, name, part)
-                    if values is not None:
-                        total[cfg] += values * count[part]
-                total = total.astype(np.int64) if exact else total  # exact sums: below EXACT_FLOAT
-                if quantities.large is not None:  # the configurations too large for exact floats, from int64
-                    large_cfg, _, alone = quantities.large
-                    values = getattr(alone, store).get(name)
-                    total[large_cfg] = 0 if values is None else _int_sums(alone, values)
-                sums[(store, name)] = total
-            return sums[(store, name)]
-
-        declared = {name: bool(mask.any()) for name, mask in quantities.declared.items()}
-        zero = np.zeros(len(configs), dtype=np.int64)
-        for rule in rules:
-            parts_of = recipe(rule, mirror_steps, model_name)
-            for phase in PHASES:
-                parts = [(name, times) for name, times in parts_of.get(phase, ()) if declared.get(name)]
-                if not parts:
-                    continue
-                maccs, flops = zero.copy(), zero.copy()
-                for name, times in parts:
-                    maccs += times * per_config("maccs", name)
-                    flops += times * per_config("flops", name)
-                out[(model_name, rule, phase)] = (maccs, flops)
+    try:
+        for model, t in _templates_per_model(configs, cost_models or cost_model_names()):
+            _model_totals(out, model, t, configs, rules, mirror_steps)
+    finally:
+        _FORMULA_MEMO.clear()
     return out
+
+
+def _model_totals(out: dict, model: CostModel, t: Templates, configs: pd.DataFrame, rules, mirror_steps: int) -> None:
+    """:func:`phase_totals` of one cost model on its templates ``t``, into ``out``.
+
+    The formulas' values stay per sequence on their kinds' rows (:func:`_formula_pieces`); each quantity is
+    summed per configuration once, each row weighed by its batch and count (and, for the derived quantities, by
+    whether the row takes part), and the phases combine those sums. Below EXACT_FLOAT every product and partial
+    sum is an exact integer in float64, so the sums are the exact totals; the configurations at or above it
+    (:func:`_large`) are summed from their int64 evaluation.
+    """
+    n = len(configs)
+    pieces, declared_rows = _formula_pieces(model, t, memo=True)
+    worst = _pieces_total(t, (pieces["flops"], pieces["elementwise"]), n)
+    if worst is not None:
+        _refuse_worst(model, configs, worst, mirror_steps)
+    large_cfg, alone = _large(model, configs, t, worst, mirror_steps)
+    _derive_backward({}, declared_rows, t.block_entry, t.kv_entry, len(t))
+    _derive_units({}, declared_rows, t)
+    declared = {name: bool(mask.any()) for name, mask in declared_rows.items()}
+    whole = "model" in t.kind_slices
+    heads = [t.kind_slices[kind] for kind in L.HEAD_KINDS if kind in t.kind_slices]
+    masked: dict[tuple[str, str, str], np.ndarray | None] = {}
+    sums: dict[tuple[str, str], np.ndarray] = {}
+
+    def row_weight(which: str) -> np.ndarray:
+        """Each row's batch x count, in float64, times 0 or 1 by ``which``: '' every row, 'unit' (blocks and
+        final norms), 'inner' (residual input inside the block), 'kv_inner' (keys and values inside the block),
+        each with '_body': not the head's rows."""
+        key = ("row_weight", which)
+        if key not in t._cache:
+            weight = _float_count(t) * t.shape_column("B", np.float64)
+            base = which.removesuffix("_body")
+            keep = {"unit": lambda: t.is_block | (t.rank % 1000 >= T.TAIL_RANK), "inner": lambda: ~t.block_entry,
+                    "kv_inner": lambda: ~t.kv_entry, "": lambda: None}[base]()
+            if which.endswith("_body"):
+                keep = np.ones(len(t), dtype=bool) if keep is None else keep.copy()
+                for index in heads:
+                    keep[index] = False
+            t._cache[key] = weight if keep is None else weight * keep
+        return t._cache[key]
+
+    def stored_sum(store: str, name: str, which: str = "") -> np.ndarray | None:
+        """Per configuration, the float sum of a formula's quantity x batch x count over its rows (``which``:
+        :func:`row_weight`); None where no formula declares it."""
+        key = (store, name, which)
+        if key not in masked:
+            found = pieces[store].get(name)
+            total = None
+            if found is not None:
+                weight = row_weight(which)
+                total = np.zeros(n, dtype=np.float64)
+                for index, values in found:
+                    total += np.bincount(t.cfg[index], weights=values * weight[index], minlength=n)
+            masked[key] = total
+        return masked[key]
+
+    def float_sum(store: str, name: str) -> np.ndarray | None:
+        """A quantity's per-configuration float sum; the derived ones (not evaluated) from their parts'."""
+        body = "_body" if heads else ""
+        if name == "forward_unit":
+            terms = [("forward", "" if whole else "unit")]
+        elif name == "backward_total":
+            terms = [(k, "") for k in BACKWARD_PARTS]
+        elif name == "backward_dfa":
+            terms = [("backward", ""), ("backward_q", "inner"), ("backward_skip", "inner"), ("backward_kv", "kv_inner")]
+        elif name == "backward_local":  # DFA's backward without the head's rows
+            terms = [("backward", body), ("backward_q", "inner" + body), ("backward_skip", "inner" + body),
+                     ("backward_kv", "kv_inner" + body)]
+        else:
+            terms = [(name, "")]
+        found = [v for v in (stored_sum(store, k, w) for k, w in terms) if v is not None]
+        return sum(found[1:], found[0]) if found else None
+
+    def per_config(store: str, name: str) -> np.ndarray:
+        if (store, name) not in sums:
+            total = float_sum(store, name)
+            total = np.zeros(n, dtype=np.int64) if total is None else total.astype(np.int64)  # exact: below EXACT_FLOAT
+            if alone is not None:  # the configurations too large for exact floats, from int64
+                values = getattr(alone, store).get(name)
+                total[large_cfg] = 0 if values is None else _int_sums(alone, values)
+            sums[(store, name)] = total
+        return sums[(store, name)]
+
+    zero = np.zeros(n, dtype=np.int64)
+    for rule in rules:
+        parts_of = recipe(rule, mirror_steps, model.name)
+        for phase in PHASES:
+            parts = [(name, times) for name, times in parts_of.get(phase, ()) if declared.get(name)]
+            if not parts:
+                continue
+            maccs, flops = zero.copy(), zero.copy()
+            for name, times in parts:
+                maccs += times * per_config("maccs", name)
+                flops += times * per_config("flops", name)
+            out[(model.name, rule, phase)] = (maccs, flops)

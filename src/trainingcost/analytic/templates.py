@@ -49,6 +49,14 @@ SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": 
 TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows", "shared")
 
 
+def _numpy(series: pd.Series) -> np.ndarray:
+    """A column as numpy: strings as a unicode array, converted once per distinct value (not per row)."""
+    if isinstance(series.dtype, pd.StringDtype) and not series.hasnans:
+        codes, uniques = pd.factorize(series)
+        return np.asarray(uniques, dtype=str)[codes] if len(uniques) else np.zeros(len(series), dtype=str)
+    return series.to_numpy()
+
+
 def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
     """The architecture options of each configuration as the int64 columns the formulas read.
 
@@ -57,10 +65,16 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
     from ..config.model import OPTION_DEFAULTS
 
     n = len(configs)
+    read: dict[str, np.ndarray] = {}
 
-    def column(name):
+    def column(name):  # each column read once (the defaults' check reads them again)
+        if name not in read:
+            read[name] = _column(name)
+        return read[name]
+
+    def _column(name):
         if name in configs:
-            return configs[name].to_numpy()
+            return _numpy(configs[name])
         default = OPTION_DEFAULTS[name]
         if name == "kv_heads":
             return configs["heads"].to_numpy(dtype=np.int64)
@@ -68,7 +82,7 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
             return configs["d_model"].to_numpy(dtype=np.int64) // configs["heads"].to_numpy(dtype=np.int64)
         if name == "head_bias":
             return column("bias") == "all"
-        return np.full(n, default, dtype=object if isinstance(default, str) else None)
+        return np.full(n, default)  # a string default: a unicode array (its own width)
 
     i64 = lambda v: np.asarray(v).astype(np.int64)  # noqa: E731
     heads, head_dim, kv_heads = i64(configs["heads"]), i64(column("head_dim")), i64(column("kv_heads"))
@@ -173,7 +187,7 @@ class Templates:
                 values = getattr(self, name).astype(dtype)
             elif name in ("encoder_only", "decoder_only", "encdec"):
                 arch = {"encoder_only": "encoder", "decoder_only": "decoder", "encdec": "encoder-decoder"}[name]
-                values = self.config_columns["arch"][self.cfg] == arch
+                values = (self.config_columns["arch"] == arch)[self.cfg]  # compared per configuration, then gathered
             elif name == "pos_rows":  # the rows of a learned position table: max_positions, or the layer's rows
                 max_pos = self.shape_column("max_pos", np.int64)
                 values = np.where(max_pos > 0, max_pos, self.M)
@@ -210,6 +224,14 @@ class Shapes:
 
     def __len__(self) -> int:
         return len(self.zero)
+
+
+def _codes(values: np.ndarray, choices) -> np.ndarray:
+    """The index of each value in ``choices`` (-1: none), one comparison per choice."""
+    codes = np.full(len(values), -1, dtype=np.int64)
+    for number, choice in enumerate(choices):
+        codes[values == choice] = number
+    return codes
 
 
 def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = None,
@@ -260,6 +282,10 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
         ends_of = {"embedding": everything, "token_type_embedding": cols["type_vocab"] > 0,
                    "positional_encoding": cols["added_positions"] > 0, L.EMBEDDING_NORM: cols["embedding_norm"] > 0,
                    "relative_position": cols["relative"] > 0}
+        variants = list(itertools.product(ARCHES, (False, True), PARALLEL_BLOCKS, (False, True)))
+        arch_code, parallel_code = _codes(arch, ARCHES), _codes(cols["parallel_block"], PARALLEL_BLOCKS)
+        variant = ((arch_code * 2 + (cols["pre"] > 0)) * len(PARALLEL_BLOCKS) + parallel_code) * 2 + (cols["experts"] > 0)
+        variant = np.where((arch_code < 0) | (parallel_code < 0), -1, variant)  # no block of a variant below
         for stack in ("encoder", "decoder"):
             depth = cols["enc_layers"] if stack == "encoder" else cols["dec_layers"]
             rows = cols["seq_len"] if stack == "encoder" else cols["tgt_len"]
@@ -270,11 +296,14 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
                 shared = (((cols["shared_embedding"] > 0) | tied) & encdec & (stack == "decoder")).astype(np.int64) \
                     if end == "embedding" else 0
                 add(has & ends_of[end], kind, stack, end, 1, False, False, rank, rows, shared=shared)
-            for arch_name, pre, parallel, moe in itertools.product(ARCHES, (False, True), PARALLEL_BLOCKS, (False, True)):
-                mask = (has & (arch == arch_name) & ((cols["pre"] > 0) == pre) & (cols["parallel_block"] == parallel)
-                        & ((cols["experts"] > 0) == moe))
-                if not mask.any():
+            # each configuration's block variant as one code (its arch, pre-LN, parallel block and MoE), in the
+            # order of the product below: each variant present is one pass over the codes, not five string compares
+            code = np.where(has, variant, -1)
+            present = np.bincount(code[code >= 0], minlength=len(variants)) if len(code) else np.zeros(len(variants))
+            for number, (arch_name, pre, parallel, moe) in enumerate(variants):
+                if not present[number]:
                     continue
+                mask = code == number
                 for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre, parallel, moe)):
                     kv_rows = cols["seq_len"] if sub.kind == "cross_attention" else rows
                     add(mask, sub.kind, stack, sub.name, depth, True, sub.block_entry, BLOCK_SUB_OFFSET + position,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import cost
+from ..registry import cost, half
 
 
 def ffn_weights(s) -> object:
@@ -40,12 +40,13 @@ def phases(weights_flops, attention_flops, feedback=None) -> dict:
     """Quantities from a forward split into products with weights and attention scores; ``feedback``: the
     FLOPs of one product with every block's d x d feedback map (:func:`feedback_flops`)."""
     forward = weights_flops + attention_flops
+    forward_maccs, weights_maccs = half(forward), half(weights_flops)
     derived = {} if feedback is None else {
-        name: cost(feedback // 2, feedback) for name in ("target_projection", "feedback_forward", "feedback_weight_grad")}
+        name: cost(half(feedback), feedback) for name in ("target_projection", "feedback_forward", "feedback_weight_grad")}
     return {**derived,
-        "forward": cost(forward // 2, forward),
-        "backward": cost(forward // 2, forward),
-        "weight_grad": cost(forward // 2, forward),
-        "linear_forward": cost(weights_flops // 2, weights_flops),
-        "linear_weight_grad": cost(weights_flops // 2, weights_flops),
+        "forward": cost(forward_maccs, forward),
+        "backward": cost(forward_maccs, forward),
+        "weight_grad": cost(forward_maccs, forward),
+        "linear_forward": cost(weights_maccs, weights_flops),
+        "linear_weight_grad": cost(weights_maccs, weights_flops),
     }

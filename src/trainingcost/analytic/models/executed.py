@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import cost, declare, register
+from ..registry import cost, declare, half, register
 from ..templates import Shapes
 
 declare("executed", order=20, description="the matrix products our PyTorch code runs, counted as torch counts them")
@@ -56,7 +56,7 @@ LOSS_BACKWARD = 1  # softmax - onehot
 
 
 def _matmul(flops, elementwise=0, where=None):
-    return cost(flops // 2, flops, elementwise, where)
+    return cost(half(flops), flops, elementwise, where)
 
 
 @register("executed", "embedding")
