@@ -53,7 +53,8 @@ def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start:
                weight_decay: float = 0.0, mirror_steps: int = 1, routing=None) -> dict[str, np.ndarray]:
     """The step's peak and each phase's peak (bytes, -1 where the rule has no such phase), per configuration,
     for a step that begins with ``start`` bytes alive, ``gradients`` of them last step's gradients. A model of
-    more than :data:`MAX_TAPE_BLOCKS` blocks is not replayed: -1 everywhere. A mixture of experts is replayed
+    more than :data:`MAX_TAPE_BLOCKS` blocks is not replayed: -1 everywhere, nor a mixture of experts under a rule
+    that does not train one (``RuleSpec.trains_experts``). A mixture of experts is replayed
     token-balanced, or, given ``routing`` (a measured step's ``MemoryReading.routing``: (layer, rows per expert) per
     call), with the rows its experts got (every configuration of ``configs`` with it): :mod:`.moe`."""
     n = len(configs)
@@ -62,8 +63,9 @@ def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start:
     if replay is None:
         return out
     run = run_settings(rule_name, optimizer, weight_decay, mirror_steps)
+    trains_experts = catalogue.rule(rule_name).trains_experts
     for rows, key in groups(configs):
-        if key.blocks > MAX_TAPE_BLOCKS:
+        if key.blocks > MAX_TAPE_BLOCKS or (key.experts and not trains_experts):  # (a rule that refuses a mixture)
             continue
         for part in ([rows[i:i + 1] for i in range(len(rows))] if key.experts else [rows]):  # (a mixture: one by one)
             _replay(configs, part, key, dtype_bytes, start, gradients, replay, run, routing, out)
