@@ -133,7 +133,6 @@ def mixture(ops, x):
     chosen = t.new(bytes_(M * k, INT64), "topk indices")
     values = ops.derivative(values, [probabilities], [chosen],
                             [(bytes_(M * E, f), "new_zeros"), (bytes_(M * E, f), "scatter")])
-    t.drop(probabilities.buf)
     weights = values
     if g.router_norm:
         total = ops.value(M, 1, "sum", f)
@@ -141,11 +140,11 @@ def mixture(ops, x):
         weights = ops.value(M, k, "div", f)
         if values.tracked:
             ops._node(weights, _div_backward(ops, values, total, M, k), [values.buf, total.buf])
-        t.drop(total.buf)
+        t.drop(total.buf, values.buf)  # (weights = weights / ...: the top k's values go with the rebinding)
     returned = weights
     if wide:  # .to(x.dtype): a copy
         returned = ops.derivative(ops.value(M, k, "weights.to", z), [weights], [], [(bytes_(M * k, f), "_to_copy")])
-    t.drop(*{id(v.buf): v.buf for v in (values, weights) if v is not returned}.values())  # route's locals go
+    t.drop(probabilities.buf, weights.buf if weights is not returned else None)  # route returns: its locals go
     weights = returned
 
     # the experts, each on its rows
@@ -154,7 +153,7 @@ def mixture(ops, x):
     for e in range(E):
         n = counts[e]
         mask = t.new(bytes_(M * k, BOOL), "chosen == e")
-        found = t.new(bytes_(n * 2, INT64), "nonzero")  # rows, slot: its two columns
+        found = t.new(bytes_(n * 2, INT64), "nonzero") if np.any(n > 0) else None  # rows, slot: its columns
         t.drop(mask, where)
         where = found
         if not np.any(n > 0):
@@ -167,7 +166,6 @@ def mixture(ops, x):
         t.drop(hidden.buf, weight.buf)
         y = _index_add(ops, y, product, n, d, where)
         t.drop(product.buf)
-    t.drop(where, chosen, weights.buf)
     if g.shared_expert:  # y + sigmoid(gate(x)) * shared_expert(x)
         gate = ops.linear(x, 1, "shared_expert_gate", bias=False)
         sigmoid = ops.value(M, 1, "sigmoid")
@@ -179,7 +177,7 @@ def mixture(ops, x):
         out = ops.add(y, product)
         t.drop(y.buf, product.buf)
         y = out
-    t.drop(x.buf)
+    t.drop(x.buf, where, chosen, weights.buf)  # forward's locals go when it returns
     return _output_view(ops, y)
 
 
@@ -283,7 +281,8 @@ def _index_add(ops, y, product, n, width, where):
 
 def _div_backward(ops, values, total, M, k):
     """``values / total`` (``total`` M x 1): torch's div_tensor_other_backward, -grad * ((self / other) / other), then
-    the self's gradient, grad / other; the engine then sums the other's over the k (``sum_to``)."""
+    the self's gradient, grad / other; the engine then sums the other's over the k (``sum_to``; not for k = 1). One
+    configuration at a time (``k`` of one value)."""
     t, f = ops.t, FLOAT32
 
     def backward(grad, saved):
@@ -292,8 +291,11 @@ def _div_backward(ops, values, total, M, k):
         other_full = t.new(size, "mul")
         t.drop(*temporaries)
         self_grad = t.new(size, "div")
-        other_grad = t.new(bytes_(M, f), "sum")
-        t.drop(other_full)
+        if np.all(k > 1):  # the other's gradient summed over the k to its own size (k = 1: it has it)
+            other_grad = t.new(bytes_(M, f), "sum")
+            t.drop(other_full)
+        else:
+            other_grad = other_full
         ops.release(grad, saved)
         ops.deliver(values, self_grad)
         ops.deliver(total, other_grad)
