@@ -246,7 +246,10 @@ def test_token_balanced_routing_spreads_the_remainder_over_the_first_experts():
     assert [int(n) for n in Routing.balanced(1, 2, 8)] == [1, 1, 0, 0, 0, 0, 0, 0]
 
 
-MOE_CASES = {"mixtral": MIXTRAL_LIKE, "qwen-moe": QWEN_LIKE, "switch": SWITCH_LIKE}
+MOE_CASES = {"mixtral": MIXTRAL_LIKE, "qwen-moe": QWEN_LIKE, "switch": SWITCH_LIKE,
+             # a pre-LN classifier without rotary: DFA's per-sequence error reaches a mixture's output through the
+             # residual, expanded, and the mixture's reshape copies it; every allocation checked equal while written
+             "classifier": dict(QWEN_LIKE, arch="encoder", classes=3, positions="none", kv_heads=4)}
 
 
 def _metered_with_routing(entry, rule: str, optimizer: str, dtype: str, zero_router=False):
@@ -255,8 +258,8 @@ def _metered_with_routing(entry, rule: str, optimizer: str, dtype: str, zero_rou
     from trainingcost.measure.recorder import StepRecorder
     from trainingcost.train.run import run_steps
 
-    cfg = canonical_model(dict(entry, vocab=entry["vocab"] + 256))  # the byte-level tasks need 256 ids
-    task = "copy" if cfg.arch == "encoder-decoder" else "lm"
+    task = "copy" if entry["arch"] == "encoder-decoder" else "classify" if entry.get("classes") else "lm"
+    cfg = canonical_model(dict(entry, vocab=entry["vocab"] + (0 if task == "classify" else 256)))  # bytes: 256 ids
     spec = TrainSpec(cfg=cfg, task=task, rule=rule, steps=3, seed=0, measure=True, dtype=dtype, warmup=1,
                      options=RuleOptions(optimizer=optimizer))
     recorders = []

@@ -14,7 +14,9 @@ time, in call order:
   it, the tape equals the tensor meter to the byte (tests/test_moe.py).
 
 An expert no row was routed to runs nothing: no gathered rows, no FFN, no gradient for its weights (``.grad`` stays
-None: the optimizer skips it, and WM's mirror too). A mixture's configuration is replayed alone (its own group of
+None: the optimizer skips it, and WM's mirror too). Not followed: the steps before the replayed one, whose routing
+decides which experts start the step with a gradient and optimizer state (the step's start, given to the tape,
+counts every parameter's; an expert that gets its first rows in the replayed step has its state created there). A mixture's configuration is replayed alone (its own group of
 one): a routing's counts are scalars, and which experts run is the same for the whole group.
 
 The forward (``MixtureOfExperts.forward``) and what autograd makes of it:
