@@ -324,6 +324,35 @@ def rows_of(cfg, layer: str) -> int:
     return cfg.batch * cfg.rows(layer.split(".")[0])
 
 
+def test_a_measured_run_records_its_routing_and_the_comparison_replays_it():
+    """The run's ``tensor_routing`` column (JSON), and the comparison's predicted peak for it: the tape replayed with
+    that routing, equal to the run's tensor peak (the memory table's, token-balanced, is replaced: set to 0 here to
+    show it)."""
+    import json
+    import warnings
+
+    from trainingcost.analytic import layer_table as analytic_table
+    from trainingcost.config.training import TrainSpec
+    from trainingcost.findings.comparison import comparison_table
+    from trainingcost.measure.run import train
+
+    cfg = canonical_model(dict(QWEN_LIKE, vocab=QWEN_LIKE["vocab"] + 256))
+    spec = TrainSpec(cfg=cfg, task="lm", rule="dfa", steps=3, seed=0, measure=True, warmup=1)
+    torch.set_num_threads(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (no op trace of a mixture's step: docs/cost_models.md)
+        result = train(spec)
+    assert result.status == "ok", result.message
+    routing = json.loads(result.measured["tensor_routing"].iloc[0])
+    assert [layer for layer, _ in routing] == ["decoder.0.ffn", "decoder.1.ffn"]
+    assert all(sum(counts) == cfg.batch * cfg.seq_len * cfg.experts_per_token for _, counts in routing)
+    frame = configs_frame([("", cfg)])
+    balanced = memory_table(frame, ["dfa"]).assign(peak=0)  # (here its step peak is the loss's, routing aside)
+    comparison = comparison_table(analytic_table(frame, ["dfa"], ["executed"]), result.measured, balanced)
+    step = comparison[comparison.granularity == "step"].iloc[0]
+    assert step.predicted_memory_bytes == step.measured_tensor_peak_bytes == result.summary["tensor_peak_bytes"]
+
+
 def test_the_routing_decides_the_peaks_and_unused_experts_have_no_gradient():
     """Every token routed to the same 2 of 4 experts (the routers zeroed before each step: top k of equal logits): the
     other two run nothing and have no gradient. The tape with the recorded routing equals the meter at every peak; the step starts without

@@ -43,7 +43,6 @@ import numpy as np
 
 from .. import layers as L
 from .buffers import BOOL, FLOAT32, INT64, bytes_
-from .ops import Value
 
 
 class Routing:
@@ -117,7 +116,7 @@ def mixture(ops, x):
     M, E, k, d = x.rows, g.expert_count, g.k, g.d
     wide = z < FLOAT32
     counts = (g.routing if g.routing is not None else Routing()).next(g, M)
-    reshaped = Value(x.buf, M, d, False)  # x.reshape(-1, d): a view, whose node gathers x's gradients inside
+    reshaped = type(x)(x.buf, M, d, False)  # x.reshape(-1, d): a view, whose node gathers x's gradients inside
     t.hold(x.buf)
     x = _passing(ops, reshaped, x)
 
@@ -196,7 +195,7 @@ def _output_view(ops, y):
     through a pre-LN residual), which it copies."""
     t = ops.t
     t.hold(y.buf)
-    out = Value(y.buf, y.rows, y.width, False)
+    out = type(y)(y.buf, y.rows, y.width, False)
     t.drop(y.buf)
 
     def backward(grad, saved):
@@ -267,7 +266,7 @@ def _index_add(ops, y, product, n, width, where):
     backward hands the gradient on to ``y`` and makes the product's (``index_select``)."""
     t = ops.t
     t.hold(y.buf)
-    out = Value(y.buf, y.rows, y.width, False)
+    out = type(y)(y.buf, y.rows, y.width, False)
     t.drop(y.buf)
     if not product.tracked:
         return out
