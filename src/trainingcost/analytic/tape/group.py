@@ -205,7 +205,8 @@ class Group:
         return out + (ffn(self.sff) + [(self.d, 1)] if self.shared_expert else [])
 
     def parameters(self, feedback_parameters: bool = False) -> list[np.ndarray]:
-        """Elements of every parameter tensor, in the order of ``model.parameters()`` (KP: W, b, B per linear)."""
+        """Elements of every parameter tensor the step gives a gradient, in the order of ``model.parameters()`` (KP: W,
+        b, B per linear): every one, but a mixture's experts that no row reached (``moe.used_experts``)."""
         sizes: list[np.ndarray] = []
 
         def linear(n_in, n_out, bias):
