@@ -1,6 +1,6 @@
 """Mixture of experts (Mixtral, Qwen-MoE): the configuration, the model, the counts against transformers and the
-meter, the rules that train it and those that refuse it, the tape that does not replay it, and the plan's expert
-parallelism.
+meter, the rules that train it and those that refuse it, the memory tape (token-balanced, and with a measured
+step's recorded routing equal to the meter to the byte), and the plan's expert parallelism.
 
 The analytic model counts FLOPs by the k experts each token uses and parameters by all experts. Its FLOPs are exact
 for any routing, not only a balanced one: every expert is linear in its rows, so the sum over experts of
@@ -224,14 +224,157 @@ def test_pepita_and_mempepita_refuse_in_one_line_before_anything_runs():
 # -- memory ------------------------------------------------------------------------------------------------------
 
 
-def test_the_tape_does_not_replay_a_mixture_of_experts_and_says_so():
+def test_the_tape_replays_a_mixture_token_balanced_under_every_training_rule():
+    """The analytic table's tape: token-balanced routing (tape/moe.py); PEPITA and MEMPEPITA, which refuse a mixture,
+    have no peaks (-1)."""
     frame = configs_frame([("", canonical_model(MIXTRAL_LIKE)), ("", canonical_model(QWEN_LIKE))])
     table = memory_table(frame, list(rule_names()), ["fp32"], ["adam"])
-    assert (table.peak == -1).all() and (table.total > 0).all()
+    trained = table.rule.isin(TRAINING)
+    assert (table[trained].peak > table[trained].step_start).all() and (table[trained].peak_forward > 0).all()
+    assert (table[~trained].peak == -1).all() and (table.total > 0).all()
     qwen = canonical_model(QWEN_LIKE)
     model = model_of(qwen)
     row = table[(table.config_id == qwen.config_id) & (table.rule == "bp")].iloc[0]
     assert row.optimizer_state == 4 * (2 * row.parameter_count + len(list(model.parameters())))
+
+
+def test_token_balanced_routing_spreads_the_remainder_over_the_first_experts():
+    from trainingcost.analytic.tape.moe import Routing
+
+    assert [int(n) for n in Routing.balanced(18, 2, 4)] == [9, 9, 9, 9]
+    assert [int(n) for n in Routing.balanced(7, 3, 5)] == [5, 4, 4, 4, 4]  # 21 rows: 4 each, one more for the first
+    assert [int(n) for n in Routing.balanced(1, 2, 8)] == [1, 1, 0, 0, 0, 0, 0, 0]
+
+
+MOE_CASES = {"mixtral": MIXTRAL_LIKE, "qwen-moe": QWEN_LIKE, "switch": SWITCH_LIKE,
+             # a pre-LN classifier without rotary: DFA's per-sequence error reaches a mixture's output through the
+             # residual, expanded, and the mixture's reshape copies it; every allocation checked equal while written
+             "classifier": dict(QWEN_LIKE, arch="encoder", classes=3, positions="none", kv_heads=4)}
+
+
+def _metered_with_routing(entry, rule: str, optimizer: str, dtype: str, zero_router=False):
+    """A measured step's meter reading (with the routing it recorded) of ``entry`` under ``rule``."""
+    from trainingcost.config.training import TrainSpec
+    from trainingcost.measure.recorder import StepRecorder
+    from trainingcost.train.run import run_steps
+
+    task = "copy" if entry["arch"] == "encoder-decoder" else "classify" if entry.get("classes") else "lm"
+    cfg = canonical_model(dict(entry, vocab=entry["vocab"] + (0 if task == "classify" else 256)))  # bytes: 256 ids
+    spec = TrainSpec(cfg=cfg, task=task, rule=rule, steps=3, seed=0, measure=True, dtype=dtype, warmup=1,
+                     options=RuleOptions(optimizer=optimizer))
+    recorders = []
+
+    def observe(r, device):
+        recorder = StepRecorder(r, device, 1)
+        recorders.append(recorder)
+        if zero_router:  # before every step, every router's logits 0: top k takes the first k experts for every token
+            routers = [m.weight for name, m in r.model.named_modules() if name.endswith(".router")]
+            run = recorder.run
+
+            def zeroed(step, batch):
+                with torch.no_grad():
+                    for weight in routers:
+                        weight.zero_()  # (in place: nothing the meter sees, and before it starts)
+                return run(step, batch)
+
+            recorder.run = zeroed
+        return recorder
+
+    torch.set_num_threads(1)
+    done = run_steps(spec, observe)
+    assert done.status == "ok", (rule, done.message)
+    return cfg, recorders[0].memory
+
+
+def _tape_and_meter(cfg, rule, optimizer, dtype, reading, routing):
+    from trainingcost.analytic.tape import STEP_PHASES
+
+    row = memory_table(configs_frame([("", cfg)]), [rule], [dtype], [optimizer], routing=routing).iloc[0]
+    got = {"start": int(row.step_start), "peak": int(row.peak),
+           **{p: int(row[f"peak_{p}"]) for p in STEP_PHASES if row[f"peak_{p}"] >= 0}}
+    return got, {"start": reading.start, "peak": reading.peak, **reading.phase_peaks}
+
+
+@pytest.mark.parametrize("family", sorted(MOE_CASES))
+def test_the_tape_replayed_with_the_recorded_routing_equals_the_meter_to_the_byte(family):
+    """Each rule that trains a mixture (its own tape program or autograd's), SGD fp32 and Adam bf16 alternating: the
+    measured step records the rows each expert got in each call (``MemoryReading.routing``: TP's and DTP's reruns
+    of a block included), and the tape replayed with them equals the tensor meter at the step's start, its peak and
+    every phase's peak."""
+    mismatches = []
+    for index, rule in enumerate(TRAINING):
+        optimizer, dtype = [("sgd", "fp32"), ("adam", "bf16")][index % 2]
+        cfg, reading = _metered_with_routing(MOE_CASES[family], rule, optimizer, dtype)
+        moe_layers = {name for name, _ in cfg_layers(cfg) if name.endswith(".ffn")}
+        assert {layer for layer, _ in reading.routing} == moe_layers
+        assert all(sum(counts) == rows_of(cfg, layer) * cfg.experts_per_token for layer, counts in reading.routing)
+        got, want = _tape_and_meter(cfg, rule, optimizer, dtype, reading, reading.routing)
+        if got != want:
+            mismatches.append((family, rule, optimizer, dtype, got, want, reading.routing))
+    assert not mismatches, mismatches[:3]
+
+
+def cfg_layers(cfg):
+    from trainingcost.analytic.layers import layer_plan
+
+    return layer_plan(cfg)
+
+
+def rows_of(cfg, layer: str) -> int:
+    return cfg.batch * cfg.rows(layer.split(".")[0])
+
+
+def test_a_measured_run_records_its_routing_and_the_comparison_replays_it():
+    """The run's ``tensor_routing`` column (JSON), and the comparison's predicted peak for it: the tape replayed with
+    that routing, equal to the run's tensor peak (the memory table's, token-balanced, is replaced: set to 0 here to
+    show it)."""
+    import json
+    import warnings
+
+    from trainingcost.analytic import layer_table as analytic_table
+    from trainingcost.config.training import TrainSpec
+    from trainingcost.findings.comparison import comparison_table
+    from trainingcost.measure.run import train
+
+    cfg = canonical_model(dict(QWEN_LIKE, vocab=QWEN_LIKE["vocab"] + 256))
+    spec = TrainSpec(cfg=cfg, task="lm", rule="dfa", steps=3, seed=0, measure=True, warmup=1)
+    torch.set_num_threads(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (no op trace of a mixture's step: docs/cost_models.md)
+        result = train(spec)
+    assert result.status == "ok", result.message
+    routing = json.loads(result.measured["tensor_routing"].iloc[0])
+    assert [layer for layer, _ in routing] == ["decoder.0.ffn", "decoder.1.ffn"]
+    assert all(sum(counts) == cfg.batch * cfg.seq_len * cfg.experts_per_token for _, counts in routing)
+    frame = configs_frame([("", cfg)])
+    balanced = memory_table(frame, ["dfa"]).assign(peak=0)  # (here its step peak is the loss's, routing aside)
+    comparison = comparison_table(analytic_table(frame, ["dfa"], ["executed"]), result.measured, balanced)
+    step = comparison[comparison.granularity == "step"].iloc[0]
+    assert step.predicted_memory_bytes == step.measured_tensor_peak_bytes == result.summary["tensor_peak_bytes"]
+
+
+def test_the_routing_decides_the_peaks_and_unused_experts_have_no_gradient():
+    """Every token routed to the same 2 of 4 experts (the routers zeroed before each step: top k of equal logits): the
+    other two run nothing and have no gradient. The tape with the recorded routing equals the meter at every peak; the step starts without
+    the unused experts' gradients of the step before (the table's start counts every parameter's), by exactly their
+    bytes. Token-balanced, the tape gives every expert a gradient: its optimizer phase is not the meter's here."""
+    cfg, reading = _metered_with_routing(MIXTRAL_LIKE, "bp", "sgd", "fp32", zero_router=True)
+    tokens = cfg.batch * cfg.seq_len
+    assert all(sorted(counts) == [0, 0, tokens, tokens] for _, counts in reading.routing), reading.routing  # (ties)
+    got, want = _tape_and_meter(cfg, "bp", "sgd", "fp32", reading, reading.routing)
+    unused = 2 * cfg.layers * 3 * cfg.d_model * cfg.d_ff * 4  # 2 experts per layer, 3 fp32 matrices each
+    assert got.pop("start") - want.pop("start") == unused
+    assert got == want
+    balanced, _ = _tape_and_meter(cfg, "bp", "sgd", "fp32", reading, None)
+    balanced.pop("start")
+    assert balanced["forward"] == want["forward"]  # the forward's bytes follow the rows routed in all (M k), however
+    assert balanced["optimizer_step"] - want["optimizer_step"] == unused  # spread; balanced, every expert has a gradient
+
+
+def test_the_moe_presets_are_replayed_at_their_published_size():
+    frame = configs_frame([(name, canonical_model(entry, name)) for name, entry in PRESETS.items() if entry.get("experts")])
+    table = memory_table(frame, ["bp", "dfa", "tp", "lra", "wm"])
+    assert len(frame) >= 2 and (table.peak > table.step_start).all() and (table.peak_forward > 0).all()
 
 
 def test_presets_have_their_published_parameter_counts():

@@ -195,7 +195,7 @@ def test_the_tape_follows_the_architecture_options_to_the_byte():
 def test_every_preset_is_replayed_under_every_rule():
     """Every architecture option is followed (issue 14) and every rule replayed (issue 28): each preset's step has
     executed peaks under every rule at its published size, TP's, DTP's and LRA's units included."""
-    # (a mixture of experts is not replayed under any rule: tape/table.py; tests/test_moe.py)
+    # (a mixture of experts, which PEPITA does not train, is replayed under the rules that train it: tests/test_moe.py)
     frame = configs_frame([(name, canonical_model(entry, name)) for name, entry in PRESETS.items()
                            if not entry.get("experts")])
     table = memory_table(frame, ["bp", "pepita", "dfa", "tp", "lra"])

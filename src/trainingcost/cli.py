@@ -108,9 +108,12 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
     return f"Total {unit} per training step, by rule and cost model\n" + grid(header, rows) + "\n"
 
 
-def _not_replayed(moe: bool) -> str:
-    """Why the tape gives no peak for a rule it replays: the model's depth, or a mixture of experts (tape/table.py)."""
-    return "not replayed (a mixture of experts)" if moe else f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)"
+def _not_replayed(moe: bool, rule: str = "") -> str:
+    """Why the tape gives no peak for a rule it replays: a mixture of experts under a rule that does not train one,
+    or the model's depth (tape/table.py)."""
+    if moe and rule and not catalogue_rule(rule).trains_experts:
+        return f"not replayed ({rule} does not train a mixture of experts)"
+    return f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)"
 
 
 def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model: str, moe: bool = False) -> str:
@@ -125,7 +128,7 @@ def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model
             peaks[r["rule"]] = (float(r["peak"]), "")
         else:
             peaks[r["rule"]] = (float(r["total"]), "*")
-            why.append(_not_replayed(moe) if replays(r["rule"])
+            why.append(_not_replayed(moe, r["rule"]) if replays(r["rule"])
                        else "no tape replays this rule's step yet")
     ref = REFERENCE_RULE if REFERENCE_RULE in totals.index else None
     label = catalogue_rule(REFERENCE_RULE).label
@@ -149,13 +152,12 @@ def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model
 
 def render_memory(memory: pd.DataFrame, moe: bool = False) -> str:
     first = memory.iloc[0]
-    why = _not_replayed(moe)
     setting = f"{first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters"
     phases = [c for c in PEAK_PHASE_COLUMNS if (memory[c] >= 0).any()]
     rule_why = "not replayed yet for this rule (its tape is not written; the components below cover it)"
     rows = [[r["rule"], "", human_bytes(r["step_start"] - r["batch"]),
              *(human_bytes(r[c]) if r[c] >= 0 else "" for c in phases),
-             human_bytes(r["peak"]) if r["peak"] >= 0 else (why if replays(r["rule"]) else rule_why)]
+             human_bytes(r["peak"]) if r["peak"] >= 0 else (_not_replayed(moe, r["rule"]) if replays(r["rule"]) else rule_why)]
             for _, r in memory.iterrows()]
     header = ["rule", "", "persistent", *(c.removeprefix("peak_") for c in phases), "step peak"]
     executed = (f"Tensor memory of one training step, executed model ({setting}; CPU, batch of ids excluded "

@@ -71,11 +71,12 @@ def _reduce(values: np.ndarray, order: np.ndarray, starts: np.ndarray, op) -> np
     return op.reduceat(values[order], starts)
 
 
-def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sgd",), executed: bool = True
-                 ) -> pd.DataFrame:
+def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sgd",), executed: bool = True,
+                 routing=None) -> pd.DataFrame:
     """One row per (config_id, rule, optimizer, dtype): bytes per component (the hand model, summed: ``total``)
     and the executed model's step start, step peak and phase peaks (:mod:`.tape`; -1 without ``executed``: a
-    caller that reads the components only, such as the plan, skips the replay)."""
+    caller that reads the components only, such as the plan, skips the replay). A mixture of experts is replayed
+    token-balanced, or with ``routing``, a measured step's (``MemoryReading.routing``; :mod:`.tape.moe`)."""
     t = T.build(configs, "layer")
     model_layer = np.array([KINDS[k].model_layer for k in t.kind], dtype=bool)
     per = _per_layer(t)
@@ -188,7 +189,7 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
                 start = sum(part[k] for k in PERSISTENT) + buffers + batch
                 frame["buffers"], frame["batch"], frame["step_start"] = buffers, batch, start
                 replayed = (tape.step_peaks(configs, name, optimizer, size, start, part["gradients"],
-                                             spec.defaults.get("weight_decay", 0.0)) if executed else
+                                             spec.defaults.get("weight_decay", 0.0), routing=routing) if executed else
                             {c: np.full(len(configs), -1, dtype=np.int64) for c in ("peak", *tape.PEAK_PHASE_COLUMNS)})
                 for column, values in replayed.items():
                     frame[column] = values

@@ -10,7 +10,8 @@ each the finest that a cost model and the measurement share:
   measured phase time sits beside it;
 - ``step``: (config_id, rule, seed), the whole training step, for every cost
   model; with the measured step time and peak memory beside the memory models': ``predicted_memory_bytes``
-  is the executed model's step peak (analytic/tape), ``paper_memory_bytes`` the components summed.
+  is the executed model's step peak (analytic/tape; a mixture of experts' replayed with the routing its run
+  recorded), ``paper_memory_bytes`` the components summed.
 """
 
 from __future__ import annotations
@@ -49,6 +50,28 @@ def runs_of(measured: pd.DataFrame) -> pd.DataFrame:
     """One row per measured run, with its run-level columns."""
     columns = [c for c in RUN_COLUMNS if c in measured.columns]
     return measured.groupby(KEYS, sort=False, as_index=False)[columns].first()
+
+
+def routed_memory(step: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """A mixture of experts' runs: ``predicted_memory_bytes`` replayed with the routing each run recorded at its metered
+    step (``tensor_routing``; analytic/tape/moe.py) in place of the memory table's token-balanced peak."""
+    if "tensor_routing" not in measured or not measured["tensor_routing"].notna().any():
+        return step
+    import json
+
+    from ..analytic.memory import memory_table
+    from ..config import configs_frame
+    from ..config.model import config_from_row
+
+    step = step.copy()
+    routed = measured[measured["tensor_routing"].notna()].groupby(KEYS, sort=False).first().reset_index()
+    for _, run in routed.iterrows():
+        cfg = config_from_row(run)
+        row = memory_table(configs_frame([("", cfg)]), [run["rule"]], [run["dtype"]], [run["optimizer"]],
+                           routing=json.loads(run["tensor_routing"])).iloc[0]
+        at = (step["config_id"] == run["config_id"]) & (step["rule"] == run["rule"]) & (step["seed"] == run["seed"])
+        step.loc[at, "predicted_memory_bytes"] = row["peak"]
+    return step
 
 
 def comparison_table(analytic: pd.DataFrame, measured: pd.DataFrame, memory: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -105,6 +128,7 @@ def comparison_table(analytic: pd.DataFrame, measured: pd.DataFrame, memory: pd.
         model = memory.assign(predicted_memory_bytes=memory[executed], paper_memory_bytes=memory["total"])[
             ["config_id", "rule", "optimizer", "dtype", "predicted_memory_bytes", "paper_memory_bytes"]]
         step = step.merge(model, on=["config_id", "rule", "optimizer", "dtype"], how="left")
+        step = routed_memory(step, ok)
     frames.append(step)
 
     table = pd.concat(frames, ignore_index=True)

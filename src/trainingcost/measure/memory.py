@@ -60,6 +60,9 @@ class MemoryReading:
     phase_peaks: dict[str, int] = field(default_factory=dict)  # execution phase -> its own peak
     at_peak: dict[str, int] = field(default_factory=dict)  # category -> bytes alive at the peak
     at_start: dict[str, int] = field(default_factory=dict)  # category -> bytes alive at the start
+    # A mixture of experts' routing in the step: (layer, rows routed to each expert) per call, in call order
+    # (train.model.recording_routing; set by the recorder). The tape replays the step with it (analytic/tape/moe.py).
+    routing: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
 
 
 class TensorMeter(TorchDispatchMode):

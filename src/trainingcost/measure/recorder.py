@@ -11,6 +11,7 @@ over the timed steps.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ import torch
 
 from ..analytic import layers as L
 from ..config.hardware import match_device
+from ..train.model import recording_routing
 from .energy import EnergyCounter, clock_reasons
 from .flops import analytic_phase, metering
 from .load import LoadWatch
@@ -65,7 +67,7 @@ class StepRecorder:
         if kind == COUNTED:
             tensors = TensorMeter()
             own = (self.rule.model, self.rule.optimizer, rule_tensors(self.rule))
-            with metering(self.rule.model) as meter, tensors:
+            with metering(self.rule.model) as meter, recording_routing(self.rule.model) as routing, tensors:
                 tensors.begin(*own, batch=[*batch.tokens.values(), batch.targets])
 
                 @contextmanager
@@ -76,6 +78,7 @@ class StepRecorder:
                 loss = self.rule.step(batch, in_phase)
             self.flops = dict(meter.counts)
             self.memory = tensors.reading(*own)
+            self.memory.routing = list(routing)
             self.rows.append({"step": step, "kind": kind})
             return loss
         if kind == PROFILED:
@@ -205,12 +208,14 @@ def run_summary(recorder: StepRecorder, tokens_per_step: int, dtype: str, device
 def tensor_memory_columns(reading: MemoryReading | None) -> dict:
     """Run-level columns of the counted step's tensor memory (null when the run ended before it)."""
     columns = {"tensor_start_bytes": math.nan, "tensor_peak_bytes": math.nan, "tensor_end_bytes": math.nan,
-               "tensor_peak_layer": None, "tensor_peak_phase": None, "tensor_peak_op": None}
+               "tensor_peak_layer": None, "tensor_peak_phase": None, "tensor_peak_op": None, "tensor_routing": None}
     columns.update({f"tensor_peak_{name}_bytes": math.nan for name in CATEGORIES})
     if reading is not None:
         columns.update(tensor_start_bytes=reading.start, tensor_peak_bytes=reading.peak, tensor_end_bytes=reading.end,
                        tensor_peak_layer=reading.peak_layer, tensor_peak_phase=analytic_phase(reading.peak_phase),
                        tensor_peak_op=reading.peak_op)
+        if reading.routing:  # a mixture of experts: the rows each expert got, per call (JSON; the tape replays it)
+            columns["tensor_routing"] = json.dumps([[layer, list(counts)] for layer, counts in reading.routing])
         columns.update({f"tensor_peak_{name}_bytes": value for name, value in reading.at_peak.items()})
     return columns
 

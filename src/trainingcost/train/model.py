@@ -26,8 +26,9 @@ the model.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -177,6 +178,7 @@ class MixtureOfExperts(nn.Module):
         self.experts = nn.ModuleList(FeedForward(cfg) for _ in range(cfg.experts))
         self.shared_expert = FeedForward(cfg, cfg.shared_expert_ff) if cfg.shared_expert_ff else None
         self.shared_expert_gate = Linear(cfg.d_model, 1, bias=False) if cfg.shared_expert_ff else None
+        self.routed: Callable[[tuple[int, ...]], None] | None = None  # told each call's rows per expert (recording_routing)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's k experts (indices, [rows, k]) and their weights (softmax, top k, renormalised)."""
@@ -191,13 +193,33 @@ class MixtureOfExperts(nn.Module):
         x = x.reshape(-1, shape[-1])
         chosen, weights = self.route(x)
         y = torch.zeros_like(x)
+        counts = []
         for e, expert in enumerate(self.experts):
             rows, slot = torch.where(chosen == e)  # the rows routed to expert e, and where it ranks among their k
+            counts.append(len(rows))
             if len(rows):
                 y.index_add_(0, rows, expert(x[rows]) * weights[rows, slot, None])
+        if self.routed is not None:
+            self.routed(tuple(counts))
         if self.shared_expert is not None:
             y = y + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return y.view(shape)
+
+
+@contextmanager
+def recording_routing(model: nn.Module) -> Iterator[list[tuple[str, tuple[int, ...]]]]:
+    """While active, every call of a :class:`MixtureOfExperts` of ``model`` appends (its module name, the rows routed
+    to each of its experts) to the list it yields, in call order: Python ints read off shapes, no tensor made (the
+    tensor meter sees nothing of it). The executed memory tape replays a step with it (analytic/tape/moe.py)."""
+    calls: list[tuple[str, tuple[int, ...]]] = []
+    modules = [(name, m) for name, m in model.named_modules() if isinstance(m, MixtureOfExperts)]
+    for name, module in modules:
+        module.routed = lambda counts, name=name: calls.append((name, counts))
+    try:
+        yield calls
+    finally:
+        for _, module in modules:
+            module.routed = None
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:

@@ -13,6 +13,8 @@ The package:
 - :mod:`.group`: the structure a group shares (:class:`GroupKey`, a frozen dataclass of the option columns) and
   its sizes (:class:`Group`);
 - :mod:`.ops`: the model's ops (:class:`Ops`), driven by the block description of :mod:`..layers`;
+- :mod:`.moe`: a mixture of experts' ops, for the rows each expert gets (:class:`~.moe.Routing`: token-balanced,
+  or a measured step's recorded routing);
 - :mod:`.programs`: autograd's step (the default program), the optimizer, the output error;
 - :mod:`.table`: every rule's step per group, the peaks table.
 

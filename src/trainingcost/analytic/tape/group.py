@@ -43,7 +43,10 @@ class GroupKey:
     plain_norm: bool = False  # a LayerNorm without gain and bias (norm nonparametric: OLMo)
     embedding_scale: bool = False  # the embedding's output times sqrt(d_model) (Gemma)
     shared_table: bool = False  # the stacks' embeddings share one table, the head its own (T5 v1.1)
-    experts: bool = False  # a mixture of experts: not replayed (tape/table.py's step_peaks)
+    experts: bool = False  # a mixture of experts in the FFN's place (tape/moe.py) ...
+    expert_count: int = 0  # ... of this many experts ...
+    shared_expert: bool = False  # ... with Qwen-MoE's shared expert and its gate ...
+    router_norm: bool = False  # ... its top-k weights renormalised to sum to 1 (Mixtral)
 
     @property
     def blocks(self) -> int:
@@ -67,6 +70,8 @@ def group_keys(configs) -> list[GroupKey]:
         rotary=o["rotary"] > 0, relative=o["relative"] > 0, parallel=o["parallel_block"],
         partial_rotary=(o["rotary"] > 0) & (o["rotary_dim"] < o["head_dim"]), plain_norm=o["norm_vectors"] == 0,
         embedding_scale=o["embedding_scale"] > 0, shared_table=o["shared_embedding"] > 0, experts=o["experts"] > 0,
+        expert_count=o["experts"], shared_expert=(o["experts"] > 0) & (o["shared_expert_ff"] > 0),
+        router_norm=(o["experts"] > 0) & (o["router_norm"] > 0),
     )
     names = [f.name for f in fields(GroupKey)]
     rows = zip(*(columns[name].tolist() for name in names))
@@ -102,6 +107,9 @@ class Group:
     relative: np.ndarray | None = None  # T5's relative bias: the table's buckets (None: no relative bias)
     head_dim: np.ndarray | None = None  # the width of one head ...
     rotary_dim: np.ndarray | None = None  # ... and the features of it that rotary positions turn
+    k: np.ndarray | None = None  # a mixture of experts: the experts each token is routed to ...
+    sff: np.ndarray | None = None  # ... the shared expert's width ...
+    routing: object = None  # ... and the rows each expert gets (a tape.moe.Routing; None: token-balanced)
 
     @classmethod
     def of(cls, configs, rows: np.ndarray, key: GroupKey, dtype_bytes: int) -> "Group":
@@ -116,7 +124,7 @@ class Group:
                    options["kv_width"][rows], options["max_positions"][rows],
                    options["type_vocab"][rows] if key.types else None,
                    options["relative_buckets"][rows] if key.relative else None, options["head_dim"][rows],
-                   options["rotary_dim"][rows])
+                   options["rotary_dim"][rows], options["experts_per_token"][rows], options["shared_expert_ff"][rows])
 
     def __getattr__(self, name: str):  # the structure's fields: g.pre, g.gated, g.arch ...
         if name.startswith("_") or name == "key":
@@ -178,21 +186,41 @@ class Group:
         out: list[tuple] = []
         for stack in self.stacks:
             for _ in range(self.depth[stack]):
-                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel):
+                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, self.experts):
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
                         out += [(self.d, self.q_width), (self.d, self.kv_width), (self.d, self.kv_width),
                                 (self.q_width, self.d)]
                     elif family == "ffn":
                         out += [(self.d, self.ff)] * (2 if self.gated else 1) + [(self.ff, self.d)]
+                    elif family == "moe":  # the router, the experts, the shared expert and its gate
+                        out += self._moe_linears()
         return out + [(self.d, self.out)]
 
+    def _moe_linears(self) -> list[tuple]:
+        def ffn(width):
+            return [(self.d, width)] * (2 if self.gated else 1) + [(width, self.d)]
+
+        out = [(self.d, self.expert_count)] + ffn(self.ff) * self.expert_count
+        return out + (ffn(self.sff) + [(self.d, 1)] if self.shared_expert else [])
+
     def parameters(self, feedback_parameters: bool = False) -> list[np.ndarray]:
-        """Elements of every parameter tensor, in the order of ``model.parameters()`` (KP: W, b, B per linear)."""
+        """Elements of every parameter tensor the step gives a gradient, in the order of ``model.parameters()`` (KP: W,
+        b, B per linear): every one, but a mixture's experts that no row reached (``moe.used_experts``)."""
         sizes: list[np.ndarray] = []
 
         def linear(n_in, n_out, bias):
             sizes.extend([n_in * n_out] + ([n_out] if bias else []) + ([n_in * n_out] if feedback_parameters else []))
+
+        def expert(width):  # a mixture's FeedForward
+            for _ in range(2 if self.gated else 1):
+                linear(self.d, width, self.out_bias)
+            linear(width, self.d, self.out_bias)
+
+        if self.experts:
+            from .moe import used_experts
+
+            experts_used = iter(used_experts(self).values())
 
         for stack in self.stacks:
             if not ((self.tied or self.shared_table) and stack != self.stacks[0]):
@@ -204,7 +232,7 @@ class Group:
             if self.embedding_norm:
                 sizes.extend(self.norm_parameters)
             for _ in range(self.depth[stack]):
-                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel):  # (pre-LN: norm, branch)
+                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, self.experts):  # (pre-LN: norm, branch)
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
                         linear(self.d, self.q_width, self.qkv_bias)
@@ -215,6 +243,14 @@ class Group:
                         for _ in range(2 if self.gated else 1):  # (gated: the gate's matrix, then the up one)
                             linear(self.d, self.ff, self.out_bias)
                         linear(self.ff, self.d, self.out_bias)
+                    elif family == "moe":  # an expert no row reached has no gradient: the optimizer skips it
+                        linear(self.d, self.expert_count, False)
+                        for used in next(experts_used):
+                            if used:
+                                expert(self.ff)
+                        if self.shared_expert:
+                            expert(self.sff)
+                            linear(self.d, 1, False)
                     else:
                         sizes.extend(self.norm_parameters)
             if self.pre:

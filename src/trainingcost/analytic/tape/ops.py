@@ -662,6 +662,10 @@ class Ops:
     def branch(self, branch: L.Branch, x: Value, memory: Value | None) -> Value:
         """A branch's output: attention (its keys and values from the encoder output where it reads the memory;
         rotary and a relative bias where the stack's positions act inside it) or the FFN."""
+        if L.KINDS[branch.kind].family == "moe":  # a mixture of experts (tape/moe.py)
+            from .moe import mixture
+
+            return mixture(self, x)
         if L.KINDS[branch.kind].family == "attention":
             return self.attention(x, memory if branch.reads_memory else x, rotary=self.g.rotary and branch.positional,
                                   bias=self.bias if branch.positional else None)
@@ -672,7 +676,7 @@ class Ops:
 
     def branches(self, stack: str) -> tuple[L.Branch, ...]:
         """The branches of one block of ``stack`` (``Block.branches``: :func:`layers.describe_block`)."""
-        return L.describe_block(self.g.arch, stack, self.g.pre, self.g.parallel).branches
+        return L.describe_block(self.g.arch, stack, self.g.pre, self.g.parallel, self.g.experts).branches
 
     def sublayer(self, branch: L.Branch, x: Value, memory: Value | None) -> Value:
         """``Block.sublayer``: post-LN norm(x + branch(x)), pre-LN x + branch(norm(x)); the branch's output (and

@@ -11,14 +11,14 @@ import numpy as np
 from .. import catalogue
 from .buffers import STEP_PHASES, Tape
 from .group import Group, groups
+from .moe import Routing
 from .programs import Run, autograd_step
 
 PEAK_PHASE_COLUMNS = tuple(f"peak_{phase}" for phase in STEP_PHASES)
 # The tape replays every block (about a millisecond per block and rule): deeper models get -1 (not replayed).
 MAX_TAPE_BLOCKS = 1024
-# A mixture of experts is not replayed (-1) under any rule: the sizes of its dispatch (each expert's gathered rows,
-# hidden tensors and weighted output) follow the routing of the step's data, which shapes alone do not give; the
-# hand model (memory.py) gives its components under the token-balanced assumption (docs/cost_models.md).
+# A mixture of experts is replayed for the rows each expert gets (tape/moe.py): token-balanced by default (the
+# assumption of the analytic model, docs/cost_models.md), or a measured step's recorded routing (``routing``).
 
 Program = Callable[[Tape, Group, Run], object]
 
@@ -50,24 +50,37 @@ def run_settings(rule_name: str, optimizer: str, weight_decay: float = 0.0, mirr
 
 
 def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start: np.ndarray, gradients: np.ndarray,
-               weight_decay: float = 0.0, mirror_steps: int = 1) -> dict[str, np.ndarray]:
+               weight_decay: float = 0.0, mirror_steps: int = 1, routing=None) -> dict[str, np.ndarray]:
     """The step's peak and each phase's peak (bytes, -1 where the rule has no such phase), per configuration,
     for a step that begins with ``start`` bytes alive, ``gradients`` of them last step's gradients. A model of
-    more than :data:`MAX_TAPE_BLOCKS` blocks is not replayed: -1 everywhere."""
+    more than :data:`MAX_TAPE_BLOCKS` blocks is not replayed: -1 everywhere, nor a mixture of experts under a rule
+    that does not train one (``RuleSpec.trains_experts``). A mixture of experts is replayed
+    token-balanced, or, given ``routing`` (a measured step's ``MemoryReading.routing``: (layer, rows per expert) per
+    call), with the rows its experts got (every configuration of ``configs`` with it): :mod:`.moe`."""
     n = len(configs)
     out = {"peak": np.full(n, -1, dtype=np.int64), **{c: np.full(n, -1, dtype=np.int64) for c in PEAK_PHASE_COLUMNS}}
     replay = program(rule_name)
     if replay is None:
         return out
     run = run_settings(rule_name, optimizer, weight_decay, mirror_steps)
+    trains_experts = catalogue.rule(rule_name).trains_experts
     for rows, key in groups(configs):
-        if key.blocks > MAX_TAPE_BLOCKS or key.experts:
+        if key.blocks > MAX_TAPE_BLOCKS or (key.experts and not trains_experts):  # (a rule that refuses a mixture)
             continue
-        g = Group.of(configs, rows, key, dtype_bytes)
-        t = Tape(start[rows])
-        t.live = t.live - gradients[rows]  # zero_grad(set_to_none=True), every rule's first line
-        replay(t, g, run)
-        out["peak"][rows] = t.peak
-        for phase, values in t.phase_peaks.items():
-            out[f"peak_{phase}"][rows] = values
+        for part in ([rows[i:i + 1] for i in range(len(rows))] if key.experts else [rows]):  # (a mixture: one by one)
+            _replay(configs, part, key, dtype_bytes, start, gradients, replay, run, routing, out)
     return out
+
+
+def _replay(configs, rows, key, dtype_bytes, start, gradients, replay, run, routing, out) -> None:
+    g = Group.of(configs, rows, key, dtype_bytes)
+    if key.experts:
+        g.routing = Routing(routing) if routing is not None else None
+    t = Tape(start[rows])
+    t.live = t.live - gradients[rows]  # zero_grad(set_to_none=True), every rule's first line
+    replay(t, g, run)
+    if g.routing is not None:
+        g.routing.check_consumed()
+    out["peak"][rows] = t.peak
+    for phase, values in t.phase_peaks.items():
+        out[f"peak_{phase}"][rows] = values

@@ -6,6 +6,7 @@ import numpy as np
 
 from ...analytic import layers as L
 from ...analytic.tape import FLOAT32, Group, Run, Tape, autograd_step, bytes_
+from ...analytic.tape.moe import Routing
 
 
 def mirror(t: Tape, g: Group, steps: int) -> None:
@@ -14,19 +15,26 @@ def mirror(t: Tape, g: Group, steps: int) -> None:
     replaces them."""
     seen = {"encoder": g.M("encoder") if "encoder" in g.stacks else None, "decoder": g.M("decoder") if "decoder" in g.stacks else None}
     rows = []  # rows each weight matrix saw in the step, in the order of model.linears()
+    routing = g.routing if g.routing is not None else Routing()
     for stack in g.stacks:
-        for _ in range(g.depth[stack]):
-            for sub in L.block_sublayers(g.arch, stack, g.pre, g.parallel):
+        for index in range(g.depth[stack]):
+            for sub in L.block_sublayers(g.arch, stack, g.pre, g.parallel, g.experts):
                 family = L.KINDS[sub.kind].family
                 if family == "attention":
                     source = seen["encoder"] if sub.kind == "cross_attention" else seen[stack]
                     rows += [seen[stack], source, source, seen[stack]]
                 elif family == "ffn":
                     rows += [seen[stack]] * (3 if g.gated else 2)
+                elif family == "moe":  # the router; each expert its routed rows; the shared expert and its gate
+                    routed = routing.rows(g, L.block_layer_name(stack, index, sub.name), seen[stack])
+                    rows += [seen[stack]] + [n for n in routed for _ in range(3 if g.gated else 2)]
+                    rows += [seen[stack]] * ((3 if g.gated else 2) + 1 if g.shared_expert else 0)
     rows.append(g.out_rows)
     for _ in range(steps):
         x = y = None
         for (n_in, n_out), r in zip(g.linears(), rows):
+            if not np.any(r):  # an expert no row reached: the mirror skips it
+                continue
             noise = t.new(bytes_(r * n_in, FLOAT32), "randn")
             if g.z != FLOAT32:
                 cast = t.new(bytes_(r * n_in, g.z), "to_dtype")
