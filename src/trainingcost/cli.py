@@ -116,6 +116,18 @@ def _not_replayed(moe: bool, rule: str = "") -> str:
     return f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)"
 
 
+def _reasons(why: list[str]) -> str:
+    """The distinct reasons, each once; the rules that do not train a mixture of experts named in one reason (each
+    its own would overflow the screen's 100 columns)."""
+    marker = " does not train a mixture of experts)"
+    rules = [w.removeprefix("not replayed (").removesuffix(marker) for w in why if w.endswith(marker)]
+    rest = [w for w in why if not w.endswith(marker)]
+    if rules:
+        rest.insert(0, f"not replayed ({', '.join(dict.fromkeys(rules))}: "
+                       f"{'does' if len(set(rules)) == 1 else 'do'} not train a mixture of experts)")
+    return "; ".join(dict.fromkeys(rest))
+
+
 def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model: str, moe: bool = False) -> str:
     """The default view: one row per rule under one cost model: the step's total, its ratio to BP, its forward,
     its backward, everything else, and the step's tensor-memory peak with its ratio to BP (the executed tape
@@ -146,7 +158,7 @@ def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model
            grid(["rule", unit, f"x {label}", "forward", "backward", "other", "memory", f"x {label}"], rows),
            "other: every phase but forward and backward (--per-layer, or --cost-model all, for each)",
            f"memory: {first['dtype']}, optimizer {first['optimizer']} (--dtype, --optimizer), the executed model's step "
-           "peak" + (f";\n  * the components summed: {'; '.join(dict.fromkeys(why))}" if why else "")]
+           "peak" + (f";\n  * the components summed: {_reasons(why)}" if why else "")]
     return "\n".join(out) + "\n"
 
 
