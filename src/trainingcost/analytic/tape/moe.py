@@ -50,7 +50,15 @@ class Routing:
     ((layer, rows per expert), as ``MemoryReading.routing`` has them), or token-balanced (``calls`` None)."""
 
     def __init__(self, calls=None):
+        primed = None
+        if isinstance(calls, dict):  # a record (``MemoryReading.routing_record``, the ``tensor_routing`` JSON)
+            calls, primed = calls.get("calls"), calls.get("primed")
         self.calls = None if calls is None else [(str(layer), tuple(int(n) for n in counts)) for layer, counts in calls]
+        # Per mixture layer, which experts held a gradient ("grad") and optimizer state ("state") when the step began;
+        # None (token-balanced, or a record of before it was kept): every expert held both.
+        self.primed = None if primed is None else {
+            str(layer): {what: [bool(x) for x in flags[what]] for what in ("grad", "state")}
+            for layer, flags in primed.items()}
         self.taken = 0
 
     @staticmethod
@@ -80,6 +88,16 @@ class Routing:
         first = next((counts for name, counts in self.calls if name == layer), None)
         return [True] * g.expert_count if first is None else [n > 0 for n in first]
 
+    def held(self, g, layer: str, what: str) -> list[bool]:
+        """Whether each expert of ``layer`` held ``what`` ("grad": last step's gradient; "state": optimizer state)
+        when the step began: as recorded, or (token-balanced, no record) every one."""
+        flags = (self.primed or {}).get(layer, {}).get(what)
+        if flags is None:
+            return [True] * g.expert_count
+        if len(flags) != g.expert_count:
+            raise ValueError(f"routing: {layer} has {len(flags)} experts primed, the model {g.expert_count}")
+        return list(flags)
+
     def rows(self, g, layer: str, rows) -> list:
         """The rows each expert of ``layer`` saw last in the step (WM's mirror drives each matrix with as many)."""
         if self.calls is None:
@@ -107,6 +125,12 @@ def used_experts(g) -> dict[str, list[bool]]:
     """Per mixture layer, whether each expert runs in the step (has a gradient)."""
     routing = g.routing if g.routing is not None else Routing()
     return {layer: routing.used(g, layer, g.M(stack)) for layer, stack in moe_layers(g)}
+
+
+def held_experts(g, what: str) -> dict[str, list[bool]]:
+    """Per mixture layer, whether each expert held ``what`` ("grad", "state") when the step began."""
+    routing = g.routing if g.routing is not None else Routing()
+    return {layer: routing.held(g, layer, what) for layer, _ in moe_layers(g)}
 
 
 def mixture(ops, x):
