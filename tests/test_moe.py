@@ -325,7 +325,8 @@ def rows_of(cfg, layer: str) -> int:
 
 
 def test_a_measured_run_records_its_routing_and_the_comparison_replays_it():
-    """The run's ``tensor_routing`` column (JSON), and the comparison's predicted peak for it: the tape replayed with
+    """The run's ``tensor_routing`` column (JSON: the calls and the experts primed), and the comparison's predicted
+    peak for it: the tape replayed with
     that routing, equal to the run's tensor peak (the memory table's, token-balanced, is replaced: set to 0 here to
     show it)."""
     import json
@@ -343,9 +344,12 @@ def test_a_measured_run_records_its_routing_and_the_comparison_replays_it():
         warnings.simplefilter("ignore")  # (no op trace of a mixture's step: docs/cost_models.md)
         result = train(spec)
     assert result.status == "ok", result.message
-    routing = json.loads(result.measured["tensor_routing"].iloc[0])
+    record = json.loads(result.measured["tensor_routing"].iloc[0])
+    routing = record["calls"]
     assert [layer for layer, _ in routing] == ["decoder.0.ffn", "decoder.1.ffn"]
     assert all(sum(counts) == cfg.batch * cfg.seq_len * cfg.experts_per_token for _, counts in routing)
+    assert list(record["primed"]) == ["decoder.0.ffn", "decoder.1.ffn"]  # (and the experts primed at its start)
+    assert all(len(held["grad"]) == len(held["state"]) == cfg.experts for held in record["primed"].values())
     frame = configs_frame([("", cfg)])
     balanced = memory_table(frame, ["dfa"]).assign(peak=0)  # (here its step peak is the loss's, routing aside)
     comparison = comparison_table(analytic_table(frame, ["dfa"], ["executed"]), result.measured, balanced)
