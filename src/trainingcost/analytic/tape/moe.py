@@ -14,9 +14,13 @@ time, in call order:
   it, the tape equals the tensor meter to the byte (tests/test_moe.py).
 
 An expert no row was routed to runs nothing: no gathered rows, no FFN, no gradient for its weights (``.grad`` stays
-None: the optimizer skips it, and WM's mirror too). Not followed: the steps before the replayed one, whose routing
-decides which experts start the step with a gradient and optimizer state (the step's start, given to the tape,
-counts every parameter's; an expert that gets its first rows in the replayed step has its state created there). A mixture's configuration is replayed alone (its own group of
+None: the optimizer skips it, and WM's mirror too). The steps before the replayed one decide which experts begin it
+primed: holding last step's gradient (a row reached them in the step before) and optimizer state (a row reached them
+in any step before; momentum, Adam). A recorded routing says which (``MemoryReading.primed``,
+``train.model.primed_experts``; :meth:`Routing.held`): the step's start leaves out the others' gradients and state
+(``table.unprimed_bytes``), and an expert stepped for the first time gets its state where torch.optim makes it
+(``programs.optimizer_step``). Token-balanced, or with a record of only the calls (older runs), every expert is
+primed. A mixture's configuration is replayed alone (its own group of
 one): a routing's counts are scalars, and which experts run is the same for the whole group.
 
 The forward (``MixtureOfExperts.forward``) and what autograd makes of it:
@@ -47,7 +51,8 @@ from .buffers import BOOL, FLOAT32, INT64, bytes_
 
 class Routing:
     """Rows routed to each expert, one call of a mixture at a time, in the step's call order: recorded ``calls``
-    ((layer, rows per expert), as ``MemoryReading.routing`` has them), or token-balanced (``calls`` None)."""
+    ((layer, rows per expert), as ``MemoryReading.routing`` has them; or a record, ``MemoryReading.routing_record``,
+    with the experts primed when the step began), or token-balanced (``calls`` None)."""
 
     def __init__(self, calls=None):
         primed = None

@@ -18,7 +18,8 @@ PEAK_PHASE_COLUMNS = tuple(f"peak_{phase}" for phase in STEP_PHASES)
 # The tape replays every block (about a millisecond per block and rule): deeper models get -1 (not replayed).
 MAX_TAPE_BLOCKS = 1024
 # A mixture of experts is replayed for the rows each expert gets (tape/moe.py): token-balanced by default (the
-# assumption of the analytic model, docs/cost_models.md), or a measured step's recorded routing (``routing``).
+# assumption of the analytic model, docs/cost_models.md, every expert primed), or a measured step's recorded
+# routing (``routing``: its calls, and which experts held a gradient and optimizer state when it began).
 
 Program = Callable[[Tape, Group, Run], object]
 
