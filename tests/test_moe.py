@@ -308,9 +308,9 @@ def test_the_tape_replayed_with_the_recorded_routing_equals_the_meter_to_the_byt
         moe_layers = {name for name, _ in cfg_layers(cfg) if name.endswith(".ffn")}
         assert {layer for layer, _ in reading.routing} == moe_layers
         assert all(sum(counts) == rows_of(cfg, layer) * cfg.experts_per_token for layer, counts in reading.routing)
-        got, want = _tape_and_meter(cfg, rule, optimizer, dtype, reading, reading.routing)
+        got, want = _tape_and_meter(cfg, rule, optimizer, dtype, reading, reading.routing_record())
         if got != want:
-            mismatches.append((family, rule, optimizer, dtype, got, want, reading.routing))
+            mismatches.append((family, rule, optimizer, dtype, got, want, reading.routing_record()))
     assert not mismatches, mismatches[:3]
 
 
@@ -359,9 +359,9 @@ def test_a_measured_run_records_its_routing_and_the_comparison_replays_it():
 
 def test_the_routing_decides_the_peaks_and_unused_experts_have_no_gradient():
     """Every token routed to the same 2 of 4 experts (the routers zeroed before each step: top k of equal logits): the
-    other two run nothing and have no gradient. The tape with the recorded routing equals the meter at every peak; the step starts without
-    the unused experts' gradients of the step before (the table's start counts every parameter's), by exactly their
-    bytes. Token-balanced, the tape gives every expert a gradient: its optimizer phase is not the meter's here."""
+    other two run nothing and have no gradient. The tape with the recorded routing, and the experts primed when the step
+    began, equals the meter at its start and every peak; with the calls alone (an older run's record: every expert
+    primed) the start counts the unused experts' gradients of the step before, by exactly their bytes. Token-balanced, the tape gives every expert a gradient: its optimizer phase is not the meter's here."""
     cfg, reading = _metered_with_routing(MIXTRAL_LIKE, "bp", "sgd", "fp32", zero_router=True)
     tokens = cfg.batch * cfg.seq_len
     assert all(sorted(counts) == [0, 0, tokens, tokens] for _, counts in reading.routing), reading.routing  # (ties)
