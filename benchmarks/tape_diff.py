@@ -80,7 +80,7 @@ def compare(entry: dict, task: str, rule: str, optimizer: str, dtype: str, conte
     reading = recorders[0].memory
     tapes.clear()
     # (a mixture of experts: replayed with the routing the step recorded)
-    row = memory_table(configs_frame([("", cfg)]), [rule], [dtype], [optimizer], routing=reading.routing or None).iloc[0]
+    row = memory_table(configs_frame([("", cfg)]), [rule], [dtype], [optimizer], routing=reading.routing_record()).iloc[0]
     got = {"start": int(row["step_start"]), "peak": int(row["peak"]),
            **{p: int(row[f"peak_{p}"]) for p in P.STEP_PHASES if row[f"peak_{p}"] >= 0}}
     want = {"start": reading.start, "peak": reading.peak, **reading.phase_peaks}

@@ -308,9 +308,9 @@ def test_the_tape_replayed_with_the_recorded_routing_equals_the_meter_to_the_byt
         moe_layers = {name for name, _ in cfg_layers(cfg) if name.endswith(".ffn")}
         assert {layer for layer, _ in reading.routing} == moe_layers
         assert all(sum(counts) == rows_of(cfg, layer) * cfg.experts_per_token for layer, counts in reading.routing)
-        got, want = _tape_and_meter(cfg, rule, optimizer, dtype, reading, reading.routing)
+        got, want = _tape_and_meter(cfg, rule, optimizer, dtype, reading, reading.routing_record())
         if got != want:
-            mismatches.append((family, rule, optimizer, dtype, got, want, reading.routing))
+            mismatches.append((family, rule, optimizer, dtype, got, want, reading.routing_record()))
     assert not mismatches, mismatches[:3]
 
 
@@ -325,7 +325,8 @@ def rows_of(cfg, layer: str) -> int:
 
 
 def test_a_measured_run_records_its_routing_and_the_comparison_replays_it():
-    """The run's ``tensor_routing`` column (JSON), and the comparison's predicted peak for it: the tape replayed with
+    """The run's ``tensor_routing`` column (JSON: the calls and the experts primed), and the comparison's predicted
+    peak for it: the tape replayed with
     that routing, equal to the run's tensor peak (the memory table's, token-balanced, is replaced: set to 0 here to
     show it)."""
     import json
@@ -343,9 +344,12 @@ def test_a_measured_run_records_its_routing_and_the_comparison_replays_it():
         warnings.simplefilter("ignore")  # (no op trace of a mixture's step: docs/cost_models.md)
         result = train(spec)
     assert result.status == "ok", result.message
-    routing = json.loads(result.measured["tensor_routing"].iloc[0])
+    record = json.loads(result.measured["tensor_routing"].iloc[0])
+    routing = record["calls"]
     assert [layer for layer, _ in routing] == ["decoder.0.ffn", "decoder.1.ffn"]
     assert all(sum(counts) == cfg.batch * cfg.seq_len * cfg.experts_per_token for _, counts in routing)
+    assert list(record["primed"]) == ["decoder.0.ffn", "decoder.1.ffn"]  # (and the experts primed at its start)
+    assert all(len(held["grad"]) == len(held["state"]) == cfg.experts for held in record["primed"].values())
     frame = configs_frame([("", cfg)])
     balanced = memory_table(frame, ["dfa"]).assign(peak=0)  # (here its step peak is the loss's, routing aside)
     comparison = comparison_table(analytic_table(frame, ["dfa"], ["executed"]), result.measured, balanced)
@@ -355,13 +359,15 @@ def test_a_measured_run_records_its_routing_and_the_comparison_replays_it():
 
 def test_the_routing_decides_the_peaks_and_unused_experts_have_no_gradient():
     """Every token routed to the same 2 of 4 experts (the routers zeroed before each step: top k of equal logits): the
-    other two run nothing and have no gradient. The tape with the recorded routing equals the meter at every peak; the step starts without
-    the unused experts' gradients of the step before (the table's start counts every parameter's), by exactly their
-    bytes. Token-balanced, the tape gives every expert a gradient: its optimizer phase is not the meter's here."""
+    other two run nothing and have no gradient. The tape with the recorded routing, and the experts primed when the step
+    began, equals the meter at its start and every peak; with the calls alone (an older run's record: every expert
+    primed) the start counts the unused experts' gradients of the step before, by exactly their bytes. Token-balanced, the tape gives every expert a gradient: its optimizer phase is not the meter's here."""
     cfg, reading = _metered_with_routing(MIXTRAL_LIKE, "bp", "sgd", "fp32", zero_router=True)
     tokens = cfg.batch * cfg.seq_len
     assert all(sorted(counts) == [0, 0, tokens, tokens] for _, counts in reading.routing), reading.routing  # (ties)
-    got, want = _tape_and_meter(cfg, "bp", "sgd", "fp32", reading, reading.routing)
+    got, want = _tape_and_meter(cfg, "bp", "sgd", "fp32", reading, reading.routing_record())
+    assert got == want  # (the experts primed when the step began recorded beside the routing)
+    got, _ = _tape_and_meter(cfg, "bp", "sgd", "fp32", reading, reading.routing)  # the calls alone: all primed
     unused = 2 * cfg.layers * 3 * cfg.d_model * cfg.d_ff * 4  # 2 experts per layer, 3 fp32 matrices each
     assert got.pop("start") - want.pop("start") == unused
     assert got == want
@@ -369,6 +375,138 @@ def test_the_routing_decides_the_peaks_and_unused_experts_have_no_gradient():
     balanced.pop("start")
     assert balanced["forward"] == want["forward"]  # the forward's bytes follow the rows routed in all (M k), however
     assert balanced["optimizer_step"] - want["optimizer_step"] == unused  # spread; balanced, every expert has a gradient
+
+
+# An expert forced out of every token's top k (its router logit lowered by 1e4), or into it (raised), step by step:
+# per step of a schedule, one flag per expert (-1 out, +1 in, 0 the router's choice). Three steps: two before the
+# metered one (step 3), so that an expert may hold optimizer state but no gradient when the step begins.
+SCHEDULES = {
+    "late": [[0, 0, 0, -1], [0, 0, 0, -1], [-1, 0, 0, 1]],  # no rows before the metered step, then rows: state made
+    "never": [[0, 0, 0, -1]] * 3,  # no rows at all: no gradient, no state, never stepped
+    "lapsed": [[0, 0, 0, 1], [0, 0, 0, -1], [0, 0, 0, 1]],  # state, but no gradient at the start; stepped again
+    "dropped": [[0, 0, 0, 1], [0, 0, 0, 1], [0, 0, 0, -1]],  # a gradient and state at the start; not stepped
+}
+# Shapes beside the ones above: gated experts with biases (odd widths), top-1 over three experts in an
+# encoder-decoder's two stacks, a shared expert; the schedule's last expert is each model's last.
+SCHEDULE_CASES = {
+    "gated-biased": dict(arch="decoder", layers=2, d_model=12, heads=3, d_ff=20, vocab=13, seq_len=5, batch=2,
+                         norm="layernorm", norm_position="pre", ffn="geglu", positions="learned", bias="all",
+                         experts=4, experts_per_token=2),
+    "switch": SWITCH_LIKE,
+    "qwen-moe": QWEN_LIKE,
+}
+
+
+def _metered_with_schedule(entry, rule, optimizer, dtype, schedule):
+    """The metered third step of ``entry`` under ``rule``, each mixture's router logits offset per ``schedule`` (a
+    forward hook, in place and without autograd: no tensor the meter counts, no node)."""
+    from trainingcost.config.training import TrainSpec
+    from trainingcost.measure.recorder import StepRecorder
+    from trainingcost.train.run import run_steps
+
+    task = "copy" if entry["arch"] == "encoder-decoder" else "classify" if entry.get("classes") else "lm"
+    cfg = canonical_model(dict(entry, vocab=entry["vocab"] + (0 if task == "classify" else 256)))
+    spec = TrainSpec(cfg=cfg, task=task, rule=rule, steps=4, seed=0, measure=True, dtype=dtype, warmup=2,
+                     options=RuleOptions(optimizer=optimizer))
+    recorders = []
+
+    def observe(r, device):
+        recorder = StepRecorder(r, device, 2)
+        recorders.append(recorder)
+        routers = [m for name, m in r.model.named_modules() if name.endswith(".router")]
+        E = cfg.experts
+        offsets = [torch.tensor([1e4 * f for f in ([0] * (E - len(flags)) + flags)[-E:]], dtype=routers[0].weight.dtype)
+                   for flags in schedule]  # (made before any step: alive at the meter's start, not the step's)
+        now = {}
+
+        def hook(module, args, output):
+            with torch.no_grad():
+                output.add_(offsets[min(now["step"], 3) - 1])  # (the timed step after: as the metered)
+
+        for router in routers:
+            router.register_forward_hook(hook)
+        run = recorder.run
+
+        def scheduled(step, batch):
+            now["step"] = step
+            return run(step, batch)
+
+        recorder.run = scheduled
+        return recorder
+
+    torch.set_num_threads(1)
+    done = run_steps(spec, observe)
+    assert done.status == "ok", (rule, done.message)
+    return cfg, recorders[0].memory
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+def test_experts_not_primed_before_the_metered_step_the_tape_equals_the_meter(schedule, optimizer):
+    """An expert that no row reached in the steps before the metered one holds no gradient (and under momentum or Adam
+    no optimizer state) when it begins: the recorder records which experts hold each (``MemoryReading.primed``), and the
+    tape, replayed with it, leaves theirs out of the start and makes their state where torch.optim does (Adam before
+    its loop, momentum's buffer in it), equal to the meter at the start, the peak and every phase's peak. Each shape
+    under one rule that trains a mixture (autograd's program and their own), fp32 and bf16. Replayed with the calls
+    alone (an older run's record), every expert counts as primed: the start is off by the unprimed experts' bytes."""
+    flags = SCHEDULES[schedule]
+    mismatches = []
+    for index, (family, entry) in enumerate(sorted(SCHEDULE_CASES.items())):
+        rule = TRAINING[(3 * index + sorted(SCHEDULES).index(schedule) + 2 * ["sgd", "momentum", "adam"].index(optimizer))
+                        % len(TRAINING)]  # (every rule; KP, with weight decay, under momentum for "late")
+        dtype = ["fp32", "bf16"][index % 2]
+        cfg, reading = _metered_with_schedule(entry, rule, optimizer, dtype, flags)
+        last = cfg.experts - 1
+        before = [step[-1] for step in flags[:2]]  # the last expert's flag in the two steps before
+        for layer, held in reading.primed.items():  # what the recorder saw, as the schedule makes it
+            assert held["grad"][last] == (before[1] == 1), (layer, held)
+            assert held["state"][last] == (optimizer != "sgd" and 1 in before), (layer, held)
+        assert all((counts[last] > 0) == (flags[2][-1] > 0) for _, counts in reading.routing), reading.routing
+        record = reading.routing_record()
+        got, want = _tape_and_meter(cfg, rule, optimizer, dtype, reading, record)
+        if got != want:
+            mismatches.append((family, rule, optimizer, dtype, got, want, record))
+        unprimed = any(not all(held["grad"]) or not all(held["state"]) and optimizer != "sgd"
+                       for held in reading.primed.values())
+        calls_only, _ = _tape_and_meter(cfg, rule, optimizer, dtype, reading, record["calls"])
+        assert (calls_only["start"] > want["start"]) == unprimed, (family, rule, calls_only["start"], want["start"])
+    assert not mismatches, mismatches[:3]
+
+
+def test_the_routing_record_reads_back_from_json_and_the_old_list():
+    """``tensor_routing`` holds {"calls", "primed"}; a list of calls alone (older runs) still replays, every expert
+    primed; a primed layer of the wrong expert count is refused."""
+    import json
+
+    from trainingcost.analytic.tape.moe import Routing
+    from trainingcost.measure.memory import MemoryReading
+    from trainingcost.measure.recorder import tensor_memory_columns
+
+    reading = MemoryReading(10, 20, "", "forward", "", 10, routing=[("decoder.0.ffn", (3, 0, 3, 0))],
+                            primed={"decoder.0.ffn": {"grad": [True, False, True, False], "state": [True] * 4}})
+    column = tensor_memory_columns(reading)["tensor_routing"]
+    assert json.loads(column) == reading.routing_record()
+    cfg = canonical_model(dict(MIXTRAL_LIKE, layers=1))
+    frame = configs_frame([("", cfg)])
+    new, old = (memory_table(frame, ["bp"], ["fp32"], ["adam"], routing=r).iloc[0]
+                for r in (json.loads(column), [["decoder.0.ffn", [3, 0, 3, 0]]]))
+    expert = 3 * cfg.d_model * cfg.d_ff  # a SwiGLU expert's three matrices
+    assert old.step_start - new.step_start == 2 * expert * 4  # two experts without last step's gradient
+    assert Routing(json.loads(column)).held(_group(cfg), "decoder.0.ffn", "grad") == [True, False, True, False]
+    assert memory_table(frame, ["bp"]).step_start.iloc[0] == memory_table(frame, ["bp"], executed=False).step_start.iloc[0]
+    with pytest.raises(ValueError, match="experts primed"):
+        Routing({"calls": [], "primed": {"decoder.0.ffn": {"grad": [True], "state": [True]}}}).held(
+            _group(cfg), "decoder.0.ffn", "grad")
+
+
+def _group(cfg):
+    import numpy as np
+
+    from trainingcost.analytic.tape import Group, groups
+
+    frame = configs_frame([("", cfg)])
+    (rows, key), = groups(frame)
+    return Group.of(frame, np.asarray(rows), key, 4)
 
 
 def test_the_moe_presets_are_replayed_at_their_published_size():

@@ -76,7 +76,9 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
     """One row per (config_id, rule, optimizer, dtype): bytes per component (the hand model, summed: ``total``)
     and the executed model's step start, step peak and phase peaks (:mod:`.tape`; -1 without ``executed``: a
     caller that reads the components only, such as the plan, skips the replay). A mixture of experts is replayed
-    token-balanced, or with ``routing``, a measured step's (``MemoryReading.routing``; :mod:`.tape.moe`)."""
+    token-balanced with every expert primed, or with ``routing``, a measured step's (``MemoryReading.routing_record``:
+    its calls and the experts primed when it began, whose absent gradients and state ``step_start`` then leaves out;
+    or the calls alone; :mod:`.tape.moe`)."""
     t = T.build(configs, "layer")
     model_layer = np.array([KINDS[k].model_layer for k in t.kind], dtype=bool)
     per = _per_layer(t)

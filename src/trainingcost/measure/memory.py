@@ -63,6 +63,20 @@ class MemoryReading:
     # A mixture of experts' routing in the step: (layer, rows routed to each expert) per call, in call order
     # (train.model.recording_routing; set by the recorder). The tape replays the step with it (analytic/tape/moe.py).
     routing: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+    # ... and, per mixture layer, which experts held a gradient and optimizer state when the step began
+    # (train.model.primed_experts: {layer: {"grad": [bool per expert], "state": [...]}}; set by the recorder).
+    primed: dict[str, dict[str, list[bool]]] = field(default_factory=dict)
+
+    def routing_record(self) -> dict | None:
+        """What the tape replays a mixture's step with (``memory_table(..., routing=)``) and the run's
+        ``tensor_routing`` column holds (as JSON): {"calls": [[layer, rows per expert], ...], "primed": {layer:
+        {"grad": [...], "state": [...]}}}; None without a mixture. (A record of only the calls, a list, as older
+        runs have it, replays as if every expert were primed.)"""
+        if not self.routing:
+            return None
+        return {"calls": [[layer, list(counts)] for layer, counts in self.routing],
+                "primed": {layer: {what: list(flags[what]) for what in ("grad", "state")}
+                           for layer, flags in self.primed.items()}}
 
 
 class TensorMeter(TorchDispatchMode):

@@ -22,7 +22,7 @@ import torch
 
 from ..analytic import layers as L
 from ..config.hardware import match_device
-from ..train.model import recording_routing
+from ..train.model import primed_experts, recording_routing
 from .energy import EnergyCounter, clock_reasons
 from .flops import analytic_phase, metering
 from .load import LoadWatch
@@ -67,6 +67,7 @@ class StepRecorder:
         if kind == COUNTED:
             tensors = TensorMeter()
             own = (self.rule.model, self.rule.optimizer, rule_tensors(self.rule))
+            primed = primed_experts(self.rule.model, self.rule.optimizer)  # (Python bools: before the meter starts)
             with metering(self.rule.model) as meter, recording_routing(self.rule.model) as routing, tensors:
                 tensors.begin(*own, batch=[*batch.tokens.values(), batch.targets])
 
@@ -79,6 +80,7 @@ class StepRecorder:
             self.flops = dict(meter.counts)
             self.memory = tensors.reading(*own)
             self.memory.routing = list(routing)
+            self.memory.primed = primed if self.memory.routing else {}
             self.rows.append({"step": step, "kind": kind})
             return loss
         if kind == PROFILED:
@@ -214,8 +216,8 @@ def tensor_memory_columns(reading: MemoryReading | None) -> dict:
         columns.update(tensor_start_bytes=reading.start, tensor_peak_bytes=reading.peak, tensor_end_bytes=reading.end,
                        tensor_peak_layer=reading.peak_layer, tensor_peak_phase=analytic_phase(reading.peak_phase),
                        tensor_peak_op=reading.peak_op)
-        if reading.routing:  # a mixture of experts: the rows each expert got, per call (JSON; the tape replays it)
-            columns["tensor_routing"] = json.dumps([[layer, list(counts)] for layer, counts in reading.routing])
+        if reading.routing:  # a mixture of experts: the rows each expert got, per call, and the experts primed when
+            columns["tensor_routing"] = json.dumps(reading.routing_record())  # the step began (JSON; the tape replays it)
         columns.update({f"tensor_peak_{name}_bytes": value for name, value in reading.at_peak.items()})
     return columns
 

@@ -222,6 +222,21 @@ def recording_routing(model: nn.Module) -> Iterator[list[tuple[str, tuple[int, .
             module.routed = None
 
 
+def primed_experts(model: nn.Module, optimizer=None) -> dict[str, dict[str, list[bool]]]:
+    """Per :class:`MixtureOfExperts` of ``model`` (its module name), whether each expert holds a gradient ("grad": every
+    parameter's ``.grad`` set, by the step before) and optimizer state ("state": an entry in ``optimizer.state`` for
+    every parameter, made the first step a row reached it; never for plain SGD), now: Python bools, no tensor made.
+    An expert no row reached in the steps before holds neither; the tape leaves them out (analytic/tape/moe.py)."""
+    state = optimizer.state if optimizer is not None else {}
+    out = {}
+    for name, module in model.named_modules():
+        if isinstance(module, MixtureOfExperts):
+            experts = [list(expert.parameters()) for expert in module.experts]
+            out[name] = {"grad": [all(p.grad is not None for p in ps) for ps in experts],
+                         "state": [all(len(state.get(p, ())) > 0 for p in ps) for ps in experts]}
+    return out
+
+
 def make_norm(cfg: ModelConfig) -> nn.Module:
     """LayerNorm (Ba et al. 2016), RMSNorm (Zhang & Sennrich 2019) or a LayerNorm without gain and bias (OLMo,
     Groeneveld et al. 2024) over d_model."""

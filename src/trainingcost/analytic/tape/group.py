@@ -204,34 +204,44 @@ class Group:
         out = [(self.d, self.expert_count)] + ffn(self.ff) * self.expert_count
         return out + (ffn(self.sff) + [(self.d, 1)] if self.shared_expert else [])
 
-    def parameters(self, feedback_parameters: bool = False) -> list[np.ndarray]:
+    def parameters(self, feedback_parameters: bool = False, experts: dict | None = None) -> list[np.ndarray]:
         """Elements of every parameter tensor the step gives a gradient, in the order of ``model.parameters()`` (KP: W,
-        b, B per linear): every one, but a mixture's experts that no row reached (``moe.used_experts``)."""
-        sizes: list[np.ndarray] = []
+        b, B per linear): every one, but a mixture's experts that no row reached (``moe.used_experts``); or, given
+        ``experts`` (mixture layer -> a flag per expert, e.g. ``moe.held_experts``), those of the flagged experts."""
+        if experts is None and self.experts:
+            from .moe import used_experts
+
+            experts = used_experts(self)
+        return [size for size, owner in self.parameter_owners(feedback_parameters)
+                if owner is None or experts[owner[0]][owner[1]]]
+
+    def parameter_owners(self, feedback_parameters: bool = False) -> list[tuple[np.ndarray, tuple[str, int] | None]]:
+        """(elements, owner) of every parameter tensor of the model, in the order of ``model.parameters()`` (KP: W, b,
+        B per linear), every expert's included: the owner is (mixture layer, expert) for an expert's, else None."""
+        sizes: list[tuple[np.ndarray, tuple[str, int] | None]] = []
+        owner: tuple[str, int] | None = None
+
+        def add(*elements):
+            sizes.extend((n, owner) for n in elements)
 
         def linear(n_in, n_out, bias):
-            sizes.extend([n_in * n_out] + ([n_out] if bias else []) + ([n_in * n_out] if feedback_parameters else []))
+            add(n_in * n_out, *([n_out] if bias else []), *([n_in * n_out] if feedback_parameters else []))
 
         def expert(width):  # a mixture's FeedForward
             for _ in range(2 if self.gated else 1):
                 linear(self.d, width, self.out_bias)
             linear(width, self.d, self.out_bias)
 
-        if self.experts:
-            from .moe import used_experts
-
-            experts_used = iter(used_experts(self).values())
-
         for stack in self.stacks:
             if not ((self.tied or self.shared_table) and stack != self.stacks[0]):
-                sizes.append(self.V * self.d)  # token embedding (a tied table once, with the first stack)
+                add(self.V * self.d)  # token embedding (a tied table once, with the first stack)
             if self.types is not None:
-                sizes.append(self.types * self.d)
+                add(self.types * self.d)
             if self.positions == "learned":
-                sizes.append(self.position_rows(stack) * self.d)
+                add(self.position_rows(stack) * self.d)
             if self.embedding_norm:
-                sizes.extend(self.norm_parameters)
-            for _ in range(self.depth[stack]):
+                add(*self.norm_parameters)
+            for index in range(self.depth[stack]):
                 for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, self.experts):  # (pre-LN: norm, branch)
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
@@ -243,20 +253,22 @@ class Group:
                         for _ in range(2 if self.gated else 1):  # (gated: the gate's matrix, then the up one)
                             linear(self.d, self.ff, self.out_bias)
                         linear(self.ff, self.d, self.out_bias)
-                    elif family == "moe":  # an expert no row reached has no gradient: the optimizer skips it
+                    elif family == "moe":  # the router, each expert, the shared expert and its gate
                         linear(self.d, self.expert_count, False)
-                        for used in next(experts_used):
-                            if used:
-                                expert(self.ff)
+                        layer = L.block_layer_name(stack, index, sub.name)
+                        for e in range(self.expert_count):
+                            owner = (layer, e)
+                            expert(self.ff)
+                        owner = None
                         if self.shared_expert:
                             expert(self.sff)
                             linear(self.d, 1, False)
                     else:
-                        sizes.extend(self.norm_parameters)
+                        add(*self.norm_parameters)
             if self.pre:
-                sizes.extend(self.norm_parameters)  # the stack's final norm
+                add(*self.norm_parameters)  # the stack's final norm
         if self.tied:  # the head's weight is the table: only its bias (and KP's B) are its own
-            sizes.extend(([self.out] if self.head_bias else []) + ([self.d * self.out] if feedback_parameters else []))
+            add(*([self.out] if self.head_bias else []), *([self.d * self.out] if feedback_parameters else []))
         else:
             linear(self.d, self.out, self.head_bias)
         return sizes

@@ -14,9 +14,13 @@ time, in call order:
   it, the tape equals the tensor meter to the byte (tests/test_moe.py).
 
 An expert no row was routed to runs nothing: no gathered rows, no FFN, no gradient for its weights (``.grad`` stays
-None: the optimizer skips it, and WM's mirror too). Not followed: the steps before the replayed one, whose routing
-decides which experts start the step with a gradient and optimizer state (the step's start, given to the tape,
-counts every parameter's; an expert that gets its first rows in the replayed step has its state created there). A mixture's configuration is replayed alone (its own group of
+None: the optimizer skips it, and WM's mirror too). The steps before the replayed one decide which experts begin it
+primed: holding last step's gradient (a row reached them in the step before) and optimizer state (a row reached them
+in any step before; momentum, Adam). A recorded routing says which (``MemoryReading.primed``,
+``train.model.primed_experts``; :meth:`Routing.held`): the step's start leaves out the others' gradients and state
+(``table.unprimed_bytes``), and an expert stepped for the first time gets its state where torch.optim makes it
+(``programs.optimizer_step``). Token-balanced, or with a record of only the calls (older runs), every expert is
+primed. A mixture's configuration is replayed alone (its own group of
 one): a routing's counts are scalars, and which experts run is the same for the whole group.
 
 The forward (``MixtureOfExperts.forward``) and what autograd makes of it:
@@ -47,10 +51,19 @@ from .buffers import BOOL, FLOAT32, INT64, bytes_
 
 class Routing:
     """Rows routed to each expert, one call of a mixture at a time, in the step's call order: recorded ``calls``
-    ((layer, rows per expert), as ``MemoryReading.routing`` has them), or token-balanced (``calls`` None)."""
+    ((layer, rows per expert), as ``MemoryReading.routing`` has them; or a record, ``MemoryReading.routing_record``,
+    with the experts primed when the step began), or token-balanced (``calls`` None)."""
 
     def __init__(self, calls=None):
+        primed = None
+        if isinstance(calls, dict):  # a record (``MemoryReading.routing_record``, the ``tensor_routing`` JSON)
+            calls, primed = calls.get("calls"), calls.get("primed")
         self.calls = None if calls is None else [(str(layer), tuple(int(n) for n in counts)) for layer, counts in calls]
+        # Per mixture layer, which experts held a gradient ("grad") and optimizer state ("state") when the step began;
+        # None (token-balanced, or a record of before it was kept): every expert held both.
+        self.primed = None if primed is None else {
+            str(layer): {what: [bool(x) for x in flags[what]] for what in ("grad", "state")}
+            for layer, flags in primed.items()}
         self.taken = 0
 
     @staticmethod
@@ -80,6 +93,16 @@ class Routing:
         first = next((counts for name, counts in self.calls if name == layer), None)
         return [True] * g.expert_count if first is None else [n > 0 for n in first]
 
+    def held(self, g, layer: str, what: str) -> list[bool]:
+        """Whether each expert of ``layer`` held ``what`` ("grad": last step's gradient; "state": optimizer state)
+        when the step began: as recorded, or (token-balanced, no record) every one."""
+        flags = (self.primed or {}).get(layer, {}).get(what)
+        if flags is None:
+            return [True] * g.expert_count
+        if len(flags) != g.expert_count:
+            raise ValueError(f"routing: {layer} has {len(flags)} experts primed, the model {g.expert_count}")
+        return list(flags)
+
     def rows(self, g, layer: str, rows) -> list:
         """The rows each expert of ``layer`` saw last in the step (WM's mirror drives each matrix with as many)."""
         if self.calls is None:
@@ -107,6 +130,12 @@ def used_experts(g) -> dict[str, list[bool]]:
     """Per mixture layer, whether each expert runs in the step (has a gradient)."""
     routing = g.routing if g.routing is not None else Routing()
     return {layer: routing.used(g, layer, g.M(stack)) for layer, stack in moe_layers(g)}
+
+
+def held_experts(g, what: str) -> dict[str, list[bool]]:
+    """Per mixture layer, whether each expert held ``what`` ("grad", "state") when the step began."""
+    routing = g.routing if g.routing is not None else Routing()
+    return {layer: routing.held(g, layer, what) for layer, _ in moe_layers(g)}
 
 
 def mixture(ops, x):

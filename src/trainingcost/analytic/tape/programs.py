@@ -30,19 +30,39 @@ class Run:
 
 
 def optimizer_step(t: Tape, g: Group, run: Run) -> None:
-    """``optimizer.step()`` over every parameter (and trained feedback matrix), in ``model.parameters()``'s order."""
-    sizes = [bytes_(p, g.z) for p in g.parameters(run.feedback_parameters)]
+    """``optimizer.step()`` over every parameter (and trained feedback matrix) with a gradient, in
+    ``model.parameters()``'s order. A mixture's expert that held no optimizer state when the step began (no row
+    reached it in any step before) gets it here, where torch.optim makes it: AdamW's ``_init_group``, before its loop,
+    a float32 ``step`` scalar, ``exp_avg`` and ``exp_avg_sq`` per parameter; SGD with momentum, in its loop,
+    ``momentum_buffer`` as a clone of the gradient (after weight decay)."""
+    parameters = [(bytes_(elements, g.z), owner) for elements, owner in g.parameter_owners(run.feedback_parameters)]
+    if g.experts:
+        from .moe import held_experts, used_experts
+
+        used, stated = used_experts(g), held_experts(g, "state")
+        stepped = [(size, owner is not None and not stated[owner[0]][owner[1]])  # (bytes, state made now)
+                   for size, owner in parameters if owner is None or used[owner[0]][owner[1]]]
+    else:
+        stepped = [(size, False) for size, _ in parameters]
     if run.optimizer == "adam":  # AdamW: decay in place; denom = sqrt(v) / c2 + eps, kept until the next one
+        for size, fresh in stepped:
+            if fresh:
+                t.new(np.full_like(t.live, FLOAT32), "step")
+                t.new(size, "exp_avg")
+                t.new(size, "exp_avg_sq")
         previous = None
-        for size in sizes:
+        for size, _ in stepped:
             root = t.new(size, "sqrt")
             denom = t.new(size, "div")
             t.drop(root, previous)
             previous = denom
         t.drop(previous)
-    elif run.weight_decay:  # SGD (with or without momentum): grad = grad + wd * param, one parameter at a time
-        for size in sizes:
-            t.drop(t.new(size, "add"))
+    elif run.weight_decay or run.optimizer == "momentum":
+        for size, fresh in stepped:  # grad = grad + wd * param, one parameter at a time; a first momentum buffer
+            decayed = t.new(size, "add") if run.weight_decay else None
+            if fresh and run.optimizer == "momentum":
+                t.new(size, "clone")  # buf = grad.clone(), kept in the state
+            t.drop(decayed)
 
 
 # ---------------------------------------------------------------------------
