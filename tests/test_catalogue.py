@@ -31,7 +31,8 @@ from trainingcost.analytic.memory import DTYPE_BYTES, OPTIMIZER_SLOTS
 from trainingcost.analytic.registry import cost_model_names
 from trainingcost.config.presets import PRESETS
 from trainingcost.config import ConfigError, validate_config
-from trainingcost.config.choices import ARCHES, OPTION_CHOICES
+from trainingcost.config.choices import ARCHES
+from trainingcost.config.model import OPTION_CHOICES
 from trainingcost.config.schema import CATALOGUE_ENUMS, CONFIG_ENUMS, schema, schema_enum
 from trainingcost.config.training import DEVICES, OPTIMIZERS, TASKS, TRAIN_DTYPES
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..config.model import ARCHES, PARALLEL_BLOCKS
+from ..config.model import ARCHES, COLUMN_OPTIONS, FLOAT_FIELDS, OPTION_DEFAULTS, PARALLEL_BLOCKS
 from . import layers as L
 
 STACK_RANK = {"encoder": 0, "decoder": 1, "": 2}
@@ -54,8 +54,6 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
 
     A frame without an option's column (written before the option existed) has its default.
     """
-    from ..config.model import OPTION_DEFAULTS
-
     n = len(configs)
 
     def column(name):
@@ -82,19 +80,17 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
         "qkv_bias": i64(np.isin(bias, ("all", "qkv", "attention"))), "out_bias": i64(np.isin(bias, ("all", "ffn"))),
         "o_bias": i64(np.isin(bias, ("all", "attention"))), "head_bias": i64(column("head_bias").astype(bool)),
         "learned": i64(positions == "learned"), "rotary": i64(positions == "rotary"),
-        "relative": i64(positions == "relative"), "relative_buckets": i64(column("relative_buckets")),
+        "relative": i64(positions == "relative"),
         "added_positions": i64(np.isin(positions, ("sinusoidal", "learned"))),
-        "type_vocab": i64(column("type_vocab")), "max_positions": i64(column("max_positions")),
-        "embedding_norm": i64(column("embedding_norm").astype(bool)),
         "parallel_block": column("parallel_block").astype(str),
         # features of a head that rotary positions turn (rotary_dim; 0: the whole head)
         "rotary_dim": np.where(i64(column("rotary_dim")) > 0, i64(column("rotary_dim")), head_dim),
-        "sliding_window": i64(column("sliding_window")),  # 0: none (a window shorter than the sequence otherwise)
-        "embedding_scale": i64(column("embedding_scale").astype(bool)),
-        "shared_embedding": i64(column("shared_embedding").astype(bool)),  # the stacks share a table, not the head
-        "experts": i64(column("experts")), "experts_per_token": i64(column("experts_per_token")),
-        "shared_expert_ff": i64(column("shared_expert_ff")), "router_norm": i64(column("router_norm").astype(bool)),
     }
+    # Every other integer, boolean or float option as declared (config/model.py's option(column=True)): its value as
+    # an integer (a float: 1 where set), read by the formulas as s.<name> (sliding_window 0: none, experts 0: dense...)
+    for name in COLUMN_OPTIONS:
+        value = np.asarray(column(name))
+        cols[name] = i64(value.astype(float) > 0) if name in FLOAT_FIELDS else i64(value.astype(np.int64))
     default = np.ones(n, dtype=bool)
     for name, value in OPTION_DEFAULTS.items():
         if name in ("kv_heads", "head_dim", "head_bias"):
@@ -166,8 +162,8 @@ class Templates:
         ``decoder_only``, ``encdec`` or ``pos_rows``), per template, in ``dtype``, read-only (computed once)."""
         key = ("shape", name, np.dtype(dtype).str)
         if key not in self._cache:
-            if name in SHAPE_COLUMNS:  # converted per configuration, then gathered per template (one pass)
-                column = self.config_columns[SHAPE_COLUMNS[name]]
+            if name in SHAPE_COLUMNS or name in COLUMN_OPTIONS:  # per configuration, then gathered per template
+                column = self.config_columns[SHAPE_COLUMNS.get(name, name)]
                 values = (column if column.dtype == bool else column.astype(dtype, copy=False))[self.cfg]
             elif name in TEMPLATE_COLUMNS:
                 values = getattr(self, name).astype(dtype)

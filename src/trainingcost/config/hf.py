@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from .errors import ConfigError
+from .model import HF_OPTIONS
 
 SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
              "starcoder2", "phi3", "gemma", "mixtral", "qwen2_moe")
@@ -113,9 +114,32 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
         if data.get(key) not in (None, 0, False) and key not in MOE_KEYS.get(model_type, ()):
             raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")
     keys = _Keys(data, where, model_type)
-    return {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
+    entry = {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
             "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo,
             "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma, "mixtral": _moe, "qwen2_moe": _moe}[model_type](keys)
+    return _declared_keys(entry, keys)
+
+
+def _declared_keys(entry: dict, k: _Keys) -> dict:
+    """The options whose declaration names config.json keys (config/model.py's option(hf=...)), for any model_type:
+    the first key present and not null, converted by the declaration's ``hf_value``, where the family's mapping has
+    not set the option itself."""
+    for name, meta in HF_OPTIONS.items():
+        if name in entry:
+            continue
+        for key in meta["hf"]:
+            if k.data.get(key) is None:
+                continue
+            value = k.data[key]
+            if meta["kind"] == "bool":
+                value = k.bool(key, False)
+            elif meta["kind"] == "int":
+                value = k.int(key, minimum=meta["minimum"])
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                k._fail(key, f"{value!r} is not a number of at least 0")
+            entry[name] = meta["hf_value"](value) if meta["hf_value"] else value
+            break
+    return entry
 
 
 def _gpt2(k: _Keys) -> dict:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from ...config.model import TAPE_OPTIONS
 from .. import layers as L
 
 
@@ -44,10 +45,23 @@ class GroupKey:
     embedding_scale: bool = False  # the embedding's output times sqrt(d_model) (Gemma)
     shared_table: bool = False  # the stacks' embeddings share one table, the head its own (T5 v1.1)
     experts: bool = False  # a mixture of experts: not replayed (tape/table.py's step_peaks)
+    # The declared options that change which ops run (config/model.py's option(tape=True)), as (name, column value):
+    # read as key.<name> (and g.<name>), so a new option needs no field here.
+    options: tuple = ()
 
     @property
     def blocks(self) -> int:
         return self.enc_layers + self.dec_layers
+
+    def __getattr__(self, name: str):  # a declared option: key.<name>
+        if name.startswith("_"):
+            raise AttributeError(name)
+        for option, value in object.__getattribute__(self, "options"):
+            if option == name:
+                return value
+        if name in TAPE_OPTIONS:
+            return 0
+        raise AttributeError(name)
 
 
 def group_keys(configs) -> list[GroupKey]:
@@ -68,6 +82,8 @@ def group_keys(configs) -> list[GroupKey]:
         partial_rotary=(o["rotary"] > 0) & (o["rotary_dim"] < o["head_dim"]), plain_norm=o["norm_vectors"] == 0,
         embedding_scale=o["embedding_scale"] > 0, shared_table=o["shared_embedding"] > 0, experts=o["experts"] > 0,
     )
+    columns["options"] = np.empty(len(heads), dtype=object)
+    columns["options"][:] = [tuple((name, int(o[name][i])) for name in TAPE_OPTIONS) for i in range(len(heads))]
     names = [f.name for f in fields(GroupKey)]
     rows = zip(*(columns[name].tolist() for name in names))
     return [GroupKey(**dict(zip(names, row))) for row in rows]
