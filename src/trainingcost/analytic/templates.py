@@ -266,12 +266,13 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
                 shared = (((cols["shared_embedding"] > 0) | tied) & encdec & (stack == "decoder")).astype(np.int64) \
                     if end == "embedding" else 0
                 add(has & ends_of[end], kind, stack, end, 1, False, False, rank, rows, shared=shared)
-            for arch_name, pre, parallel, moe in itertools.product(ARCHES, (False, True), PARALLEL_BLOCKS, (False, True)):
+            for arch_name, pre, parallel, moe, post in itertools.product(ARCHES, (False, True), PARALLEL_BLOCKS,
+                                                                         (False, True), (False, True)):
                 mask = (has & (arch == arch_name) & ((cols["pre"] > 0) == pre) & (cols["parallel_block"] == parallel)
-                        & ((cols["experts"] > 0) == moe))
+                        & ((cols["experts"] > 0) == moe) & ((cols["post_norms"] > 0) == post))
                 if not mask.any():
                     continue
-                for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre, parallel, moe)):
+                for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre, parallel, moe, post)):
                     kv_rows = cols["seq_len"] if sub.kind == "cross_attention" else rows
                     add(mask, sub.kind, stack, sub.name, depth, True, sub.block_entry, BLOCK_SUB_OFFSET + position,
                         rows, kv_rows, kv_entry=sub.kv_entry)

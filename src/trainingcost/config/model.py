@@ -107,6 +107,22 @@ class ModelConfig:
                                    "sigmoid(x w) (Qwen-MoE)", minimum=0)
     router_norm: bool = option(True, "mixture of experts: the top-k weights renormalised to sum to 1 (Mixtral); "
                                "false: the softmax's (Qwen-MoE)")
+    # Gemma 2 (Gemma Team 2024, arXiv 2408.00118; transformers' modeling_gemma2.py)
+    post_norms: bool = option(False, "a norm on each branch's output too, before its residual: x + norm'(f(norm(x))) "
+                              "(Gemma 2's post_attention_layernorm, post_feedforward_layernorm); pre-LN, in sequence",
+                              tape=True)
+    attention_softcap: float = option(0.0, "attention scores soft-capped, c tanh(scores / c) (Gemma 2's "
+                                      "attn_logit_softcapping); executed: attention written out (two batched products "
+                                      "and a softmax, as transformers' eager path), since fused kernels cannot cap; "
+                                      "0: none", hf=("attn_logit_softcapping",), tape=True)
+    logit_softcap: float = option(0.0, "the head's logits soft-capped, c tanh(logits / c) (Gemma 2's "
+                                  "final_logit_softcapping); 0: none", hf=("final_logit_softcapping",), tape=True)
+    window_period: int = option(0, "sliding_window on some layers only: a decoder's layer i (from 0) attends to every "
+                                "earlier position where i + 1 is a multiple of this period, within the window "
+                                "elsewhere (Gemma 2: 2, local and global layers alternating); 0: every layer "
+                                "windowed", minimum=2)
+    query_scale: int = option(0, "scores scaled by query_scale^-1/2 instead of head_dim^-1/2 (Gemma 2's "
+                              "query_pre_attn_scalar): a number, no cost; 0: head_dim", hf=("query_pre_attn_scalar",))
 
     def __post_init__(self):
         if self.kv_heads == 0:
@@ -467,10 +483,32 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
             raise ConfigError(f"{_field(where, 'parallel_block')}: {parallel} needs norm_position pre (the branches "
                               "read the normalised block input)")
     _experts(out, where)
+    _gemma2(out, where, positions=positions, head_dim=head_dim, window_given="sliding_window" in e)
     if out.get("tie_embeddings") and classes:
         raise ConfigError(f"{_field(where, 'tie_embeddings')}: a classification head has no vocabulary to share "
                           f"(classes is {classes}); tie only an LM head")
     return out
+
+
+def _gemma2(out: dict, where: str, *, positions: str, head_dim: int, window_given: bool) -> None:
+    """Gemma 2's options, checked against the others; a value that changes nothing is dropped (one config_id)."""
+    if out.get("post_norms"):
+        if out.get("norm_position", OPTION_DEFAULTS["norm_position"]) != "pre" or out.get("parallel_block", "none") != "none":
+            raise ConfigError(f"{_field(where, 'post_norms')}: needs norm_position pre and parallel_block none (a norm "
+                              "on each branch's input and one on its output)")
+    if out.get("attention_softcap") and positions == "relative":
+        raise ConfigError(f"{_field(where, 'attention_softcap')}: does not combine with positions relative (T5's bias "
+                          "is added to uncapped scores)")
+    for name in ("attention_softcap", "logit_softcap"):
+        if name in out and not out[name]:
+            del out[name]  # 0: none, the default
+    if "window_period" in out and "sliding_window" not in out:
+        if not window_given:
+            raise ConfigError(f"{_field(where, 'window_period')}: applies only with sliding_window (the layers "
+                              "between the global ones are windowed)")
+        del out["window_period"]  # the window covers the sequence: no layer is windowed in effect
+    if out.get("query_scale") == head_dim:
+        del out["query_scale"]  # head_dim: the default scale, one config_id
 
 
 def _experts(out: dict, where: str) -> None:
