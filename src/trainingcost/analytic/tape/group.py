@@ -194,7 +194,7 @@ class Group:
         out: list[tuple] = []
         for stack in self.stacks:
             for _ in range(self.depth[stack]):
-                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel):
+                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, post_norms=bool(self.post_norms)):
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
                         out += [(self.d, self.q_width), (self.d, self.kv_width), (self.d, self.kv_width),
@@ -220,7 +220,7 @@ class Group:
             if self.embedding_norm:
                 sizes.extend(self.norm_parameters)
             for _ in range(self.depth[stack]):
-                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel):  # (pre-LN: norm, branch)
+                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, post_norms=bool(self.post_norms)):  # (pre-LN: norm, branch)
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
                         linear(self.d, self.q_width, self.qkv_bias)

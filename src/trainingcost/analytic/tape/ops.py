@@ -672,13 +672,17 @@ class Ops:
 
     def branches(self, stack: str) -> tuple[L.Branch, ...]:
         """The branches of one block of ``stack`` (``Block.branches``: :func:`layers.describe_block`)."""
-        return L.describe_block(self.g.arch, stack, self.g.pre, self.g.parallel).branches
+        return L.describe_block(self.g.arch, stack, self.g.pre, self.g.parallel, post_norms=bool(self.g.post_norms)).branches
 
     def sublayer(self, branch: L.Branch, x: Value, memory: Value | None) -> Value:
         """``Block.sublayer``: post-LN norm(x + branch(x)), pre-LN x + branch(norm(x)); the branch's output (and
         the normalised input) go when it returns."""
         h = self.norm(x) if self.g.pre else x
         out = self.branch(branch, h, memory)
+        if branch.post_norm:  # Gemma 2: the branch's output normalised (the branch's output goes when rebound)
+            normed = self.norm(out)
+            self.t.drop(out.buf)
+            out = normed
         y = self.add(x, out) if self.g.pre else self.add_norm(x, out)
         self.t.drop(out.buf)
         if h is not x:
@@ -732,12 +736,52 @@ class Ops:
         return Value(x.buf, x.rows, x.width, leaf)
 
     def head(self, x: Value) -> Value:
+        """``Transformer.output(pool(x))``: the head, then the logits' soft-capping (Gemma 2)."""
         if self.g.classifier:
             pooled = self.mean_rows(x)
-            logits = self.linear(pooled, self.g.out, "head", unit=False, bias=self.g.head_bias, table=True)
+            logits = self.capped_logits(self.linear(pooled, self.g.out, "head", unit=False, bias=self.g.head_bias,
+                                                    table=True))
             self.t.drop(pooled.buf)
             return logits
-        return self.linear(x, self.g.out, "head", unit=False, bias=self.g.head_bias, table=True)
+        return self.capped_logits(self.linear(x, self.g.out, "head", unit=False, bias=self.g.head_bias, table=True))
+
+    def capped_logits(self, logits: Value) -> Value:
+        """``Transformer.output``'s soft-capping where the model has it (logit_softcap; else ``logits``); the head's
+        own output goes when the caller's variable is rebound."""
+        if not self.g.logit_softcap:
+            return logits
+        capped = self.softcap(logits)
+        self.t.drop(logits.buf)
+        return capped
+
+    def scalar(self, x: Value, label: str) -> Value:
+        """x times or over a number: a new tensor; its backward a new one (the gradient scaled), nothing saved."""
+        out = Value(self.t.new(x.buf.nbytes, label), x.rows, x.width, False)
+
+        def backward(grad, saved):
+            made = self.t.new(x.buf.nbytes, label)
+            self.release(grad, saved)
+            self.deliver(x, made)
+
+        return self._node(out, backward) if x.tracked else out
+
+    def softcap(self, x: Value) -> Value:
+        """``softcap``: tanh(x / c) * c. The quotient goes once tanh has read it; tanh saves its output (which goes,
+        without a graph, once multiplied)."""
+        divided = self.scalar(x, "/ c")
+        t = Value(self.t.new(x.buf.nbytes, "tanh"), x.rows, x.width, False)
+
+        def tanh_backward(grad, saved):
+            made = self.t.new(x.buf.nbytes, "tanh_backward")
+            self.release(grad, saved)
+            self.deliver(divided, made)
+
+        if divided.tracked:
+            self._node(t, tanh_backward, [t.buf])
+        self.t.drop(divided.buf)
+        out = self.scalar(t, "* c")
+        self.t.drop(t.buf)
+        return out
 
     def stages(self, by: str = "block") -> list[tuple]:
         """(kind, stack, branch) of every stage but the head, in order (``Transformer.stages(by)``)."""

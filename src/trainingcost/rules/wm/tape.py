@@ -16,7 +16,7 @@ def mirror(t: Tape, g: Group, steps: int) -> None:
     rows = []  # rows each weight matrix saw in the step, in the order of model.linears()
     for stack in g.stacks:
         for _ in range(g.depth[stack]):
-            for sub in L.block_sublayers(g.arch, stack, g.pre, g.parallel):
+            for sub in L.block_sublayers(g.arch, stack, g.pre, g.parallel, post_norms=bool(g.post_norms)):
                 family = L.KINDS[sub.kind].family
                 if family == "attention":
                     source = seen["encoder"] if sub.kind == "cross_attention" else seen[stack]
