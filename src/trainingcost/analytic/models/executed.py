@@ -108,8 +108,12 @@ def _attention(s: Shapes, turned: int, causal_half: bool = False):
     if causal_half:  # the `causal` convention: kernels that skip masked blocks run half of them ...
         # ... or, with a sliding window of w (shorter than the sequence), the keys each query sees: w (w + 1) / 2 over
         # the first w queries, then w each (a windowed kernel: Beltagy et al. 2020, Jiang et al. 2023)
+        # (Gemma 2's window_period: every p-th layer global, M (M + 1) / 2 keys; per block, the stack's mean, rounded
+        # down where it is not whole)
         w = s.w
-        keys = w * (w + 1) // 2 + (M - w) * w
+        glob = np.where(s.window_period > 0, s.dec_layers // np.maximum(s.window_period, 1), 0)
+        keys = ((s.dec_layers - glob) * (w * (w + 1) // 2 + (M - w) * w) + glob * (M * (M + 1) // 2)) \
+            // np.maximum(s.dec_layers, 1)
         scores = np.where(w > 0, h * keys, scores // 2)
         products = np.where(w > 0, 4 * keys * s.dh * h, products // 2)
     biases = s.bq * (M * a + 2 * N * kv) + s.ba * M * d
