@@ -2,9 +2,11 @@
 
 One JSON schema (``schemas/config.schema.yaml``) validates the workflow config
 and every model entry. The file writes no enum that the code decides: the
-loader fills them in. The configuration's own (presets, arches, architecture
-options, tasks, training dtypes, devices, optimizers) come from
-:mod:`.presets` and :mod:`.choices`; the learning rules and cost models are the
+loader fills them in. The configuration's own (presets, arches, tasks, training
+dtypes, devices, optimizers) come from :mod:`.presets` and :mod:`.choices`; the
+architecture options' keys in a model entry and a grid, and a string option's
+enum, from their declarations (:mod:`.model`'s ``option()``, through
+:func:`declare_options`); the learning rules and cost models are the
 catalogue's (:func:`trainingcost.analytic.catalogue.vocabulary`), which
 ``config`` may not import: callers that know the catalogue pass its names as
 ``vocabulary`` (enum name -> allowed values). A list whose items are one of
