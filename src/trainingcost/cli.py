@@ -108,17 +108,9 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
     return f"Total {unit} per training step, by rule and cost model\n" + grid(header, rows) + "\n"
 
 
-def _not_replayed(moe) -> str:
-    """Why the tape gives no peak for a rule it replays: the model's depth, or what it does not follow yet (``moe``:
-    true for a mixture of experts, or the reason's words; tape/table.py)."""
-    if moe:
-        return f"not replayed ({'a mixture of experts' if moe is True else moe})"
-    return f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)"
-
-
-def _unreplayed(cfg):
-    """What of ``cfg`` the tape does not replay (tape/table.py's step_peaks), or False."""
-    return "a mixture of experts" if cfg.moe else "soft-capped attention" if cfg.attention_softcap else False
+def _not_replayed(moe: bool) -> str:
+    """Why the tape gives no peak for a rule it replays: the model's depth, or a mixture of experts (tape/table.py)."""
+    return "not replayed (a mixture of experts)" if moe else f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)"
 
 
 def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model: str, moe: bool = False) -> str:
@@ -236,12 +228,12 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print(wrapped(note) if compact else note)
     print()
     if compact:
-        print(render_compact(table, memory, args.metric, models[0], _unreplayed(cfg)))
+        print(render_compact(table, memory, args.metric, models[0], cfg.moe))
         return 0
     if not args.memory:
         print(render_costs(table, args.metric) if args.per_layer else render_phases(table, args.metric))
         print(render_summary(table, args.metric))
-    print(render_memory(memory, _unreplayed(cfg)))
+    print(render_memory(memory, cfg.moe))
     return 0
 
 

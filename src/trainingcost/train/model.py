@@ -138,11 +138,13 @@ class Attention(nn.Module):
         if self.rotary:
             q = rotate(q, self.cos[:rows].to(q.dtype), self.sin[:rows].to(q.dtype), self.turned)
             k = rotate(k, self.cos[: k.shape[2]].to(k.dtype), self.sin[: k.shape[2]].to(k.dtype), self.turned)
+        if self.softcap:  # bias: the stack's attention_masks, [the window's (or causal), causal] (Stack)
+            mask = (bias[1] if self.global_layer or not self.windowed else bias[0]) if self.causal else None
+            y = self._capped(q, self._repeat(k), self._repeat(v), mask)
+            return self.o(y.transpose(1, 2).reshape(batch, rows, self.heads * self.head_dim))
         if self.global_layer:
             bias = None  # every earlier position: the plain causal attention
-        if self.softcap:
-            y = self._capped(q, self._repeat(k), self._repeat(v), bias)
-        elif bias is None:
+        if bias is None:
             y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), is_causal=self.causal,
                                                scale=self.scale)
         elif self.windowed:  # an additive mask (0 or -inf), causal and banded: the fused kernel, the dense product
@@ -160,14 +162,11 @@ def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
 def capped_attention(module: "Attention", q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      mask: torch.Tensor | None) -> torch.Tensor:
     """Attention with soft-capped scores, written out as transformers' Gemma 2 ``eager_attention_forward`` runs it
-    (no fused kernel caps): scores q k^T times the scale, capped, the additive mask (the sliding window's, or the
-    causal one), softmax in float32, times v."""
+    (no fused kernel caps): scores q k^T times the scale, capped, the additive mask (a view of the stack's buffer:
+    the sliding window's, or the causal one; none for an encoder's or a cross-attention), softmax in float32, times
+    v."""
     scale = module.scale if module.scale is not None else module.head_dim ** -0.5
     scores = softcap(torch.matmul(q, k.transpose(2, 3)) * scale, module.softcap)
-    if mask is None and module.causal:
-        rows, keys = scores.shape[-2:]
-        above = torch.ones(rows, keys, dtype=torch.bool, device=q.device).triu(1)
-        mask = torch.zeros(rows, keys, dtype=q.dtype, device=q.device).masked_fill(above, float("-inf"))
     if mask is not None:
         scores = scores + mask.to(scores.dtype)
     weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
@@ -419,8 +418,13 @@ class Stack(nn.Module):
         causal = stack == "decoder"  # a decoder stack's self-attention is masked
         self.relative_position = (RelativePositionBias(cfg, cfg.rows(stack), causal) if cfg.positions == "relative"
                                   else None)
+        capped = causal and cfg.attention_softcap > 0  # soft-capped attention takes its masks as additive buffers
         self.register_buffer("window_mask", window_mask(cfg.rows(stack), cfg.sliding_window)
-                             if causal and cfg.sliding_window else None, persistent=False)
+                             if causal and cfg.sliding_window and not capped else None, persistent=False)
+        rows = cfg.rows(stack)
+        self.register_buffer("attention_masks", torch.stack([window_mask(rows, cfg.sliding_window or rows),
+                                                             window_mask(rows, rows)]) if capped else None,
+                             persistent=False)  # [the window's (or causal), causal]: global layers read the second
         description = L.config_block(cfg, stack)
         self.depth = cfg.depth(stack)
         for index in range(self.depth):
@@ -533,6 +537,8 @@ class Transformer(nn.Module):
             s.position_bias = stack.relative_position(s.x.shape[1]) if stack.relative_position is not None else None
             if stack.window_mask is not None:
                 s.position_bias = stack.window_mask
+            if stack.attention_masks is not None:
+                s.position_bias = stack.attention_masks
 
         return run
 

@@ -19,9 +19,6 @@ MAX_TAPE_BLOCKS = 1024
 # A mixture of experts is not replayed (-1) under any rule: the sizes of its dispatch (each expert's gathered rows,
 # hidden tensors and weighted output) follow the routing of the step's data, which shapes alone do not give; the
 # hand model (memory.py) gives its components under the token-balanced assumption (docs/cost_models.md).
-# Soft-capped attention (Gemma 2's attention_softcap) is not replayed yet (-1): attention written out (train/model.py's
-# capped_attention: the batched products' contiguous copies, the B h M N scores, their cap and float32 softmax) has
-# no ops on the tape; its post norms and capped logits do (tape/ops.py).
 
 Program = Callable[[Tape, Group, Run], object]
 
@@ -64,7 +61,7 @@ def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start:
         return out
     run = run_settings(rule_name, optimizer, weight_decay, mirror_steps)
     for rows, key in groups(configs):
-        if key.blocks > MAX_TAPE_BLOCKS or key.experts or key.attention_softcap:
+        if key.blocks > MAX_TAPE_BLOCKS or key.experts:
             continue
         g = Group.of(configs, rows, key, dtype_bytes)
         t = Tape(start[rows])
