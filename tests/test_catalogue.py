@@ -31,7 +31,8 @@ from trainingcost.analytic.memory import DTYPE_BYTES, OPTIMIZER_SLOTS
 from trainingcost.analytic.registry import cost_model_names
 from trainingcost.config.presets import PRESETS
 from trainingcost.config import ConfigError, validate_config
-from trainingcost.config.choices import ARCHES, OPTION_CHOICES
+from trainingcost.config.choices import ARCHES
+from trainingcost.config.model import OPTION_CHOICES
 from trainingcost.config.schema import CATALOGUE_ENUMS, CONFIG_ENUMS, schema, schema_enum
 from trainingcost.config.training import DEVICES, OPTIMIZERS, TASKS, TRAIN_DTYPES
 
@@ -493,3 +494,79 @@ looks = [(s.color, s.marker) for s in styles.values()]
 assert len({{c for c, _ in looks}}) == len(looks) and len({{m for _, m in looks}}) == len(looks)
 print("distinct")
 """
+
+
+# -- the acceptance test of "How to add an architecture option": a toy option, four files -----------------------------
+
+# The whole change, as a newcomer makes it following docs/extending.md: the option declared once (its schema keys,
+# flag, defaults, frame column and shape column follow), its cost in the executed model, its module, its op on the
+# tape. (file, text after which to insert, text inserted); nothing else in the package changes.
+TOY_OPTION = [
+    ("config/model.py", '''"query_pre_attn_scalar): a number, no cost; 0: head_dim", hf=("query_pre_attn_scalar",))\n''',
+     '''    toy_logit_scale: bool = option(False, "the logits times d_model^-1/2 (a toy option)", hf=("toy_logit_scale",),
+                                   tape=True)\n'''),
+    ("analytic/models/executed.py", "    capped = s.logit_softcap * SOFTCAP * rows * out  # Gemma 2's c tanh(logits / c), each way\n",
+     "    capped = capped + s.toy_logit_scale * SCALE * rows * out  # the toy option: one product per logit, each way\n"),
+    ("train/model.py", "        logits = self.head(pooled)\n",
+     "        if self.cfg.toy_logit_scale:\n            logits = logits * self.cfg.d_model ** -0.5\n"),
+    ("analytic/tape/ops.py", "own output goes when the caller's variable is rebound.\"\"\"\n",
+     "        if self.g.toy_logit_scale:  # logits * d^-1/2: a new tensor, its backward a new one\n"
+     "            scaled = self.scalar(logits, \"* d^-1/2\")\n            self.t.drop(logits.buf)\n            logits = scaled\n"),
+]
+TOY_CHECK = """
+import sys, json
+sys.path.insert(0, sys.argv[1])
+from test_peaks import meter_step, tape_and_meter
+from test_executed import assert_cells_equal, measured, predicted
+from trainingcost.config import RuleOptions, canonical_model, configs_frame
+from trainingcost.config.hf import hf_entry
+from trainingcost.config.model import LATE_OPTIONS, OPTION_DEFAULTS
+from trainingcost.analytic.catalogue import rule_names
+cfg = canonical_model(dict(arch="decoder", layers=2, d_model=16, heads=4, d_ff=32, vocab=300, seq_len=6, batch=2,
+                           norm_position="pre", toy_logit_scale=True), "")
+assert cfg.options() == {"norm_position": "pre", "toy_logit_scale": True}
+assert OPTION_DEFAULTS["toy_logit_scale"] is False and "toy_logit_scale" in LATE_OPTIONS
+assert "toy_logit_scale" in configs_frame([("", cfg)])
+assert hf_entry(dict(model_type="llama", hidden_size=16, num_attention_heads=4, num_hidden_layers=1,
+                     intermediate_size=32, vocab_size=300, max_position_embeddings=6, toy_logit_scale=True))["toy_logit_scale"]
+for rule in rule_names():
+    assert_cells_equal(predicted(cfg, rule), measured(cfg, rule, RuleOptions()), rule)
+for rule in ("bp", "dfa", "pepita"):
+    got, want = tape_and_meter(cfg, rule, "sgd", "fp32", meter_step(cfg, "lm", rule, "sgd", "fp32"))
+    assert got == want and got["peak"] > 0, (rule, got, want)
+print("toy ok")
+"""
+
+
+@pytest.fixture(scope="module")
+def toy_tree(tmp_path_factory) -> Path:
+    """A copy of the package with the toy option added in four files (TOY_OPTION)."""
+    root = tmp_path_factory.mktemp("toy")
+    shutil.copytree(PACKAGE, root / "src" / "trainingcost", ignore=shutil.ignore_patterns("__pycache__"))
+    for name, after, inserted in TOY_OPTION:
+        path = root / "src" / "trainingcost" / name
+        text = path.read_text()
+        assert text.count(after) == 1, (name, after)
+        path.write_text(text.replace(after, after + inserted))
+    return root
+
+
+def test_a_toy_option_is_four_files(toy_tree):
+    """An architecture option is one declaration and three places that do something with it: config/model.py, a
+    cost model's formula, train/model.py and the tape's ops (docs/extending.md). The schema's keys (a model's, a
+    grid's), the flag, the config.json key, the defaults, the frame's column and the shape column follow."""
+    changed = {str(path.relative_to(toy_tree / "src" / "trainingcost")) for path in (toy_tree / "src").rglob("*.py")
+               if path.read_bytes() != (PACKAGE / path.relative_to(toy_tree / "src" / "trainingcost")).read_bytes()}
+    assert changed == {name for name, _, _ in TOY_OPTION} and len(changed) <= 4
+    shown = _run(toy_tree, sys.executable, "-m", "trainingcost", "estimate", "--help")
+    assert "--toy-logit-scale" in shown.stdout and "--no-toy-logit-scale" in shown.stdout
+    given = _run(toy_tree, sys.executable, "-m", "trainingcost", "estimate", *MODEL_FLAGS, "--toy-logit-scale",
+                 "--format", "csv")
+    assert given.returncode == 0 and "toy_logit_scale" not in given.stderr, given.stderr[-2000:]
+    bad = "from trainingcost.config import validate_config\nfrom trainingcost.analytic import vocabulary\n" \
+          "validate_config({'sweep': {'grids': [dict(arch=['decoder'], d_model=[16], heads=[2], vocab=[9], " \
+          "seq_len=[4], toy_logit_scale=['yes'])]}}, vocabulary())"
+    refused = _run(toy_tree, sys.executable, "-c", bad)
+    assert "sweep.grids[0].toy_logit_scale[0]: 'yes' is not of type 'boolean'" in refused.stderr, refused.stderr[-500:]
+    checked = _run(toy_tree, sys.executable, "-c", TOY_CHECK, str(REPO / "tests"))
+    assert checked.returncode == 0 and "toy ok" in checked.stdout, checked.stderr[-3000:]

@@ -161,6 +161,13 @@ OPTION_CASES = {
     "embedding-scale": dict(embedding_scale=True),  # Gemma's sqrt(d) on the embedding
     "shared-embedding": dict(shared_embedding=True),  # T5 v1.1: one table for both stacks, the head its own  # SDPA with the window's mask: the dense product
     "experts": dict(experts=3, experts_per_token=2, router_norm=False),  # GELU experts, biased where bias is all
+    # Gemma 2's options: a norm on each branch's output; soft-capped scores (attention written out: 8 M N a backward)
+    # and logits; local and global layers alternating; scores scaled by query_pre_attn_scalar (a number, no cost)
+    "post-norms": dict(norm_position="pre", post_norms=True),
+    "attention-softcap": dict(attention_softcap=20.0),
+    "logit-softcap": dict(logit_softcap=5.0),
+    "window-period": dict(sliding_window=3, window_period=2, positions="rotary"),
+    "query-scale": dict(query_scale=9),
 }
 # Models of today, whole: Llama/Mistral (pre-RMSNorm, SwiGLU, GQA, rotary, no biases), Qwen2 (and q/k/v biases,
 # tied), GPT-2 (pre-LN, learned positions, tied, no head bias), BERT (post-LN, token types, embedding norm).
@@ -175,6 +182,10 @@ MODERN = {
     # Mixtral (Llama's blocks, SwiGLU experts, top-2) and Qwen-MoE (q/k/v biases, a gated shared expert)
     "mixtral": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", kv_heads=2, positions="rotary", bias="none",
                     experts=4, experts_per_token=2),
+    # Gemma 2 (tests/test_hf_families.py checks it against transformers)
+    "gemma2": dict(norm="rmsnorm", norm_position="pre", ffn="geglu", kv_heads=2, head_dim=6, positions="rotary",
+                   bias="none", embedding_scale=True, tie_embeddings=True, post_norms=True, attention_softcap=20.0,
+                   logit_softcap=5.0, sliding_window=3, window_period=2),
     "qwen-moe": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="qkv", experts=4,
                      experts_per_token=3, shared_expert_ff=12, router_norm=False),
 }

@@ -40,7 +40,7 @@ SMALL = dict(vocab_size=61, attn_implementation="sdpa")
 
 def _model(config_class: str, model_class: str, **keys):
     def build():
-        config = getattr(transformers, config_class)(**SMALL, **keys)
+        config = getattr(transformers, config_class)(**{**SMALL, **keys})
         return config, getattr(transformers, model_class)(config)
     return build
 
@@ -84,6 +84,14 @@ MODELS = {
     "gemma": _model("GemmaConfig", "GemmaForCausalLM", **PHI, num_key_value_heads=1, head_dim=12),
     "gemma:gqa": _model("GemmaConfig", "GemmaForCausalLM", **PHI, num_key_value_heads=2, head_dim=8,
                         attention_bias=True),
+    # Gemma 2: Gemma's block with a norm after each branch too, scores soft-capped and scaled by query_pre_attn_scalar,
+    # logits soft-capped, local (a window of 4) and global layers alternating. transformers runs Gemma 2 on its eager
+    # attention only (_supports_sdpa = False: SDPA cannot cap), as trainingcost's model runs soft-capped attention.
+    "gemma2:window": _model("Gemma2Config", "Gemma2ForCausalLM", **{**PHI, "num_hidden_layers": 3}, num_key_value_heads=2,
+                            head_dim=12, sliding_window=4, query_pre_attn_scalar=16, attn_implementation="eager"),
+    "gemma2:uncapped:window": _model("Gemma2Config", "Gemma2ForCausalLM", **PHI, num_key_value_heads=1, head_dim=8,
+                                     sliding_window=4, attn_logit_softcapping=None, final_logit_softcapping=None,
+                                     attention_bias=True, attn_implementation="eager"),
 }
 ENCODER_DECODER = {  # T5 v1.1: gated GELU, the stacks sharing one table, the head its own
     "t5:v1.1": lambda: (lambda c: (c, transformers.T5ForConditionalGeneration(c)))(transformers.T5Config(
@@ -138,6 +146,11 @@ def test_parameters_and_executed_flops_equal_the_hugging_face_model(model_type):
             # a), not the fused kernel's 10 M N a. trainingcost's model repeats the head (a view) and runs the fused
             # kernel, and counts that.
             terms -= cfg.layers * 2 * B * length * length * cfg.attn_width
+        if model_type == "gemma2:uncapped:window":
+            # Gemma 2 without soft-capping: transformers still runs its eager attention (Gemma 2 has no SDPA path), its
+            # backward four batched products (8 M N a); trainingcost's model, with nothing to cap, the fused kernel
+            # (10 M N a), and counts that.
+            terms -= cfg.layers * 2 * B * length * length * cfg.attn_width
         assert hf_step_flops(model, config, length) - executed == terms, (model_type, length, cfg.options())
 
 
@@ -177,6 +190,15 @@ PUBLISHED = {  # the presets' config.json keys (the hub's files; older key names
     "gemma-7b": dict(model_type="gemma", hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
                      num_attention_heads=16, num_key_value_heads=16, head_dim=256, vocab_size=256000,
                      max_position_embeddings=8192, hidden_act="gelu_pytorch_tanh"),
+    # google/gemma-2-2b and google/gemma-2-9b's config.json (the keys that matter; layer_types absent: alternating)
+    "gemma-2-2b": dict(model_type="gemma2", hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                       num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=256000,
+                       max_position_embeddings=8192, hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=256,
+                       sliding_window=4096, attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
+    "gemma-2-9b": dict(model_type="gemma2", hidden_size=3584, intermediate_size=14336, num_hidden_layers=42,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=256, vocab_size=256000,
+                       max_position_embeddings=8192, hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=256,
+                       sliding_window=4096, attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
 }
 
 
@@ -193,6 +215,9 @@ def test_a_published_config_json_reads_as_its_preset(name):
     (dict(PUBLISHED["falcon-7b"], new_decoder_architecture=True, parallel_attn=False), "parallel_attn: false with "),
     (dict(PUBLISHED["pythia-1.4b"], rotary_pct=0.2), "rotary_pct: turns 25 features of a 128-wide head"),
     (dict(PUBLISHED["gpt-j-6b"], rotary_dim=512), "rotary_dim: turns 512 features of a 256-wide head"),
+    (dict(PUBLISHED["gemma-2-2b"], layer_types=["full_attention", "sliding_attention"] * 13),
+     "layer_types: global layers other than every n-th are not supported"),
+    (dict(PUBLISHED["gemma-2-2b"], attn_logit_softcapping="50"), "attn_logit_softcapping: '50' is not a positive number"),
 ])
 def test_unsupported_variants_get_one_line(data, message):
     with pytest.raises(ConfigError) as err:

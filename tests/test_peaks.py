@@ -232,6 +232,18 @@ FAMILY_CASES = {
     "t5-v1.1": ("encoder-decoder", dict(positions="relative", relative_buckets=8, relative_max_distance=16,
                                         norm="rmsnorm", norm_position="pre", ffn="geglu", bias="none", head_bias=False,
                                         shared_embedding=True), (1, 16, 2, 32, 7, 2, 40)),
+    # Gemma 2: a norm after each branch too, soft-capped attention (written out: its copies, B h M N scores, cap, float32
+    # softmax, the stack's two additive masks) and logits, local (a window of 3) and global layers alternating, scores
+    # scaled by query_pre_attn_scalar
+    "gemma2": ("decoder", dict(norm="rmsnorm", norm_position="pre", ffn="geglu", positions="rotary", bias="none",
+                               kv_heads=2, head_dim=6, embedding_scale=True, tie_embeddings=True, head_bias=False,
+                               post_norms=True, attention_softcap=20.0, logit_softcap=5.0, sliding_window=3,
+                               window_period=2, query_scale=9), (3, 16, 4, 40, 6, 2, 24)),
+    # soft-capped attention with one key/value head (an expanded view the batched products copy), as a classifier with
+    # post norms and capped logits (DFA's and the target rules' heads cap too); and in an encoder-decoder (grouped)
+    "softcap-mqa-classifier": ("encoder", dict(norm_position="pre", post_norms=True, attention_softcap=20.0,
+                                               logit_softcap=5.0, kv_heads=1, head_dim=8), (1, 16, 2, 32, 6, 2, 16)),
+    "softcap-encoder-decoder": ("encoder-decoder", dict(attention_softcap=20.0, kv_heads=2), (1, 16, 4, 32, 7, 2, 40)),
 }
 
 

@@ -12,14 +12,13 @@ import re
 from .config import PRESETS, ConfigError, canonical_model, preset_entry
 from .config.hf import SUPPORTED as HF_MODEL_TYPES
 from .config.hf import check_window, drop_lm_head, drop_short_table, read_hf_config
-from .config.model import BIASES, FFNS, NORM_POSITIONS, NORMS, PARALLEL_BLOCKS, POSITIONS
+from .config.model import OPTIONS
 
-# Model flags; each flag's dest is its config field (--d-model -> d_model).
-MODEL_FIELDS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "tgt_len", "batch",
-                "classes", "norm", "norm_position", "ffn", "kv_heads", "head_dim", "positions", "max_positions",
-                "tie_embeddings", "bias", "head_bias", "type_vocab", "embedding_norm", "relative_buckets",
-                "relative_max_distance", "parallel_block", "rotary_dim", "sliding_window",
-                "embedding_scale", "shared_embedding", "experts", "experts_per_token", "shared_expert_ff", "router_norm")
+# Model flags; each flag's dest is its config field (--d-model -> d_model). The architecture options' flags come
+# from their declarations (config/model.py's option()).
+SIZE_FLAGS = ("arch", "layers", "enc_layers", "dec_layers", "d_model", "heads", "d_ff", "vocab", "seq_len", "tgt_len",
+              "batch", "classes")
+MODEL_FIELDS = (*SIZE_FLAGS, *OPTIONS)
 LAYER_FIELDS = ("layers", "enc_layers", "dec_layers")
 
 
@@ -78,35 +77,14 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
                         help=f"a model's own config.json, or a folder holding one ({', '.join(HF_MODEL_TYPES)}); "
                              "the other flags override its fields")
     arch = parser.add_argument_group("architecture options (defaults: the 2017 transformer)")
-    arch.add_argument("--norm", choices=NORMS)
-    arch.add_argument("--norm-position", choices=NORM_POSITIONS, help="post: norm(x + f(x)); pre: x + f(norm(x))")
-    arch.add_argument("--ffn", choices=FFNS, help="swiglu and geglu are gated (three matrices; --d-ff is their width)")
-    arch.add_argument("--kv-heads", type=integer, help="key/value heads (grouped-query attention); must divide --heads")
-    arch.add_argument("--head-dim", type=integer, help="the width of one head (default d_model / heads)")
-    arch.add_argument("--positions", choices=POSITIONS)
-    arch.add_argument("--relative-buckets", type=integer, help="positions relative: T5's buckets (default 32)")
-    arch.add_argument("--relative-max-distance", type=integer, help="positions relative: from here one bucket (default 128)")
-    arch.add_argument("--max-positions", type=integer, help="rows of a learned position table (default: the sequence length)")
-    arch.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=None,
-                      help="the head shares the input embedding's table")
-    arch.add_argument("--bias", choices=BIASES, help="biases of the blocks' linear layers")
-    arch.add_argument("--head-bias", action=argparse.BooleanOptionalAction, default=None)
-    arch.add_argument("--type-vocab", type=integer, help="token types added to the embedding (BERT: 2)")
-    arch.add_argument("--embedding-norm", action=argparse.BooleanOptionalAction, default=None,
-                      help="a norm on the embedding output (BERT)")
-    arch.add_argument("--parallel-block", choices=PARALLEL_BLOCKS,
-                      help="x + attn(norm(x)) + ffn(norm(x)): one norm (GPT-J, Phi-2, Falcon-7B) or two (GPT-NeoX)")
-    arch.add_argument("--rotary-dim", type=integer, help="positions rotary: features of a head turned (default all)")
-    arch.add_argument("--sliding-window", type=integer, help="a decoder's queries attend to the last N positions only")
-    arch.add_argument("--embedding-scale", action=argparse.BooleanOptionalAction, default=None,
-                      help="the embedding's output times sqrt(d_model) (Gemma)")
-    arch.add_argument("--shared-embedding", action=argparse.BooleanOptionalAction, default=None,
-                      help="encoder-decoder: both stacks read one table, the head its own (T5 v1.1)")
-    arch.add_argument("--experts", type=integer, help="mixture of experts: routed FFNs per block, each --d-ff wide")
-    arch.add_argument("--experts-per-token", type=integer, help="mixture of experts: the top-k experts a token runs")
-    arch.add_argument("--shared-expert-ff", type=integer, help="mixture of experts: a shared expert this wide (Qwen-MoE)")
-    arch.add_argument("--router-norm", action=argparse.BooleanOptionalAction, default=None,
-                      help="mixture of experts: renormalise the top-k weights (default; Mixtral)")
+    for name, meta in OPTIONS.items():
+        flag, text = "--" + name.replace("_", "-"), meta["help"].replace("%", "%%")
+        if meta["kind"] == "str":
+            arch.add_argument(flag, choices=meta["choices"], help=text)
+        elif meta["kind"] == "bool":
+            arch.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            arch.add_argument(flag, type=integer if meta["kind"] == "int" else number, help=text)
 
 
 def model_entry(args: argparse.Namespace, defaults: dict | None = None):

@@ -199,6 +199,7 @@ class Branch:
     norm: str  # the name of its norm's sublayer
     reads_memory: bool  # keys and values come from the encoder output (cross-attention)
     positional: bool  # the stack's positions act inside it: rotary turns its q and k, a relative bias adds to its scores
+    post_norm: str = ""  # the name of a norm on its output, before the residual (post_norms: Gemma 2); "": none
 
 
 @dataclass(frozen=True)
@@ -231,11 +232,12 @@ SHARED_NORM = "input_norm"  # a parallel block's one norm (parallel_block one_no
 
 
 @lru_cache(maxsize=None)
-def describe_block(arch: str, stack: str, pre: bool = False, parallel: str = "none", moe: bool = False
-                   ) -> BlockDescription:
+def describe_block(arch: str, stack: str, pre: bool = False, parallel: str = "none", moe: bool = False,
+                   post_norms: bool = False) -> BlockDescription:
     """The block of ``stack`` ('encoder' or 'decoder') in ``arch``, post-LN or ``pre``-LN, its branches in sequence
     or ``parallel`` (``ModelConfig.parallel_block``: one_norm, two_norms; pre-LN, no cross-attention); with ``moe``, a
-    mixture of experts (kind ``moe``) in the FFN's place, under the FFN's name."""
+    mixture of experts (kind ``moe``) in the FFN's place, under the FFN's name; with ``post_norms`` (pre-LN, in
+    sequence), a norm (kind ``norm``, ``<branch>_post_norm``) on each branch's output before its residual (Gemma 2)."""
     if stack == "encoder":
         pairs = _ENCODER
     elif arch == "encoder-decoder":
@@ -250,22 +252,30 @@ def describe_block(arch: str, stack: str, pre: bool = False, parallel: str = "no
         cross = kind == "cross_attention"
         attention = KINDS[kind].family == "attention"
         norm_name = SHARED_NORM if parallel == "one_norm" else f"{name}_norm"
-        branch = Branch(name, kind, norm_name, reads_memory=cross, positional=attention and not cross)
+        post = f"{name}_post_norm" if post_norms else ""
+        branch = Branch(name, kind, norm_name, reads_memory=cross, positional=attention and not cross, post_norm=post)
         branches.append(branch)
         norm = Sublayer(branch.norm, "add_norm", entry or parallel != "none", role="norm")
         if parallel == "one_norm" and not entry:
             subs.append(Sublayer(name, kind, False, attention and cross))  # the norm is the first branch's
         elif pre:
             subs += [norm, Sublayer(name, kind, False, attention and cross)]
+            if post:
+                subs.append(Sublayer(post, "norm", False, role="norm"))
         else:
             subs += [Sublayer(name, kind, entry, attention and (entry or cross)), norm]
     return BlockDescription(arch, stack, pre, tuple(branches), tuple(subs), parallel != "none")
 
 
-def block_sublayers(arch: str, stack: str, pre: bool = False, parallel: str = "none", moe: bool = False
-                    ) -> tuple[Sublayer, ...]:
+def block_sublayers(arch: str, stack: str, pre: bool = False, parallel: str = "none", moe: bool = False,
+                    post_norms: bool = False) -> tuple[Sublayer, ...]:
     """The sublayers of one block of ``stack`` in ``arch``, in forward order (:func:`describe_block`)."""
-    return describe_block(arch, stack, pre, parallel, moe).sublayers
+    return describe_block(arch, stack, pre, parallel, moe, post_norms).sublayers
+
+
+def config_block(cfg, stack: str) -> BlockDescription:
+    """The block of ``stack`` of one model (a :class:`~trainingcost.config.ModelConfig`)."""
+    return describe_block(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block, cfg.moe, cfg.post_norms)
 
 
 def stack_ends(cfg) -> tuple[tuple[str, str], ...]:
@@ -318,7 +328,7 @@ def layer_plan(cfg) -> list[tuple[str, str]]:
         for end, kind in stack_ends(cfg):
             plan.append((end_layer_name(stack, end), kind))
         for index in range(cfg.depth(stack)):
-            for sub in block_sublayers(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block, cfg.moe):
+            for sub in config_block(cfg, stack).sublayers:
                 plan.append((block_layer_name(stack, index, sub.name), sub.kind))
         if cfg.pre_norm:
             plan.append((end_layer_name(stack, FINAL_NORM), "norm"))

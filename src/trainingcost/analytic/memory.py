@@ -139,6 +139,8 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
         np.where(configs["arch"].to_numpy() != "decoder", c["seq_len"] * c["enc_layers"], 0)
         + c["tgt_len"] * c["dec_layers"])
     window_masks = np.where(options["sliding_window"] > 0, stack_rows[1] * stack_rows[1], 0)  # a decoder's, in the dtype
+    # soft-capped attention (Gemma 2): a decoder stack's two additive masks, the window's (or causal) and the causal one
+    window_masks = np.where(options["attention_softcap"] > 0, 2 * stack_rows[1] * stack_rows[1], window_masks)
     position_buffers = np.where(sinusoidal, rows_per_stack * d, 0) + rotary_tables + window_masks
     bucket_bytes = options["relative"] * TOKEN_BYTES * sum(rows * rows for rows in stack_rows)
     # T5's relative-position tables (buckets x heads per stack): PEPITA and MEMPEPITA never update them (their output

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..config.model import ARCHES, PARALLEL_BLOCKS
+from ..config.model import ARCHES, COLUMN_OPTIONS, FLOAT_FIELDS, OPTION_DEFAULTS, PARALLEL_BLOCKS
 from . import layers as L
 
 STACK_RANK = {"encoder": 0, "decoder": 1, "": 2}
@@ -62,8 +62,6 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
 
     A frame without an option's column (written before the option existed) has its default.
     """
-    from ..config.model import OPTION_DEFAULTS
-
     n = len(configs)
     read: dict[str, np.ndarray] = {}
 
@@ -96,19 +94,17 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
         "qkv_bias": i64(np.isin(bias, ("all", "qkv", "attention"))), "out_bias": i64(np.isin(bias, ("all", "ffn"))),
         "o_bias": i64(np.isin(bias, ("all", "attention"))), "head_bias": i64(column("head_bias").astype(bool)),
         "learned": i64(positions == "learned"), "rotary": i64(positions == "rotary"),
-        "relative": i64(positions == "relative"), "relative_buckets": i64(column("relative_buckets")),
+        "relative": i64(positions == "relative"),
         "added_positions": i64(np.isin(positions, ("sinusoidal", "learned"))),
-        "type_vocab": i64(column("type_vocab")), "max_positions": i64(column("max_positions")),
-        "embedding_norm": i64(column("embedding_norm").astype(bool)),
         "parallel_block": column("parallel_block").astype(str),
         # features of a head that rotary positions turn (rotary_dim; 0: the whole head)
         "rotary_dim": np.where(i64(column("rotary_dim")) > 0, i64(column("rotary_dim")), head_dim),
-        "sliding_window": i64(column("sliding_window")),  # 0: none (a window shorter than the sequence otherwise)
-        "embedding_scale": i64(column("embedding_scale").astype(bool)),
-        "shared_embedding": i64(column("shared_embedding").astype(bool)),  # the stacks share a table, not the head
-        "experts": i64(column("experts")), "experts_per_token": i64(column("experts_per_token")),
-        "shared_expert_ff": i64(column("shared_expert_ff")), "router_norm": i64(column("router_norm").astype(bool)),
     }
+    # Every other integer, boolean or float option as declared (config/model.py's option(column=True)): its value as
+    # an integer (a float: 1 where set), read by the formulas as s.<name> (sliding_window 0: none, experts 0: dense...)
+    for name in COLUMN_OPTIONS:
+        value = np.asarray(column(name))
+        cols[name] = i64(value.astype(float) > 0) if name in FLOAT_FIELDS else i64(value.astype(np.int64))
     default = np.ones(n, dtype=bool)
     for name, value in OPTION_DEFAULTS.items():
         if name in ("kv_heads", "head_dim", "head_bias"):
@@ -180,8 +176,8 @@ class Templates:
         ``decoder_only``, ``encdec`` or ``pos_rows``), per template, in ``dtype``, read-only (computed once)."""
         key = ("shape", name, np.dtype(dtype).str)
         if key not in self._cache:
-            if name in SHAPE_COLUMNS:  # converted per configuration, then gathered per template (one pass)
-                column = self.config_columns[SHAPE_COLUMNS[name]]
+            if name in SHAPE_COLUMNS or name in COLUMN_OPTIONS:  # per configuration, then gathered per template
+                column = self.config_columns[SHAPE_COLUMNS.get(name, name)]
                 values = (column if column.dtype == bool else column.astype(dtype, copy=False))[self.cfg]
             elif name in TEMPLATE_COLUMNS:
                 values = getattr(self, name).astype(dtype)
@@ -282,9 +278,10 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
         ends_of = {"embedding": everything, "token_type_embedding": cols["type_vocab"] > 0,
                    "positional_encoding": cols["added_positions"] > 0, L.EMBEDDING_NORM: cols["embedding_norm"] > 0,
                    "relative_position": cols["relative"] > 0}
-        variants = list(itertools.product(ARCHES, (False, True), PARALLEL_BLOCKS, (False, True)))
+        variants = list(itertools.product(ARCHES, (False, True), PARALLEL_BLOCKS, (False, True), (False, True)))
         arch_code, parallel_code = _codes(arch, ARCHES), _codes(cols["parallel_block"], PARALLEL_BLOCKS)
-        variant = ((arch_code * 2 + (cols["pre"] > 0)) * len(PARALLEL_BLOCKS) + parallel_code) * 2 + (cols["experts"] > 0)
+        variant = (((arch_code * 2 + (cols["pre"] > 0)) * len(PARALLEL_BLOCKS) + parallel_code) * 2
+                   + (cols["experts"] > 0)) * 2 + (cols["post_norms"] > 0)
         variant = np.where((arch_code < 0) | (parallel_code < 0), -1, variant)  # no block of a variant below
         for stack in ("encoder", "decoder"):
             depth = cols["enc_layers"] if stack == "encoder" else cols["dec_layers"]
@@ -296,15 +293,15 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
                 shared = (((cols["shared_embedding"] > 0) | tied) & encdec & (stack == "decoder")).astype(np.int64) \
                     if end == "embedding" else 0
                 add(has & ends_of[end], kind, stack, end, 1, False, False, rank, rows, shared=shared)
-            # each configuration's block variant as one code (its arch, pre-LN, parallel block and MoE), in the
+            # each configuration's block variant as one code (its arch, pre-LN, parallel block, MoE and post-norms), in the
             # order of the product below: each variant present is one pass over the codes, not five string compares
             code = np.where(has, variant, -1)
             present = np.bincount(code[code >= 0], minlength=len(variants)) if len(code) else np.zeros(len(variants))
-            for number, (arch_name, pre, parallel, moe) in enumerate(variants):
+            for number, (arch_name, pre, parallel, moe, post) in enumerate(variants):
                 if not present[number]:
                     continue
                 mask = code == number
-                for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre, parallel, moe)):
+                for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre, parallel, moe, post)):
                     kv_rows = cols["seq_len"] if sub.kind == "cross_attention" else rows
                     add(mask, sub.kind, stack, sub.name, depth, True, sub.block_entry, BLOCK_SUB_OFFSET + position,
                         rows, kv_rows, kv_entry=sub.kv_entry)

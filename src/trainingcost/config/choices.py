@@ -10,7 +10,7 @@ from __future__ import annotations
 ARCHES = ("encoder", "decoder", "encoder-decoder")
 
 # Architecture options. Each has a default that is the 2017 transformer (Vaswani et al. 2017), which trainingcost
-# costed first (config/model.py's OPTION_DEFAULTS).
+# costed first (config/model.py's option declarations; a new option may write its values there instead).
 NORMS = ("layernorm", "rmsnorm", "nonparametric")  # nonparametric: LayerNorm without gain or bias (OLMo)
 NORM_POSITIONS = ("post", "pre")
 FFNS = ("gelu", "relu", "swiglu", "geglu")
@@ -21,8 +21,7 @@ BIASES = ("all", "none", "qkv", "attention", "ffn")
 # Parallel attention and FFN (GPT-J, GPT-NeoX, Phi-1/2, Falcon): x + attn(norm(x)) + ffn(norm(x)) with one norm
 # read by both branches (one_norm), or a norm each (two_norms); none: the branches in sequence.
 PARALLEL_BLOCKS = ("none", "one_norm", "two_norms")
-OPTION_CHOICES = dict(norm=NORMS, norm_position=NORM_POSITIONS, ffn=FFNS, positions=POSITIONS, bias=BIASES,
-                      parallel_block=PARALLEL_BLOCKS)
+# (Which option takes which values is its declaration's, config/model.py's option(): OPTION_CHOICES there.)
 
 # What a training run may be asked for (config/training.py checks a run's settings against them).
 TASKS = ("lm", "classify", "copy", "reverse")

@@ -9,7 +9,7 @@ flags and a sweep entry's other keys override its fields.
 
 Sources of each mapping: the ``configuration_*.py`` and ``modeling_*.py`` of
 Hugging Face ``transformers`` for GPT-2, BERT, T5, Llama, Mistral, Qwen2, GPT-NeoX,
-GPT-J, Phi, Falcon, StableLM, OLMo, StarCoder2, Phi-3, Gemma, Mixtral and Qwen-MoE (key names, their defaults, which
+GPT-J, Phi, Falcon, StableLM, OLMo, StarCoder2, Phi-3, Gemma, Gemma 2, Mixtral and Qwen-MoE (key names, their defaults, which
 layers carry biases, which heads are tied, which blocks are parallel, how much of a head rotary turns, the experts).
 """
 
@@ -19,9 +19,10 @@ import json
 from pathlib import Path
 
 from .errors import ConfigError
+from .model import HF_OPTIONS
 
 SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
-             "starcoder2", "phi3", "gemma", "mixtral", "qwen2_moe")
+             "starcoder2", "phi3", "gemma", "gemma2", "mixtral", "qwen2_moe")
 # Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
 UNSUPPORTED_KEYS = {
     "num_local_experts": "mixture of experts",
@@ -113,9 +114,32 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
         if data.get(key) not in (None, 0, False) and key not in MOE_KEYS.get(model_type, ()):
             raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")
     keys = _Keys(data, where, model_type)
-    return {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
+    entry = {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
             "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo,
-            "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma, "mixtral": _moe, "qwen2_moe": _moe}[model_type](keys)
+            "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma, "gemma2": _gemma2, "mixtral": _moe, "qwen2_moe": _moe}[model_type](keys)
+    return _declared_keys(entry, keys)
+
+
+def _declared_keys(entry: dict, k: _Keys) -> dict:
+    """The options whose declaration names config.json keys (config/model.py's option(hf=...)), for any model_type:
+    the first key present and not null, converted by the declaration's ``hf_value``, where the family's mapping has
+    not set the option itself."""
+    for name, meta in HF_OPTIONS.items():
+        if name in entry:
+            continue
+        for key in meta["hf"]:
+            if k.data.get(key) is None:
+                continue
+            value = k.data[key]
+            if meta["kind"] == "bool":
+                value = k.bool(key, False)
+            elif meta["kind"] == "int":
+                value = k.int(key, minimum=meta["minimum"])
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                k._fail(key, f"{value!r} is not a number of at least 0")
+            entry[name] = meta["hf_value"](value) if meta["hf_value"] else value
+            break
+    return entry
 
 
 def _gpt2(k: _Keys) -> dict:
@@ -436,6 +460,53 @@ def _gemma(k: _Keys) -> dict:
                      bias="attention" if k.bool("attention_bias", False) else "none",
                      tie_embeddings=k.bool("tie_word_embeddings", True))
     return _full_rotary(entry, k)
+
+
+GEMMA2_DEFAULTS = dict(attn_logit_softcapping=50.0, final_logit_softcapping=30.0, query_pre_attn_scalar=256,
+                      sliding_window=4096)  # configuration_gemma2.py's, for a file without the key
+
+
+def _gemma2(k: _Keys) -> dict:
+    # Gemma 2 (modeling_gemma2.py; Gemma Team 2024, arXiv 2408.00118): Gemma's block (above; hidden_activation, not
+    # hidden_act) with a norm on each branch's output too (post_attention_layernorm, post_feedforward_layernorm, beside
+    # input_layernorm and pre_feedforward_layernorm), attention scores soft-capped (attn_logit_softcapping) and scaled
+    # by query_pre_attn_scalar^-1/2, the logits soft-capped (final_logit_softcapping), and local and global layers
+    # alternating (layer_types; absent: sliding_attention where (i + 1) % 2, that is layers 0, 2, 4 ...). The keys
+    # the options declare (config/model.py) are read there; a file without them gets Gemma2Config's defaults here.
+    if k.data.get("use_bidirectional_attention"):
+        k._fail("use_bidirectional_attention", "bidirectional attention is not supported")
+    act = k.str("hidden_activation", "gelu_pytorch_tanh")
+    if act not in ("gelu", "gelu_pytorch_tanh", "gelu_new"):
+        k._fail("hidden_activation", f"{act!r} is not supported (supported: gelu_pytorch_tanh, gelu)")
+    entry = _full_rotary(_decoder(k, norm="rmsnorm", ffn="geglu", embedding_scale=True, post_norms=True,
+                                  bias="attention" if k.bool("attention_bias", False) else "none",
+                                  tie_embeddings=k.bool("tie_word_embeddings", True)), k)
+    layers = entry["layers"]
+    for key, option in (("attn_logit_softcapping", "attention_softcap"), ("final_logit_softcapping", "logit_softcap")):
+        value = k.data.get(key, GEMMA2_DEFAULTS[key])
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                k._fail(key, f"{value!r} is not a positive number (or null: none)")
+            entry[option] = float(value)
+    entry["query_scale"] = k.int("query_pre_attn_scalar", GEMMA2_DEFAULTS["query_pre_attn_scalar"])
+    window = k.int("sliding_window", GEMMA2_DEFAULTS["sliding_window"], minimum=0) or 0
+    types = k.data.get("layer_types")
+    if types is None:
+        types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or not set(types) <= {"full_attention", "sliding_attention"} or len(types) != layers:
+        k._fail("layer_types", f"{types!r} is not a list of {layers} full_attention and sliding_attention")
+    full = [i for i, kind in enumerate(types) if kind == "full_attention"]
+    if window and len(full) < layers:
+        entry["sliding_window"] = window
+        if full:
+            period = full[0] + 1
+            if full != [i for i in range(layers) if (i + 1) % period == 0]:
+                k._fail("layer_types", "global layers other than every n-th are not supported (supported: "
+                        "full_attention on layers n - 1, 2n - 1 ..., sliding_attention elsewhere)")
+            entry["window_period"] = period
+            if period == 1:
+                del entry["sliding_window"], entry["window_period"]  # every layer global
+    return entry
 
 
 def _full_rotary(entry: dict, k: _Keys) -> dict:

@@ -10,30 +10,41 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 
-from .choices import ARCHES, BIASES, FFNS, NORM_POSITIONS, NORMS, OPTION_CHOICES, PARALLEL_BLOCKS, POSITIONS  # noqa: F401
+from .choices import ARCHES, BIASES, FFNS, NORM_POSITIONS, NORMS, PARALLEL_BLOCKS, POSITIONS  # noqa: F401
 from .errors import ConfigError
 from .presets import PRESETS
-from .schema import validate
+from .schema import declare_options, validate
 
-# Architecture options (the tuples of allowed values are config/choices.py's). Each has a default that is the 2017
-# transformer trainingcost costed first; only options that differ from their defaults enter the config_id, so the
-# configurations written before the options existed keep their ids.
+# Architecture options: each is ONE declaration, a field of ModelConfig made by option() below. Its default is the
+# 2017 transformer trainingcost costed first; only options that differ from their defaults enter the config_id, so
+# the configurations written before an option existed keep their ids. From the declarations come OPTION_DEFAULTS,
+# OPTION_CHOICES, LATE_OPTIONS, BOOL_FIELDS, the schema's keys (a model's and a grid's properties, and the enum of a
+# string option: config/schema.py), the command line's flags (args.py), the config.json keys read for any model_type
+# (config/hf.py) and the integer column the formulas read (analytic/templates.py's option_columns).
 GATED_FFNS = ("swiglu", "geglu")  # three matrices: act(x W_gate) * (x W_up), then W_down
 ADDED_POSITIONS = ("sinusoidal", "learned")  # a table added to the token embedding
-OPTION_DEFAULTS = dict(
-    norm="layernorm", norm_position="post", ffn="gelu", kv_heads=0, head_dim=0, positions="sinusoidal",
-    max_positions=0, tie_embeddings=False, bias="all", head_bias=None, type_vocab=0, embedding_norm=False,
-    relative_buckets=32, relative_max_distance=128, parallel_block="none", rotary_dim=0, sliding_window=0,
-    embedding_scale=False, shared_embedding=False,
-    experts=0, experts_per_token=0, shared_expert_ff=0, router_norm=True,
-)
-# Options added after the default sweep's tables were written: a configs frame has their column only where a row
-# sets one (config/sweep.py's configs_frame), so frames of the earlier options keep their bytes.
-LATE_OPTIONS = ("parallel_block", "rotary_dim", "sliding_window", "embedding_scale", "shared_embedding",
-                "experts", "experts_per_token", "shared_expert_ff", "router_norm")
+
+
+def option(default, help: str, *, choices: tuple = (), minimum: int = 1, late: bool = True, hf: tuple = (),
+           hf_value=None, column: bool = True, tape: bool = False):
+    """An architecture option of :class:`ModelConfig`, declared once.
+
+    ``default``: the 2017 transformer's value (its type is the option's: str with ``choices``, bool, int, float;
+    None for a bool derived from others). ``help``: the schema's description and the flag's help. ``choices``: a
+    string option's allowed values. ``minimum``: an integer option's least value (1 or 0). ``late``: added after the
+    default sweep's tables were written (a configs frame has its column only where a row sets it, so those frames
+    keep their bytes); every new option is late. ``hf``: config.json keys that carry it, read for any model_type
+    (the first present and not null), through ``hf_value`` (a function of the value; default: as written).
+    ``column``: an integer column ``<name>`` in templates.option_columns (a float: 1 where set), that the formulas
+    read as ``s.<name>``. ``tape``: it changes which ops a step runs, so the memory tape's GroupKey carries its
+    column (analytic/tape/group.py), read there as ``g.<name>``."""
+    kind = "str" if choices else "bool" if default is None or isinstance(default, bool) else type(default).__name__
+    return field(default=default, metadata=dict(
+        option=True, help=help, kind=kind, choices=tuple(choices), minimum=minimum, late=late, hf=tuple(hf),
+        hf_value=hf_value, column=column and kind in ("bool", "int", "float"), tape=tape))
 
 
 @dataclass(frozen=True)
@@ -52,36 +63,66 @@ class ModelConfig:
     batch: int
     classes: int  # 0: an LM head over the vocabulary
     # -- architecture options (defaults: the 2017 transformer) ----------------------------
-    norm: str = "layernorm"  # layernorm (gamma, beta), rmsnorm (gamma) or nonparametric (a LayerNorm without: OLMo)
-    norm_position: str = "post"  # post: LN(x + f(x)); pre: x + f(LN(x)), and a final norm per stack
-    ffn: str = "gelu"  # gelu, relu (two matrices), swiglu, geglu (three; d_ff is the gated width)
-    kv_heads: int = 0  # key/value heads (grouped-query attention); 0: as many as heads
-    head_dim: int = 0  # width of one head; 0: d_model / heads
-    positions: str = "sinusoidal"  # sinusoidal, learned (a table), rotary (on q and k), relative (T5's bias), none
-    max_positions: int = 0  # rows of a learned table; 0: each stack's own length
-    tie_embeddings: bool = False  # the head (and an encoder-decoder's two embeddings) share one V x d table
-    bias: str = "all"  # biases of the blocks' linear layers: all, none, qkv, attention (q, k, v, o)
-    head_bias: bool | None = None  # the head's bias; None: as the blocks' (bias == all)
-    type_vocab: int = 0  # token-type embeddings added to the token embedding (BERT's segments); 0: none
-    embedding_norm: bool = False  # a norm on the embedding output (BERT)
-    relative_buckets: int = 32  # positions relative: T5's buckets of relative distance (Raffel et al. 2020) ...
-    relative_max_distance: int = 128  # ... and the distance from which all share the last bucket
-    # (options added later go at the end of this list: LATE_OPTIONS)
-    parallel_block: str = "none"  # one_norm: x + attn(n(x)) + ffn(n(x)) (GPT-J, Phi-1/2, Falcon-7B); two_norms: a norm
-    #                               per branch (GPT-NeoX, Falcon-40B); none: the branches in sequence
-    rotary_dim: int = 0  # features of each head rotary positions turn (GPT-NeoX's rotary_pct, Phi's
-    #                      partial_rotary_factor, GPT-J's rotary_dim); 0: all of them
-    sliding_window: int = 0  # a decoder's query attends to the last w positions only (Mistral, Qwen2, StarCoder2,
-    #                          Phi-3); 0: every earlier one. Executed: SDPA with a mask, the dense product
-    embedding_scale: bool = False  # the token embedding's output times sqrt(d_model) (Gemma)
-    shared_embedding: bool = False  # an encoder-decoder's two stacks read one table, the head its own (T5 v1.1);
-    #                                 tie_embeddings shares it with the head too
+    norm: str = option("layernorm", "LayerNorm, RMSNorm, or nonparametric: a LayerNorm without gain or bias (OLMo, "
+                       "Groeneveld et al. 2024)", choices=NORMS, late=False)
+    norm_position: str = option("post", "post: norm(x + f(x)) as in Vaswani et al. 2017; pre: x + f(norm(x)), and a "
+                                "final norm per stack", choices=NORM_POSITIONS, late=False)
+    ffn: str = option("gelu", "gelu and relu have two matrices; swiglu and geglu three (d_ff is the gated width)",
+                      choices=FFNS, late=False)
+    kv_heads: int = option(0, "key/value heads (grouped-query attention); must divide heads (default: heads)",
+                           late=False, column=False)
+    head_dim: int = option(0, "the width of one head (default d_model / heads)", late=False, column=False)
+    positions: str = option("sinusoidal", "sinusoidal, learned (a table), rotary (on q and k), relative (T5's bucketed "
+                            "bias on the attention scores, one table per stack: Raffel et al. 2020) or none",
+                            choices=POSITIONS, late=False)
+    max_positions: int = option(0, "rows of a learned position table (default: the sequence length)", late=False)
+    tie_embeddings: bool = option(False, "the head (and an encoder-decoder's two embeddings) share one V x d table",
+                                  late=False, column=False)
+    bias: str = option("all", "biases of the blocks' linear layers: all, none, qkv (q, k, v only), attention (q, k, v "
+                       "and o, none in the FFN) or ffn (the FFN's matrices only)", choices=BIASES, late=False)
+    head_bias: bool | None = option(None, "the head's bias (default: as the blocks', bias all)", late=False,
+                                    column=False)
+    type_vocab: int = option(0, "token types added to the token embedding (BERT: 2)", late=False)
+    embedding_norm: bool = option(False, "a norm on the embedding output (BERT)", late=False)
+    relative_buckets: int = option(32, "positions relative: T5's buckets of relative distance", late=False)
+    relative_max_distance: int = option(128, "positions relative: the distance from which all share the last bucket",
+                                        late=False, column=False)
+    # (options added later go at the end of this list: late, their column only where a row sets them)
+    parallel_block: str = option("none", "parallel attention and FFN, x + attn(norm(x)) + ffn(norm(x)): one_norm read "
+                                 "by both branches (GPT-J, Phi-1/2, Falcon-7B) or two_norms (GPT-NeoX, Falcon-40B); "
+                                 "pre-LN, encoder or decoder; none: the branches in sequence", choices=PARALLEL_BLOCKS,
+                                 column=False)
+    rotary_dim: int = option(0, "positions rotary: features of each head turned (GPT-NeoX's rotary_pct, Phi's "
+                             "partial_rotary_factor, GPT-J's rotary_dim; default all)", column=False)
+    sliding_window: int = option(0, "a decoder's queries attend to the last N positions only (Mistral, Qwen2, "
+                                 "StarCoder2, Phi-3); executed: SDPA with a mask, the dense product")
+    embedding_scale: bool = option(False, "the token embedding's output times sqrt(d_model) (Gemma)")
+    shared_embedding: bool = option(False, "encoder-decoder: both stacks read one table, the head its own (T5 v1.1); "
+                                    "tie_embeddings shares it with the head too")
     # mixture of experts (Mixtral, Qwen-MoE): each block's FFN becomes `experts` FFNs of d_ff (the expert width) and a
     # router (d x experts); each token runs through its experts_per_token (top-k) best, weighted by the router's softmax
-    experts: int = 0  # routed experts per block; 0: a dense FFN
-    experts_per_token: int = 0  # top-k: experts each token runs through (0 without experts)
-    shared_expert_ff: int = 0  # Qwen-MoE's shared expert: an FFN this wide that every token runs, gated by sigmoid(x w)
-    router_norm: bool = True  # the top-k weights renormalised to sum to 1 (Mixtral); false: the softmax's (Qwen-MoE)
+    experts: int = option(0, "mixture of experts: routed FFNs per block, each d_ff wide; 0: a dense FFN", minimum=0)
+    experts_per_token: int = option(0, "mixture of experts: the top-k experts each token runs through")
+    shared_expert_ff: int = option(0, "mixture of experts: a shared expert this wide that every token runs, gated by "
+                                   "sigmoid(x w) (Qwen-MoE)", minimum=0)
+    router_norm: bool = option(True, "mixture of experts: the top-k weights renormalised to sum to 1 (Mixtral); "
+                               "false: the softmax's (Qwen-MoE)")
+    # Gemma 2 (Gemma Team 2024, arXiv 2408.00118; transformers' modeling_gemma2.py)
+    post_norms: bool = option(False, "a norm on each branch's output too, before its residual: x + norm'(f(norm(x))) "
+                              "(Gemma 2's post_attention_layernorm, post_feedforward_layernorm); pre-LN, in sequence",
+                              tape=True)
+    attention_softcap: float = option(0.0, "attention scores soft-capped, c tanh(scores / c) (Gemma 2's "
+                                      "attn_logit_softcapping); executed: attention written out (two batched products "
+                                      "and a softmax, as transformers' eager path), since fused kernels cannot cap; "
+                                      "0: none", hf=("attn_logit_softcapping",), tape=True)
+    logit_softcap: float = option(0.0, "the head's logits soft-capped, c tanh(logits / c) (Gemma 2's "
+                                  "final_logit_softcapping); 0: none", hf=("final_logit_softcapping",), tape=True)
+    window_period: int = option(0, "sliding_window on some layers only: a decoder's layer i (from 0) attends to every "
+                                "earlier position where i + 1 is a multiple of this period, within the window "
+                                "elsewhere (Gemma 2: 2, local and global layers alternating); 0: every layer "
+                                "windowed", minimum=2)
+    query_scale: int = option(0, "scores scaled by query_scale^-1/2 instead of head_dim^-1/2 (Gemma 2's "
+                              "query_pre_attn_scalar): a number, no cost; 0: head_dim", hf=("query_pre_attn_scalar",))
 
     def __post_init__(self):
         if self.kv_heads == 0:
@@ -238,10 +279,39 @@ class ModelConfig:
 
 
 CANONICAL_FIELDS = tuple(f.name for f in fields(ModelConfig))
-OPTION_FIELDS = tuple(OPTION_DEFAULTS)
-SIZE_FIELDS = tuple(name for name in CANONICAL_FIELDS if name not in OPTION_DEFAULTS)
-BOOL_FIELDS = ("tie_embeddings", "head_bias", "embedding_norm", "embedding_scale", "shared_embedding", "router_norm")
+# What the declarations give (option() above): read these, never a list written by hand.
+OPTIONS = {f.name: f.metadata for f in fields(ModelConfig) if f.metadata.get("option")}
+OPTION_DEFAULTS = {f.name: f.default for f in fields(ModelConfig) if f.name in OPTIONS}
+OPTION_CHOICES = {name: meta["choices"] for name, meta in OPTIONS.items() if meta["kind"] == "str"}
+LATE_OPTIONS = tuple(name for name, meta in OPTIONS.items() if meta["late"])
+OPTION_FIELDS = tuple(OPTIONS)
+SIZE_FIELDS = tuple(name for name in CANONICAL_FIELDS if name not in OPTIONS)
+BOOL_FIELDS = tuple(name for name, meta in OPTIONS.items() if meta["kind"] == "bool")
+INT_OPTIONS = tuple(name for name, meta in OPTIONS.items() if meta["kind"] == "int")
+FLOAT_FIELDS = tuple(name for name, meta in OPTIONS.items() if meta["kind"] == "float")
 STR_FIELDS = ("arch", *OPTION_CHOICES)
+COLUMN_OPTIONS = tuple(name for name, meta in OPTIONS.items() if meta["column"])  # templates.option_columns
+TAPE_OPTIONS = tuple(name for name, meta in OPTIONS.items() if meta["tape"] and meta["column"])  # tape's GroupKey
+HF_OPTIONS = {name: meta for name, meta in OPTIONS.items() if meta["hf"]}  # config/hf.py, for any model_type
+
+
+def _option_schema(name: str, meta) -> tuple[dict, dict, dict | None]:
+    """An option's property in a model entry, in a grid, and its enum's $defs entry (a string option's)."""
+    if meta["kind"] == "str":
+        ref = {"$ref": f"#/$defs/{name}"}
+        return ref, {"type": "array", "minItems": 1, "items": ref}, {"description": meta["help"], "enum": list(meta["choices"])}
+    if meta["kind"] == "bool":
+        one = {"type": "boolean"}
+    elif meta["kind"] == "float":
+        one = {"type": "number", "minimum": 0}
+    elif meta["minimum"] == 1:
+        return {"$ref": "#/$defs/size"}, {"$ref": "#/$defs/axis"}, None
+    else:
+        one = {"type": "integer", "minimum": meta["minimum"]}
+    return {**one, "description": meta["help"]}, {"type": "array", "minItems": 1, "items": one}, None
+
+
+declare_options({name: _option_schema(name, meta) for name, meta in OPTIONS.items()})
 
 
 def field_value(name: str, value):
@@ -250,6 +320,8 @@ def field_value(name: str, value):
         return str(value)
     if name in BOOL_FIELDS:
         return bool(value)
+    if name in FLOAT_FIELDS:
+        return float(value)
     return int(value)
 
 
@@ -345,13 +417,18 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
             if not isinstance(e[name], bool):
                 raise ConfigError(f"{_field(where, name)}: {e[name]!r} is not a boolean (true or false)")
             out[name] = e[name]
-    for name in ("kv_heads", "head_dim", "max_positions", "type_vocab", "relative_buckets", "relative_max_distance",
-                 "rotary_dim", "sliding_window", "experts", "experts_per_token", "shared_expert_ff"):
+    for name in INT_OPTIONS:
         if name in e:
             value = e[name]
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name in ("type_vocab", "experts", "shared_expert_ff") else 1):
+            if isinstance(value, bool) or not isinstance(value, int) or value < OPTIONS[name]["minimum"]:
                 raise ConfigError(f"{_field(where, name)}: {value!r} is not a positive integer")
             out[name] = value
+    for name in FLOAT_FIELDS:
+        if name in e:
+            value = e[name]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise ConfigError(f"{_field(where, name)}: {value!r} is not a finite number of at least 0")
+            out[name] = float(value)
     if "kv_heads" in out and heads % out["kv_heads"]:
         raise ConfigError(f"{_field(where, 'kv_heads')}: {out['kv_heads']} does not divide heads {heads} "
                           "(each key/value head serves heads / kv_heads query heads)")
@@ -406,10 +483,32 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
             raise ConfigError(f"{_field(where, 'parallel_block')}: {parallel} needs norm_position pre (the branches "
                               "read the normalised block input)")
     _experts(out, where)
+    _gemma2(out, where, positions=positions, head_dim=head_dim, window_given="sliding_window" in e)
     if out.get("tie_embeddings") and classes:
         raise ConfigError(f"{_field(where, 'tie_embeddings')}: a classification head has no vocabulary to share "
                           f"(classes is {classes}); tie only an LM head")
     return out
+
+
+def _gemma2(out: dict, where: str, *, positions: str, head_dim: int, window_given: bool) -> None:
+    """Gemma 2's options, checked against the others; a value that changes nothing is dropped (one config_id)."""
+    if out.get("post_norms"):
+        if out.get("norm_position", OPTION_DEFAULTS["norm_position"]) != "pre" or out.get("parallel_block", "none") != "none":
+            raise ConfigError(f"{_field(where, 'post_norms')}: needs norm_position pre and parallel_block none (a norm "
+                              "on each branch's input and one on its output)")
+    if out.get("attention_softcap") and positions == "relative":
+        raise ConfigError(f"{_field(where, 'attention_softcap')}: does not combine with positions relative (T5's bias "
+                          "is added to uncapped scores)")
+    for name in ("attention_softcap", "logit_softcap"):
+        if name in out and not out[name]:
+            del out[name]  # 0: none, the default
+    if "window_period" in out and "sliding_window" not in out:
+        if not window_given:
+            raise ConfigError(f"{_field(where, 'window_period')}: applies only with sliding_window (the layers "
+                              "between the global ones are windowed)")
+        del out["window_period"]  # the window covers the sequence: no layer is windowed in effect
+    if out.get("query_scale") == head_dim:
+        del out["query_scale"]  # head_dim: the default scale, one config_id
 
 
 def _experts(out: dict, where: str) -> None:

@@ -136,6 +136,18 @@ PRESETS: dict[str, dict] = {
     "gemma-7b": dict(arch="decoder", layers=28, d_model=3072, heads=16, head_dim=256, d_ff=24576, vocab=256000,
                      seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="geglu", positions="rotary", bias="none",
                      embedding_scale=True, tie_embeddings=True),
+    # Gemma Team 2024 (Gemma 2, arXiv 2408.00118), google/gemma-2-2b and google/gemma-2-9b: Gemma's block with a norm
+    # on each branch's output too, attention scores and logits soft-capped (50, 30), local layers (a 4,096-token
+    # window) and global ones alternating, heads 256 wide (query_pre_attn_scalar 256: the head's own scale), grouped
+    # key/value heads, tied. 2,614,341,888 and 9,241,705,984 parameters.
+    "gemma-2-2b": dict(arch="decoder", layers=26, d_model=2304, heads=8, kv_heads=4, head_dim=256, d_ff=9216,
+                       vocab=256000, seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="geglu", positions="rotary",
+                       bias="none", embedding_scale=True, tie_embeddings=True, post_norms=True,
+                       attention_softcap=50.0, logit_softcap=30.0, sliding_window=4096, window_period=2),
+    "gemma-2-9b": dict(arch="decoder", layers=42, d_model=3584, heads=16, kv_heads=8, head_dim=256, d_ff=14336,
+                       vocab=256000, seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="geglu", positions="rotary",
+                       bias="none", embedding_scale=True, tie_embeddings=True, post_norms=True,
+                       attention_softcap=50.0, logit_softcap=30.0, sliding_window=4096, window_period=2),
     # Jiang et al. 2024 (Mixtral of Experts), mistralai/Mixtral-8x7B-v0.1: Mistral 7B's blocks with 8 SwiGLU experts of
     # 14,336 per block, 2 per token (top-2, renormalised), no sliding window, a 32,768-token context.
     # 46,702,792,704 parameters (about 12.9B used per token).
@@ -175,6 +187,8 @@ PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
     "stablelm-2-1.6b": (1_644_515_328, "StableLmForCausalLM"),
     "gemma-2b": (2_506_172_416, "GemmaForCausalLM"),
     "gemma-7b": (8_537_680_896, "GemmaForCausalLM"),
+    "gemma-2-2b": (2_614_341_888, "Gemma2ForCausalLM"),
+    "gemma-2-9b": (9_241_705_984, "Gemma2ForCausalLM"),
     "mixtral-8x7b": (46_702_792_704, "MixtralForCausalLM"),
     "qwen1.5-moe-a2.7b": (14_315_784_192, "Qwen2MoeForCausalLM"),
 }

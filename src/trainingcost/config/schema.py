@@ -2,9 +2,11 @@
 
 One JSON schema (``schemas/config.schema.yaml``) validates the workflow config
 and every model entry. The file writes no enum that the code decides: the
-loader fills them in. The configuration's own (presets, arches, architecture
-options, tasks, training dtypes, devices, optimizers) come from
-:mod:`.presets` and :mod:`.choices`; the learning rules and cost models are the
+loader fills them in. The configuration's own (presets, arches, tasks, training
+dtypes, devices, optimizers) come from :mod:`.presets` and :mod:`.choices`; the
+architecture options' keys in a model entry and a grid, and a string option's
+enum, from their declarations (:mod:`.model`'s ``option()``, through
+:func:`declare_options`); the learning rules and cost models are the
 catalogue's (:func:`trainingcost.analytic.catalogue.vocabulary`), which
 ``config`` may not import: callers that know the catalogue pass its names as
 ``vocabulary`` (enum name -> allowed values). A list whose items are one of
@@ -32,7 +34,6 @@ Vocabulary = Mapping[str, Sequence[str]]
 CONFIG_ENUMS: dict[str, tuple[str, ...]] = {
     "preset": tuple(PRESETS),
     "arch": choices.ARCHES,
-    **choices.OPTION_CHOICES,
     "task": ("auto", *choices.TASKS),
     "train_dtype": choices.TRAIN_DTYPES,
     "device": choices.DEVICES,
@@ -42,6 +43,18 @@ CONFIG_ENUMS: dict[str, tuple[str, ...]] = {
 }
 # The enums the catalogue decides: open (any string) in a schema loaded without its vocabulary.
 CATALOGUE_ENUMS = ("rule", "cost_model")
+# The architecture options' keys, from their declarations (config/model.py's option(), which calls
+# declare_options when it loads): name -> (a model entry's property, a grid's property, the $defs entry of a
+# string option's enum or None). The file writes none of them.
+OPTION_PROPERTIES: dict[str, tuple[dict, dict, dict | None]] = {}
+
+
+def declare_options(properties: dict[str, tuple[dict, dict, dict | None]]) -> None:
+    """Set the architecture options' schema keys (config/model.py, once, when it loads)."""
+    OPTION_PROPERTIES.clear()
+    OPTION_PROPERTIES.update(properties)
+    _schema_with.cache_clear()
+    _validator.cache_clear()
 
 
 @lru_cache(maxsize=1)
@@ -73,6 +86,11 @@ def schema(vocabulary: Vocabulary | None = None) -> dict:
 @lru_cache(maxsize=8)
 def _schema_with(vocabulary: tuple) -> dict:
     filled = copy.deepcopy(file_schema())
+    for name, (model, grid, enum) in OPTION_PROPERTIES.items():
+        filled["$defs"]["model"]["properties"][name] = copy.deepcopy(model)
+        filled["$defs"]["grid"]["properties"][name] = copy.deepcopy(grid)
+        if enum is not None:
+            filled["$defs"][name] = copy.deepcopy(enum)
     enums = {**CONFIG_ENUMS, **dict(vocabulary)}
     for name, values in enums.items():
         if name not in filled["$defs"]:

@@ -17,7 +17,7 @@ import pandas as pd
 import yaml
 
 from .errors import ConfigError
-from .model import (BOOL_FIELDS, CANONICAL_FIELDS, LATE_OPTIONS, OPTION_DEFAULTS, STR_FIELDS, ModelConfig, canonical_model,
+from .model import (BOOL_FIELDS, CANONICAL_FIELDS, FLOAT_FIELDS, LATE_OPTIONS, OPTION_DEFAULTS, STR_FIELDS, ModelConfig, canonical_model,
                     config_from_row, preset_entry)
 from .schema import CATALOGUE_ENUMS, Vocabulary, fill_defaults, schema, validate
 
@@ -187,7 +187,8 @@ def configs_frame(pairs: list[tuple[str, ModelConfig]]) -> pd.DataFrame:
     rows = [{"config_id": cfg.config_id, "name": name, **cfg.as_dict()} for name, cfg in pairs]
     frame = pd.DataFrame(rows, columns=list(CONFIG_COLUMNS))
     for column in CANONICAL_FIELDS:
-        kind = str if column in STR_FIELDS else bool if column in BOOL_FIELDS else "int64"
+        kind = str if column in STR_FIELDS else bool if column in BOOL_FIELDS else \
+            "float64" if column in FLOAT_FIELDS else "int64"
         frame[column] = frame[column].astype(kind)
     frame["name"] = frame["name"].astype(str)
     frame["config_id"] = frame["config_id"].astype(str)

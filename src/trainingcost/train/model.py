@@ -107,7 +107,10 @@ class Attention(nn.Module):
         self.o = Linear(a, d, bias=cfg.o_bias)
         self.rotary = rotary_rows > 0
         self.turned = cfg.rotary_width
-        self.windowed = causal and cfg.sliding_window > 0  # its bias is the stack's sliding-window mask
+        self.windowed = causal and cfg.sliding_window > 0  # its bias is the stack's sliding-window mask ...
+        self.global_layer = False  # ... but for a global layer among windowed ones (window_period: Block sets it)
+        self.softcap = cfg.attention_softcap  # Gemma 2: c tanh(scores / c), attention written out
+        self.scale = cfg.query_scale ** -0.5 if cfg.query_scale else None  # Gemma 2's query_pre_attn_scalar
         if self.rotary:
             cos, sin = rotary_tables(rotary_rows, cfg.head_dim, turned=cfg.rotary_width)
             self.register_buffer("cos", cos, persistent=False)
@@ -116,6 +119,9 @@ class Attention(nn.Module):
     def _heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         batch, rows, _ = x.shape
         return x.view(batch, rows, heads, self.head_dim).transpose(1, 2)
+
+    def _capped(self, q, k, v, mask):
+        return capped_attention(self, q, k, v, mask)
 
     def _repeat(self, x: torch.Tensor) -> torch.Tensor:
         group = self.heads // self.kv_heads
@@ -133,13 +139,39 @@ class Attention(nn.Module):
         if self.rotary:
             q = rotate(q, self.cos[:rows].to(q.dtype), self.sin[:rows].to(q.dtype), self.turned)
             k = rotate(k, self.cos[: k.shape[2]].to(k.dtype), self.sin[: k.shape[2]].to(k.dtype), self.turned)
+        if self.softcap:  # bias: the stack's attention_masks, [the window's (or causal), causal] (Stack)
+            mask = (bias[1] if self.global_layer or not self.windowed else bias[0]) if self.causal else None
+            y = self._capped(q, self._repeat(k), self._repeat(v), mask)
+            return self.o(y.transpose(1, 2).reshape(batch, rows, self.heads * self.head_dim))
+        if self.global_layer:
+            bias = None  # every earlier position: the plain causal attention
         if bias is None:
-            y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), is_causal=self.causal)
+            y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), is_causal=self.causal,
+                                               scale=self.scale)
         elif self.windowed:  # an additive mask (0 or -inf), causal and banded: the fused kernel, the dense product
-            y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), attn_mask=bias)
+            y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), attn_mask=bias, scale=self.scale)
         else:  # T5: the relative bias (causal mask included) on unscaled scores (Raffel et al. 2020)
             y = F.scaled_dot_product_attention(q, self._repeat(k), self._repeat(v), attn_mask=bias.to(q.dtype), scale=1.0)
         return self.o(y.transpose(1, 2).reshape(batch, rows, self.heads * self.head_dim))
+
+
+def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
+    """Soft-capping (Gemma 2, arXiv 2408.00118, section 2): cap tanh(x / cap), as transformers' Gemma 2 writes it."""
+    return torch.tanh(x / cap) * cap
+
+
+def capped_attention(module: "Attention", q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     mask: torch.Tensor | None) -> torch.Tensor:
+    """Attention with soft-capped scores, written out as transformers' Gemma 2 ``eager_attention_forward`` runs it
+    (no fused kernel caps): scores q k^T times the scale, capped, the additive mask (a view of the stack's buffer:
+    the sliding window's, or the causal one; none for an encoder's or a cross-attention), softmax in float32, times
+    v."""
+    scale = module.scale if module.scale is not None else module.head_dim ** -0.5
+    scores = softcap(torch.matmul(q, k.transpose(2, 3)) * scale, module.softcap)
+    if mask is not None:
+        scores = scores + mask.to(scores.dtype)
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(weights, v)
 
 
 class FeedForward(nn.Module):
@@ -278,13 +310,16 @@ class Block(nn.Module):
     branches run in order, each with its norm: after the residual (post-LN) or on the branch's input (pre-LN);
     or, ``parallel``, each on the normalised block input, their outputs added to it."""
 
-    def __init__(self, description: L.BlockDescription, cfg: ModelConfig, rows: int):
+    def __init__(self, description: L.BlockDescription, cfg: ModelConfig, rows: int, index: int = 0):
         super().__init__()
         self.pre = description.pre
         self.parallel = description.parallel
         self.branches = description.branches
         for sub in description.sublayers:
-            self.add_module(sub.name, BLOCK_MODULES[L.KINDS[sub.kind].family](sub.kind, cfg, rows))
+            module = BLOCK_MODULES[L.KINDS[sub.kind].family](sub.kind, cfg, rows)
+            if isinstance(module, Attention) and cfg.window_period and (index + 1) % cfg.window_period == 0:
+                module.global_layer = True  # window_period: every period-th layer attends to every earlier position
+            self.add_module(sub.name, module)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.parallel:  # x + attn(norm(x)) + ffn(norm(x)): a norm shared by the branches that name it
@@ -312,6 +347,8 @@ class Block(nn.Module):
         add_norm = getattr(self, branch.norm)
         h = add_norm(x) if self.pre else x
         out = self._branch(branch, h, memory, bias)
+        if branch.post_norm:  # Gemma 2: the branch's output normalised before the residual
+            out = getattr(self, branch.post_norm)(out)
         return add_norm(x, out)
 
 
@@ -418,12 +455,17 @@ class Stack(nn.Module):
         causal = stack == "decoder"  # a decoder stack's self-attention is masked
         self.relative_position = (RelativePositionBias(cfg, cfg.rows(stack), causal) if cfg.positions == "relative"
                                   else None)
+        capped = causal and cfg.attention_softcap > 0  # soft-capped attention takes its masks as additive buffers
         self.register_buffer("window_mask", window_mask(cfg.rows(stack), cfg.sliding_window)
-                             if causal and cfg.sliding_window else None, persistent=False)
-        description = L.describe_block(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block, cfg.moe)
+                             if causal and cfg.sliding_window and not capped else None, persistent=False)
+        rows = cfg.rows(stack)
+        self.register_buffer("attention_masks", torch.stack([window_mask(rows, cfg.sliding_window or rows),
+                                                             window_mask(rows, rows)]) if capped else None,
+                             persistent=False)  # [the window's (or causal), causal]: global layers read the second
+        description = L.config_block(cfg, stack)
         self.depth = cfg.depth(stack)
         for index in range(self.depth):
-            self.add_module(str(index), Block(description, cfg, cfg.rows(stack)))
+            self.add_module(str(index), Block(description, cfg, cfg.rows(stack), index))
         self.final_norm = make_norm(cfg) if cfg.pre_norm else None
 
     def blocks(self) -> list[Block]:
@@ -532,6 +574,8 @@ class Transformer(nn.Module):
             s.position_bias = stack.relative_position(s.x.shape[1]) if stack.relative_position is not None else None
             if stack.window_mask is not None:
                 s.position_bias = stack.window_mask
+            if stack.attention_masks is not None:
+                s.position_bias = stack.attention_masks
 
         return run
 
@@ -543,7 +587,12 @@ class Transformer(nn.Module):
         return run
 
     def _head_stage(self, s: Stream) -> None:
-        s.logits = self.head(self.pool(s.x))
+        s.logits = self.output(self.pool(s.x))
+
+    def output(self, pooled: torch.Tensor) -> torch.Tensor:
+        """The logits of the head's input: the head, then Gemma 2's soft-capping (final_logit_softcapping)."""
+        logits = self.head(pooled)
+        return softcap(logits, self.cfg.logit_softcap) if self.cfg.logit_softcap else logits
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
         """The head's input: every position for an LM head, the mean over positions for a classifier."""

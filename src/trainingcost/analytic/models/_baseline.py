@@ -21,6 +21,14 @@ import numpy as np
 from ..registry import cost, half
 
 
+def decoder_keys(s, M) -> object:
+    """The keys a decoder query attends to, summed over the decoder's layers, under a windowed kernel: min(w, M) per
+    layer with a sliding window of w (Jiang et al. 2023), M without; with a window_period p (Gemma 2), every p-th
+    layer is global (M keys)."""
+    glob = np.where(s.window_period > 0, s.dec_layers // np.maximum(s.window_period, 1), 0)
+    return (s.dec_layers - glob) * np.where(s.w > 0, np.minimum(s.w, M), M) + glob * M
+
+
 def ffn_weights(s) -> object:
     """The FFN weights one token is multiplied by: a dense FFN's (2 + gated) d d_ff; a mixture of experts' router
     (d E), its k experts' and its shared expert's with their gate (the baseline's convention applied to the weights

@@ -51,6 +51,8 @@ LAYER_NORM_PARAMS = 3  # gamma and beta gradients (paper eqs. 41-42)
 RMS_NORM = 4  # square, mean, scale by the reciprocal root, gamma
 RMS_NORM_BACKWARD = 6  # (1/rms)(g - x_hat mean(g x_hat)), g = gamma dy
 RMS_NORM_PARAMS = 2  # the gamma gradient: dy x_hat, summed over rows
+SOFTCAP = 3  # c tanh(x / c): divide, tanh, multiply (Gemma 2's attention scores and logits)
+SOFTCAP_BACKWARD = 4  # the gradient times c, (1 - t^2) (two), divided by c
 LOSS = 5  # log-softmax of each logit in the loss
 LOSS_BACKWARD = 1  # softmax - onehot
 
@@ -106,8 +108,12 @@ def _attention(s: Shapes, turned: int, causal_half: bool = False):
     if causal_half:  # the `causal` convention: kernels that skip masked blocks run half of them ...
         # ... or, with a sliding window of w (shorter than the sequence), the keys each query sees: w (w + 1) / 2 over
         # the first w queries, then w each (a windowed kernel: Beltagy et al. 2020, Jiang et al. 2023)
+        # (Gemma 2's window_period: every p-th layer global, M (M + 1) / 2 keys; per block, the stack's mean, rounded
+        # down where it is not whole)
         w = s.w
-        keys = w * (w + 1) // 2 + (M - w) * w
+        glob = np.where(s.window_period > 0, s.dec_layers // np.maximum(s.window_period, 1), 0)
+        keys = ((s.dec_layers - glob) * (w * (w + 1) // 2 + (M - w) * w) + glob * (M * (M + 1) // 2)) \
+            // np.maximum(s.dec_layers, 1)
         scores = np.where(w > 0, h * keys, scores // 2)
         products = np.where(w > 0, 4 * keys * s.dh * h, products // 2)
     biases = s.bq * (M * a + 2 * N * kv) + s.ba * M * d
@@ -115,14 +121,19 @@ def _attention(s: Shapes, turned: int, causal_half: bool = False):
     # A relative position bias that needs its gradient takes torch off the fused kernels: the math path's four
     # batched products backward (8 M N a) instead of the fused backward's 10 M N a; the bias added to every score.
     biased = turned * s.relative
-    backward_products = np.where(biased > 0, products * 2, products * 5 // 2)
-    forward = _matmul(weights + products, BIAS * biases + (SOFTMAX + SCALE + biased) * scores + rotary)
+    # Soft-capped scores (Gemma 2's attention_softcap) cannot go through a fused kernel: attention is written out,
+    # two batched products each way (8 M N a backward, as the math path), the cap and the mask on every score.
+    capped = s.attention_softcap
+    backward_products = np.where((biased > 0) | (capped > 0), products * 2, products * 5 // 2)
+    forward = _matmul(weights + products, BIAS * biases + (SOFTMAX + SCALE + biased + capped * (SOFTCAP + RESIDUAL))
+                      * scores + rotary)
     expand_backward = 2 * N * (a - kv)  # the expanded keys' and values' gradients summed per group
     return {
         "forward": forward,
         "forward_modulated": forward,
         # Input gradients inside the layer: o's (2 M a d) and the fused attention backward.
-        "backward": _matmul(2 * M * a * d + backward_products, SDPA_BACKWARD * scores + rotary + expand_backward),
+        "backward": _matmul(2 * M * a * d + backward_products, (SDPA_BACKWARD + capped * SOFTCAP_BACKWARD) * scores
+                            + rotary + expand_backward),
         # q's input gradient; k's and v's (absent under DFA where their input is detached).
         "backward_q": _matmul(2 * M * d * a),
         "backward_kv": _matmul(4 * N * d * kv, RESIDUAL * N * d),
@@ -231,11 +242,12 @@ def _head(s: Shapes):
     rows, d, out = s.M, s.d, s.out  # rows: every position, or one pooled row per sequence
     product = 2 * rows * d * out
     pooling = (s.classes > 0) * s.src_len * d  # a classifier's mean over positions (and its backward)
+    capped = s.logit_softcap * SOFTCAP * rows * out  # Gemma 2's c tanh(logits / c), each way
     return {
-        "forward": _matmul(product, (s.bh * BIAS + LOSS) * rows * out + pooling),
+        "forward": _matmul(product, (s.bh * BIAS + LOSS) * rows * out + pooling + capped),
         # PEPITA's modulated pass only pools the head's input; the modulated logits are never computed.
         "forward_modulated": _matmul(s.zero, pooling),
-        "backward": _matmul(product, LOSS_BACKWARD * rows * out + pooling),
+        "backward": _matmul(product, LOSS_BACKWARD * rows * out + pooling + s.logit_softcap * SOFTCAP_BACKWARD * rows * out),
         "weight_grad": _matmul(product, s.bh * BIAS * rows * out),
         "linear_forward": _matmul(product),
         "linear_weight_grad": _matmul(product),

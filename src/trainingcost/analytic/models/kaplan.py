@@ -6,7 +6,7 @@ import numpy as np
 
 from ..registry import declare, register
 from ..templates import Shapes
-from ._baseline import feedback_flops, ffn_weights, phases
+from ._baseline import decoder_keys, feedback_flops, ffn_weights, phases
 
 declare("kaplan", order=30, granularity="model", description="Kaplan et al. 2020, Table 1: 2N + 2 n_layer n_ctx d_attn per token")
 
@@ -25,6 +25,6 @@ def kaplan(s: Shapes):
     cross_q, cross_kv = s.encdec * 2 * d * a, s.encdec * 2 * d * kv  # a cross-attention's Q and O; its K and V
     weights = 2 * N * s.enc_layers * block + 2 * s.dec_layers * (M * (block + cross_q) + N * cross_kv)
     # A sliding window (decoder-only) of w positions: a windowed kernel's context is min(M, w) (Jiang et al. 2023).
-    context = np.where(s.w > 0, np.minimum(s.w, M), M)
-    attention = 2 * N * s.enc_layers * N * a + 2 * M * s.dec_layers * (context + s.encdec * N) * a
+    # (Gemma 2's window_period: every p-th layer global, decoder_keys)
+    attention = 2 * N * s.enc_layers * N * a + 2 * M * (decoder_keys(s, M) + s.dec_layers * s.encdec * N) * a
     return phases(weights, attention, feedback_flops(s))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from ...config.model import TAPE_OPTIONS
 from .. import layers as L
 
 
@@ -47,10 +48,23 @@ class GroupKey:
     expert_count: int = 0  # ... of this many experts ...
     shared_expert: bool = False  # ... with Qwen-MoE's shared expert and its gate ...
     router_norm: bool = False  # ... its top-k weights renormalised to sum to 1 (Mixtral)
+    # The declared options that change which ops run (config/model.py's option(tape=True)), as (name, column value):
+    # read as key.<name> (and g.<name>), so a new option needs no field here.
+    options: tuple = ()
 
     @property
     def blocks(self) -> int:
         return self.enc_layers + self.dec_layers
+
+    def __getattr__(self, name: str):  # a declared option: key.<name>
+        if name.startswith("_"):
+            raise AttributeError(name)
+        for option, value in object.__getattribute__(self, "options"):
+            if option == name:
+                return value
+        if name in TAPE_OPTIONS:
+            return 0
+        raise AttributeError(name)
 
 
 def group_keys(configs) -> list[GroupKey]:
@@ -73,6 +87,8 @@ def group_keys(configs) -> list[GroupKey]:
         expert_count=o["experts"], shared_expert=(o["experts"] > 0) & (o["shared_expert_ff"] > 0),
         router_norm=(o["experts"] > 0) & (o["router_norm"] > 0),
     )
+    columns["options"] = np.empty(len(heads), dtype=object)
+    columns["options"][:] = [tuple((name, int(o[name][i])) for name in TAPE_OPTIONS) for i in range(len(heads))]
     names = [f.name for f in fields(GroupKey)]
     rows = zip(*(columns[name].tolist() for name in names))
     return [GroupKey(**dict(zip(names, row))) for row in rows]
@@ -186,7 +202,7 @@ class Group:
         out: list[tuple] = []
         for stack in self.stacks:
             for _ in range(self.depth[stack]):
-                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, self.experts):
+                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, self.experts, bool(self.post_norms)):
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
                         out += [(self.d, self.q_width), (self.d, self.kv_width), (self.d, self.kv_width),
@@ -242,7 +258,8 @@ class Group:
             if self.embedding_norm:
                 add(*self.norm_parameters)
             for index in range(self.depth[stack]):
-                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, self.experts):  # (pre-LN: norm, branch)
+                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, self.experts,
+                                              bool(self.post_norms)):  # (pre-LN: norm, branch)
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
                         linear(self.d, self.q_width, self.qkv_bias)

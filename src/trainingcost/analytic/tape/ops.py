@@ -300,7 +300,76 @@ class Ops:
         self.t.drop(with_cos.buf, with_sin.buf, cat.buf)
         return out
 
-    def attention(self, x: Value, source: Value, rotary: bool = False, bias: Value | None = None) -> Value:
+    def passing(self, out: Value, x: Value) -> Value:
+        """``out``, a contiguous copy or a view of ``x`` whose backward hands the gradient on as it is."""
+        def backward(grad, saved_):
+            self.deliver(x, grad)
+
+        return self._node(out, backward) if x.tracked else out
+
+    def capped_attention(self, q: Value, k: Value, v: Value, causal: bool) -> Value:
+        """``capped_attention`` (Gemma 2's soft-capped scores, as transformers' eager attention): q and k^T copied
+        contiguous for the batched product (k not, where grouped-query attention repeated it into a copy); the
+        scores (B h M N), times the scale, capped (``softcap``), plus the stack's additive mask (a view of a buffer;
+        a causal self-attention only), softmax in float32 (under bf16: the scores widened first, the weights cast
+        back), the product with v (copied likewise). The scores, the weights and their float32 softmax live to the
+        function's end (its locals). Returns its output, [B, h, M, dh]."""
+        g, f = self.g, FLOAT32
+        wide = g.z < FLOAT32
+        scores_rows = g.h * q.rows * (k.rows // g.B)
+        dense = g.grouped and not g.single_kv  # repeated into copies; one key/value head is an expanded view
+        qc = self.passing(self.value(q.rows, q.width, "q contiguous"), q)
+        kc = k if dense else self.passing(self.value(k.rows, k.width, "k transposed contiguous"), k)
+        product = self.derivative(self.value(scores_rows, 1, "q kT"), [qc, kc], [qc.buf, kc.buf],
+                                  [(qc.buf.nbytes, "bmm"), (kc.buf.nbytes, "bmm")],
+                                  ["strided", None if dense else "expanded"])
+        self.t.drop(qc.buf, *([] if dense else [kc.buf]))
+        scaled = self.scalar(product, "* scale")
+        self.t.drop(product.buf)
+        scores = self.softcap(scaled)
+        self.t.drop(scaled.buf)
+        if causal:
+            masked = self.add(scores, None, "+ mask")
+            self.t.drop(scores.buf)
+            scores = masked
+        widened = scores
+        if wide:
+            widened = self.derivative(self.value(scores_rows, 1, "to float32", f), [scores], [],
+                                      [(scores.buf.nbytes, "_to_copy")])
+        attn = self.derivative(self.value(scores_rows, 1, "softmax", f), [widened], [],
+                               [(bytes_(scores_rows, f), "_softmax_backward_data")])
+        if attn.tracked:
+            self.nodes[-1][2].append(attn.buf)  # softmax saves its output
+            self.t.hold(attn.buf)
+        if wide:
+            self.t.drop(widened.buf)
+            weights = self.derivative(self.value(scores_rows, 1, "to"), [attn], [], [(attn.buf.nbytes, "_to_copy")])
+            self.t.drop(attn.buf)
+        else:
+            weights = attn
+        vc = v if dense else self.passing(self.value(v.rows, v.width, "v contiguous"), v)
+        y = self.value(q.rows, q.width, "attn v")
+
+        def values_backward(grad, saved_):
+            contiguous = self.t.new(y.buf.nbytes, "clone")
+            self.t.drop(grad)
+            dv = self.t.new(vc.buf.nbytes, "bmm")
+            dv.strided = True
+            dweights = self.t.new(weights.buf.nbytes, "bmm")
+            self.t.drop(contiguous)
+            self.t.drop(*saved_)
+            self.deliver(vc, dv)
+            self.deliver(weights, dweights)
+
+        if weights.tracked or vc.tracked:
+            self._node(y, values_backward, [weights.buf, vc.buf])
+        if not dense:
+            self.t.drop(vc.buf)
+        self.t.drop(scores.buf, weights.buf)
+        return y
+
+    def attention(self, x: Value, source: Value, rotary: bool = False, bias: Value | None = None,
+                  causal: bool = False) -> Value:
         """q, k, v projections, (rotary: q and k turned), fused attention (output and float32 log-sum-exp), o
         projection."""
         width, kv_width = self.g.q_width, self.g.kv_width
@@ -318,6 +387,15 @@ class Ops:
             a, y = self.math_attention(q, kr, vr, bias)
             if self.g.grouped:
                 self.t.drop(kr.buf, vr.buf)
+            o = self.linear(a, self.g.d, "o", bias=self.g.o_bias)
+            self.t.drop(q.buf, k.buf, v.buf, y.buf, a.buf)
+            return o
+        if self.g.attention_softcap:  # Gemma 2: attention written out (train/model.py's capped_attention)
+            kr, vr = (self.repeat(k, width), self.repeat(v, width)) if self.g.grouped else (k, v)
+            y = self.capped_attention(q, kr, vr, causal)
+            if self.g.grouped:
+                self.t.drop(kr.buf, vr.buf)
+            a = self.passing(self.value(x.rows, width, "transpose reshape"), y)
             o = self.linear(a, self.g.d, "o", bias=self.g.o_bias)
             self.t.drop(q.buf, k.buf, v.buf, y.buf, a.buf)
             return o
@@ -668,7 +746,8 @@ class Ops:
             return mixture(self, x)
         if L.KINDS[branch.kind].family == "attention":
             return self.attention(x, memory if branch.reads_memory else x, rotary=self.g.rotary and branch.positional,
-                                  bias=self.bias if branch.positional else None)
+                                  bias=self.bias if branch.positional else None,
+                                  causal=branch.kind == "masked_self_attention")
         hidden = self.up(x)
         out = self.linear(hidden, self.g.d, "ffn.down", bias=self.g.out_bias)
         self.t.drop(hidden.buf)
@@ -676,13 +755,18 @@ class Ops:
 
     def branches(self, stack: str) -> tuple[L.Branch, ...]:
         """The branches of one block of ``stack`` (``Block.branches``: :func:`layers.describe_block`)."""
-        return L.describe_block(self.g.arch, stack, self.g.pre, self.g.parallel, self.g.experts).branches
+        return L.describe_block(self.g.arch, stack, self.g.pre, self.g.parallel, self.g.experts,
+                              bool(self.g.post_norms)).branches
 
     def sublayer(self, branch: L.Branch, x: Value, memory: Value | None) -> Value:
         """``Block.sublayer``: post-LN norm(x + branch(x)), pre-LN x + branch(norm(x)); the branch's output (and
         the normalised input) go when it returns."""
         h = self.norm(x) if self.g.pre else x
         out = self.branch(branch, h, memory)
+        if branch.post_norm:  # Gemma 2: the branch's output normalised (the branch's output goes when rebound)
+            normed = self.norm(out)
+            self.t.drop(out.buf)
+            out = normed
         y = self.add(x, out) if self.g.pre else self.add_norm(x, out)
         self.t.drop(out.buf)
         if h is not x:
@@ -736,12 +820,52 @@ class Ops:
         return Value(x.buf, x.rows, x.width, leaf)
 
     def head(self, x: Value) -> Value:
+        """``Transformer.output(pool(x))``: the head, then the logits' soft-capping (Gemma 2)."""
         if self.g.classifier:
             pooled = self.mean_rows(x)
-            logits = self.linear(pooled, self.g.out, "head", unit=False, bias=self.g.head_bias, table=True)
+            logits = self.capped_logits(self.linear(pooled, self.g.out, "head", unit=False, bias=self.g.head_bias,
+                                                    table=True))
             self.t.drop(pooled.buf)
             return logits
-        return self.linear(x, self.g.out, "head", unit=False, bias=self.g.head_bias, table=True)
+        return self.capped_logits(self.linear(x, self.g.out, "head", unit=False, bias=self.g.head_bias, table=True))
+
+    def capped_logits(self, logits: Value) -> Value:
+        """``Transformer.output``'s soft-capping where the model has it (logit_softcap; else ``logits``); the head's
+        own output goes when the caller's variable is rebound."""
+        if not self.g.logit_softcap:
+            return logits
+        capped = self.softcap(logits)
+        self.t.drop(logits.buf)
+        return capped
+
+    def scalar(self, x: Value, label: str) -> Value:
+        """x times or over a number: a new tensor; its backward a new one (the gradient scaled), nothing saved."""
+        out = Value(self.t.new(x.buf.nbytes, label), x.rows, x.width, False)
+
+        def backward(grad, saved):
+            made = self.t.new(x.buf.nbytes, label)
+            self.release(grad, saved)
+            self.deliver(x, made)
+
+        return self._node(out, backward) if x.tracked else out
+
+    def softcap(self, x: Value) -> Value:
+        """``softcap``: tanh(x / c) * c. The quotient goes once tanh has read it; tanh saves its output (which goes,
+        without a graph, once multiplied)."""
+        divided = self.scalar(x, "/ c")
+        t = Value(self.t.new(x.buf.nbytes, "tanh"), x.rows, x.width, False)
+
+        def tanh_backward(grad, saved):
+            made = self.t.new(x.buf.nbytes, "tanh_backward")
+            self.release(grad, saved)
+            self.deliver(divided, made)
+
+        if divided.tracked:
+            self._node(t, tanh_backward, [t.buf])
+        self.t.drop(divided.buf)
+        out = self.scalar(t, "* c")
+        self.t.drop(t.buf)
+        return out
 
     def stages(self, by: str = "block") -> list[tuple]:
         """(kind, stack, branch) of every stage but the head, in order (``Transformer.stages(by)``)."""

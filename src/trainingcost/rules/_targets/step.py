@@ -123,7 +123,7 @@ def forward_units(model, batch, head_input_grad: bool):
     for stage in model.stages():
         if stage.kind == "head":
             head_input = stream.x.detach().requires_grad_(head_input_grad)
-            logits = model.head(model.pool(head_input))
+            logits = model.output(model.pool(head_input))
             continue
         if stage.kind == "norm":  # a stack's final norm ends its last block's unit
             last = units[stage.stack][-1]

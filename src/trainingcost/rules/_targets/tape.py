@@ -92,10 +92,10 @@ def forward_units(t: Tape, g: Group, ops: Ops, head_input_grad: bool):
     before_head = len(ops.nodes)
     if g.classifier:  # model.pool: the mean over positions, a temporary the head's node saves
         pooled = ops.mean_rows(head_input) if head_input_grad else ops.value(g.B, g.d, "mean")
-        logits = ops.linear(pooled, g.out, "head", unit=False, bias=g.head_bias, table=True)
+        logits = ops.capped_logits(ops.linear(pooled, g.out, "head", unit=False, bias=g.head_bias, table=True))
         t.drop(pooled.buf)
     else:
-        logits = ops.linear(head_input, g.out, "head", unit=False, bias=g.head_bias, table=True)
+        logits = ops.capped_logits(ops.linear(head_input, g.out, "head", unit=False, bias=g.head_bias, table=True))
     for value in (x, memory, stream_bias):  # forward_units returns: its stream goes
         t.drop(value.buf if value is not None else None)
     return units, head_input, logits, before_head

@@ -47,7 +47,7 @@ class DirectFeedbackAlignment(Rule):
             for stage in model.stages():
                 if stage.kind == "head":
                     head_input = model.pool(stream.x).detach().requires_grad_()
-                    logits = model.head(head_input)
+                    logits = model.output(head_input)
                     continue
                 if stage.kind == "norm":  # a stack's final norm ends its last block's segment
                     last, out = points.pop()

@@ -43,7 +43,7 @@ def program(t: Tape, g: Group, run: Run) -> None:
         else:
             head_input = ops.detach(x, leaf=True)
         before_head = len(ops.nodes)
-        logits = ops.linear(head_input, g.out, "head", bias=g.head_bias, table=True)
+        logits = ops.capped_logits(ops.linear(head_input, g.out, "head", bias=g.head_bias, table=True))
         loss, root = ops.loss(logits)
         t.drop(logits.buf)
     with t.in_phase("backward"):
