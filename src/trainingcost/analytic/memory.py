@@ -33,10 +33,9 @@ from . import tape
 from . import templates as T
 from .catalogue import rule
 from .layers import KINDS
+from .tape.programs import OPTIMIZER_SLOTS, STEP_SCALAR_BYTES  # the tape's optimizer (Adam's float32 `step`)
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
-OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}
-STEP_SCALAR_BYTES = {"sgd": 0, "momentum": 0, "adam": 4}  # Adam's float32 `step` per parameter tensor
 COMPONENTS = ("parameters", "gradients", "feedback", "optimizer_state", "activations")
 PERSISTENT = ("parameters", "gradients", "feedback", "optimizer_state")
 # The executed model (:mod:`.tape`): bytes alive when a step begins (what it keeps between steps, its buffers and

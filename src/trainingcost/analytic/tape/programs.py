@@ -26,6 +26,12 @@ class Run:
     feedback_parameters: bool = False  # the rule trains a feedback matrix per weight matrix (KP): a gradient each
 
 
+# The optimizer (torch's single-tensor loops on CPU): its state tensors per parameter, each a parameter's size, and
+# the bytes of its per-tensor scalars (Adam's float32 `step`). memory.py's component model reads them too.
+OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}
+STEP_SCALAR_BYTES = {"sgd": 0, "momentum": 0, "adam": 4}
+
+
 # The optimizer (torch's single-tensor loops on CPU)
 
 

@@ -82,8 +82,8 @@ def unprimed_bytes(g: Group, run: Run) -> tuple[np.ndarray, np.ndarray]:
     none token-balanced)."""
     if not g.experts:
         return np.zeros_like(g.B), np.zeros_like(g.B)
-    from ..memory import OPTIMIZER_SLOTS, STEP_SCALAR_BYTES
     from .moe import held_experts
+    from .programs import OPTIMIZER_SLOTS, STEP_SCALAR_BYTES
 
     owners = [(elements, owner) for elements, owner in g.parameter_owners(run.feedback_parameters) if owner is not None]
     grad, state = held_experts(g, "grad"), held_experts(g, "state")
