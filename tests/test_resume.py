@@ -62,7 +62,9 @@ def clean_sweep(tmp_path_factory) -> Path:
     return clean
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+# SIGINT (Ctrl-C, the whole process group); SIGTERM's path (a scheduler's kill) is the same handler in Snakemake and in
+# each job: tests/test_hostile.py sends it to a training process (exit 143, nothing written).
+@pytest.mark.parametrize("sig", [signal.SIGINT], ids=["SIGINT"])
 def test_a_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path, sig, clean_sweep):
     """SIGTERM (a scheduler, `kill`) or SIGINT (Ctrl-C, sent to the whole process group as a terminal does)."""
     work = prepare(tmp_path / "killed")
