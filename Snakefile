@@ -12,12 +12,6 @@ if not config:
 report: "workflow/report/workflow.rst"
 
 
-# Timed training jobs run one at a time unless `--resources timed=N` says otherwise: two at a time, they share
-# the caches and the memory bus, and the calibration that prices them runs alone (docs/measurement.md).
-if "timed" not in workflow.global_resources:
-    workflow.register_resource("timed", 1)
-
-
 include: "workflow/rules/common.smk"
 include: "workflow/rules/configs.smk"
 include: "workflow/rules/analytic.smk"

@@ -7,14 +7,16 @@ length) under every rule:
 2. calibrates the device on the kernels the traces contain (interleaved rounds until two agree);
 3. trains each run for --steps steps, measuring each phase and step (the first --warmup steps untimed),
    interleaving the runs in --rounds rounds so that a slow spell of the machine hits every run alike;
-4. predicts each run's step and phase times and prints MAPE and Spearman (all runs, per rule, per phase),
+4. predicts each run's step and phase times (by default from the probes: each run's kernel bodies plus its step
+   at minimal sizes, measure/probe.py; --no-probe: the traced ops priced with the host terms) and prints MAPE and
+   Spearman (all runs, per rule, per phase),
    each rule's step time / BP's, predicted against measured, and which class of work dominates the misses.
 
 Every figure is the median over the rounds of a run's median step time. The machine, its load before and
 after, and each run's timing quality (:mod:`trainingcost.measure.load`) are printed; runs flagged noisy or
 contended are left out of the scores and counted.
 
-    python benchmarks/bench_predictor.py [--configs 12] [--steps 14] [--rounds 3] [--threads 1]
+    python benchmarks/bench_predictor.py [--configs 12] [--steps 14] [--rounds 3] [--threads 1] [--no-probe]
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ def main() -> None:
                              "(a loaded machine; caches and the memory bus stay shared). Said in the output")
     parser.add_argument("--score-flagged", action="store_true",
                         help="score the runs flagged noisy or contended too (a loaded machine; said in the output)")
+    parser.add_argument("--no-probe", action="store_true",
+                        help="score the traced ops priced with the host terms (calibrate without --probe) instead of "
+                             "the probes (the default since 2026-11-25: closer in three runs on two machines)")
     parser.add_argument("--save", default="", help="a pickle file for the traces, calibration and measurements")
     args = parser.parse_args()
     if args.clock == "thread":
@@ -93,7 +98,10 @@ def main() -> None:
     traces = pd.concat([traced(spec, torch.device("cpu")).assign(run=f"{i}:{r}", config=i) for (i, r), spec in specs.items()])
     trace_seconds = time.perf_counter() - began
     cal = calibrate(torch.device("cpu"), "fp32", traces, time_cap_s=120, probe=True)
-    probed_cal, cal = cal, {**cal, "probes": []}  # the default prices the traced ops alone; the probes are compared
+    # The default (as the workflow's train.calibration.probe): each run predicted as its kernels' bodies plus its
+    # probe's time; --no-probe: the traced ops priced with the host terms. The other is printed beside it.
+    probed_cal, unprobed_cal = cal, {**cal, "probes": []}
+    cal = unprobed_cal if args.no_probe else probed_cal
     print(f"traced {len(runs)} runs in {trace_seconds:.1f} s; calibrated {len(cal['kernels'])} kernels in "
           f"{cal['seconds_spent']:.1f} s ({cal['rounds']} rounds, last two agree within {pct(cal['round_agreement'])}; "
           f"launch {cal['launch_overhead_s'] * 1e6:.2f} us, view {cal['view_overhead_s'] * 1e6:.2f} us)")
@@ -134,17 +142,19 @@ def main() -> None:
           f"{time.perf_counter() - began:.0f} s in all; load average after {load_average():.2f}; "
           f"{int(flagged.sum())} runs flagged noisy or contended, left out")
     score = accuracy(good["predicted_time_s"], good["measured"])
-    print(f"\nstep time, all runs: MAPE {pct(score['mape'])}, Spearman {score['spearman']:.3f} (n={score['n']})")
+    method = ("the traced ops priced with the host terms (--no-probe)" if args.no_probe else
+              "the probes: kernel bodies + the step at minimal sizes (calibrate --probe)")
+    print(f"\nstep time, all runs, {method}: MAPE {pct(score['mape'])}, Spearman {score['spearman']:.3f} "
+          f"(n={score['n']})")
     print(f"predicted / measured, median {float((good['predicted_time_s'] / good['measured']).median()):.3f}")
-    no_host = predict_phases(traces, {**cal, "host": {}}, keys=("run",)).groupby("run")["predicted_time_s"].sum()
-    score_ops = accuracy(no_host.loc[good.index], good["measured"])
-    print(f"the ops alone (no host terms): MAPE {pct(score_ops['mape'])}, Spearman {score_ops['spearman']:.3f}, "
-          f"predicted / measured {float((no_host.loc[good.index] / good['measured']).median()):.3f}")
-    probed = predict_phases(traces, probed_cal, keys=("run",)).groupby("run")["predicted_time_s"].sum()
-    score_probed = accuracy(probed.loc[good.index], good["measured"])
-    print(f"with the probes (calibrate --probe: kernel bodies + the step at minimal sizes): MAPE "
-          f"{pct(score_probed['mape'])}, Spearman {score_probed['spearman']:.3f}, predicted / measured "
-          f"{float((probed.loc[good.index] / good['measured']).median()):.3f}")
+    alternatives = [("the ops alone (no host terms, no probes)", {**unprobed_cal, "host": {}})]
+    alternatives.insert(0, ("with the probes (calibrate --probe)", probed_cal) if args.no_probe else
+                        ("the traced ops with the host terms (--no-probe)", unprobed_cal))
+    for name, other in alternatives:
+        alt = predict_phases(traces, other, keys=("run",)).groupby("run")["predicted_time_s"].sum()
+        s = accuracy(alt.loc[good.index], good["measured"])
+        print(f"{name}: MAPE {pct(s['mape'])}, Spearman {s['spearman']:.3f}, predicted / measured "
+              f"{float((alt.loc[good.index] / good['measured']).median()):.3f}")
     print("\n| rule | runs | MAPE | Spearman | step time / BP, measured | predicted | difference |")
     print("|---|---|---|---|---|---|---|")
     bp = good[good["rule"] == "bp"].set_index("config")

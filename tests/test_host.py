@@ -149,17 +149,32 @@ def test_neighbours_train_beside_the_calibration_and_are_killed_by_pid():
         assert nobody.processes == []
 
 
-def test_timed_jobs_run_one_at_a_time_by_default(tmp_path):
-    """The train rule asks for the `timed` resource, of which the Snakefile provides 1 unless told otherwise."""
+def test_timed_jobs_at_once_come_from_the_config_alone(tmp_path):
+    """train.timed_at_once (default 2) gives the `timed` resource and the calibration's neighbours (one fewer); the
+    command line's --resources never changes a job's parameters (a job Snakemake runs in a process of its own parses
+    the Snakefile again without it: a parameter that differed there made the calibrate job run twice)."""
     import subprocess
     import sys
     from pathlib import Path
 
+    import yaml
+
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", "-d", str(tmp_path), "-s",
-                          str(root / "Snakefile"), "--configfile", str(root / "config" / "config.yaml")],
-                         capture_output=True, text=True, cwd=root, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    text = out.stdout + out.stderr
-    train = text[text.index("rule train:"):]
-    assert "timed=1" in train[: train.index("\n\n")]
+
+    def dry_run(config: Path, *extra: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "2", "-d", str(tmp_path), "-s",
+                              str(root / "Snakefile"), "--configfile", str(config), *extra],
+                             capture_output=True, text=True, cwd=root, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        text = out.stdout + out.stderr
+        train = text[text.index("rule train:"):]
+        assert "timed=1" in train[: train.index("\n\n")]  # each training job takes one of them
+        return text[text.index("trainingcost calibrate"):].split("\n", 1)[0]
+
+    default = root / "config" / "config.yaml"
+    assert "--neighbours 1 " in dry_run(default)
+    assert "--neighbours 1 " in dry_run(default, "--resources", "timed=5")
+    config = yaml.safe_load(default.read_text())
+    config["train"]["timed_at_once"] = 1
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(config))
+    assert "--neighbours 0 " in dry_run(tmp_path / "one.yaml")

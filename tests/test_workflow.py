@@ -25,9 +25,13 @@ TINY = {
         ],
     },
     "memory": {"dtypes": ["fp32"], "optimizers": ["adam"]},
-    "train": {"select": ["bytes"], "steps": 5, "eval_batches": 1},
+    # Five rules, one of each kind (backward, forward-only, trained feedback, direct feedback, targets), keep the
+    # suite short; test_default_config_trains_every_rule_and_executed_equals_measured trains all ten through the
+    # workflow, and the analytic tables here still cover every rule.
+    "train": {"select": ["bytes"], "rules": ["bp", "pepita", "kp", "dfa", "dtp"], "steps": 5, "eval_batches": 1},
 }
-TINY["sweep"]["models"] = [  # one encoder-decoder trained under every rule
+TRAINED = set(TINY["train"]["rules"])
+TINY["sweep"]["models"] = [  # one encoder-decoder, trained under TRAINED
     {"name": "bytes", "arch": "encoder-decoder", "layers": 1, "d_model": 16, "heads": 2, "d_ff": 32, "vocab": 256, "seq_len": 8, "batch": 2}
 ]
 RULES = set(rule_names())  # every rule in the catalogue
@@ -61,21 +65,21 @@ def test_tiny_sweep_end_to_end(tmp_path):
     assert not list(tmp_path.glob("results/**/*.tmp"))
     measured = pd.read_parquet(tmp_path / "results/tables/measured.parquet")
     steps = pd.read_parquet(tmp_path / "results/tables/steps.parquet")
-    assert set(measured.rule) == set(steps.rule) == RULES and set(measured.status) == {"ok"}
-    assert measured.config_id.nunique() == 1 and len(steps) == len(RULES) * 5
-    assert (tmp_path / "results/runs" / measured.config_id.iloc[0] / "wm/seed0/train.log").read_text().startswith("wm on lm")
+    assert set(measured.rule) == set(steps.rule) == TRAINED and set(measured.status) == {"ok"}
+    assert measured.config_id.nunique() == 1 and len(steps) == len(TRAINED) * 5
+    assert (tmp_path / "results/runs" / measured.config_id.iloc[0] / "kp/seed0/train.log").read_text().startswith("kp on lm")
     # Findings: tables, summary (also printed at the end), figures (no energy on CPU), report.
     comparison = pd.read_parquet(tmp_path / "results/tables/comparison.parquet")
     assert set(comparison.cost_model) == {"paper", "executed", "causal", "kaplan", "textbook", "survey"}
     assert (comparison.loc[comparison.cost_model == "executed", "flops_ratio"].dropna() == 1.0).all()
     summary = (tmp_path / "results/summary.md").read_text()
-    assert f"| executed | +0.0% | 0.0% | 0.0% | {len(RULES)} |" in summary and summary.splitlines()[0] in result.stdout
+    assert f"| executed | +0.0% | 0.0% | 0.0% | {len(TRAINED)} |" in summary and summary.splitlines()[0] in result.stdout
     assert "Energy figure skipped" in result.stdout and "## Step-time prediction" in summary
     steps_compared = comparison[(comparison.granularity == "step") & (comparison.cost_model == "executed")]
-    assert (steps_compared.predicted_time_s > 0).all() and len(steps_compared) == len(RULES)
+    assert (steps_compared.predicted_time_s > 0).all() and len(steps_compared) == len(TRAINED)
     # The predictor's inputs: every run's traced step, and a calibration of their kernels.
     trace = pd.read_parquet(tmp_path / "results/tables/trace.parquet")
-    assert set(trace.rule) == RULES and {"matmul", "attention", "elementwise"} <= set(trace.cls)
+    assert set(trace.rule) == TRAINED and {"matmul", "attention", "elementwise"} <= set(trace.cls)
     calibration = json.loads(next((tmp_path / "results/device").glob("*.json")).read_text())
     assert len(calibration["kernels"]) == trace[trace.cls.isin(["matmul", "attention", "elementwise"])].drop_duplicates(
         ["op", "signature"]).shape[0] and calibration["round_agreement"] <= calibration["tolerance"]
@@ -111,7 +115,9 @@ def test_tiny_sweep_beside_cpu_burners_finishes_and_flags_what_it_cannot_trust(t
     rule to keep it short, beside one CPU burner more than the cores (killed by PID whatever happens); a tolerance
     no busy machine meets within a 2 s cap makes the calibration's failure to converge certain, not a matter of luck."""
     config = json.loads(json.dumps(TINY))
-    config["train"].update(rules=["dfa"], calibration={"tolerance": 1e-9, "time_cap": 2})
+    config["sweep"] = {"models": TINY["sweep"]["models"]}  # the trained model alone: every table, fewer rows
+    # one rule, so one training job at a time (no neighbour beside the calibration: the burners load it already)
+    config["train"].update(rules=["dfa"], calibration={"tolerance": 1e-9, "time_cap": 2}, timed_at_once=1)
     burners = []
     try:
         for _ in range((os.cpu_count() or 1) + 1):
@@ -139,17 +145,17 @@ def test_tiny_sweep_beside_cpu_burners_finishes_and_flags_what_it_cannot_trust(t
 def test_default_config_trains_every_rule_and_executed_equals_measured(tmp_path):
     """The README's `make run` sweep, trimmed to keep the suite short: the default config's analytic tables,
     and its trained configuration of the head kind no other workflow test trains (the encoder `tiny-classifier`:
-    10 rules = 10 jobs of 6 steps; test_tiny_sweep_end_to_end trains an encoder-decoder under every rule,
+    10 rules = 10 jobs of 6 steps; test_tiny_sweep_end_to_end trains an encoder-decoder under five rules,
     tests/test_distributed.py and tests/test_scaling.py decoders) -> measured -> findings. The full 80 jobs are
     timed in the README."""
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config["train"].update(select=["tiny-classifier"], steps=6)
     del config["scaling"]  # the scaling study's own workflow test: tests/test_scaling.py
+    del config["plan"]  # the plan's workflow step: tests/test_plan.py
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     result = subprocess.run(
         [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
-         str(tmp_path / "config.yaml"), "--cores", "2", "-q", "--set-threads", "train=1",
-         "--resources", "timed=2"],  # two jobs at a time: faster (this test checks FLOPs, not times)
+         str(tmp_path / "config.yaml"), "--cores", "2", "-q", "--set-threads", "train=1"],
         capture_output=True, text=True,
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -202,7 +208,20 @@ BAD = [
 
 
 @pytest.mark.parametrize("config,message", BAD, ids=[m[:30] for _, m in BAD])
+def test_bad_config_is_refused_with_its_field_named(config, message):
+    """The Snakefile's first step, in process (the YAML round trip a config file takes, then pipeline.load, whose
+    ConfigError the Snakefile prints as its one line): every mistake named, before any job."""
+    from trainingcost.config import ConfigError
+    from trainingcost.pipeline import load
+
+    with pytest.raises(ConfigError) as refused:
+        load(yaml.safe_load(yaml.safe_dump(config)))
+    assert message in f"config error: {refused.value}" and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("config,message", [BAD[0], BAD[11], BAD[-5]], ids=["sweep", "train", "scaling"])
 def test_bad_config_stops_the_dry_run_with_one_line(tmp_path, config, message):
+    """Through snakemake itself (three of the cases above): one line, no traceback, a failing exit status."""
     result = snakemake(tmp_path, config, "-n")
     assert result.returncode != 0
     output = (result.stdout + result.stderr)

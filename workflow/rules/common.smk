@@ -41,11 +41,13 @@ TRAIN_RESOURCES = dict(
     # CPUs each, which no node of N x threads CPUs holds (tests/cluster/test_slurm.py)
     **(dict(tasks=1, tasks_per_gpu=0, cpus_per_task=TRAIN["resources"]["threads"] * _NPROC) if _NPROC > 1 else {}),
 )
-# Timed training jobs at once: the `timed` resource (Snakefile: 1 unless --resources says), the cores permitting.
-_TIMED = workflow.global_resources["timed"] if "timed" in workflow.global_resources else None
-_CORES = workflow.global_resources["_cores"].value if "_cores" in workflow.global_resources else None
-TIMED_AT_ONCE = max(1, min(int(getattr(_TIMED, "value", _TIMED) or 1),  # no --cores (a report): as given
-                           int(_CORES or 10**6) // max(TRAIN["resources"]["threads"] * _NPROC, 1)))
+# Timed training jobs at once: train.timed_at_once (the config, never the command line: a job that Snakemake runs
+# in a process of its own parses this file again without the command line's --resources, and a value that differed
+# there changed the calibrate job's parameters, so that job ran a second time beside its consumers). The `timed`
+# resource comes from it unless --resources or a profile sets one (profiles/slurm: no limit, separate GPUs).
+if "timed" not in workflow.global_resources:
+    workflow.register_resource("timed", TRAIN["timed_at_once"])
+TIMED_AT_ONCE = max(1, min(TRAIN["timed_at_once"], (os.cpu_count() or 1) // max(TRAIN["resources"]["threads"] * _NPROC, 1)))
 # Every argument is shell-quoted: nothing from the config is ever read by the shell as code.
 TRAIN_ARGS = {
     (job.config_id, job.rule, job.seed): shlex.join(train_command(job, FILLED))

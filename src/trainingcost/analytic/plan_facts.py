@@ -8,6 +8,7 @@ other's module to get them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -63,6 +64,14 @@ class ModelFacts:
 
 
 def model_facts(cfg, rules, optimizer: str) -> ModelFacts:
+    """The facts of ``cfg`` under ``rules`` (cached: a plan reads them for every layout it searches, and they depend
+    on the model, the rules and the optimizer only). Read-only: the same object is returned to every caller."""
+    return _model_facts(cfg, tuple(rules), optimizer)
+
+
+@lru_cache(maxsize=64)
+def _model_facts(cfg, rules: tuple, optimizer: str) -> ModelFacts:
+    rules = list(rules)
     configs = _configs(cfg)
     memory = memory_table(configs, rules, ["fp32"], [optimizer], executed=False).set_index("rule")  # components
     t = T.build(configs, "layer")

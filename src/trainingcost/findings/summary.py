@@ -72,9 +72,9 @@ def concurrency_line(timed_at_once: int | None, calibration: dict | None) -> str
     beside = (f"the calibration ran beside {neighbours} training process{'es' if neighbours != 1 else ''}"
               if neighbours else "the calibration ran alone")
     if timed_at_once == 1:
-        return (f"Timed runs: one at a time (the Snakemake resource `timed=1`, the default), so no timed step shared the "
-                f"machine with another training job; {beside}.")
-    return (f"Timed runs: up to {timed_at_once} at a time (`--resources timed={timed_at_once}`); {beside}"
+        return (f"Timed runs: one at a time (`train.timed_at_once: 1`), so no timed step shared the machine with another "
+                f"training job; {beside}.")
+    return (f"Timed runs: up to {timed_at_once} at a time (`train.timed_at_once: {timed_at_once}`, the default 2); {beside}"
             + ("." if neighbours else ", so it prices a machine the timed steps did not have (expect "
                "predicted / measured below 1)."))
 
