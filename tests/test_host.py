@@ -150,9 +150,10 @@ def test_neighbours_train_beside_the_calibration_and_are_killed_by_pid():
 
 
 def test_timed_jobs_at_once_come_from_the_config_alone(tmp_path):
-    """train.timed_at_once (default 2) gives the `timed` resource and the calibration's neighbours (one fewer); the
-    command line's --resources never changes a job's parameters (a job Snakemake runs in a process of its own parses
-    the Snakefile again without it: a parameter that differed there made the calibrate job run twice)."""
+    """train.timed_at_once (default 2) gives the `timed` resource and train.calibration.neighbours (default 0) the
+    calibration's neighbours; the command line's --resources never changes a job's parameters (a job Snakemake runs
+    in a process of its own parses the Snakefile again without it: a parameter that differed there, the neighbours
+    once derived from it, made the calibrate job run twice)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -172,9 +173,9 @@ def test_timed_jobs_at_once_come_from_the_config_alone(tmp_path):
         return text[text.index("trainingcost calibrate"):].split("\n", 1)[0]
 
     default = root / "config" / "config.yaml"
-    assert "--neighbours 1 " in dry_run(default)
-    assert "--neighbours 1 " in dry_run(default, "--resources", "timed=5")
+    assert "--neighbours 0 " in dry_run(default)
+    assert "--neighbours 0 " in dry_run(default, "--resources", "timed=5")
     config = yaml.safe_load(default.read_text())
-    config["train"]["timed_at_once"] = 1
+    config["train"]["calibration"] = {"neighbours": 1}
     (tmp_path / "one.yaml").write_text(yaml.safe_dump(config))
-    assert "--neighbours 0 " in dry_run(tmp_path / "one.yaml")
+    assert "--neighbours 1 " in dry_run(tmp_path / "one.yaml")

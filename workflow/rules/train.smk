@@ -18,8 +18,8 @@ rule train:
         # tasks and cpus_per_task only for a data-parallel job: set on every job, they made a SLURM group job of
         # two single-process jobs ask for 4 nodes (tests/cluster/test_slurm.py)
         **TRAIN_RESOURCES,
-        # one timed job at a time (the Snakefile's default, `--resources timed=N` to change it): a timed step
-        # shares no core, cache or memory bus with another training job (docs/measurement.md)
+        # one unit of the `timed` resource, of which the workflow provides train.timed_at_once (default 2; 1: a
+        # timed step shares no core, cache or memory bus with another training job; docs/measurement.md)
         timed=1,
     params:
         command=TRAININGCOST,
@@ -54,12 +54,11 @@ rule calibrate:
         tolerance=TRAIN["calibration"]["tolerance"],
         time_cap=TRAIN["calibration"]["time_cap"],
         probe="--probe" if TRAIN["calibration"]["probe"] else "",
-        # as many training processes beside it as ran beside each timed job (TIMED_AT_ONCE - 1: none by default)
-        # (never more than this machine's other cores: timed jobs on other nodes share nothing with it)
-        neighbours=min(TIMED_AT_ONCE, os.cpu_count() or 1) - 1 if TRAIN["device"] in ("cpu", "auto") else 0,
+        # training processes beside it (train.calibration.neighbours, default 0: alone), on a CPU only, never more
+        # than this machine's other cores (timed jobs on other nodes share nothing with it)
+        neighbours=min(TRAIN["calibration"]["neighbours"], (os.cpu_count() or 1) - 1) if TRAIN["device"] in ("cpu", "auto") else 0,
     shell:
-        # After the training jobs (it reads their traces): beside --neighbours training processes, so that it shares
-        # the machine as the timed jobs did (none when they ran one at a time).
+        # After the training jobs (it reads their traces); beside --neighbours training processes if asked.
         "{params.command} calibrate --trace {input:q} --device {params.device:q} --dtype {params.dtype:q} "
         "--neighbours {params.neighbours} "
         # A busy machine keeps the unconverged rounds, marked untrusted: the findings say "no trusted calibration".
