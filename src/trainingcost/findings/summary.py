@@ -75,8 +75,8 @@ def concurrency_line(timed_at_once: int | None, calibration: dict | None) -> str
         return (f"Timed runs: one at a time (`train.timed_at_once: 1`), so no timed step shared the machine with another "
                 f"training job; {beside}.")
     return (f"Timed runs: up to {timed_at_once} at a time (`train.timed_at_once: {timed_at_once}`, the default 2); {beside}"
-            + ("." if neighbours else ", so it prices a machine the timed steps did not have (expect "
-               "predicted / measured below 1)."))
+            + ("." if neighbours else ", where the timed steps shared the machine with each other (a bias either way: "
+               "a calibration beside a neighbour scored worse, docs/measurement.md, \"The concurrency bias\")."))
 
 
 def step_time_section(comparison: pd.DataFrame, calibration: dict | None = None,
