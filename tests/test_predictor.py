@@ -294,3 +294,78 @@ def test_the_probe_runs_every_rule_at_its_minimal_sizes(rule_name):
             phases = probe()
             assert all(math.isfinite(v) and v >= 0 for v in phases.values()), (arch, task, phases)
             assert all(torch.isfinite(p).all() for p in probe.model.parameters()), (rule_name, arch, task, seed)
+
+
+def _row(phase, op, cls, nbytes=(0, 0), count=1, context="plain"):
+    return {"layer": "l", "phase": phase, "timed_phase": phase, "op": op, "cls": cls, "count": count, "flops": 0,
+            "bytes_read": nbytes[0], "bytes_written": nbytes[1], "signature": "", "context": context,
+            "config_id": "c", "rule": "bp", "seed": 0}
+
+
+def test_the_probe_displaces_the_other_phases_traffic_before_the_optimizer_only():
+    """displaced_bytes: for the phase holding the optimizer's step call, the bytes read and written by the kernels
+    of every other phase (views and host rows move none), capped at two last-level caches; no other phase."""
+    from trainingcost.measure.probe import displaced_bytes
+    from trainingcost.measure.trace import OPTIMIZER_CALL
+
+    trace = pd.DataFrame([
+        _row("forward", "aten.mm.default", "matmul", (300, 100), count=2),        # 800
+        _row("forward", "aten.view.default", "view", (0, 0), count=5),
+        _row("backward", "aten.add.Tensor", "elementwise", (1000, 500), count=3),  # 4500
+        _row("optimizer_step", OPTIMIZER_CALL, "host"),
+        _row("optimizer_step", "aten.add_.Tensor", "elementwise", (64, 32), count=4, context="optimizer"),
+    ])
+    assert displaced_bytes(trace, cache_bytes=10_000) == {"optimizer_step": 800 + 4500}
+    assert displaced_bytes(trace, cache_bytes=1_000) == {"optimizer_step": 2_000}  # two caches at most
+    assert displaced_bytes(trace[trace["op"] != OPTIMIZER_CALL], cache_bytes=10_000) == {}
+
+
+def test_a_displaced_optimizer_reads_what_it_updates_at_dram_bandwidth():
+    """The predictor adds bytes_written x count / the ladder's top-rung bandwidth to each optimizer kernel of a
+    phase whose probe displaced at least the last-level cache; nothing where it displaced less."""
+    from trainingcost.findings.predictor import cold_update_seconds, dram_bandwidth
+
+    calibration = {"launch_overhead_s": 1e-6, "last_level_cache_bytes": 1000,
+                   "copy_ladder": [{"bytes": 4096, "seconds": 2e-6}, {"bytes": 8_000_000, "seconds": 1e-6 + 4e-4}]}
+    assert dram_bandwidth(calibration) == pytest.approx(8_000_000 / 4e-4)  # 20 GB/s
+    priced = pd.DataFrame([
+        _row("backward", "aten.add.Tensor", "elementwise", (1000, 500), count=3),
+        _row("optimizer_step", "aten.add_.Tensor", "elementwise", (64, 32), count=4, context="optimizer"),
+        _row("optimizer_step", "aten.add_.Tensor", "elementwise", (6400, 3200), count=1, context="optimizer"),
+    ])
+    probes = pd.DataFrame([{"config_id": "c", "rule": "bp", "seed": 0, "phase": "optimizer_step", "seconds": 1e-4,
+                            "displaced_bytes": 1000}])
+    expected = [0.0, 4 * 32 / 2e10, 3200 / 2e10]
+    assert cold_update_seconds(priced, probes, calibration) == pytest.approx(expected, abs=1e-18)
+    assert not cold_update_seconds(priced, probes.assign(displaced_bytes=999), calibration).any()
+    assert not cold_update_seconds(priced, probes, {**calibration, "last_level_cache_bytes": None}).any()
+
+
+def test_the_probe_displaces_the_caches_before_its_optimizer_phase_untimed(monkeypatch):
+    """A probe built with displaced bytes writes them once per step, after the forward and backward were timed and
+    before the optimizer's phase starts; the writing is in no phase and not in the work between phases."""
+    import trainingcost.measure.probe as P
+
+    calls = []
+    monkeypatch.setattr(P, "displace", lambda nbytes: (calls.append(nbytes), time.sleep(0.2)))
+    probe = P.Probe(spec(tiny(layers=1, d_model=16, seq_len=8, batch=2), "bp"), torch.device("cpu"),
+                    {"optimizer_step": 12345})
+    phases = probe()
+    assert calls == [12345]
+    assert sum(phases.values()) < 0.2  # the 0.2 s of displacing counted nowhere
+    assert set(phases) == {"forward", "backward", "optimizer_step", "between_phases"}
+
+
+def test_the_calibration_records_each_probes_displacement_and_the_cache():
+    """calibrate(probe=True): the probe rows of the optimizer's phase carry the bytes displaced before it (the
+    other phases' traffic, measure/probe.py), the other rows 0, and the file names the last-level cache."""
+    from trainingcost.measure.probe import displaced_bytes
+    from trainingcost.measure.run import traced
+
+    trace = traced(spec(tiny(layers=1, d_model=16, seq_len=8, batch=2), "bp"), torch.device("cpu"))
+    cal = C.calibrate(torch.device("cpu"), "fp32", trace, tolerance=0.5, probe=True)
+    probes = pd.DataFrame(cal["probes"]).set_index("phase")
+    assert probes.at["optimizer_step", "displaced_bytes"] == displaced_bytes(trace)["optimizer_step"] > 0
+    assert (probes.drop(index="optimizer_step")["displaced_bytes"] == 0).all()
+    assert cal["last_level_cache_bytes"] > 0
+    assert max(r["bytes"] for r in cal["copy_ladder"]) >= 2 * cal["last_level_cache_bytes"]

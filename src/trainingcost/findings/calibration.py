@@ -8,8 +8,10 @@ is **replayed** on the device with real tensors of the traced shapes, strides an
 - ``launch_overhead_s``: one call of the smallest kernel (``aten.add`` of two one-element tensors), the fixed
   cost every dispatched op pays (on GPU, the launch; on CPU, the dispatch);
 - ``view_overhead_s``: one call of a view op (no kernel, the dispatch alone);
-- a **copy ladder** (``aten.copy_`` at 4 KiB to 64 MiB): the bandwidth at which an op the calibration never
-  saw is priced, by the size of its operands (caches make small copies faster than DRAM).
+- a **copy ladder** (``aten.copy_`` at 4 KiB to 64 MiB, or to two last-level caches where that is more): the
+  bandwidth at which an op the calibration never saw is priced, by the size of its operands (caches make small
+  copies faster than DRAM); its top rung is the DRAM bandwidth at which the predictor prices the tensors an
+  optimizer updates when the step has displaced them from the caches.
 
 **Convergence.** Rounds are interleaved: each round times every signature once (each timing averages enough
 calls to last ``timing_s``), so a slow spell of the machine hits all shapes alike rather than a few. A
@@ -28,8 +30,9 @@ per host call (``"host"``: ``coefficients`` and ``segments``), which the predict
 concurrency, less one).
 
 **Probes** (``probe=True``): for every run of the trace, the same step at minimal sizes
-(:mod:`trainingcost.measure.probe`), timed in the same rounds; the predictor then adds the real kernels' bodies
-to the probe's time. Off by default: on the benchmark's quiet machine the traced ops alone came closer
+(:mod:`trainingcost.measure.probe`), timed in the same rounds, the caches displaced before its optimizer's
+phase as the real step's traffic displaces them (``displaced_bytes`` of each probe row); the predictor then adds
+the real kernels' bodies to the probe's time. The workflow's and the benchmark's default
 (benchmarks/bench_predictor.md).
 
 **Sanity.** A matrix product at least as large as another in every dimension (m, n, k), with the same op
@@ -59,6 +62,7 @@ from ..measure.host import neighbours as host_neighbours
 from ..measure.host import segments as host_segments
 from ..measure.host import solve as solve_host
 from ..measure.host import term_counts as host_term_counts
+from ..measure.probe import last_level_cache_bytes
 from ..measure.provenance import provenance
 from ..measure.trace import KERNEL_CLASSES
 from ..train.run import DTYPES
@@ -70,6 +74,14 @@ MIN_ROUNDS = 3
 MIN_HOST_ROUNDS = 7  # with the host micro-steps: each host term is a difference of two segments' medians
 COPY_LADDER = [2**k for k in range(12, 27, 2)]  # bytes copied: 4 KiB ... 64 MiB
 aten = torch.ops.aten
+
+
+def copy_ladder(device: torch.device) -> list[int]:
+    """The copy ladder's sizes (bytes read and written): :data:`COPY_LADDER`, and on a CPU whose last-level cache
+    is over half its top, one rung of two last-level caches, so that its top rung streams from DRAM (the
+    predictor's price of the bytes an optimizer reads cold, findings/predictor.py)."""
+    top = 2 * last_level_cache_bytes() if device.type == "cpu" else 0
+    return COPY_LADDER + ([top] if top > COPY_LADDER[-1] else [])
 
 
 class CalibrationBusy(RuntimeError):
@@ -148,13 +160,13 @@ def _clock(device: torch.device):
 
 def build_probes(trace: pd.DataFrame, device: torch.device) -> dict:
     """A warmed-up probe (measure/probe.py) per run of the trace that says how to rebuild its step."""
-    from ..measure.probe import Probe, spec_from_json
+    from ..measure.probe import Probe, displaced_bytes, spec_from_json
 
     if "spec" not in trace.columns:
         return {}
     probes = {}
-    for (config_id, rule, seed), text in trace.groupby(["config_id", "rule", "seed"])["spec"].first().items():
-        run = Probe(spec_from_json(text), device)
+    for (config_id, rule, seed), part in trace.groupby(["config_id", "rule", "seed"]):
+        run = Probe(spec_from_json(part["spec"].dropna().iloc[0]), device, displaced_bytes(part))
         for _ in range(3):
             run()
         probes[(config_id, rule, seed)] = run
@@ -219,7 +231,7 @@ def _calibrate(device, dtype, trace, *, tolerance, time_cap_s, timing_s, max_cal
          "signature": json.dumps([[{"t": [[4, 4], [4, 1], str(torch_dtype).removeprefix("torch.")]}, [16]], {"kw": {}}])},
         *({"op": "aten.copy_.default", "cls": "copy", "bytes_read": nbytes // 2, "bytes_written": nbytes // 2,
            "signature": _sig([[nbytes // 2 // itemsize], [1], torch_dtype], [[nbytes // 2 // itemsize], [1], torch_dtype])}
-          for nbytes in COPY_LADDER),
+          for nbytes in copy_ladder(device)),
     ]
     table = pd.concat([table, pd.DataFrame(overheads).assign(flops=0)], ignore_index=True)
     micro = host_segments(device, torch_dtype, _optimizers(trace)) if host else []
@@ -284,6 +296,7 @@ def _calibrate(device, dtype, trace, *, tolerance, time_cap_s, timing_s, max_cal
             values = [r.get(phase, 0.0) for r in readings]
             median = statistics.median(values)
             probe_rows.append({"config_id": config_id, "rule": rule, "seed": int(seed), "phase": phase, "seconds": median,
+                               "displaced_bytes": int(probes[(config_id, rule, seed)].displaced.get(phase, 0)),
                                "spread": float(np.subtract(*np.percentile(values, [75, 25])) / median) if median > 0 else 0.0})
     watch.end()
     spread = [float(np.subtract(*np.percentile(t, [75, 25])) / statistics.median(t)) if statistics.median(t) > 0 else 0.0
@@ -302,6 +315,7 @@ def _calibrate(device, dtype, trace, *, tolerance, time_cap_s, timing_s, max_cal
         "launch_overhead_s": float(special.loc[special["cls"] == "launch", "seconds"].iloc[0]),
         "view_overhead_s": float(special.loc[special["cls"] == "view", "seconds"].iloc[0]),
         "probes": probe_rows,
+        "last_level_cache_bytes": last_level_cache_bytes(),
         "host": host_fit,
         "rounds": rounds,
         "trusted": not untrusted,  # converged; False: kept from a busy machine (keep_untrusted), the reason below

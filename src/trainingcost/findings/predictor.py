@@ -33,7 +33,8 @@ host's work (``host_s`` of each row). A run's profiled step splits the measured 
 
 What the prediction still leaves out: the allocator, Python the micro-steps do not resemble (a rule's own
 loops between ops beyond the per-op terms), and caches warmed or flushed by the ops around each one (a replay
-runs one op many times on the same operands).
+runs one op many times on the same operands), except the optimizer's: its host work is probed after the
+step's traffic and its updated tensors are read from DRAM (:func:`cold_update_seconds`).
 """
 
 from __future__ import annotations
@@ -161,7 +162,10 @@ def predict_phases(traces: pd.DataFrame, calibration: dict, keys=("config_id", "
 
     A run the calibration probed (``calibration["probes"]``, measure/probe.py: the same step at minimal sizes)
     is predicted as the bodies of its kernels (each call less the launch overhead) plus the probe's time of the
-    phase, the host's overhead, which is then its ``launch_s``. Any other run: the ops' seconds as priced.
+    phase, the host's overhead, which is then its ``launch_s``; in a phase whose probe displaced at least a
+    last-level cache (an optimizer's, measure/probe.py), each optimizer kernel's body also reads what it writes
+    (the parameters and the optimizer's state, :func:`cold_update_seconds`) at DRAM bandwidth. Any other run:
+    the ops' seconds as priced.
     """
     priced = price(traces, calibration)
     keys = [k for k in keys if k in priced.columns]
@@ -171,15 +175,19 @@ def predict_phases(traces: pd.DataFrame, calibration: dict, keys=("config_id", "
     group = keys + ["timed_phase"]
     plain = priced.groupby(group, as_index=False)[["seconds", *PARTS]].sum()
     probes = pd.DataFrame(calibration.get("probes") or [], columns=["config_id", "rule", "seed", "phase", "seconds"])
+    if calibration.get("probes") and "displaced_bytes" in calibration["probes"][0]:
+        probes["displaced_bytes"] = [row.get("displaced_bytes", 0) for row in calibration["probes"]]
     if probes.empty or not {"config_id", "rule", "seed"} <= set(priced.columns):
         return plain.rename(columns={"timed_phase": "phase", "seconds": "predicted_time_s"})
-    bodies = priced.assign(**{f"{c}_s": np.where(priced["cls"] == c, body, 0.0) for c in KERNEL_CLASSES})
     run_keys = ["config_id", "rule", "seed"]
+    body = body + cold_update_seconds(priced, probes, calibration)
+    bodies = priced.assign(**{f"{c}_s": np.where(priced["cls"] == c, body, 0.0) for c in KERNEL_CLASSES})
     probed = bodies.merge(probes[run_keys].drop_duplicates(), on=run_keys)
     if probed.empty:
         return plain.rename(columns={"timed_phase": "phase", "seconds": "predicted_time_s"})
     parts = probed.groupby(run_keys + ["timed_phase"], as_index=False)[[f"{c}_s" for c in KERNEL_CLASSES]].sum()
-    parts = parts.merge(probes.rename(columns={"phase": "timed_phase", "seconds": "launch_s"}), on=run_keys + ["timed_phase"],
+    parts = parts.merge(probes[run_keys + ["phase", "seconds"]].rename(columns={"phase": "timed_phase", "seconds": "launch_s"}),
+                        on=run_keys + ["timed_phase"],
                         how="outer").fillna({f"{c}_s": 0.0 for c in (*KERNEL_CLASSES, "launch")})
     parts["seconds"] = parts[PARTS].sum(axis=1)
     if any(k not in run_keys for k in keys):  # a caller's extra keys (a benchmark's run label) follow the run
@@ -190,6 +198,30 @@ def predict_phases(traces: pd.DataFrame, calibration: dict, keys=("config_id", "
     rest = plain.merge(probed_runs, on=keys, how="left", indicator=True)
     rest = rest[rest["_merge"] == "left_only"].drop(columns="_merge")
     return pd.concat([parts, rest], ignore_index=True).rename(columns={"timed_phase": "phase", "seconds": "predicted_time_s"})
+
+
+def dram_bandwidth(calibration: dict) -> float:
+    """Bytes per second of the copy ladder's top rung (its copy's bytes read and written over its body): the
+    calibration's DRAM bandwidth where that rung exceeds the last-level cache (calibration.copy_ladder)."""
+    top = max(calibration["copy_ladder"], key=lambda rung: rung["bytes"])
+    return top["bytes"] / max(top["seconds"] - float(calibration["launch_overhead_s"]), 1e-12)
+
+
+def cold_update_seconds(priced: pd.DataFrame, probes: pd.DataFrame, calibration: dict) -> np.ndarray:
+    """Per trace row: the seconds its optimizer kernel (``context`` optimizer) spends reading from DRAM the tensors
+    it writes (``bytes_written × count`` at :func:`dram_bandwidth`), where the run's probe displaced at least the
+    last-level cache before that phase (the step's other phases moved that much: the parameters and the
+    optimizer's state were last touched a step ago, measure/probe.py); 0 elsewhere. A replay re-reads them warm."""
+    cache = calibration.get("last_level_cache_bytes")
+    keys = ["config_id", "rule", "seed", "timed_phase"]
+    if not cache or "displaced_bytes" not in probes.columns or "context" not in priced.columns or \
+            not set(keys) <= set(priced.columns):
+        return np.zeros(len(priced))
+    cold = probes[probes["displaced_bytes"] >= cache].rename(columns={"phase": "timed_phase"})
+    where = pd.MultiIndex.from_frame(priced[keys]).isin(pd.MultiIndex.from_frame(cold[keys]))
+    update = where & (priced["context"] == "optimizer").to_numpy() & priced["cls"].isin(KERNEL_CLASSES).to_numpy()
+    nbytes = priced["bytes_written"].to_numpy(float) * priced["count"].to_numpy(float)
+    return np.where(update, nbytes / dram_bandwidth(calibration), 0.0)
 
 
 def predict_steps(traces: pd.DataFrame, calibration: dict, keys=("config_id", "rule", "seed"),
