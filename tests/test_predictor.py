@@ -342,18 +342,26 @@ def test_a_displaced_optimizer_reads_what_it_updates_at_dram_bandwidth():
 
 
 def test_the_probe_displaces_the_caches_before_its_optimizer_phase_untimed(monkeypatch):
-    """A probe built with displaced bytes writes them once per step, after the forward and backward were timed and
-    before the optimizer's phase starts; the writing is in no phase and not in the work between phases."""
+    """A probe built with displaced bytes, before the optimizer's phase and after the forward and backward were
+    timed: runs its forward for the phase's gap, then writes the bytes, once per step; neither is in a phase
+    nor in the work between phases."""
     import trainingcost.measure.probe as P
 
-    calls = []
-    monkeypatch.setattr(P, "displace", lambda nbytes: (calls.append(nbytes), time.sleep(0.2)))
+    calls, order = [], []
+    monkeypatch.setattr(P, "displace", lambda nbytes: (calls.append(nbytes), order.append("displace"), time.sleep(0.2)))
     probe = P.Probe(spec(tiny(layers=1, d_model=16, seq_len=8, batch=2), "bp"), torch.device("cpu"),
                     {"optimizer_step": 12345})
-    phases = probe()
-    assert calls == [12345]
+    phases = probe()  # no gap yet: no filler
+    assert calls == [12345] and order == ["displace"]
     assert sum(phases.values()) < 0.2  # the 0.2 s of displacing counted nowhere
     assert set(phases) == {"forward", "backward", "optimizer_step", "between_phases"}
+    filler = probe.filler
+    monkeypatch.setattr(probe, "filler", lambda: (order.append("filler"), filler()))
+    probe.gaps = {"optimizer_step": 0.5}
+    order.clear()
+    phases = probe()  # about 0.3 s of the probe's forward (the gap less the last displacement), then 0.2 s displacing
+    assert order[-1] == "displace" and order.count("filler") >= 1 and set(order[:-1]) == {"filler"}
+    assert sum(phases.values()) < 0.25
 
 
 def test_the_calibration_records_each_probes_displacement_and_the_cache():
@@ -367,5 +375,6 @@ def test_the_calibration_records_each_probes_displacement_and_the_cache():
     probes = pd.DataFrame(cal["probes"]).set_index("phase")
     assert probes.at["optimizer_step", "displaced_bytes"] == displaced_bytes(trace)["optimizer_step"] > 0
     assert (probes.drop(index="optimizer_step")["displaced_bytes"] == 0).all()
+    assert probes.at["optimizer_step", "gap_s"] > 0 and (probes.drop(index="optimizer_step")["gap_s"] == 0).all()
     assert cal["last_level_cache_bytes"] > 0
     assert max(r["bytes"] for r in cal["copy_ladder"]) >= 2 * cal["last_level_cache_bytes"]

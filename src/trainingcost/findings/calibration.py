@@ -30,8 +30,8 @@ per host call (``"host"``: ``coefficients`` and ``segments``), which the predict
 concurrency, less one).
 
 **Probes** (``probe=True``): for every run of the trace, the same step at minimal sizes
-(:mod:`trainingcost.measure.probe`), timed in the same rounds, the caches displaced before its optimizer's
-phase as the real step's traffic displaces them (``displaced_bytes`` of each probe row); the predictor then adds
+(:mod:`trainingcost.measure.probe`), timed in the same rounds, its optimizer's phase after the real step's gap
+outside it and its traffic (``gap_s`` and ``displaced_bytes`` of each probe row); the predictor then adds
 the real kernels' bodies to the probe's time. The workflow's and the benchmark's default
 (benchmarks/bench_predictor.md).
 
@@ -158,17 +158,24 @@ def _clock(device: torch.device):
     return timed
 
 
-def build_probes(trace: pd.DataFrame, device: torch.device) -> dict:
-    """A warmed-up probe (measure/probe.py) per run of the trace that says how to rebuild its step."""
+def build_probes(trace: pd.DataFrame, device: torch.device, per_call: dict | None = None) -> dict:
+    """A warmed-up probe (measure/probe.py) per run of the trace that says how to rebuild its step; before a phase
+    it displaces, the gap of the real step outside that phase: the run's other kernels at ``per_call`` seconds
+    (op, signature -> one call, the calibration's warm-up) and the probe's own other phases."""
     from ..measure.probe import Probe, displaced_bytes, spec_from_json
 
     if "spec" not in trace.columns:
         return {}
-    probes = {}
+    probes, per_call = {}, per_call or {}
     for (config_id, rule, seed), part in trace.groupby(["config_id", "rule", "seed"]):
         run = Probe(spec_from_json(part["spec"].dropna().iloc[0]), device, displaced_bytes(part))
         for _ in range(3):
-            run()
+            reading = run()
+        kernel = part[part["cls"].isin(KERNEL_CLASSES)]
+        seconds = kernel["count"].to_numpy(float) * np.array([per_call.get(k, 0.0) for k in zip(kernel["op"], kernel["signature"])])
+        for phase in run.displaced:
+            run.gaps[phase] = float(seconds[(kernel["timed_phase"] != phase).to_numpy()].sum()
+                                    + sum(v for p, v in reading.items() if p != phase))
         probes[(config_id, rule, seed)] = run
     return probes
 
@@ -240,12 +247,13 @@ def _calibrate(device, dtype, trace, *, tolerance, time_cap_s, timing_s, max_cal
         extra = extra[~extra.set_index(["op", "signature"]).index.isin(table.set_index(["op", "signature"]).index)]
         table = pd.concat([table, extra], ignore_index=True)
     calls = [replay(op, sig, device) for op, sig in zip(table["op"], table["signature"])]
-    inner = []
-    for fn in calls:  # warm up; the calls per timing that make one timing last about timing_s
-        fn()
+    inner, per_call = [], {}
+    for fn, key in zip(calls, zip(table["op"], table["signature"])):  # warm up; the calls per timing that make one
+        fn()                                                            # timing last about timing_s
         once = max(clock(fn, 1), 1e-9)
         inner.append(int(min(max_calls, max(1, timing_s // once))))
-    probes = build_probes(trace, device) if probe else {}
+        per_call[key] = once
+    probes = build_probes(trace, device, per_call) if probe else {}
     watch = LoadWatch()
     watch.begin()
     started = time.perf_counter()
@@ -297,6 +305,7 @@ def _calibrate(device, dtype, trace, *, tolerance, time_cap_s, timing_s, max_cal
             median = statistics.median(values)
             probe_rows.append({"config_id": config_id, "rule": rule, "seed": int(seed), "phase": phase, "seconds": median,
                                "displaced_bytes": int(probes[(config_id, rule, seed)].displaced.get(phase, 0)),
+                               "gap_s": float(probes[(config_id, rule, seed)].gaps.get(phase, 0.0)),
                                "spread": float(np.subtract(*np.percentile(values, [75, 25])) / median) if median > 0 else 0.0})
     watch.end()
     spread = [float(np.subtract(*np.percentile(t, [75, 25])) / statistics.median(t)) if statistics.median(t) > 0 else 0.0

@@ -14,12 +14,16 @@ training jobs, interleaved in the calibration's rounds, never on the measured ru
 
 **The caches the real step leaves behind.** A phase that runs a ``torch.optim`` optimizer (the trace's
 :data:`~.trace.OPTIMIZER_CALL` row) touches its code and its per-parameter state once per step; between two of
-its runs the real step's other phases stream their operands through the caches. At minimal sizes they stream
-next to nothing, so a bare probe times the optimizer warm: on the AMD EPYC of benchmarks/bench_predictor.md,
-0.10 ms for config 0's SGD step alone, 0.36 ms inside the real step, 0.34 ms after a 64 MiB write. So the
-probe **displaces** the caches before such a phase: it writes as many bytes as the real step's other phases
-move (the trace's bytes read and written, exact), at most twice the last-level cache
-(:func:`last_level_cache_bytes`), untimed. Only there: timing every phase after a gap of the real step's
+its runs the real step's other phases run for the rest of the step and stream their operands through the
+caches. At minimal sizes they take next to no time and stream next to nothing, so a bare probe times the
+optimizer warm: on the AMD EPYC of benchmarks/bench_predictor.md, 0.10 ms for config 0's SGD step alone,
+0.36 ms inside the real step, 0.34 ms after a 64 MiB write, 0.32 ms after 3 ms of Python touching nothing
+(caches decay with time too, where a core's cache sharers are not ours). So before such a phase the probe,
+untimed, first runs its own forward (no grad) for the **gap**, the real step's time outside the phase
+(``gaps``, from the calibration: its kernels' single-call times and the probe's other phases), which keeps the
+code the phases share warm while the rest decays, and then **displaces** the caches: it writes as many bytes as
+the real step's other phases move (the trace's bytes read and written, exact), at most twice the last-level
+cache (:func:`last_level_cache_bytes`). Only there: timing every phase after a gap of the real step's
 length over-predicted the phases whose code the step's other phases keep warm (error projection 1.7x).
 The kernels' side of the same effect (the tensors the optimizer updates read from DRAM) is the predictor's
 (:func:`trainingcost.findings.predictor.predict_phases`). On a GPU the probe displaces nothing: there the
@@ -92,16 +96,26 @@ def displace(nbytes: int) -> None:
 
 
 class _Displacing:
-    """A phase factory that displaces the caches (untimed) before the phases of ``nbytes``."""
+    """A phase factory that, before each phase of ``probe.displaced``, untimed: runs ``filler`` (the probe's
+    forward, no grad) until the phase's ``probe.gaps`` less the last displacement's seconds have passed, then
+    displaces the caches by its bytes."""
 
-    def __init__(self, timer: PhaseTimer, nbytes: dict[str, int]):
-        self.timer, self.nbytes, self.spent = timer, nbytes, 0.0
+    def __init__(self, timer: PhaseTimer, probe: Probe):
+        self.timer, self.probe, self.spent = timer, probe, 0.0
 
     def __call__(self, name: str):
-        if self.nbytes.get(analytic_phase(name)):
+        phase = analytic_phase(name)
+        if self.probe.displaced.get(phase):
             begin = time.perf_counter()
-            displace(self.nbytes[analytic_phase(name)])
-            self.spent += time.perf_counter() - begin
+            until = begin + self.probe.gaps.get(phase, 0.0) - self.probe.displace_s
+            with torch.no_grad():
+                while time.perf_counter() < until:
+                    self.probe.filler()
+            started = time.perf_counter()
+            displace(self.probe.displaced[phase])
+            end = time.perf_counter()
+            self.probe.displace_s = end - started
+            self.spent += end - begin
         return self.timer(name)
 
 
@@ -136,13 +150,15 @@ class Probe:
         self.spec = probe_spec(spec)
         self.device = device
         self.displaced = dict(displaced or {}) if device.type == "cpu" else {}
+        self.gaps: dict[str, float] = {}  # seconds of the real step outside each displaced phase (the calibration's)
+        self.displace_s = 0.0  # the last displacement's seconds
         self.model, self.rule = build_model(self.spec, device)
         task = make_task(self.spec.task, self.spec.cfg, self.spec.corpus)
         self.batch = task.batch(torch.Generator().manual_seed(self.spec.seed + 2)).to(device)
 
     def __call__(self) -> dict[str, float]:
         timer = PhaseTimer(self.device)
-        phase = _Displacing(timer, self.displaced)
+        phase = _Displacing(timer, self)
         with timer.step():
             self.rule.step(self.batch, phase)
         seconds, step, _ = timer.finish()
@@ -151,3 +167,7 @@ class Probe:
             phases[analytic_phase(name)] = phases.get(analytic_phase(name), 0.0) + value
         phases[BETWEEN] = max(step - phase.spent - sum(phases.values()), 0.0)
         return phases
+
+    def filler(self) -> None:
+        """The probe's forward (no grad): what keeps the code the step's phases share warm over a gap."""
+        self.model(self.batch.tokens)
