@@ -34,7 +34,7 @@ host's work (``host_s`` of each row). A run's profiled step splits the measured 
 What the prediction still leaves out: the allocator, Python the micro-steps do not resemble (a rule's own
 loops between ops beyond the per-op terms), and caches warmed or flushed by the ops around each one (a replay
 runs one op many times on the same operands), except the optimizer's: its host work is probed after the
-step's traffic and its updated tensors are read from DRAM (:func:`cold_update_seconds`).
+step's gap and traffic and its updated tensors are read from DRAM (:func:`cold_update_seconds`).
 """
 
 from __future__ import annotations
