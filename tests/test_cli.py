@@ -50,7 +50,7 @@ BAD = [
     (["--preset", "bert-base", "--heads", "5"], "heads: 5 does not divide d_model 768"),
     (["--preset", "bert-base", "--layers", "0"], "layers: 0 is less than the minimum of 1"),
     (["--preset", "bert-base", "--d-model", "-8"], "--d-model: -8 is less than the minimum of 1"),
-    (["--preset", "bert-base", "--rule", "backprop"], "argument --rule: invalid choice: 'backprop'"),
+    (["--preset", "bert-base", "--rule", "backprop"], "argument --rule: 'backprop' is not a rule (allowed: bp, pepita"),
     (["--preset", "bert-large"], "--preset: unknown preset 'bert-large' (allowed: paper-example"),
     (["--preset", "bert-base", "--arch", "rnn"], "arch: 'rnn' is not allowed (allowed: encoder, decoder, encoder-decoder)"),
     (["--preset", "bert-base", "--cost-model", "chinchilla"], "argument --cost-model: invalid choice: 'chinchilla'"),
@@ -70,6 +70,18 @@ def test_bad_flags_give_one_line(args, message):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert message in lines[0]
+
+
+@pytest.mark.parametrize("command", ["estimate", "plan"])
+def test_a_list_of_rules_prints_those_rules_in_the_catalogues_order(command):
+    """Issue 39: `plan --rule bp,dfa` was refused; a list works in both commands, in the catalogue's order."""
+    extra = ["--tokens", "1e9", "--gpu", "a100-80gb", "--gpus", "8"] if command == "plan" else []
+    result = run(command, "--preset", "gpt2-small", "--rule", "dfa,bp", "--format", "json", *extra)
+    assert result.returncode == 0, result.stderr
+    rules = [r["rule"] for r in json.loads(result.stdout)]
+    assert list(dict.fromkeys(rules)) == ["bp", "dfa"]
+    bad = run(command, "--preset", "gpt2-small", "--rule", "bp,dfb", *extra)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'dfb' is not a rule" in bad.stderr
 
 
 def test_estimate_memory_prints_persistent_bytes_phase_peaks_and_the_step_peak_per_rule(capsys):

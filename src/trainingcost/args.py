@@ -144,3 +144,18 @@ def flag_message(message: str) -> str:
         return message
     flags = [FLAG_NAMES.get(field, "--" + field.replace("_", "-")) for field in match.group(1).split(", ")]
     return ", ".join(flags) + message[match.end():]
+
+
+def rule_list(text: str) -> list[str]:
+    """``all``, one rule, or several separated by commas (``bp,dfa,mempepita``), in the catalogue's order."""
+    from .analytic import rule_names
+
+    known = list(rule_names())
+    if text.strip() == "all":
+        return known
+    asked = [part.strip() for part in text.split(",")]
+    bad = [part for part in asked if part not in known]
+    if bad or not asked:
+        raise argparse.ArgumentTypeError(f"{bad[0] if bad else text!r} is not a rule (allowed: {', '.join(known)}, all, "
+                                         "or several separated by commas)")
+    return [rule for rule in known if rule in asked]

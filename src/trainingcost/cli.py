@@ -39,7 +39,7 @@ from .config import (
 )
 from .config.training import RULE_OPTION_FLOATS, RULE_OPTION_HELP
 from .io import created_count, undo_since
-from .args import Parser, add_model_flags, flag_message, integer, model_entry, number
+from .args import Parser, add_model_flags, flag_message, integer, model_entry, number, rule_list
 from .analytic.comm import BACKENDS, PARALLEL, sharded_rules
 from .curves import add_parser as add_curves_parser  # trainingcost curves (curves.py; the scaling study)
 from .plan import add_parser as add_plan_parser  # trainingcost plan (plan.py; docs/planning.md)
@@ -204,7 +204,7 @@ def phase_table(configs: pd.DataFrame, rules: list[str], models: list[str], mirr
 def cmd_estimate(args: argparse.Namespace) -> int:
     cfg = model_entry(args)
     configs = configs_frame([(args.preset or "", cfg)])
-    rules = list(rule_names()) if args.rule == "all" else [args.rule]
+    rules = args.rule if isinstance(args.rule, list) else rule_list(args.rule)
     compact = args.cost_model is None and args.format == "table" and not args.per_layer and not args.memory
     chosen = args.cost_model or ("executed" if compact else "all")
     models = list(cost_model_names()) if chosen == "all" else [chosen]
@@ -546,7 +546,8 @@ def build_parser() -> Parser:
 
     est = sub.add_parser("estimate", help="analytic costs and memory of one model, per layer and phase")
     add_model_flags(est)
-    est.add_argument("--rule", default="all", choices=[*rule_names(), "all"])
+    est.add_argument("--rule", default="all", type=rule_list, metavar="RULE[,RULE...]|all",
+                     help=f"one rule, several separated by commas, or all (default): {', '.join(rule_names())}")
     est.add_argument("--cost-model", choices=[*cost_model_names(), "all"],
                      help="default: executed (what our PyTorch code runs), one row per rule; all: every cost model, "
                           "per phase, and the memory tables (csv, json and --per-layer default to all)")

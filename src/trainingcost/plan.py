@@ -24,7 +24,7 @@ from .analytic.plan import (
     CHECKPOINTING, PRECISIONS, PREDICTED_SOURCE, SHARDINGS, STEP_PARTS, ZERO3_GATHER, Efficiency, PlanSpec, plan_table,
     tokens_per_sequence,
 )
-from .args import add_model_flags, count, count_or_max, model_entry, number
+from .args import add_model_flags, count, count_or_max, model_entry, number, rule_list
 from .config import ConfigError
 from .text import describe_config, grid, wrapped
 
@@ -39,7 +39,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("plan", help="what a whole training run costs on named GPUs: time, GPU-hours, money, energy, "
                                     "CO2e and memory, per rule and cost model")
     add_model_flags(p)
-    p.add_argument("--rule", default="all", choices=[*rule_names(), "all"])
+    p.add_argument("--rule", default="all", type=rule_list, metavar="RULE[,RULE...]|all",
+                   help=f"one rule, several separated by commas, or all (default): {', '.join(rule_names())}")
     p.add_argument("--cost-model", default="executed", choices=[*cost_model_names(), "all"],
                    help="default executed, one row per rule in one screen; all: every cost model, the predicted step's "
                         "parts, the memory parts and every source")
@@ -463,7 +464,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         spec = dataclasses.replace(spec, efficiency=Efficiency(
             "predicted", 1.0, f"{PREDICTED_SOURCE}; GEMM ceiling, bandwidth, attention and launch "
                               f"{gpu.steptime_sources['gemm_ceiling']}"))
-    rules = list(rule_names()) if args.rule == "all" else [args.rule]
+    rules = args.rule if isinstance(args.rule, list) else rule_list(args.rule)
     models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
     table = plan_table(cfg, spec, gpu, rules, models)
     verdict = fit_verdict(table, cfg, spec, gpu)
