@@ -26,6 +26,7 @@ from .analytic.plan import (
 )
 from .args import add_model_flags, count, count_or_max, model_entry, number, rule_list
 from .config import ConfigError
+from .config.frameworks import cluster, clusters, default_framework, framework, frameworks
 from .text import describe_config, grid, wrapped
 
 CHINCHILLA_TOKENS_PER_PARAMETER = 20  # Hoffmann et al. 2022: compute-optimal D ~ 20 N
@@ -55,17 +56,26 @@ def add_parser(sub) -> None:
     p.add_argument("--micro-batch", type=count_or_max, default=None, metavar="N|max",
                    help="sequences per GPU per forward-backward (default max: the largest that fits and divides the "
                         "replica's batch; the rest is gradient accumulation)")
-    p.add_argument("--gpu", required=True, help="a device of the hardware catalogue (trainingcost hardware)")
+    p.add_argument("--gpu", help="a device of the hardware catalogue (trainingcost hardware); required without --cluster")
     p.add_argument("--gpus", type=count, default=1)
     p.add_argument("--tp", type=count, default=1, help="tensor-parallel degree")
     p.add_argument("--pp", type=count, default=1, help="pipeline-parallel degree")
     p.add_argument("--ep", type=count, default=1, help="expert-parallel degree (a mixture of experts; divides the "
                    "experts and the data-parallel degree)")
-    p.add_argument("--sharding", default="zero3", choices=SHARDINGS,
-                   help="data-parallel sharding: none (DDP), ZeRO stage 1-3, fsdp (FULL_SHARD = ZeRO-3); default zero3")
-    p.add_argument("--zero3-gather", default="sublayer", choices=list(ZERO3_GATHER),
+    p.add_argument("--framework", default=None, metavar="NAME",
+                   help=f"the training framework (config/frameworks.yaml: {', '.join(frameworks())}; default "
+                        f"{default_framework()}): what it overlaps, what a ZeRO-3 gather moves, its attention kernel and "
+                        "its default sharding")
+    p.add_argument("--cluster", default=None, metavar="NAME",
+                   help=f"a named system (config/clusters.yaml: {', '.join(clusters())}): its GPU (unless --gpu), "
+                        "GPUs per node and NIC bandwidth per GPU")
+    p.add_argument("--sharding", default=None, choices=SHARDINGS,
+                   help="data-parallel sharding: none (DDP), ZeRO stage 1-3, fsdp (FULL_SHARD = ZeRO-3); default: "
+                        "the framework's")
+    p.add_argument("--zero3-gather", default=None, choices=list(ZERO3_GATHER),
                    help="what ZeRO-3/FSDP gathers whole at a time: module (DeepSpeed ZeRO-3, its estimator's accounting), "
-                        "sublayer (FSDP wrapping attention and FFN modules; default) or block (FSDP wrapping each block)")
+                        "sublayer (FSDP wrapping attention and FFN modules) or block (FSDP wrapping each block); "
+                        "default: the framework's")
     p.add_argument("--precision", choices=list(PRECISIONS),
                    help="default: the device's best mixed precision (bf16-mixed where it has bf16 arithmetic, else "
                         "fp16-mixed, as GPT-3 was trained on V100s)")
@@ -77,8 +87,10 @@ def add_parser(sub) -> None:
     p.add_argument("--sequence-parallel", action="store_true", help="sequence parallelism with --tp (Korthikanti 2022)")
     p.add_argument("--gpus-per-node", type=count, help="GPUs per node (default: the device's usual system)")
     p.add_argument("--nic-gbps", type=number, help="network between nodes, Gb/s per GPU (default: the device's system)")
-    p.add_argument("--dp-overlap", type=number, default=1.0,
-                   help="share of data-parallel communication hidden behind compute (default 1.0)")
+    p.add_argument("--dp-overlap", type=number, default=None,
+                   help="share of data-parallel communication hidden behind compute (default: the framework's)")
+    p.add_argument("--tp-overlap", type=number, default=None,
+                   help="share of tensor-parallel communication hidden behind compute (default: the framework's)")
     speed = p.add_mutually_exclusive_group()
     speed.add_argument("--mfu", type=number, help="model FLOPs utilisation, end to end (default: predicted by the step-time model)")
     speed.add_argument("--hfu", type=number, help="hardware FLOPs utilisation (recompute counted), end to end")
@@ -217,11 +229,26 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         power_source = f"measured: {args.joules_per_token:g} J per token per GPU under {args.measured_rule} (given)"
     elif joules_per_flop is not None:
         power_source = flop_source
+    fw = framework(args.framework)
+    fw_source = f"{fw.name}: {fw.label} ({'given' if args.framework else 'default'}; config/frameworks.yaml)"
+    per_node, nic, network = args.gpus_per_node, args.nic_gbps, f"{gpu.name}'s usual system (config/hardware.yaml)"
+    if args.cluster is not None:
+        system = cluster(args.cluster)
+        per_node = per_node if per_node is not None else system.gpus_per_node
+        nic = nic if nic is not None else system.nic_gbps
+        network = f"cluster {system.name}: {system.label} ({system.source})"
+    if args.gpus_per_node is not None or args.nic_gbps is not None:
+        network += "; " + ", ".join(f"{flag} {value:g} (given)" for flag, value in
+                                    (("--gpus-per-node", args.gpus_per_node), ("--nic-gbps", args.nic_gbps))
+                                    if value is not None)
     return PlanSpec(
-        tokens=tokens, tokens_source=tokens_source, gpus=args.gpus, tp=args.tp, pp=args.pp, sharding=args.sharding,
+        tokens=tokens, tokens_source=tokens_source, gpus=args.gpus, tp=args.tp, pp=args.pp,
+        sharding=args.sharding or fw.sharding, framework=fw.name, framework_source=fw_source,
+        network_source=network, tp_overlap=fw.tp_overlap if args.tp_overlap is None else args.tp_overlap,
+        zero3_granularity=fw.zero3_granularity, attention=fw.attention,
         precision=precision, checkpointing=args.checkpointing, checkpoint_every=args.checkpoint_every,
         precision_source="" if args.precision else f"default: {gpu.name}'s best mixed precision",
-        zero3_gather=args.zero3_gather,
+        zero3_gather=args.zero3_gather or fw.zero3_gather,
         optimizer=args.optimizer, global_batch=global_batch, micro_batch=args.micro_batch,
         efficiency=efficiency_of(args, cfg, precision, args.tp, gpu),
         power_utilisation=args.power_utilisation, power_source=power_source,
@@ -232,7 +259,8 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         carbon_source=defaults.carbon_source if args.carbon_intensity is None else "given",
         price=args.price, price_source="given" if args.price is not None else defaults.price_source,
         mirror_steps=args.mirror_steps, interleave=args.interleave, sequence_parallel=args.sequence_parallel,
-        gpus_per_node=args.gpus_per_node, nic_gbps=args.nic_gbps, dp_overlap=args.dp_overlap, ep=args.ep,
+        gpus_per_node=per_node, nic_gbps=nic, ep=args.ep,
+        dp_overlap=fw.dp_overlap if args.dp_overlap is None else args.dp_overlap,
         **quality_of(args),
     )
 
@@ -428,7 +456,9 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
              f"energy: TDP {gpu.power_w:g} W x {first['source_power'].split(' (')[0].removeprefix('TDP x ')}, PUE "
              f"{first['source_pue'].split(' (')[0].removeprefix('default ')}, {first['source_carbon'].split(' (')[0].removeprefix('default ')} "
              f"CO2e{'' if money else '; money: --price'}",
-             f"memory: ZeRO's bytes per parameter, activations of analytic/memory.py{gathered}"]
+             f"memory: ZeRO's bytes per parameter, activations of analytic/memory.py{gathered}",
+             f"framework: {first['source_framework'].split(' (')[0]} (--framework); network: "
+             f"{first['source_network'].split(' (')[0]} (--cluster, --nic-gbps)"]
     out += [wrapped(f"- {note}", SCREEN_WIDTH) for note in notes]
     return "\n".join(out) + "\n"
 
@@ -457,7 +487,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.batch is not None:
         raise ConfigError("--batch: plan takes --global-batch (sequences per optimizer step) and --micro-batch")
     cfg = model_entry(args)
-    gpu = device(args.gpu)
+    if args.gpu is None and args.cluster is None:
+        raise ConfigError("--gpu: required (a device of the hardware catalogue: trainingcost hardware), or give --cluster")
+    gpu = device(args.gpu if args.gpu is not None else cluster(args.cluster).gpu)
     spec = spec_from_args(args, cfg, gpu)
     if args.device_model is not None:
         gpu = measured_device(args, gpu, spec)

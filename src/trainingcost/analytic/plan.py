@@ -106,6 +106,13 @@ class PlanSpec:
     gpus_per_node: int | None = None  # None: the device's usual system (config/hardware.yaml)
     nic_gbps: float | None = None
     dp_overlap: float = 1.0
+    # The framework (config/frameworks.yaml): what it overlaps, what a ZeRO-3 gather moves, its attention kernel
+    framework: str = "fsdp2"
+    framework_source: str = "default: fsdp2 (config/frameworks.yaml)"
+    network_source: str = "the device's usual system (config/hardware.yaml)"
+    tp_overlap: float = 0.0
+    zero3_granularity: str = "block"
+    attention: str = "flash"
     # The plan at equal quality: (rule, compute multiplier against BP) pairs, NaN where the rule never reaches the
     # target; a rule absent trains on ``tokens``. Each rule then gets the tokens that buy M x BP's compute at its
     # executed FLOPs per token (docs/planning.md, "The plan at equal quality").
@@ -433,7 +440,7 @@ PLAN_COLUMNS = (
     "source_power", "source_pue", "source_carbon", "source_price",
     *(f"step_{k}_s" for k in STEP_PARTS), "step_dp_bytes", "step_dp_collectives",
     "compute_multiplier", "token_multiplier", "source_quality",
-    "ep", "ep_all_to_all_bytes",
+    "ep", "ep_all_to_all_bytes", "framework", "source_framework", "source_network",
 )
 
 
@@ -489,6 +496,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
                          interleave=spec.interleave, sequence_parallel=spec.sequence_parallel, sharding=spec.sharding,
                          recompute=spec.checkpointing, checkpoint_every=spec.checkpoint_every, precision=spec.precision,
                          dp_overlap=spec.dp_overlap, gpus_per_node=spec.gpus_per_node, nic_gbps=spec.nic_gbps,
+                         tp_overlap=spec.tp_overlap, zero3_granularity=spec.zero3_granularity, attention=spec.attention,
                          optimizer_slots=OPTIMIZER_SLOTS[spec.optimizer])
             check_layout(cfg, lay)
             predicted[r] = predict_step(cfg, lay, device, r, work)
@@ -535,7 +543,8 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         rows.append({
             "config_id": cfg.config_id, "rule": r, "cost_model": name, "gpu": device.name, "gpus": spec.gpus, "dp": dp,
             "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "zero3_gather": spec.zero3_gather,
-            "precision": spec.precision,
+            "framework": spec.framework, "source_framework": spec.framework_source,
+            "source_network": spec.network_source, "precision": spec.precision,
             "checkpointing": spec.checkpointing, "optimizer": spec.optimizer, "tokens": float(tokens),
             "tokens_per_sequence": n, "global_batch": G, "micro_batch": micro, "grad_accumulation": accumulation,
             "optimizer_steps": steps, "model_flops_per_token": model_seq / n, "model_flops": sequences * model_seq,

@@ -40,12 +40,21 @@ def model_of(row: dict):
     return canonical_model(entry, f"published run {row['run']!r}")
 
 
-def layout_of(row: dict) -> Layout:
+def layout_of(row: dict, framework_name: str | None = None) -> Layout:
+    """The row's layout as its source states it; what the framework does with it (overlap, what a ZeRO-3 gather
+    moves, its attention kernel where the row names none) from the framework catalogue (the row's ``framework``,
+    or ``framework_name``), the network from the cluster catalogue where the row names its cluster (else the
+    device's usual system). No per-row overlap or link assumption."""
+    from ...config.frameworks import cluster, framework
+
+    fw = framework(framework_name or row["framework"] or None, f"published run {row['run']!r}: framework")
+    system = cluster(row["cluster"], f"published run {row['run']!r}: cluster") if row.get("cluster") else None
     return Layout(gpus=int(row["gpus"]), global_batch=int(row["global_batch"]), micro_batch=int(row["micro_batch"]),
                   tp=int(row["tp"]), pp=int(row["pp"]), interleave=int(row["interleave"]),
                   sequence_parallel=bool(int(row["sequence_parallel"])), sharding=row["sharding"],
-                  recompute=row["recompute"], precision=row["precision"], attention=row["attention"],
-                  dp_overlap=float(row["dp_overlap"]), zero3_granularity=row["zero3_granularity"] or "block")
+                  recompute=row["recompute"], precision=row["precision"], attention=row["attention"] or fw.attention,
+                  dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap, zero3_granularity=fw.zero3_granularity,
+                  gpus_per_node=system.gpus_per_node if system else None, nic_gbps=system.nic_gbps if system else None)
 
 
 def load(path: str | Path) -> list[dict]:

@@ -1,0 +1,159 @@
+"""The framework and cluster catalogues: what a training framework does with a layout, and what network a named
+system gives each GPU, each field with its source.
+
+``frameworks.yaml`` (package data): per framework (and version where its behaviour changed) the share of the
+data- and tensor-parallel communication it overlaps with compute, what one ZeRO-3 gather moves, its DDP bucket, its
+default attention kernel and sharding. ``clusters.yaml``: per named system its GPU, GPUs per node and the NIC
+bandwidth per GPU (the node's NICs over its GPUs: NCCL spreads a collective across nodes over every NIC of the node).
+
+Readers: ``trainingcost plan`` (``--framework``, ``--cluster``) and the published runs of
+benchmarks/published_runs.csv (their ``framework`` and ``cluster`` columns), through analytic/steptime.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from .errors import ConfigError
+
+FRAMEWORKS = Path(__file__).with_name("frameworks.yaml")
+CLUSTERS = Path(__file__).with_name("clusters.yaml")
+
+FRAMEWORK_FIELDS = ("dp_overlap", "tp_overlap", "zero3_granularity", "zero3_gather", "attention", "sharding")
+CHOICES = {"zero3_granularity": ("block", "tensor"), "zero3_gather": ("module", "sublayer", "block"),
+           "attention": ("flash", "unfused"), "sharding": ("none", "zero1", "zero2", "zero3", "fsdp")}
+CLUSTER_FIELDS = ("gpu", "gpus_per_node", "nic_gbps")
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    label: str
+    dp_overlap: float
+    tp_overlap: float
+    zero3_granularity: str
+    zero3_gather: str
+    attention: str
+    sharding: str
+    sources: dict = field(default_factory=dict)  # field -> its document
+
+    def source(self, key: str) -> str:
+        return f"{self.name}: {self.sources[key]}"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    label: str
+    gpu: str
+    gpus_per_node: int
+    nic_gbps: float  # per GPU: the node's NIC bandwidth over its GPUs
+    source: str
+
+
+def _fraction(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ConfigError(f"{where}: a fraction between 0 and 1 (got {value!r})")
+    return float(value)
+
+
+def _positive(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{where}: a positive number (got {value!r})")
+    return float(value)
+
+
+def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be a mapping of {', '.join(FRAMEWORK_FIELDS)}")
+    unknown = sorted(set(entry) - {"label", "cite", *FRAMEWORK_FIELDS})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: label, cite, {', '.join(FRAMEWORK_FIELDS)})")
+    missing = [k for k in FRAMEWORK_FIELDS if k not in entry]
+    if missing:
+        raise ConfigError(f"{where}.{missing[0]}: missing (every framework states {', '.join(FRAMEWORK_FIELDS)})")
+    for key, allowed in CHOICES.items():
+        if entry[key] not in allowed:
+            raise ConfigError(f"{where}.{key}: {entry[key]!r} is not allowed (allowed: {', '.join(allowed)})")
+    cite = entry.get("cite")
+    if not isinstance(cite, dict) or any(cite.get(k) not in sources for k in FRAMEWORK_FIELDS):
+        raise ConfigError(f"{where}: every field needs a source (cite: with a known source key)")
+    return Framework(name, str(entry.get("label", name)), _fraction(entry["dp_overlap"], f"{where}.dp_overlap"),
+                     _fraction(entry["tp_overlap"], f"{where}.tp_overlap"), entry["zero3_granularity"],
+                     entry["zero3_gather"], entry["attention"],
+                     entry["sharding"], {k: sources[cite[k]] for k in FRAMEWORK_FIELDS})
+
+
+@lru_cache(maxsize=1)
+def _frameworks() -> tuple[dict, str]:
+    data = yaml.safe_load(FRAMEWORKS.read_text())
+    table = {name: parse_framework(name, entry, data["sources"], f"frameworks.{name}")
+             for name, entry in data["frameworks"].items()}
+    if data.get("default") not in table:
+        raise ConfigError(f"frameworks.default: {data.get('default')!r} is not a catalogued framework")
+    return table, data["default"]
+
+
+def frameworks() -> dict[str, Framework]:
+    return dict(_frameworks()[0])
+
+
+def default_framework() -> str:
+    return _frameworks()[1]
+
+
+def framework(name: str | None, flag: str = "--framework") -> Framework:
+    """A catalogued framework by name (None: the catalogue's default); one line naming the allowed ones."""
+    table, default = _frameworks()
+    name = default if name is None else name
+    if name not in table:
+        raise ConfigError(f"{flag}: {name!r} is not in the framework catalogue (allowed: {', '.join(table)})")
+    return table[name]
+
+
+def parse_cluster(name: str, entry, sources: dict, where: str) -> Cluster:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be a mapping of {', '.join(CLUSTER_FIELDS)}")
+    unknown = sorted(set(entry) - {"label", "cite", *CLUSTER_FIELDS})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: label, cite, {', '.join(CLUSTER_FIELDS)})")
+    missing = [k for k in CLUSTER_FIELDS if k not in entry]
+    if missing:
+        raise ConfigError(f"{where}.{missing[0]}: missing (every cluster states {', '.join(CLUSTER_FIELDS)})")
+    per_node = entry["gpus_per_node"]
+    if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1:
+        raise ConfigError(f"{where}.gpus_per_node: a positive integer (got {per_node!r})")
+    if entry.get("cite") not in sources:
+        raise ConfigError(f"{where}.cite: needs a known source key")
+    return Cluster(name, str(entry.get("label", name)), str(entry["gpu"]), per_node,
+                   _positive(entry["nic_gbps"], f"{where}.nic_gbps"), sources[entry["cite"]])
+
+
+@lru_cache(maxsize=1)
+def _clusters() -> dict:
+    from .hardware import devices
+
+    data = yaml.safe_load(CLUSTERS.read_text())
+    table = {name: parse_cluster(name, entry, data["sources"], f"clusters.{name}")
+             for name, entry in data["clusters"].items()}
+    known = devices()
+    for c in table.values():
+        if c.gpu not in known:
+            raise ConfigError(f"clusters.{c.name}.gpu: {c.gpu!r} is not in the hardware catalogue")
+    return table
+
+
+def clusters() -> dict[str, Cluster]:
+    return dict(_clusters())
+
+
+def cluster(name: str, flag: str = "--cluster") -> Cluster:
+    table = _clusters()
+    if name not in table:
+        raise ConfigError(f"{flag}: {name!r} is not in the cluster catalogue (allowed: {', '.join(table)})")
+    return table[name]
