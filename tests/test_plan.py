@@ -380,7 +380,7 @@ GPT2 = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb
 @pytest.mark.parametrize("args, message", [
     (["--gpus", "8", "--tp", "3"], "--gpus: 8 GPUs do not divide into tensor-parallel 3 x pipeline-parallel 1"),
     (["--gpus", "10", "--tp", "5"], "--tp: tensor-parallel degree 5 does not divide heads 12"),
-    (["--gpus", "5", "--pp", "5"], "--pp: pipeline-parallel degree 5 does not divide layers 12"),
+    (["--gpus", "13", "--pp", "13"], "--pp: pipeline-parallel degree 13 exceeds the 12 blocks (each stage holds at least one block)"),
     (["--gpu", "h900"], "--gpu: 'h900' is not in the hardware catalogue (allowed: h100-sxm"),
     (["--gpu", "v100", "--precision", "bf16-mixed"], "--precision: bf16-mixed needs bf16 arithmetic, which v100 has not"),
     (["--mfu", "1.5"], "--mfu: a share of the device peak, between 0 and 1"),

@@ -248,3 +248,111 @@ def test_the_plans_row_carries_comm_models_bytes(tiny, sharding, parallel):
         assert table.at[rule, "step_dp_bytes"] == times * sum(c.bytes for c in model)
         assert table.at[rule, "step_dp_collectives"] == times * len(model)
         assert table.at[rule, "step_comm_dp_s"] > 0
+
+
+# -- issue 37: uneven pipeline stages, frameworks, clusters -------------------------------------------------------
+
+
+def test_an_uneven_split_is_paced_by_its_slowest_stage(work):
+    """13 blocks on 4 stages: stages of 4, 3, 3 and 3 (the head on one of 3). With a small head (vocabulary 1000) the full
+    stage of 4 sets the pace: its compute per micro-batch is 4 blocks' and no head, which a 16-block model split
+    evenly over 4 stages (4 blocks and the head on the last) exceeds by the head's time exactly."""
+    from trainingcost.analytic.steptime.step import block_times, critical_stage, head_times
+
+    cfg13 = canonical_model({**preset_entry("gpt2-small"), "layers": 13, "vocab": 1000})
+    cfg16 = canonical_model({**preset_entry("gpt2-small"), "layers": 16, "vocab": 1000})
+    lay = Layout(gpus=4, global_batch=8, micro_batch=1, pp=4)
+    dev = DeviceModel.of(A100, "bf16")
+    bt, ht = block_times(cfg13, lay, dev, 2), head_times(cfg13, lay, dev, 2)
+    blocks, with_head, split = critical_stage(13, 4, bt, ht)
+    assert (blocks, with_head) == (4, False) and "uneven: 1 stages of 4 blocks, 3 of 3" in split
+    compute = ("matmul", "attention", "memory", "launch")
+    p13 = predict_step(cfg13, lay, A100, "bp")
+    p16 = predict_step(cfg16, lay, A100, "bp")
+    head = lay.accumulation * sum(ht["fwd"][c] + ht["bwd"][c] for c in compute)
+    assert sum(p16.parts[c] for c in compute) == pytest.approx(sum(p13.parts[c] for c in compute) + head)
+    assert "uneven" in p13.stage_split and p16.stage_split == "4 blocks per stage"
+
+
+def test_a_heavy_head_moves_the_pace_to_the_last_stage():
+    """GPT-2's head (a vocabulary of 50,257 at 1,024 tokens) is heavier than a block: the last stage (the floor of blocks / p plus the
+    head) sets the pace."""
+    from trainingcost.analytic.steptime.step import block_times, critical_stage, head_times
+
+    cfg = canonical_model({**preset_entry("gpt2-small"), "layers": 13})
+    lay = Layout(gpus=4, global_batch=8, micro_batch=1, pp=4)
+    dev = DeviceModel.of(A100, "bf16")
+    assert critical_stage(13, 4, block_times(cfg, lay, dev, 2), head_times(cfg, lay, dev, 2))[:2] == (3, True)
+
+
+def test_the_plan_takes_a_pipeline_that_does_not_divide_the_layers_and_says_its_split():
+    """Issue 37: `plan` refused any --pp that does not divide the layers; an 80-layer model on 3 stages is planned,
+    its memory the fullest stage's (27 blocks), and the split said in one line."""
+    from trainingcost.analytic.plan import PREDICTED_SOURCE, Efficiency, PlanSpec, plan_table
+    from trainingcost.analytic.plan_facts import fullest_stage
+
+    predicted = Efficiency("predicted", 1.0, PREDICTED_SOURCE)
+
+    cfg = canonical_model(preset_entry("llama-2-70b"))
+    h100 = device("h100-sxm")
+    spec = PlanSpec(tokens=1e12, gpus=48, tp=8, pp=3, sharding="zero1", global_batch=96, micro_batch=1,
+                    efficiency=predicted)
+    table = plan_table(cfg, spec, h100, ["bp"], ["executed"])
+    assert "uneven: 2 stages of 27 blocks and 1 of 26" in table["pipeline_split"].iloc[0]
+    facts = model_facts(cfg, ["bp"], "adam")
+    assert fullest_stage(80, 3) == 27
+    assert model_share(facts, 8, 3) == pytest.approx(
+        (facts.blocks_parameters * 27 / 80 + facts.stage_end_parameters) / (8 * facts.parameters))
+    with pytest.raises(ConfigError, match="pp: pipeline-parallel degree 96 exceeds the 80 blocks"):
+        plan_table(cfg, PlanSpec(tokens=1e12, gpus=96, tp=1, pp=96, sharding="none", efficiency=predicted), h100, ["bp"], ["executed"])
+
+
+def test_every_framework_and_cluster_is_cited_and_read_by_the_model(gpt2, work):
+    """Each catalogued framework states every field with a source; its overlap reaches the step: a framework that
+    overlaps tensor-parallel communication hides it behind the products, one that does not leaves it exposed."""
+    from trainingcost.config.frameworks import FRAMEWORK_FIELDS, clusters, framework, frameworks
+
+    for fw in frameworks().values():
+        assert set(fw.sources) == set(FRAMEWORK_FIELDS) and all(fw.sources.values())
+    for c in clusters().values():
+        assert c.source and c.gpus_per_node >= 1 and c.nic_gbps > 0
+    nemo, core = framework("nemo"), framework("megatron-core")
+    base = dict(gpus=8, global_batch=8, micro_batch=1, tp=8)
+    exposed = predict_step(gpt2, Layout(**base, tp_overlap=core.tp_overlap), A100, "bp", work)
+    hidden = predict_step(gpt2, Layout(**base, tp_overlap=nemo.tp_overlap), A100, "bp", work)
+    assert exposed.parts["comm_tp"] > 0 and hidden.parts["comm_tp"] == 0.0
+    assert hidden.step_time_s == pytest.approx(exposed.step_time_s - exposed.parts["comm_tp"])
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--framework", "jax"], "--framework: 'jax' is not in the framework catalogue (allowed: megatron-lm@2021"),
+    (["--cluster", "my-lab"], "--cluster: 'my-lab' is not in the cluster catalogue (allowed: dgx-a100"),
+    ([], "--gpu: required (a device of the hardware catalogue"),
+])
+def test_a_wrong_framework_or_cluster_is_one_line(flags, message, capsys):
+    from trainingcost import cli
+
+    extra = [] if flags and flags[0] == "--framework" else []
+    status = cli.main(["plan", "--preset", "gpt2-small", "--tokens", "1e9", *flags,
+                       *(["--gpu", "a100-80gb"] if flags and flags[0] == "--framework" else []), *extra])
+    err = capsys.readouterr().err
+    assert status != 0 and err.count("\n") == 1 and message in err
+
+
+def test_a_cluster_gives_the_gpu_and_the_network(capsys):
+    """--cluster aws-p4d: its A100 40GB, 8 GPUs per node and 400 Gb/s per node (50 per GPU), said in the
+    assumptions; a slower network than a DGX's makes a data-parallel step slower."""
+    import json
+
+    from trainingcost import cli
+
+    common = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpus", "64", "--sharding", "none", "--rule", "bp",
+              "--dp-overlap", "0"]
+    assert cli.main([*common, "--cluster", "aws-p4d", "--format", "json"]) == 0
+    p4d = json.loads(capsys.readouterr().out)[0]
+    assert cli.main([*common, "--cluster", "dgx-a100-40gb", "--format", "json"]) == 0
+    dgx = json.loads(capsys.readouterr().out)[0]
+    assert p4d["gpu"] == dgx["gpu"] == "a100-40gb" and "aws-p4d" in p4d["source_network"]
+    assert p4d["step_comm_dp_s"] > dgx["step_comm_dp_s"] > 0
+    assert cli.main([*common, "--cluster", "aws-p4d"]) == 0
+    assert "network: cluster aws-p4d" in capsys.readouterr().out

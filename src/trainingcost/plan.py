@@ -458,7 +458,8 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
              f"CO2e{'' if money else '; money: --price'}",
              f"memory: ZeRO's bytes per parameter, activations of analytic/memory.py{gathered}",
              f"framework: {first['source_framework'].split(' (')[0]} (--framework); network: "
-             f"{first['source_network'].split(' (')[0]} (--cluster, --nic-gbps)"]
+             f"{first['source_network'].split(' (')[0]} (--cluster, --nic-gbps)",
+             *([f"pipeline: {first['pipeline_split']}"] if first["pipeline_split"] else [])]
     out += [wrapped(f"- {note}", SCREEN_WIDTH) for note in notes]
     return "\n".join(out) + "\n"
 

@@ -39,7 +39,7 @@ from .registry import cost_model
 from ..config.errors import ConfigError
 
 
-from .plan_facts import PRECISIONS, SHARDINGS, ZERO_STAGE, ModelFacts, Precision, _configs, model_facts, model_share  # noqa: F401
+from .plan_facts import PRECISIONS, SHARDINGS, ZERO_STAGE, ModelFacts, Precision, _configs, fullest_stage, model_facts, model_share  # noqa: F401
 
 CHECKPOINTING = ("none", "selective", "full")
 # What ZeRO-3 (and FSDP's FULL_SHARD) gathers whole at a time, and the framework that does so (docs/planning.md):
@@ -180,11 +180,10 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
         if value % spec.tp:
             raise ConfigError(f"tp: tensor-parallel degree {spec.tp} does not divide {name} {value} (each GPU holds "
                               f"{name} / tp)")
-    for stack in cfg.stacks:
-        if cfg.depth(stack) % spec.pp:
-            field_name = "layers" if not cfg.encdec else ("enc_layers" if stack == "encoder" else "dec_layers")
-            raise ConfigError(f"pp: pipeline-parallel degree {spec.pp} does not divide {field_name} {cfg.depth(stack)} "
-                              "(each stage holds layers / pp blocks)")
+    blocks = sum(cfg.depth(stack) for stack in cfg.stacks)
+    if spec.pp > blocks:
+        raise ConfigError(f"pp: pipeline-parallel degree {spec.pp} exceeds the {blocks} blocks (each stage holds at "
+                          "least one block)")
     dp = spec.gpus // (spec.tp * spec.pp)
     if spec.global_batch is not None:
         positive("global_batch", spec.global_batch, integer=True)
@@ -231,14 +230,15 @@ def all_to_all_bytes(cfg, spec: PlanSpec, micro_batch: int) -> float:
 def all_to_alls_per_micro_batch(facts: ModelFacts, spec: PlanSpec, rule_name: str) -> int:
     """All-to-alls per micro-batch on the most loaded stage: two per mixture-of-experts layer and forward pass
     (dispatch, combine), two per backward through it, two per recomputed forward (checkpointing)."""
-    layers = sum((facts.moe_layers or {}).values()) // spec.pp
+    layers = fullest_stage(sum((facts.moe_layers or {}).values()), spec.pp)
     if not layers:
         return 0
     work = rule(rule_name).recipe
     passes = sum(int(t) if not isinstance(t, str) else 1 for name, t in work.get("forward", ())
                  if name in ("forward", "forward_modulated"))
     backward = bool(work.get("backward"))
-    recomputed = sum(checkpointed(facts, spec.checkpointing, spec.checkpoint_every).values()) // spec.pp if backward else 0
+    recomputed = fullest_stage(sum(checkpointed(facts, spec.checkpointing, spec.checkpoint_every).values()), spec.pp) \
+        if backward else 0
     return 2 * max(1, passes) * layers + (2 * layers if backward else 0) + 2 * recomputed
 
 
@@ -440,8 +440,20 @@ PLAN_COLUMNS = (
     "source_power", "source_pue", "source_carbon", "source_price",
     *(f"step_{k}_s" for k in STEP_PARTS), "step_dp_bytes", "step_dp_collectives",
     "compute_multiplier", "token_multiplier", "source_quality",
-    "ep", "ep_all_to_all_bytes", "framework", "source_framework", "source_network",
+    "ep", "ep_all_to_all_bytes", "framework", "source_framework", "source_network", "pipeline_split",
 )
+
+
+def pipeline_split(cfg, pp: int) -> str:
+    """The blocks on each pipeline stage, in words (analytic/steptime/step.py's critical_stage prices it)."""
+    blocks = sum(cfg.depth(s) for s in cfg.stacks)
+    if pp == 1:
+        return ""
+    if blocks % pp == 0:
+        return f"{blocks // pp} blocks on each of {pp} stages"
+    low = blocks // pp
+    return (f"uneven: {blocks % pp} stages of {low + 1} blocks and {pp - blocks % pp} of {low}, the head on one of "
+            f"{low}; the pace is the slower of a stage of {low + 1} and the head's, memory the fullest stage's")
 
 
 def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
@@ -544,6 +556,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "config_id": cfg.config_id, "rule": r, "cost_model": name, "gpu": device.name, "gpus": spec.gpus, "dp": dp,
             "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "zero3_gather": spec.zero3_gather,
             "framework": spec.framework, "source_framework": spec.framework_source,
+            "pipeline_split": pipeline_split(cfg, spec.pp),
             "source_network": spec.network_source, "precision": spec.precision,
             "checkpointing": spec.checkpointing, "optimizer": spec.optimizer, "tokens": float(tokens),
             "tokens_per_sequence": n, "global_batch": G, "micro_batch": micro, "grad_accumulation": accumulation,

@@ -122,10 +122,19 @@ def _configs(cfg) -> pd.DataFrame:
 
 
 
+def fullest_stage(blocks: int, pp: int) -> int:
+    """Blocks on the fullest pipeline stage: blocks / pp, or, where pp does not divide them, the ceiling (the
+    stages hold the ceiling or the floor; docs/planning.md, "Uneven pipeline stages")."""
+    return -(-blocks // pp)
+
+
 def model_share(facts: ModelFacts, tp: int, pp: int, ep: int = 1) -> float:
-    """The share of the model's parameters on the most loaded GPU: blocks / pp plus the heavier end, all / tp;
-    the routed experts of the blocks also / ep (each GPU of an expert-parallel group holds experts / ep)."""
+    """The share of the model's parameters on the most loaded GPU: the fullest stage's blocks (blocks / pp, the
+    ceiling where pp does not divide them) plus the heavier end, all / tp; the routed experts of the blocks also
+    / ep (each GPU of an expert-parallel group holds experts / ep)."""
     ends = facts.all_end_parameters if pp == 1 else facts.stage_end_parameters
     blocks = facts.blocks_parameters - facts.expert_parameters * (1 - 1 / ep)
-    return (blocks / pp + ends) / (tp * facts.parameters)
+    depth = sum(facts.depth.values())
+    fraction = fullest_stage(depth, pp) / depth if depth else 1 / pp
+    return (blocks * fraction + ends) / (tp * facts.parameters)
 

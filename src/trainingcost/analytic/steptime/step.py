@@ -92,6 +92,7 @@ class StepPrediction:
     sources: dict = field(default_factory=dict)
     dp_bytes: int = 0  # data-parallel collectives' bytes per step on one GPU (analytic/comm.py's accounting)
     dp_collectives: int = 0  # data-parallel collectives per step on one GPU
+    stage_split: str = ""  # how the blocks are split over the pipeline stages (critical_stage)
 
 
 def check_layout(cfg, lay: Layout) -> None:
@@ -325,15 +326,39 @@ def kernel_rates(cfg, lay: Layout, dev: DeviceModel, bt: dict, ht: dict, bp: dic
     return rates
 
 
-def price(cfg, lay: Layout, dev: DeviceModel, rates: dict, w: dict, phases=None) -> dict:
+def critical_stage(blocks: int, p: int, bt: dict, ht: dict) -> tuple[int | float, bool, str]:
+    """The pipeline stage that sets the pace: (its blocks, whether it holds the head, the split in words).
+
+    p dividing the blocks: blocks / p and the head (the last stage). Otherwise the stages hold the ceiling or the
+    floor of blocks / p (Megatron-Core's --decoder-first/last-pipeline-num-layers, the Llama 3 405B run's 126
+    layers on 16 stages: two stages of 7, the rest 8, Dubey et al. 2024, section 3.3.2): the last stage, with the
+    head, holds the floor, and the pace is the slower of a full stage (the ceiling) and the last (the floor plus
+    the head), compared by BP's kernel time per micro-batch."""
+    if blocks % p == 0:
+        return blocks / p, True, f"{blocks // p} blocks per stage"
+    low, high = blocks // p, blocks // p + 1
+    full = sum(bt["fwd"].values()) + sum(bt["bwd"].values())
+    head = sum(ht["fwd"].values()) + sum(ht["bwd"].values())
+    split = (f"uneven: {blocks % p} stages of {high} blocks, {p - blocks % p} of {low}, the head on a stage of "
+             f"{low}")
+    return (high, False, split) if high * full >= low * full + head else (low, True, split)
+
+
+def price(cfg, lay: Layout, dev: DeviceModel, rates: dict, w: dict, phases=None, stage=None) -> dict:
     """{matmul, attention} seconds per micro-batch on the critical stage of the rule's quantities (of ``phases``):
-    block layers' FLOPs / p, the model's other layers (head, projections of the output error) whole."""
-    p, b = lay.pp, lay.micro_batch
+    block layers' FLOPs times the stage's share of the blocks, the model's other layers (head, projections of the
+    output error) whole where the stage holds the head. ``stage``: (blocks on it, holds the head); default an even
+    split (blocks / p and the head)."""
+    b = lay.micro_batch
+    blocks = sum(cfg.depth(s) for s in cfg.stacks)
+    on_stage, with_head = stage if stage is not None else (blocks / lay.pp, True)
     out = {"matmul": 0.0, "attention": 0.0}
     for (phase, name, kind, in_block), flops in w["entries"].items():
         if phases is not None and phase not in phases:
             continue
-        share = flops * b / (p if in_block else 1)
+        if not in_block and not with_head:
+            continue
+        share = flops * b * (on_stage / blocks if in_block else 1)
         fam, cls = FAMILY_RATES.get(w["families"][kind], w["families"][kind]), quantity_class(name)
         if fam == "projection":
             (M, N, K), full = projection_gemm(cfg, lay, kind, cls)
@@ -363,14 +388,15 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     t, p, v, dp = lay.tp, lay.pp, lay.interleave, lay.dp
     M = lay.accumulation
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
-    per_stage = blocks / p
-
     bt = block_times(cfg, lay, dev, e)
     ht = head_times(cfg, lay, dev, e)
+    per_stage, with_head, split = critical_stage(blocks, p, bt, ht)
+    stage = (per_stage, with_head)
+    ends = 1.0 if with_head else 0.0
     cats = ("matmul", "attention", "memory", "launch")
-    # BP per micro-batch on the critical (last) stage
-    fwd_bp = {c: per_stage * bt["fwd"][c] + ht["fwd"][c] for c in cats}
-    bwd_bp = {c: per_stage * bt["bwd"][c] + ht["bwd"][c] for c in cats}
+    # BP per micro-batch on the critical stage (the last, with the head, unless an uneven split makes a fuller one)
+    fwd_bp = {c: per_stage * bt["fwd"][c] + ends * ht["fwd"][c] for c in cats}
+    bwd_bp = {c: per_stage * bt["bwd"][c] + ends * ht["bwd"][c] for c in cats}
     # The rule's products priced at their own shapes and classes; memory-bound kernels and launches at BP's mix
     rates = kernel_rates(cfg, lay, dev, bt, ht, bp)
     f_ratio = w["forward"] / bp["forward"]
@@ -378,11 +404,11 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     chain_ratio = w["chain"] / bwd_total_bp
     local_ratio = w["local"] / bwd_total_bp
     fwd = {c: f_ratio * fwd_bp[c] for c in ("memory", "launch")}
-    fwd.update(price(cfg, lay, dev, rates, w, ("forward",)))
+    fwd.update(price(cfg, lay, dev, rates, w, ("forward",), stage))
     bwd = {c: (chain_ratio + local_ratio) * bwd_bp[c] for c in ("memory", "launch")}
-    bwd.update(price(cfg, lay, dev, rates, w, tuple(ph for ph in RULE_PHASES if ph != "forward")))
+    bwd.update(price(cfg, lay, dev, rates, w, tuple(ph for ph in RULE_PHASES if ph != "forward"), stage))
     chain_phase = "backward" if w["through"] else "target_propagation"
-    chain_time = sum(price(cfg, lay, dev, rates, w, (chain_phase,)).values()) + \
+    chain_time = sum(price(cfg, lay, dev, rates, w, (chain_phase,), stage).values()) + \
         chain_ratio * (bwd_bp["memory"] + bwd_bp["launch"])
     # Recompute (rules with a backward keep an autograd graph; PEPITA and MEMPEPITA keep none)
     rec = {c: 0.0 for c in cats}
@@ -391,7 +417,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         if lay.recompute == "full":
             recomputed_blocks = per_stage
         elif lay.recompute == "selective":
-            recomputed_blocks = (blocks // lay.checkpoint_every) / p
+            recomputed_blocks = (blocks // lay.checkpoint_every) * per_stage / blocks
         for c in cats:
             rec[c] = recomputed_blocks * bt["fwd"][c]
         if lay.recompute == "attention":
@@ -465,7 +491,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
                               (recomputed_blocks * p / max(1, blocks)) if w["backward"] else 0.0)
     return StepPrediction(step, parts, model_flops, hw_flops, model_flops / (step * lay.gpus * peak),
                           hw_flops / (step * lay.gpus * peak), dict(dev.sources),
-                          sum(c.bytes for c in dp_ops), len(dp_ops))
+                          sum(c.bytes for c in dp_ops), len(dp_ops), split if p > 1 else "")
 
 
 def data_parallel_collectives(cfg, lay: Layout, rule: str, w: dict | None = None, share: float | None = None):
@@ -479,7 +505,7 @@ def data_parallel_collectives(cfg, lay: Layout, rule: str, w: dict | None = None
     if share is None:
         share = model_share(model_facts(cfg, [rule], "adam"), lay.tp, lay.pp)
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
-    stage_blocks = None if lay.pp == 1 else blocks // lay.pp
+    stage_blocks = None if lay.pp == 1 else -(-blocks // lay.pp)  # the fullest stage (uneven: the ceiling)
     passes, backward = (w["passes"], w["backward"]) if w is not None else (1, True)
     return plan_collectives(cfg, rule, lay.sharding, lay.dp, PLAN_DTYPE[lay.precision], passes, backward,
                             1.0 if (lay.tp == 1 and lay.pp == 1) else share, stage_blocks)

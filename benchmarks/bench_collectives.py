@@ -1,0 +1,104 @@
+"""The network model on its own: predicted collective times against published nccl-tests measurements.
+
+For every row of benchmarks/collectives.csv (a published nccl-tests run: the system, the collective, the message
+size and the measured time or bus bandwidth, each cited), the network model of analytic/steptime/network.py
+prices the same collective over the same ranks: the device's catalogue numbers (config/hardware.yaml), the row's
+GPUs per node, and its NIC bandwidth per GPU where the row states it (else the device's usual system). The
+measured time is nccl-tests' own ``time`` column where the source prints it, else size x bus factor / busbw
+(nccl-tests doc/PERFORMANCE.md). Prints the error per row (--rows), per source, inside and across nodes, and the
+MAPE for messages of 1 MiB and more (the goal: <= 15%).
+
+    python benchmarks/bench_collectives.py [--csv PATH] [--rows] [--min-bytes N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from trainingcost.analytic.steptime.device import GENERIC  # noqa: E402
+from trainingcost.analytic.steptime.network import Network, bus_factor  # noqa: E402
+from trainingcost.config.hardware import device  # noqa: E402
+
+OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+       "alltoall": "all_to_all", "all_to_all": "all_to_all"}
+FACTOR_OP = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+             "all_to_all": "all_gather"}  # nccl-tests' alltoall bus factor is (n-1)/n, as all-gather's
+
+
+def measured_seconds(row: dict) -> float:
+    """nccl-tests' time column (microseconds) where given, else size x bus factor / busbw."""
+    if row.get("time_us"):
+        return float(row["time_us"]) * 1e-6
+    op, n, size = OPS[row["op"]], int(row["gpus"]), float(row["message_bytes"])
+    return size * bus_factor(FACTOR_OP[op], n) / (float(row["busbw_gbs"]) * 1e9)
+
+
+def network_of(row: dict) -> Network:
+    dev = device(row["gpu"])
+    params = {**GENERIC, **dev.steptime}
+    nic = float(row["nic_gbps_per_gpu"]) if row.get("nic_gbps_per_gpu") else None
+    return Network.of(params, int(row["gpus_per_node"]), nic)
+
+
+def predicted_seconds(row: dict) -> float:
+    net = network_of(row)
+    op, n, size = OPS[row["op"]], int(row["gpus"]), float(row["message_bytes"])
+    return getattr(net, op)(size, n, 1)
+
+
+def evaluate(path: Path, min_bytes: float) -> list[dict]:
+    out = []
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            if float(row["message_bytes"]) < min_bytes:
+                continue
+            measured, predicted = measured_seconds(row), predicted_seconds(row)
+            out.append({**row, "measured": measured, "predicted": predicted,
+                        "err": 100 * (predicted / measured - 1), "inter": int(row["nodes"]) > 1})
+    return out
+
+
+def mape(rows) -> float:
+    return sum(abs(r["err"]) for r in rows) / len(rows) if rows else float("nan")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--csv", type=Path, default=ROOT / "benchmarks" / "collectives.csv")
+    ap.add_argument("--rows", action="store_true", help="print every row")
+    ap.add_argument("--min-bytes", type=float, default=2**20, help="smallest message scored (default 1 MiB)")
+    args = ap.parse_args(argv)
+    rows = evaluate(args.csv, args.min_bytes)
+    if args.rows:
+        print(f"{'source':26} {'gpu':9} {'nodes':>5} {'op':14} {'bytes':>12} {'measured us':>12} {'predicted us':>12} "
+              f"{'err %':>7}")
+        for r in rows:
+            print(f"{r['source'][:26]:26} {r['gpu']:9} {r['nodes']:>5} {r['op']:14} {int(float(r['message_bytes'])):12d} "
+                  f"{r['measured'] * 1e6:12.1f} {r['predicted'] * 1e6:12.1f} {r['err']:+7.1f}")
+        print()
+    print(f"messages >= {args.min_bytes / 2**20:g} MiB")
+    print(f"{'group':40} {'rows':>4} {'MAPE':>7} {'mean signed':>12} {'max |err|':>10}")
+    groups = {}
+    for r in rows:
+        groups.setdefault(r["source"], []).append(r)
+    groups["inside one node"] = [r for r in rows if not r["inter"]]
+    groups["across nodes"] = [r for r in rows if r["inter"]]
+    for op in sorted({r["op"] for r in rows}):
+        groups[f"op {op}"] = [r for r in rows if r["op"] == op]
+    groups["overall"] = rows
+    for name, part in groups.items():
+        if not part:
+            continue
+        signed = sum(r["err"] for r in part) / len(part)
+        print(f"{name[:40]:40} {len(part):4d} {mape(part):6.1f}% {signed:+11.1f}% {max(abs(r['err']) for r in part):9.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
