@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from trainingcost.analytic.steptime.device import GENERIC  # noqa: E402
 from trainingcost.analytic.steptime.network import Network, bus_factor  # noqa: E402
+from trainingcost.config.frameworks import fabric  # noqa: E402
 from trainingcost.config.hardware import device  # noqa: E402
 
 OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
@@ -43,7 +44,7 @@ def network_of(row: dict) -> Network:
     dev = device(row["gpu"])
     params = {**GENERIC, **dev.steptime}
     nic = float(row["nic_gbps_per_gpu"]) if row.get("nic_gbps_per_gpu") else None
-    return Network.of(params, int(row["gpus_per_node"]), nic)
+    return Network.of(params, int(row["gpus_per_node"]), nic, fabric(row["fabric"]) if row.get("fabric") else None)
 
 
 def predicted_seconds(row: dict) -> float:
@@ -56,7 +57,7 @@ def evaluate(path: Path, min_bytes: float) -> list[dict]:
     out = []
     with open(path, newline="") as fh:
         for row in csv.DictReader(fh):
-            if float(row["message_bytes"]) < min_bytes:
+            if float(row["message_bytes"]) < min_bytes or row["op"] not in OPS:
                 continue
             measured, predicted = measured_seconds(row), predicted_seconds(row)
             out.append({**row, "measured": measured, "predicted": predicted,

@@ -36,6 +36,7 @@ def net_of(lay: Layout) -> Network:
 
 
 def test_one_all_reduce_by_hand():
+    """Without step latencies, NVLS or a tree (the Network's defaults): one latency per collective and the ring."""
     net = Network(gpus_per_node=8, intra_bw=200e9, intra_alpha=10e-6, inter_bw=25e9, inter_alpha=20e-6)
     # inside a node: one latency + 2 (n-1)/n S / B
     assert net.all_reduce(1e9, 8) == pytest.approx(10e-6 + 2 * 7 / 8 * 1e9 / 200e9)
@@ -49,8 +50,9 @@ def test_one_all_reduce_by_hand():
 def test_one_zero3_step_moves_three_times_the_parameters(gpt2, work):
     """Per FSDP unit (the root and each block, analytic/comm.py): gathered in forward and again in backward, its
     gradients reduce-scattered, each a collective of its own with one latency: 3 x (alpha + 15/16 S_u / B) per
-    unit. (Before the plan read comm.py: one lump of the whole model, 3 latencies, unpadded; comm.py's units pad
-    the vocabulary's dim 0 to a multiple of 16, and each of the 13 units pays its own latency.)"""
+    unit, plus one step latency per ring step, 15 each (the network model of benchmarks/collectives.csv). (Before
+    the plan read comm.py: one lump of the whole model, 3 latencies, unpadded; comm.py's units pad the vocabulary's
+    dim 0 to a multiple of 16, and each of the 13 units pays its own latency.)"""
     from trainingcost.analytic.comm import fsdp_collectives
 
     lay = Layout(gpus=16, global_batch=16, micro_batch=1, sharding="zero3", dp_overlap=0.0)
@@ -62,7 +64,8 @@ def test_one_zero3_step_moves_three_times_the_parameters(gpt2, work):
     psi = facts.parameters * model_share(facts, 1, 1) * PRECISIONS["bf16-mixed"].weights
     assert psi <= sum(units) < psi + 16 * gpt2.d_model * 2  # the whole model, the vocabulary padded
     bw = min(net.intra_bw, 8 * net.inter_bw)
-    by_hand = 3 * sum(net.inter_alpha + 15 / 16 * u / bw for u in units)
+    by_hand = 3 * sum(net.inter_alpha + 15 * net.inter_step + 15 / 16 * u / bw for u in units)
+    assert net.inter_step > 0
     assert pred.parts["comm_dp"] == pytest.approx(by_hand)
 
 
@@ -119,11 +122,14 @@ def test_every_ddp_bucket_pays_one_latency(gpt2, work):
     buckets = ddp_buckets(gpt2, "bp", "bf16")
     assert len(buckets) > 3
     by_hand = sum(net.all_reduce(b, 16) for b in buckets)
-    assert by_hand == pytest.approx(len(buckets) * net.inter_alpha
-                                    + 2 * 15 / 16 * sum(buckets) / min(net.intra_bw, 8 * net.inter_bw))
+    ring = [net.inter_alpha + 2 * 15 * net.inter_step + 2 * 15 / 16 * b / min(net.intra_bw, 8 * net.inter_bw)
+            for b in buckets]
+    tree = [net.inter_alpha + 2 * net.tree_level + 2 * 15 / 16 * b / min(net.intra_bw, 16 * net.inter_bw)
+            for b in buckets]
+    assert by_hand == pytest.approx(sum(min(r, t) for r, t in zip(ring, tree)))
     assert pred.parts["comm_dp"] == pytest.approx(by_hand)
     lump = net.all_reduce(sum(buckets), 16)
-    assert pred.parts["comm_dp"] - lump == pytest.approx((len(buckets) - 1) * net.inter_alpha)
+    assert pred.parts["comm_dp"] > lump + (len(buckets) - 1) * net.inter_alpha
 
 
 def test_interleaved_bubble(gpt2, work):
@@ -250,7 +256,45 @@ def test_the_plans_row_carries_comm_models_bytes(tiny, sharding, parallel):
         assert table.at[rule, "step_comm_dp_s"] > 0
 
 
-# -- issue 37: uneven pipeline stages, frameworks, clusters -------------------------------------------------------
+# -- issue 37: uneven pipeline stages, frameworks, clusters, the network of benchmarks/collectives.csv ---------------
+
+
+def test_the_network_of_the_published_collectives_by_hand():
+    """NVLS over a whole node; between nodes the faster of the ring (a latency per ring step) and the tree (a
+    latency per level); two nodes' tree at twice the NICs' rate; all-to-all at the GPU's own NICs only."""
+    import math
+
+    net = Network(gpus_per_node=8, intra_bw=370e9, intra_alpha=40e-6, inter_bw=45e9, inter_alpha=40e-6,
+                  intra_allreduce_bw=480e9, inter_step=2e-6, tree_level=160e-6)
+    S = 2**30
+    assert net.all_reduce(S, 8) == pytest.approx(40e-6 + 2 * 7 / 8 * S / 480e9)  # NVLS over the node
+    assert net.all_reduce(S, 4) == pytest.approx(40e-6 + 2 * 3 / 4 * S / 370e9)  # part of a node: the ring
+    # two nodes: tree at min(480, 2 x 8 x 45 = 720) GB/s, one level each way, against the ring at min(370, 360)
+    tree2 = 40e-6 + 2 * 1 * 160e-6 + 2 * 15 / 16 * S / 480e9
+    ring2 = 40e-6 + 2 * 15 * 2e-6 + 2 * 15 / 16 * S / 360e9
+    assert net.all_reduce(S, 16) == pytest.approx(min(tree2, ring2)) == pytest.approx(tree2)
+    # 32 nodes: the ring pays 2 x 255 step latencies, the tree 2 x 5 levels; both at 360 GB/s
+    ring = 40e-6 + 2 * 255 * 2e-6 + 2 * 255 / 256 * S / 360e9
+    tree = 40e-6 + 2 * math.ceil(math.log2(32)) * 160e-6 + 2 * 255 / 256 * S / 360e9
+    assert net.all_reduce(S, 256) == pytest.approx(min(ring, tree))
+    assert net.all_gather(S, 256) == pytest.approx(40e-6 + 255 * 2e-6 + 255 / 256 * S / 360e9)
+    # all-to-all over 4 nodes: 24 of 32 shares leave the node over the GPU's own 45 GB/s
+    assert net.all_to_all(S, 32) == pytest.approx(40e-6 + 3 * 2e-6 * 8 + S * 24 / 32 / 45e9)
+
+
+def test_the_collectives_benchmark_scores_the_network_model():
+    """benchmarks/bench_collectives.py runs over every cited row and its MAPE on messages of 1 MiB and more stays
+    under the issue's 15% (the rows and the fitted latencies are both in the repository: a change to the network
+    model that breaks the agreement fails here)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_collectives", ROOT / "benchmarks" / "bench_collectives.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.evaluate(ROOT / "benchmarks" / "collectives.csv", 2**20)
+    assert len(rows) >= 300 and len({r["source"] for r in rows}) >= 8
+    assert all(r["citation"] for r in rows)
+    assert bench.mape(rows) <= 15.0
 
 
 def test_an_uneven_split_is_paced_by_its_slowest_stage(work):
@@ -320,8 +364,10 @@ def test_every_framework_and_cluster_is_cited_and_read_by_the_model(gpt2, work):
     base = dict(gpus=8, global_batch=8, micro_batch=1, tp=8)
     exposed = predict_step(gpt2, Layout(**base, tp_overlap=core.tp_overlap), A100, "bp", work)
     hidden = predict_step(gpt2, Layout(**base, tp_overlap=nemo.tp_overlap), A100, "bp", work)
-    assert exposed.parts["comm_tp"] > 0 and hidden.parts["comm_tp"] == 0.0
-    assert hidden.step_time_s == pytest.approx(exposed.step_time_s - exposed.parts["comm_tp"])
+    assert 0 <= hidden.parts["comm_tp"] < exposed.parts["comm_tp"]
+    assert hidden.step_time_s == pytest.approx(exposed.step_time_s - exposed.parts["comm_tp"] + hidden.parts["comm_tp"])
+    big = dict(gpus=8, global_batch=64, micro_batch=64, tp=8)  # compute beside each collective outlasts it
+    assert predict_step(gpt2, Layout(**big, tp_overlap=1.0), A100, "bp", work).parts["comm_tp"] == 0.0
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -232,20 +232,22 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
     fw = framework(args.framework)
     fw_source = f"{fw.name}: {fw.label} ({'given' if args.framework else 'default'}; config/frameworks.yaml)"
     per_node, nic, network = args.gpus_per_node, args.nic_gbps, f"{gpu.name}'s usual system (config/hardware.yaml)"
+    fabric_latencies = None
     if args.cluster is not None:
         system = cluster(args.cluster)
         per_node = per_node if per_node is not None else system.gpus_per_node
         nic = nic if nic is not None else system.nic_gbps
-        network = f"cluster {system.name}: {system.label} ({system.source})"
+        network = f"cluster {system.name}: {system.label} ({system.source}; {system.fabric}: {system.latency_source})"
+        fabric_latencies = tuple(sorted(system.latencies.items()))
     if args.gpus_per_node is not None or args.nic_gbps is not None:
         network += "; " + ", ".join(f"{flag} {value:g} (given)" for flag, value in
                                     (("--gpus-per-node", args.gpus_per_node), ("--nic-gbps", args.nic_gbps))
                                     if value is not None)
     return PlanSpec(
         tokens=tokens, tokens_source=tokens_source, gpus=args.gpus, tp=args.tp, pp=args.pp,
-        sharding=args.sharding or fw.sharding, framework=fw.name, framework_source=fw_source,
+        sharding=args.sharding or fw.sharding, framework=fw.name, framework_source=fw_source, fabric=fabric_latencies,
         network_source=network, tp_overlap=fw.tp_overlap if args.tp_overlap is None else args.tp_overlap,
-        zero3_granularity=fw.zero3_granularity, attention=fw.attention,
+        zero3_granularity=fw.zero3_granularity, attention=fw.attention, dp_rails=fw.dp_rails,
         precision=precision, checkpointing=args.checkpointing, checkpoint_every=args.checkpoint_every,
         precision_source="" if args.precision else f"default: {gpu.name}'s best mixed precision",
         zero3_gather=args.zero3_gather or fw.zero3_gather,

@@ -108,10 +108,12 @@ class PlanSpec:
     dp_overlap: float = 1.0
     # The framework (config/frameworks.yaml): what it overlaps, what a ZeRO-3 gather moves, its attention kernel
     framework: str = "fsdp2"
+    fabric: tuple | None = None  # the cluster's fabric latencies; None: the device's usual system
     framework_source: str = "default: fsdp2 (config/frameworks.yaml)"
     network_source: str = "the device's usual system (config/hardware.yaml)"
     tp_overlap: float = 0.0
     zero3_granularity: str = "block"
+    dp_rails: bool = True
     attention: str = "flash"
     # The plan at equal quality: (rule, compute multiplier against BP) pairs, NaN where the rule never reaches the
     # target; a rule absent trains on ``tokens``. Each rule then gets the tokens that buy M x BP's compute at its
@@ -508,7 +510,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
                          interleave=spec.interleave, sequence_parallel=spec.sequence_parallel, sharding=spec.sharding,
                          recompute=spec.checkpointing, checkpoint_every=spec.checkpoint_every, precision=spec.precision,
                          dp_overlap=spec.dp_overlap, gpus_per_node=spec.gpus_per_node, nic_gbps=spec.nic_gbps,
-                         tp_overlap=spec.tp_overlap, zero3_granularity=spec.zero3_granularity, attention=spec.attention,
+                         tp_overlap=spec.tp_overlap, fabric=spec.fabric, dp_rails=spec.dp_rails, zero3_granularity=spec.zero3_granularity, attention=spec.attention,
                          optimizer_slots=OPTIMIZER_SLOTS[spec.optimizer])
             check_layout(cfg, lay)
             predicted[r] = predict_step(cfg, lay, device, r, work)

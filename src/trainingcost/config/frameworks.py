@@ -24,10 +24,12 @@ from .errors import ConfigError
 FRAMEWORKS = Path(__file__).with_name("frameworks.yaml")
 CLUSTERS = Path(__file__).with_name("clusters.yaml")
 
-FRAMEWORK_FIELDS = ("dp_overlap", "tp_overlap", "zero3_granularity", "zero3_gather", "attention", "sharding")
+FRAMEWORK_FIELDS = ("dp_overlap", "tp_overlap", "zero3_granularity", "zero3_gather", "attention", "sharding",
+                    "dp_rails")
 CHOICES = {"zero3_granularity": ("block", "tensor"), "zero3_gather": ("module", "sublayer", "block"),
            "attention": ("flash", "unfused"), "sharding": ("none", "zero1", "zero2", "zero3", "fsdp")}
-CLUSTER_FIELDS = ("gpu", "gpus_per_node", "nic_gbps")
+CLUSTER_FIELDS = ("gpu", "gpus_per_node", "nic_gbps", "fabric")
+FABRIC_FIELDS = ("inter_latency_us", "inter_step_us", "tree_level_us")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Framework:
     zero3_gather: str
     attention: str
     sharding: str
+    dp_rails: bool
     sources: dict = field(default_factory=dict)  # field -> its document
 
     def source(self, key: str) -> str:
@@ -54,6 +57,9 @@ class Cluster:
     gpus_per_node: int
     nic_gbps: float  # per GPU: the node's NIC bandwidth over its GPUs
     source: str
+    fabric: str = "infiniband"
+    latencies: dict = field(default_factory=dict)  # the fabric's FABRIC_FIELDS (analytic/steptime/network.py)
+    latency_source: str = ""
 
 
 def _fraction(value, where: str) -> float:
@@ -80,13 +86,15 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     for key, allowed in CHOICES.items():
         if entry[key] not in allowed:
             raise ConfigError(f"{where}.{key}: {entry[key]!r} is not allowed (allowed: {', '.join(allowed)})")
+    if not isinstance(entry["dp_rails"], bool):
+        raise ConfigError(f"{where}.dp_rails: true or false (got {entry['dp_rails']!r})")
     cite = entry.get("cite")
     if not isinstance(cite, dict) or any(cite.get(k) not in sources for k in FRAMEWORK_FIELDS):
         raise ConfigError(f"{where}: every field needs a source (cite: with a known source key)")
     return Framework(name, str(entry.get("label", name)), _fraction(entry["dp_overlap"], f"{where}.dp_overlap"),
                      _fraction(entry["tp_overlap"], f"{where}.tp_overlap"), entry["zero3_granularity"],
                      entry["zero3_gather"], entry["attention"],
-                     entry["sharding"], {k: sources[cite[k]] for k in FRAMEWORK_FIELDS})
+                     entry["sharding"], entry["dp_rails"], {k: sources[cite[k]] for k in FRAMEWORK_FIELDS})
 
 
 @lru_cache(maxsize=1)
@@ -116,7 +124,15 @@ def framework(name: str | None, flag: str = "--framework") -> Framework:
     return table[name]
 
 
-def parse_cluster(name: str, entry, sources: dict, where: str) -> Cluster:
+def parse_fabric(name: str, entry, sources: dict, where: str) -> tuple[dict, str]:
+    if not isinstance(entry, dict) or set(entry) != {*FABRIC_FIELDS, "cite"}:
+        raise ConfigError(f"{where}: must give {', '.join(FABRIC_FIELDS)} and cite")
+    if entry["cite"] not in sources:
+        raise ConfigError(f"{where}.cite: needs a known source key")
+    return {k: _positive(entry[k], f"{where}.{k}") for k in FABRIC_FIELDS}, sources[entry["cite"]]
+
+
+def parse_cluster(name: str, entry, sources: dict, where: str, fabrics: dict | None = None) -> Cluster:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a mapping of {', '.join(CLUSTER_FIELDS)}")
     unknown = sorted(set(entry) - {"label", "cite", *CLUSTER_FIELDS})
@@ -130,8 +146,13 @@ def parse_cluster(name: str, entry, sources: dict, where: str) -> Cluster:
         raise ConfigError(f"{where}.gpus_per_node: a positive integer (got {per_node!r})")
     if entry.get("cite") not in sources:
         raise ConfigError(f"{where}.cite: needs a known source key")
+    fabrics = fabrics or {}
+    if entry["fabric"] not in fabrics:
+        raise ConfigError(f"{where}.fabric: {entry['fabric']!r} is not a catalogued fabric (allowed: {', '.join(fabrics)})")
+    latencies, latency_source = fabrics[entry["fabric"]]
     return Cluster(name, str(entry.get("label", name)), str(entry["gpu"]), per_node,
-                   _positive(entry["nic_gbps"], f"{where}.nic_gbps"), sources[entry["cite"]])
+                   _positive(entry["nic_gbps"], f"{where}.nic_gbps"), sources[entry["cite"]], entry["fabric"],
+                   dict(latencies), latency_source)
 
 
 @lru_cache(maxsize=1)
@@ -139,7 +160,9 @@ def _clusters() -> dict:
     from .hardware import devices
 
     data = yaml.safe_load(CLUSTERS.read_text())
-    table = {name: parse_cluster(name, entry, data["sources"], f"clusters.{name}")
+    fabrics = {name: parse_fabric(name, entry, data["sources"], f"fabrics.{name}")
+               for name, entry in data["fabrics"].items()}
+    table = {name: parse_cluster(name, entry, data["sources"], f"clusters.{name}", fabrics)
              for name, entry in data["clusters"].items()}
     known = devices()
     for c in table.values():
@@ -150,6 +173,14 @@ def _clusters() -> dict:
 
 def clusters() -> dict[str, Cluster]:
     return dict(_clusters())
+
+
+def fabric(name: str) -> dict:
+    """A fabric's latencies by name (the collectives benchmark's rows name theirs)."""
+    data = yaml.safe_load(CLUSTERS.read_text())
+    if name not in data["fabrics"]:
+        raise ConfigError(f"fabric: {name!r} is not catalogued (allowed: {', '.join(data['fabrics'])})")
+    return parse_fabric(name, data["fabrics"][name], data["sources"], f"fabrics.{name}")[0]
 
 
 def cluster(name: str, flag: str = "--cluster") -> Cluster:

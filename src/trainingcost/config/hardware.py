@@ -91,7 +91,8 @@ def parse_device(name: str, entry, sources: dict, where: str) -> Device:
 
 
 STEPTIME_KEYS = ("sms", "tile", "gemm_ceiling", "hbm_efficiency", "flash_forward", "flash_backward", "launch_us",
-                 "gpus_per_node", "intra_gbs", "intra_latency_us", "nic_gbps", "nic_efficiency", "inter_latency_us", "kernel_efficiency")
+                 "gpus_per_node", "intra_gbs", "intra_latency_us", "nic_gbps", "nic_efficiency", "inter_latency_us", "kernel_efficiency",
+                 "intra_allreduce_gbs", "inter_step_us", "tree_level_us")
 
 
 def parse_steptime(entry, sources: dict, source: str | None, where: str) -> tuple[dict, dict]:

@@ -19,8 +19,8 @@ GENERIC = {  # for devices without steptime numbers: an A100-like part (stated i
     "sms": 108, "tile": [128, 128, 64], "gemm_ceiling": 0.80, "hbm_efficiency": [[1e8, 0.90], [1e7, 0.75], [1e6, 0.60],
                                                                                   [0, 0.30]],
     "flash_forward": 0.50, "flash_backward": 0.40, "launch_us": 3.0, "gpus_per_node": 8, "intra_gbs": 150.0,
-    "intra_latency_us": 10.0, "nic_gbps": 200.0, "nic_efficiency": 0.9, "inter_latency_us": 20.0,
-    "kernel_efficiency": 0.80,
+    "intra_latency_us": 80.0, "nic_gbps": 200.0, "nic_efficiency": 0.9, "inter_latency_us": 40.0,
+    "inter_step_us": 2.0, "tree_level_us": 160.0, "kernel_efficiency": 0.80,
 }
 KERNEL_EFFICIENCY_SOURCE = ("fitted: the one constant fitted to benchmarks/published_runs.csv (the share of their isolated "
                             "speed that kernels keep inside a training step: sustained clocks under the power limit, "

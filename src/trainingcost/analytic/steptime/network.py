@@ -16,6 +16,7 @@ A point-to-point send (pipeline stages) uses one NIC.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -36,50 +37,92 @@ def bus_factor(op: str, n: int) -> float:
 @dataclass(frozen=True)
 class Network:
     gpus_per_node: int
-    intra_bw: float  # bytes/s, NCCL bus bandwidth inside a node
+    intra_bw: float  # bytes/s, NCCL's ring bus bandwidth inside a node
     intra_alpha: float  # seconds per collective inside a node
-    inter_bw: float  # bytes/s per GPU between nodes (NIC x efficiency)
+    inter_bw: float  # bytes/s per GPU between nodes (its share of the node's NICs x efficiency)
     inter_alpha: float  # seconds per collective between nodes
+    intra_allreduce_bw: float | None = None  # NVLink SHARP (NVLS) all-reduce bus bandwidth over a whole node
+    inter_step: float = 0.0  # seconds per ring step between nodes ((n - 1) steps per all-gather, 2 (n - 1) all-reduce)
+    tree_level: float | None = None  # seconds per level of NCCL's tree all-reduce between nodes (None: no tree)
 
     @classmethod
-    def of(cls, params: dict, gpus_per_node: int | None = None, nic_gbps: float | None = None) -> "Network":
+    def of(cls, params: dict, gpus_per_node: int | None = None, nic_gbps: float | None = None,
+           fabric: dict | None = None) -> "Network":
+        """The network of a device's catalogue numbers (``params``), on ``gpus_per_node`` GPUs per node with
+        ``nic_gbps`` per GPU, over ``fabric`` (the cluster catalogue's latencies between nodes; default the
+        device's usual system's)."""
         nic = nic_gbps if nic_gbps is not None else params["nic_gbps"]
+        fab = {k: params[k] for k in ("inter_latency_us", "inter_step_us", "tree_level_us") if k in params}
+        fab.update(fabric or {})
+        nvls = params.get("intra_allreduce_gbs")
+        tree = fab.get("tree_level_us")
         return cls(int(gpus_per_node or params["gpus_per_node"]), params["intra_gbs"] * 1e9,
                    params["intra_latency_us"] * 1e-6, nic / 8 * 1e9 * params["nic_efficiency"],
-                   params["inter_latency_us"] * 1e-6)
+                   fab["inter_latency_us"] * 1e-6, nvls * 1e9 if nvls else None,
+                   fab.get("inter_step_us", 0.0) * 1e-6, tree * 1e-6 if tree else None)
 
     def spans_nodes(self, n: int, stride: int) -> bool:
         """A group of n ranks ``stride`` apart (ranks numbered node by node) leaves the node."""
         return n > 1 and n * stride > self.gpus_per_node
+
+    def _local(self, n: int, stride: int) -> int:
+        """Ranks of the group inside one node."""
+        return max(1, min(n, self.gpus_per_node // max(1, stride)))
 
     def _link(self, n: int, stride: int, rails: bool = True):
         if not self.spans_nodes(n, stride):
             return self.intra_bw, self.intra_alpha, False
         if not rails:
             return self.inter_bw, self.inter_alpha, True
-        local = max(1, min(n, self.gpus_per_node // max(1, stride)))  # ranks of the group inside one node
-        return min(self.intra_bw, local * self.inter_bw), self.inter_alpha, True
+        return min(self.intra_bw, self._local(n, stride) * self.inter_bw), self.inter_alpha, True
 
     def all_reduce(self, nbytes: float, n: int, stride: int = 1) -> float:
+        """Inside a node: NVLS over a whole node where the device has it (nccl-tests: about 480 GB/s bus bandwidth
+        on 8 H100 against the ring's 370), else the ring. Between nodes NCCL picks the faster of the ring (one
+        latency per ring step) and the tree (one per level, log2 of the nodes, each way); on two nodes the tree
+        carries twice the NICs' rate, bounded by the node's own all-reduce (NCCL maintainers, NVIDIA/nccl#946)."""
         if n <= 1 or nbytes <= 0:
             return 0.0
-        bw, alpha, inter = self._link(n, stride)
-        return alpha + bus_factor("all_reduce", n) * nbytes / bw
+        factor = bus_factor("all_reduce", n)
+        if not self.spans_nodes(n, stride):
+            bw = self.intra_allreduce_bw if (self.intra_allreduce_bw and n >= self.gpus_per_node) else self.intra_bw
+            return self.intra_alpha + factor * nbytes / bw
+        local = self._local(n, stride)
+        nodes = max(2, math.ceil(n / local))
+        node_bw = self.intra_allreduce_bw if (self.intra_allreduce_bw and local >= self.gpus_per_node) else self.intra_bw
+        ring_bw = min(self.intra_bw, local * self.inter_bw)
+        ring = self.inter_alpha + 2 * (n - 1) * self.inter_step + factor * nbytes / ring_bw
+        if self.tree_level is None:
+            return ring
+        tree_bw = min(node_bw, 2 * local * self.inter_bw) if nodes == 2 else ring_bw
+        tree = self.inter_alpha + 2 * math.ceil(math.log2(nodes)) * self.tree_level + factor * nbytes / tree_bw
+        return min(ring, tree)
 
     def all_gather(self, nbytes: float, n: int, stride: int = 1, rails: bool = True) -> float:
-        """``nbytes``: the gathered (whole) buffer; reduce-scatter costs the same. ``rails`` False: a collective
-        whose traffic is not spread over the node's NICs (one NIC's bandwidth)."""
+        """``nbytes``: the gathered (whole) buffer; reduce-scatter costs the same. Between nodes a ring of n - 1
+        steps. ``rails`` False: a collective whose traffic is not spread over the node's NICs (one NIC's share)."""
         if n <= 1 or nbytes <= 0:
             return 0.0
         bw, alpha, inter = self._link(n, stride, rails)
-        return alpha + bus_factor("all_gather", n) * nbytes / bw
+        steps = (n - 1) * self.inter_step if inter else 0.0
+        return alpha + steps + bus_factor("all_gather", n) * nbytes / bw
 
     reduce_scatter = all_gather
 
     def all_to_all(self, nbytes: float, n: int, stride: int = 1) -> float:
         """Each of n ranks sends (n - 1) / n of its ``nbytes`` to the others (expert parallelism's dispatch and
-        combine): the bus bandwidth factor of nccl-tests' alltoall, (n - 1) / n, as an all-gather's."""
-        return self.all_gather(nbytes, n, stride)
+        combine). Inside a node at the ring's bus bandwidth; between nodes the share bound for other nodes leaves
+        over the GPU's own NICs only: all-to-all cannot aggregate a node's NICs (NCCL maintainers,
+        NVIDIA/nccl-tests#267), the part inside the node in parallel over NVLink."""
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        if not self.spans_nodes(n, stride):
+            return self.intra_alpha + bus_factor("all_gather", n) * nbytes / self.intra_bw
+        local = self._local(n, stride)
+        nodes = math.ceil(n / local)
+        outside = nbytes * (n - local) / n / self.inter_bw
+        inside = nbytes * (local - 1) / n / self.intra_bw
+        return self.inter_alpha + (nodes - 1) * self.inter_step * local + max(outside, inside)
 
     def p2p(self, nbytes: float, inter: bool) -> float:
         if nbytes <= 0:

@@ -3,7 +3,11 @@
 Every measured figure becomes a step time with its source's own definition (``measured_definition``):
 - ``tflops_per_gpu`` (Megatron-LM, Narayanan et al. 2021, eq. 3): step = 96 B s l h^2 (1 + s/6h + V/16lh) / (N X);
 - ``step_time_s`` (Korthikanti et al. 2022, Table 5): the iteration time itself;
-- ``tokens_per_s`` (MosaicML llm-foundry, all GPUs): step = B s / throughput.
+- ``tokens_per_s`` (all GPUs): step = B s / throughput;
+- ``tokens_per_s_per_gpu`` (MosaicML llm-foundry's and torchtitan's tables, NeMo's performance summary): step =
+  B s / (throughput x GPUs).
+Rows whose figure is a model TFLOP/s or an MFU of an unstated FLOP count are not converted (they are not in the
+table; benchmarks/plan_accuracy.md lists what was left out and why).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from pathlib import Path
 
 from .step import Layout
 
-FIGURES = ("tflops_per_gpu", "step_time_s", "tokens_per_s")
+FIGURES = ("tflops_per_gpu", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu")
 
 
 def measured_step_time(row: dict) -> float:
@@ -27,6 +31,8 @@ def measured_step_time(row: dict) -> float:
         return value
     if figure == "tokens_per_s":
         return B * s / value
+    if figure == "tokens_per_s_per_gpu":
+        return B * s / (value * n)
     raise ValueError(f"measured_figure: {figure!r} is not known (allowed: {', '.join(FIGURES)})")
 
 
@@ -53,8 +59,9 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
                   tp=int(row["tp"]), pp=int(row["pp"]), interleave=int(row["interleave"]),
                   sequence_parallel=bool(int(row["sequence_parallel"])), sharding=row["sharding"],
                   recompute=row["recompute"], precision=row["precision"], attention=row["attention"] or fw.attention,
-                  dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap, zero3_granularity=fw.zero3_granularity,
-                  gpus_per_node=system.gpus_per_node if system else None, nic_gbps=system.nic_gbps if system else None)
+                  dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap, zero3_granularity=fw.zero3_granularity, dp_rails=fw.dp_rails,
+                  gpus_per_node=system.gpus_per_node if system else None, nic_gbps=system.nic_gbps if system else None,
+                  fabric=tuple(sorted(system.latencies.items())) if system else None)
 
 
 def load(path: str | Path) -> list[dict]:

@@ -67,8 +67,10 @@ class Layout:
     dp_overlap: float = DEFAULT_OVERLAP
     tp_overlap: float = 0.0  # share of the tensor-parallel collectives hidden behind the products (the framework's)
     zero3_granularity: str = "block"
+    dp_rails: bool = True  # data-parallel collectives spread over every NIC of the node (the framework's)
     gpus_per_node: int | None = None
     nic_gbps: float | None = None
+    fabric: tuple | None = None  # ((key, value), ...) of the cluster's fabric latencies (config/clusters.yaml)
     optimizer_slots: int = 2
     ep: int = 1  # expert-parallel degree (a mixture of experts), inside the data-parallel replicas
 
@@ -381,7 +383,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     check_layout(cfg, lay)
     prec = PRECISIONS[lay.precision]
     dev = DeviceModel.of(device, prec.compute)
-    net = Network.of(dev.params, lay.gpus_per_node, lay.nic_gbps)
+    net = Network.of(dev.params, lay.gpus_per_node, lay.nic_gbps, dict(lay.fabric) if lay.fabric else None)
     work = work if work is not None else rule_work(cfg, [rule])
     w, bp = work[rule], work["bp"]
     e = prec.activations
@@ -517,10 +519,11 @@ def dp_seconds(ops, net: Network, lay: Layout, M: int, compute_fwd: float, compu
     bucket, per FSDP unit). A fraction ``dp_overlap`` of each micro-batch's forward (backward) collectives hides
     behind its forward (backward) compute; the step's backward collectives behind the last backward; collectives of
     the ``optimizer_step`` phase (the explicit rules' reduction, ZeRO-1/2's gathers of the updated shards) not at
-    all. ZeRO-3 with ``zero3_granularity: tensor`` (DeepSpeed) runs over one NIC (``rails`` False)."""
+    all. A framework whose data-parallel collectives do not spread over the node's NICs (``dp_rails`` False:
+    DeepSpeed's 2021 per-submodule ZeRO-3 fetches, config/frameworks.yaml) runs them at one NIC's share."""
     from ..plan_facts import ZERO_STAGE
 
-    rails = not (ZERO_STAGE[lay.sharding] == 3 and lay.zero3_granularity != "block")
+    rails = lay.dp_rails
     dp, t, f = lay.dp, lay.tp, lay.dp_overlap
 
     def seconds(ops, phase):
