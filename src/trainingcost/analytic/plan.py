@@ -98,6 +98,8 @@ class PlanSpec:
     price: float | None = None  # per GPU-hour
     price_source: str = "not given (--price)"
     mirror_steps: int = 1
+    goodput: float = 1.0  # share of the wall-clock spent in training steps (restarts, failures, evaluation: the rest)
+    goodput_source: str = "1.0: step time only (no restarts, failures, evaluation or checkpointing; --goodput)"
     notes: tuple = field(default_factory=tuple)
     precision_source: str = ""  # how the precision was chosen, where not given (the plan's output says it)
     zero3_gather: str = "sublayer"  # what ZeRO-3 / FSDP gathers whole at a time (ZERO3_GATHER; docs/planning.md)
@@ -136,6 +138,8 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
             raise ConfigError(f"{name}: must be {kind} (got {value!r})")
 
     positive("tokens", spec.tokens)
+    if not (isinstance(spec.goodput, (int, float)) and 0 < spec.goodput <= 1):
+        raise ConfigError(f"goodput: a share of the wall-clock in (0, 1] (got {spec.goodput!r})")
     for name in ("gpus", "tp", "pp", "checkpoint_every"):
         positive(name, getattr(spec, name), integer=True)
     if spec.precision not in PRECISIONS:
@@ -442,7 +446,7 @@ PLAN_COLUMNS = (
     "source_power", "source_pue", "source_carbon", "source_price",
     *(f"step_{k}_s" for k in STEP_PARTS), "step_dp_bytes", "step_dp_collectives",
     "compute_multiplier", "token_multiplier", "source_quality",
-    "ep", "ep_all_to_all_bytes", "framework", "source_framework", "source_network", "pipeline_split",
+    "ep", "ep_all_to_all_bytes", "goodput", "source_goodput", "framework", "source_framework", "source_network", "pipeline_split",
 )
 
 
@@ -542,7 +546,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         else:  # a calibrated rate of the products: the pipeline's bubble on top (Narayanan et al. 2021)
             rate = e.rate_at(micro) if e.rate_at is not None else e.value
             step = work / rate * (1 + (spec.pp - 1) / accumulation)
-        wall = steps * step
+        wall = steps * step / spec.goodput
         gpu_hours = spec.gpus * wall / 3600
         if spec.joules_per_flop is not None:
             joules = sequences * hw_seq * spec.joules_per_flop
@@ -572,6 +576,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             **{f"mem_{k}": float(v) for k, v in parts.items()}, "mem_total": float(total_memory),
             "memory_capacity": capacity, "fits": bool(total_memory <= capacity), "max_micro_batch": most,
             "checkpoint_applies": bool(facts.per_rule.loc[r, "backward"]),
+            "goodput": spec.goodput, "source_goodput": spec.goodput_source,
             "source_tokens": spec.tokens_source, "source_batch": batch_source, "source_efficiency": e.source,
             "source_precision": (f"{spec.precision} ({spec.precision_source}): " if spec.precision_source else "")
                                 + p.source, "source_peak": device.sources.get("peak_tflops", ""),
