@@ -59,6 +59,41 @@ def count_or_max(text: str):
     return None if text == "max" else count(text)
 
 
+def count_or_auto(text: str):
+    """``auto`` (left to the layout search), or a count."""
+    return "auto" if text == "auto" else count(text)
+
+
+def count_max_or_auto(text: str):
+    """``auto`` (searched), ``max`` (None: the largest that fits), or a count."""
+    return "auto" if text == "auto" else count_or_max(text)
+
+
+def gpu_counts(text: str) -> list[int]:
+    """``N``, ``N,N,...`` or ``LO-HIxF`` (LO, LO*F, ... up to HI): GPU counts, each positive, at most 64 of them."""
+    text = text.strip()
+    try:
+        if "-" in text:
+            low, rest = text.split("-", 1)
+            high, _, factor = rest.partition("x")
+            low, high, factor = int(low), int(high), int(factor or 2)
+            if low < 1 or high < low or factor < 2:
+                raise ValueError
+            counts = []
+            while low <= high:
+                counts.append(low)
+                low *= factor
+        else:
+            counts = [count(part) for part in text.split(",")]
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"expected N, N,N,... or LO-HIxF (e.g. 64-1024x2), got {text!r}") from None
+    if not counts:
+        raise argparse.ArgumentTypeError(f"expected N, N,N,... or LO-HIxF (e.g. 64-1024x2), got {text!r}")
+    if len(counts) > 64:
+        raise argparse.ArgumentTypeError(f"at most 64 GPU counts (got {len(counts)} from {text!r})")
+    return sorted(set(counts))
+
+
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", help=f"a named shape: {', '.join(PRESETS)}")
     parser.add_argument("--arch", help="encoder, decoder or encoder-decoder")

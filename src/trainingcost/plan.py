@@ -24,10 +24,11 @@ from .analytic.plan import (
     CHECKPOINTING, PRECISIONS, PREDICTED_SOURCE, SHARDINGS, STEP_PARTS, ZERO3_GATHER, Efficiency, PlanSpec, plan_table,
     tokens_per_sequence,
 )
-from .args import add_model_flags, count, count_or_max, model_entry, number, rule_list
+from .args import add_model_flags, count, count_max_or_auto, count_or_auto, gpu_counts, model_entry, number, rule_list
+from .plan_search import OBJECTIVES, fixed_args, free_fields, plan_with_search
 from .config import ConfigError
 from .config.frameworks import cluster, clusters, default_framework, framework, frameworks
-from .text import describe_config, grid, wrapped
+from .text import _duration, _si, describe_config, grid, wrapped
 
 CHINCHILLA_TOKENS_PER_PARAMETER = 20  # Hoffmann et al. 2022: compute-optimal D ~ 20 N
 DEFAULT_MFU = 0.40
@@ -53,15 +54,26 @@ def add_parser(sub) -> None:
     batch = p.add_mutually_exclusive_group()
     batch.add_argument("--global-batch", type=count, help="sequences per optimizer step (default: about 4M tokens)")
     batch.add_argument("--global-batch-tokens", type=number, help="tokens per optimizer step")
-    p.add_argument("--micro-batch", type=count_or_max, default=None, metavar="N|max",
+    p.add_argument("--micro-batch", type=count_max_or_auto, default=None, metavar="N|max|auto",
                    help="sequences per GPU per forward-backward (default max: the largest that fits and divides the "
-                        "replica's batch; the rest is gradient accumulation)")
+                        "replica's batch; the rest is gradient accumulation; auto: searched)")
     p.add_argument("--gpu", help="a device of the hardware catalogue (trainingcost hardware); required without --cluster")
-    p.add_argument("--gpus", type=count, default=1)
-    p.add_argument("--tp", type=count, default=1, help="tensor-parallel degree")
-    p.add_argument("--pp", type=count, default=1, help="pipeline-parallel degree")
-    p.add_argument("--ep", type=count, default=1, help="expert-parallel degree (a mixture of experts; divides the "
-                   "experts and the data-parallel degree)")
+    p.add_argument("--gpus", type=gpu_counts, default=[1], metavar="N|N,N,...|LO-HIxF",
+                   help="GPUs; several (64,128,256) or a range (64-1024x2: 64 to 1024, times 2 each) give a "
+                        "strong-scaling table, each count at its best layout with --layout search")
+    p.add_argument("--layout", default="given", choices=["given", "search"],
+                   help="search: every layout field not given is searched per rule (docs/planning.md, 'The layout "
+                        "search'); a single field is searched with auto")
+    p.add_argument("--objective", default="time", choices=list(OBJECTIVES),
+                   help="what the best GPU count minimises over --gpus (default time); at one count every objective "
+                        "ranks layouts by step time")
+    p.add_argument("--explain", action="store_true", help="say why the search left parts of the space out")
+    p.add_argument("--tp-across-nodes", action="store_true", help="let the search put tensor parallelism across nodes")
+    p.add_argument("--figure", metavar="PATH", help="with several --gpus: write the strong-scaling figure (png, pdf)")
+    p.add_argument("--tp", type=count_or_auto, default=1, metavar="N|auto", help="tensor-parallel degree")
+    p.add_argument("--pp", type=count_or_auto, default=1, metavar="N|auto", help="pipeline-parallel degree")
+    p.add_argument("--ep", type=count_or_auto, default=1, metavar="N|auto", help="expert-parallel degree (a mixture "
+                   "of experts; divides the experts and the data-parallel degree)")
     p.add_argument("--framework", default=None, metavar="NAME",
                    help=f"the training framework (config/frameworks.yaml: {', '.join(frameworks())}; default "
                         f"{default_framework()}): what it overlaps, what a ZeRO-3 gather moves, its attention kernel and "
@@ -69,7 +81,7 @@ def add_parser(sub) -> None:
     p.add_argument("--cluster", default=None, metavar="NAME",
                    help=f"a named system (config/clusters.yaml: {', '.join(clusters())}): its GPU (unless --gpu), "
                         "GPUs per node and NIC bandwidth per GPU")
-    p.add_argument("--sharding", default=None, choices=SHARDINGS,
+    p.add_argument("--sharding", default=None, choices=[*SHARDINGS, "auto"],
                    help="data-parallel sharding: none (DDP), ZeRO stage 1-3, fsdp (FULL_SHARD = ZeRO-3); default: "
                         "the framework's")
     p.add_argument("--zero3-gather", default=None, choices=list(ZERO3_GATHER),
@@ -79,12 +91,14 @@ def add_parser(sub) -> None:
     p.add_argument("--precision", choices=list(PRECISIONS),
                    help="default: the device's best mixed precision (bf16-mixed where it has bf16 arithmetic, else "
                         "fp16-mixed, as GPT-3 was trained on V100s)")
-    p.add_argument("--checkpointing", default="none", choices=CHECKPOINTING,
+    p.add_argument("--checkpointing", default="none", choices=[*CHECKPOINTING, "auto"],
                    help="activation checkpointing: selective checkpoints every --checkpoint-every-th block")
     p.add_argument("--checkpoint-every", type=count, default=2)
     p.add_argument("--optimizer", default="adam", choices=list(OPTIMIZER_SLOTS))
-    p.add_argument("--interleave", type=count, default=1, help="virtual pipeline stages per GPU (interleaved 1F1B)")
-    p.add_argument("--sequence-parallel", action="store_true", help="sequence parallelism with --tp (Korthikanti 2022)")
+    p.add_argument("--interleave", type=count_or_auto, default=1, metavar="N|auto",
+                   help="virtual pipeline stages per GPU (interleaved 1F1B)")
+    p.add_argument("--sequence-parallel", nargs="?", const="on", default=None, choices=["on", "off", "auto"],
+                   help="sequence parallelism with --tp (Korthikanti 2022); auto: searched")
     p.add_argument("--gpus-per-node", type=count, help="GPUs per node (default: the device's usual system)")
     p.add_argument("--nic-gbps", type=number, help="network between nodes, Gb/s per GPU (default: the device's system)")
     p.add_argument("--dp-overlap", type=number, default=None,
@@ -307,29 +321,6 @@ def quality_of(args) -> dict:
 # The table for people
 
 
-def _si(value: float, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.{digits}g}{unit}"
-    return f"{value:.{digits}g}"
-
-
-def _duration(seconds: float) -> str:
-    if math.isnan(seconds):
-        return "-"  # a rule that never reaches the target loss: no run to time
-    if seconds >= 86400:
-        return f"{seconds / 86400:.1f} d"
-    if seconds >= 3600:
-        return f"{seconds / 3600:.1f} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.1f} min"
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    return f"{seconds * 1e3:.3g} ms"
-
-
 def _gib(value: float) -> str:
     return f"{value / 2**30:.2f}" if value else "0"
 
@@ -499,14 +490,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.gpu is None and args.cluster is None:
         raise ConfigError("--gpu: required (a device of the hardware catalogue: trainingcost hardware), or give --cluster")
     gpu = device(args.gpu if args.gpu is not None else cluster(args.cluster).gpu)
+    rules = args.rule if isinstance(args.rule, list) else rule_list(args.rule)
+    models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
+    if free_fields(args) or len(args.gpus) > 1:
+        if any(n < 1 for n in args.gpus):
+            raise ConfigError(f"--gpus: must be a positive integer (got {min(args.gpus)})")
+        return plan_with_search(args, cfg, gpu, rules, models, lambda a, g: spec_from_args(a, cfg, g), measured_device,
+                                SCREEN_WIDTH)
+    args = fixed_args(args, args.gpus[0])
     spec = spec_from_args(args, cfg, gpu)
     if args.device_model is not None:
         gpu = measured_device(args, gpu, spec)
         spec = dataclasses.replace(spec, efficiency=Efficiency(
             "predicted", 1.0, f"{PREDICTED_SOURCE}; GEMM ceiling, bandwidth, attention and launch "
                               f"{gpu.steptime_sources['gemm_ceiling']}"))
-    rules = args.rule if isinstance(args.rule, list) else rule_list(args.rule)
-    models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
     table = plan_table(cfg, spec, gpu, rules, models)
     verdict = fit_verdict(table, cfg, spec, gpu)
     if args.format == "json":

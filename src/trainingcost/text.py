@@ -4,6 +4,8 @@ Read by ``cli.py`` and ``plan.py``; imports no other top-level module.
 
 from __future__ import annotations
 
+import math
+
 from .config import ModelConfig
 
 UNITS = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K"))
@@ -55,3 +57,26 @@ def wrapped(text: str, width: int = 100) -> str:
 
     return "\n".join(part for line in text.splitlines()
                      for part in (textwrap.wrap(line, width, break_long_words=False, subsequent_indent="  ") or [""]))
+
+
+def _si(value: float, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.{digits}g}{unit}"
+    return f"{value:.{digits}g}"
+
+
+def _duration(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "-"  # a rule that never reaches the target loss: no run to time
+    if seconds >= 86400:
+        return f"{seconds / 86400:.1f} d"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    return f"{seconds * 1e3:.3g} ms"

@@ -23,6 +23,7 @@ give ``trainingcost plan`` its data-parallel traffic (:func:`plan_collectives`, 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from dataclasses import dataclass
 
 from ..config.choices import BACKENDS, PARALLEL
@@ -90,15 +91,23 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}
 def gradient_bytes(cfg, name: str, dtype: str) -> tuple[int, int]:
     """(bytes, tensors) of the gradients rule ``name`` produces in one step: the memory model's ``gradients``
     (every trained parameter, trained feedback included; PEPITA's frozen relative tables excluded) and the number
-    of trained tensors (from Adam's per-tensor step scalars in the same model)."""
+    of trained tensors (from Adam's per-tensor step scalars in the same model). One memory table of every rule per
+    model and dtype, kept."""
+    return _gradients(cfg, dtype)[name]
+
+
+@lru_cache(maxsize=64)
+def _gradients(cfg, dtype: str) -> dict:
     from ..config.sweep import configs_frame
     from .memory import STEP_SCALAR_BYTES, memory_table
 
-    row = memory_table(configs_frame([("comm", cfg)]), [name], dtypes=(dtype,), optimizers=("adam",),
-                       executed=False).iloc[0]
-    grads = int(row["gradients"])
-    tensors = (int(row["optimizer_state"]) - 2 * grads) // STEP_SCALAR_BYTES["adam"]
-    return grads, tensors
+    table = memory_table(configs_frame([("comm", cfg)]), list(rule_names()), dtypes=(dtype,), optimizers=("adam",),
+                         executed=False)
+    out = {}
+    for _, row in table.iterrows():
+        grads = int(row["gradients"])
+        out[row["rule"]] = (grads, (int(row["optimizer_state"]) - 2 * grads) // STEP_SCALAR_BYTES["adam"])
+    return out
 
 
 # -- the parameters, tensor by tensor ----------------------------------------------------------------------------
@@ -158,6 +167,12 @@ def _layer_tensors(cfg, layer: str, kind: str, stack: str, feedback: bool) -> li
 
 
 def parameter_units(cfg, name: str) -> list[tuple[str, list[tuple[str, tuple[int, ...]]]]]:
+    """(A fresh list each call of the listing below, computed once per model and rule.)"""
+    return [(unit, list(tensors)) for unit, tensors in _parameter_units(cfg, name)]
+
+
+@lru_cache(maxsize=256)
+def _parameter_units(cfg, name: str) -> tuple:
     """The trained parameters of rule ``name``'s model, by FSDP2 unit, each in registration order: ``""`` (the
     root: every stack's embedding tables and norms, the final norms, the head; a tied table once) and then each
     block (``encoder.0``, ...; train/distributed.py shards each block apart), in forward order. Listed for the rules
@@ -183,7 +198,7 @@ def parameter_units(cfg, name: str) -> list[tuple[str, list[tuple[str, tuple[int
             blocks.setdefault(f"{parts[0]}.{parts[1]}", []).extend(_layer_tensors(cfg, layer, kind, stack, feedback))
         else:
             root += _layer_tensors(cfg, layer, kind, stack, feedback)
-    return [("", root), *blocks.items()]
+    return tuple((unit, tuple(tensors)) for unit, tensors in [("", root), *blocks.items()])
 
 
 def parameter_tensors(cfg, name: str) -> list[tuple[str, tuple[int, ...]]]:
@@ -193,11 +208,18 @@ def parameter_tensors(cfg, name: str) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def _registration_order(cfg, units) -> list[tuple[str, tuple[int, ...]]]:
+    """The tensors layer by layer in the plan's order, each layer's in their listed order: a tensor belongs to every
+    layer whose name is the tensor's or a dotted prefix of it."""
     everything = {n: shape for _, tensors in units for n, shape in tensors}
-    order = []
-    for layer, _ in L.layer_plan(cfg):
-        order += [n for n in everything if n == layer or n.startswith(layer + ".")]
-    return [(n, everything[n]) for n in order]
+    index = {layer: i for i, (layer, _) in reversed(list(enumerate(L.layer_plan(cfg))))}  # first index per name
+    keyed = []
+    for position, n in enumerate(everything):
+        parts = n.split(".")
+        for k in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:k])
+            if prefix in index:
+                keyed.append((index[prefix], position, n))
+    return [(n, everything[n]) for _, _, n in sorted(keyed)]
 
 
 def numel(shape: tuple[int, ...]) -> int:
@@ -246,6 +268,12 @@ def step_collectives(cfg, name: str, parallel: str, world: int, dtype: str, step
 
 
 def ready_order(cfg, name: str) -> list[tuple[str, tuple[int, ...]]]:
+    """(A fresh list each call of the order below, computed once per model and rule.)"""
+    return list(_ready_order(cfg, name))
+
+
+@lru_cache(maxsize=256)
+def _ready_order(cfg, name: str) -> tuple:
     """The parameters in the order their gradients are accumulated in a backward (DDP's rebuilt order): the
     modules in reverse registration order (autograd runs the backward from the head down to the embeddings, and
     inside a layer from its last product to its first: o, v, k, q; down, up, gate), and inside one module its
@@ -254,7 +282,7 @@ def ready_order(cfg, name: str) -> list[tuple[str, tuple[int, ...]]]:
     modules: dict[str, list] = {}
     for tensor, shape in parameter_tensors(cfg, name):
         modules.setdefault(tensor.rsplit(".", 1)[0], []).append((tensor, shape))
-    return [t for module in reversed(list(modules)) for t in modules[module]]
+    return tuple(t for module in reversed(list(modules)) for t in modules[module])
 
 
 def ddp_buckets(cfg, name: str, dtype: str, first_cap: int = FIRST_BUCKET_BYTES,
@@ -307,9 +335,8 @@ def fsdp_collectives(cfg, name: str, parallel: str, world: int, dtype: str, scal
     ``scale`` and ``blocks`` (the plan under tensor or pipeline parallelism, :func:`plan_collectives`): the GPU
     holds the root and the first ``blocks`` block units, their bytes scaled so that they sum to ``scale`` times
     the whole model's padded bytes; 1 and None (every unit, exact) by default."""
-    size = DTYPE_BYTES[dtype]
-    units = parameter_units(cfg, name)
-    nbytes = {unit: sum(padded_numel(shape, world) for _, shape in tensors) * size for unit, tensors in units}
+    units = _parameter_units(cfg, name)
+    nbytes = dict(_unit_bytes(cfg, name, world, dtype))
     root, kept = units[0][0], [unit for unit, tensors in units[1:] if tensors]
     if scale != 1.0 or blocks is not None:
         kept = kept[:blocks] if blocks is not None else kept
@@ -333,6 +360,14 @@ def fsdp_collectives(cfg, name: str, parallel: str, world: int, dtype: str, scal
     else:
         out += [scatter(unit) for unit in backward]
     return out + [scatter(root)]
+
+
+@lru_cache(maxsize=1024)
+def _unit_bytes(cfg, name: str, world: int, dtype: str) -> tuple:
+    """(unit, its padded bytes) of :func:`parameter_units`, dim 0 padded to a multiple of ``world``."""
+    size = DTYPE_BYTES[dtype]
+    return tuple((unit, sum(padded_numel(shape, world) for _, shape in tensors) * size)
+                 for unit, tensors in _parameter_units(cfg, name))
 
 
 # -- the plan's data-parallel traffic ----------------------------------------------------------------------------

@@ -282,7 +282,7 @@ def activations_per_sequence(facts: ModelFacts, rule_name: str, checkpointing: s
     """Elements a rule keeps per sequence under checkpointing (Chen et al. 2016): a checkpointed block keeps
     its input instead of autograd's saved tensors, and the backward recomputes one block at a time, whose saved
     tensors are then alive. Rules without a backward (no autograd graph: PEPITA, MEMPEPITA) are unchanged."""
-    row = facts.per_rule.loc[rule_name]
+    row = facts.row(rule_name)
     kept = int(row["activations"])
     if not row["backward"]:
         return kept
@@ -339,7 +339,7 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     """Bytes per GPU of each part at micro-batch 1 (``activations``: elements per sequence); activations scale
     with the micro-batch, the rest does not."""
     p = PRECISIONS[spec.precision]
-    row = facts.per_rule.loc[rule_name]
+    row = facts.row(rule_name)
     share = model_share(facts, spec.tp, spec.pp)
     dp = spec.gpus // (spec.tp * spec.pp)
     stage = ZERO_STAGE[spec.sharding]
@@ -446,7 +446,7 @@ PLAN_COLUMNS = (
     "source_power", "source_pue", "source_carbon", "source_price",
     *(f"step_{k}_s" for k in STEP_PARTS), "step_dp_bytes", "step_dp_collectives",
     "compute_multiplier", "token_multiplier", "source_quality",
-    "ep", "ep_all_to_all_bytes", "goodput", "source_goodput", "framework", "source_framework", "source_network", "pipeline_split",
+    "ep", "ep_all_to_all_bytes", "interleave", "sequence_parallel", "goodput", "source_goodput", "framework", "source_framework", "source_network", "pipeline_split",
 )
 
 
@@ -460,6 +460,21 @@ def pipeline_split(cfg, pp: int) -> str:
     low = blocks // pp
     return (f"uneven: {blocks % pp} stages of {low + 1} blocks and {pp - blocks % pp} of {low}, the head on one of "
             f"{low}; the pace is the slower of a stage of {low + 1} and the head's, memory the fullest stage's")
+
+
+def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None = None,
+                sequence_parallel: bool | None = None, slots: int | None = None):
+    """The step-time model's Layout of a plan (the plan's rows and the layout search price the same one)."""
+    from .steptime import Layout
+
+    return Layout(gpus=spec.gpus, global_batch=G, micro_batch=micro_batch, tp=spec.tp, pp=spec.pp, ep=spec.ep,
+                  interleave=spec.interleave if interleave is None else interleave,
+                  sequence_parallel=spec.sequence_parallel if sequence_parallel is None else sequence_parallel,
+                  sharding=spec.sharding, recompute=spec.checkpointing, checkpoint_every=spec.checkpoint_every,
+                  precision=spec.precision, dp_overlap=spec.dp_overlap, gpus_per_node=spec.gpus_per_node,
+                  nic_gbps=spec.nic_gbps, tp_overlap=spec.tp_overlap, fabric=spec.fabric, dp_rails=spec.dp_rails,
+                  zero3_granularity=spec.zero3_granularity, attention=spec.attention,
+                  optimizer_slots=OPTIMIZER_SLOTS[spec.optimizer] if slots is None else slots)
 
 
 def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
@@ -510,12 +525,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
 
         work = rule_work(cfg, rules)
         for r in rules:
-            lay = Layout(gpus=spec.gpus, global_batch=G, micro_batch=memory[r][2], tp=spec.tp, pp=spec.pp, ep=spec.ep,
-                         interleave=spec.interleave, sequence_parallel=spec.sequence_parallel, sharding=spec.sharding,
-                         recompute=spec.checkpointing, checkpoint_every=spec.checkpoint_every, precision=spec.precision,
-                         dp_overlap=spec.dp_overlap, gpus_per_node=spec.gpus_per_node, nic_gbps=spec.nic_gbps,
-                         tp_overlap=spec.tp_overlap, fabric=spec.fabric, dp_rails=spec.dp_rails, zero3_granularity=spec.zero3_granularity, attention=spec.attention,
-                         optimizer_slots=OPTIMIZER_SLOTS[spec.optimizer])
+            lay = step_layout(spec, G, memory[r][2])
             check_layout(cfg, lay)
             predicted[r] = predict_step(cfg, lay, device, r, work)
 
@@ -562,7 +572,8 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "config_id": cfg.config_id, "rule": r, "cost_model": name, "gpu": device.name, "gpus": spec.gpus, "dp": dp,
             "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "zero3_gather": spec.zero3_gather,
             "framework": spec.framework, "source_framework": spec.framework_source,
-            "pipeline_split": pipeline_split(cfg, spec.pp),
+            "pipeline_split": pipeline_split(cfg, spec.pp), "interleave": spec.interleave,
+            "sequence_parallel": bool(spec.sequence_parallel),
             "source_network": spec.network_source, "precision": spec.precision,
             "checkpointing": spec.checkpointing, "optimizer": spec.optimizer, "tokens": float(tokens),
             "tokens_per_sequence": n, "global_batch": G, "micro_batch": micro, "grad_accumulation": accumulation,

@@ -7,7 +7,7 @@ other's module to get them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -61,12 +61,25 @@ class ModelFacts:
     largest_block: int = 0  # parameters of the largest block, or of the ends outside the blocks (FSDP's units)
     expert_parameters: int = 0  # a mixture of experts' routed experts (split over the expert-parallel degree)
     moe_layers: dict = None  # stack -> blocks with a mixture of experts (each: two all-to-alls per pass)
+    _rows: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def row(self, rule_name: str) -> dict:
+        """``per_rule``'s row of a rule as a dict (kept: a layout search reads it thousands of times)."""
+        if rule_name not in self._rows:
+            self._rows[rule_name] = self.per_rule.loc[rule_name].to_dict()
+        return self._rows[rule_name]
 
 
 def model_facts(cfg, rules, optimizer: str) -> ModelFacts:
     """The facts of ``cfg`` under ``rules`` (cached: a plan reads them for every layout it searches, and they depend
-    on the model, the rules and the optimizer only). Read-only: the same object is returned to every caller."""
-    return _model_facts(cfg, tuple(rules), optimizer)
+    on the model, the rules and the optimizer only). Read-only: the same object is returned to every caller. Built
+    once per model and optimizer for every rule of the catalogue (its ``per_rule`` holds each), whichever rules are
+    asked for."""
+    from .catalogue import rule_names
+
+    known = tuple(rule_names())
+    asked = tuple(rules)
+    return _model_facts(cfg, known if set(asked) <= set(known) else asked, optimizer)
 
 
 @lru_cache(maxsize=64)
@@ -116,6 +129,12 @@ def _model_facts(cfg, rules: tuple, optimizer: str) -> ModelFacts:
 
 
 def _configs(cfg) -> pd.DataFrame:
+    """The one-row configs frame of ``cfg`` at batch 1 (a copy of one kept per model)."""
+    return _configs_kept(cfg).copy()
+
+
+@lru_cache(maxsize=64)
+def _configs_kept(cfg) -> pd.DataFrame:
     from ..config import configs_frame
 
     return configs_frame([("", cfg.replace(batch=1))])

@@ -376,23 +376,43 @@ def price(cfg, lay: Layout, dev: DeviceModel, rates: dict, w: dict, phases=None,
 # The step
 
 
-def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None = None) -> StepPrediction:
-    """The predicted step of ``rule`` with this layout on ``device`` (a catalogue Device)."""
+def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None = None,
+                 memo: dict | None = None) -> StepPrediction:
+    """The predicted step of ``rule`` with this layout on ``device`` (a catalogue Device).
+
+    ``memo``: a dict shared by calls on the same ``cfg`` and ``device`` (the layout search, analytic/layout.py):
+    the pieces that depend on a few layout fields only (the kernels' times per tensor-parallel degree and
+    micro-batch, each rule's priced phases per stage, the data-parallel collectives' seconds per phase) are kept
+    there under keys naming every field they read, so that a search over thousands of layouts computes each once.
+    The result is the same number with or without it (tests/test_layout.py)."""
     from ..plan_facts import PRECISIONS, ZERO_STAGE, model_facts, model_share
+
+    memo = {} if memo is None else memo
+
+    def once(key, compute):
+        if key not in memo:
+            memo[key] = compute()
+        return memo[key]
 
     check_layout(cfg, lay)
     prec = PRECISIONS[lay.precision]
-    dev = DeviceModel.of(device, prec.compute)
-    net = Network.of(dev.params, lay.gpus_per_node, lay.nic_gbps, dict(lay.fabric) if lay.fabric else None)
+    dev = once(("device", device.name, prec.compute), lambda: DeviceModel.of(device, prec.compute))
+    net = once(("network", device.name, prec.compute, lay.gpus_per_node, lay.nic_gbps, lay.fabric),
+               lambda: Network.of(dev.params, lay.gpus_per_node, lay.nic_gbps, dict(lay.fabric) if lay.fabric else None))
     work = work if work is not None else rule_work(cfg, [rule])
     w, bp = work[rule], work["bp"]
     e = prec.activations
     t, p, v, dp = lay.tp, lay.pp, lay.interleave, lay.dp
     M = lay.accumulation
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
-    bt = block_times(cfg, lay, dev, e)
-    ht = head_times(cfg, lay, dev, e)
-    per_stage, with_head, split = critical_stage(blocks, p, bt, ht)
+    kernels = (device.name, prec.compute, t, lay.micro_batch, lay.sequence_parallel, lay.attention, lay.ep)
+
+    def kernel_times():
+        bt, ht = block_times(cfg, lay, dev, e), head_times(cfg, lay, dev, e)
+        return bt, ht, kernel_rates(cfg, lay, dev, bt, ht, bp)
+
+    bt, ht, rates = once(("kernels", *kernels), kernel_times)
+    per_stage, with_head, split = once(("stage", *kernels, p), lambda: critical_stage(blocks, p, bt, ht))
     stage = (per_stage, with_head)
     ends = 1.0 if with_head else 0.0
     cats = ("matmul", "attention", "memory", "launch")
@@ -400,18 +420,23 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     fwd_bp = {c: per_stage * bt["fwd"][c] + ends * ht["fwd"][c] for c in cats}
     bwd_bp = {c: per_stage * bt["bwd"][c] + ends * ht["bwd"][c] for c in cats}
     # The rule's products priced at their own shapes and classes; memory-bound kernels and launches at BP's mix
-    rates = kernel_rates(cfg, lay, dev, bt, ht, bp)
     f_ratio = w["forward"] / bp["forward"]
     bwd_total_bp = bp["chain"] + bp["local"]
     chain_ratio = w["chain"] / bwd_total_bp
     local_ratio = w["local"] / bwd_total_bp
-    fwd = {c: f_ratio * fwd_bp[c] for c in ("memory", "launch")}
-    fwd.update(price(cfg, lay, dev, rates, w, ("forward",), stage))
-    bwd = {c: (chain_ratio + local_ratio) * bwd_bp[c] for c in ("memory", "launch")}
-    bwd.update(price(cfg, lay, dev, rates, w, tuple(ph for ph in RULE_PHASES if ph != "forward"), stage))
     chain_phase = "backward" if w["through"] else "target_propagation"
-    chain_time = sum(price(cfg, lay, dev, rates, w, (chain_phase,), stage).values()) + \
-        chain_ratio * (bwd_bp["memory"] + bwd_bp["launch"])
+
+    def priced():
+        return (price(cfg, lay, dev, rates, w, ("forward",), stage),
+                price(cfg, lay, dev, rates, w, tuple(ph for ph in RULE_PHASES if ph != "forward"), stage),
+                sum(price(cfg, lay, dev, rates, w, (chain_phase,), stage).values()))
+
+    fwd_priced, bwd_priced, chain_priced = once(("price", rule, *kernels, p), priced)
+    fwd = {c: f_ratio * fwd_bp[c] for c in ("memory", "launch")}
+    fwd.update(fwd_priced)
+    bwd = {c: (chain_ratio + local_ratio) * bwd_bp[c] for c in ("memory", "launch")}
+    bwd.update(bwd_priced)
+    chain_time = chain_priced + chain_ratio * (bwd_bp["memory"] + bwd_bp["launch"])
     # Recompute (rules with a backward keep an autograd graph; PEPITA and MEMPEPITA keep none)
     rec = {c: 0.0 for c in cats}
     recomputed_blocks = 0.0
@@ -466,18 +491,25 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         bubble = 0.0
 
     # Data parallel (and ZeRO) over dp ranks, stride t
-    facts = model_facts(cfg, [rule], "adam")
-    share = model_share(facts, t, p, lay.ep)
+    facts, trained = once(("facts", rule), lambda: (lambda f: (f, float(f.per_rule.loc[rule, "trained"])))(
+        model_facts(cfg, [rule], "adam")))
+    share = once(("share", rule, t, p, lay.ep), lambda: model_share(facts, t, p, lay.ep))
     params_gpu = facts.parameters * share
-    trained_gpu = float(facts.per_rule.loc[rule, "trained"]) * share
+    trained_gpu = trained * share
     if not w["changes_feedback"]:
         trained_gpu = min(trained_gpu, params_gpu)
     stage = ZERO_STAGE[lay.sharding]
-    dp_comm, dp_ops = 0.0, []
+    dp_comm, dp_bytes, dp_count = 0.0, 0, 0
     if dp > 1:
-        collectives = data_parallel_collectives(cfg, lay, rule, w, share)
-        dp_comm = dp_seconds(collectives, net, lay, M, compute_fwd, compute_bwd)
-        dp_ops = collectives.all(M)
+        def collectives_priced():
+            ops = data_parallel_collectives(cfg, lay, rule, w, share)
+            return ops, dp_phase_seconds(ops, net, lay)
+
+        collectives, sums = once(("dp", rule, device.name, prec.compute, t, p, dp, lay.ep, lay.sharding, lay.dp_rails,
+                                  lay.gpus_per_node, lay.nic_gbps, lay.fabric), collectives_priced)
+        dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, lay.dp_overlap)
+        dp_bytes = M * sum(c.bytes for c in collectives.micro_batch) + sum(c.bytes for c in collectives.step)
+        dp_count = M * len(collectives.micro_batch) + len(collectives.step)
     # Optimizer: a memory-bound pass over this GPU's (ZeRO-1+: sharded) master weights, state, gradients, weights
     opt_params = trained_gpu / (dp if stage >= 1 else 1)
     opt_bytes = opt_params * (2 * prec.master + 2 * prec.state * lay.optimizer_slots + prec.grads + prec.weights)
@@ -493,7 +525,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
                               (recomputed_blocks * p / max(1, blocks)) if w["backward"] else 0.0)
     return StepPrediction(step, parts, model_flops, hw_flops, model_flops / (step * lay.gpus * peak),
                           hw_flops / (step * lay.gpus * peak), dict(dev.sources),
-                          sum(c.bytes for c in dp_ops), len(dp_ops), split if p > 1 else "")
+                          dp_bytes, dp_count, split if p > 1 else "")
 
 
 def data_parallel_collectives(cfg, lay: Layout, rule: str, w: dict | None = None, share: float | None = None):
@@ -521,14 +553,18 @@ def dp_seconds(ops, net: Network, lay: Layout, M: int, compute_fwd: float, compu
     the ``optimizer_step`` phase (the explicit rules' reduction, ZeRO-1/2's gathers of the updated shards) not at
     all. A framework whose data-parallel collectives do not spread over the node's NICs (``dp_rails`` False:
     DeepSpeed's 2021 per-submodule ZeRO-3 fetches, config/frameworks.yaml) runs them at one NIC's share."""
-    from ..plan_facts import ZERO_STAGE
+    return dp_exposed(dp_phase_seconds(ops, net, lay), M, compute_fwd, compute_bwd, lay.dp_overlap)
 
+
+def dp_phase_seconds(ops, net: Network, lay: Layout) -> dict:
+    """The seconds of ``ops``' collectives, unexposed, summed per (micro_batch or step, phase), phase one of forward,
+    backward, optimizer_step: what :func:`dp_exposed` hides behind the compute."""
     rails = lay.dp_rails
-    dp, t, f = lay.dp, lay.tp, lay.dp_overlap
+    dp, t = lay.dp, lay.tp
 
-    def seconds(ops, phase):
+    def seconds(listed, phase):
         total = 0.0
-        for c in ops:
+        for c in listed:
             if (c.phase if c.phase in ("forward", "backward") else "optimizer_step") != phase:
                 continue
             if c.op == "all_reduce":
@@ -539,11 +575,17 @@ def dp_seconds(ops, net: Network, lay: Layout, M: int, compute_fwd: float, compu
                 raise ValueError(f"op: {c.op!r} has no price on the data-parallel axis")
         return total
 
-    micro = M * (_exposed(seconds(ops.micro_batch, "forward"), compute_fwd, f)
-                 + _exposed(seconds(ops.micro_batch, "backward"), compute_bwd, f)
-                 + seconds(ops.micro_batch, "optimizer_step"))
-    return (micro + _exposed(seconds(ops.step, "forward"), compute_fwd, f)
-            + _exposed(seconds(ops.step, "backward"), compute_bwd, f) + seconds(ops.step, "optimizer_step"))
+    return {(when, phase): seconds(getattr(ops, when), phase) for when in ("micro_batch", "step")
+            for phase in ("forward", "backward", "optimizer_step")}
+
+
+def dp_exposed(sums: dict, M: int, compute_fwd: float, compute_bwd: float, f: float) -> float:
+    """Exposed seconds per step from :func:`dp_phase_seconds`' sums (see :func:`dp_seconds`)."""
+    micro = M * (_exposed(sums[("micro_batch", "forward")], compute_fwd, f)
+                 + _exposed(sums[("micro_batch", "backward")], compute_bwd, f)
+                 + sums[("micro_batch", "optimizer_step")])
+    return (micro + _exposed(sums[("step", "forward")], compute_fwd, f)
+            + _exposed(sums[("step", "backward")], compute_bwd, f) + sums[("step", "optimizer_step")])
 
 
 def _exposed(comm: float, window: float, overlap: float) -> float:

@@ -1,0 +1,268 @@
+"""Each rule at its own best layout: the layout search beneath ``trainingcost plan --layout search`` (no torch).
+
+For a model, a plan's fixed fields (GPUs, global batch, precision, framework, network) and the layout fields left
+free (``FIELDS``), the search enumerates every layout a real framework can run (:func:`space`):
+
+- tp x pp x dp = GPUs; tp divides the heads, the key/value heads and d_ff, and stays inside a node unless
+  ``tp_across_nodes``; pp at most the blocks (an uneven split where it does not divide them);
+- the global batch divides over dp x micro-batch (the global batch fixed once for every layout: the plan's default
+  at dp = GPUs, about 4M tokens, a multiple of every dp, unless given);
+- interleave v > 1 only with pp > 1, v dividing the blocks per stage, and micro-batches per step a multiple of pp;
+- sequence parallelism only with tp > 1; ep dividing the experts and dp (a mixture of experts);
+- the shardings none, ZeRO-1, 2, 3 (``fsdp`` is ZeRO-3's sharding: one of them is enough); checkpointing none,
+  selective, full;
+- the micro-batches that fit the GPU's memory (the plan's memory model, analytic/plan.py).
+
+Each layout is priced by the plan's own step-time model (:func:`..steptime.predict_step`, with a memo that keeps
+the pieces shared between layouts, the same number with or without it), per rule. The objective at a given GPU
+count is the step time (time, GPU-hours, cost and energy rank layouts alike there: each is the step time times a
+constant); ties go to the smaller memory, then to the layout enumerated first. Only layouts that fit win.
+
+**Exact.** The search prices every layout of the space that fits, except where a lower bound proves it cannot win:
+for a (tp, pp, micro-batch, sequence parallelism, checkpointing, ep), the step is at least M x (the micro-batch's
+forward and backward compute), every other term (communication exposed, bubble, optimizer) being non-negative; when
+that bound exceeds the best step found, none of that group's shardings and interleavings is priced.
+tests/test_layout.py checks the result against brute force (every layout priced, no memo, no bound) on random cases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+
+from ..config import ConfigError
+
+FIELDS = ("tp", "pp", "interleave", "micro_batch", "checkpointing", "sharding", "sequence_parallel", "ep")
+SHARDINGS = ("none", "zero1", "zero2", "zero3")
+CHECKPOINTING = ("none", "selective", "full")
+SHORT = {"none": "", "selective": "sel", "full": "full", "zero1": "z1", "zero2": "z2", "zero3": "z3", "fsdp": "fsdp"}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One layout and what the model says of it."""
+
+    tp: int
+    pp: int
+    interleave: int
+    micro_batch: int
+    checkpointing: str
+    sharding: str
+    sequence_parallel: bool
+    ep: int
+    dp: int
+    step_s: float
+    memory_bytes: float
+
+    def compact(self) -> str:
+        """e.g. ``tp8 pp4 v2 dp32 mb1 sel sp z1``."""
+        parts = [f"tp{self.tp}", f"pp{self.pp}"]
+        if self.interleave > 1:
+            parts.append(f"v{self.interleave}")
+        parts += [f"dp{self.dp}", f"mb{self.micro_batch}"]
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        parts += [SHORT[self.checkpointing], "sp" if self.sequence_parallel else "", SHORT[self.sharding]]
+        return " ".join(p for p in parts if p)
+
+    def spec_fields(self) -> dict:
+        return {"tp": self.tp, "pp": self.pp, "interleave": self.interleave, "micro_batch": self.micro_batch,
+                "checkpointing": self.checkpointing, "sharding": self.sharding,
+                "sequence_parallel": self.sequence_parallel, "ep": self.ep}
+
+
+@dataclass
+class RuleSearch:
+    rule: str
+    best: Candidate | None
+    top: list  # the best few Candidates, best first
+    space: int  # layouts in the space (every micro-batch that divides the batch, fitting or not)
+    fitting: int  # of them, those that fit the GPU's memory
+    priced: int  # of them, those priced (the rest proved unable to win by the lower bound)
+
+
+@dataclass
+class Search:
+    gpus: int
+    global_batch: int
+    rules: dict  # rule -> RuleSearch
+    rejected: list = field(default_factory=list)  # one line per reason a part of the space was left out
+    seconds: float = 0.0
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool, rejected: list):
+    """(tp, pp, dp, ep) of the space, with the reasons others were left out."""
+    blocks = sum(cfg.depth(s) for s in cfg.stacks)
+    gpus = spec.gpus
+    if "tp" in free:
+        tps, refused, crossing = [], [], []
+        for t in divisors(gpus):
+            if cfg.heads % t or cfg.kv_heads % t or cfg.d_ff % t:
+                refused.append(t)
+            elif t > per_node and not tp_across_nodes:
+                crossing.append(t)
+            else:
+                tps.append(t)
+        if refused:
+            rejected.append(f"tp {', '.join(map(str, refused))}: does not divide the heads {cfg.heads}, the key/value "
+                            f"heads {cfg.kv_heads} or d_ff {cfg.d_ff}")
+        if crossing:
+            rejected.append(f"tp {', '.join(map(str, crossing))}: crosses nodes of {per_node} GPUs "
+                            "(--tp-across-nodes allows it)")
+    else:
+        tps = [spec.tp]
+    out = []
+    for t in tps:
+        if gpus % t:
+            continue
+        pps = [p for p in divisors(gpus // t) if p <= blocks] if "pp" in free else [spec.pp]
+        for p in pps:
+            if gpus % (t * p):
+                continue
+            dp = gpus // (t * p)
+            if cfg.moe:
+                eps = [e for e in divisors(cfg.experts) if dp % e == 0] if "ep" in free else [spec.ep]
+            else:
+                eps = [1]
+            out.extend((t, p, dp, e) for e in eps)
+    return out
+
+
+def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: int = 5, prune: bool = True,
+           memo: dict | None = None) -> Search:
+    """Every rule's best layout over the fields ``free`` (the rest as ``spec`` gives them); see the module's doc.
+
+    ``prune`` False and a fresh ``memo`` per call: brute force, every layout priced from scratch (the test's
+    reference)."""
+    from .plan import (OPTIMIZER_SLOTS, activations_per_sequence, global_batch, largest_divisor_at_most,
+                       largest_micro_batch, memory_per_gpu, model_facts, step_layout)
+    from .steptime import predict_step
+    from .steptime.device import GENERIC
+    from .steptime.step import rule_work
+
+    start = time.perf_counter()
+    free = frozenset(free)
+    unknown = free - set(FIELDS)
+    if unknown:
+        raise ConfigError(f"layout: {sorted(unknown)[0]!r} cannot be searched (allowed: {', '.join(FIELDS)})")
+    rules = list(dict.fromkeys(rules))
+    per_node = spec.gpus_per_node or int(device.steptime.get("gpus_per_node", GENERIC["gpus_per_node"]))
+    rejected: list[str] = []
+    if spec.global_batch is not None:
+        G = spec.global_batch
+    else:  # the plan's default at dp = GPUs: a multiple of the GPUs, so of every dp
+        G = global_batch(dataclasses.replace(spec, tp=1, pp=1), cfg)[0]
+    structures = _structures(cfg, spec, free, per_node, tp_across_nodes, rejected)
+    blocks = sum(cfg.depth(s) for s in cfg.stacks)
+    facts = model_facts(cfg, list(dict.fromkeys(["bp", *rules])), spec.optimizer)
+    work = rule_work(cfg, list(dict.fromkeys(["bp", *rules])))
+    memo = {} if memo is None else memo
+    capacity = float(device.memory_bytes)
+    shardings = SHARDINGS if "sharding" in free else (spec.sharding,)
+    checkpoints = CHECKPOINTING if "checkpointing" in free else (spec.checkpointing,)
+    indivisible = [(t, p, dp) for t, p, dp, _ in structures if G % dp]
+    if indivisible:
+        rejected.append(f"dp {', '.join(sorted({str(dp) for _, _, dp in indivisible}, key=int))}: the global batch of "
+                        f"{G} sequences does not divide over it")
+    slots = OPTIMIZER_SLOTS[spec.optimizer]
+    for r in rules:  # the rule's facts from the one table of every rule (predict_step would build one per rule)
+        memo.setdefault(("facts", r), (facts, float(facts.per_rule.loc[r, "trained"])))
+    out = {}
+    for r in rules:
+        ranked, space, fitting, priced = [], 0, 0, 0
+        backward = bool(work[r]["backward"])
+        for t, p, dp, ep in structures:
+            if G % dp:
+                continue
+            per_replica = G // dp
+            sps = (False, True) if ("sequence_parallel" in free and t > 1) else (spec.sequence_parallel and t > 1,)
+            if "interleave" in free:
+                vs = [v for v in divisors(blocks // p) if v <= blocks // p] if (p > 1 and blocks % p == 0) else [1]
+            else:
+                vs = [spec.interleave]
+            mbs = divisors(per_replica) if "micro_batch" in free else [spec.micro_batch]
+            for ckpt in checkpoints:
+                if not backward and ckpt != "none" and "checkpointing" in free:
+                    continue  # a rule without a backward keeps no graph: checkpointing changes nothing
+                acts = activations_per_sequence(facts, r, ckpt, spec.checkpoint_every)
+                fits = {}  # sharding -> (its spec, fixed bytes, bytes per sequence, the most sequences that fit)
+                for sh in shardings:
+                    s_spec = dataclasses.replace(spec, tp=t, pp=p, ep=ep, sharding=sh, checkpointing=ckpt,
+                                                 global_batch=G)
+                    parts = memory_per_gpu(facts, s_spec, r, acts)
+                    fixed = sum(v for k, v in parts.items() if k != "activations")
+                    fits[sh] = (s_spec, fixed, parts["activations"],
+                                largest_micro_batch(fixed, parts["activations"], capacity))
+                if "micro_batch" not in free and not spec.micro_batch:  # max: the plan's own choice per layout
+                    choice = {(sh, v): max(1, largest_divisor_at_most(per_replica, fits[sh][3], p if v > 1 else 1)
+                                           or largest_divisor_at_most(per_replica, fits[sh][3]))
+                              for sh in shardings for v in vs}
+                    mbs = sorted(set(choice.values()))
+                else:
+                    choice = None
+                for mb in mbs:
+                    M = per_replica // mb
+                    ok_vs = [v for v in vs if v == 1 or M % p == 0]
+                    space += len(shardings) * len(sps) * len(ok_vs)
+                    fitting_shardings = [sh for sh in shardings if mb <= fits[sh][3]]
+                    if choice is not None:  # each sharding (and interleave) at its own micro-batch only
+                        space -= len(shardings) * len(sps) * len(ok_vs)
+                        fitting -= len(fitting_shardings) * len(sps) * len(ok_vs)
+                        pairs = [(sh, v) for sh in shardings for v in ok_vs if choice[(sh, v)] == mb]
+                        space += len(pairs) * len(sps)
+                        fitting_shardings = [sh for sh in fitting_shardings if any(c == sh for c, _ in pairs)]
+                        fitting += sum(1 for sh, _ in pairs if sh in fitting_shardings) * len(sps)
+                    fitting += len(fitting_shardings) * len(sps) * len(ok_vs)
+                    if not fitting_shardings or not ok_vs:
+                        continue
+                    for sp in sps:
+                        if prune and len(ranked) >= top:
+                            key = ("bound", r, t, p, mb, sp, ckpt, ep)
+                            if key not in memo:
+                                memo[key] = _compute_bound(cfg, step_layout(
+                                    fits[fitting_shardings[0]][0], G, mb, interleave=1, sequence_parallel=sp,
+                                    slots=slots), device, r, work, memo)
+                            if M * memo[key] > ranked[-1].step_s:
+                                continue
+                        for sh in fitting_shardings:
+                            s_spec, fixed, per_seq, _ = fits[sh]
+                            memory = fixed + per_seq * mb
+                            for v in ok_vs:
+                                if choice is not None and choice[(sh, v)] != mb:
+                                    continue
+                                lay = step_layout(s_spec, G, mb, interleave=v, sequence_parallel=sp, slots=slots)
+                                priced += 1
+                                pred = predict_step(cfg, lay, device, r, work, memo if prune else {})
+                                ranked = _insert(ranked, Candidate(t, p, v, mb, ckpt, sh, sp, ep, dp,
+                                                                   pred.step_time_s, memory), top)
+        out[r] = RuleSearch(r, ranked[0] if ranked else None, ranked, space, fitting, priced)
+    return Search(spec.gpus, G, out, list(dict.fromkeys(rejected)), time.perf_counter() - start)
+
+
+def _key(c: Candidate):
+    return (c.step_s, c.memory_bytes)
+
+
+def _insert(ranked: list, cand: Candidate, top: int) -> list:
+    """The ``top`` best, by step time, then memory; a later candidate never displaces an equal earlier one."""
+    ranked = [*ranked, cand]
+    ranked.sort(key=_key)  # stable: the earlier of equals stays first
+    return ranked[:top]
+
+
+def _compute_bound(cfg, lay, device, rule, work, memo) -> float:
+    """A lower bound of one micro-batch's share of the step: its forward and backward compute on the critical
+    stage (predict_step's compute_fwd + compute_bwd), every other term of the step being non-negative."""
+    from .steptime import predict_step
+
+    one = dataclasses.replace(lay, gpus=lay.tp * lay.pp, global_batch=lay.micro_batch, interleave=1,
+                              sharding="none")  # dp 1, one micro-batch, no pipeline interleave: no comm but TP's
+    pred = predict_step(cfg, one, device, rule, work, memo)
+    return sum(pred.parts[c] for c in ("matmul", "attention", "memory", "launch"))

@@ -1,0 +1,258 @@
+"""``trainingcost plan --layout search`` and ``--gpus`` lists: each rule at its own best layout, and how many GPUs.
+
+The search itself is :mod:`trainingcost.analytic.layout` (no torch); this module turns the command line into its
+inputs (the fields left ``auto``, the GPU counts), plans each rule at its best layout with the plan's own table
+(:func:`trainingcost.analytic.plan.plan_table`, so every number is the plan's), and renders one screen per GPU
+count, or the strong-scaling table and figure over several counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import math
+import sys
+
+import pandas as pd
+
+from .config import ConfigError
+
+OBJECTIVES = {"time": "wall_clock_s", "gpu-hours": "gpu_hours", "cost": "cost", "energy": "energy_kwh"}
+AUTO_FIELDS = {"tp": "tp", "pp": "pp", "interleave": "interleave", "ep": "ep", "micro_batch": "micro_batch",
+               "checkpointing": "checkpointing", "sharding": "sharding", "sequence_parallel": "sequence_parallel"}
+PLACEHOLDER = {"tp": 1, "pp": 1, "interleave": 1, "ep": 1, "micro_batch": None, "checkpointing": "none",
+               "sharding": None, "sequence_parallel": None}
+
+
+@dataclasses.dataclass
+class SearchPlan:
+    """What ``plan --layout search`` (or several ``--gpus``) found: ``table`` the plan's rows (every rule at its
+    best layout, per GPU count: a ``layout`` column, the compact form), ``layouts`` every rule's best few layouts
+    per count (rank 1 the best), ``at_bp_layout`` each rule priced at BP's best layout, ``searches`` the raw
+    :class:`..analytic.layout.Search` per count."""
+
+    table: pd.DataFrame
+    layouts: pd.DataFrame
+    at_bp_layout: pd.DataFrame
+    searches: dict
+    free: frozenset
+    counts: list
+    objective: str
+    best_count: dict  # rule -> the GPU count the objective picks
+
+
+def free_fields(args: argparse.Namespace) -> frozenset:
+    """The layout fields the search decides: every one not given with ``--layout search``, else those given
+    ``auto``."""
+    if args.layout == "search":
+        given = {name for name, value in _layout_values(args).items()
+                 if value not in ("auto", PLACEHOLDER[name]) or (name == "micro_batch" and value not in (None, "auto"))}
+        return frozenset(AUTO_FIELDS) - given
+    return frozenset(name for name, value in _layout_values(args).items() if value == "auto")
+
+
+def _layout_values(args) -> dict:
+    return {name: getattr(args, attr) for name, attr in AUTO_FIELDS.items()}
+
+
+def fixed_args(args: argparse.Namespace, gpus: int) -> argparse.Namespace:
+    """A copy of ``args`` for one GPU count, each ``auto`` field at its placeholder (the search overrides it)."""
+    out = copy.copy(args)
+    out.gpus = gpus
+    for name, attr in AUTO_FIELDS.items():
+        if getattr(out, attr) == "auto":
+            setattr(out, attr, PLACEHOLDER[name])
+    sp = out.sequence_parallel
+    out.sequence_parallel = sp == "on" if isinstance(sp, str) else bool(sp)
+    return out
+
+
+def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
+    """The search at every GPU count of ``args.gpus``; ``spec_of(args_for_one_count)`` is the plan's own
+    PlanSpec builder (plan.spec_from_args)."""
+    from .analytic.layout import search
+    from .analytic.plan import global_batch, plan_table
+
+    free = free_fields(args)
+    counts = list(args.gpus)
+    if args.objective == "cost" and args.price is None:
+        raise ConfigError("--objective: cost needs --price (money per GPU-hour)")
+    if free and getattr(args, "mfu", None) is not None or free and getattr(args, "hfu", None) is not None or \
+            free and getattr(args, "tokens_per_s", None) is not None or free and getattr(args, "calibration", None):
+        raise ConfigError("--layout: the search ranks layouts by the predicted step time; leave out --mfu, --hfu, "
+                          "--tokens-per-s and --calibration")
+    # One global batch for every count (the default for the largest, a multiple of its GPUs), so counts compare
+    base = spec_of(fixed_args(args, max(counts)))
+    G = base.global_batch if base.global_batch is not None else global_batch(
+        dataclasses.replace(base, tp=1, pp=1), cfg)[0]
+    tables, layouts, at_bp, searches = [], [], [], {}
+    for n in counts:
+        spec = dataclasses.replace(spec_of(fixed_args(args, n)), global_batch=G)
+        if not free:
+            found = None
+            chosen = {r: spec for r in rules}
+        else:
+            found = search(cfg, spec, gpu, rules, free, tp_across_nodes=args.tp_across_nodes)
+            searches[n] = found
+            chosen = {r: (dataclasses.replace(spec, **found.rules[r].best.spec_fields()) if found.rules[r].best
+                          else spec) for r in rules}
+            for r in rules:
+                for rank, c in enumerate(found.rules[r].top, 1):
+                    layouts.append({"gpus": n, "rule": r, "rank": rank, "layout": c.compact(), "step_time_s": c.step_s,
+                                    "memory_bytes": c.memory_bytes, **c.spec_fields(), "dp": c.dp,
+                                    "space": found.rules[r].space, "fitting": found.rules[r].fitting,
+                                    "priced": found.rules[r].priced})
+        for r in rules:
+            try:
+                part = plan_table(cfg, chosen[r], gpu, [r], models)
+            except ConfigError as err:
+                raise ConfigError(f"--gpus {n}: {err}") from None
+            part.insert(0, "layout", _compact(part.iloc[0]) + ("" if not free or found.rules[r].best else " (none fits)"))
+            tables.append(part)
+        if free and "bp" in found.rules and found.rules["bp"].best is not None:
+            bp_spec = dataclasses.replace(spec, **found.rules["bp"].best.spec_fields())
+            for r in rules:
+                row = plan_table(cfg, bp_spec, gpu, [r], [models[0]]).iloc[0]
+                at_bp.append({"gpus": n, "rule": r, "layout": _compact(row), "step_time_s": row["step_time_s"],
+                              "wall_clock_s": row["wall_clock_s"], "fits": bool(row["fits"])})
+    table = pd.concat(tables, ignore_index=True)
+    column = OBJECTIVES[args.objective]
+    best_count = {}
+    for r in rules:
+        part = table[(table["rule"] == r) & table["fits"].astype(bool)].drop_duplicates("gpus")
+        if not part.empty:
+            best_count[r] = int(part.sort_values([column, "mem_total", "gpus"]).iloc[0]["gpus"])
+    return SearchPlan(table, pd.DataFrame(layouts), pd.DataFrame(at_bp), searches, free, counts, args.objective,
+                      best_count)
+
+
+def plan_with_search(args: argparse.Namespace, cfg, gpu, rules, models, spec_of, measured_device,
+                     width: int) -> int:
+    """--layout search, a field given auto, or several --gpus (plan_search.py)."""
+    from .text import describe_config
+
+    if args.device_model is not None:
+        spec = spec_of(fixed_args(args, args.gpus[0]), gpu)
+        gpu = measured_device(args, gpu, spec)
+    result = run(args, cfg, gpu, rules, models, lambda a: spec_of(a, gpu))
+    if args.figure and len(result.counts) > 1:
+        figure(result, args.figure)
+    elif args.figure:
+        raise ConfigError("--figure: the strong-scaling figure needs several --gpus (e.g. --gpus 64-1024x2)")
+    if args.format == "json":
+        records = result.table.astype(object).where(result.table.notna(), None).to_dict(orient="records")
+        print(json.dumps(records, indent=1))
+    elif args.format == "csv":
+        result.table.to_csv(sys.stdout, index=False)
+    else:
+        sys.stdout.write(render(result, cfg, describe_config, gpu, args.cost_model == "all", args.explain, width))
+    over = result.table[~result.table["fits"].astype(bool)]
+    return 1 if (args.require_fit and not over.empty) else 0
+
+
+def _compact(row) -> str:
+    """The layout of a plan row, compact: ``tp8 pp4 v2 dp32 mb1 sel sp z1``."""
+    from .analytic.layout import Candidate
+
+    return Candidate(int(row["tp"]), int(row["pp"]), int(row["interleave"]), int(row["micro_batch"]),
+                     row["checkpointing"], row["sharding"], bool(row["sequence_parallel"]), int(row["ep"]),
+                     int(row["dp"]), 0.0, 0.0).compact()
+
+
+# ---------------------------------------------------------------------------
+# Rendering
+
+
+def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bool, width: int) -> str:
+    from .text import _duration, _si, grid, wrapped
+
+    t = result.table
+    first = t.iloc[0]
+    out = [wrapped(describe(cfg).replace(f", batch {cfg.batch} (", " ("), width), ""]
+    fields = ", ".join(sorted(result.free)) if result.free else "none (the layout given)"
+    out.append(wrapped(f"Run: {first['tokens']:.3g} tokens in steps of {first['global_batch']} sequences of "
+                       f"{first['tokens_per_sequence']} tokens, on {gpu.name} ({gpu.memory_bytes / 1e9:g} GB); "
+                       f"searched: {fields}", width))
+    if len(result.counts) == 1:
+        n = result.counts[0]
+        found = result.searches.get(n)
+        if found is not None:
+            sizes = {rs.space for rs in found.rules.values()}
+            out.append(wrapped(f"Each rule at its own best layout on {n} GPUs: {'/'.join(map(str, sorted(sizes)))} "
+                               f"layouts per rule, {sum(rs.fitting for rs in found.rules.values()):,} fit, "
+                               f"{sum(rs.priced for rs in found.rules.values()):,} priced (the rest proved slower), in "
+                               f"{found.seconds:.2f} s; objective: step time, ties to the smaller memory", width))
+        out.append("")
+        rows = [[r["rule"], r["layout"], _duration(r["step_time_s"]), _duration(r["wall_clock_s"]),
+                 _si(r["gpu_hours"]), f"{r['mfu']:.3f}", f"{r['mem_total'] / 2**30:.1f}",
+                 "yes" if r["fits"] else "NO"] for _, r in t.drop_duplicates("rule").iterrows()]
+        out.append(grid(["rule", "layout", "step", "time", "GPU-h", "MFU", "GiB/GPU", "fits"], rows))
+        out.append(wrapped("layout: tp, pp, v (interleaved stages), dp, mb (micro-batch), ep; sel/full: "
+                           "checkpointing; sp: sequence parallel; z1-z3: ZeRO stage", width))
+        if all_models and not result.layouts.empty:
+            out += ["", "Runner-up layouts per rule (step time; the best first):"]
+            for r, part in result.layouts.groupby("rule", sort=False):
+                line = "; ".join(f"{row['layout']} {_duration(row['step_time_s'])}" for _, row in part.iterrows())
+                out.append(wrapped(f"- {r}: {line}", width))
+        if all_models and not result.at_bp_layout.empty:
+            out += ["", "Each rule at BP's best layout (the part of a rule's advantage its own layout makes):"]
+            own = t.drop_duplicates("rule").set_index("rule")
+            rows = []
+            for _, row in result.at_bp_layout.iterrows():
+                mine = own.loc[row["rule"], "step_time_s"]
+                rows.append([row["rule"], row["layout"], _duration(row["step_time_s"]),
+                             "yes" if row["fits"] else "NO", _duration(mine), f"{row['step_time_s'] / mine:.2f}"])
+            out.append(grid(["rule", "BP's layout", "step", "fits", "own best", "x own"], rows))
+    else:
+        out.append(wrapped(f"Strong scaling: each rule at its best layout per GPU count; best count by "
+                           f"{result.objective} marked *", width))
+        out.append("")
+        money = t["cost"].notna().any()
+        rows = []
+        for _, r in t.drop_duplicates(["rule", "gpus"]).iterrows():
+            mark = "*" if result.best_count.get(r["rule"]) == r["gpus"] else ""
+            rows.append([r["rule"], f"{r['gpus']}{mark}", r["layout"], _duration(r["step_time_s"]),
+                         _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), *([_si(r["cost"])] if money else []),
+                         f"{r['mfu']:.3f}", "yes" if r["fits"] else "NO"])
+        out.append(grid(["rule", "GPUs", "layout", "step", "time", "GPU-h", *(["cost"] if money else []), "MFU",
+                         "fits"], rows))
+    if explain:
+        lines = [line for s in result.searches.values() for line in s.rejected]
+        out += ["", "Left out of the space:" if lines else "Nothing was left out of the space."]
+        out += [wrapped(f"- {line}", width) for line in dict.fromkeys(lines)]
+    out += ["", wrapped(f"framework: {first['source_framework'].split(' (')[0]}; network: "
+                        f"{first['source_network'].split(' (')[0]}; precision {first['precision']}; step time "
+                        "predicted (docs/planning.md)", width)]
+    return "\n".join(out) + "\n"
+
+
+def figure(result: SearchPlan, path: str) -> None:
+    """Time against GPUs, and GPU-hours against time, a line per rule (seaborn)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    data = result.table.drop_duplicates(["rule", "gpus"]).copy()
+    data["days"] = data["wall_clock_s"] / 86400
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    sns.lineplot(data=data, x="gpus", y="days", hue="rule", marker="o", ax=axes[0])
+    axes[0].set(xscale="log", yscale="log", xlabel="GPUs", ylabel="wall-clock (days)",
+                title="Time against GPUs (each rule at its best layout)")
+    sns.lineplot(data=data.sort_values("days"), x="days", y="gpu_hours", hue="rule", marker="o", sort=False,
+                 ax=axes[1], legend=False)
+    axes[1].set(xscale="log", yscale="log", xlabel="wall-clock (days)", ylabel="GPU-hours",
+                title="GPU-hours against time")
+    for ax in axes:
+        ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def check_counts(counts) -> None:
+    if any(not isinstance(c, int) or c < 1 or math.isinf(c) for c in counts):
+        raise ConfigError("--gpus: positive integers")
