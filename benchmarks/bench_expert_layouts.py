@@ -42,6 +42,7 @@ def spec_of(row: dict) -> PlanSpec:
                     efficiency=Efficiency("predicted", 1.0, PREDICTED_SOURCE), framework=fw.name,
                     dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap, zero3_granularity=fw.zero3_granularity,
                     zero3_gather=fw.zero3_gather, dp_rails=fw.dp_rails, attention=lay.attention,
+                    can=tuple(sorted(fw.can.items())),
                     gpus_per_node=system.gpus_per_node if system else None, nic_gbps=system.nic_gbps if system else None,
                     fabric=tuple(sorted(system.latencies.items())) if system else None)
 

@@ -263,6 +263,7 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
     return PlanSpec(
         tokens=tokens, tokens_source=tokens_source, gpus=args.gpus, tp=args.tp, pp=args.pp,
         sharding=args.sharding or fw.sharding, framework=fw.name, framework_source=fw_source, fabric=fabric_latencies,
+        can=tuple(sorted(fw.can.items())),
         network_source=network, tp_overlap=fw.tp_overlap if args.tp_overlap is None else args.tp_overlap,
         zero3_granularity=fw.zero3_granularity, attention=fw.attention, dp_rails=fw.dp_rails,
         precision=precision, checkpointing=args.checkpointing, checkpoint_every=args.checkpoint_every,

@@ -159,13 +159,26 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
         G = spec.global_batch
     else:  # the plan's default at dp = GPUs: a multiple of the GPUs, so of every dp
         G = global_batch(dataclasses.replace(spec, tp=1, pp=1), cfg)[0]
+    can = dict(spec.can) if spec.can else {}
+    if can:  # what the framework cannot run is not in the space (fields given stay as given)
+        for field_name, ability in (("tp", "tensor"), ("pp", "pipeline"), ("interleave", "interleave"),
+                                    ("sequence_parallel", "sequence_parallel")):
+            if field_name in free and not can[ability]:
+                free = free - {field_name}
+                rejected.append(f"{field_name}: framework {spec.framework} does not run {ability.replace('_', ' ')} "
+                                "parallelism" if ability != "interleave" else
+                                f"interleave: framework {spec.framework} has no interleaved pipeline schedule")
     structures = _structures(cfg, spec, free, per_node, tp_across_nodes, rejected)
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
     facts = model_facts(cfg, list(dict.fromkeys(["bp", *rules])), spec.optimizer)
     work = rule_work(cfg, list(dict.fromkeys(["bp", *rules])))
     memo = {} if memo is None else memo
     capacity = float(device.memory_bytes)
-    shardings = SHARDINGS if "sharding" in free else (spec.sharding,)
+    shardings = (tuple(s for s in SHARDINGS if s in can["shardings"] or (s == "zero3" and "fsdp" in can["shardings"]))
+                 if can else SHARDINGS) if "sharding" in free else (spec.sharding,)
+    if can and "sharding" in free and set(SHARDINGS) - set(shardings):
+        rejected.append(f"sharding {', '.join(s for s in SHARDINGS if s not in shardings)}: not run by framework "
+                        f"{spec.framework}")
     checkpoints = CHECKPOINTING if "checkpointing" in free else (spec.checkpointing,)
     indivisible = [(t, p, dp) for t, p, dp, _ in structures if G % dp]
     if indivisible:

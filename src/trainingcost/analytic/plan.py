@@ -110,6 +110,7 @@ class PlanSpec:
     dp_overlap: float = 1.0
     # The framework (config/frameworks.yaml): what it overlaps, what a ZeRO-3 gather moves, its attention kernel
     framework: str = "fsdp2"
+    can: tuple = ()  # ((key, value), ...) of the framework's layout abilities (config/frameworks.yaml); () every layout
     fabric: tuple | None = None  # the cluster's fabric latencies; None: the device's usual system
     framework_source: str = "default: fsdp2 (config/frameworks.yaml)"
     network_source: str = "the device's usual system (config/hardware.yaml)"
@@ -363,8 +364,27 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
         # ZeRO-3 gathers each layer whole before using it: its working weights and gradients (DeepSpeed's
         # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16)
         "gathered": (p.weights + p.grads) * unit / spec.tp if stage == 3 and dp > 1 else 0.0,
-        "activations": activations * p.activations / spec.tp,
+        "activations": (activations * p.activations + unfused_scores(facts, spec, row)) / spec.tp,
     }
+
+
+# Megatron's unfused attention keeps, per layer and sequence, the softmax output (2 bytes per score), the dropout
+# mask (1) and the dropout output (2): 5 a s^2 bytes (Korthikanti et al. 2022, section 4.1, eq. 2); a fused kernel
+# (FlashAttention) keeps none of them, and the activations above are the fused kernel's.
+UNFUSED_SCORE_BYTES = 5
+
+
+def unfused_scores(facts: ModelFacts, spec: PlanSpec, row: dict) -> float:
+    """Bytes per sequence of the attention scores an unfused attention keeps for the backward, on the fullest stage:
+    every block not checkpointed (one checkpointed block recomputed at a time) of rules with a backward."""
+    if spec.attention != "unfused" or not row["backward"] or not facts.scores:
+        return 0.0
+    counts = checkpointed(facts, spec.checkpointing, spec.checkpoint_every)
+    kept = {s: facts.depth[s] - counts[s] for s in facts.depth}
+    per_block = {s: UNFUSED_SCORE_BYTES * facts.scores[s] for s in facts.depth}
+    total = sum(kept[s] * per_block[s] for s in facts.depth) + (max(per_block.values()) if any(counts.values()) else 0)
+    blocks = sum(facts.depth.values())
+    return total * fullest_stage(blocks, spec.pp) / blocks
 
 
 def fits_at_micro_batch_1(cfg, spec: PlanSpec, device, rules, facts: ModelFacts | None = None) -> dict[str, bool]:

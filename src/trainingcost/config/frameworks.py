@@ -25,7 +25,8 @@ FRAMEWORKS = Path(__file__).with_name("frameworks.yaml")
 CLUSTERS = Path(__file__).with_name("clusters.yaml")
 
 FRAMEWORK_FIELDS = ("dp_overlap", "tp_overlap", "zero3_granularity", "zero3_gather", "attention", "sharding",
-                    "dp_rails")
+                    "dp_rails", "can")
+CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel")
 CHOICES = {"zero3_granularity": ("block", "tensor"), "zero3_gather": ("module", "sublayer", "block"),
            "attention": ("flash", "unfused"), "sharding": ("none", "zero1", "zero2", "zero3", "fsdp")}
 CLUSTER_FIELDS = ("gpu", "gpus_per_node", "nic_gbps", "fabric")
@@ -43,6 +44,7 @@ class Framework:
     attention: str
     sharding: str
     dp_rails: bool
+    can: dict  # what the layout search may choose: shardings (tuple), tensor, pipeline, interleave, sequence_parallel
     sources: dict = field(default_factory=dict)  # field -> its document
 
     def source(self, key: str) -> str:
@@ -88,13 +90,20 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
             raise ConfigError(f"{where}.{key}: {entry[key]!r} is not allowed (allowed: {', '.join(allowed)})")
     if not isinstance(entry["dp_rails"], bool):
         raise ConfigError(f"{where}.dp_rails: true or false (got {entry['dp_rails']!r})")
+    can = entry["can"]
+    if not isinstance(can, dict) or set(can) != set(CAN) or not isinstance(can["shardings"], list) or \
+            any(x not in CHOICES["sharding"] for x in can["shardings"]) or \
+            any(not isinstance(can[k], bool) for k in CAN[1:]):
+        raise ConfigError(f"{where}.can: shardings (a list of {', '.join(CHOICES['sharding'])}) and true/false for "
+                          f"{', '.join(CAN[1:])}")
     cite = entry.get("cite")
     if not isinstance(cite, dict) or any(cite.get(k) not in sources for k in FRAMEWORK_FIELDS):
         raise ConfigError(f"{where}: every field needs a source (cite: with a known source key)")
     return Framework(name, str(entry.get("label", name)), _fraction(entry["dp_overlap"], f"{where}.dp_overlap"),
                      _fraction(entry["tp_overlap"], f"{where}.tp_overlap"), entry["zero3_granularity"],
                      entry["zero3_gather"], entry["attention"],
-                     entry["sharding"], entry["dp_rails"], {k: sources[cite[k]] for k in FRAMEWORK_FIELDS})
+                     entry["sharding"], entry["dp_rails"], {**can, "shardings": tuple(can["shardings"])},
+                     {k: sources[cite[k]] for k in FRAMEWORK_FIELDS})
 
 
 @lru_cache(maxsize=1)
