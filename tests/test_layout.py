@@ -165,3 +165,26 @@ def test_bad_search_input_is_one_line(flags, message, capsys):
         status = exit_.code
     err = capsys.readouterr().err
     assert status != 0 and err.count("\n") == 1 and message in err
+
+
+def test_the_python_api_returns_what_the_command_prints(capsys):
+    """trainingcost.plan() and estimate() take the flags as keywords and return DataFrames, the same numbers as the
+    command line's JSON; a mistake raises trainingcost.Error with the command line's one line."""
+    import trainingcost
+    from trainingcost import cli
+
+    result = trainingcost.plan(preset="gpt2-small", tokens=1e9, gpu="a100-80gb", gpus=16, layout="search",
+                               rule=["bp", "dfa"])
+    assert cli.main(["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb", "--gpus", "16",
+                     "--layout", "search", "--rule", "bp,dfa", "--format", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert list(result.table["rule"]) == [r["rule"] for r in printed] == ["bp", "dfa"]
+    assert list(result.table["step_time_s"]) == pytest.approx([r["step_time_s"] for r in printed], rel=1e-12)
+    assert set(result.layouts["rank"]) >= {1} and {"layout", "step_time_s"} <= set(result.layouts.columns)
+    assert "mem_total" in result.memory.columns
+    estimated = trainingcost.estimate(preset="gpt2-small", rule="bp,pepita")
+    assert set(estimated.table["rule"]) == {"bp", "pepita"} and len(estimated.memory) == 2
+    with pytest.raises(trainingcost.Error, match="^trainingcost plan: error: --gpu: 'h900' is not in the hardware"):
+        trainingcost.plan(preset="gpt2-small", tokens=1e9, gpu="h900")
+    with pytest.raises(trainingcost.Error, match="^trainingcost plan: error: argument --tp: expected an integer"):
+        trainingcost.plan(preset="gpt2-small", tokens=1e9, gpu="a100-80gb", tp="three")

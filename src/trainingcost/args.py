@@ -1,5 +1,5 @@
 """The command line's shared argument helpers: the parser, the number types, the model flags and the model
-they describe. ``cli.py`` (every command) and ``plan.py`` (``trainingcost plan``) read them; this module
+they describe. ``cli.py`` (every command) and ``plan_command.py`` (``trainingcost plan``) read them; this module
 imports no other top-level module, so the top layer's imports run one way (tests/test_catalogue.py).
 """
 

@@ -8,6 +8,7 @@ User mistakes end with one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -42,7 +43,7 @@ from .io import created_count, undo_since
 from .args import Parser, add_model_flags, flag_message, integer, model_entry, number, rule_list
 from .analytic.comm import BACKENDS, PARALLEL, sharded_rules
 from .curves import add_parser as add_curves_parser  # trainingcost curves (curves.py; the scaling study)
-from .plan import add_parser as add_plan_parser  # trainingcost plan (plan.py; docs/planning.md)
+from .plan_command import add_parser as add_plan_parser  # trainingcost plan (plan_command.py; docs/planning.md)
 from .text import describe_config, grid, human, human_bytes, wrapped
 
 # ---------------------------------------------------------------------------
@@ -201,7 +202,19 @@ def phase_table(configs: pd.DataFrame, rules: list[str], models: list[str], mirr
     return pd.DataFrame(rows)
 
 
-def cmd_estimate(args: argparse.Namespace) -> int:
+@dataclasses.dataclass
+class EstimateOutcome:
+    """What ``estimate`` computed, before printing."""
+
+    cfg: object
+    table: "pd.DataFrame"  # per phase (or per layer), rule and cost model
+    memory: "pd.DataFrame"  # per rule: the memory model's parts and peaks
+    models: list
+    notes: list
+
+
+def estimate_outcome(args: argparse.Namespace) -> EstimateOutcome:
+    """``trainingcost estimate``'s computation (the command line prints it; trainingcost.estimate() returns it)."""
     cfg = model_entry(args)
     configs = configs_frame([(args.preset or "", cfg)])
     rules = args.rule if isinstance(args.rule, list) else rule_list(args.rule)
@@ -226,6 +239,13 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         table = layer_table(configs, rules, models, args.mirror_steps)
     else:
         table = phase_table(configs, rules, models, args.mirror_steps)
+    return EstimateOutcome(cfg, table, memory, models, notes)
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    out = estimate_outcome(args)
+    cfg, table, memory, models, notes = out.cfg, out.table, out.memory, out.models, out.notes
+    compact = args.cost_model is None and args.format == "table" and not args.per_layer and not args.memory
     if args.format != "table":
         out = memory if args.memory else table
         if args.format == "json":
@@ -539,10 +559,11 @@ def mirror_steps_help() -> str:
     return f"mirror steps per training step ({', '.join(takers) or 'no rule takes them'})"
 
 
-def build_parser() -> Parser:
-    parser = Parser(prog="trainingcost", description=__doc__.splitlines()[0])
+def build_parser(parser_class=Parser) -> Parser:
+    """The command line's parser; ``parser_class`` (the Python API's) may raise instead of exiting on an error."""
+    parser = parser_class(prog="trainingcost", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"trainingcost {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=parser_class)
 
     est = sub.add_parser("estimate", help="analytic costs and memory of one model, per layer and phase")
     add_model_flags(est)

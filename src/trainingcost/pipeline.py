@@ -36,7 +36,7 @@ from .config import (
 )
 from .analytic.plan import Efficiency, PlanSpec, memory_curve, plan_table
 from .io import read_metadata, write_parquet, write_text
-from .plan import DEFAULT_MFU, PREDICTED_SOURCE, token_budget
+from .plan_command import DEFAULT_MFU, PREDICTED_SOURCE, token_budget
 
 FIGURES = {
     "flops": "1_flops_predicted_vs_measured",

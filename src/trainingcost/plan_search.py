@@ -11,9 +11,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import json
 import math
-import sys
 
 import pandas as pd
 
@@ -126,30 +124,6 @@ def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
             best_count[r] = int(part.sort_values([column, "mem_total", "gpus"]).iloc[0]["gpus"])
     return SearchPlan(table, pd.DataFrame(layouts), pd.DataFrame(at_bp), searches, free, counts, args.objective,
                       best_count)
-
-
-def plan_with_search(args: argparse.Namespace, cfg, gpu, rules, models, spec_of, measured_device,
-                     width: int) -> int:
-    """--layout search, a field given auto, or several --gpus (plan_search.py)."""
-    from .text import describe_config
-
-    if args.device_model is not None:
-        spec = spec_of(fixed_args(args, args.gpus[0]), gpu)
-        gpu = measured_device(args, gpu, spec)
-    result = run(args, cfg, gpu, rules, models, lambda a: spec_of(a, gpu))
-    if args.figure and len(result.counts) > 1:
-        figure(result, args.figure)
-    elif args.figure:
-        raise ConfigError("--figure: the strong-scaling figure needs several --gpus (e.g. --gpus 64-1024x2)")
-    if args.format == "json":
-        records = result.table.astype(object).where(result.table.notna(), None).to_dict(orient="records")
-        print(json.dumps(records, indent=1))
-    elif args.format == "csv":
-        result.table.to_csv(sys.stdout, index=False)
-    else:
-        sys.stdout.write(render(result, cfg, describe_config, gpu, args.cost_model == "all", args.explain, width))
-    over = result.table[~result.table["fits"].astype(bool)]
-    return 1 if (args.require_fit and not over.empty) else 0
 
 
 def _compact(row) -> str:

@@ -1,5 +1,5 @@
 """The command line's human-readable output: numbers with units, text tables, a model in one paragraph.
-Read by ``cli.py`` and ``plan.py``; imports no other top-level module.
+Read by ``cli.py``, ``plan_command.py`` and ``plan_search.py``; imports no other top-level module.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from .analytic.plan import (
     tokens_per_sequence,
 )
 from .args import add_model_flags, count, count_max_or_auto, count_or_auto, gpu_counts, model_entry, number, rule_list
-from .plan_search import OBJECTIVES, fixed_args, free_fields, plan_with_search
+from .plan_search import OBJECTIVES, fixed_args, free_fields
+from .plan_search import run as search_plan
 from .config import ConfigError
 from .config.frameworks import cluster, clusters, default_framework, framework, frameworks
 from .text import _duration, _si, describe_config, grid, wrapped
@@ -482,7 +483,20 @@ def tokens_per_rule(table: pd.DataFrame) -> str:
         for _, r in per.iterrows()))
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+@dataclasses.dataclass
+class PlanOutcome:
+    """What ``plan`` computed, before printing: the plan's rows, and with a search its layouts."""
+
+    table: pd.DataFrame
+    cfg: object
+    gpu: object
+    spec: PlanSpec | None = None  # the given layout's spec (None under a search)
+    verdict: str | None = None  # what does not fit and the smallest change that does (the given layout)
+    search: object = None  # plan_search.SearchPlan under --layout search, auto fields or several --gpus
+
+
+def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
+    """``trainingcost plan``'s computation (the command line prints it; trainingcost.plan() returns it)."""
     from .config.hardware import device
 
     if args.batch is not None:
@@ -496,8 +510,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if free_fields(args) or len(args.gpus) > 1:
         if any(n < 1 for n in args.gpus):
             raise ConfigError(f"--gpus: must be a positive integer (got {min(args.gpus)})")
-        return plan_with_search(args, cfg, gpu, rules, models, lambda a, g: spec_from_args(a, cfg, g), measured_device,
-                                SCREEN_WIDTH)
+        if args.device_model is not None:
+            gpu = measured_device(args, gpu, spec_from_args(fixed_args(args, args.gpus[0]), cfg, gpu))
+        if args.figure and len(args.gpus) == 1:
+            raise ConfigError("--figure: the strong-scaling figure needs several --gpus (e.g. --gpus 64-1024x2)")
+        result = search_plan(args, cfg, gpu, rules, models, lambda a: spec_from_args(a, cfg, gpu))
+        return PlanOutcome(result.table, cfg, gpu, search=result)
+    if args.figure:
+        raise ConfigError("--figure: the strong-scaling figure needs several --gpus (e.g. --gpus 64-1024x2)")
     args = fixed_args(args, args.gpus[0])
     spec = spec_from_args(args, cfg, gpu)
     if args.device_model is not None:
@@ -506,16 +526,30 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "predicted", 1.0, f"{PREDICTED_SOURCE}; GEMM ceiling, bandwidth, attention and launch "
                               f"{gpu.steptime_sources['gemm_ceiling']}"))
     table = plan_table(cfg, spec, gpu, rules, models)
-    verdict = fit_verdict(table, cfg, spec, gpu)
+    return PlanOutcome(table, cfg, gpu, spec, fit_verdict(table, cfg, spec, gpu))
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from . import plan_search
+
+    out = plan_outcome(args)
+    table, cfg, gpu, verdict = out.table, out.cfg, out.gpu, out.verdict
+    if out.search is not None and args.figure:
+        plan_search.figure(out.search, args.figure)
     if args.format == "json":
         records = table.astype(object).where(table.notna(), None).to_dict(orient="records")  # NaN -> null
         print(json.dumps(records, indent=1))
     elif args.format == "csv":
         table.to_csv(sys.stdout, index=False)
+    elif out.search is not None:
+        sys.stdout.write(plan_search.render(out.search, cfg, describe_config, gpu, args.cost_model == "all",
+                                            args.explain, SCREEN_WIDTH))
     elif args.cost_model != "all":
         sys.stdout.write(render_compact(table, cfg, describe_config, gpu, verdict))
     else:
         sys.stdout.write(render(table, cfg, describe_config, gpu))
+    if out.search is not None:
+        return 1 if (args.require_fit and not table["fits"].astype(bool).all()) else 0
     if verdict:
         sys.stdout.flush()
         if args.format != "table" or args.cost_model == "all":
