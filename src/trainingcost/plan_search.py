@@ -112,7 +112,7 @@ def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
         if free and "bp" in found.rules and found.rules["bp"].best is not None:
             bp_spec = dataclasses.replace(spec, **found.rules["bp"].best.spec_fields())
             for r in rules:
-                row = plan_table(cfg, bp_spec, gpu, [r], [models[0]]).iloc[0]
+                row = plan_table(cfg, bp_spec, gpu, [r], ["executed" if "executed" in models else models[0]]).iloc[0]
                 at_bp.append({"gpus": n, "rule": r, "layout": _compact(row), "step_time_s": row["step_time_s"],
                               "wall_clock_s": row["wall_clock_s"], "fits": bool(row["fits"])})
     table = pd.concat(tables, ignore_index=True)
@@ -143,6 +143,8 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
     from .text import _duration, _si, grid, wrapped
 
     t = result.table
+    if "executed" in set(t["cost_model"]):  # the screen shows the executed model (the table has every one asked)
+        t = t[t["cost_model"] == "executed"]
     first = t.iloc[0]
     out = [wrapped(describe(cfg).replace(f", batch {cfg.batch} (", " ("), width), ""]
     fields = ", ".join(sorted(result.free)) if result.free else "none (the layout given)"
@@ -185,7 +187,10 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
         out.append("")
         money = t["cost"].notna().any()
         rows = []
-        for _, r in t.drop_duplicates(["rule", "gpus"]).iterrows():
+        order = {rule: i for i, rule in enumerate(dict.fromkeys(t["rule"]))}
+        by_rule = t.drop_duplicates(["rule", "gpus"]).sort_values(["rule", "gpus"], key=lambda c: c.map(order)
+                                                                    if c.name == "rule" else c)
+        for _, r in by_rule.iterrows():
             mark = "*" if result.best_count.get(r["rule"]) == r["gpus"] else ""
             rows.append([r["rule"], f"{r['gpus']}{mark}", r["layout"], _duration(r["step_time_s"]),
                          _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), *([_si(r["cost"])] if money else []),
