@@ -1,5 +1,7 @@
 """Configuration validation and sweep enumeration."""
 
+from pathlib import Path
+
 import pytest
 
 from trainingcost.analytic import cost_model_names, rule_names
@@ -17,6 +19,8 @@ from trainingcost.config import validate_config as validate_with
 from trainingcost.config.presets import PRESETS
 from trainingcost.config.model import LATE_OPTIONS
 from trainingcost.config.sweep import CONFIG_COLUMNS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def validate_config(config):
@@ -117,3 +121,24 @@ def test_a_later_option_has_its_column_where_a_row_sets_it():
     assert "sliding_window" in frame and not set(LATE_OPTIONS) - {"sliding_window"} & set(frame.columns)
     assert frame_configs(frame) == [plain, window]
     assert frame_configs(configs_frame([("a", plain)])) == [plain]
+
+
+def test_numbers_in_scientific_notation_are_numbers_and_a_key_given_twice_is_refused(tmp_path, capsys):
+    """Issue 40, defects 12 and 20: YAML 1.1 reads `lr: 1e-3` and `tokens: 1e10` as strings (a float needs a dot);
+    they are numbers as users write them. A key given twice was kept silently (the last); now one line names it."""
+    import yaml
+
+    from trainingcost import cli
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["train"]["lr"] = "1e-3"
+    config["plan"]["tokens"] = "1e10"
+    path = tmp_path / "scientific.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert "lr: 1e-3" in path.read_text()  # written as a user writes it, unquoted
+    assert cli.main(["check", "--config", str(path)]) == 0, capsys.readouterr().err
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(path.read_text().replace("lr: 1e-3", "lr: 1e-3\n  lr: 0.2"))
+    assert cli.main(["check", "--config", str(twice)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "lr: given twice in one mapping" in err

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -28,6 +29,37 @@ CONFIG_COLUMNS = ("config_id", "name", *CANONICAL_FIELDS)
 MAX_CONFIGURATIONS = 100_000
 
 
+# YAML 1.1 (PyYAML, and Snakemake's loader) reads 1e-3 and 1e10 as strings: a float needs a dot there. Users write
+# them as numbers (issue 40), so a string in this form is read as one, wherever it stands.
+SCIENTIFIC = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+
+
+def numbers_as_written(value):
+    """``value`` with every string in scientific notation (``1e-3``) turned into the float it writes."""
+    if isinstance(value, str) and SCIENTIFIC.match(value.strip()):
+        return float(value.replace("_", ""))
+    if isinstance(value, dict):
+        return {k: numbers_as_written(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [numbers_as_written(v) for v in value]
+    return value
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML says keys are unique; PyYAML keeps the
+    last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise ConfigError(f"{key}: given twice in one mapping (lines {seen[key] + 1} and "
+                                  f"{key_node.start_mark.line + 1}); give each key once")
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def validate_config(config: dict, vocabulary: Vocabulary) -> dict:
     """Validate a whole workflow config; return a copy with defaults filled in.
 
@@ -39,6 +71,7 @@ def validate_config(config: dict, vocabulary: Vocabulary) -> dict:
         raise TypeError(f"validate_config: the vocabulary lacks {', '.join(missing)} (pass trainingcost.analytic.vocabulary())")
     if not isinstance(config, dict):
         raise ConfigError("config: expected a mapping with a 'sweep' section")
+    config = numbers_as_written(config)
     check_finite(config, "")
     validate(config, "", vocabulary=vocabulary)
     check_unique_names(config["sweep"])
@@ -61,7 +94,9 @@ def read_config(path: str | Path) -> dict:
     except OSError as exc:
         raise ConfigError(f"config file {path}: cannot be read ({exc.strerror})") from None
     try:
-        return yaml.safe_load(text) or {}
+        return yaml.load(text, Loader=_Loader) or {}
+    except ConfigError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
