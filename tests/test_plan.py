@@ -384,6 +384,10 @@ GPT2 = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb
     (["--gpu", "h900"], "--gpu: 'h900' is not in the hardware catalogue (allowed: h100-sxm"),
     (["--gpu", "v100", "--precision", "bf16-mixed"], "--precision: bf16-mixed needs bf16 arithmetic, which v100 has not"),
     (["--mfu", "1.5"], "--mfu: a share of the device peak, between 0 and 1"),
+    # issue 40: a throughput above the peak, less than one step of tokens, unbounded mirror steps
+    (["--tokens-per-s", "1e30"], "--tokens-per-s: 1e+30 tokens/s per GPU would run bp's work at"),
+    (["--tokens", "0.5"], "--tokens: 0.5 tokens make less than one optimizer step"),
+    (["--mirror-steps", "1e8"], "--mirror-steps: at most 1000 weight-mirror steps per training step"),
     (["--gpus", "4", "--global-batch", "6"], "--global-batch: 6 sequences do not divide over the data-parallel degree 4"),
     (["--global-batch", "8", "--micro-batch", "3"], "--micro-batch: 3 does not divide the 8 sequences"),
     (["--pue", "0.9"], "--pue: power usage effectiveness is 1 or more"),
@@ -580,3 +584,16 @@ def test_gpt3_on_v100s_answers_in_fp16_and_names_what_fits(capsys):
     assert "fp16-mixed (default: v100's best mixed precision" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split() and line.split()[0] in rule_names()}
     assert rows["bp"][-2] == "NO" and "Does not fit: BP" in out and "The smallest change that fits: --" in out
+
+
+def test_huge_runs_print_short_numbers_and_zero_options_mean_off(capsys):
+    """Issue 40, defects 17 and 26: --tokens 1e30 printed a 20-digit day count and a table wider than 100 columns;
+    --window-period 0 and --query-scale 0, documented as off, were refused."""
+    assert cli.main(["plan", "--preset", "gpt2-small", "--gpu", "a100-80gb", "--tokens", "1e30", "--rule", "bp"]) == 0
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= 100 and "e19 d" in out
+    for flag in ("--window-period", "--query-scale"):
+        assert cli.main(["estimate", "--preset", "gpt2-small", flag, "0", "--rule", "bp"]) == 0
+        capsys.readouterr()
+    assert cli.main(["estimate", "--preset", "gpt2-small", "--window-period", "1"]) == 2
+    assert "--window-period: 1 is not 0 (off) or at least 2" in capsys.readouterr().err

@@ -466,10 +466,13 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
 
 
 def _short(value: float) -> str:
-    """Energy or CO2e in at most 6 characters: 4 significant digits, or 2 in scientific notation below 0.01."""
+    """Energy or CO2e in at most 7 characters: 4 significant digits, 2 in scientific notation below 0.01 or from a
+    million."""
     if value == 0 or math.isnan(value):
         return "0" if value == 0 else "-"
-    return f"{value:.1e}".replace("e-0", "e-") if abs(value) < 0.01 else _si(value, 4)
+    if abs(value) < 0.01 or abs(value) >= 1e6:
+        return f"{value:.1e}".replace("e-0", "e-").replace("e+0", "e").replace("e+", "e")
+    return _si(value, 4)
 
 
 def tokens_per_rule(table: pd.DataFrame) -> str:

@@ -62,6 +62,8 @@ def wrapped(text: str, width: int = 100) -> str:
 def _si(value: float, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if abs(value) >= 1e12:  # beyond giga: scientific notation, short
+        return f"{value:.{max(1, digits - 1)}e}".replace("e+", "e")
     for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= scale:
             return f"{value / scale:.{digits}g}{unit}"
@@ -71,6 +73,8 @@ def _si(value: float, digits: int = 3) -> str:
 def _duration(seconds: float) -> str:
     if math.isnan(seconds):
         return "-"  # a rule that never reaches the target loss: no run to time
+    if seconds >= 86400 * 1e6:  # a million days and more: scientific notation, short
+        return f"{seconds / 86400:.2e} d".replace("e+", "e")
     if seconds >= 86400:
         return f"{seconds / 86400:.1f} d"
     if seconds >= 3600:

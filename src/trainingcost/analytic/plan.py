@@ -130,6 +130,9 @@ class PlanSpec:
 # Checks: one line naming the field and the allowed values
 
 
+MAX_MIRROR_STEPS = 1000  # weight-mirror steps per training step (WM): Akrout et al. 2019 use a handful
+
+
 def check_spec(spec: PlanSpec, cfg, device) -> None:
     """Refuse an impossible plan before any arithmetic (ConfigError naming the field)."""
     def positive(name, value, integer=False):
@@ -160,6 +163,9 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
         positive(e.kind, e.value)
     if e.kind in ("mfu", "hfu") and e.value > 1:
         raise ConfigError(f"{e.kind}: a share of the device peak, between 0 and 1 (got {e.value})")
+    if spec.mirror_steps > MAX_MIRROR_STEPS:
+        raise ConfigError(f"mirror_steps: at most {MAX_MIRROR_STEPS} weight-mirror steps per training step "
+                          f"(got {spec.mirror_steps:g})")
     if not 0 < spec.power_utilisation <= 1:
         raise ConfigError(f"power_utilisation: a share of the TDP, between 0 and 1 (got {spec.power_utilisation})")
     for name in ("joules_per_token", "joules_per_flop"):
@@ -520,6 +526,9 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
     n = tokens_per_sequence(cfg)
     sequences = spec.tokens / n
     steps = sequences / G
+    if steps < 1:
+        raise ConfigError(f"tokens: {spec.tokens:g} tokens make less than one optimizer step ({G} sequences of {n} "
+                          f"tokens = {G * n:,} tokens); give at least that many")
     capacity = float(device.memory_bytes)
     peak = float(device.peak(p.compute))
 
@@ -570,6 +579,10 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             step = work / (peak * e.value)
         elif e.kind == "tokens_per_s":
             rate = e.value * float(hw.loc[(e.rule, name), "hardware_flops_per_sequence"]) / n  # FLOP/s per GPU
+            if rate > peak:
+                most = peak * n / float(hw.loc[(e.rule, name), "hardware_flops_per_sequence"])
+                raise ConfigError(f"tokens_per_s: {e.value:g} tokens/s per GPU would run {e.rule}'s work at "
+                                  f"{rate / peak:.3g}x the {device.name}'s peak (at most {most:,.0f} tokens/s per GPU)")
             step = work / rate
         elif e.kind == "predicted":  # the step-time model: one physical step, whatever the cost model counts
             step = predicted[r].step_time_s

@@ -304,6 +304,8 @@ def _option_schema(name: str, meta) -> tuple[dict, dict, dict | None]:
         one = {"type": "boolean"}
     elif meta["kind"] == "float":
         one = {"type": "number", "minimum": 0}
+    elif OPTION_DEFAULTS[name] == 0 and meta["minimum"] > 0:  # 0 is the default (off), else at least the minimum
+        one = {"type": "integer", "minimum": 0}  # the least non-zero value is checked with the model (canonical_model)
     elif meta["minimum"] == 1:
         return {"$ref": "#/$defs/size"}, {"$ref": "#/$defs/axis"}, None
     else:
@@ -420,8 +422,12 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
     for name in INT_OPTIONS:
         if name in e:
             value = e[name]
-            if isinstance(value, bool) or not isinstance(value, int) or value < OPTIONS[name]["minimum"]:
-                raise ConfigError(f"{_field(where, name)}: {value!r} is not a positive integer")
+            if isinstance(value, bool) or not isinstance(value, int) or (
+                    value < OPTIONS[name]["minimum"] and value != OPTION_DEFAULTS[name]):
+                least = OPTIONS[name]["minimum"]
+                raise ConfigError(f"{_field(where, name)}: {value!r} is not " + (
+                    f"0 (off) or at least {least}" if OPTION_DEFAULTS[name] == 0 and least > 0 else
+                    "a positive integer"))
             out[name] = value
     for name in FLOAT_FIELDS:
         if name in e:
@@ -499,7 +505,7 @@ def _gemma2(out: dict, where: str, *, positions: str, head_dim: int, window_give
     if out.get("attention_softcap") and positions == "relative":
         raise ConfigError(f"{_field(where, 'attention_softcap')}: does not combine with positions relative (T5's bias "
                           "is added to uncapped scores)")
-    for name in ("attention_softcap", "logit_softcap"):
+    for name in ("attention_softcap", "logit_softcap", "window_period", "query_scale"):
         if name in out and not out[name]:
             del out[name]  # 0: none, the default
     if "window_period" in out and "sliding_window" not in out:
