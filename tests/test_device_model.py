@@ -61,6 +61,22 @@ def test_another_device_or_dtype_is_refused(change, message):
     assert message in str(err.value)
 
 
+@pytest.mark.parametrize("change, message", [
+    (dict(gemm_flops=0), "gemm_flops must be a positive number (got 0)"),
+    (dict(gemm_flops="fast"), "gemm_flops must be a positive number (got 'fast')"),
+    (dict(gemm_flops=[]), "gemm_flops must be a positive number (got [])"),
+    (dict(launch_s=-1), "launch_s must be a positive number (got -1)"),
+    (dict(flash_forward_flops=float("nan")), "flash_forward_flops must be a positive number (got nan)"),
+    (dict(bandwidth=[]), "bandwidth must be a list of [bytes moved, bytes/s] pairs"),
+    (dict(bandwidth=[[1e6, -1.0]]), "bandwidth bytes/s must be a positive number (got -1.0)"),
+])
+def test_a_device_measurement_with_wrong_numbers_is_refused(change, message):
+    """Issue 40, defect 5: 0, a string or a list gave tracebacks, -1 steps of 1.6e9 days, NaN a perfect ceiling."""
+    with pytest.raises(ConfigError, match=r"^--device-model: dm.json: ") as err:
+        with_measurement(A100, measurement(**change), "bf16", "dm.json")
+    assert message in str(err.value)
+
+
 def run(*args):
     return subprocess.run([sys.executable, "-m", "trainingcost", *args], capture_output=True, text=True)
 

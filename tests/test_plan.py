@@ -597,3 +597,19 @@ def test_huge_runs_print_short_numbers_and_zero_options_mean_off(capsys):
         capsys.readouterr()
     assert cli.main(["estimate", "--preset", "gpt2-small", "--window-period", "1"]) == 2
     assert "--window-period: 1 is not 0 (off) or at least 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"launch_overhead_s": 1, "view_overhead_s": 1, "kernels": [{"cls": "matmul"}], "copy_ladder": []},
+     "kernels[0] lacks op, signature, flops, bytes_read, bytes_written, seconds"),
+    ([1, 2], "is not a calibration (a JSON object"),
+    ({"launch_overhead_s": "x", "view_overhead_s": 1, "kernels": [], "copy_ladder": []},
+     "launch_overhead_s must be a number of at least 0 (got 'x')"),
+])
+def test_a_calibration_of_the_wrong_shape_is_one_line(tmp_path, capsys, data, message):
+    """Issue 40, defect 7: the right keys with the wrong shape gave KeyError: 'op'."""
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(data))
+    assert cli.main([*GPT2, "--calibration", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err

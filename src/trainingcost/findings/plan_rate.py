@@ -20,6 +20,9 @@ from .predictor import Pricer
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
+KERNEL_KEYS = ("op", "cls", "signature", "flops", "bytes_read", "bytes_written", "seconds")
+
+
 def read_calibration(path) -> dict:
     """A calibration file, or a ConfigError naming ``--calibration``."""
     from ..config.errors import ConfigError
@@ -28,8 +31,27 @@ def read_calibration(path) -> dict:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError(f"calibration: cannot read {path} as a calibration JSON ({exc.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"calibration: {path} is not a calibration (a JSON object; write one with trainingcost "
+                          "calibrate)")
     missing = [k for k in ("launch_overhead_s", "view_overhead_s", "kernels", "copy_ladder") if k not in data]
-    if missing or not any(k.get("cls") == "matmul" for k in data.get("kernels", [])):
+    kernels = data.get("kernels", [])
+    if not missing and (not isinstance(kernels, list) or not isinstance(data["copy_ladder"], list)):
+        missing = ["kernels and copy_ladder as lists"]
+    if not missing:
+        for key in ("launch_overhead_s", "view_overhead_s"):
+            value = data[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ConfigError(f"calibration: {path}: {key} must be a number of at least 0 (got {value!r})")
+        for i, kernel in enumerate(kernels):
+            lacking = [k for k in KERNEL_KEYS if not isinstance(kernel, dict) or k not in kernel]
+            if lacking:
+                raise ConfigError(f"calibration: {path}: kernels[{i}] lacks {', '.join(lacking)} (write one with "
+                                  "trainingcost calibrate)")
+        for i, rung in enumerate(data["copy_ladder"]):
+            if not isinstance(rung, dict) or "bytes" not in rung or "seconds" not in rung:
+                raise ConfigError(f"calibration: {path}: copy_ladder[{i}] lacks bytes or seconds")
+    if missing or not any(k.get("cls") == "matmul" for k in kernels):
         raise ConfigError(f"calibration: {path} is not a calibration with timed matrix products "
                           f"({'missing ' + ', '.join(missing) if missing else 'no matmul kernels'}; "
                           "write one with trainingcost calibrate)")

@@ -110,6 +110,19 @@ def with_measurement(device, data: dict, dtype: str, where: str):
     if data["dtype"] != dtype:
         raise ConfigError(f"--device-model: {where} was measured in {data['dtype']}, the plan computes in {dtype} "
                           f"(calibrate --device-model --dtype {dtype})")
+    def positive(key, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"--device-model: {where}: {key} must be a positive number (got {value!r})")
+        return float(value)
+
+    for key in ("gemm_flops", "flash_forward_flops", "flash_backward_flops", "launch_s"):
+        positive(key, data[key])
+    if not isinstance(data["bandwidth"], list) or not data["bandwidth"] or not all(
+            isinstance(p, (list, tuple)) and len(p) == 2 for p in data["bandwidth"]):
+        raise ConfigError(f"--device-model: {where}: bandwidth must be a list of [bytes moved, bytes/s] pairs")
+    for b, bw in data["bandwidth"]:
+        positive("bandwidth bytes", b)
+        positive("bandwidth bytes/s", bw)
     peak = float(device.peak(dtype))
     points = sorted(((int(b), min(1.0, float(bw) / device.bandwidth_bytes_per_s)) for b, bw in data["bandwidth"]),
                     reverse=True)
