@@ -215,6 +215,23 @@ def test_plan_refuses_a_target_loss_outside_bps_frontier(tmp_path):
     assert result.returncode == 2 and "--target-loss: BP's frontier reaches losses from" in result.stderr
 
 
+@pytest.mark.parametrize("rows, message", [
+    ([], "holds no frontier rows (kind frontier)"),
+    ([("frontier", "bp", 1e15, 2.0), ("frontier", "dfa", float("nan"), 2.1)],
+     "rule dfa's frontier has compute nan and loss 2.1; each must be a positive finite number"),
+])
+def test_an_empty_or_nan_frontiers_table_is_refused(tmp_path, rows, message):
+    """Issue 40, defects 2 and 16: a zero-row table planned every rule at 1x BP's compute (exit 0); a NaN compute
+    gave a self-contradictory message."""
+    import pandas as pd
+
+    path = tmp_path / "f.parquet"
+    pd.DataFrame(rows, columns=["kind", "rule", "compute", "loss"]).astype(
+        {"kind": str, "rule": str, "compute": float, "loss": float}).to_parquet(path)
+    result = _plan("--target-loss", "2.065", "--frontiers", str(path))
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
 # -- the tiny study through the workflow --------------------------------------------------------------------
 TINY_STUDY = {
     "sweep": {"models": [{"name": "m", "arch": "decoder", "layers": 1, "d_model": 16, "heads": 4, "d_ff": 32,

@@ -308,7 +308,19 @@ def quality_of(args) -> dict:
         raise ConfigError(f"--frontiers: {path} is not a parquet table ({type(exc).__name__})") from None
     if not {"kind", "rule", "compute", "loss"} <= set(frontiers.columns):
         raise ConfigError(f"--frontiers: {path} is not a frontiers table (columns kind, rule, compute, loss)")
-    studied = sorted(set(frontiers.loc[frontiers["kind"] == "frontier", "rule"]))
+    front = frontiers[frontiers["kind"] == "frontier"]
+    if front.empty:
+        raise ConfigError(f"--frontiers: {path} holds no frontier rows (kind frontier): run the scaling study "
+                          "(make scaling) or name its frontiers.parquet")
+    bad = front[~(pd.to_numeric(front["compute"], errors="coerce").gt(0) &
+                  pd.to_numeric(front["loss"], errors="coerce").map(lambda v: math.isfinite(v) and v > 0))]
+    if not bad.empty:
+        row = bad.iloc[0]
+        raise ConfigError(f"--frontiers: {path}: rule {row['rule']}'s frontier has compute {row['compute']} and loss "
+                          f"{row['loss']}; each must be a positive finite number")
+    if "bp" not in set(front["rule"]):
+        raise ConfigError(f"--frontiers: {path} has no frontier of bp (the multipliers are against BP's compute)")
+    studied = sorted(set(front["rule"]))
     multipliers = []
     for rule in studied:
         try:
