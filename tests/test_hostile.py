@@ -302,3 +302,40 @@ def test_the_hf_config_help_lists_every_model_type_read():
     result = cli("estimate", "--help")
     text = " ".join(result.stdout.split())
     assert result.returncode == 0 and f"({', '.join(SUPPORTED)})" in text and "t5" in SUPPORTED
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda tmp: tmp, "is a directory"),
+    (lambda tmp: Path("/dev/zero"), "/dev/zero is a device"),
+    (lambda tmp: (os.mkfifo(tmp / "fifo"), tmp / "fifo")[1], "is a FIFO"),
+    (lambda tmp: (os.symlink(tmp / "loop", tmp / "loop"), tmp / "loop")[1], "cannot be opened"),
+    (lambda tmp: tmp / "absent.json", "no such file"),
+])
+@pytest.mark.parametrize("flag", ["--hf-config", "--calibration", "--corpus"])
+def test_a_file_argument_that_is_not_a_regular_file_is_named_for_what_it_is(tmp_path, capsys, make, message, flag):
+    """Issue 40, defects 4 and 18: /dev/zero as a corpus read until memory ran out, a FIFO hung forever, and a
+    directory, device, FIFO or symlink loop was reported as "no such file"."""
+    from trainingcost import cli
+
+    path = make(tmp_path)
+    base = {"--hf-config": ["estimate", "--hf-config", str(path)],
+            "--calibration": ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb",
+                              "--calibration", str(path)],
+            "--corpus": ["train", "--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--seq-len", "16",
+                         "--batch", "4", "--threads", "1", "--rule", "bp", "--steps", "2", "--corpus", str(path)]}[flag]
+    if flag == "--hf-config" and message == "is a directory":
+        message = "no such file"  # a folder names the config.json inside it
+    assert cli.main(base) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and flag in err, err
+
+
+def test_messages_name_the_flag_given(capsys):
+    """Issue 40, defect 18: --global-batch-tokens was reported as --global-batch; --mirror-steps -1 had no command."""
+    from trainingcost import cli
+
+    base = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb"]
+    assert cli.main([*base, "--global-batch-tokens", "1", "--gpus", "8"]) == 2
+    assert "--global-batch-tokens: 1 tokens make 1 sequences" in capsys.readouterr().err
+    assert cli.main([*base, "--mirror-steps", "-1"]) == 2
+    assert capsys.readouterr().err.startswith("trainingcost plan: error: argument --mirror-steps")

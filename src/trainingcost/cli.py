@@ -720,7 +720,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "mirror_steps", 1) < 0:
-        parser.error("argument --mirror-steps: must be 0 or more")
+        sys.stderr.write(f"trainingcost {args.command}: error: argument --mirror-steps: must be 0 or more\n")
+        return 2
     mark = created_count()
     previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
     try:

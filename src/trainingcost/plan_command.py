@@ -28,6 +28,7 @@ from .args import add_model_flags, count, count_max_or_auto, count_or_auto, gpu_
 from .plan_search import OBJECTIVES, fixed_args, free_fields
 from .plan_search import run as search_plan
 from .config import ConfigError
+from .config.errors import regular_file
 from .config.frameworks import cluster, clusters, default_framework, framework, frameworks
 from .text import _duration, _si, describe_config, grid, wrapped
 
@@ -238,6 +239,13 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         if not args.global_batch_tokens > 0:
             raise ConfigError(f"global_batch_tokens: must be positive (got {args.global_batch_tokens:g})")
         global_batch = max(1, round(args.global_batch_tokens / tokens_per_sequence(cfg)))
+        tp, pp = (v if isinstance(v, int) else 1 for v in (args.tp, args.pp))
+        dp = args.gpus // (tp * pp) if args.gpus % (tp * pp) == 0 else 0
+        if dp and global_batch % dp:
+            n = tokens_per_sequence(cfg)
+            raise ConfigError(f"global_batch_tokens: {args.global_batch_tokens:g} tokens make {global_batch} sequences of "
+                              f"{n} tokens, which do not divide over the data-parallel degree {dp}; give a multiple "
+                              f"of {dp * n:,} tokens")
     defaults = PlanSpec(tokens=1, gpus=1, efficiency=Efficiency("mfu", DEFAULT_MFU, ""))
     joules_per_flop, flop_source = measured_run(args.measured_run, gpu)[1:] if args.measured_run else (None, "")
     if args.joules_per_token is not None:
@@ -298,8 +306,7 @@ def quality_of(args) -> dict:
                           "study's frontiers; docs/planning.md)")
     if not (math.isfinite(target) and target > 0):
         raise ConfigError(f"--target-loss: must be a positive validation loss (got {target:g})")
-    if not Path(path).is_file():
-        raise ConfigError(f"--frontiers: no such file {path} (the scaling study writes results/tables/frontiers.parquet)")
+    regular_file(path, "--frontiers", "the scaling study's results/tables/frontiers.parquet")
     from .findings.scaling import multiplier_at
 
     try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, regular_file
 from .model import HF_OPTIONS
 
 SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
@@ -42,9 +42,7 @@ def config_path(path: str | Path, where: str) -> Path:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    if not path.is_file():
-        raise ConfigError(f"{where}: no such file: {path}")
-    return path
+    return regular_file(path, where, "a config.json")
 
 
 def read_hf_config(path: str | Path, where: str = "--hf-config") -> dict:

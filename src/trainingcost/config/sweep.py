@@ -17,7 +17,7 @@ from typing import Iterable
 import pandas as pd
 import yaml
 
-from .errors import ConfigError
+from .errors import ConfigError, regular_file
 from .model import (BOOL_FIELDS, CANONICAL_FIELDS, FLOAT_FIELDS, LATE_OPTIONS, OPTION_DEFAULTS, STR_FIELDS, ModelConfig, canonical_model,
                     config_from_row, preset_entry)
 from .schema import CATALOGUE_ENUMS, Vocabulary, fill_defaults, schema, validate
@@ -82,11 +82,7 @@ def validate_config(config: dict, vocabulary: Vocabulary) -> dict:
 
 def read_config(path: str | Path) -> dict:
     """A YAML config file, parsed (not yet validated)."""
-    path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"config file: {path} is a directory, not a YAML file")
-    if not path.is_file():
-        raise ConfigError(f"config file: no such file: {path}")
+    path = regular_file(path, "config file", "a YAML file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .choices import DEVICES, OPTIMIZERS, TASKS, TRAIN_DTYPES  # noqa: F401 - re-exported
-from .errors import ConfigError
+from .errors import ConfigError, regular_file
 from .model import ModelConfig
 
 CLASSIFY_CLASSES = 3
@@ -160,11 +160,7 @@ class TrainSpec:
 
 def check_corpus(path: str) -> None:
     """A corpus must be a readable, non-empty file."""
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"corpus: {path} is a directory; give a text file")
-    if not p.exists():
-        raise ConfigError(f"corpus: no such file: {path}")
+    p = regular_file(path, "corpus", "a text file")
     try:
         with p.open("rb") as handle:
             empty = not handle.read(1)

@@ -25,8 +25,9 @@ KERNEL_KEYS = ("op", "cls", "signature", "flops", "bytes_read", "bytes_written",
 
 def read_calibration(path) -> dict:
     """A calibration file, or a ConfigError naming ``--calibration``."""
-    from ..config.errors import ConfigError
+    from ..config.errors import ConfigError, regular_file
 
+    regular_file(path, "calibration", "a calibration JSON (trainingcost calibrate)")
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
