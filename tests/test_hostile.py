@@ -339,3 +339,23 @@ def test_messages_name_the_flag_given(capsys):
     assert "--global-batch-tokens: 1 tokens make 1 sequences" in capsys.readouterr().err
     assert cli.main([*base, "--mirror-steps", "-1"]) == 2
     assert capsys.readouterr().err.startswith("trainingcost plan: error: argument --mirror-steps")
+
+
+def test_a_learning_rate_that_overflows_is_refused_before_the_run(capsys):
+    """Issue 40, defect 21: --lr 1e300 started a run that ended in error with exit 0."""
+    from trainingcost import cli
+
+    assert cli.main(["train", "--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--seq-len", "16",
+                     "--batch", "4", "--threads", "1", "--rule", "bp", "--steps", "2", "--lr", "1e300"]) == 2
+    assert "--lr: 1e+300 is above 100" in capsys.readouterr().err
+
+
+def test_a_closed_standard_output_is_an_error_not_silence():
+    """Issue 40, defect 23: with stdout closed (>&-) every command exited 0 and printed nothing."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "trainingcost", "hardware"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, close_fds=True,
+                          preexec_fn=lambda: os.close(1))
+    assert done.returncode == 2 and "standard output is closed" in done.stderr

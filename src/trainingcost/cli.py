@@ -719,6 +719,11 @@ def main(argv: list[str] | None = None) -> int:
     143 terminated (SIGTERM); an interrupted command removes the files it had written."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if sys.stdout is None:  # started with standard output closed (>&-): whatever it prints would vanish
+        if sys.stderr is not None:
+            sys.stderr.write(f"trainingcost {args.command}: error: standard output is closed; nothing can be printed "
+                             "(redirect it to a file or /dev/null)\n")
+        return 2
     if getattr(args, "mirror_steps", 1) < 0:
         sys.stderr.write(f"trainingcost {args.command}: error: argument --mirror-steps: must be 0 or more\n")
         return 2

@@ -142,6 +142,9 @@ class TrainSpec:
             raise ConfigError(f"optimizer: {self.options.optimizer!r} is not allowed (allowed: {', '.join(OPTIMIZERS)})")
         if not self.options.lr > 0 or not math.isfinite(self.options.lr):
             raise ConfigError(f"lr: must be a positive number (got {self.options.lr})")
+        if self.options.lr > MAX_LR:
+            raise ConfigError(f"lr: {self.options.lr:g} is above {MAX_LR:g}: every step would overflow or diverge "
+                              "(the defaults are 3e-3 for Adam, 0.05 for SGD)")
         self.options.check()
         if self.options.mirror_steps < 0:
             raise ConfigError(f"mirror_steps: must be 0 or more (got {self.options.mirror_steps})")
@@ -156,6 +159,9 @@ class TrainSpec:
             if self.task != "lm":
                 raise ConfigError(f"corpus: applies to task lm only (task is {self.task})")
             check_corpus(self.corpus)
+
+
+MAX_LR = 100.0  # no optimizer here trains at a larger step (SGD and Adam overflow bf16/fp32 weights within a step)
 
 
 def check_corpus(path: str) -> None:
