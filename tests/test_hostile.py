@@ -359,3 +359,19 @@ def test_a_closed_standard_output_is_an_error_not_silence():
                           stderr=subprocess.PIPE, text=True, close_fds=True,
                           preexec_fn=lambda: os.close(1))
     assert done.returncode == 2 and "standard output is closed" in done.stderr
+
+
+@pytest.mark.parametrize("inside", ["measured.parquet", ""])
+def test_train_out_inside_its_out_dir_is_refused(tmp_path, capsys, inside):
+    """Issue 40, defect 1: --out inside --out-dir silently replaced the run's measured.parquet; equal to it, the run
+    trained and then died with IsADirectoryError."""
+    from trainingcost import cli
+
+    out_dir = tmp_path / "od"
+    out = out_dir / inside if inside else out_dir
+    status = cli.main(["train", "--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--seq-len", "16",
+                       "--batch", "4", "--threads", "1", "--rule", "bp", "--steps", "6", "--out-dir", str(out_dir),
+                       "--out", str(out)])
+    err = capsys.readouterr().err
+    assert status == 2 and "or inside it" in err and err.count("\n") == 1
+    assert not (out_dir / "measured.parquet").exists()

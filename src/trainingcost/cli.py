@@ -733,6 +733,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, directory in OUTPUTS:
             if getattr(args, name, None):
                 check_output(getattr(args, name), name, directory)
+        if getattr(args, "out", None) and getattr(args, "out_dir", None):
+            out, folder = Path(args.out).resolve(), Path(args.out_dir).resolve()
+            if out == folder or folder in out.parents:
+                raise ConfigError(f"out: {args.out} is --out-dir {args.out_dir} or inside it, where the run writes its own "
+                                  "tables (measured.parquet, steps.parquet, trace.parquet); give a path outside it")
         return args.func(args)
     except ConfigError as exc:  # (a SizeOverflowError too)
         # Commands that read a config file name its fields; the others name their flags.
