@@ -375,3 +375,32 @@ def test_train_out_inside_its_out_dir_is_refused(tmp_path, capsys, inside):
     err = capsys.readouterr().err
     assert status == 2 and "or inside it" in err and err.count("\n") == 1
     assert not (out_dir / "measured.parquet").exists()
+
+
+@pytest.mark.parametrize("argv, content, message", [
+    (["calibrate", "--trace", "{path}", "--out", "{tmp}/cal.json"], b"x", "--trace: {path} is not a readable parquet"),
+    (["calibrate", "--trace", "{path}", "--out", "{tmp}/cal.json"], "wrong columns", "lacks the columns op, cls"),
+    (["analytic", "--config", "config/config.yaml", "--configs", "{path}", "--out", "{tmp}/a.parquet", "--memory-out",
+      "{tmp}/m.parquet"], b"PAR1 truncated", "--configs: {path} is not a readable parquet table"),
+    (["curves", "search", "--study", "{path}", "--rule", "bp", "--out", "{tmp}/s.parquet"], b'{"rules": [',
+     "scaling study: not JSON"),
+    (["curves", "search", "--study", "{path}", "--rule", "bp", "--out", "{tmp}/s.parquet"], b'{"rules": ["bp"]}',
+     "scaling study: missing fields"),
+])
+def test_a_truncated_or_foreign_input_table_is_one_line(tmp_path, capsys, monkeypatch, argv, content, message):
+    """Issue 40, defect 11: tracebacks from calibrate --trace (truncated, wrong columns), analytic --configs (not a
+    parquet) and curves --study (partial or malformed JSON)."""
+    import pandas as pd
+
+    from trainingcost import cli
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    path = tmp_path / "input"
+    if content == "wrong columns":
+        pd.DataFrame({"a": [1]}).to_parquet(path)
+    else:
+        path.write_bytes(content)
+    fill = lambda text: text.replace("{path}", str(path)).replace("{tmp}", str(tmp_path))  # noqa: E731
+    assert cli.main([fill(a) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fill(message) in err and "Traceback" not in err

@@ -26,6 +26,7 @@ from .analytic.catalogue import rule as catalogue_rule
 from .analytic.engine import out_of_scope
 from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
 from .analytic.tape import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, replays
+from .config.errors import read_table
 from .config import (
     DEFAULT_LR,
     DEVICES,
@@ -413,9 +414,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ConfigError(f"tolerance: must be between 0 and 1 (got {args.tolerance})")
     if not args.time_cap > 0:
         raise ConfigError(f"time_cap: must be positive seconds (got {args.time_cap})")
-    if not Path(args.trace).is_file():
-        raise ConfigError(f"--trace: {args.trace} is not a file")
-    trace = pd.read_parquet(args.trace)
+    trace = read_table(args.trace, "--trace", ("op", "cls", "signature", "flops", "bytes_read", "bytes_written"),
+                       "a run's trace.parquet (train --out-dir)")
     if trace.empty:
         raise ConfigError(f"--trace: {args.trace} holds no traced operations (train with --out-dir writes trace.parquet)")
     import torch

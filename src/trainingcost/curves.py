@@ -111,10 +111,11 @@ def cmd_curves(args: argparse.Namespace) -> int:
                 raise ConfigError(f"--search: the study searches {len(study.lrs)} learning rates; give the rule's "
                                   "search table (curves search --out)")
             lr = float(study.lrs[0])
-        elif not Path(args.search).is_file():
-            raise ConfigError(f"--search: no such file {args.search}")
         else:
-            lr = chosen_lr(pd.read_parquet(args.search), args.rule)
+            from .config.errors import read_table
+
+            lr = chosen_lr(read_table(args.search, "--search", ("rule",), "the rule's search table (curves search "
+                                      "--out)"), args.rule)
     import torch
 
     from .io import write_parquet

@@ -107,7 +107,9 @@ def write_configs(config: dict, out: str | Path) -> pd.DataFrame:
 
 
 def write_analytic(config: dict, configs_path: str | Path, costs_out: str | Path, memory_out: str | Path) -> None:
-    configs = pd.read_parquet(configs_path)
+    from .config.errors import read_table
+
+    configs = read_table(configs_path, "--configs", ("config_id",), "the configurations table (trainingcost configs)")
     analytic, memory = config["analytic"], config["memory"]
     costs = layer_table(configs, analytic["rules"], analytic["cost_models"], analytic["wm_mirror_steps"])
     write_parquet(costs, costs_out)

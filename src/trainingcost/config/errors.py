@@ -37,3 +37,21 @@ def regular_file(path, where: str, what: str = "a file"):
                 "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
         raise ConfigError(f"{where}: {path} is {kind}; give {what}")
     return path
+
+
+def read_table(path, where: str, columns=(), what: str = "a parquet table"):
+    """A parquet table at ``path``, or one line naming ``where``: not a regular file, not a parquet table (empty,
+    truncated, another format), or lacking one of ``columns``."""
+    import pandas as pd
+
+    regular_file(path, where, what)
+    try:
+        table = pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a truncated or foreign file: one line
+        raise ConfigError(f"{where}: {path} is not a readable parquet table ({type(exc).__name__}); give {what}") \
+            from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ConfigError(f"{where}: {path} lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
+                          f"give {what}")
+    return table

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, regular_file
 from .model import ModelConfig, canonical_model
 
 ARCH, TASK, VOCAB = "decoder", "lm", 256  # decoders on the byte-level lm task (Filipovich et al. 2022's setting)
@@ -118,15 +118,29 @@ class ScalingStudy:
 
     @classmethod
     def from_json(cls, text: str) -> "ScalingStudy":
-        raw = json.loads(text)
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"scaling study: not JSON ({exc.msg} at line {getattr(exc, 'lineno', '?')}); the "
+                              "workflow writes results/scaling/study.json") from None
+        if not isinstance(raw, dict):
+            raise ConfigError("scaling study: a JSON object of the study's fields (results/scaling/study.json)")
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - names)
         if unknown:
             raise ConfigError(f"scaling study: unknown fields {', '.join(unknown)}")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
+        required = sorted(f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING)
+        missing = [name for name in required if name not in raw]
+        if missing:
+            raise ConfigError(f"scaling study: missing fields {', '.join(missing)}")
+        try:
+            return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"scaling study: {exc}") from None
 
     @classmethod
     def read(cls, path: str | Path) -> "ScalingStudy":
+        regular_file(path, "--study", "the study's JSON (results/scaling/study.json)")
         try:
             text = Path(path).read_text()
         except OSError as exc:
