@@ -404,3 +404,17 @@ def test_a_truncated_or_foreign_input_table_is_one_line(tmp_path, capsys, monkey
     assert cli.main([fill(a) for a in argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fill(message) in err and "Traceback" not in err
+
+
+def test_more_ranks_than_the_node_can_hold_fail_the_check(tmp_path, capsys):
+    """Issue 40, defect 24: train.parallel.nproc: 500 passed `check` on a 2-core machine."""
+    import yaml
+
+    from trainingcost import cli
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
+    config["train"].setdefault("parallel", {})["nproc"] = 500
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert cli.main(["check", "--config", str(path)]) == 2
+    assert "train.parallel.nproc: 500 ranks on this machine's" in capsys.readouterr().err

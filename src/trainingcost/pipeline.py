@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 import traceback
 from contextlib import contextmanager
@@ -154,6 +155,13 @@ def train_jobs(config: dict) -> list[TrainJob]:
             f"train.steps: measuring needs at least warmup + 2 = {train['warmup'] + 2} steps "
             f"(warm-up, one FLOP-counted step, timed steps); got {train['steps']}"
         )
+    nproc = train["parallel"]["nproc"]
+    cores = os.cpu_count() or 1
+    # more ranks than cores on a CPU run (or, device auto, more than any GPU node holds: 8) cannot be one node's job
+    if nproc > cores and (train.get("device") == "cpu" or (train.get("device") == "auto" and nproc > GPUS_PER_NODE)):
+        raise ConfigError(f"train.parallel.nproc: {nproc} ranks on this machine's {cores} core{'s' if cores > 1 else ''}: "
+                          "each rank is a process of its own on one node; give at most "
+                          f"{cores} here (or check the config on the node that runs it)")
     jobs = []
     for name, cfg in select_sweep(config["sweep"], train["select"], "train.select"):
         task = job_task(train, cfg)
@@ -174,6 +182,9 @@ def train_jobs(config: dict) -> list[TrainJob]:
             for seed in train["seeds"]:
                 jobs.append(TrainJob(cfg.config_id, rule, seed, name, cfg, task))
     return jobs
+
+
+GPUS_PER_NODE = 8  # the most GPUs of one node in the hardware catalogue's systems (config/clusters.yaml)
 
 
 def train_command(job: TrainJob, config: dict) -> list[str]:
