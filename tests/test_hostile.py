@@ -418,3 +418,16 @@ def test_more_ranks_than_the_node_can_hold_fail_the_check(tmp_path, capsys):
     path.write_text(yaml.safe_dump(config))
     assert cli.main(["check", "--config", str(path)]) == 2
     assert "train.parallel.nproc: 500 ranks on this machine's" in capsys.readouterr().err
+
+
+def test_a_sweep_whose_analytic_table_would_not_fit_memory_is_refused(tmp_path, capsys):
+    """Issue 40, defect 9: a 50,000-configuration sweep passed `check`; its analytic job needed about 150 GB. The
+    rows are counted before any job and priced per row; here against a machine of 1 GB (the check's own argument)."""
+    from trainingcost.config import ConfigError
+    from trainingcost.pipeline import check_analytic_memory, load_file, sweep_frame
+
+    config = load_file(Path(__file__).resolve().parents[1] / "config" / "config.yaml")
+    frame = sweep_frame(config)
+    check_analytic_memory(frame, config["analytic"], memory=64 * 10**9)  # fits a laptop
+    with pytest.raises(ConfigError, match=r"^sweep: 48 configurations make about [\d,]+ rows of per-layer costs"):
+        check_analytic_memory(frame, config["analytic"], memory=10**7)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .analytic import layer_table, vocabulary
+from .analytic import layer_rows, layer_table, vocabulary
 from .analytic.catalogue import check_architecture
 from .analytic.engine import check_overflow
 from .analytic.memory import memory_table
@@ -61,11 +61,41 @@ def load(config: dict) -> dict:
     check_plan(filled)
     scaling_study(filled)
     analytic = filled["analytic"]
+    frame = sweep_frame(filled)
     try:  # the analytic job would otherwise die on it, after the configs table is written
-        check_overflow(sweep_frame(filled), analytic["cost_models"], analytic["wm_mirror_steps"])
+        check_overflow(frame, analytic["cost_models"], analytic["wm_mirror_steps"])
     except SizeOverflowError as exc:
         raise ConfigError(f"sweep: configuration {exc.config_name!r}: {exc}") from None
+    check_analytic_memory(frame, analytic)
     return filled
+
+
+# The analytic job's per-layer table: about 155 bytes a row once built (the default sweep's 62,567 rows take 9.7 MB,
+# pandas' deep memory usage), and about four times that while it is built (the frames it concatenates and sorts).
+ANALYTIC_ROW_BYTES = 155
+ANALYTIC_BUILD_FACTOR = 4
+
+
+def machine_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_analytic_memory(frame, analytic: dict, memory: int | None = None) -> None:
+    """Refuse, before any job, a sweep whose analytic table would not fit this machine's memory (issue 40): its
+    rows (layers x phases x rules x cost models of every configuration) at ANALYTIC_ROW_BYTES, times the build."""
+    memory = machine_memory() if memory is None else memory
+    if not memory:
+        return
+    rows = layer_rows(frame, analytic["rules"], analytic["cost_models"])
+    need = rows * ANALYTIC_ROW_BYTES * ANALYTIC_BUILD_FACTOR
+    if need > 0.8 * memory:
+        raise ConfigError(f"sweep: {len(frame):,} configurations make about {rows:,} rows of per-layer costs, about "
+                          f"{need / 1e9:.1f} GB to build, more than this machine's {memory / 1e9:.1f} GB can hold; "
+                          "split the sweep, or name fewer analytic.rules or analytic.cost_models")
 
 
 def load_file(path: str | Path) -> dict:
