@@ -570,3 +570,19 @@ def test_a_toy_option_is_four_files(toy_tree):
     assert "sweep.grids[0].toy_logit_scale[0]: 'yes' is not of type 'boolean'" in refused.stderr, refused.stderr[-500:]
     checked = _run(toy_tree, sys.executable, "-c", TOY_CHECK, str(REPO / "tests"))
     assert checked.returncode == 0 and "toy ok" in checked.stdout, checked.stderr[-3000:]
+
+
+def test_the_tapes_modules_are_split_by_op_family():
+    """Issue 39: analytic/tape/ops.py was 954 lines; the ops are split by family (ops.py: the core and autograd;
+    ops_attention, ops_norms, ops_model: mixins of one Ops class), none of the tape's modules over 400 lines."""
+    from pathlib import Path
+
+    from trainingcost.analytic.tape.ops import Ops
+    from trainingcost.analytic.tape.ops_attention import AttentionOps
+    from trainingcost.analytic.tape.ops_model import ModelOps
+    from trainingcost.analytic.tape.ops_norms import NormOps
+
+    assert {AttentionOps, ModelOps, NormOps} <= set(Ops.__mro__)
+    folder = Path(__file__).resolve().parents[1] / "src" / "trainingcost" / "analytic" / "tape"
+    sizes = {p.name: len(p.read_text().splitlines()) for p in folder.glob("*.py")}
+    assert max(sizes.values()) <= 400, sizes
