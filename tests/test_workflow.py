@@ -301,3 +301,12 @@ def test_step_logs_from_interleaved_threads_leave_stdout_open(tmp_path):
         thread.join()
     assert sys.stdout is stdout and not sys.stdout.closed
     assert all((tmp_path / name).read_text().startswith("done in ") for name in ("a.log", "b.log"))
+
+
+def test_snakemake_lint_is_clean():
+    """Issue 39: six rules had long run: blocks, TRAININGCOST_CONFIG_HASH was read without envvars:, and the shell
+    rules named no conda environment. The workflow catalog expects `snakemake --lint` to print no lint."""
+    result = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(REPO), "--lint"],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    out = result.stdout + result.stderr
+    assert "Lints for" not in out and "Congratulations, your workflow is in a good condition" in out, out[-3000:]

@@ -619,3 +619,44 @@ def write_scaling_findings(scaling_path, frontiers_path, lr_path, summary_out, f
     for name, fig in scaling_figures(scaling, frontiers).items():
         written += save(fig, Path(figure_dir) / f"{SCALING_FIGURES[name]}.png")
     return written
+
+
+# ---------------------------------------------------------------------------
+# The workflow's rules call these: each rule's `run:` is one line (snakemake --lint; workflow/rules/*.smk)
+
+
+def step_comparison(input, output, log) -> None:
+    with logged(log[0]):
+        write_comparison(input.analytic, input.memory, input.measured, output.comparison, output.ratios,
+                         output.comparison_csv, output.ratios_csv, input.trace, input.calibration)
+
+
+def step_summary(input, output, log, timed_at_once: int) -> None:
+    with logged(log[0]):
+        write_summary(input.comparison, input.ratios, input.measured, output[0], input.scaling or None,
+                      input.calibration, input.comm or None, timed_at_once)
+
+
+def step_comm(input, output, log) -> None:
+    with logged(log[0]):
+        write_comm(input.configs[0], input.measured, output.table, output.figure, output.section,
+                   input.calibration[0] if input.calibration else None)
+
+
+def step_plan(filled: dict, output, log, names) -> None:
+    with logged(log[0]):
+        write_plan(filled, output.table, output.curves, dict(zip(names, output.figures)))
+
+
+def step_measured(input, output, log) -> None:
+    with logged(log[0]):
+        runs, statuses = gather_runs(input.measured, input.steps, output.measured, output.steps, input.traces,
+                                     output.trace)
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
+    print(f"measured: {runs} runs ({counts}) -> {output.measured}")
+
+
+def step_scaling_table(input, output, log) -> None:
+    with logged(log[0]):
+        rows, bad = gather_scaling(input.runs, input.searches, output.scaling, output.lr, input.study[0])
+    print(f"scaling: {rows} evaluations, {bad} runs not ok -> {output.scaling}")

@@ -11,6 +11,7 @@ from snakemake.utils import validate
 from trainingcost.config import ConfigError
 from trainingcost.pipeline import FIGURES as FIGURE_FILES
 from trainingcost.pipeline import config_hash, figure_names, load, train_command, train_jobs, write_schema
+from trainingcost.pipeline import step_comm, step_comparison, step_measured, step_plan, step_scaling_table, step_summary
 
 try:
     FILLED = load(config)  # the config with every default filled in
@@ -25,6 +26,10 @@ validate(config, write_schema(".snakemake/trainingcost/config.schema.yaml"))
 # The config's hash reaches every job's tables as metadata through the environment, not as a job
 # parameter: editing, say, the figures section must not make the training jobs run again.
 os.environ["TRAININGCOST_CONFIG_HASH"] = config_hash(FILLED)
+
+
+envvars:
+    "TRAININGCOST_CONFIG_HASH",
 
 # The package's command line, run by the interpreter that runs this workflow (no PATH needed).
 TRAININGCOST = f"{shlex.quote(sys.executable)} -m trainingcost"

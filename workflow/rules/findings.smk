@@ -25,20 +25,7 @@ rule comparison:
         "results/logs/comparison.log",
     localrule: True
     run:
-        from trainingcost.pipeline import logged, write_comparison
-
-        with logged(log[0]):
-            write_comparison(
-                input.analytic,
-                input.memory,
-                input.measured,
-                output.comparison,
-                output.ratios,
-                output.comparison_csv,
-                output.ratios_csv,
-                input.trace,
-                input.calibration,
-            )
+        step_comparison(input, output, log)
 
 
 rule summary:
@@ -55,11 +42,7 @@ rule summary:
         "results/logs/summary.log",
     localrule: True
     run:
-        from trainingcost.pipeline import logged, write_summary
-
-        with logged(log[0]):
-            write_summary(input.comparison, input.ratios, input.measured, output[0], input.scaling or None,
-                          input.calibration, input.comm or None, TIMED_AT_ONCE)
+        step_summary(input, output, log, TIMED_AT_ONCE)
 
 
 rule figures:
@@ -112,8 +95,4 @@ rule comm:
         "results/logs/comm.log",
     localrule: True
     run:
-        from trainingcost.pipeline import logged, write_comm
-
-        with logged(log[0]):
-            write_comm(input.configs[0], input.measured, output.table, output.figure, output.section,
-                       input.calibration[0] if input.calibration else None)
+        step_comm(input, output, log)

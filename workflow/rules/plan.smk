@@ -23,12 +23,4 @@ rule plan:
         plan=FILLED["plan"],
         hardware=FILLED["hardware"],
     run:
-        from trainingcost.pipeline import logged, write_plan
-
-        with logged(log[0]):
-            write_plan(
-                FILLED,
-                output.table,
-                output.curves,
-                dict(zip(PLAN_FIGURES, output.figures)),
-            )
+        step_plan(FILLED, output, log, list(PLAN_FIGURES))

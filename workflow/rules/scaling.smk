@@ -37,6 +37,8 @@ rule scaling_search:
         gpu=TRAIN["resources"]["gpu"],
     params:
         command=TRAININGCOST,
+    conda:
+        "../../environment.yml"
     shell:
         "{params.command} curves search --study {input:q} --rule {wildcards.rule:q} --out {output:q} > {log:q} 2>&1"
 
@@ -62,6 +64,8 @@ rule scaling_run:
     params:
         command=TRAININGCOST,
         search=lambda w, input: f"--search {shlex.quote(str(input.search))}" if input.search else "",
+    conda:
+        "../../environment.yml"
     shell:
         "{params.command} curves run --study {input.study:q} --rule {wildcards.rule:q} --seed {wildcards.seed} "
         "{params.search} --out {output:q} > {log:q} 2>&1"
@@ -79,11 +83,7 @@ rule scaling_table:
         "results/logs/scaling_table.log",
     localrule: True
     run:
-        from trainingcost.pipeline import gather_scaling, logged
-
-        with logged(log[0]):
-            rows, bad = gather_scaling(input.runs, input.searches, output.scaling, output.lr, input.study[0])
-        print(f"scaling: {rows} evaluations, {bad} runs not ok -> {output.scaling}")
+        step_scaling_table(input, output, log)
 
 
 rule frontiers:

@@ -24,6 +24,8 @@ rule train:
     params:
         command=TRAININGCOST,
         args=lambda w: TRAIN_ARGS[(w.config_id, w.rule, int(w.seed))],
+    conda:
+        "../../environment.yml"
     shell:
         # A process that dies (a crash, a kill) leaves its run recorded as failed, so the sweep's
         # tables and summary name it; a run that ends on its own (ok, diverged, oom, error) exits 0.
@@ -57,6 +59,8 @@ rule calibrate:
         # training processes beside it (train.calibration.neighbours, default 0: alone), on a CPU only, never more
         # than this machine's other cores (timed jobs on other nodes share nothing with it)
         neighbours=min(TRAIN["calibration"]["neighbours"], (os.cpu_count() or 1) - 1) if TRAIN["device"] in ("cpu", "auto") else 0,
+    conda:
+        "../../environment.yml"
     shell:
         # After the training jobs (it reads their traces); beside --neighbours training processes if asked.
         "{params.command} calibrate --trace {input:q} --device {params.device:q} --dtype {params.dtype:q} "
@@ -80,10 +84,4 @@ rule measured:
         "results/logs/measured.log",
     localrule: True
     run:
-        from trainingcost.pipeline import gather_runs, logged
-
-        with logged(log[0]):
-            runs, statuses = gather_runs(input.measured, input.steps, output.measured, output.steps,
-                                         input.traces, output.trace)
-        counts = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
-        print(f"measured: {runs} runs ({counts}) -> {output.measured}")
+        step_measured(input, output, log)
