@@ -509,7 +509,7 @@ TOY_OPTION = [
      "    capped = capped + s.toy_logit_scale * SCALE * rows * out  # the toy option: one product per logit, each way\n"),
     ("train/model.py", "        logits = self.head(pooled)\n",
      "        if self.cfg.toy_logit_scale:\n            logits = logits * self.cfg.d_model ** -0.5\n"),
-    ("analytic/tape/ops.py", "own output goes when the caller's variable is rebound.\"\"\"\n",
+    ("analytic/tape/ops_model.py", "own output goes when the caller's variable is rebound.\"\"\"\n",
      "        if self.g.toy_logit_scale:  # logits * d^-1/2: a new tensor, its backward a new one\n"
      "            scaled = self.scalar(logits, \"* d^-1/2\")\n            self.t.drop(logits.buf)\n            logits = scaled\n"),
 ]

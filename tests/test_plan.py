@@ -386,7 +386,7 @@ GPT2 = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb
     (["--mfu", "1.5"], "--mfu: a share of the device peak, between 0 and 1"),
     # issue 40: a throughput above the peak, less than one step of tokens, unbounded mirror steps
     (["--tokens-per-s", "1e30"], "--tokens-per-s: 1e+30 tokens/s per GPU would run bp's work at"),
-    (["--tokens", "0.5"], "--tokens: 0.5 tokens make less than one optimizer step"),
+    (["--tokens", "0.5"], "--tokens: 0.5 tokens make less than one sequence of 1024 tokens"),
     (["--mirror-steps", "1e8"], "--mirror-steps: at most 1000 weight-mirror steps per training step"),
     (["--gpus", "4", "--global-batch", "6"], "--global-batch: 6 sequences do not divide over the data-parallel degree 4"),
     (["--global-batch", "8", "--micro-batch", "3"], "--micro-batch: 3 does not divide the 8 sequences"),
@@ -394,7 +394,7 @@ GPT2 = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb
     (["--batch", "4"], "--batch: plan takes --global-batch"),
     (["--gpus", "0"], "--gpus: must be a positive integer"),
     (["--tokens", "-1"], "--tokens: must be a positive number"),
-    (["--calibration", "/nonexistent.json"], "--calibration: cannot read /nonexistent.json"),
+    (["--calibration", "/nonexistent.json"], "--calibration: no such file: /nonexistent.json"),
 ])
 def test_bad_flags_are_one_line(args, message, capsys):
     base = list(GPT2)

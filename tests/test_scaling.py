@@ -200,7 +200,7 @@ def test_plan_with_a_target_loss_gives_each_rule_its_multiplier_of_bps_compute(t
 @pytest.mark.parametrize("extra,message", [
     (["--target-loss", "2"], "--frontiers: --target-loss needs it"),
     (["--frontiers", "x.parquet"], "--target-loss: --frontiers needs it"),
-    (["--target-loss", "2", "--frontiers", "missing.parquet"], "--frontiers: no such file missing.parquet"),
+    (["--target-loss", "2", "--frontiers", "missing.parquet"], "--frontiers: no such file: missing.parquet"),
     (["--target-loss", "-1", "--frontiers", "x"], "--target-loss: must be a positive validation loss"),
 ])
 def test_plan_at_equal_quality_refuses_mistakes_in_one_line(extra, message):

@@ -70,10 +70,12 @@ def load(config: dict) -> dict:
     return filled
 
 
-# The analytic job's per-layer table: about 155 bytes a row once built (the default sweep's 62,567 rows take 9.7 MB,
-# pandas' deep memory usage), and about four times that while it is built (the frames it concatenates and sorts).
-ANALYTIC_ROW_BYTES = 155
-ANALYTIC_BUILD_FACTOR = 4
+# The analytic job's peak memory per row that layer_rows counts (every layer, phase, rule and cost model before the
+# out-of-scope ones drop): measured 161-170 bytes (the process's peak resident growth while layer_table built the
+# tables of 1,200 and 2,400 configurations of tests/test_workflow.py's big grid, 9.0M and 18.0M counted rows, 1.46 and
+# 2.76 GB; 2026-11-27, this project's 2-core machine).
+ANALYTIC_ROW_BYTES = 170
+ANALYTIC_BUILD_FACTOR = 1
 
 
 def machine_memory() -> int | None:
@@ -86,7 +88,8 @@ def machine_memory() -> int | None:
 
 def check_analytic_memory(frame, analytic: dict, memory: int | None = None) -> None:
     """Refuse, before any job, a sweep whose analytic table would not fit this machine's memory (issue 40): its
-    rows (layers x phases x rules x cost models of every configuration) at ANALYTIC_ROW_BYTES, times the build."""
+    rows (layers x phases x rules x cost models of every configuration) at ANALYTIC_ROW_BYTES, the measured peak, against
+    80% of the machine's memory."""
     memory = machine_memory() if memory is None else memory
     if not memory:
         return

@@ -526,9 +526,9 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
     n = tokens_per_sequence(cfg)
     sequences = spec.tokens / n
     steps = sequences / G
-    if steps < 1:
-        raise ConfigError(f"tokens: {spec.tokens:g} tokens make less than one optimizer step ({G} sequences of {n} "
-                          f"tokens = {G * n:,} tokens); give at least that many")
+    if sequences < 1:
+        raise ConfigError(f"tokens: {spec.tokens:g} tokens make less than one sequence of {n} tokens; a run trains "
+                          "on at least one")
     capacity = float(device.memory_bytes)
     peak = float(device.peak(p.compute))
 

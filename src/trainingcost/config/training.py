@@ -143,8 +143,8 @@ class TrainSpec:
         if not self.options.lr > 0 or not math.isfinite(self.options.lr):
             raise ConfigError(f"lr: must be a positive number (got {self.options.lr})")
         if self.options.lr > MAX_LR:
-            raise ConfigError(f"lr: {self.options.lr:g} is above {MAX_LR:g}: every step would overflow or diverge "
-                              "(the defaults are 3e-3 for Adam, 0.05 for SGD)")
+            raise ConfigError(f"lr: {self.options.lr:g} is not a float32 number (at most {MAX_LR:.3g}): the optimizer's "
+                              "step could not multiply by it (the defaults are 3e-3 for Adam, 0.05 for SGD)")
         self.options.check()
         if self.options.mirror_steps < 0:
             raise ConfigError(f"mirror_steps: must be 0 or more (got {self.options.mirror_steps})")
@@ -161,7 +161,7 @@ class TrainSpec:
             check_corpus(self.corpus)
 
 
-MAX_LR = 100.0  # no optimizer here trains at a larger step (SGD and Adam overflow bf16/fp32 weights within a step)
+MAX_LR = 3.4028234663852886e38  # float32's largest: torch's optimizers multiply float32 tensors by the rate
 
 
 def check_corpus(path: str) -> None:
