@@ -431,3 +431,52 @@ def test_a_sweep_whose_analytic_table_would_not_fit_memory_is_refused(tmp_path, 
     check_analytic_memory(frame, config["analytic"], memory=64 * 10**9)  # fits a laptop
     with pytest.raises(ConfigError, match=r"^sweep: 48 configurations make about [\d,]+ rows of per-layer costs"):
         check_analytic_memory(frame, config["analytic"], memory=10**7)
+
+
+def test_a_full_disk_leaves_the_run_folder_whole_or_absent_and_one_line(tmp_path):
+    """Issue 40, defect 3: a full disk (/dev/full here, and a run folder whose files fail to write) gave an OSError
+    traceback and left a run folder with two of its three tables. Now one line, and what this command wrote is
+    removed."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(f"{sys.executable} -m trainingcost hardware > /dev/full", shell=True, capture_output=True,
+                          text=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().endswith("No space left on device writing its output; nothing written")
+
+
+def test_a_run_folder_is_removed_when_a_write_fails(tmp_path, monkeypatch, capsys):
+    """The same fault inside a run: the third table's write fails (ENOSPC); the first two are removed too."""
+    import errno
+
+    from trainingcost import cli, io
+
+    real = io.atomic_write
+    calls = []
+
+    def failing(path, write):
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, write)
+
+    monkeypatch.setattr(io, "atomic_write", failing)
+    out_dir = tmp_path / "run"
+    status = cli.main(["train", "--layers", "1", "--d-model", "16", "--heads", "2", "--d-ff", "32", "--seq-len", "16",
+                       "--batch", "4", "--threads", "1", "--rule", "bp", "--steps", "6", "--out-dir", str(out_dir)])
+    err = capsys.readouterr().err
+    assert status == 1 and "No space left on device" in err and len(calls) == 3
+    assert not out_dir.exists()
+
+
+def test_a_measured_run_prints_no_profiler_debug_lines(tmp_path):
+    """Issue 40, defect 22: every measured run printed kineto's "USDT: ... profiler_start/stop" lines."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "trainingcost", "train", "--layers", "1", "--d-model", "16", "--heads",
+                           "2", "--d-ff", "32", "--seq-len", "16", "--batch", "4", "--threads", "1", "--rule", "bp",
+                           "--steps", "6", "--out-dir", str(tmp_path / "run")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "USDT" not in done.stderr and "profiler_start" not in done.stderr + done.stdout

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import os
 import signal
@@ -738,7 +739,10 @@ def main(argv: list[str] | None = None) -> int:
             if out == folder or folder in out.parents:
                 raise ConfigError(f"out: {args.out} is --out-dir {args.out_dir} or inside it, where the run writes its own "
                                   "tables (measured.parquet, steps.parquet, trace.parquet); give a path outside it")
-        return args.func(args)
+        status = args.func(args)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a full or closed stdout fails here, inside the handlers below, not at exit
+        return status
     except ConfigError as exc:  # (a SizeOverflowError too)
         # Commands that read a config file name its fields; the others name their flags.
         text = str(exc) if args.command in ("configs", "analytic", "check") else flag_message(str(exc))
@@ -751,9 +755,29 @@ def main(argv: list[str] | None = None) -> int:
         return 130 if isinstance(exc, KeyboardInterrupt) else 143
     except BrokenPipeError:  # e.g. piped into head
         return 0
+    except OSError as exc:
+        if exc.errno not in FULL_OR_READ_ONLY:
+            raise
+        # A full disk or quota (or a read-only file system) while writing: what this command wrote is removed, so a
+        # run folder is whole or absent, never half (issue 40); one line names the file.
+        undo_since(mark)
+        where = f" writing {exc.filename}" if exc.filename else " writing its output"
+        _stderr_line(f"trainingcost {args.command}: error: {os.strerror(exc.errno)}{where}; nothing written\n")
+        return 1
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+FULL_OR_READ_ONLY = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _stderr_line(text: str) -> None:
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except OSError:
+        pass
 
 
 INTERRUPT_STATUS = {130: signal.SIGINT, 143: signal.SIGTERM}  # what main() returns after each signal

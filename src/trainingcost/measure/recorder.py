@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import sys
+import tempfile
 from collections import defaultdict
 from contextlib import contextmanager
 
@@ -114,7 +118,7 @@ class StepRecorder:
         cuda = self.device.type == "cuda"
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         clock = PhaseTimer(self.device)
-        with profile(activities=activities) as prof:
+        with _without_profiler_debug_lines(), profile(activities=activities) as prof:
             with clock.step():
                 loss = self.rule.step(batch)
             _, self.profiled_s, _ = clock.finish()
@@ -256,3 +260,36 @@ def measured_rows(recorder: StepRecorder, model) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+# The profiler's native side (kineto) prints "USDT:<time> <pid>:<tid> SyncActivityProfilerHandler.cpp:52]
+# profiler_start" and "... profiler_stop" to stderr on every profiled step, with no switch to silence them (issue 40).
+_PROFILER_DEBUG = re.compile(r"^USDT:.*\] profiler_(start|stop)\s*$")
+
+
+@contextmanager
+def _without_profiler_debug_lines():
+    """Run the block with the process's stderr (fd 2) captured, then write back every line but kineto's two debug
+    lines, so that a real message still reaches the log."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real stderr (a test's capture): nothing to filter
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().decode(errors="replace").splitlines()
+                    if not _PROFILER_DEBUG.match(line)]
+            if kept:
+                sys.stderr.write("\n".join(kept) + "\n")
