@@ -215,18 +215,29 @@ def figure(result: SearchPlan, path: str) -> None:
     import matplotlib.pyplot as plt
     import seaborn as sns
 
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     data = result.table.drop_duplicates(["rule", "gpus"]).copy()
     data["days"] = data["wall_clock_s"] / 86400
+    order = list(dict.fromkeys(data["rule"]))  # one colour per rule in both panels
+    palette = dict(zip(order, sns.color_palette(n_colors=len(order))))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    sns.lineplot(data=data, x="gpus", y="days", hue="rule", marker="o", ax=axes[0])
+    sns.lineplot(data=data, x="gpus", y="days", hue="rule", hue_order=order, palette=palette, marker="o", ax=axes[0])
     axes[0].set(xscale="log", yscale="log", xlabel="GPUs", ylabel="wall-clock (days)",
                 title="Time against GPUs (each rule at its best layout)")
-    sns.lineplot(data=data.sort_values("days"), x="days", y="gpu_hours", hue="rule", marker="o", sort=False,
-                 ax=axes[1], legend=False)
-    axes[1].set(xscale="log", yscale="log", xlabel="wall-clock (days)", ylabel="GPU-hours",
-                title="GPU-hours against time")
+    axes[0].set_xticks(sorted(data["gpus"].unique()))
+    sns.lineplot(data=data.sort_values("days"), x="days", y="gpu_hours", hue="rule", hue_order=order, palette=palette,
+                 marker="o", sort=False, ax=axes[1], legend=False)
+    axes[1].set(xscale="log", xlabel="wall-clock (days)", ylabel="GPU-hours",
+                title="GPU-hours against time (a point per GPU count)")
+    plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}")
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log" and axis is not axes[0].xaxis:
+                axis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+            axis.set_major_formatter(plain)
+            axis.set_minor_formatter(NullFormatter())
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
