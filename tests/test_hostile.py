@@ -480,3 +480,33 @@ def test_a_measured_run_prints_no_profiler_debug_lines(tmp_path):
                            "--steps", "6", "--out-dir", str(tmp_path / "run")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "USDT" not in done.stderr and "profiler_start" not in done.stderr + done.stdout
+
+
+# -- issue 40, defect 10: a YAML alias bomb is refused at once, in one short line -------------------------
+
+def _alias_bomb(levels: int, under: str) -> str:
+    """``levels`` levels of ten aliases each (10^levels values), the last alias placed under ``under``."""
+    lines = ["sweep:", "  presets: [gpt2-small]", "b0: &b0 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]
+    lines += [f"b{i}: &b{i} [{', '.join([f'*b{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return "\n".join(lines) + f"\n{under}: *b{levels - 1}\n"
+
+
+@pytest.mark.parametrize("levels, under", [(9, "extra"), (6, "train:\n  rules"), (4, "train:\n  rules")])
+def test_a_yaml_alias_bomb_is_one_short_line_at_once(tmp_path, capsys, levels, under):
+    (tmp_path / "bomb.yaml").write_text(_alias_bomb(levels, under))
+    start = time.perf_counter()
+    status, stdout, stderr = run_here(capsys, "check", "--config", str(tmp_path / "bomb.yaml"))
+    assert status == 2 and time.perf_counter() - start < 30  # minutes before; a bound no busy machine reaches
+    line = one_line(stderr, "check", "config file" if levels > 5 else "train.rules")
+    assert len(line) <= 250, line
+
+
+def test_the_workflow_refuses_an_alias_bomb_before_walking_it():
+    from trainingcost.config import ConfigError
+    from trainingcost.pipeline import load
+
+    shared = list(range(10))
+    for _ in range(8):  # what Snakemake's own YAML loader builds from a bomb: one list, aliased 10^8 times
+        shared = [shared] * 10
+    with pytest.raises(ConfigError, match="more than 1,000,000 values"):
+        load({"sweep": {"presets": ["gpt2-small"]}, "extra": shared})

@@ -118,17 +118,26 @@ def _path(parts: Iterable[Any]) -> str:
     return text or "(top level)"
 
 
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters: a message stays one readable line whatever the value holds."""
+    text = repr(value) if not isinstance(value, (dict, list)) or len(value) < 100 else f"<a {type(value).__name__} of {len(value)} items>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _one_line(error: jsonschema.ValidationError, root: str) -> str:
     where = _path([root, *error.absolute_path] if root else error.absolute_path)
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))
-        return f"{where}: unknown key {', '.join(repr(k) for k in unknown)} (allowed: {', '.join(allowed)})"
+        return f"{where}: unknown key {', '.join(_short(k) for k in unknown[:5])} (allowed: {', '.join(allowed)})"
     if error.validator == "enum":
-        return f"{where}: {error.instance!r} is not allowed (allowed: {', '.join(map(str, error.validator_value))})"
+        return f"{where}: {_short(error.instance)} is not allowed (allowed: {', '.join(map(str, error.validator_value))})"
     if error.validator == "type":
-        return f"{where}: {error.instance!r} is not of type {error.validator_value!r}"
-    return f"{where}: {error.message}"
+        return f"{where}: {_short(error.instance)} is not of type {error.validator_value!r}"
+    message = error.message
+    if len(message) > 160:  # jsonschema's own message quotes the whole value
+        message = f"{_short(error.instance)} does not satisfy the schema's {error.validator!r} ({_short(error.validator_value, 40)})"
+    return f"{where}: {message}"
 
 
 @lru_cache(maxsize=64)

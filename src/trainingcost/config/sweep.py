@@ -60,6 +60,29 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# The most values (mappings, lists and scalars, counted as written out) a config may hold. The largest real config
+# (a 100,000-configuration grid written out axis by axis) holds far fewer; a YAML alias bomb ("billion laughs": ten
+# aliases of ten aliases of ...) holds 10^9 and would keep every check that walks the config busy for minutes.
+MAX_CONFIG_VALUES = 1_000_000
+
+
+def check_size(value, where: str = "config") -> None:
+    """Refuse a config that expands to more than MAX_CONFIG_VALUES values, before anything walks it: YAML aliases
+    make one mapping or list appear many times, and the walk here stops at the budget instead of expanding them."""
+    budget = MAX_CONFIG_VALUES
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise ConfigError(f"{where}: more than {MAX_CONFIG_VALUES:,} values once its YAML aliases (*name) are "
+                              "expanded; write the config out without nested aliases")
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 def validate_config(config: dict, vocabulary: Vocabulary) -> dict:
     """Validate a whole workflow config; return a copy with defaults filled in.
 
@@ -71,6 +94,7 @@ def validate_config(config: dict, vocabulary: Vocabulary) -> dict:
         raise TypeError(f"validate_config: the vocabulary lacks {', '.join(missing)} (pass trainingcost.analytic.vocabulary())")
     if not isinstance(config, dict):
         raise ConfigError("config: expected a mapping with a 'sweep' section")
+    check_size(config)
     config = numbers_as_written(config)
     check_finite(config, "")
     validate(config, "", vocabulary=vocabulary)
@@ -90,8 +114,12 @@ def read_config(path: str | Path) -> dict:
     except OSError as exc:
         raise ConfigError(f"config file {path}: cannot be read ({exc.strerror})") from None
     try:
-        return yaml.load(text, Loader=_Loader) or {}
+        config = yaml.load(text, Loader=_Loader) or {}
+        check_size(config, f"config file {path}")
+        return config
     except ConfigError as exc:
+        if str(exc).startswith("config file "):
+            raise
         raise ConfigError(f"config file {path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
