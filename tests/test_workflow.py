@@ -310,3 +310,42 @@ def test_snakemake_lint_is_clean():
                             capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     out = result.stdout + result.stderr
     assert "Lints for" not in out and "Congratulations, your workflow is in a good condition" in out, out[-3000:]
+
+
+def test_repair_results_removes_cut_tables_and_marks_missing_runs(tmp_path):
+    """Issue 40, defects 6 and 8, without Snakemake: what a rerun must redo is found and marked (the end-to-end retry
+    is in tests/test_resume.py)."""
+    from types import SimpleNamespace
+
+    from trainingcost.pipeline import GATHERED, RETRIES, RUN_FILES, complete_parquet, repair_results
+
+    whole = tmp_path / "whole.parquet"
+    pd.DataFrame({"a": [1, 2]}).to_parquet(whole)
+    data = whole.read_bytes()
+    for cut in (0, 4, 11, len(data) // 2, len(data) - 1):
+        (tmp_path / "cut.parquet").write_bytes(data[:cut])
+        assert not complete_parquet(tmp_path / "cut.parquet"), cut
+    assert complete_parquet(whole) and not complete_parquet(tmp_path / "absent.parquet")
+
+    jobs = [SimpleNamespace(run_dir=f"results/runs/abc/{rule}/seed0") for rule in ("bp", "dfa")]
+    for job in jobs:
+        (tmp_path / job.run_dir).mkdir(parents=True)
+        for name in RUN_FILES:
+            (tmp_path / job.run_dir / name).write_bytes(data)
+    assert repair_results(jobs, root=tmp_path) == []  # a first sweep: no gathered tables, nothing to redo
+    for table in GATHERED:
+        (tmp_path / table).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / table).write_bytes(data)
+    retries = tmp_path / RETRIES
+    assert repair_results(jobs, root=tmp_path) == [] and retries.read_text() == ""  # a finished sweep stays finished
+
+    (tmp_path / jobs[1].run_dir / "steps.parquet").write_bytes(data[:-3])  # a run's table cut short
+    dry = repair_results(jobs, remove=False, root=tmp_path)
+    assert len(dry) == 2 and all("without -n" in line for line in dry), dry
+    assert (tmp_path / jobs[1].run_dir / "steps.parquet").exists()
+    done = repair_results(jobs, root=tmp_path)
+    assert done[0].startswith("results/runs/abc/dfa/seed0/steps.parquet: not a whole parquet file")
+    assert done[1].startswith("1 training run(s) missing (e.g. results/runs/abc/dfa/seed0)")
+    assert not (tmp_path / jobs[1].run_dir / "steps.parquet").exists()
+    assert (tmp_path / jobs[0].run_dir / "steps.parquet").read_bytes() == data  # the whole run is kept
+    assert len(retries.read_text().splitlines()) == 2  # the gathering's input changed: Snakemake gathers again

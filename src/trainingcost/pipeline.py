@@ -174,6 +174,93 @@ def run_dir(config_id: str, rule: str, seed) -> str:
     return f"results/runs/{config_id}/{rule}/seed{seed}"
 
 
+RUN_FILES = ("measured.parquet", "steps.parquet", "trace.parquet")
+GATHERED = ("results/tables/measured.parquet", "results/tables/steps.parquet", "results/tables/trace.parquet")
+
+
+def complete_parquet(path: Path) -> bool:
+    """Whether ``path`` ends as a parquet file ends (its footer's length, then ``PAR1``, and ``PAR1`` at the start):
+    a file cut short by a full disk or a kill, or one that is not parquet at all, does not. Reads 12 bytes."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            if size < 12 or head != b"PAR1":
+                return False
+            f.seek(size - 8)
+            tail = f.read(8)
+    except OSError:
+        return False
+    footer = int.from_bytes(tail[:4], "little")
+    return tail[4:] == b"PAR1" and footer <= size - 12
+
+
+RETRIES = "results/runs/retries.txt"
+
+
+def repair_results(jobs: list, remove: bool = True, root: str | Path = ".") -> list[str]:
+    """Make a rerun of the workflow redo what is broken or was deleted under ``results/`` (docs/failures.md).
+
+    - A parquet table that is not whole (truncated by a full disk or a kill, or overwritten by something else) is
+      removed, so that the rule that writes it runs again instead of its readers failing on it.
+    - When a training run's files are missing (its folder deleted to train it again, or removed above) while the
+      gathered tables exist, a line is added to ``RETRIES``, an input of the gathering rule: Snakemake then sees the
+      gathering out of date, trains the missing run first and gathers again, and remakes what reads the gathered
+      tables. Without it, Snakemake keeps them (the runs still present are unchanged, by checksum), and a missing run
+      is an intermediate file it has no reason to make: "Nothing to be done". The file is written only when something
+      is missing, so a finished sweep stays finished.
+
+    ``remove`` False (a dry run, -n) removes nothing and says what a run would redo. Returns one line per thing found.
+    """
+    root = Path(root)
+    lines = []
+    retries = root / RETRIES
+    if jobs and not retries.exists():
+        retries.parent.mkdir(parents=True, exist_ok=True)
+        retries.write_text("")
+    cut = set()
+    for path in sorted((root / "results").rglob("*.parquet")):
+        if path.is_file() and not complete_parquet(path):
+            rel = path.relative_to(root)
+            cut.add(rel)
+            if remove:
+                path.unlink(missing_ok=True)
+                lines.append(f"{rel}: not a whole parquet file (cut short?); removed, to be made again")
+            else:
+                lines.append(f"{rel}: not a whole parquet file (cut short?); a run without -n removes and makes it again")
+    missing = [job.run_dir for job in jobs if not all((root / job.run_dir / name).is_file()
+                                                      and Path(job.run_dir, name) not in cut for name in RUN_FILES)]
+    gathered = [table for table in GATHERED if (root / table).is_file() or Path(table) in cut]
+    if gathered and (missing or any(Path(table) in cut for table in gathered)):
+        with open(retries, "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} gathered again: {len(missing)} run(s) missing "
+                    f"{' '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}\n")
+        if missing:
+            lines.append(f"{len(missing)} training run(s) missing (e.g. {missing[0]}): they are trained"
+                         + (" and gathered again" if remove else " and gathered again by a run without -n"))
+    return lines
+    cut = set()
+    for path in sorted(results.rglob("*.parquet")):
+        if path.is_file() and not complete_parquet(path):
+            rel = path.relative_to(root)
+            cut.add(rel)
+            if remove:
+                path.unlink(missing_ok=True)
+                lines.append(f"{rel}: not a whole parquet file (cut short?); removed, to be made again")
+            else:
+                lines.append(f"{rel}: not a whole parquet file (cut short?); a run without -n removes and makes it again")
+    missing = [job.run_dir for job in jobs if not all((root / job.run_dir / name).is_file()
+                                                      and Path(job.run_dir, name) not in cut for name in RUN_FILES)]
+    gathered = [root / table for table in GATHERED if (root / table).is_file() and Path(table) not in cut]
+    if missing and gathered:
+        for table in gathered if remove else ():
+            table.unlink(missing_ok=True)
+        lines.append(f"{len(missing)} training run(s) missing (e.g. {missing[0]}): "
+                     + ("they are trained and gathered again" if remove else "a run without -n trains and gathers them"))
+    return lines
+
+
 def job_task(train: dict, cfg: ModelConfig) -> str:
     if train["task"] != "auto":
         return train["task"]

@@ -10,7 +10,7 @@ from snakemake.utils import validate
 
 from trainingcost.config import ConfigError
 from trainingcost.pipeline import FIGURES as FIGURE_FILES
-from trainingcost.pipeline import config_hash, figure_names, load, train_command, train_jobs, write_schema
+from trainingcost.pipeline import RETRIES, config_hash, figure_names, load, repair_results, train_command, train_jobs, write_schema
 from trainingcost.pipeline import step_comm, step_comparison, step_measured, step_plan, step_scaling_table, step_summary
 
 try:
@@ -53,6 +53,14 @@ TRAIN_RESOURCES = dict(
 if "timed" not in workflow.global_resources:
     workflow.register_resource("timed", TRAIN["timed_at_once"])
 TIMED_AT_ONCE = max(1, min(TRAIN["timed_at_once"], (os.cpu_count() or 1) // max(TRAIN["resources"]["threads"] * _NPROC, 1)))
+# Broken or deleted results are redone by a rerun (docs/failures.md, "Retrying"): a parquet table cut short is removed
+# (not in a dry run, -n), and the gathered tables are marked out of date while a training run's files are missing.
+import re as _re
+
+_DRY_RUN = any(_re.fullmatch(r"--dry-?run|--dry_run|-[A-Za-z]*n[A-Za-z]*", arg) for arg in sys.argv[1:])
+for _line in repair_results(TRAIN_JOBS, remove=not _DRY_RUN):
+    print(_line, file=sys.stderr)
+
 # Every argument is shell-quoted: nothing from the config is ever read by the shell as code.
 TRAIN_ARGS = {
     (job.config_id, job.rule, job.seed): shlex.join(train_command(job, FILLED))

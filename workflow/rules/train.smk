@@ -76,6 +76,8 @@ rule measured:
         measured=[f"{job.run_dir}/measured.parquet" for job in TRAIN_JOBS],
         steps=[f"{job.run_dir}/steps.parquet" for job in TRAIN_JOBS],
         traces=[f"{job.run_dir}/trace.parquet" for job in TRAIN_JOBS],
+        # a line is added when a run's files went missing after gathering (repair_results in common.smk)
+        retries=RETRIES,
     output:
         measured="results/tables/measured.parquet",
         steps="results/tables/steps.parquet",
