@@ -2,6 +2,7 @@
 status, a single line on stderr that names the field, no traceback, and no file left behind."""
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -510,3 +511,61 @@ def test_the_workflow_refuses_an_alias_bomb_before_walking_it():
         shared = [shared] * 10
     with pytest.raises(ConfigError, match="more than 1,000,000 values"):
         load({"sweep": {"presets": ["gpt2-small"]}, "extra": shared})
+
+
+# -- issue 40: a trainer never outlives its workflow (orphans after a SIGKILL of Snakemake; defect 13) ---
+
+def _wait_gone(pid: int, seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # our own child: reap it
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def _trainer_of(shell_pid: int, seconds: float = 30) -> int:
+    """The `trainingcost train` process that the shell ``shell_pid`` started."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        children = Path(f"/proc/{shell_pid}/task/{shell_pid}/children")
+        pids = children.read_text().split() if children.exists() else []
+        if pids:
+            return int(pids[0])
+        time.sleep(0.1)
+    raise AssertionError("the shell started no trainer")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's prctl")
+def test_a_trainer_dies_with_its_workflow_and_with_its_job_shell(tmp_path):
+    """The workflow's train rule: `bash -c "trainingcost train ... || ... --record-failure $?"` under Snakemake.
+    A stand-in process plays Snakemake (TRAININGCOST_WORKFLOW_PID). Killed with SIGKILL, the trainer ends within
+    seconds, writes nothing, and the fallback writes no `failed` row either; with the job's shell killed instead,
+    the trainer dies with it (src/trainingcost/lifeline.py)."""
+    train = [sys.executable, "-m", "trainingcost", "train", "--steps", "100000", "--threads", "1"]
+    for victim in ("workflow", "shell"):
+        out = tmp_path / victim / "run"
+        workflow = subprocess.Popen(["sleep", "600"])
+        command = f"{shlex.join(train + ['--out-dir', str(out)])} || {shlex.join(train + ['--out-dir', str(out)])} --record-failure $?"
+        shell = subprocess.Popen(["bash", "-c", command], env={**ENV, "TRAININGCOST_WORKFLOW_PID": str(workflow.pid)},
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        trainer = _trainer_of(shell.pid)
+        time.sleep(1)
+        (workflow if victim == "workflow" else shell).kill()
+        if victim == "workflow":
+            workflow.wait()  # reaped, as Snakemake's own parent (a shell) reaps it; a zombie still answers kill(pid, 0)
+        assert _wait_gone(trainer, 30), f"the trainer outlived the killed {victim}"
+        if victim == "workflow":
+            stderr = shell.communicate(timeout=60)[1]
+            assert "trainingcost train: terminated; nothing written" in stderr, stderr
+        workflow.kill()
+        workflow.wait()
+        shell.wait(timeout=60)
+        assert not out.exists(), f"killed {victim}: {list(out.rglob('*'))}"

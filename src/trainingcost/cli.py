@@ -303,6 +303,9 @@ TRAIN_MODEL_DEFAULTS = dict(arch="decoder", layers=2, d_model=64, heads=4, ff_mu
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from .lifeline import hold
+
+    hold()  # under the workflow: die with it, never outlive it (src/trainingcost/lifeline.py)
     defaults = task_defaults(args.task)
     cfg = model_entry(args, {**TRAIN_MODEL_DEFAULTS, "vocab": defaults["vocab"]})
     if args.classes is None and cfg.arch != "encoder-decoder":

@@ -28,8 +28,15 @@ validate(config, write_schema(".snakemake/trainingcost/config.schema.yaml"))
 os.environ["TRAININGCOST_CONFIG_HASH"] = config_hash(FILLED)
 
 
+# Training jobs die with the Snakemake process that runs them (src/trainingcost/lifeline.py): a sweep killed with
+# SIGKILL leaves no trainer behind to race its rerun in the same run folder. Set at every parse, so that a job that
+# Snakemake runs in a process of its own (a cluster job) watches that process, not the one that submitted it.
+os.environ["TRAININGCOST_WORKFLOW_PID"] = str(os.getpid())
+
+
 envvars:
     "TRAININGCOST_CONFIG_HASH",
+    "TRAININGCOST_WORKFLOW_PID",
 
 # The package's command line, run by the interpreter that runs this workflow (no PATH needed).
 TRAININGCOST = f"{shlex.quote(sys.executable)} -m trainingcost"
