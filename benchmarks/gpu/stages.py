@@ -443,11 +443,12 @@ def stage_memory(stage: Stage) -> str:
 def stage_energy(stage: Stage) -> str:
     runs = all_runs(stage)
     ok = runs[runs["status"] == "ok"].copy()
-    tokens = ok["batch"] * ok["seq_len"]
+    tokens = ok["tokens_per_s"] * ok["step_time_median_s"]  # the run's tokens per step (both stacks of an enc-dec)
     ok["joules_per_token"] = ok["energy_per_step_j"] / tokens
     ok["watts"] = ok["energy_per_step_j"] / ok["step_time_median_s"]
+    ok = ok.merge(energy_readings(stage), on=["config_id", "rule", "seed"], how="left")
     table = ok[["shape", "rule", "step_time_median_s", "energy_per_step_j", "joules_per_token", "watts",
-                "energy_source"]]
+                "energy_readings", "zero_readings", "energy_source"]]
     stage.write("energy.csv", table)
     by_rule = table.groupby("rule", sort=False)[["energy_per_step_j", "joules_per_token", "watts"]].median()
     (stage.dir / "energy.txt").write_text("Per rule, median over runs: NVML joules per step and per token, mean watts\n"
@@ -456,8 +457,23 @@ def stage_energy(stage: Stage) -> str:
     if not measured:
         return f"{len(table)} runs, no energy counter ({'dry run: no NVML' if dry() else 'NVML gave none'})"
     bp = by_rule.loc["bp"] if "bp" in by_rule.index else None
-    return (f"{measured}/{len(table)} runs with NVML energy"
+    zeros = int(table["zero_readings"].sum())
+    return (f"{measured}/{len(table)} runs with NVML energy ({zeros} of {int(table['energy_readings'].sum())} "
+            "step readings 0 J)"
             + (f"; BP median {bp['joules_per_token'] * 1e3:.3g} mJ/token at {bp['watts']:.0f} W" if bp is not None else ""))
+
+
+def energy_readings(stage: Stage):
+    """Per run: its timed steps' NVML readings, and how many read 0 J (the counter's update period at work)."""
+    import pandas as pd
+
+    frames = [pd.read_parquet(p) for n in (1, 2, 3) for p in stage.work.glob(f"stage{n}_*/steps.parquet")]
+    steps = pd.concat([f for f in frames if len(f)], ignore_index=True)
+    steps = steps[steps["kind"] == "timed"].drop_duplicates(["config_id", "rule", "seed", "step"])
+    energy = steps["energy_j"] if "energy_j" in steps else pd.Series(float("nan"), index=steps.index)
+    steps = steps.assign(read=energy.notna(), zero=energy.eq(0))
+    return steps.groupby(["config_id", "rule", "seed"], as_index=False).agg(
+        energy_readings=("read", "sum"), zero_readings=("zero", "sum"))
 
 
 def stage_device(stage: Stage) -> str:
