@@ -60,15 +60,19 @@ def size(job) -> int:
 
 
 def run_jobs(config: dict, out: Path, limit: int | None, timeout: int, same_process: bool = False,
-             largest_first: bool = False, budget_s: float | None = None) -> tuple[Path, Path]:
-    jobs = train_jobs(config)
+             largest_first: bool = False, budget_s: float | None = None, jobs: list | None = None,
+             gathered: Path | None = None) -> tuple[Path, Path]:
+    """Run ``jobs`` (default: every job of the config) with their run directories under ``out``, and gather their
+    tables into ``gathered`` (default ``out``). With ``budget_s``, no job starts that would end after it at the pace
+    of the longest job so far."""
+    jobs = train_jobs(config) if jobs is None else jobs
     if largest_first:  # stable: each configuration keeps its rules together, in the config's rule order
         jobs = sorted(jobs, key=lambda j: -size(j))
     jobs = jobs[:limit]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
-    began = time.perf_counter()
+    began, longest = time.perf_counter(), 0.0
     for n, job in enumerate(jobs, 1):
-        if budget_s is not None and time.perf_counter() - began > budget_s:
+        if budget_s is not None and time.perf_counter() - began + longest > budget_s:
             print(f"time budget of {budget_s:g} s spent: {len(jobs) - n + 1} jobs not started", flush=True)
             break
         target = out / job.run_dir
@@ -85,13 +89,15 @@ def run_jobs(config: dict, out: Path, limit: int | None, timeout: int, same_proc
                                           stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
                 except subprocess.TimeoutExpired:
                     code = "timeout"
+        longest = max(longest, time.perf_counter() - start)
         line = (target / "train.log").read_text().strip().splitlines()
         print(f"[{n}/{len(jobs)}] {job.name} {job.config_id} {job.rule}: exit {code}, {time.perf_counter() - start:.1f} s; "
               f"{line[-1][-120:] if line else ''}", flush=True)
     done = [out / j.run_dir for j in jobs if (out / j.run_dir / "measured.parquet").exists()]
-    measured, steps = out / "measured.parquet", out / "steps.parquet"
+    gathered = out if gathered is None else gathered
+    measured, steps = gathered / "measured.parquet", gathered / "steps.parquet"
     gather_runs([d / "measured.parquet" for d in done], [d / "steps.parquet" for d in done], measured, steps,
-                [d / "trace.parquet" for d in done if (d / "trace.parquet").exists()], out / "trace.parquet")
+                [d / "trace.parquet" for d in done if (d / "trace.parquet").exists()], gathered / "trace.parquet")
     return measured, steps
 
 

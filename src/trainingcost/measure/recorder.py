@@ -206,7 +206,9 @@ def run_summary(recorder: StepRecorder, tokens_per_step: int, dtype: str, device
         summary["memory_source"] = "cpu_process_max_rss"
     summary.update(tensor_memory_columns(recorder.memory))
     energy = timed["energy_j"] if "energy_j" in timed else pd.Series(dtype=float)
-    summary["energy_per_step_j"] = float(energy.median()) if len(energy.dropna()) else math.nan
+    # the mean, not the median: NVML's counter advances in steps of ~10 ms or more, so a short step's reading is 0 or
+    # a whole update; the median of such readings is one of those, their mean the energy per step (their sum telescopes)
+    summary["energy_per_step_j"] = float(energy.dropna().mean()) if len(energy.dropna()) else math.nan
     summary["energy_source"] = "nvml_total_energy" if recorder.energy.available else None
     return summary
 
