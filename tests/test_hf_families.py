@@ -8,7 +8,8 @@ Parallel blocks (GPT-J, GPT-NeoX, Phi-1/2, Falcon, StableLM), partial rotary (ro
 partial_rotary_factor), a LayerNorm without parameters (OLMo), fused projections (GPT-NeoX's and Falcon's
 query_key_value, Phi-3's qkv_proj and gate_up_proj: one product of the widths they join, the same FLOPs as trainingcost's
 separate ones).
-The one term left: Falcon's multi-query attention, which Hugging Face runs on SDPA's math path (see the test).
+Two families run another attention kernel in transformers (Falcon's multi-query attention: SDPA's math path; Gemma 2
+uncapped: eager attention); `estimate --hf-config` says so in one line, and the test checks the difference it states.
 """
 
 import pytest
@@ -18,7 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from trainingcost.analytic import layer_table
 from trainingcost.analytic.memory import memory_table
 from trainingcost.config import ConfigError, canonical_model, configs_frame
-from trainingcost.config.hf import check_window, hf_entry, with_overrides
+from trainingcost.config.hf import check_window, hf_entry, transformers_attention, with_overrides
 from trainingcost.measure.flops import CPU_SDPA_FORMULAS
 
 transformers = pytest.importorskip("transformers")
@@ -139,18 +140,13 @@ def test_parameters_and_executed_flops_equal_the_hugging_face_model(model_type):
         frame = configs_frame([("", cfg)])
         assert int(memory_table(frame, ["bp"]).parameter_count.iloc[0]) == model.num_parameters() + untied
         executed = int(layer_table(frame, ["bp"], ["executed"]).flops.sum())
-        terms = 0
-        if model_type == "falcon":
-            # Falcon's multi-query attention hands SDPA one key/value head beside four query heads with a mask, which
-            # the CPU's fused kernel does not take: torch's math path runs, its backward four batched products (8 M N
-            # a), not the fused kernel's 10 M N a. trainingcost's model repeats the head (a view) and runs the fused
-            # kernel, and counts that.
-            terms -= cfg.layers * 2 * B * length * length * cfg.attn_width
-        if model_type == "gemma2:uncapped:window":
-            # Gemma 2 without soft-capping: transformers still runs its eager attention (Gemma 2 has no SDPA path), its
-            # backward four batched products (8 M N a); trainingcost's model, with nothing to cap, the fused kernel
-            # (10 M N a), and counts that.
-            terms -= cfg.layers * 2 * B * length * length * cfg.attn_width
+        # Where transformers runs another attention kernel than the fused one trainingcost prices (Falcon's
+        # multi-query attention: SDPA's math path; Gemma 2 uncapped: eager attention), `estimate --hf-config` says so
+        # and states the difference (config/hf.py, attention_note): four batched products backward (8 M N a), not the
+        # fused kernel's 10 M N a. Every other family: the same FLOPs exactly.
+        other = transformers_attention(data)
+        assert (other is not None) == (model_type in ("falcon", "gemma2:uncapped:window")), (model_type, other)
+        terms = -cfg.dec_layers * 2 * B * length * length * cfg.attn_width if other else 0
         assert hf_step_flops(model, config, length) - executed == terms, (model_type, length, cfg.options())
 
 
@@ -223,3 +219,24 @@ def test_unsupported_variants_get_one_line(data, message):
     with pytest.raises(ConfigError) as err:
         hf_entry(data, "config.json")
     assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
+
+
+def test_estimate_names_the_attention_kernel_where_transformers_runs_another(tmp_path, capsys):
+    """Issue 39: `estimate --hf-config` on falcon-7b priced the fused kernel's backward without a word; it now says
+    which kernel it prices and by how much transformers' own step differs. A family that runs the fused kernel in
+    transformers gets no such line."""
+    import json
+
+    from trainingcost.cli import main
+
+    outputs = {}
+    for name in ("falcon-7b", "gemma-2b", "starcoder2-3b"):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(PUBLISHED[name]))
+        assert main(["estimate", "--hf-config", str(path), "--seq-len", "2048", "--batch", "1", "--rule", "bp"]) == 0
+        outputs[name] = " ".join(capsys.readouterr().out.split())
+    assert "attention: priced as torch's fused SDPA kernel" in outputs["falcon-7b"]
+    assert "torch's math path" in outputs["falcon-7b"]
+    # 2 B M N a per layer: 2 x 1 x 2048^2 x 4544 x 32 fewer FLOPs in transformers' step
+    assert f"its BP step has {2 * 2048 * 2048 * 4544 * 32:.3g} fewer FLOPs" in outputs["falcon-7b"]
+    assert not any("attention: priced as" in outputs[name] for name in ("gemma-2b", "starcoder2-3b"))

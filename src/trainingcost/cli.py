@@ -241,6 +241,12 @@ def estimate_outcome(args: argparse.Namespace) -> EstimateOutcome:
         table = layer_table(configs, rules, models, args.mirror_steps)
     else:
         table = phase_table(configs, rules, models, args.mirror_steps)
+    if getattr(args, "hf_config", None):  # transformers' own model may run another attention kernel: say which
+        from .config.hf import attention_note
+
+        bp = table[(table["rule"] == "bp") & (table["cost_model"] == "executed")] if "executed" in models else None
+        note = attention_note(args.hf_config, cfg, int(bp["flops"].sum()) if bp is not None and len(bp) else None)
+        notes = notes + ([note] if note else [])
     return EstimateOutcome(cfg, table, memory, models, notes)
 
 

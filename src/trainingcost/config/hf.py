@@ -61,6 +61,46 @@ def read_hf_config(path: str | Path, where: str = "--hf-config") -> dict:
     return hf_entry(data, f"{where} {file}")
 
 
+def transformers_attention(data: dict) -> str | None:
+    """How transformers' own model of this ``config.json`` runs attention, where that is not the fused kernel that
+    trainingcost's executed model prices (torch's scaled_dot_product_attention, whose backward recomputes the scores:
+    10 M N a FLOPs per layer and batch element); None where it is the same. The two families that differ
+    (tests/test_hf_families.py checks every family's FLOPs against transformers' model, these two to the difference
+    stated here):
+
+    - Falcon's original decoder with multi_query (falcon-7b): modeling_falcon.py hands SDPA one key/value head beside
+      the query heads, with a mask, which the fused kernels do not take: torch runs its math path, whose backward is
+      four batched products (8 M N a);
+    - Gemma 2 without soft-capping: modeling_gemma2.py has no SDPA path (eager attention only): the written-out
+      scores and softmax, four batched products backward (8 M N a). Soft-capped, trainingcost writes it out too.
+    """
+    model_type = data.get("model_type")
+    if model_type == "falcon" and not data.get("new_decoder_architecture", False) and data.get("multi_query", True) \
+            and (data.get("num_attention_heads") or 0) > 1:
+        return "torch's math path (falcon's multi-query attention hands SDPA one key/value head and a mask)"
+    if model_type == "gemma2" and not data.get("attn_logit_softcapping", 50.0):
+        return "its eager attention (transformers' Gemma 2 has no SDPA path)"
+    return None
+
+
+def attention_note(path: str | Path, cfg, step_flops: int | None = None) -> str | None:
+    """One line for ``estimate --hf-config``: which attention kernel the executed model prices, where transformers'
+    model of the same file runs another, and the FLOPs by which its training step differs (2 M N a per attention
+    layer and batch element: the fused backward's recomputed scores)."""
+    try:
+        data = json.loads(config_path(path, "--hf-config").read_text(encoding="utf-8"))
+    except (OSError, ValueError, ConfigError):
+        return None
+    path_taken = transformers_attention(data) if isinstance(data, dict) else None
+    if path_taken is None:
+        return None
+    rows = cfg.tgt_len if cfg.encdec else cfg.seq_len
+    fewer = 2 * cfg.batch * rows * rows * cfg.attn_width * cfg.dec_layers
+    share = f", {fewer / step_flops:.1%} of BP's executed step" if step_flops else ""
+    return (f"attention: priced as torch's fused SDPA kernel (backward 10 M N a per layer); transformers runs "
+            f"{path_taken}, 8 M N a: its BP step has {fewer:.3g} fewer FLOPs{share}")
+
+
 class _Keys:
     """Typed access to a config.json's keys, each mistake one line naming the key."""
 
