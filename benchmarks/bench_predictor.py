@@ -16,7 +16,12 @@ Every figure is the median over the rounds of a run's median step time. The mach
 after, and each run's timing quality (:mod:`trainingcost.measure.load`) are printed; runs flagged noisy or
 contended are left out of the scores and counted.
 
-    python benchmarks/bench_predictor.py [--configs 12] [--steps 14] [--rounds 3] [--threads 1] [--no-probe]
+    python benchmarks/bench_predictor.py [--configs 12] [--steps 14] [--rounds 3] [--threads 1] [--no-probe] [--repeats 3]
+
+With ``--repeats N`` (default 3) the whole benchmark runs N times, each in a fresh process (its own trace,
+calibration and measurements), one after another; each repeat's report is printed, then the step-time MAPE's median
+over the repeats and its range, against the goals (issue 39: median <= 8%, the worst repeat <= 12%). A figure that
+holds in one run out of three is not a property of the software.
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -82,7 +90,13 @@ def main() -> None:
                         help="score the traced ops priced with the host terms (calibrate without --probe) instead of "
                              "the probes (the default since 2026-11-25: closer in three runs on two machines)")
     parser.add_argument("--save", default="", help="a pickle file for the traces, calibration and measurements")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="run the whole benchmark this many times, each in a fresh process, and report the median "
+                             "MAPE and its range (1: one run, its report alone)")
     args = parser.parse_args()
+    if args.repeats > 1:
+        repeat(args.repeats)
+        return
     if args.clock == "thread":
         time.perf_counter = time.thread_time  # the timers and the calibration read time.perf_counter at each call
     torch.set_num_threads(args.threads)
@@ -188,6 +202,41 @@ def main() -> None:
               f"{float(((good[p] - split[p]) / good['measured']).median()):+.1%} | {int((worst == p).sum())} |")
     miss = (good["predicted_time_s"] - good["measured"]) / good["measured"]
     print(f"misses: median {pct(float(miss.median()))}, under-predicted runs {int((miss < 0).sum())} of {len(miss)}")
+
+
+MAPE_LINE = re.compile(r"^step time, all runs, .*: MAPE ([0-9.]+)%, Spearman ([0-9.]+) \(n=([0-9]+)\)$", re.M)
+RATIO_LINE = re.compile(r"^predicted / measured, median ([0-9.]+)$", re.M)
+
+
+def repeat(n: int) -> None:
+    """The benchmark ``n`` times, each a fresh process with the same arguments and --repeats 1; then the median and
+    range of the step-time MAPE (and of predicted / measured) over the repeats."""
+    argv = [a for a in sys.argv[1:]]
+    if "--repeats" in argv:
+        i = argv.index("--repeats")
+        del argv[i:i + 2]
+    argv = [a for a in argv if not a.startswith("--repeats=")]
+    mapes, ratios = [], []
+    began = time.perf_counter()
+    for k in range(1, n + 1):
+        print(f"## repeat {k} of {n} (a fresh process)\n", flush=True)
+        done = subprocess.run([sys.executable, __file__, *argv, "--repeats", "1"], capture_output=True, text=True)
+        print(done.stdout, end="", flush=True)
+        if done.returncode != 0:
+            print(done.stderr[-2000:], file=sys.stderr)
+            raise SystemExit(f"bench_predictor: repeat {k} failed (exit status {done.returncode})")
+        found, ratio = MAPE_LINE.search(done.stdout), RATIO_LINE.search(done.stdout)
+        mapes.append(float(found.group(1)))
+        ratios.append(float(ratio.group(1)))
+        print()
+    median, worst = statistics.median(mapes), max(mapes)
+    print(f"## over {n} repeats ({time.perf_counter() - began:.0f} s, {cpu_name()}, load average now "
+          f"{load_average():.2f})\n")
+    print(f"step-time MAPE: median {median:.1f}% (range {min(mapes):.1f}-{worst:.1f}%; repeats: "
+          f"{', '.join(f'{m:.1f}%' for m in mapes)}); predicted / measured, median {statistics.median(ratios):.3f} "
+          f"(range {min(ratios):.3f}-{max(ratios):.3f})")
+    print(f"goals (issue 39): median <= 8%: {'met' if median <= 8 else 'NOT met'}; worst repeat <= 12%: "
+          f"{'met' if worst <= 12 else 'NOT met'}")
 
 
 if __name__ == "__main__":

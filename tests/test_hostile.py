@@ -569,3 +569,26 @@ def test_a_trainer_dies_with_its_workflow_and_with_its_job_shell(tmp_path):
         workflow.wait()
         shell.wait(timeout=60)
         assert not out.exists(), f"killed {victim}: {list(out.rglob('*'))}"
+
+
+def test_a_training_run_that_would_not_fit_this_machine_is_refused_before_any_job(tmp_path, capsys):
+    """Issue 40, resource limits up front: a CPU run's memory (the executed memory model's peak, per rank, plus the
+    process) is checked against the machine before launch, in one line naming the entry and the rule."""
+    import yaml
+
+    from trainingcost.config import ConfigError
+    from trainingcost.pipeline import TRAIN_PROCESS_BYTES, check_train_memory, load_file, train_jobs
+
+    config = load_file(Path(__file__).resolve().parents[1] / "config" / "config.yaml")
+    jobs = train_jobs(config)
+    check_train_memory(jobs, {**config["train"], "device": "cpu"}, memory=64 * 10**9)  # the default sweep fits
+    with pytest.raises(ConfigError, match=r"^train\.select: sweep entry '[^']+' under rule \w+ needs about [\d.]+ GB"):
+        check_train_memory(jobs, {**config["train"], "device": "cpu"}, memory=TRAIN_PROCESS_BYTES)
+    # a model whose activations alone need terabytes, selected for training: `check` refuses it in one line
+    big = {"sweep": {"models": [{"name": "big", "arch": "decoder", "layers": 4, "d_model": 4096, "heads": 32,
+                                 "d_ff": 16384, "vocab": 256, "seq_len": 4096, "batch": 512}]},
+           "train": {"select": ["big"], "rules": ["bp"], "device": "cpu"}}
+    (tmp_path / "big.yaml").write_text(yaml.safe_dump(big))
+    status, stdout, stderr = run_here(capsys, "check", "--config", str(tmp_path / "big.yaml"))
+    line = one_line(stderr, "check", "train.select: sweep entry 'big' under rule bp needs about")
+    assert status == 2 and "more than this machine's" in line and len(line) <= 250, line

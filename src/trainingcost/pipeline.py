@@ -56,7 +56,7 @@ def load(config: dict) -> dict:
     """Validate a workflow config once, with every check that needs no job: the schema (the catalogue's rules
     and cost models), every configuration, the training jobs and the figures' names. Returns it with defaults."""
     filled = validate_config(config, vocabulary())
-    train_jobs(filled)
+    check_train_memory(train_jobs(filled), filled["train"])
     check_figures(filled)
     check_plan(filled)
     scaling_study(filled)
@@ -99,6 +99,44 @@ def check_analytic_memory(frame, analytic: dict, memory: int | None = None) -> N
         raise ConfigError(f"sweep: {len(frame):,} configurations make about {rows:,} rows of per-layer costs, about "
                           f"{need / 1e9:.1f} GB to build, more than this machine's {memory / 1e9:.1f} GB can hold; "
                           "split the sweep, or name fewer analytic.rules or analytic.cost_models")
+
+
+# What a training process holds beside its model's tensors: the interpreter, torch, pandas and the package (the
+# resident set of `trainingcost train` on the tiny default model: 420-480 MB, this project's 2-core machine, 2026-11-27).
+TRAIN_PROCESS_BYTES = 500 * 2**20
+
+
+def check_train_memory(jobs: list, train: dict, memory: int | None = None) -> None:
+    """Refuse, before any job, a CPU training run whose tensors would not fit this machine's memory (issue 40): each
+    run's peak from the executed memory model (analytic/memory.py, which the tensor meter matches byte for byte),
+    per rank, plus TRAIN_PROCESS_BYTES, against 80% of the machine's memory. On a GPU the device's own memory holds
+    the tensors: a run that does not fit ends with status oom, as on the CPU when other work takes the memory."""
+    if not jobs or not (train.get("device") == "cpu" or (train.get("device") == "auto" and not _nvidia_gpu_here())):
+        return
+    memory = machine_memory() if memory is None else memory
+    if not memory:
+        return
+    from .config import configs_frame as frame_of
+
+    configs = {job.config_id: (job.name, job.cfg) for job in jobs}
+    rules = sorted({job.rule for job in jobs})
+    table = memory_table(frame_of(list(configs.values())), rules, [train["dtype"]], [train["optimizer"]])
+    nproc = train["parallel"]["nproc"]
+    need = table.assign(need=table["peak"] * nproc + TRAIN_PROCESS_BYTES * nproc)
+    wanted = {(job.config_id, job.rule) for job in jobs}
+    need = need[[(c, r) in wanted for c, r in zip(need["config_id"], need["rule"])]]
+    worst = need.loc[need["need"].idxmax()]
+    if worst["need"] > 0.8 * memory:
+        name = configs[worst["config_id"]][0]
+        raise ConfigError(f"train.select: sweep entry {name!r} under rule {worst['rule']} needs about "
+                          f"{worst['need'] / 1e9:.1f} GB to train here (its tensors' peak, {worst['peak'] / 1e9:.1f} GB, "
+                          f"{'x ' + str(nproc) + ' ranks ' if nproc > 1 else ''}plus the process), more than this "
+                          f"machine's {memory / 1e9:.1f} GB can hold; train a smaller batch or model, or on a GPU")
+
+
+def _nvidia_gpu_here() -> bool:
+    """Whether this machine shows an NVIDIA GPU (its driver's proc folder), without importing torch."""
+    return Path("/proc/driver/nvidia/gpus").is_dir()
 
 
 def load_file(path: str | Path) -> dict:
