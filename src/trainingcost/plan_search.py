@@ -12,6 +12,7 @@ import argparse
 import copy
 import dataclasses
 import math
+from pathlib import Path
 
 import pandas as pd
 
@@ -239,7 +240,9 @@ def figure(result: SearchPlan, path: str) -> None:
             axis.set_major_formatter(plain)
             axis.set_minor_formatter(NullFormatter())
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    from .io import atomic_write  # a kill or a full disk leaves the old figure or none, never half of one
+
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format=Path(path).suffix.lstrip(".") or "png"))
     plt.close(fig)
 
 
