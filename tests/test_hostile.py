@@ -592,3 +592,29 @@ def test_a_training_run_that_would_not_fit_this_machine_is_refused_before_any_jo
     status, stdout, stderr = run_here(capsys, "check", "--config", str(tmp_path / "big.yaml"))
     line = one_line(stderr, "check", "train.select: sweep entry 'big' under rule bp needs about")
     assert status == 2 and "more than this machine's" in line and len(line) <= 250, line
+
+
+def test_a_training_run_that_cannot_finish_in_its_runtime_is_refused(tmp_path, capsys):
+    """Issue 40, resource limits up front: a run's time has a lower bound (its executed FLOPs per step x steps at a
+    ceiling no device reaches); beyond train.resources.runtime the run cannot finish anywhere: one line."""
+    import yaml
+
+    from trainingcost.pipeline import CPU_CORE_CEILING_FLOPS
+
+    entry = {"name": "mid", "arch": "decoder", "layers": 2, "d_model": 256, "heads": 4, "d_ff": 1024, "vocab": 256,
+             "seq_len": 256, "batch": 8}
+    for steps, refused in ((10**8, True), (10**4, False)):
+        config = {"sweep": {"models": [entry]}, "train": {"select": ["mid"], "rules": ["bp"], "device": "cpu",
+                                                         "steps": steps}}
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+        status, stdout, stderr = run_here(capsys, "check", "--config", str(tmp_path / "c.yaml"))
+        if not refused:
+            assert status == 0, stderr
+            continue
+        line = one_line(stderr, "check", "train.steps: 100,000,000 steps of 'mid' under bp take at least")
+        # executed BP FLOPs of one step, by hand: 2 layers x (attention 4 d^2 + ffn 2 d d_ff) x 3 (forward + backward)
+        # x 2 FLOPs x tokens, plus attention scores and the head; the bound is at least the dense part's
+        dense = 3 * 2 * 8 * 256 * 2 * (4 * 256 * 256 + 2 * 256 * 1024)
+        minutes = int(line.split("take at least ")[1].split(" min")[0].replace(",", ""))
+        assert minutes >= 10**8 * dense / ((os.cpu_count() or 1) * CPU_CORE_CEILING_FLOPS) / 60 - 1
+        assert len(line) <= 200 and status == 2, line

@@ -56,7 +56,9 @@ def load(config: dict) -> dict:
     """Validate a workflow config once, with every check that needs no job: the schema (the catalogue's rules
     and cost models), every configuration, the training jobs and the figures' names. Returns it with defaults."""
     filled = validate_config(config, vocabulary())
-    check_train_memory(train_jobs(filled), filled["train"])
+    jobs = train_jobs(filled)
+    check_train_memory(jobs, filled["train"])
+    check_train_time(jobs, filled["train"])
     check_figures(filled)
     check_plan(filled)
     scaling_study(filled)
@@ -132,6 +134,47 @@ def check_train_memory(jobs: list, train: dict, memory: int | None = None) -> No
                           f"{worst['need'] / 1e9:.1f} GB to train here (its tensors' peak, {worst['peak'] / 1e9:.1f} GB, "
                           f"{'x ' + str(nproc) + ' ranks ' if nproc > 1 else ''}plus the process), more than this "
                           f"machine's {memory / 1e9:.1f} GB can hold; train a smaller batch or model, or on a GPU")
+
+
+# The most FLOP/s one CPU core could do: 5 GHz x 64 fp32 FLOPs a cycle (two AVX-512 FMA units of 16 lanes, 2 FLOPs
+# each; Intel 64 and IA-32 Architectures Optimization Reference Manual, "Intel AVX-512"). No CPU core reaches it: a
+# run's time at it is a lower bound.
+CPU_CORE_CEILING_FLOPS = 5e9 * 64
+
+
+def check_train_time(jobs: list, train: dict) -> None:
+    """Refuse, before any job, a training run that could not finish within its own time limit
+    (``train.resources.runtime``, the minutes a cluster grants each job): its executed FLOPs per step (analytic, the
+    FlopCounterMode-exact model) times ``train.steps`` at a ceiling no device reaches: on the CPU every core at
+    CPU_CORE_CEILING_FLOPS, on a GPU the fastest dense peak of the hardware catalogue for the dtype. A lower bound of
+    the run's time, so what it refuses cannot run in time anywhere."""
+    if not jobs:
+        return
+    from .analytic import phase_totals
+    from .config import configs_frame as frame_of
+    from .config.hardware import devices
+
+    cpu = train.get("device") == "cpu" or (train.get("device") == "auto" and not _nvidia_gpu_here())
+    if cpu:
+        ceiling, where = (os.cpu_count() or 1) * CPU_CORE_CEILING_FLOPS, f"{os.cpu_count() or 1} CPU cores' ceiling"
+    else:
+        peaks = {d.label: d.peak(train["dtype"]) or 0 for d in devices().values()}
+        label = max(peaks, key=peaks.get)
+        ceiling, where = peaks[label], f"{label}'s {train['dtype']} peak"
+    ceiling *= train["parallel"]["nproc"]
+    configs = {job.config_id: (job.name, job.cfg) for job in jobs}
+    ids = list(configs)
+    rules = sorted({job.rule for job in jobs})
+    totals = phase_totals(frame_of(list(configs.values())), rules, ["executed"], train.get("wm_mirror_steps", 1))
+    limit = train["resources"]["runtime"] * 60
+    for job in jobs:
+        i = ids.index(job.config_id)
+        flops = sum(int(value[1][i]) for (model, rule, _), value in totals.items() if rule == job.rule)
+        bound = train["steps"] * flops / ceiling
+        if bound > limit:
+            raise ConfigError(f"train.steps: {train['steps']:,} steps of {job.name!r} under {job.rule} take at least "
+                              f"{bound / 60:,.0f} min at {where} ({flops:.3g} FLOPs a step), more than "
+                              f"train.resources.runtime ({train['resources']['runtime']} min)")
 
 
 def _nvidia_gpu_here() -> bool:
