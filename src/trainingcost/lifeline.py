@@ -29,13 +29,19 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: it exists (kill(2) with signal 0) and is not a zombie, a process that has ended
+    and waits for its parent to collect its status (proc(5): state Z in /proc/PID/stat)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, owned by someone else
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
         return True
-    return True
 
 
 def _watch(pid: int, period: float) -> None:

@@ -40,6 +40,9 @@ envvars:
 
 # The package's command line, run by the interpreter that runs this workflow (no PATH needed).
 TRAININGCOST = f"{shlex.quote(sys.executable)} -m trainingcost"
+# A training job's command: the same command line, run by a fork of a warm process that has imported torch and the
+# package already (src/trainingcost/warm.py: one per Snakemake process; TRAININGCOST_WARM=0 turns it off).
+TRAININGCOST_WARM = f"{shlex.quote(sys.executable)} -m trainingcost.warm"
 
 # The measured runs and each one's command-line arguments, keyed by the train rule's wildcards.
 TRAIN = FILLED["train"]

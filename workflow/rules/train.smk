@@ -22,7 +22,7 @@ rule train:
         # timed step shares no core, cache or memory bus with another training job; docs/measurement.md)
         timed=1,
     params:
-        command=TRAININGCOST,
+        command=TRAININGCOST_WARM,
         args=lambda w: TRAIN_ARGS[(w.config_id, w.rule, int(w.seed))],
     conda:
         "../../environment.yml"
