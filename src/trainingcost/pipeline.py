@@ -101,7 +101,7 @@ def check_analytic_memory(frame, analytic: dict, memory: int | None = None) -> N
     rows = layer_rows(frame, analytic["rules"], analytic["cost_models"])
     need = rows * ANALYTIC_ROW_BYTES * ANALYTIC_BUILD_FACTOR
     if need > 0.8 * memory:
-        raise ConfigError(f"sweep: {len(frame):,} configurations make about {rows:,} rows of per-layer costs, "
+        raise ConfigError(f"sweep: {len(frame):,} configurations make about {rows:,} per-layer rows, "
                           f"{need / 1e9:.1f} GB, over this machine's {memory / 1e9:.1f} GB; split the sweep or "
                           "name fewer analytic.rules or cost_models")
 
