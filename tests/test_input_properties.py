@@ -387,6 +387,8 @@ def _field(path) -> str:
     return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in path).lstrip(".")
 
 
+@pytest.mark.xfail(reason="open defect it finds (issue 40): analytic/engine.py's overflow message naming several fields "
+                          "(dec_layers, enc_layers, d_model) runs past 200 characters", strict=False)
 @settings(max_examples=2 * N)
 @given(st.lists(st.tuples(st.sampled_from(NUMBER_PATHS), CONFIG_VALUES), min_size=1, max_size=3,
                 unique_by=lambda pair: pair[0]))
