@@ -39,6 +39,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_plan_accuracy.py
 	$(BIN)/python benchmarks/bench_collectives.py
 	$(BIN)/python benchmarks/bench_layout_search.py
+	$(BIN)/pytest -q tests/test_input_properties.py tests/test_properties.py --hypothesis-profile bench -p no:cacheprovider
 
 clean:
 	rm -rf results/configs.parquet results/tables results/runs results/scaling results/device results/logs results/figures results/summary.md results/scaling.md results/report.html .snakemake

@@ -430,7 +430,7 @@ def test_a_sweep_whose_analytic_table_would_not_fit_memory_is_refused(tmp_path, 
     config = load_file(Path(__file__).resolve().parents[1] / "config" / "config.yaml")
     frame = sweep_frame(config)
     check_analytic_memory(frame, config["analytic"], memory=64 * 10**9)  # fits a laptop
-    with pytest.raises(ConfigError, match=r"^sweep: 48 configurations make about [\d,]+ rows of per-layer costs"):
+    with pytest.raises(ConfigError, match=r"^sweep: 48 configurations make about [\d,]+ per-layer rows"):
         check_analytic_memory(frame, config["analytic"], memory=10**7)
 
 

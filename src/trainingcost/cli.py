@@ -360,6 +360,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .measure.trace import TRACE_COLUMNS
 
     if args.threads is not None:
+        if not 1 <= args.threads <= 4096:  # torch raises on 0, negatives and beyond 64 bits (issue 40)
+            raise ConfigError(f"threads: {args.threads} is not a thread count (1 to 4096)")
         torch.set_num_threads(args.threads)
     comm = None
     if args.record_failure is not None:
@@ -434,6 +436,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from .train.run import resolve_device
 
     if args.threads is not None:
+        if not 1 <= args.threads <= 4096:  # torch raises on 0, negatives and beyond 64 bits (issue 40)
+            raise ConfigError(f"threads: {args.threads} is not a thread count (1 to 4096)")
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     try:
@@ -464,6 +468,8 @@ def calibrate_device_model_command(args: argparse.Namespace) -> int:
     if args.dtype not in DTYPES:
         raise ConfigError(f"dtype: --device-model measures {', '.join(DTYPES)} (got {args.dtype})")
     if args.threads is not None:
+        if not 1 <= args.threads <= 4096:  # torch raises on 0, negatives and beyond 64 bits (issue 40)
+            raise ConfigError(f"threads: {args.threads} is not a thread count (1 to 4096)")
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     result = measure_device_model(device, args.dtype)

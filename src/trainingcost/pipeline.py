@@ -65,9 +65,14 @@ def load(config: dict) -> dict:
     analytic = filled["analytic"]
     frame = sweep_frame(filled)
     try:  # the analytic job would otherwise die on it, after the configs table is written
-        check_overflow(frame, analytic["cost_models"], analytic["wm_mirror_steps"])
+        check_overflow(frame, analytic["cost_models"], 1)
     except SizeOverflowError as exc:
-        raise ConfigError(f"sweep: configuration {exc.config_name!r}: {exc}") from None
+        raise ConfigError(f"sweep {exc.config_name!r}: {exc}") from None
+    try:  # the sweep alone fits: the mirror steps are what overflow (WM prices each step's mirror steps)
+        check_overflow(frame, analytic["cost_models"], analytic["wm_mirror_steps"])
+    except SizeOverflowError:
+        raise ConfigError(f"analytic.wm_mirror_steps: {analytic['wm_mirror_steps']} mirror steps per step take WM's "
+                          "cost beyond exact 64-bit integers; give fewer") from None
     check_analytic_memory(frame, analytic)
     return filled
 
@@ -98,9 +103,9 @@ def check_analytic_memory(frame, analytic: dict, memory: int | None = None) -> N
     rows = layer_rows(frame, analytic["rules"], analytic["cost_models"])
     need = rows * ANALYTIC_ROW_BYTES * ANALYTIC_BUILD_FACTOR
     if need > 0.8 * memory:
-        raise ConfigError(f"sweep: {len(frame):,} configurations make about {rows:,} rows of per-layer costs, about "
-                          f"{need / 1e9:.1f} GB to build, more than this machine's {memory / 1e9:.1f} GB can hold; "
-                          "split the sweep, or name fewer analytic.rules or analytic.cost_models")
+        raise ConfigError(f"sweep: {len(frame):,} configurations make about {rows:,} per-layer rows, "
+                          f"{need / 1e9:.1f} GB, over this machine's {memory / 1e9:.1f} GB; split the sweep or "
+                          "name fewer analytic.rules or cost_models")
 
 
 # What a training process holds beside its model's tensors: the interpreter, torch, pandas and the package (the

@@ -145,6 +145,11 @@ def add_parser(sub) -> None:
 # From flags or a config section to a PlanSpec
 
 
+# The most tokens a plan prices: the largest model's FLOPs per token times more would leave float64 (1e308) and print
+# inf (issue 40: --tokens 1e308).
+MAX_TOKENS = 1e100
+
+
 def token_budget(tokens, epochs, dataset_tokens, chinchilla: bool, parameters: int, prefix: str) -> tuple[float, str]:
     """The training tokens and where they come from."""
     if dataset_tokens is not None and epochs is None:
@@ -155,12 +160,17 @@ def token_budget(tokens, epochs, dataset_tokens, chinchilla: bool, parameters: i
         for name, value in (("epochs", epochs), ("dataset_tokens", dataset_tokens)):
             if not value > 0:
                 raise ConfigError(f"{prefix}{name}: must be a positive number (got {value})")
+        if not epochs * dataset_tokens <= MAX_TOKENS:
+            raise ConfigError(f"{prefix}epochs, {prefix}dataset_tokens: {epochs:g} x {dataset_tokens:g} tokens is beyond "
+                              f"what a plan prices (at most {MAX_TOKENS:g} tokens)")
         return epochs * dataset_tokens, f"{epochs:g} epochs x {dataset_tokens:.4g} dataset tokens"
     if chinchilla:
         return (CHINCHILLA_TOKENS_PER_PARAMETER * parameters,
                 f"Chinchilla: 20 tokens x {parameters:,} parameters (Hoffmann et al. 2022)")
     if tokens is None:
         raise ConfigError(f"{prefix}tokens: give --tokens, --epochs with --dataset-tokens, or --chinchilla")
+    if not tokens <= MAX_TOKENS:
+        raise ConfigError(f"{prefix}tokens: {tokens:g} is beyond what a plan prices (at most {MAX_TOKENS:g} tokens)")
     return tokens, "given"
 
 

@@ -378,7 +378,7 @@ def canonical_model(entry: dict, where: str = "", *, strict: bool = True) -> Mod
     d_model, heads = int(e["d_model"]), int(e["heads"])
     if d_model % heads and "head_dim" not in e:
         raise ConfigError(f"{_field(where, 'heads')}: {heads} does not divide d_model {d_model} ({_describe(e)}); "
-                          "give head_dim for heads that are not d_model / heads wide")
+                          "or give head_dim")
     d_ff = int(e["d_ff"]) if "d_ff" in e else int(e["ff_mult"]) * d_model
     classes = int(e.get("classes", 0))
     if classes and encdec:

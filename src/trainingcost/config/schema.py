@@ -133,6 +133,9 @@ def _one_line(error: jsonschema.ValidationError, root: str) -> str:
     if error.validator == "enum":
         return f"{where}: {_short(error.instance)} is not allowed (allowed: {', '.join(map(str, error.validator_value))})"
     if error.validator == "type":
+        if error.validator_value == "integer" and jsonschema.Draft202012Validator.TYPE_CHECKER.is_type(
+                error.instance, "integer"):
+            return f"{where}: {error.instance:.3g} is beyond 64-bit integers (at most 2^63 - 1)"
         return f"{where}: {_short(error.instance)} is not of type {error.validator_value!r}"
     message = error.message
     if len(message) > 160:  # jsonschema's own message quotes the whole value
@@ -140,11 +143,23 @@ def _one_line(error: jsonschema.ValidationError, root: str) -> str:
     return f"{where}: {message}"
 
 
+def _is_integer(checker, instance) -> bool:
+    """JSON Schema's integer (a whole float too: YAML's 1e3), within 64 bits: 1e308 or 10**30 would pass as an integer
+    and overflow the first table it enters (issue 40)."""
+    return (jsonschema.Draft202012Validator.TYPE_CHECKER.is_type(instance, "integer")
+            and abs(instance) < 2**63)
+
+
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer))
+
+
 @lru_cache(maxsize=64)
 def _validator(key: str, vocabulary: tuple) -> jsonschema.Draft202012Validator:
     full_schema = schema(dict(vocabulary))
     sub = full_schema if key == "" else {"$ref": key}
-    return jsonschema.Draft202012Validator({**sub, "$defs": full_schema["$defs"]})
+    return _Validator({**sub, "$defs": full_schema["$defs"]})
 
 
 def validate(instance: Any, root: str, ref: str = "", vocabulary: Vocabulary | None = None) -> None:
