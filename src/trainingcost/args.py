@@ -47,11 +47,14 @@ def number(text: str) -> float:
 
 
 def count(text: str) -> int:
-    """An integer, also written as a whole float (``1e3``)."""
+    """An integer, also written as a whole float (``1e3``), within 64 bits."""
     try:
-        return int(float(text)) if float(text).is_integer() else int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        value = int(float(text)) if float(text).is_integer() else int(text)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text[:40]!r}") from None
+    if abs(value) > 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"expected an integer of at most 2^63 - 1, got {text[:40]}")
+    return value
 
 
 def count_or_max(text: str):

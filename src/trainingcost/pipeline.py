@@ -135,10 +135,11 @@ def check_train_memory(jobs: list, train: dict, memory: int | None = None) -> No
     worst = need.loc[need["need"].idxmax()]
     if worst["need"] > 0.8 * memory:
         name = configs[worst["config_id"]][0]
-        raise ConfigError(f"train.select: sweep entry {name!r} under rule {worst['rule']} needs about "
-                          f"{worst['need'] / 1e9:.1f} GB to train here (its tensors' peak, {worst['peak'] / 1e9:.1f} GB, "
-                          f"{'x ' + str(nproc) + ' ranks ' if nproc > 1 else ''}plus the process), more than this "
-                          f"machine's {memory / 1e9:.1f} GB can hold; train a smaller batch or model, or on a GPU")
+        cfg = configs[worst["config_id"]][1]
+        raise ConfigError(f"train.select: {name!r} under {worst['rule']} needs {worst['need'] / 1e9:.1f} GB "
+                          f"(batch {cfg.batch}, seq_len {cfg.seq_len}, d_model {cfg.d_model}"
+                          f"{', ' + str(nproc) + ' ranks' if nproc > 1 else ''}), over 80% of this machine's "
+                          f"{memory / 1e9:.1f} GB")
 
 
 # The most FLOP/s one CPU core could do: 5 GHz x 64 fp32 FLOPs a cycle (two AVX-512 FMA units of 16 lanes, 2 FLOPs
@@ -229,7 +230,21 @@ def write_configs(config: dict, out: str | Path) -> pd.DataFrame:
 def write_analytic(config: dict, configs_path: str | Path, costs_out: str | Path, memory_out: str | Path) -> None:
     from .config.errors import read_table
 
-    configs = read_table(configs_path, "--configs", ("config_id",), "the configurations table (trainingcost configs)")
+    from .config.model import config_from_row
+    from .config.sweep import CONFIG_COLUMNS
+
+    what = "the configurations table (trainingcost configs)"
+    # the columns of every configuration (a table of older or default-only configurations leaves later options out)
+    configs = read_table(configs_path, "--configs", ("config_id", "arch", "d_model", "heads", "d_ff", "enc_layers",
+                                                     "dec_layers", "seq_len", "tgt_len", "vocab", "batch"), what)
+    for i, row in enumerate(configs[[c for c in CONFIG_COLUMNS if c in configs]].to_dict("records")):
+        try:  # every row must be the configuration its config_id names: a changed or wrong-typed value is not
+            same = config_from_row(row).config_id == row["config_id"]
+        except (ValueError, TypeError, KeyError, OverflowError) as exc:
+            raise ConfigError(f"--configs: {configs_path}: row {i}: {str(exc)[:80]}; give {what}") from None
+        if not same:
+            raise ConfigError(f"--configs: {configs_path}: row {i}'s fields do not give its config_id "
+                              f"{str(row['config_id'])[:12]!r}; give {what}")
     analytic, memory = config["analytic"], config["memory"]
     costs = layer_table(configs, analytic["rules"], analytic["cost_models"], analytic["wm_mirror_steps"])
     write_parquet(costs, costs_out)

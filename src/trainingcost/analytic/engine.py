@@ -402,8 +402,8 @@ def overflow_message(model: CostModel, row: pd.DataFrame, reach: float) -> str:
     top = max(share for share, _ in shares.values())
     culprits = [name for name, (share, _) in sorted(shares.items(), key=lambda kv: -kv[1][0]) if share >= top / 2]
     sizes = " and ".join(str(shares[name][1]) for name in culprits)
-    return (f"{', '.join(culprits)}: {sizes} make{'s' if len(culprits) == 1 else ''} a step's cost under the {model.name} cost model reach {reach:.3g} "
-            f"FLOPs, beyond exact 64-bit integers ({INT64_LIMIT:.3g}); reduce {' or '.join(culprits)}")
+    return (f"{', '.join(culprits)}: {sizes} make{'s' if len(culprits) == 1 else ''} a step's {model.name} cost "
+            f"{reach:.3g} FLOPs, beyond exact 64-bit integers ({INT64_LIMIT:.3g}); reduce one")
 
 
 def _follow_derived(row: pd.DataFrame, variant: pd.DataFrame) -> None:

@@ -52,6 +52,6 @@ def read_table(path, where: str, columns=(), what: str = "a parquet table"):
             from None
     missing = [c for c in columns if c not in table.columns]
     if missing:
-        raise ConfigError(f"{where}: {path} lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
-                          f"give {what}")
+        named = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise ConfigError(f"{where}: {path} lacks the column{'s' if len(missing) > 1 else ''} {named}; give {what}")
     return table

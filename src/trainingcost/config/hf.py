@@ -115,6 +115,8 @@ class _Keys:
         if value is None:
             if default is None and key not in self.data:
                 self._fail(key, "missing")
+            if default is None:  # written null where the family has no default for it
+                self._fail(key, "null; give an integer")
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             self._fail(key, f"{value!r} is not an integer")
@@ -145,9 +147,11 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
     """Map one parsed ``config.json`` onto a model entry."""
     model_type = data.get("model_type")
     if model_type is None:
-        raise ConfigError(f"{where}: model_type: missing (supported: {', '.join(SUPPORTED)})")
+        raise ConfigError(f"{where}: model_type: missing; give one of the {len(SUPPORTED)} supported "
+                          "(`trainingcost estimate --help` lists them)")
     if model_type not in SUPPORTED:
-        raise ConfigError(f"{where}: model_type: {model_type!r} is not supported (supported: {', '.join(SUPPORTED)})")
+        raise ConfigError(f"{where}: model_type: {str(model_type)[:30]!r} is not supported (`trainingcost estimate --help` "
+                          f"lists the {len(SUPPORTED)} supported)")
     for key, feature in UNSUPPORTED_KEYS.items():
         if data.get(key) not in (None, 0, False) and key not in MOE_KEYS.get(model_type, ()):
             raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")

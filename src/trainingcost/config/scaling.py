@@ -34,6 +34,30 @@ def eval_steps(steps: int, evals: int) -> tuple[int, ...]:
     return tuple(sorted({min(steps, max(1, round(ratio ** i))) for i in range(evals)} | {steps}))
 
 
+def _check_study_field(name: str, value, kind: str) -> None:
+    """One field of a study's JSON against its declared type: counts are integers of at least 1 (a count of 0 would
+    divide by zero downstream), rates and fractions finite and positive, names strings, lists non-empty."""
+    import math
+
+    def count(v):
+        return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 2**62
+
+    def rate(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+    ok = {"int": count, "optional int": lambda v: v is None or count(v), "float": rate,
+          "str": lambda v: isinstance(v, str) and v != "",
+          "ints": lambda v: isinstance(v, list) and v != [] and all(count(x) or x == 0 for x in v),
+          "floats": lambda v: isinstance(v, list) and v != [] and all(rate(x) for x in v),
+          "strs": lambda v: isinstance(v, list) and v != [] and all(isinstance(x, str) for x in v)}[kind](value)
+    if not ok:
+        text = repr(value)
+        raise ConfigError(f"scaling study: {name}: {text[:40]}{'...' if len(text) > 40 else ''} is not "
+                          + {"int": "a count (an integer of at least 1)", "optional int": "null or a count",
+                             "float": "a positive finite number", "str": "a name", "ints": "a list of integers",
+                             "floats": "a list of positive numbers", "strs": "a list of names"}[kind])
+
+
 @dataclass(frozen=True)
 class ScalingStudy:
     """The scaling study's grid, budget and learning-rate search (the workflow's ``scaling`` section)."""
@@ -118,6 +142,7 @@ class ScalingStudy:
 
     @classmethod
     def from_json(cls, text: str) -> "ScalingStudy":
+        """A study as the workflow wrote it, each field checked for its type first (one line naming it)."""
         try:
             raw = json.loads(text)
         except ValueError as exc:
@@ -133,6 +158,8 @@ class ScalingStudy:
         missing = [name for name in required if name not in raw]
         if missing:
             raise ConfigError(f"scaling study: missing fields {', '.join(missing)}")
+        for name, value in raw.items():
+            _check_study_field(name, value, STUDY_TYPES[name])
         try:
             return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
         except (TypeError, ValueError) as exc:
@@ -142,7 +169,9 @@ class ScalingStudy:
     def read(cls, path: str | Path) -> "ScalingStudy":
         regular_file(path, "--study", "the study's JSON (results/scaling/study.json)")
         try:
-            text = Path(path).read_text()
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"--study: {path}: not UTF-8 text (byte {exc.start}); give the study's JSON") from None
         except OSError as exc:
             raise ConfigError(f"--study: cannot read {path} ({exc.strerror})") from None
         return cls.from_json(text)
@@ -158,3 +187,10 @@ def study_from_config(config: dict) -> ScalingStudy | None:
 
 
 __all__ = ["ARCH", "TASK", "VOCAB", "ScalingStudy", "eval_steps", "study_from_config"]
+
+
+# Each field's type in a study's JSON (checked by ScalingStudy.from_json).
+STUDY_TYPES = {"rules": "strs", "widths": "ints", "depths": "ints", "heads": "int", "ff_mult": "int", "seq_len": "int",
+               "batch": "int", "seeds": "ints", "steps": "int", "evals": "int", "eval_batches": "int", "optimizer": "str",
+               "lrs": "floats", "search_steps": "optional int", "budget": "float", "target_compute_fraction": "float",
+               "bootstrap": "int", "dtype": "str", "device": "str", "threads": "int"}

@@ -115,7 +115,7 @@ def _path(parts: Iterable[Any]) -> str:
     text = ""
     for part in parts:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"
+    return text or "config"
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -129,7 +129,15 @@ def _one_line(error: jsonschema.ValidationError, root: str) -> str:
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))
-        return f"{where}: unknown key {', '.join(_short(k) for k in unknown[:5])} (allowed: {', '.join(allowed)})"
+        listed = ", ".join(allowed)
+        if len(listed) > 100:  # a model entry allows 40-odd keys: name the nearest ones and the count
+            import difflib
+
+            near = difflib.get_close_matches(str(unknown[0]), allowed, n=3)
+            listed = (f"did you mean {' or '.join(near)}? " if near else "") + f"{len(allowed)} keys are allowed here"
+        else:
+            listed = f"allowed: {listed}"
+        return f"{where}: unknown key {', '.join(_short(k, 40) for k in unknown[:3])} ({listed})"
     if error.validator == "enum":
         return f"{where}: {_short(error.instance)} is not allowed (allowed: {', '.join(map(str, error.validator_value))})"
     if error.validator == "type":

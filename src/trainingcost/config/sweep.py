@@ -114,7 +114,11 @@ def read_config(path: str | Path) -> dict:
     except OSError as exc:
         raise ConfigError(f"config file {path}: cannot be read ({exc.strerror})") from None
     try:
-        config = yaml.load(text, Loader=_Loader) or {}
+        config = yaml.load(text, Loader=_Loader)
+        if config is None:
+            raise ConfigError(f"config file {path}: empty; a config needs at least a 'sweep' section")
+        if not isinstance(config, dict):
+            raise ConfigError(f"config file {path}: a {type(config).__name__}, not a mapping with a 'sweep' section")
         check_size(config, f"config file {path}")
         return config
     except ConfigError as exc:

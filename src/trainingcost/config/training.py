@@ -81,6 +81,9 @@ class RuleOptions:
 
     def check(self) -> None:
         """One line naming the option, for a value no rule can run with."""
+        wd = self.weight_decay  # None: the optimizer's own default
+        if wd is not None and (isinstance(wd, bool) or not isinstance(wd, (int, float)) or not 0 <= wd <= MAX_LR):
+            raise ConfigError(f"weight_decay: must be 0 to {MAX_LR:.3g}, a float32 number (got {wd!r})")
         for name in RULE_OPTION_FLOATS:
             value = getattr(self, name)
             if value is None:
@@ -128,8 +131,9 @@ class TrainSpec:
         check_task(self.task, self.cfg)
         if self.steps <= 0:
             raise ConfigError(f"steps: must be a positive number of steps (got {self.steps})")
-        if self.eval_batches <= 0:
-            raise ConfigError(f"eval_batches: must be positive (got {self.eval_batches})")
+        if not 0 < self.eval_batches <= MAX_EVAL_BATCHES:
+            raise ConfigError(f"eval_batches: must be 1 to {MAX_EVAL_BATCHES:,} (got {self.eval_batches:,}): the "
+                              "validation batches are drawn and held before the first step")
         if self.eval_every < 0:
             raise ConfigError(f"eval_every: must be 0 (end only) or positive (got {self.eval_every})")
         if any(not 1 <= s <= self.steps for s in self.eval_at):
@@ -161,6 +165,7 @@ class TrainSpec:
             check_corpus(self.corpus)
 
 
+MAX_EVAL_BATCHES = 10_000  # validation batches, drawn before the first step and kept: bounded, not a hang
 MAX_LR = 3.4028234663852886e38  # float32's largest: torch's optimizers multiply float32 tensors by the rate
 
 

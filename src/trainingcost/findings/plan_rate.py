@@ -49,6 +49,8 @@ def read_calibration(path) -> dict:
             if lacking:
                 raise ConfigError(f"calibration: {path}: kernels[{i}] lacks {', '.join(lacking)} (write one with "
                                   "trainingcost calibrate)")
+        if not data["copy_ladder"]:
+            raise ConfigError(f"calibration: {path}: copy_ladder is empty (write one with trainingcost calibrate)")
         for i, rung in enumerate(data["copy_ladder"]):
             if not isinstance(rung, dict) or "bytes" not in rung or "seconds" not in rung:
                 raise ConfigError(f"calibration: {path}: copy_ladder[{i}] lacks bytes or seconds")

@@ -140,6 +140,11 @@ def run_steps(spec: TrainSpec, observe: Callable[[Rule, torch.device], Observer]
             if step == spec.steps or (spec.eval_every and step % spec.eval_every == 0) or step in spec.eval_at:
                 done.val_loss, done.val_accuracy = evaluate(done.model, validation)
                 record.update(val_loss=done.val_loss, val_accuracy=done.val_accuracy)
+                if not math.isfinite(done.val_loss):  # the step's weights give a non-finite loss: diverged too
+                    done.status = STATUS_DIVERGED
+                    done.message = _divergence(step, done.val_loss, done.model, spec).replace(
+                        "the training loss", "the validation loss", 1)
+                    break
     except (torch.OutOfMemoryError, MemoryError) as exc:
         done.status, done.message = STATUS_OOM, _one_line(exc)
     except ConfigError:
