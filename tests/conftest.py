@@ -9,11 +9,12 @@ from trainingcost.config import canonical_model, configs_frame
 
 
 # Hypothesis: a few seconds per property in CI; `pytest --hypothesis-profile long` for a thorough local run.
-# derandomize: CI draws the same examples every run (a red CI is reproducible, never a chance find); the "bench" and
-# "long" profiles draw new ones each time, and what they find becomes an @example.
+# derandomize: CI and `make bench` (the "bench" profile, 200 examples) draw the same examples every run (a red run is
+# reproducible, never a chance find); "long" draws new ones each time, and what it finds becomes an @example.
 settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow],
                           derandomize=True)
-settings.register_profile("bench", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("bench", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                          derandomize=True)
 settings.register_profile("long", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci")
 

@@ -582,7 +582,7 @@ def test_a_training_run_that_would_not_fit_this_machine_is_refused_before_any_jo
     config = load_file(Path(__file__).resolve().parents[1] / "config" / "config.yaml")
     jobs = train_jobs(config)
     check_train_memory(jobs, {**config["train"], "device": "cpu"}, memory=64 * 10**9)  # the default sweep fits
-    with pytest.raises(ConfigError, match=r"^train\.select: '[^']+' under \w+ needs [\d.]+ GB \(batch \d+, seq_len \d+, d_model \d+\)"):
+    with pytest.raises(ConfigError, match=r"^train\.select: '[^']+' under \w+ needs [\d.]+ GB \(batch \d+, seq_len \d+, layers \d+, d_model \d+"):
         check_train_memory(jobs, {**config["train"], "device": "cpu"}, memory=TRAIN_PROCESS_BYTES)
     # a model whose activations alone need terabytes, selected for training: `check` refuses it in one line
     big = {"sweep": {"models": [{"name": "big", "arch": "decoder", "layers": 4, "d_model": 4096, "heads": 32,
@@ -590,8 +590,8 @@ def test_a_training_run_that_would_not_fit_this_machine_is_refused_before_any_jo
            "train": {"select": ["big"], "rules": ["bp"], "device": "cpu"}}
     (tmp_path / "big.yaml").write_text(yaml.safe_dump(big))
     status, stdout, stderr = run_here(capsys, "check", "--config", str(tmp_path / "big.yaml"))
-    line = one_line(stderr, "check", "train.select: 'big' under bp needs 2341.8 GB (batch 512, seq_len 4096")
-    assert status == 2 and "over 80% of this machine's" in line and len(line) <= 200, line
+    line = one_line(stderr, "check", "train.select: 'big' under bp needs 2342 GB (batch 512, seq_len 4096, layers 4")
+    assert status == 2 and "over 80% of the" in line and len(line) <= 200, line
 
 
 def test_a_training_run_that_cannot_finish_in_its_runtime_is_refused(tmp_path, capsys):

@@ -363,6 +363,9 @@ def test_the_number_flags_are_found():
 @given(number_cases())
 @example(("plan", {"--tokens": "1e308"}))
 @example(("estimate", {"--attention-softcap": "5e-324"}))
+@example(("estimate", {"--mirror-steps": "9223372036854775808"}))
+@example(("estimate", {"--kv-heads": "0"}))
+@example(("train", {"--eval-batches": "1_000", "--threads": "1_000"}))
 @example(("train", {"--lr": "1e30"}))
 @example(("train", {"--threads": str(2**63)}))
 @example(("train", {"--lr": "6114"}))  # the validation loss NaN: status diverged, not ok
@@ -416,6 +419,10 @@ def _field(path) -> str:
 @example([(("analytic", "wm_mirror_steps"), 2**62)])
 @example([(("sweep", "grids", 0, "heads", 0), 1000.0)])
 @example([(("sweep", "grids", 0, "layers", 0), 8156.0)])
+@example([(("sweep", "grids", 1, "vocab", 0), 1147571)])  # the run's memory, named by its sizes
+@example([(("sweep", "grids", 1, "batch", 0), 12190)])
+@example([(("sweep", "grids", 3, "ff_mult", 0), 13344.0)])
+@example([(("sweep", "grids", 1, "ff_mult", 0), 1.014188544848091e+16)])
 def test_every_number_of_a_config_fails_in_one_line_or_passes_the_check(edits):
     config, raws = copy.deepcopy(CHECK_BASE), {}
     for i, (path, value) in enumerate(edits):
@@ -431,5 +438,6 @@ def test_every_number_of_a_config_fails_in_one_line_or_passes_the_check(edits):
         argv = ["check", "--config", str(path)]
         status, stdout, stderr = run_cli(argv)
         names = [_field(p) for p, _ in edits] + [[k for k in p if isinstance(k, str)][-1] for p, _ in edits] + [p[0] for p, _ in edits] + [str(path)]
+        names += ["d_ff" for p, _ in edits if "ff_mult" in p]  # a grid's ff_mult makes each model's d_ff
         check_outcome(argv, status, stdout, stderr, names)
         assert path.read_text() == text

@@ -322,8 +322,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                                   "vocabulary to share; give --no-tie-embeddings or another --task")
             cfg = cfg.replace(tie_embeddings=False)  # the preset's or the file's LM head gives way to the task's
         cfg = cfg.replace(classes=classes)  # the task decides the head
-    if args.threads is not None and args.threads < 1:
-        raise ConfigError(f"threads: must be at least 1 (got {args.threads})")
+    cores = os.cpu_count() or 1
+    if args.threads is not None and not 1 <= args.threads <= cores:
+        raise ConfigError(f"threads: must be 1 to this machine's {cores} cores (got {args.threads}); more threads than "
+                          "cores only wait for each other")
     optimizer = args.optimizer or defaults["optimizer"]
     options = RuleOptions(
         optimizer=optimizer, lr=DEFAULT_LR[optimizer] if args.lr is None else args.lr,
@@ -740,8 +742,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"trainingcost {args.command}: error: standard output is closed; nothing can be printed "
                              "(redirect it to a file or /dev/null)\n")
         return 2
-    if getattr(args, "mirror_steps", 1) < 0:
-        sys.stderr.write(f"trainingcost {args.command}: error: argument --mirror-steps: must be 0 or more\n")
+    if not 0 <= (getattr(args, "mirror_steps", 1) or 0) <= 1000:  # analytic/plan.py's MAX_MIRROR_STEPS, every command
+        sys.stderr.write(f"trainingcost {args.command}: error: argument --mirror-steps: must be 0 to 1000 weight-mirror "
+                         "steps per training step\n")
         return 2
     mark = created_count()
     previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None

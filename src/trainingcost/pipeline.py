@@ -136,10 +136,10 @@ def check_train_memory(jobs: list, train: dict, memory: int | None = None) -> No
     if worst["need"] > 0.8 * memory:
         name = configs[worst["config_id"]][0]
         cfg = configs[worst["config_id"]][1]
-        raise ConfigError(f"train.select: {name!r} under {worst['rule']} needs {worst['need'] / 1e9:.1f} GB "
-                          f"(batch {cfg.batch}, seq_len {cfg.seq_len}, d_model {cfg.d_model}"
-                          f"{', ' + str(nproc) + ' ranks' if nproc > 1 else ''}), over 80% of this machine's "
-                          f"{memory / 1e9:.1f} GB")
+        raise ConfigError(f"train.select: {name[:20]!r} under {worst['rule']} needs {worst['need'] / 1e9:.4g} GB (batch "
+                          f"{cfg.batch}, seq_len {cfg.seq_len}, layers {cfg.enc_layers + cfg.dec_layers}, d_model "
+                          f"{cfg.d_model}, d_ff {cfg.d_ff}, vocab {cfg.vocab}{', ' + str(nproc) + ' ranks' if nproc > 1 else ''}"
+                          f"): over 80% of the {memory / 1e9:.3g} GB here")
 
 
 # The most FLOP/s one CPU core could do: 5 GHz x 64 fp32 FLOPs a cycle (two AVX-512 FMA units of 16 lanes, 2 FLOPs

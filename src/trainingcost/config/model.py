@@ -435,7 +435,7 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
                 raise ConfigError(f"{_field(where, name)}: {value!r} is not a finite number of at least 0")
             out[name] = float(value)
-    if "kv_heads" in out and heads % out["kv_heads"]:
+    if out.get("kv_heads") and heads % out["kv_heads"]:  # 0: the default, every head its own
         raise ConfigError(f"{_field(where, 'kv_heads')}: {out['kv_heads']} does not divide heads {heads} "
                           "(each key/value head serves heads / kv_heads query heads)")
     positions = out.get("positions", OPTION_DEFAULTS["positions"])
