@@ -244,8 +244,9 @@ def estimate_outcome(args: argparse.Namespace) -> EstimateOutcome:
     if getattr(args, "hf_config", None):  # transformers' own model may run another attention kernel: say which
         from .config.hf import attention_note
 
-        bp = table[(table["rule"] == "bp") & (table["cost_model"] == "executed")] if "executed" in models else None
-        note = attention_note(args.hf_config, cfg, int(bp["flops"].sum()) if bp is not None and len(bp) else None)
+        ref = (table[(table["rule"] == REFERENCE_RULE) & (table["cost_model"] == "executed")] if "executed" in models
+               else None)
+        note = attention_note(args.hf_config, cfg, int(ref["flops"].sum()) if ref is not None and len(ref) else None)
         notes = notes + ([note] if note else [])
     return EstimateOutcome(cfg, table, memory, models, notes)
 
