@@ -387,7 +387,7 @@ GPT2 = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb
     # issue 40: a throughput above the peak, less than one step of tokens, unbounded mirror steps
     (["--tokens-per-s", "1e30"], "--tokens-per-s: 1e+30 tokens/s per GPU would run bp's work at"),
     (["--tokens", "0.5"], "--tokens: 0.5 tokens make less than one sequence of 1024 tokens"),
-    (["--mirror-steps", "1e8"], "--mirror-steps: at most 1000 weight-mirror steps per training step"),
+    (["--mirror-steps", "1e8"], "--mirror-steps: must be 0 to 1000 weight-mirror steps per training step"),
     (["--gpus", "4", "--global-batch", "6"], "--global-batch: 6 sequences do not divide over the data-parallel degree 4"),
     (["--global-batch", "8", "--micro-batch", "3"], "--micro-batch: 3 does not divide the 8 sequences"),
     (["--pue", "0.9"], "--pue: power usage effectiveness is 1 or more"),

@@ -187,7 +187,7 @@ BAD = [
     ({"sweep": {"models": [{"arch": "encoder", "layers": "1", "d_model": 8, "heads": 1, "d_ff": 8, "vocab": 9, "seq_len": 4}]}}, "sweep.models[0].layers: '1' is not of type 'integer'"),
     # Issue 18: sizes whose costs leave int64, non-finite numbers, duplicate names, grids too large to enumerate.
     ({"sweep": {"models": [{**TINY["sweep"]["models"][0], "d_model": 10**12}]}},
-     "sweep 'bytes': d_model: 1000000000000 makes a step's cost"),
+     "sweep 'bytes': d_model: 1000000000000 makes a step's paper cost"),
     ({"sweep": {"presets": ["bert-base"]}, "train": {"lr": float("nan")}}, "train.lr: nan is not a finite number"),
     ({"sweep": {"presets": ["bert-base"]}, "train": {"lr": float("inf")}}, "train.lr: inf is not a finite number"),
     ({"sweep": {"models": [TINY["sweep"]["models"][0], {**TINY["sweep"]["models"][0], "layers": 2}]}, "train": {"select": ["bytes"]}},
