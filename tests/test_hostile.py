@@ -380,7 +380,7 @@ def test_train_out_inside_its_out_dir_is_refused(tmp_path, capsys, inside):
 
 @pytest.mark.parametrize("argv, content, message", [
     (["calibrate", "--trace", "{path}", "--out", "{tmp}/cal.json"], b"x", "--trace: {path} is not a readable parquet"),
-    (["calibrate", "--trace", "{path}", "--out", "{tmp}/cal.json"], "wrong columns", "lacks the columns op, cls"),
+    (["calibrate", "--trace", "{path}", "--out", "{tmp}/cal.json"], "wrong columns", "lacks the columns layer, phase, timed_phase and 8 more"),
     (["analytic", "--config", "config/config.yaml", "--configs", "{path}", "--out", "{tmp}/a.parquet", "--memory-out",
       "{tmp}/m.parquet"], b"PAR1 truncated", "--configs: {path} is not a readable parquet table"),
     (["curves", "search", "--study", "{path}", "--rule", "bp", "--out", "{tmp}/s.parquet"], b'{"rules": [',

@@ -22,7 +22,9 @@ SWEEP = {
     "memory": {"dtypes": ["fp32"], "optimizers": ["sgd"]},
     # Four rules keep the suite short: two finish, the third is interrupted, the fourth never starts.
     # three runs: one to finish, one to be in flight when the sweep is killed, one never started
-    "train": {"select": ["dec"], "rules": ["bp", "pepita", "dfa"], "steps": 6, "eval_batches": 1,
+    # 200 steps: each run lasts long enough (about a second) for the signal to land inside it; training jobs are forks
+    # of a warm process (src/trainingcost/warm.py), so a run of 6 steps could end between the poll and the signal
+    "train": {"select": ["dec"], "rules": ["bp", "pepita", "dfa"], "steps": 200, "eval_batches": 1,
               "resources": {"threads": 1}},
 }
 RUNS = len(SWEEP["train"]["rules"])

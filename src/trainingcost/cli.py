@@ -18,6 +18,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import __version__
@@ -414,6 +415,34 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+TRACE_NUMBERS = ("count", "flops", "bytes_read", "bytes_written")
+
+
+def check_trace_values(trace: pd.DataFrame, path) -> None:
+    """Every value of a trace as the tracer writes it (measure/trace.py), or one line naming the column: text where
+    text goes, finite counts of at least 0, and a run's spec (when present) a JSON object."""
+    import json as _json
+
+    from .measure.trace import TRACE_COLUMNS
+
+    for column in [*(c for c in TRACE_COLUMNS if c not in TRACE_NUMBERS), *(["spec"] if "spec" in trace else [])]:
+        if not trace[column].map(lambda v: isinstance(v, str)).all():
+            raise ConfigError(f"--trace: {path}: column {column} must hold text")
+    for column in TRACE_NUMBERS:
+        values = trace[column]
+        if pd.api.types.is_bool_dtype(values) or not pd.api.types.is_numeric_dtype(values) or \
+                not np.isfinite(values.to_numpy(dtype=float)).all() or (values < 0).any():
+            raise ConfigError(f"--trace: {path}: column {column} must hold finite numbers of at least 0")
+    if "spec" in trace:
+        for text in trace["spec"].unique():
+            try:
+                ok = isinstance(_json.loads(text), dict)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ConfigError(f"--trace: {path}: column spec must hold each run's spec as a JSON object")
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"threads: must be at least 1 (got {args.threads})")
@@ -429,10 +458,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ConfigError(f"tolerance: must be between 0 and 1 (got {args.tolerance})")
     if not args.time_cap > 0:
         raise ConfigError(f"time_cap: must be positive seconds (got {args.time_cap})")
-    trace = read_table(args.trace, "--trace", ("op", "cls", "signature", "flops", "bytes_read", "bytes_written"),
-                       "a run's trace.parquet (train --out-dir)")
+    from .measure.trace import TRACE_COLUMNS
+
+    trace = read_table(args.trace, "--trace", TRACE_COLUMNS, "a run's trace.parquet (train --out-dir)")
     if trace.empty:
         raise ConfigError(f"--trace: {args.trace} holds no traced operations (train with --out-dir writes trace.parquet)")
+    check_trace_values(trace, args.trace)
     import torch
 
     from .findings.calibration import CalibrationBusy, calibrate, write_calibration

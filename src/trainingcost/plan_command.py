@@ -16,6 +16,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .analytic import cost_model_names, rule_names
@@ -192,6 +193,10 @@ def measured_run(path: str, gpu) -> tuple[Efficiency, float | None, str]:
     if len(run) != 1:
         raise ConfigError(f"measured_run: {file} holds {len(run)} runs; give one run's directory")
     row = run.iloc[0]
+    for column in ("achieved_flops_per_s", "flops_per_step", "energy_per_step_j"):
+        value = row[column]
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ConfigError(f"measured_run: {file}: {column} holds {str(value)[:20]!r}, not a number")
     rate = float(row["achieved_flops_per_s"])
     if row["status"] != "ok" or not math.isfinite(rate) or rate <= 0:
         raise ConfigError(f"measured_run: {file} has no timed, FLOP-counted steps (status {row['status']})")
@@ -213,7 +218,9 @@ def efficiency_of(args, cfg, precision: str, tp: int, gpu) -> Efficiency:
 
         calibration = read_calibration(args.calibration)
         compute = PRECISIONS[precision].compute
-        name = calibration.get("provenance", {}).get("device_name", "an unnamed device")
+        provenance = calibration.get("provenance") if isinstance(calibration.get("provenance"), dict) else {}
+        name = provenance.get("device_name")
+        name = name if isinstance(name, str) else "an unnamed device"
         matches = any(m in name for m in gpu.match)
         note = "" if matches else f"; it was made on {name}, not on {gpu.name}"
         rate = lambda micro: calibrated_rate(calibration, cfg, compute, micro, tp)  # noqa: E731
@@ -325,6 +332,10 @@ def quality_of(args) -> dict:
         raise ConfigError(f"--frontiers: {path} is not a parquet table ({type(exc).__name__})") from None
     if not {"kind", "rule", "compute", "loss"} <= set(frontiers.columns):
         raise ConfigError(f"--frontiers: {path} is not a frontiers table (columns kind, rule, compute, loss)")
+    for column in ("compute", "loss"):
+        values = frontiers[column]
+        if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+            raise ConfigError(f"--frontiers: {path}: column {column} holds {values.dtype}, not numbers")
     front = frontiers[frontiers["kind"] == "frontier"]
     if front.empty:
         raise ConfigError(f"--frontiers: {path} holds no frontier rows (kind frontier): run the scaling study "

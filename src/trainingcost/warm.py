@@ -107,6 +107,8 @@ def _exec_plain(argv: list[str]) -> None:
 
 def client(argv: list[str]) -> None:
     """Run ``trainingcost ARGV`` in a child of the warm server, or, failing that, in this process (exec)."""
+    for signum in FORWARDED:  # until a child exists to pass them to, a signal ends the client as it would any process
+        signal.signal(signum, signal.SIG_DFL)
     value = os.environ.get(lifeline.ENV, "")
     if not sys.platform.startswith("linux") or not value.isdigit() or os.environ.get(ENV_OFF) == "0":
         _exec_plain(argv)
@@ -282,6 +284,9 @@ def _child(request: dict, fds: list[int]) -> None:
         from .cli import run
 
         run()  # exits, or dies of the signal that interrupted it
+    except KeyboardInterrupt:  # SIGINT before the command took it over: die of it, as a fresh process would
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:  # noqa: BLE001 - a crash of the job: its traceback in its log, a failed exit

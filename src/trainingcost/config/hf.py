@@ -266,7 +266,7 @@ def _llama(k: _Keys) -> dict:
         arch="decoder", layers=k.int("num_hidden_layers"), d_model=d, heads=heads,
         d_ff=k.int("intermediate_size"), vocab=k.int("vocab_size"), seq_len=k.int("max_position_embeddings"),
         norm="rmsnorm", norm_position="pre", ffn="swiglu" if act == "silu" else "geglu",
-        kv_heads=k.int("num_key_value_heads", heads), positions="rotary",
+        kv_heads=k.int("num_key_value_heads", heads) or heads, positions="rotary",  # null: every head its own
         tie_embeddings=k.bool("tie_word_embeddings", False), head_bias=False,
     )
     head_dim = k.int("head_dim", 0, minimum=0) or 0  # absent or null: hidden_size / heads

@@ -47,14 +47,15 @@ def _check_study_field(name: str, value, kind: str) -> None:
 
     ok = {"int": count, "optional int": lambda v: v is None or count(v), "float": rate,
           "str": lambda v: isinstance(v, str) and v != "",
-          "ints": lambda v: isinstance(v, list) and v != [] and all(count(x) or x == 0 for x in v),
+          "ints": lambda v: isinstance(v, list) and v != [] and all(count(x) or (type(x) is int and x == 0) for x in v),
+          "counts": lambda v: isinstance(v, list) and v != [] and all(count(x) for x in v),
           "floats": lambda v: isinstance(v, list) and v != [] and all(rate(x) for x in v),
           "strs": lambda v: isinstance(v, list) and v != [] and all(isinstance(x, str) for x in v)}[kind](value)
     if not ok:
         text = repr(value)
         raise ConfigError(f"scaling study: {name}: {text[:40]}{'...' if len(text) > 40 else ''} is not "
                           + {"int": "a count (an integer of at least 1)", "optional int": "null or a count",
-                             "float": "a positive finite number", "str": "a name", "ints": "a list of integers",
+                             "float": "a positive finite number", "str": "a name", "ints": "a list of integers", "counts": "a list of counts (integers of at least 1)",
                              "floats": "a list of positive numbers", "strs": "a list of names"}[kind])
 
 
@@ -190,7 +191,7 @@ __all__ = ["ARCH", "TASK", "VOCAB", "ScalingStudy", "eval_steps", "study_from_co
 
 
 # Each field's type in a study's JSON (checked by ScalingStudy.from_json).
-STUDY_TYPES = {"rules": "strs", "widths": "ints", "depths": "ints", "heads": "int", "ff_mult": "int", "seq_len": "int",
+STUDY_TYPES = {"rules": "strs", "widths": "counts", "depths": "counts", "heads": "int", "ff_mult": "int", "seq_len": "int",
                "batch": "int", "seeds": "ints", "steps": "int", "evals": "int", "eval_batches": "int", "optimizer": "str",
                "lrs": "floats", "search_steps": "optional int", "budget": "float", "target_compute_fraction": "float",
                "bootstrap": "int", "dtype": "str", "device": "str", "threads": "int"}

@@ -246,7 +246,7 @@ def _calibrate(device, dtype, trace, *, tolerance, time_cap_s, timing_s, max_cal
         extra = kernels(pd.concat([m.trace for m in micro], ignore_index=True)).drop(columns="count")
         extra = extra[~extra.set_index(["op", "signature"]).index.isin(table.set_index(["op", "signature"]).index)]
         table = pd.concat([table, extra], ignore_index=True)
-    calls = [replay(op, sig, device) for op, sig in zip(table["op"], table["signature"])]
+    calls = [_replayable(op, sig, device) for op, sig in zip(table["op"], table["signature"])]
     inner, per_call = [], {}
     for fn, key in zip(calls, zip(table["op"], table["signature"])):  # warm up; the calls per timing that make one
         fn()                                                            # timing last about timing_s
@@ -370,6 +370,18 @@ def _host_fit(table: pd.DataFrame, micro: list, timings: list[list[float]]) -> d
 def _sig(*tensors) -> str:
     return json.dumps([[{"t": [shape, stride, str(dtype).removeprefix("torch.")]} for shape, stride, dtype in tensors],
                        {"kw": {}}])
+
+
+def _replayable(op: str, signature: str, device):
+    """The call that replays one traced kernel, or one line naming the trace's row that this torch cannot replay (an
+    op it does not have, a signature that is not one the tracer writes)."""
+    from ..config.errors import ConfigError
+
+    try:
+        return replay(op, signature, device)
+    except Exception as exc:  # noqa: BLE001 - a foreign or edited trace: one line, not a traceback
+        raise ConfigError(f"--trace: op {str(op)[:40]!r} cannot be replayed here ({type(exc).__name__}); give a trace "
+                          "that train --out-dir wrote") from None
 
 
 def write_calibration(calibration: dict, path) -> Path:

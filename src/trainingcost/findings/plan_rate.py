@@ -23,6 +23,13 @@ TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 KERNEL_KEYS = ("op", "cls", "signature", "flops", "bytes_read", "bytes_written", "seconds")
 
 
+def _number_at_least_0(value, where: str) -> None:
+    from ..config.errors import ConfigError
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise ConfigError(f"{where} must be a finite number of at least 0 (got {str(value)[:20]!r})")
+
+
 def read_calibration(path) -> dict:
     """A calibration file, or a ConfigError naming ``--calibration``."""
     from ..config.errors import ConfigError, regular_file
@@ -49,11 +56,26 @@ def read_calibration(path) -> dict:
             if lacking:
                 raise ConfigError(f"calibration: {path}: kernels[{i}] lacks {', '.join(lacking)} (write one with "
                                   "trainingcost calibrate)")
+            for key in ("flops", "bytes_read", "bytes_written", "seconds"):
+                _number_at_least_0(kernel[key], f"calibration: {path}: kernels[{i}].{key}")
+            for key in ("op", "cls", "signature"):
+                if not isinstance(kernel[key], str):
+                    raise ConfigError(f"calibration: {path}: kernels[{i}].{key} must be text (got {str(kernel[key])[:20]!r})")
+            try:  # the tracer's signature: a JSON list of the arguments, then the keywords
+                signature = json.loads(kernel["signature"])
+                ok = isinstance(signature, list) and len(signature) == 2 and isinstance(signature[0], list)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ConfigError(f"calibration: {path}: kernels[{i}].signature is not a traced signature (write one "
+                                  "with trainingcost calibrate)")
         if not data["copy_ladder"]:
             raise ConfigError(f"calibration: {path}: copy_ladder is empty (write one with trainingcost calibrate)")
         for i, rung in enumerate(data["copy_ladder"]):
             if not isinstance(rung, dict) or "bytes" not in rung or "seconds" not in rung:
                 raise ConfigError(f"calibration: {path}: copy_ladder[{i}] lacks bytes or seconds")
+            for key in ("bytes", "seconds"):
+                _number_at_least_0(rung[key], f"calibration: {path}: copy_ladder[{i}].{key}")
     if missing or not any(k.get("cls") == "matmul" for k in kernels):
         raise ConfigError(f"calibration: {path} is not a calibration with timed matrix products "
                           f"({'missing ' + ', '.join(missing) if missing else 'no matmul kernels'}; "
