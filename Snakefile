@@ -27,6 +27,8 @@ rule all:
         rules.configs.output,
         rules.analytic.output,
         rules.plan.output,
+        # How many GPUs, when the plan section has strong_scaling.
+        ([rules.plan_scaling.output] if "strong_scaling" in FILLED["plan"] else []),
         # Measured runs and their findings, when train.select names any configuration.
         (
             [

@@ -613,3 +613,50 @@ def test_a_calibration_of_the_wrong_shape_is_one_line(tmp_path, capsys, data, me
     assert cli.main([*GPT2, "--calibration", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_the_workflows_strong_scaling_is_the_commands_search(tmp_path):
+    """plan.strong_scaling in the config is `trainingcost plan --gpus LIST --layout search` for the figure's
+    configuration, with the section's device, tokens, precision and price: the same layouts, step times and
+    GPU-hours as the command (the Python API) gives, row for row; the tables and the figure are written."""
+    import pandas as pd
+
+    import trainingcost
+    from trainingcost.pipeline import load, write_strong_scaling
+
+    filled = load({**config(gpu="a100-80gb", gpus=8, tokens=1e9, price=2.0, precision="bf16-mixed",
+                            rules=["bp", "dfa", "mempepita"],
+                            strong_scaling={"gpus": [2, 16, 64], "objective": "gpu-hours"})})
+    out = {name: tmp_path / f"{name}.parquet" for name in ("table", "layouts")}
+    write_strong_scaling(filled, out["table"], out["layouts"], tmp_path / "scaling.png")
+    table = pd.read_parquet(out["table"])
+    api = trainingcost.plan(preset="gpt2-small", gpu="a100-80gb", gpus=[2, 16, 64], tokens=1e9, price=2.0,
+                            precision="bf16-mixed", layout="search", rule=["bp", "dfa", "mempepita"],
+                            objective="gpu-hours")
+    columns = ["gpus", "rule", "layout", "step_time_s", "wall_clock_s", "gpu_hours", "cost", "mem_total", "fits"]
+    def rows(frame, keys=("gpus", "rule")):
+        return frame.sort_values(list(keys)).reset_index(drop=True)
+
+    pd.testing.assert_frame_equal(rows(table[columns]), rows(api.table[columns]))
+    assert set(table["cost_model"]) == {"executed"} and (table["name"] == "gpt2-small").all()
+    layouts = pd.read_parquet(out["layouts"])
+    assert layouts.groupby(["gpus", "rule"])["rank"].max().eq(5).all()
+    keys = ("gpus", "rule", "rank")
+    pd.testing.assert_frame_equal(rows(layouts[[*keys, "layout"]], keys), rows(api.layouts[[*keys, "layout"]], keys))
+    assert (tmp_path / "scaling.png").stat().st_size and (tmp_path / "scaling.pdf").stat().st_size
+
+
+@pytest.mark.parametrize("scaling, extra, message", [
+    ({"gpus": [8]}, {}, "plan.strong_scaling.gpus: [8] is too short"),
+    ({"gpus": [8, 0]}, {}, "plan.strong_scaling.gpus[1]: 0 is less than the minimum of 1"),
+    ({"gpus": [8, 16], "objective": "cost"}, {}, "plan.strong_scaling.objective: cost needs plan.price"),
+    ({"gpus": [8, 16], "objective": "speed"}, {}, "plan.strong_scaling.objective: 'speed' is not allowed"),
+    ({"gpus": [8, 16]}, {"figure": "bert-base"}, "plan.figure: 'bert-base' is not a planned configuration"),
+    ({"count": [8, 16]}, {}, "plan.strong_scaling: unknown key 'count'"),
+])
+def test_bad_strong_scaling_is_one_line(scaling, extra, message):
+    from trainingcost.pipeline import load
+
+    with pytest.raises(ConfigError) as err:
+        load(config(strong_scaling=scaling, **extra))
+    assert "\n" not in str(err.value) and message in str(err.value), str(err.value)

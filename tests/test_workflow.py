@@ -50,7 +50,8 @@ def test_dry_run_of_the_default_config():
 
 
 def test_tiny_sweep_end_to_end(tmp_path):
-    result = snakemake(tmp_path, TINY)
+    config = {**TINY, "plan": {"strong_scaling": {"gpus": [1, 4]}}}  # and how many GPUs, in the report
+    result = snakemake(tmp_path, config)
     assert result.returncode == 0, result.stderr[-2000:]
     configs = pd.read_parquet(tmp_path / "results/configs.parquet")
     costs = pd.read_parquet(tmp_path / "results/tables/analytic.parquet")
@@ -89,7 +90,7 @@ def test_tiny_sweep_end_to_end(tmp_path):
     assert {"forward", "backward", "optimizer_step"} <= set(phases.dropna(subset=["predicted_time_s"]).phase)
     assert "Per phase" in summary
     figures = sorted(p.name for p in (tmp_path / "results/figures").iterdir())
-    assert len(figures) == 20 and not any("energy" in f for f in figures)  # 2 of them the plan's (docs/planning.md)
+    assert len(figures) == 22 and not any("energy" in f for f in figures)  # 3 of them the plan's (docs/planning.md)
     plan = pd.read_parquet(tmp_path / "results/tables/plan.parquet")
     assert set(plan.rule) == RULES and plan.config_id.nunique() == len(configs) and plan.fits.all()
     for png in (tmp_path / "results/figures").glob("*.png"):
@@ -101,11 +102,14 @@ def test_tiny_sweep_end_to_end(tmp_path):
                              str(tmp_path / "config.yaml"), "--report", "results/report.html"], capture_output=True, text=True)
     assert report.returncode == 0, report.stderr[-2000:]
     assert (tmp_path / "results/report.html").stat().st_size > 100_000
+    assert "12_plan_strong_scaling.png" in (tmp_path / "results/report.html").read_text(errors="replace")
+    scaling = pd.read_parquet(tmp_path / "results/tables/plan_scaling.parquet")
+    assert set(scaling.gpus) == {1, 4} and set(scaling.rule) == RULES and scaling.layout.str.contains("dp").all()
 
     # A second run from scratch gives byte-identical analytic tables (no timestamps in them).
     first = {p: (tmp_path / p).read_bytes() for p in ("results/configs.parquet", "results/tables/analytic.parquet", "results/tables/memory.parquet")}
     shutil.rmtree(tmp_path / "results")
-    assert snakemake(tmp_path, TINY, "results/tables/analytic.parquet").returncode == 0  # the analytic part only
+    assert snakemake(tmp_path, config, "results/tables/analytic.parquet").returncode == 0  # the analytic part only
     assert all((tmp_path / p).read_bytes() == data for p, data in first.items())
 
 

@@ -14,6 +14,7 @@ import os
 import time
 import traceback
 from contextlib import contextmanager
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,8 @@ from .config import (
 )
 from .analytic.plan import Efficiency, PlanSpec, memory_curve, plan_table
 from .io import read_metadata, write_parquet, write_text
-from .plan_command import DEFAULT_MFU, PREDICTED_SOURCE, token_budget
+from .config.frameworks import cluster, framework
+from .plan_command import DEFAULT_MFU, PREDICTED_SOURCE, system_fields, token_budget
 
 FIGURES = {
     "flops": "1_flops_predicted_vs_measured",
@@ -61,6 +63,7 @@ def load(config: dict) -> dict:
     check_train_time(jobs, filled["train"])
     check_figures(filled)
     check_plan(filled)
+    check_strong_scaling(filled)
     scaling_study(filled)
     analytic = filled["analytic"]
     frame = sweep_frame(filled)
@@ -646,9 +649,13 @@ def section_spec(section: dict, cfg, gpu, where: str = "plan", count: bool = Tru
     kind = given[0] if given else "predicted"
     defaults = PlanSpec(tokens=1, gpus=1, efficiency=Efficiency("mfu", DEFAULT_MFU, ""))
     measured = section["efficiency"].get("measured_rule", "bp")
+    system = system_fields(section.get("framework"), section.get("cluster"), None, None, gpu,
+                           {"framework": f"{where}.framework"})
+    fw = framework(section.get("framework"), f"{where}.framework")
     return PlanSpec(
         tokens=tokens, tokens_source=source, gpus=section["gpus"], tp=section["tp"], pp=section["pp"],
-        sharding=section["sharding"], zero3_gather=section["zero3_gather"], precision=section["precision"],
+        sharding=section.get("sharding") or fw.sharding, zero3_gather=section.get("zero3_gather") or fw.zero3_gather,
+        **system, tp_overlap=fw.tp_overlap, dp_overlap=fw.dp_overlap, precision=section["precision"],
         checkpointing=section["checkpointing"],
         checkpoint_every=section["checkpoint_every"], optimizer=section["optimizer"],
         global_batch=section.get("global_batch"),
@@ -696,11 +703,92 @@ def check_plan(config: dict) -> None:
                           "config_ids)")
 
 
+def check_strong_scaling(config: dict) -> None:
+    """plan.strong_scaling before any job runs: its configuration, and a price where the objective is cost."""
+    scaling = config["plan"].get("strong_scaling")
+    if scaling is None:
+        return
+    if scaling["objective"] == "cost" and config["plan"].get("price") is None:
+        raise ConfigError("plan.strong_scaling.objective: cost needs plan.price (money per GPU-hour)")
+    figure_config(config)
+
+
+def figure_config(config: dict) -> tuple:
+    """(name, ModelConfig) of the plan's figure configuration: plan.figure, else the first planned one."""
+    figure = config["plan"]["figure"]
+    chosen = plan_configs(config)
+    for name, cfg in chosen:
+        if not figure or figure in (name, cfg.config_id):
+            return name, cfg
+    raise ConfigError(f"plan.figure: {figure!r} is not a planned configuration (plan.select's entries or their "
+                      "config_ids)")
+
+
+def build_strong_scaling(config: dict):
+    """``plan --gpus LIST --layout search`` for the plan's figure configuration (plan.strong_scaling): every layout
+    field searched per rule and GPU count, with the plan section's device, tokens, batch, precision and price; the
+    step time predicted (the search ranks layouts by it, so plan.efficiency does not apply), under the executed
+    cost model (the work the code runs; else plan.cost_models' first). A
+    :class:`trainingcost.plan_search.SearchPlan`."""
+    import argparse
+
+    from .plan_search import AUTO_FIELDS, run
+
+    section = config["plan"]
+    scaling = section["strong_scaling"]
+    gpu = plan_gpu(config)
+    name, cfg = figure_config(config)
+    base = dataclasses.replace(section_spec(section, cfg, gpu),
+                               efficiency=Efficiency("predicted", 1.0, PREDICTED_SOURCE))
+    args = argparse.Namespace(layout="search", gpus=list(scaling["gpus"]), objective=scaling["objective"],
+                              price=section.get("price"), tp_across_nodes=False,
+                              **{attr: "auto" for attr in AUTO_FIELDS.values()})
+
+    def spec_of(a) -> PlanSpec:
+        return dataclasses.replace(base, gpus=a.gpus, tp=a.tp, pp=a.pp, interleave=a.interleave, ep=a.ep,
+                                   micro_batch=a.micro_batch, checkpointing=a.checkpointing,
+                                   sharding=a.sharding or base.sharding, sequence_parallel=a.sequence_parallel)
+
+    try:
+        models = ["executed"] if "executed" in section["cost_models"] else section["cost_models"][:1]
+        result = run(args, cfg, gpu, section["rules"], models, spec_of)
+    except ConfigError as exc:
+        raise ConfigError(f"plan.strong_scaling: configuration {name or cfg.config_id!r}: {exc}") from None
+    result.table.insert(0, "name", name)
+    return result
+
+
+def write_strong_scaling(config: dict, table_out, layouts_out, figure_out) -> None:
+    """results/tables/plan_scaling.parquet (each rule's best layout per GPU count, the plan's columns),
+    plan_layouts.parquet (each rule's five best layouts per count) and the strong-scaling figure."""
+    from .findings import figures as F
+    from .findings.plan_figures import strong_scaling
+
+    result = build_strong_scaling(config)
+    best = {rule: str(count) for rule, count in result.best_count.items()}
+    write_parquet(result.table, table_out, {"objective": result.objective, "best_count": json.dumps(best)})
+    write_parquet(result.layouts, layouts_out)
+    F.style()
+    first = result.table.iloc[0]
+    F.save(strong_scaling(result.table, f"{first['name'] or first['config_id']}: {first['tokens']:.3g} tokens on "
+                                        f"{first['gpu']}, each rule at its best layout per GPU count"), figure_out)
+
+
+def step_strong_scaling(filled: dict, output, log) -> None:
+    with logged(log[0]):
+        write_strong_scaling(filled, output.table, output.layouts, output.figure)
+
+
 def plan_gpu(config: dict):
     from .config.hardware import with_user_devices
 
     table = with_user_devices(config.get("hardware") or None)
-    name = config["plan"]["gpu"]
+    section = config["plan"]
+    if section.get("framework") is not None:
+        framework(section["framework"], "plan.framework")
+    name = section.get("gpu")
+    if name is None:
+        name = cluster(section["cluster"], "plan.cluster").gpu if section.get("cluster") is not None else "a100-80gb"
     if name not in table:
         raise ConfigError(f"plan.gpu: {name!r} is not in the hardware catalogue (allowed: {', '.join(table)})")
     return table[name]

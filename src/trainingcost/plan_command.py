@@ -244,6 +244,29 @@ def best_precision(gpu) -> str:
     return "fp32"
 
 
+def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per_node: int | None,
+                  nic_gbps: float | None, gpu, names: dict) -> dict:
+    """The PlanSpec fields that the framework (config/frameworks.yaml) and the cluster (config/clusters.yaml) decide,
+    each with its source: the command line's --framework/--cluster and the workflow's plan.framework/plan.cluster
+    (``names`` maps framework, gpus_per_node and nic_gbps to how the caller calls them)."""
+    fw = framework(framework_name)
+    fw_source = f"{fw.name}: {fw.label} ({'given' if framework_name else 'default'}; config/frameworks.yaml)"
+    per_node, nic, network = gpus_per_node, nic_gbps, f"{gpu.name}'s usual system (config/hardware.yaml)"
+    fabric_latencies = None
+    if cluster_name is not None:
+        system = cluster(cluster_name)
+        per_node = per_node if per_node is not None else system.gpus_per_node
+        nic = nic if nic is not None else system.nic_gbps
+        network = f"cluster {system.name}: {system.label} ({system.source}; {system.fabric}: {system.latency_source})"
+        fabric_latencies = tuple(sorted(system.latencies.items()))
+    if gpus_per_node is not None or nic_gbps is not None:
+        network += "; " + ", ".join(f"{names[key]} {value:g} (given)" for key, value in
+                                    (("gpus_per_node", gpus_per_node), ("nic_gbps", nic_gbps)) if value is not None)
+    return dict(framework=fw.name, framework_source=fw_source, fabric=fabric_latencies, can=tuple(sorted(fw.can.items())),
+                network_source=network, zero3_granularity=fw.zero3_granularity, attention=fw.attention,
+                dp_rails=fw.dp_rails, gpus_per_node=per_node, nic_gbps=nic)
+
+
 def spec_from_args(args, cfg, gpu) -> PlanSpec:
     from .analytic.plan import model_facts
 
@@ -272,26 +295,13 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         power_source = f"measured: {args.joules_per_token:g} J per token per GPU under {args.measured_rule} (given)"
     elif joules_per_flop is not None:
         power_source = flop_source
+    system = system_fields(args.framework, args.cluster, args.gpus_per_node, args.nic_gbps, gpu,
+                           {"framework": "--framework", "gpus_per_node": "--gpus-per-node", "nic_gbps": "--nic-gbps"})
     fw = framework(args.framework)
-    fw_source = f"{fw.name}: {fw.label} ({'given' if args.framework else 'default'}; config/frameworks.yaml)"
-    per_node, nic, network = args.gpus_per_node, args.nic_gbps, f"{gpu.name}'s usual system (config/hardware.yaml)"
-    fabric_latencies = None
-    if args.cluster is not None:
-        system = cluster(args.cluster)
-        per_node = per_node if per_node is not None else system.gpus_per_node
-        nic = nic if nic is not None else system.nic_gbps
-        network = f"cluster {system.name}: {system.label} ({system.source}; {system.fabric}: {system.latency_source})"
-        fabric_latencies = tuple(sorted(system.latencies.items()))
-    if args.gpus_per_node is not None or args.nic_gbps is not None:
-        network += "; " + ", ".join(f"{flag} {value:g} (given)" for flag, value in
-                                    (("--gpus-per-node", args.gpus_per_node), ("--nic-gbps", args.nic_gbps))
-                                    if value is not None)
     return PlanSpec(
         tokens=tokens, tokens_source=tokens_source, gpus=args.gpus, tp=args.tp, pp=args.pp,
-        sharding=args.sharding or fw.sharding, framework=fw.name, framework_source=fw_source, fabric=fabric_latencies,
-        can=tuple(sorted(fw.can.items())),
-        network_source=network, tp_overlap=fw.tp_overlap if args.tp_overlap is None else args.tp_overlap,
-        zero3_granularity=fw.zero3_granularity, attention=fw.attention, dp_rails=fw.dp_rails,
+        sharding=args.sharding or fw.sharding, **system,
+        tp_overlap=fw.tp_overlap if args.tp_overlap is None else args.tp_overlap,
         precision=precision, checkpointing=args.checkpointing, checkpoint_every=args.checkpoint_every,
         precision_source="" if args.precision else f"default: {gpu.name}'s best mixed precision",
         zero3_gather=args.zero3_gather or fw.zero3_gather,
@@ -306,8 +316,7 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         carbon_source=defaults.carbon_source if args.carbon_intensity is None else "given",
         price=args.price, price_source="given" if args.price is not None else defaults.price_source,
         mirror_steps=args.mirror_steps, interleave=args.interleave, sequence_parallel=args.sequence_parallel,
-        gpus_per_node=per_node, nic_gbps=nic, ep=args.ep,
-        dp_overlap=fw.dp_overlap if args.dp_overlap is None else args.dp_overlap,
+        ep=args.ep, dp_overlap=fw.dp_overlap if args.dp_overlap is None else args.dp_overlap,
         **quality_of(args),
     )
 

@@ -209,40 +209,18 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
 
 
 def figure(result: SearchPlan, path: str) -> None:
-    """Time against GPUs, and GPU-hours against time, a line per rule (seaborn)."""
+    """Time against GPUs, and GPU-hours against time, a line per rule (findings/plan_figures.py)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import seaborn as sns
 
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    data = result.table.drop_duplicates(["rule", "gpus"]).copy()
-    data["days"] = data["wall_clock_s"] / 86400
-    order = list(dict.fromkeys(data["rule"]))  # one colour per rule in both panels
-    palette = dict(zip(order, sns.color_palette(n_colors=len(order))))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    sns.lineplot(data=data, x="gpus", y="days", hue="rule", hue_order=order, palette=palette, marker="o", ax=axes[0])
-    axes[0].set(xscale="log", yscale="log", xlabel="GPUs", ylabel="wall-clock (days)",
-                title="Time against GPUs (each rule at its best layout)")
-    axes[0].set_xticks(sorted(data["gpus"].unique()))
-    sns.lineplot(data=data.sort_values("days"), x="days", y="gpu_hours", hue="rule", hue_order=order, palette=palette,
-                 marker="o", sort=False, ax=axes[1], legend=False)
-    axes[1].set(xscale="log", xlabel="wall-clock (days)", ylabel="GPU-hours",
-                title="GPU-hours against time (a point per GPU count)")
-    plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}")
-    for ax in axes:
-        ax.grid(True, which="both", alpha=0.3)
-        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
-            if scale == "log" and axis is not axes[0].xaxis:
-                axis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
-            axis.set_major_formatter(plain)
-            axis.set_minor_formatter(NullFormatter())
-    fig.tight_layout()
+    from .findings.plan_figures import strong_scaling
     from .io import atomic_write  # a kill or a full disk leaves the old figure or none, never half of one
 
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format=Path(path).suffix.lstrip(".") or "png"))
+    fig = strong_scaling(result.table)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=150, bbox_inches="tight",
+                                               format=Path(path).suffix.lstrip(".") or "png"))
     plt.close(fig)
 
 

@@ -11,7 +11,7 @@ from snakemake.utils import validate
 from trainingcost.config import ConfigError
 from trainingcost.pipeline import FIGURES as FIGURE_FILES
 from trainingcost.pipeline import RETRIES, config_hash, figure_names, load, repair_results, train_command, train_jobs, write_schema
-from trainingcost.pipeline import step_comm, step_comparison, step_measured, step_plan, step_scaling_table, step_summary
+from trainingcost.pipeline import step_comm, step_comparison, step_measured, step_plan, step_scaling_table, step_strong_scaling, step_summary
 
 try:
     FILLED = load(config)  # the config with every default filled in

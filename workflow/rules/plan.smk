@@ -24,3 +24,24 @@ rule plan:
         hardware=FILLED["hardware"],
     run:
         step_plan(FILLED, output, log, list(PLAN_FIGURES))
+
+
+# How many GPUs: the figure's configuration at each of plan.strong_scaling.gpus, every rule at its own best layout.
+rule plan_scaling:
+    output:
+        table="results/tables/plan_scaling.parquet",
+        layouts="results/tables/plan_layouts.parquet",
+        figure=report(
+            "results/figures/12_plan_strong_scaling.png",
+            caption="../report/plan_scaling.rst",
+            category="Figures",
+        ),
+        pdf="results/figures/12_plan_strong_scaling.pdf",
+    log:
+        "results/logs/plan_scaling.log",
+    localrule: True
+    params:
+        plan=FILLED["plan"],
+        hardware=FILLED["hardware"],
+    run:
+        step_strong_scaling(FILLED, output, log)

@@ -1,5 +1,6 @@
-"""The plan's two figures (workflow ``plan`` step, docs/planning.md): what a training run costs per rule, and
-memory per GPU against micro-batch with the device's capacity. They read the plan tables only."""
+"""The plan's figures (workflow ``plan`` steps, docs/planning.md): what a training run costs per rule, memory per
+GPU against micro-batch with the device's capacity, and the strong-scaling figure of ``plan --gpus LIST --layout
+search``. They read the plan tables only."""
 
 from __future__ import annotations
 
@@ -86,3 +87,48 @@ def plan_memory(curves: pd.DataFrame):
     fig.tight_layout()
     return fig
 
+
+
+def strong_scaling(table: pd.DataFrame, title: str = ""):
+    """Each rule at its best layout per GPU count (``plan --gpus 64-1024x2 --layout search``): wall-clock against
+    GPUs, and GPU-hours against wall-clock, a line per rule. ``table`` is the search's plan table (``gpus``,
+    ``rule``, ``wall_clock_s``, ``gpu_hours``, ``fits``); counts where a rule fits no layout are left out."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    data = table.drop_duplicates(["rule", "gpus"])
+    data = data[data["fits"].astype(bool)]
+    unit, seconds = ("days", 86400) if data["wall_clock_s"].max() >= 3 * 86400 else ("hours", 3600)
+    data = data.assign(days=data["wall_clock_s"] / seconds)
+    rules = [r for r in RULES if r in set(data["rule"])]
+    labels = [RULE_LABELS[r] for r in rules]
+    data = data.assign(rule_label=data["rule"].map(RULE_LABELS))
+    style = dict(hue="rule_label", hue_order=labels, style="rule_label", style_order=labels,
+                 palette={RULE_LABELS[r]: RULE_COLORS[r] for r in rules},
+                 markers={RULE_LABELS[r]: RULE_MARKERS[r] for r in rules}, dashes=False)
+    fig, axes = plt.subplots(1, 2, figsize=(FULL, 3.0))
+    sns.lineplot(data=data, x="gpus", y="days", ax=axes[0], **style)
+    axes[0].set(xscale="log", yscale="log", xlabel="GPUs", ylabel=f"wall-clock ({unit})",
+                title="Time against GPUs (each rule at its best layout)")
+    counts = sorted(data["gpus"].unique())
+    sns.lineplot(data=data.sort_values("days"), x="days", y="gpu_hours", sort=False, ax=axes[1], legend=False,
+                 **style)
+    axes[1].set(xscale="log", xlabel=f"wall-clock ({unit})", ylabel="GPU-hours",
+                title="GPU-hours against time (a point per GPU count)")
+    plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:.2g}")
+    for ax in axes:
+        ax.grid(True, which="both", alpha=0.3)
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log" and axis is not axes[0].xaxis:
+                axis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+            axis.set_major_formatter(plain)
+            axis.set_minor_formatter(NullFormatter())
+    axes[0].set_xticks(counts)
+    axes[0].legend(title=None, fontsize=6, ncol=2)
+    dropped = sorted(set(table["rule"]) - set(rules))
+    if dropped:
+        fig.text(0.5, 0.0, "fits no layout at any count: " + ", ".join(RULE_LABELS.get(r, r) for r in dropped),
+                 ha="center", va="bottom", fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    return fig
