@@ -4,8 +4,10 @@ Every measured figure becomes a step time with its source's own definition (``me
 - ``tflops_per_gpu`` (Megatron-LM, Narayanan et al. 2021, eq. 3): step = 96 B s l h^2 (1 + s/6h + V/16lh) / (N X);
 - ``step_time_s`` (Korthikanti et al. 2022, Table 5): the iteration time itself;
 - ``tokens_per_s`` (all GPUs): step = B s / throughput;
-- ``tokens_per_s_per_gpu`` (MosaicML llm-foundry's and torchtitan's tables, NeMo's performance summary): step =
-  B s / (throughput x GPUs).
+- ``tokens_per_s_per_gpu`` (MosaicML llm-foundry's and torchtitan's tables, NeMo's performance summary, TinyLlama's
+  README): step = B s / (throughput x GPUs);
+- ``neox_flops_per_gpu`` (GPT-NeoX's logged "approx flops per GPU", EleutherAI/gpt-neox megatron/logging.py get_flops
+  at the 20B release, commit c560814b, 2022): step = B s (6 N + 60 s h l) / (N_gpus X), N the model's parameters.
 Rows whose figure is a model TFLOP/s or an MFU of an unstated FLOP count are not converted (they are not in the
 table; benchmarks/plan_accuracy.md lists what was left out and why).
 """
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from .step import Layout
 
-FIGURES = ("tflops_per_gpu", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu")
+FIGURES = ("tflops_per_gpu", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "neox_flops_per_gpu")
 
 
 def measured_step_time(row: dict) -> float:
@@ -33,6 +35,14 @@ def measured_step_time(row: dict) -> float:
         return B * s / value
     if figure == "tokens_per_s_per_gpu":
         return B * s / (value * n)
+    if figure == "neox_flops_per_gpu":
+        import math
+
+        from ..comm import parameter_tensors
+
+        l, h = int(row["layers"]), int(row["d_model"])
+        params = sum(math.prod(shape) for _, shape in parameter_tensors(model_of(row), "bp"))
+        return B * s * (6 * params + 60 * s * h * l) / (n * value * 1e12)
     raise ValueError(f"measured_figure: {figure!r} is not known (allowed: {', '.join(FIGURES)})")
 
 
