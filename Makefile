@@ -30,7 +30,7 @@ dry-run: install
 	$(BIN)/snakemake -n
 
 test: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadgroup
 
 bench: install
 	$(BIN)/python benchmarks/bench_cli.py

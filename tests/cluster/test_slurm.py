@@ -38,6 +38,7 @@ SLURM_OVERRIDES = [
 
 pytestmark = [
     pytest.mark.slurm,
+    pytest.mark.xdist_group("slurm"),  # one test cluster: its tests run in one worker (make test: --dist loadgroup)
     pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("apt-get"), reason="needs root and apt-get to install SLURM"),
 ]
 
