@@ -3,6 +3,7 @@ a tensor-parallel block; monotonicity properties; every published run loads and 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -363,10 +364,17 @@ def test_the_plan_takes_a_pipeline_that_does_not_divide_the_layers_and_says_its_
 def test_every_framework_and_cluster_is_cited_and_read_by_the_model(gpt2, work):
     """Each catalogued framework states every field with a source; its overlap reaches the step: a framework that
     overlaps tensor-parallel communication hides it behind the products, one that does not leaves it exposed."""
-    from trainingcost.config.frameworks import FRAMEWORK_FIELDS, clusters, framework, frameworks
+    from trainingcost.config.frameworks import FRAMEWORK_FIELDS, OPTIONAL, clusters, framework, frameworks, parse_framework
 
     for fw in frameworks().values():
-        assert set(fw.sources) == set(FRAMEWORK_FIELDS) and all(fw.sources.values())
+        assert set(FRAMEWORK_FIELDS) <= set(fw.sources) <= {*FRAMEWORK_FIELDS, *OPTIONAL} and all(fw.sources.values())
+        assert fw.pipeline_split == "even" or "pipeline_split" in fw.sources  # a stated split names its source
+    assert framework("nanotron").pipeline_split == "balanced" and framework("megatron-core").pipeline_split == "even"
+    entry = {k: v for k, v in vars(framework("nanotron")).items() if k in FRAMEWORK_FIELDS}
+    entry.update(can={**entry["can"], "shardings": list(entry["can"]["shardings"])}, pipeline_split="greedy",
+                 cite={k: "src" for k in (*FRAMEWORK_FIELDS, "pipeline_split")})
+    with pytest.raises(ConfigError, match=r"^f\.pipeline_split: 'greedy' is not allowed \(allowed: even, balanced\)$"):
+        parse_framework("x", entry, {"src": "a document"}, "f")
     for c in clusters().values():
         assert c.source and c.gpus_per_node >= 1 and c.nic_gbps > 0
     nemo, core = framework("nemo"), framework("megatron-core")
@@ -411,3 +419,56 @@ def test_a_cluster_gives_the_gpu_and_the_network(capsys):
     assert p4d["step_comm_dp_s"] > dgx["step_comm_dp_s"] > 0
     assert cli.main([*common, "--cluster", "aws-p4d"]) == 0
     assert "network: cluster aws-p4d" in capsys.readouterr().out
+
+
+def test_nanotrons_balanced_split_by_hand():
+    """nanotron (models/base.py build_model, models/llama.py get_block_compute_costs) assigns its pipeline blocks in
+    order, each to the current stage, which ends after the unit whose cumulative cost passes total x (r + 1) / pp;
+    a decoder layer costs 4 d^2 + 3 d d_ff, the LM head V d. The Playbook's 1.34B (d 2048, d_ff 8192, V 131072, 16
+    layers): a layer 67,108,864, the head 268,435,456 (4 layers' worth), total 20 layers' worth. pp 4: thresholds
+    5, 10, 15, 20 layers' worth; stage 1 ends after layer 6 (6 > 5), stage 2 after 11, stage 3 after 16, and the
+    head alone on stage 4: 6/5/5/0. pp 8 (thresholds 2.5, 5, ...): 3/3/2/3/2/3, the head on stage 7, stage 8 empty."""
+    from trainingcost.analytic.plan_facts import fullest_stage, stage_split, stages
+
+    cfg = canonical_model(dict(arch="decoder", layers=16, d_model=2048, heads=32, d_ff=8192, vocab=131072,
+                               seq_len=4096, norm="rmsnorm", ffn="swiglu", positions="rotary", bias="none"), "")
+    split = stage_split(cfg, "balanced")
+    assert split == ("balanced", 4 * 2048**2 + 3 * 2048 * 8192, 131072 * 2048) == ("balanced", 67108864, 268435456)
+    assert stages(16, 4, split) == ((6, False), (5, False), (5, False), (0, True))
+    assert stages(16, 8, split) == ((3, False), (3, False), (2, False), (3, False), (2, False), (3, False), (0, True),
+                                    (0, False))
+    assert stages(16, 4) == ((4, False), (4, False), (4, False), (4, True))  # Megatron's even split
+    assert stages(13, 4) == ((4, False), (3, False), (3, False), (3, True))
+    assert fullest_stage(16, 4, split) == 6 and fullest_stage(16, 4) == 4
+    assert fullest_stage(8, 4, split, of=16) == 3  # half the blocks (e.g. the checkpointed ones): 8 x 6 / 16
+
+
+def test_the_framework_decides_the_split_in_time_and_memory():
+    """The same layout under nanotron (balanced) and under Megatron-Core (even): nanotron's critical stage is the
+    first, 6 blocks and no head, where Megatron's last holds 4 blocks and the head (4 blocks' worth): 6 < 8, so
+    nanotron's step is shorter; its fullest stage holds 6 blocks, so its parameters per GPU and its activations (1F1B:
+    pp micro-batches of the first stage's blocks in flight, 4 x 6 of 16) are larger."""
+    from trainingcost.analytic.plan import PREDICTED_SOURCE, Efficiency, PlanSpec, plan_table
+    from trainingcost.analytic.steptime.step import block_times, critical_stage, head_times
+
+    cfg = canonical_model(dict(arch="decoder", layers=16, d_model=2048, heads=32, d_ff=8192, vocab=131072,
+                               seq_len=4096, norm="rmsnorm", ffn="swiglu", positions="rotary", bias="none"), "")
+    h100 = device("h100-sxm")
+    lay = Layout(gpus=4, global_batch=8, micro_batch=1, pp=4)
+    dev = DeviceModel.of(h100, "bf16")
+    bt, ht = block_times(cfg, lay, dev, 2), head_times(cfg, lay, dev, 2)
+    from trainingcost.analytic.plan_facts import stage_split
+
+    assert critical_stage(16, 4, bt, ht, stage_split(cfg, "balanced"))[:2] == (6, False)
+    assert critical_stage(16, 4, bt, ht)[:2] == (4.0, True)
+    even = predict_step(cfg, lay, h100, "bp")
+    balanced = predict_step(cfg, dataclasses.replace(lay, pipeline_split="balanced"), h100, "bp")
+    assert balanced.step_time_s < even.step_time_s and "6/5/5/0" in balanced.stage_split
+    spec = PlanSpec(tokens=1e9, gpus=4, pp=4, sharding="none", global_batch=8, micro_batch=1,
+                    efficiency=Efficiency("predicted", 1.0, PREDICTED_SOURCE))
+    rows = {name: plan_table(cfg, dataclasses.replace(spec, pipeline_split=name), h100, ["bp"], ["executed"]).iloc[0]
+            for name in ("even", "balanced")}
+    assert rows["balanced"]["mem_activations"] == pytest.approx(rows["even"]["mem_activations"] * 4 * 6 / 16)
+    assert rows["balanced"]["mem_parameters"] > rows["even"]["mem_parameters"]
+    assert "6/5/5/0" in rows["balanced"]["pipeline_split"]
+    assert rows["balanced"]["step_time_s"] == pytest.approx(balanced.step_time_s)

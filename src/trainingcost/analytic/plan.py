@@ -39,7 +39,7 @@ from .registry import cost_model
 from ..config.errors import ConfigError
 
 
-from .plan_facts import PRECISIONS, SHARDINGS, ZERO_STAGE, ModelFacts, Precision, _configs, fullest_stage, model_facts, model_share  # noqa: F401
+from .plan_facts import PRECISIONS, SHARDINGS, ZERO_STAGE, ModelFacts, Precision, _configs, fullest_stage, model_facts, model_share, facts_split, stage_split, stages  # noqa: F401
 
 CHECKPOINTING = ("none", "selective", "full")
 # What ZeRO-3 (and FSDP's FULL_SHARD) gathers whole at a time, and the framework that does so (docs/planning.md):
@@ -124,6 +124,7 @@ class PlanSpec:
     compute_multipliers: tuple = ()
     quality_source: str = "equal tokens per rule; no learning-quality data (give --target-loss with --frontiers)"
     ep: int = 1  # expert-parallel degree (a mixture of experts: experts / ep per GPU, carved out of dp)
+    pipeline_split: str = "even"  # how the blocks are split over pipeline stages (the framework's; plan_facts.stages)
 
 
 # ---------------------------------------------------------------------------
@@ -243,14 +244,16 @@ def all_to_all_bytes(cfg, spec: PlanSpec, micro_batch: int) -> float:
 def all_to_alls_per_micro_batch(facts: ModelFacts, spec: PlanSpec, rule_name: str) -> int:
     """All-to-alls per micro-batch on the most loaded stage: two per mixture-of-experts layer and forward pass
     (dispatch, combine), two per backward through it, two per recomputed forward (checkpointing)."""
-    layers = fullest_stage(sum((facts.moe_layers or {}).values()), spec.pp)
+    split, depth = facts_split(facts, spec.pipeline_split), sum(facts.depth.values())
+    layers = fullest_stage(sum((facts.moe_layers or {}).values()), spec.pp, split, depth)
     if not layers:
         return 0
     work = rule(rule_name).recipe
     passes = sum(int(t) if not isinstance(t, str) else 1 for name, t in work.get("forward", ())
                  if name in ("forward", "forward_modulated"))
     backward = bool(work.get("backward"))
-    recomputed = fullest_stage(sum(checkpointed(facts, spec.checkpointing, spec.checkpoint_every).values()), spec.pp) \
+    recomputed = fullest_stage(sum(checkpointed(facts, spec.checkpointing, spec.checkpoint_every).values()), spec.pp,
+                               split, depth) \
         if backward else 0
     return 2 * max(1, passes) * layers + (2 * layers if backward else 0) + 2 * recomputed
 
@@ -347,7 +350,8 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     with the micro-batch, the rest does not."""
     p = PRECISIONS[spec.precision]
     row = facts.row(rule_name)
-    share = model_share(facts, spec.tp, spec.pp)
+    split = facts_split(facts, spec.pipeline_split)
+    share = model_share(facts, spec.tp, spec.pp, split=split)
     dp = spec.gpus // (spec.tp * spec.pp)
     stage = ZERO_STAGE[spec.sharding]
     params = facts.parameters * share
@@ -355,7 +359,7 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     trained = row["trained"] * share
     # Expert parallelism: a GPU holds experts / ep of each mixture, unsharded; ZeRO shards the experts over the
     # dp / ep replicas of each (DeepSpeed-MoE, Rajbhandari et al. 2022), the rest over dp: 1 / dp of all either way.
-    held = model_share(facts, spec.tp, spec.pp, spec.ep) / share if share else 1.0
+    held = model_share(facts, spec.tp, spec.pp, spec.ep, split) / share if share else 1.0
     shard = lambda value, from_stage: value / dp if stage >= from_stage else value * held  # noqa: E731
     unit = {"module": facts.largest_module, "sublayer": facts.largest_layer, "block": facts.largest_block}[spec.zero3_gather]
     # DeepSpeed's ZeRO-3 keeps its gradient partition in fp32 for the optimizer (its estimator's 18 bytes per parameter:
@@ -370,8 +374,19 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
         # ZeRO-3 gathers each layer whole before using it: its working weights and gradients (DeepSpeed's
         # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16)
         "gathered": (p.weights + p.grads) * unit / spec.tp if stage == 3 and dp > 1 else 0.0,
-        "activations": (activations * p.activations + unfused_scores(facts, spec, row)) / spec.tp,
+        "activations": (activations * p.activations * _in_flight(facts, spec.pp, split)
+                        + unfused_scores(facts, spec, row)) / spec.tp,
     }
+
+
+def _in_flight(facts: ModelFacts, pp: int, split: tuple) -> float:
+    """The model's blocks of activations on the fullest stage: 1F1B keeps pp micro-batches of that stage's blocks
+    in flight, so pp x its blocks over the model's; 1 for an even split (pp x L / pp), a balanced split's fullest
+    stage more (nanotron's: the head's stage holds fewer blocks, the others more)."""
+    depth = sum(facts.depth.values())
+    if split[0] == "even" or pp == 1 or not depth:
+        return 1.0
+    return max(1.0, fullest_stage(depth, pp, split) * pp / depth)
 
 
 # Megatron's unfused attention keeps, per layer and sequence, the softmax output (2 bytes per score), the dropout
@@ -390,7 +405,7 @@ def unfused_scores(facts: ModelFacts, spec: PlanSpec, row: dict) -> float:
     per_block = {s: UNFUSED_SCORE_BYTES * facts.scores[s] for s in facts.depth}
     total = sum(kept[s] * per_block[s] for s in facts.depth) + (max(per_block.values()) if any(counts.values()) else 0)
     blocks = sum(facts.depth.values())
-    return total * fullest_stage(blocks, spec.pp) / blocks
+    return total * fullest_stage(blocks, spec.pp, facts_split(facts, spec.pipeline_split)) / blocks
 
 
 def fits_at_micro_batch_1(cfg, spec: PlanSpec, device, rules, facts: ModelFacts | None = None) -> dict[str, bool]:
@@ -476,11 +491,16 @@ PLAN_COLUMNS = (
 )
 
 
-def pipeline_split(cfg, pp: int) -> str:
+def pipeline_split(cfg, pp: int, split: str = "even") -> str:
     """The blocks on each pipeline stage, in words (analytic/steptime/step.py's critical_stage prices it)."""
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
     if pp == 1:
         return ""
+    if split != "even":
+        counts = stages(blocks, pp, stage_split(cfg, split))
+        head = next(i for i, (_, h) in enumerate(counts) if h)
+        return (f"balanced by compute (nanotron): blocks per stage {'/'.join(str(n) for n, _ in counts)}, the head "
+                f"on stage {head + 1}; the pace is the slowest stage's, memory the fullest stage's")
     if blocks % pp == 0:
         return f"{blocks // pp} blocks on each of {pp} stages"
     low = blocks // pp
@@ -500,7 +520,7 @@ def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None
                   precision=spec.precision, dp_overlap=spec.dp_overlap, gpus_per_node=spec.gpus_per_node,
                   nic_gbps=spec.nic_gbps, tp_overlap=spec.tp_overlap, fabric=spec.fabric, dp_rails=spec.dp_rails,
                   zero3_granularity=spec.zero3_granularity, attention=spec.attention,
-                  optimizer_slots=OPTIMIZER_SLOTS[spec.optimizer] if slots is None else slots)
+                  pipeline_split=spec.pipeline_split, optimizer_slots=OPTIMIZER_SLOTS[spec.optimizer] if slots is None else slots)
 
 
 def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
@@ -605,7 +625,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "config_id": cfg.config_id, "rule": r, "cost_model": name, "gpu": device.name, "gpus": spec.gpus, "dp": dp,
             "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "zero3_gather": spec.zero3_gather,
             "framework": spec.framework, "source_framework": spec.framework_source,
-            "pipeline_split": pipeline_split(cfg, spec.pp), "interleave": spec.interleave,
+            "pipeline_split": pipeline_split(cfg, spec.pp, spec.pipeline_split), "interleave": spec.interleave,
             "sequence_parallel": bool(spec.sequence_parallel),
             "source_network": spec.network_source, "precision": spec.precision,
             "checkpointing": spec.checkpointing, "optimizer": spec.optimizer, "tokens": float(tokens),

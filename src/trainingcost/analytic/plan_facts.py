@@ -62,6 +62,7 @@ class ModelFacts:
     expert_parameters: int = 0  # a mixture of experts' routed experts (split over the expert-parallel degree)
     moe_layers: dict = None  # stack -> blocks with a mixture of experts (each: two all-to-alls per pass)
     scores: dict = None  # stack -> attention score elements of one block per sequence (heads x queries x keys)
+    split_costs: tuple = (1, 0)  # a block's and the LM head's cost in nanotron's balanced split (stage_split)
     _rows: dict = field(default_factory=dict, repr=False, compare=False)
 
     def row(self, rule_name: str) -> dict:
@@ -129,7 +130,8 @@ def _model_facts(cfg, rules: tuple, optimizer: str) -> ModelFacts:
                       moe_layers={stack: depth[stack] if cfg.moe else 0 for stack in cfg.stacks},
                       scores={stack: cfg.heads * (cfg.seq_len ** 2 if stack != "decoder" or not cfg.encdec else
                                                   cfg.tgt_len ** 2 + cfg.tgt_len * cfg.seq_len)
-                              for stack in cfg.stacks})
+                              for stack in cfg.stacks},
+                      split_costs=stage_split(cfg, "balanced")[1:])
 
 
 def _configs(cfg) -> pd.DataFrame:
@@ -145,19 +147,69 @@ def _configs_kept(cfg) -> pd.DataFrame:
 
 
 
-def fullest_stage(blocks: int, pp: int) -> int:
-    """Blocks on the fullest pipeline stage: blocks / pp, or, where pp does not divide them, the ceiling (the
-    stages hold the ceiling or the floor; docs/planning.md, "Uneven pipeline stages")."""
-    return -(-blocks // pp)
+EVEN = ("even", 1, 0)
 
 
-def model_share(facts: ModelFacts, tp: int, pp: int, ep: int = 1) -> float:
+def facts_split(facts: ModelFacts, name: str = "even") -> tuple:
+    """:func:`stage_split` from a model's facts."""
+    return EVEN if name == "even" else ("balanced", *facts.split_costs)
+
+
+def stage_split(cfg, name: str = "even") -> tuple:
+    """The split of a framework (config/frameworks.yaml, pipeline_split) for this model, as :func:`stages` takes it:
+    ``("even", 1, 0)``, or ``("balanced", block cost, head cost)`` with nanotron's costs (models/llama.py,
+    get_block_compute_costs: a block 4 d^2 + 3 d d_ff, the LM head V d)."""
+    if name == "even":
+        return EVEN
+    d = cfg.d_model
+    return ("balanced", 4 * d * d + 3 * cfg.d_ff * d, (cfg.classes or cfg.vocab) * d)
+
+
+@lru_cache(maxsize=4096)
+def stages(blocks: int, pp: int, split: tuple = EVEN) -> tuple:
+    """Each pipeline stage's (blocks, holds the head), first to last.
+
+    even (Megatron): blocks / pp each, or where pp does not divide them the first stages the ceiling and the rest
+    the floor, the head on the last (docs/planning.md, "Uneven pipeline stages"). balanced (nanotron,
+    models/base.py build_model): the blocks and then the head, in order, each on the current stage, which ends
+    after the unit whose cumulative cost passes total x (stage + 1) / pp; a stage may end up empty."""
+    name, block_cost, head_cost = split
+    if name == "even" or pp == 1:
+        low, extra = divmod(blocks, pp)
+        return tuple((low + (1 if i < extra else 0), i == pp - 1) for i in range(pp))
+    counts, head_on = [0] * pp, pp - 1
+    total = blocks * block_cost + head_cost
+    cumulative, stage = 0, 0
+    for unit in range(blocks + 1):
+        if unit < blocks:
+            counts[stage] += 1
+            cumulative += block_cost
+        else:
+            head_on = stage
+            cumulative += head_cost
+        if cumulative > total * (stage + 1) / pp:
+            stage = min(stage + 1, pp - 1)
+    return tuple((n, i == head_on) for i, n in enumerate(counts))
+
+
+def fullest_stage(blocks: int, pp: int, split: tuple = EVEN, of: int | None = None) -> int:
+    """Blocks on the fullest pipeline stage (:func:`stages`): blocks / pp, or, where pp does not divide them, the
+    ceiling (docs/planning.md, "Uneven pipeline stages"). ``of``: the model's blocks where ``blocks`` counts some
+    of them (its mixture-of-experts or checkpointed blocks), spread as the stage's share of the model's."""
+    if split[0] == "even":
+        return -(-blocks // pp)
+    if of is None:
+        return max(n for n, _ in stages(blocks, pp, split))
+    return -(-blocks * max(n for n, _ in stages(of, pp, split)) // of) if of else 0
+
+
+def model_share(facts: ModelFacts, tp: int, pp: int, ep: int = 1, split: tuple = EVEN) -> float:
     """The share of the model's parameters on the most loaded GPU: the fullest stage's blocks (blocks / pp, the
     ceiling where pp does not divide them) plus the heavier end, all / tp; the routed experts of the blocks also
     / ep (each GPU of an expert-parallel group holds experts / ep)."""
     ends = facts.all_end_parameters if pp == 1 else facts.stage_end_parameters
     blocks = facts.blocks_parameters - facts.expert_parameters * (1 - 1 / ep)
     depth = sum(facts.depth.values())
-    fraction = fullest_stage(depth, pp) / depth if depth else 1 / pp
+    fraction = fullest_stage(depth, pp, split) / depth if depth else 1 / pp
     return (blocks * fraction + ends) / (tp * facts.parameters)
 

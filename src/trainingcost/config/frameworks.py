@@ -27,6 +27,11 @@ CLUSTERS = Path(__file__).with_name("clusters.yaml")
 FRAMEWORK_FIELDS = ("dp_overlap", "tp_overlap", "zero3_granularity", "zero3_gather", "attention", "sharding",
                     "dp_rails", "can")
 CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel")
+# Optional fields, with their default where a framework does not state one: how the blocks are split over pipeline
+# stages (even: Megatron's, blocks / pp with the head on the last stage; balanced: nanotron's greedy split by compute
+# cost, the LM head counted as V d against a block's 4 d^2 + 3 d d_ff; analytic/plan_facts.py, stages)
+OPTIONAL = {"pipeline_split": "even"}
+PIPELINE_SPLITS = ("even", "balanced")
 CHOICES = {"zero3_granularity": ("block", "tensor"), "zero3_gather": ("module", "sublayer", "block"),
            "attention": ("flash", "unfused"), "sharding": ("none", "zero1", "zero2", "zero3", "fsdp")}
 CLUSTER_FIELDS = ("gpu", "gpus_per_node", "nic_gbps", "fabric")
@@ -46,6 +51,7 @@ class Framework:
     dp_rails: bool
     can: dict  # what the layout search may choose: shardings (tuple), tensor, pipeline, interleave, sequence_parallel
     sources: dict = field(default_factory=dict)  # field -> its document
+    pipeline_split: str = "even"  # how blocks are split over pipeline stages (OPTIONAL)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -79,9 +85,13 @@ def _positive(value, where: str) -> float:
 def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a mapping of {', '.join(FRAMEWORK_FIELDS)}")
-    unknown = sorted(set(entry) - {"label", "cite", *FRAMEWORK_FIELDS})
+    unknown = sorted(set(entry) - {"label", "cite", *FRAMEWORK_FIELDS, *OPTIONAL})
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: label, cite, {', '.join(FRAMEWORK_FIELDS)})")
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: label, cite, "
+                          f"{', '.join([*FRAMEWORK_FIELDS, *OPTIONAL])})")
+    split = entry.get("pipeline_split", OPTIONAL["pipeline_split"])
+    if split not in PIPELINE_SPLITS:
+        raise ConfigError(f"{where}.pipeline_split: {split!r} is not allowed (allowed: {', '.join(PIPELINE_SPLITS)})")
     missing = [k for k in FRAMEWORK_FIELDS if k not in entry]
     if missing:
         raise ConfigError(f"{where}.{missing[0]}: missing (every framework states {', '.join(FRAMEWORK_FIELDS)})")
@@ -97,13 +107,14 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
         raise ConfigError(f"{where}.can: shardings (a list of {', '.join(CHOICES['sharding'])}) and true/false for "
                           f"{', '.join(CAN[1:])}")
     cite = entry.get("cite")
-    if not isinstance(cite, dict) or any(cite.get(k) not in sources for k in FRAMEWORK_FIELDS):
+    stated = [*FRAMEWORK_FIELDS, *(k for k in OPTIONAL if k in entry)]
+    if not isinstance(cite, dict) or any(cite.get(k) not in sources for k in stated):
         raise ConfigError(f"{where}: every field needs a source (cite: with a known source key)")
     return Framework(name, str(entry.get("label", name)), _fraction(entry["dp_overlap"], f"{where}.dp_overlap"),
                      _fraction(entry["tp_overlap"], f"{where}.tp_overlap"), entry["zero3_granularity"],
                      entry["zero3_gather"], entry["attention"],
                      entry["sharding"], entry["dp_rails"], {**can, "shardings": tuple(can["shardings"])},
-                     {k: sources[cite[k]] for k in FRAMEWORK_FIELDS})
+                     {k: sources[cite[k]] for k in stated}, split)
 
 
 @lru_cache(maxsize=1)

@@ -73,6 +73,7 @@ class Layout:
     fabric: tuple | None = None  # ((key, value), ...) of the cluster's fabric latencies (config/clusters.yaml)
     optimizer_slots: int = 2
     ep: int = 1  # expert-parallel degree (a mixture of experts), inside the data-parallel replicas
+    pipeline_split: str = "even"  # how the blocks are split over the stages (the framework's; plan_facts.stages)
 
     @property
     def dp(self) -> int:
@@ -328,14 +329,25 @@ def kernel_rates(cfg, lay: Layout, dev: DeviceModel, bt: dict, ht: dict, bp: dic
     return rates
 
 
-def critical_stage(blocks: int, p: int, bt: dict, ht: dict) -> tuple[int | float, bool, str]:
+def critical_stage(blocks: int, p: int, bt: dict, ht: dict, split: tuple = ("even", 1, 0)) -> tuple[int | float, bool, str]:
     """The pipeline stage that sets the pace: (its blocks, whether it holds the head, the split in words).
 
     p dividing the blocks: blocks / p and the head (the last stage). Otherwise the stages hold the ceiling or the
     floor of blocks / p (Megatron-Core's --decoder-first/last-pipeline-num-layers, the Llama 3 405B run's 126
     layers on 16 stages: two stages of 7, the rest 8, Dubey et al. 2024, section 3.3.2): the last stage, with the
     head, holds the floor, and the pace is the slower of a full stage (the ceiling) and the last (the floor plus
-    the head), compared by BP's kernel time per micro-batch."""
+    the head), compared by BP's kernel time per micro-batch. A balanced split (nanotron's, plan_facts.stages): the
+    stage whose blocks, and the head where it holds it, take the longest."""
+    if split[0] != "even" and p > 1:
+        from ..plan_facts import stages
+
+        full = sum(bt["fwd"].values()) + sum(bt["bwd"].values())
+        head = sum(ht["fwd"].values()) + sum(ht["bwd"].values())
+        split_stages = stages(blocks, p, split)
+        n, with_head = max(split_stages, key=lambda st: st[0] * full + (head if st[1] else 0.0))
+        counts = "/".join(str(k) for k, _ in split_stages)
+        return n, with_head, f"balanced by compute (nanotron): blocks per stage {counts}, the head on stage " \
+                             f"{next(i for i, st in enumerate(split_stages) if st[1]) + 1}"
     if blocks % p == 0:
         return blocks / p, True, f"{blocks // p} blocks per stage"
     low, high = blocks // p, blocks // p + 1
@@ -385,7 +397,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     micro-batch, each rule's priced phases per stage, the data-parallel collectives' seconds per phase) are kept
     there under keys naming every field they read, so that a search over thousands of layouts computes each once.
     The result is the same number with or without it (tests/test_layout.py)."""
-    from ..plan_facts import PRECISIONS, ZERO_STAGE, model_facts, model_share
+    from ..plan_facts import PRECISIONS, ZERO_STAGE, model_facts, model_share, stage_split
 
     memo = {} if memo is None else memo
 
@@ -412,7 +424,9 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         return bt, ht, kernel_rates(cfg, lay, dev, bt, ht, bp)
 
     bt, ht, rates = once(("kernels", *kernels), kernel_times)
-    per_stage, with_head, split = once(("stage", *kernels, p), lambda: critical_stage(blocks, p, bt, ht))
+    pp_split = stage_split(cfg, lay.pipeline_split)
+    per_stage, with_head, split = once(("stage", *kernels, p, pp_split),
+                                       lambda: critical_stage(blocks, p, bt, ht, pp_split))
     stage = (per_stage, with_head)
     ends = 1.0 if with_head else 0.0
     cats = ("matmul", "attention", "memory", "launch")
@@ -493,7 +507,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     # Data parallel (and ZeRO) over dp ranks, stride t
     facts, trained = once(("facts", rule), lambda: (lambda f: (f, float(f.per_rule.loc[rule, "trained"])))(
         model_facts(cfg, [rule], "adam")))
-    share = once(("share", rule, t, p, lay.ep), lambda: model_share(facts, t, p, lay.ep))
+    share = once(("share", rule, t, p, lay.ep, pp_split), lambda: model_share(facts, t, p, lay.ep, pp_split))
     params_gpu = facts.parameters * share
     trained_gpu = trained * share
     if not w["changes_feedback"]:
@@ -534,12 +548,13 @@ def data_parallel_collectives(cfg, lay: Layout, rule: str, w: dict | None = None
     or pipeline parallelism the listed tensors scaled to the GPU's share of the model (``model_share``: the stage's
     blocks and its heavier end, over t), and ZeRO-3's units cut to the stage's blocks."""
     from ..comm import PLAN_DTYPE, plan_collectives
-    from ..plan_facts import model_facts, model_share
+    from ..plan_facts import fullest_stage, model_facts, model_share, stage_split
 
+    split = stage_split(cfg, lay.pipeline_split)
     if share is None:
-        share = model_share(model_facts(cfg, [rule], "adam"), lay.tp, lay.pp)
+        share = model_share(model_facts(cfg, [rule], "adam"), lay.tp, lay.pp, split=split)
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
-    stage_blocks = None if lay.pp == 1 else -(-blocks // lay.pp)  # the fullest stage (uneven: the ceiling)
+    stage_blocks = None if lay.pp == 1 else fullest_stage(blocks, lay.pp, split)  # the fullest stage
     passes, backward = (w["passes"], w["backward"]) if w is not None else (1, True)
     return plan_collectives(cfg, rule, lay.sharding, lay.dp, PLAN_DTYPE[lay.precision], passes, backward,
                             1.0 if (lay.tp == 1 and lay.pp == 1) else share, stage_blocks)
