@@ -54,13 +54,14 @@ os.environ["SLURM_CONF"] = os.devnull
 
 
 def pytest_collection_modifyitems(config, items):
-    """The real-SLURM test runs last: once SLURM's client tools are installed, every snakemake call
-    with the SLURM plugin waits ~10 s for a controller whenever none is running."""
-    items.sort(key=lambda item: item.get_closest_marker("slurm") is not None)
+    """The real-SLURM tests run first: under `make test`'s two workers (one of them takes the SLURM group, which
+    installs and starts a cluster) they then overlap the rest instead of ending the run alone. Safe in any order:
+    every other test's snakemake calls see the empty SLURM configuration above."""
+    items.sort(key=lambda item: item.get_closest_marker("slurm") is None)
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slurm: starts a local SLURM cluster (root; runs last)")
+    config.addinivalue_line("markers", "slurm: starts a local SLURM cluster (root; runs first)")
 
 
 
