@@ -30,7 +30,7 @@ dry-run: install
 	$(BIN)/snakemake -n
 
 test: install
-	$(BIN)/pytest -q -n 2 --dist loadgroup
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 bench: install
 	$(BIN)/python benchmarks/bench_cli.py

@@ -54,7 +54,7 @@ os.environ["SLURM_CONF"] = os.devnull
 
 
 def pytest_collection_modifyitems(config, items):
-    """The real-SLURM tests run first: under `make test`'s two workers (one of them takes the SLURM group, which
+    """The real-SLURM tests run first: under `make test`'s two workers (one of them takes their file, which
     installs and starts a cluster) they then overlap the rest instead of ending the run alone. Safe in any order:
     every other test's snakemake calls see the empty SLURM configuration above."""
     items.sort(key=lambda item: item.get_closest_marker("slurm") is None)

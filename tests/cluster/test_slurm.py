@@ -6,6 +6,7 @@ project's `profiles/slurm` plus the overrides a test cluster needs (partition, s
 checks), and its results must equal a local run of the same config.
 """
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests/cluster/slurm_local.sh"
+LOCK = Path("/tmp/trainingcost-slurm.lock")
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 TINY = {
     "sweep": {"models": [{"name": "bytes", "arch": "encoder-decoder", "layers": 1, "d_model": 16, "heads": 2, "d_ff": 32,
@@ -38,7 +40,6 @@ SLURM_OVERRIDES = [
 
 pytestmark = [
     pytest.mark.slurm,
-    pytest.mark.xdist_group("slurm"),  # one test cluster: its tests run in one worker (make test: --dist loadgroup)
     pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("apt-get"), reason="needs root and apt-get to install SLURM"),
 ]
 
@@ -60,12 +61,18 @@ def run_sweep(workdir: Path, *extra: str, config: dict = TINY) -> subprocess.Com
 
 @pytest.fixture(scope="module")
 def cluster():
-    started = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=600, env=slurm_env())
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        yield
-    finally:
-        subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, text=True, timeout=120, env=slurm_env())
+    """The machine's one test cluster, held under a lock for the module's tests: a second test process on the
+    machine (another pytest worker, another run) waits for it instead of starting or stopping it under them
+    (`make test` keeps this file in one worker: --dist loadfile)."""
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        started = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=600,
+                                 env=slurm_env())
+        try:
+            assert started.returncode == 0, started.stdout + started.stderr
+            yield
+        finally:
+            subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, text=True, timeout=120, env=slurm_env())
 
 
 def test_tiny_sweep_through_slurm_equals_the_local_run(cluster, tmp_path):
