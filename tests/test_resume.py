@@ -20,11 +20,11 @@ SWEEP = {
     "sweep": {"models": [{"name": "dec", "arch": "decoder", "layers": 1, "d_model": 16, "heads": 2, "d_ff": 32, "vocab": 256,
                           "seq_len": 8, "batch": 2}]},
     "memory": {"dtypes": ["fp32"], "optimizers": ["sgd"]},
-    # Four rules keep the suite short: two finish, the third is interrupted, the fourth never starts.
-    # three runs: one to finish, one to be in flight when the sweep is killed, one never started
+    # Four runs: two finish, the third is interrupted, the fourth never starts (even on a loaded machine, where the
+    # third may finish before the signal lands, one run is left to resume)
     # 200 steps: each run lasts long enough (about a second) for the signal to land inside it; training jobs are forks
     # of a warm process (src/trainingcost/warm.py), so a run of 6 steps could end between the poll and the signal
-    "train": {"select": ["dec"], "rules": ["bp", "pepita", "dfa"], "steps": 200, "eval_batches": 1,
+    "train": {"select": ["dec"], "rules": ["bp", "pepita", "dfa", "kp"], "steps": 200, "eval_batches": 1,
               "resources": {"threads": 1}},
 }
 RUNS = len(SWEEP["train"]["rules"])

@@ -86,7 +86,7 @@ CONF
         for _ in $(seq 50); do [[ -s /run/munge/munged.pid ]] && break; sleep 0.1; done
         cat /run/munge/munged.pid >> "$STATE/started"
     fi
-    /usr/sbin/slurmctld
+    /usr/sbin/slurmctld -c  # -c: a fresh controller, no jobs or node states left by an earlier, killed run
     for _ in $(seq 50); do [[ -s /run/slurmctld.pid ]] && break; sleep 0.1; done
     cat /run/slurmctld.pid >> "$STATE/started"
     /usr/sbin/slurmd
