@@ -612,7 +612,7 @@ def one_stage(number: int, seconds: float, work: Path) -> int:
         traceback.print_exc()
         print(f"stage failed: {type(err).__name__}: {one_line(err)}", flush=True)
         return 1
-    (stage.dir / "result.json").write_text(json.dumps({"detail": one_line(detail, 400), "dry_run": dry(),
+    (stage.dir / "result.json").write_text(json.dumps({"detail": one_line(detail, 1000), "dry_run": dry(),
                                                       "seconds": round(time.monotonic() - stage.began, 1)}))
     print(f"stage done: {detail}", flush=True)
     return 0
