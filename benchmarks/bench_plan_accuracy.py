@@ -96,7 +96,8 @@ def main(argv=None) -> int:
         groups.setdefault(r["source"], []).append(r)
     regimes = {"FSDP / ZeRO-3": [r for r in results if r["sharding"] in ("fsdp", "zero3")],
                "H100 or newer": [r for r in results if r["gpu"] in HOPPER],
-               "A100": [r for r in results if r["gpu"].startswith("a100")]}
+               "A100": [r for r in results if r["gpu"].startswith("a100")],
+               "V100": [r for r in results if r["gpu"] == "v100"]}
     for name, rows in [*groups.items(), *regimes.items(), ("overall", results)]:
         left = f"{loso[name][1]:8.1f}% {loso[name][0]:6.2f}" if name in loso else f"{'':9} {'':6}"
         print(f"{name:26} {len(rows):4d} {mape(rows):6.1f}% {signed(rows):+7.1f}% {left} {mape(rows, 'err_flat'):9.1f}% "

@@ -472,3 +472,53 @@ def test_the_framework_decides_the_split_in_time_and_memory():
     assert rows["balanced"]["mem_parameters"] > rows["even"]["mem_parameters"]
     assert "6/5/5/0" in rows["balanced"]["pipeline_split"]
     assert rows["balanced"]["step_time_s"] == pytest.approx(balanced.step_time_s)
+
+
+def test_a_device_without_flashattention_runs_the_frameworks_attention_unfused(capsys):
+    """FlashAttention does not run on Volta (config/hardware.yaml, flash_attention: false): a framework that uses it
+    elsewhere (FSDP2, torchtitan) prices a V100's attention unfused, with its kept scores in memory; an A100 keeps the
+    fused kernel; an explicit row (a published run's own attention column) is taken as stated."""
+    import json
+
+    from trainingcost import cli
+
+    v100 = device("v100")
+    assert v100.attention_kernel("flash") == "unfused" and v100.attention_kernel("unfused") == "unfused"
+    assert A100.attention_kernel("flash") == "flash"
+    common = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpus", "8", "--rule", "bp", "--framework",
+              "fsdp2", "--format", "json", "--micro-batch", "8"]
+    assert cli.main([*common, "--gpu", "v100"]) == 0
+    on_v100 = json.loads(capsys.readouterr().out)[0]
+    gpt2 = canonical_model(preset_entry("gpt2-small"))
+    work = rule_work(gpt2, ["bp"])
+    lay = dict(gpus=8, global_batch=on_v100["global_batch"], micro_batch=8, sharding="fsdp", precision="fp16-mixed")
+    unfused = predict_step(gpt2, Layout(**lay, attention="unfused"), v100, "bp", work)
+    flash = predict_step(gpt2, Layout(**lay, attention="flash"), v100, "bp", work)
+    assert on_v100["step_time_s"] == pytest.approx(unfused.step_time_s, rel=1e-9)
+    assert unfused.step_time_s != pytest.approx(flash.step_time_s, rel=1e-6)
+    row = {k: v for k, v in runs.load(ROOT / "benchmarks" / "published_runs.csv")[0].items()}
+    assert runs.layout_of({**row, "gpu": "v100", "attention": ""}).attention == "unfused"
+    assert runs.layout_of({**row, "gpu": "a100-80gb", "attention": ""}, "fsdp2").attention == "flash"
+    assert runs.layout_of({**row, "gpu": "v100", "attention": "flash"}).attention == "flash"
+
+
+def test_a_clusters_measured_nic_efficiency_prices_its_links_by_hand():
+    """A cluster whose source measured its collectives below line rate (jean-zay-v100: NCCL all-reduce at 44-57 Gb/s
+    of the nodes' 400) carries that share; the network between nodes runs at nic x share / 8 bytes per second per
+    GPU, the device's usual 0.9 elsewhere. A share outside (0, 1] is one line naming the field."""
+    from trainingcost.config.frameworks import cluster, parse_cluster
+
+    jz = cluster("jean-zay-v100")
+    assert jz.gpu == "v100" and jz.gpus_per_node == 4 and jz.latencies["nic_efficiency"] == 0.13
+    params = DeviceModel.of(device("v100"), "fp16").params
+    net = Network.of(params, jz.gpus_per_node, jz.nic_gbps, jz.latencies)
+    assert net.inter_bw == pytest.approx(100 / 8 * 1e9 * 0.13)
+    assert Network.of(params, 4, 100).inter_bw == pytest.approx(100 / 8 * 1e9 * 0.9)
+    # a 1 GiB all-gather over 8 ranks one per node (stride 4): (n-1)/n of it over one GPU's share, plus the latencies
+    nbytes, n = 2 ** 30, 8
+    by_hand = 40e-6 + (n - 1) * 2e-6 + (n - 1) / n * nbytes / (100 / 8 * 1e9 * 0.13)
+    assert net.all_gather(nbytes, n, 4) == pytest.approx(by_hand)
+    fabrics = {"infiniband": ({"inter_latency_us": 40, "inter_step_us": 2, "tree_level_us": 160}, "fit")}
+    entry = dict(gpu="v100", gpus_per_node=4, nic_gbps=100, fabric="infiniband", cite="s", nic_efficiency=1.5)
+    with pytest.raises(ConfigError, match=r"^c\.nic_efficiency: a fraction above 0 and at most 1 \(got 1\.5\)$"):
+        parse_cluster("x", entry, {"s": "a document"}, "c", fabrics)

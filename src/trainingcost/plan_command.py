@@ -263,7 +263,7 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
         network += "; " + ", ".join(f"{names[key]} {value:g} (given)" for key, value in
                                     (("gpus_per_node", gpus_per_node), ("nic_gbps", nic_gbps)) if value is not None)
     return dict(framework=fw.name, framework_source=fw_source, fabric=fabric_latencies, can=tuple(sorted(fw.can.items())),
-                network_source=network, zero3_granularity=fw.zero3_granularity, attention=fw.attention,
+                network_source=network, zero3_granularity=fw.zero3_granularity, attention=gpu.attention_kernel(fw.attention),
                 dp_rails=fw.dp_rails, gpus_per_node=per_node, nic_gbps=nic, pipeline_split=fw.pipeline_split)
 
 

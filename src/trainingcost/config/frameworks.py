@@ -66,7 +66,8 @@ class Cluster:
     nic_gbps: float  # per GPU: the node's NIC bandwidth over its GPUs
     source: str
     fabric: str = "infiniband"
-    latencies: dict = field(default_factory=dict)  # the fabric's FABRIC_FIELDS (analytic/steptime/network.py)
+    latencies: dict = field(default_factory=dict)  # the fabric's FABRIC_FIELDS (analytic/steptime/network.py) and
+    # the cluster's measured nic_efficiency where its source gives one
     latency_source: str = ""
 
 
@@ -155,9 +156,10 @@ def parse_fabric(name: str, entry, sources: dict, where: str) -> tuple[dict, str
 def parse_cluster(name: str, entry, sources: dict, where: str, fabrics: dict | None = None) -> Cluster:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a mapping of {', '.join(CLUSTER_FIELDS)}")
-    unknown = sorted(set(entry) - {"label", "cite", *CLUSTER_FIELDS})
+    unknown = sorted(set(entry) - {"label", "cite", "nic_efficiency", *CLUSTER_FIELDS})
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: label, cite, {', '.join(CLUSTER_FIELDS)})")
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: label, cite, nic_efficiency, "
+                          f"{', '.join(CLUSTER_FIELDS)})")
     missing = [k for k in CLUSTER_FIELDS if k not in entry]
     if missing:
         raise ConfigError(f"{where}.{missing[0]}: missing (every cluster states {', '.join(CLUSTER_FIELDS)})")
@@ -170,9 +172,16 @@ def parse_cluster(name: str, entry, sources: dict, where: str, fabrics: dict | N
     if entry["fabric"] not in fabrics:
         raise ConfigError(f"{where}.fabric: {entry['fabric']!r} is not a catalogued fabric (allowed: {', '.join(fabrics)})")
     latencies, latency_source = fabrics[entry["fabric"]]
+    latencies = dict(latencies)
+    if "nic_efficiency" in entry:  # the share of the NICs' line rate NCCL reaches there, as the cited source measured it
+        value = entry["nic_efficiency"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise ConfigError(f"{where}.nic_efficiency: a fraction above 0 and at most 1 (got {value!r})")
+        latencies["nic_efficiency"] = float(value)
+        latency_source += f"; NIC efficiency {value:g} as measured there ({entry['cite']})"
     return Cluster(name, str(entry.get("label", name)), str(entry["gpu"]), per_node,
                    _positive(entry["nic_gbps"], f"{where}.nic_gbps"), sources[entry["cite"]], entry["fabric"],
-                   dict(latencies), latency_source)
+                   latencies, latency_source)
 
 
 @lru_cache(maxsize=1)

@@ -42,6 +42,11 @@ class Device:
     def peak(self, dtype: str) -> float | None:
         return self.peak_flops.get(dtype)
 
+    def attention_kernel(self, wanted: str) -> str:
+        """The attention kernel a framework that wants ``wanted`` runs here: FlashAttention falls back to the unfused
+        kernel on a device it does not support (``steptime.flash_attention: false``, e.g. the V100)."""
+        return "unfused" if wanted == "flash" and self.steptime.get("flash_attention", True) is False else wanted
+
 
 def _number(value, where: str, allow_null: bool = False) -> float | None:
     if value is None and allow_null:
@@ -92,7 +97,7 @@ def parse_device(name: str, entry, sources: dict, where: str) -> Device:
 
 STEPTIME_KEYS = ("sms", "tile", "gemm_ceiling", "hbm_efficiency", "flash_forward", "flash_backward", "launch_us",
                  "gpus_per_node", "intra_gbs", "intra_latency_us", "nic_gbps", "nic_efficiency", "inter_latency_us", "kernel_efficiency",
-                 "intra_allreduce_gbs", "inter_step_us", "tree_level_us")
+                 "intra_allreduce_gbs", "inter_step_us", "tree_level_us", "flash_attention")
 
 
 def parse_steptime(entry, sources: dict, source: str | None, where: str) -> tuple[dict, dict]:
@@ -110,6 +115,9 @@ def parse_steptime(entry, sources: dict, source: str | None, where: str) -> tupl
         if key == "tile":
             if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, int) and v > 0 for v in value)):
                 raise ConfigError(f"{where}.tile: three positive integers [rows, columns, depth] (got {value!r})")
+        elif key == "flash_attention":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}.flash_attention: true or false (whether FlashAttention runs on it; got {value!r})")
         elif key == "hbm_efficiency":
             if not (isinstance(value, list) and value and all(isinstance(r, list) and len(r) == 2 and all(
                     isinstance(x, (int, float)) and not isinstance(x, bool) for x in r) for r in value)):

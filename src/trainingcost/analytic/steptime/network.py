@@ -49,15 +49,16 @@ class Network:
     def of(cls, params: dict, gpus_per_node: int | None = None, nic_gbps: float | None = None,
            fabric: dict | None = None) -> "Network":
         """The network of a device's catalogue numbers (``params``), on ``gpus_per_node`` GPUs per node with
-        ``nic_gbps`` per GPU, over ``fabric`` (the cluster catalogue's latencies between nodes; default the
-        device's usual system's)."""
+        ``nic_gbps`` per GPU, over ``fabric`` (the cluster catalogue's latencies between nodes, and its measured NIC
+        efficiency where it has one; default the device's usual system's)."""
         nic = nic_gbps if nic_gbps is not None else params["nic_gbps"]
         fab = {k: params[k] for k in ("inter_latency_us", "inter_step_us", "tree_level_us") if k in params}
         fab.update(fabric or {})
         nvls = params.get("intra_allreduce_gbs")
         tree = fab.get("tree_level_us")
+        efficiency = fab.get("nic_efficiency", params["nic_efficiency"])  # a cluster's own measured share, if any
         return cls(int(gpus_per_node or params["gpus_per_node"]), params["intra_gbs"] * 1e9,
-                   params["intra_latency_us"] * 1e-6, nic / 8 * 1e9 * params["nic_efficiency"],
+                   params["intra_latency_us"] * 1e-6, nic / 8 * 1e9 * efficiency,
                    fab["inter_latency_us"] * 1e-6, nvls * 1e9 if nvls else None,
                    fab.get("inter_step_us", 0.0) * 1e-6, tree * 1e-6 if tree else None)
 

@@ -63,12 +63,15 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
     device's usual system). No per-row overlap or link assumption."""
     from ...config.frameworks import cluster, framework
 
+    from ...config.hardware import device
+
     fw = framework(framework_name or row["framework"] or None, f"published run {row['run']!r}: framework")
+    attention = row["attention"] or device(row["gpu"]).attention_kernel(fw.attention)
     system = cluster(row["cluster"], f"published run {row['run']!r}: cluster") if row.get("cluster") else None
     return Layout(gpus=int(row["gpus"]), global_batch=int(row["global_batch"]), micro_batch=int(row["micro_batch"]),
                   tp=int(row["tp"]), pp=int(row["pp"]), interleave=int(row["interleave"]),
                   sequence_parallel=bool(int(row["sequence_parallel"])), sharding=row["sharding"],
-                  recompute=row["recompute"], precision=row["precision"], attention=row["attention"] or fw.attention,
+                  recompute=row["recompute"], precision=row["precision"], attention=attention,
                   dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap, zero3_granularity=fw.zero3_granularity, dp_rails=fw.dp_rails,
                   pipeline_split=fw.pipeline_split,
                   gpus_per_node=system.gpus_per_node if system else None, nic_gbps=system.nic_gbps if system else None,
