@@ -500,6 +500,8 @@ def test_a_device_without_flashattention_runs_the_frameworks_attention_unfused(c
     assert runs.layout_of({**row, "gpu": "v100", "attention": ""}).attention == "unfused"
     assert runs.layout_of({**row, "gpu": "a100-80gb", "attention": ""}, "fsdp2").attention == "flash"
     assert runs.layout_of({**row, "gpu": "v100", "attention": "flash"}).attention == "flash"
+    assert cli.main([*common[:-4], "--micro-batch", "8", "--gpu", "v100"]) == 0
+    assert "attention unfused: FlashAttention does not run on v100" in " ".join(capsys.readouterr().out.split())
 
 
 def test_a_clusters_measured_nic_efficiency_prices_its_links_by_hand():

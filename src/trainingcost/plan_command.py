@@ -251,6 +251,10 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
     (``names`` maps framework, gpus_per_node and nic_gbps to how the caller calls them)."""
     fw = framework(framework_name)
     fw_source = f"{fw.name}: {fw.label} ({'given' if framework_name else 'default'}; config/frameworks.yaml)"
+    attention = gpu.attention_kernel(fw.attention)
+    if attention != fw.attention:
+        fw_source += f"; its {fw.attention} attention runs {attention} on {gpu.name} (FlashAttention does not run there; " \
+                     "config/hardware.yaml)"
     per_node, nic, network = gpus_per_node, nic_gbps, f"{gpu.name}'s usual system (config/hardware.yaml)"
     fabric_latencies = None
     if cluster_name is not None:
@@ -263,7 +267,7 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
         network += "; " + ", ".join(f"{names[key]} {value:g} (given)" for key, value in
                                     (("gpus_per_node", gpus_per_node), ("nic_gbps", nic_gbps)) if value is not None)
     return dict(framework=fw.name, framework_source=fw_source, fabric=fabric_latencies, can=tuple(sorted(fw.can.items())),
-                network_source=network, zero3_granularity=fw.zero3_granularity, attention=gpu.attention_kernel(fw.attention),
+                network_source=network, zero3_granularity=fw.zero3_granularity, attention=attention,
                 dp_rails=fw.dp_rails, gpus_per_node=per_node, nic_gbps=nic, pipeline_split=fw.pipeline_split)
 
 
@@ -498,6 +502,8 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
                 f"({ZERO3_GATHER[first['zero3_gather']].split(':')[0]}; --zero3-gather)"
                 if first["sharding"] in ("zero3", "fsdp") else "")
     measured = " on the device numbers of --device-model" if "calibrate --device-model" in first["source_efficiency"] else ""
+    fallback = f"; attention unfused: FlashAttention does not run on {gpu.name}" \
+        if " runs unfused on " in first["source_framework"] else ""
     notes = [f"precision: {precision}",
              f"step time: {first['source_efficiency'].split(' (')[0]}{measured} (docs/planning.md; --mfu, "
              "--tokens-per-s, --calibration)",
@@ -505,7 +511,7 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
              f"{first['source_pue'].split(' (')[0].removeprefix('default ')}, {first['source_carbon'].split(' (')[0].removeprefix('default ')} "
              f"CO2e{'' if money else '; money: --price'}",
              f"memory: ZeRO's bytes per parameter, activations of analytic/memory.py{gathered}",
-             f"framework: {first['source_framework'].split(' (')[0]} (--framework); network: "
+             f"framework: {first['source_framework'].split(' (')[0]} (--framework){fallback}; network: "
              f"{first['source_network'].split(' (')[0]} (--cluster, --nic-gbps)",
              *([f"pipeline: {first['pipeline_split']}"] if first["pipeline_split"] else []),
              *([f"goodput: {first['source_goodput']} of the wall-clock in training steps"]
