@@ -524,3 +524,23 @@ def test_a_clusters_measured_nic_efficiency_prices_its_links_by_hand():
     entry = dict(gpu="v100", gpus_per_node=4, nic_gbps=100, fabric="infiniband", cite="s", nic_efficiency=1.5)
     with pytest.raises(ConfigError, match=r"^c\.nic_efficiency: a fraction above 0 and at most 1 \(got 1\.5\)$"):
         parse_cluster("x", entry, {"s": "a document"}, "c", fabrics)
+
+
+@pytest.mark.parametrize("recompute, kept", [("none", 2 / 4), ("full", 4 / 6)])
+def test_megatrons_async_backward_all_reduce_hides_the_input_gradients_alone(gpt2, work, recompute, kept):
+    """Megatron-LM's asynchronous tensor-parallel all-reduce (default since 2021-09; megatron-lm@2022,
+    megatron-core): per block the forward's two all-reduces stay, the backward's two (the column-parallel layers'
+    input gradients) hide behind the weight gradients, a recomputed forward's two stay: 2 of 4 kept without
+    recompute, 4 of 6 with full recompute."""
+    from trainingcost.config.frameworks import framework
+
+    assert framework("megatron-lm@2022").tp_backward_overlap == 1.0 == framework("megatron-core").tp_backward_overlap
+    assert framework("megatron-lm@2021").tp_backward_overlap is None
+    base = dict(gpus=8, global_batch=64, micro_batch=64, tp=8, recompute=recompute)
+    blocking = predict_step(gpt2, Layout(**base), A100, "bp", work)
+    asynchronous = predict_step(gpt2, Layout(**base, tp_backward_overlap=1.0), A100, "bp", work)
+    assert asynchronous.parts["comm_tp"] == pytest.approx(kept * blocking.parts["comm_tp"], rel=1e-12)
+    assert asynchronous.step_time_s == pytest.approx(
+        blocking.step_time_s - (1 - kept) * blocking.parts["comm_tp"], rel=1e-12)
+    with pytest.raises(ConfigError, match=r"^tp_backward_overlap: a fraction between 0 and 1 \(got 2\)$"):
+        predict_step(gpt2, Layout(**base, tp_backward_overlap=2), A100, "bp", work)

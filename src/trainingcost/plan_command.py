@@ -268,7 +268,8 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
                                     (("gpus_per_node", gpus_per_node), ("nic_gbps", nic_gbps)) if value is not None)
     return dict(framework=fw.name, framework_source=fw_source, fabric=fabric_latencies, can=tuple(sorted(fw.can.items())),
                 network_source=network, zero3_granularity=fw.zero3_granularity, attention=attention,
-                dp_rails=fw.dp_rails, gpus_per_node=per_node, nic_gbps=nic, pipeline_split=fw.pipeline_split)
+                dp_rails=fw.dp_rails, gpus_per_node=per_node, nic_gbps=nic, pipeline_split=fw.pipeline_split,
+                tp_backward_overlap=fw.tp_backward_overlap)
 
 
 def spec_from_args(args, cfg, gpu) -> PlanSpec:
@@ -302,6 +303,8 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
     system = system_fields(args.framework, args.cluster, args.gpus_per_node, args.nic_gbps, gpu,
                            {"framework": "--framework", "gpus_per_node": "--gpus-per-node", "nic_gbps": "--nic-gbps"})
     fw = framework(args.framework)
+    if args.tp_overlap is not None:  # a given --tp-overlap holds for the backward's collectives too
+        system["tp_backward_overlap"] = None
     return PlanSpec(
         tokens=tokens, tokens_source=tokens_source, gpus=args.gpus, tp=args.tp, pp=args.pp,
         sharding=args.sharding or fw.sharding, **system,

@@ -115,6 +115,7 @@ class PlanSpec:
     framework_source: str = "default: fsdp2 (config/frameworks.yaml)"
     network_source: str = "the device's usual system (config/hardware.yaml)"
     tp_overlap: float = 0.0
+    tp_backward_overlap: float | None = None  # the backward's input-gradient collectives' share (None: tp_overlap)
     zero3_granularity: str = "block"
     dp_rails: bool = True
     attention: str = "flash"
@@ -518,7 +519,7 @@ def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None
                   sequence_parallel=spec.sequence_parallel if sequence_parallel is None else sequence_parallel,
                   sharding=spec.sharding, recompute=spec.checkpointing, checkpoint_every=spec.checkpoint_every,
                   precision=spec.precision, dp_overlap=spec.dp_overlap, gpus_per_node=spec.gpus_per_node,
-                  nic_gbps=spec.nic_gbps, tp_overlap=spec.tp_overlap, fabric=spec.fabric, dp_rails=spec.dp_rails,
+                  nic_gbps=spec.nic_gbps, tp_overlap=spec.tp_overlap, tp_backward_overlap=spec.tp_backward_overlap, fabric=spec.fabric, dp_rails=spec.dp_rails,
                   zero3_granularity=spec.zero3_granularity, attention=spec.attention,
                   pipeline_split=spec.pipeline_split, optimizer_slots=OPTIMIZER_SLOTS[spec.optimizer] if slots is None else slots)
 

@@ -30,7 +30,10 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel")
 # Optional fields, with their default where a framework does not state one: how the blocks are split over pipeline
 # stages (even: Megatron's, blocks / pp with the head on the last stage; balanced: nanotron's greedy split by compute
 # cost, the LM head counted as V d against a block's 4 d^2 + 3 d d_ff; analytic/plan_facts.py, stages)
-OPTIONAL = {"pipeline_split": "even"}
+# tp_backward_overlap: the share of the backward's own tensor-parallel collectives (the column-parallel layers' input
+# gradients) hidden behind the weight-gradient products, where a framework overlaps those alone (Megatron-LM's
+# asynchronous all-reduce); default the framework's tp_overlap
+OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None}
 PIPELINE_SPLITS = ("even", "balanced")
 CHOICES = {"zero3_granularity": ("block", "tensor"), "zero3_gather": ("module", "sublayer", "block"),
            "attention": ("flash", "unfused"), "sharding": ("none", "zero1", "zero2", "zero3", "fsdp")}
@@ -52,6 +55,7 @@ class Framework:
     can: dict  # what the layout search may choose: shardings (tuple), tensor, pipeline, interleave, sequence_parallel
     sources: dict = field(default_factory=dict)  # field -> its document
     pipeline_split: str = "even"  # how blocks are split over pipeline stages (OPTIONAL)
+    tp_backward_overlap: float | None = None  # None: tp_overlap (OPTIONAL)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -96,6 +100,8 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     missing = [k for k in FRAMEWORK_FIELDS if k not in entry]
     if missing:
         raise ConfigError(f"{where}.{missing[0]}: missing (every framework states {', '.join(FRAMEWORK_FIELDS)})")
+    backward = entry.get("tp_backward_overlap")
+    backward = None if backward is None else _fraction(backward, f"{where}.tp_backward_overlap")
     for key, allowed in CHOICES.items():
         if entry[key] not in allowed:
             raise ConfigError(f"{where}.{key}: {entry[key]!r} is not allowed (allowed: {', '.join(allowed)})")
@@ -115,7 +121,7 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      _fraction(entry["tp_overlap"], f"{where}.tp_overlap"), entry["zero3_granularity"],
                      entry["zero3_gather"], entry["attention"],
                      entry["sharding"], entry["dp_rails"], {**can, "shardings": tuple(can["shardings"])},
-                     {k: sources[cite[k]] for k in stated}, split)
+                     {k: sources[cite[k]] for k in stated}, split, backward)
 
 
 @lru_cache(maxsize=1)

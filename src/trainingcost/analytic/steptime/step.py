@@ -66,6 +66,7 @@ class Layout:
     attention: str = "flash"
     dp_overlap: float = DEFAULT_OVERLAP
     tp_overlap: float = 0.0  # share of the tensor-parallel collectives hidden behind the products (the framework's)
+    tp_backward_overlap: float | None = None  # the backward's input-gradient collectives' share; None: tp_overlap
     zero3_granularity: str = "block"
     dp_rails: bool = True  # data-parallel collectives spread over every NIC of the node (the framework's)
     gpus_per_node: int | None = None
@@ -125,6 +126,8 @@ def check_layout(cfg, lay: Layout) -> None:
         raise ConfigError(f"--dp-overlap: a fraction between 0 and 1 (got {lay.dp_overlap!r})")
     if not 0 <= lay.tp_overlap <= 1:
         raise ConfigError(f"--tp-overlap: a fraction between 0 and 1 (got {lay.tp_overlap!r})")
+    if lay.tp_backward_overlap is not None and not 0 <= lay.tp_backward_overlap <= 1:
+        raise ConfigError(f"tp_backward_overlap: a fraction between 0 and 1 (got {lay.tp_backward_overlap!r})")
     if lay.recompute not in RECOMPUTE:
         raise ConfigError(f"recompute: {lay.recompute!r} is not allowed (allowed: {', '.join(RECOMPUTE)})")
     if lay.attention not in ATTENTION:
@@ -468,8 +471,9 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     one = net.all_reduce(tp_bytes, t, 1) if not lay.sequence_parallel else \
         net.all_gather(tp_bytes, t, 1) + net.reduce_scatter(tp_bytes, t, 1)
     ar_fwd = 2 * w["passes"] * per_stage
-    ar_bwd = (2 * per_stage if w["backward"] else 0) + 2 * recomputed_blocks
-    tp_fwd_all, tp_bwd_all = ar_fwd * one, ar_bwd * one
+    ar_bwd = 2 * per_stage if w["backward"] else 0  # the column-parallel layers' input gradients
+    ar_rec = 2 * recomputed_blocks  # the recomputed forwards', inside the backward
+    tp_fwd_all = ar_fwd * one
 
     # Expert parallelism: two all-to-alls per mixture-of-experts block and pass (dispatch, combine), two backward,
     # two per recomputed forward; each GPU sends its tokens' k copies but the 1 / ep kept (Lepikhin et al. 2021)
@@ -482,8 +486,15 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     compute_bwd = sum(bwd.values()) + sum(rec.values())
     # A framework that overlaps tensor-parallel communication (NeMo's userbuffers, async TP) hides a share of it
     # behind the products of the same pass (Layout.tp_overlap, from config/frameworks.yaml)
+    # Megatron-LM (since 2021-09) launches the backward's input-gradient all-reduce (with sequence parallelism, its
+    # reduce-scatter) asynchronously and computes the weight gradient meanwhile: those alone hide, not the recomputed
+    # forwards' (Layout.tp_backward_overlap, from config/frameworks.yaml)
     tp_fwd = _exposed(tp_fwd_all, compute_fwd, lay.tp_overlap)
-    tp_bwd = _exposed(tp_bwd_all, compute_bwd, lay.tp_overlap)
+    hidden = lay.tp_overlap if lay.tp_backward_overlap is None else max(lay.tp_overlap, lay.tp_backward_overlap)
+    if hidden == lay.tp_overlap:
+        tp_bwd = _exposed((ar_bwd + ar_rec) * one, compute_bwd, lay.tp_overlap)
+    else:
+        tp_bwd = _exposed(ar_bwd * one, compute_bwd, hidden) + _exposed(ar_rec * one, compute_bwd, lay.tp_overlap)
     per_micro = compute_fwd + compute_bwd + tp_fwd + tp_bwd + ep_fwd + ep_bwd
 
     # Pipeline: point-to-point sends and the bubble of the serialised part
