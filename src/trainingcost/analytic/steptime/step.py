@@ -45,6 +45,11 @@ DEFAULT_OVERLAP = 1.0
 DEFAULT_OVERLAP_SOURCE = ("data-parallel communication overlapped with compute where frameworks overlap it "
                           "(PyTorch DDP's bucketed all-reduce during backward, Li et al. 2020; FSDP/ZeRO-3 prefetch, "
                           "Zhao et al. 2023): fraction 1.0 of the overlappable compute, override with --dp-overlap")
+# Compute that runs beside an overlapped collective is slower than alone: NCCL's kernels hold SMs and memory bandwidth
+# (Lee et al. 2025, "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
+# arXiv 2507.03114: 18.9% on average, at most 40.0%, GPT and Llama models on 4 A100, H100, MI250 and MI210). Each
+# second of data-parallel communication hidden behind compute costs that share of a second (dp_exposed).
+OVERLAP_SLOWDOWN = 0.189
 RULE_PHASES = ("forward", "backward", "error_projection", "target_propagation", "weight_update", "feedback_update",
                "mirror")  # analytic/engine.py's PHASES
 BREAKDOWN = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer", "comm_ep")
@@ -606,12 +611,20 @@ def dp_phase_seconds(ops, net: Network, lay: Layout) -> dict:
 
 
 def dp_exposed(sums: dict, M: int, compute_fwd: float, compute_bwd: float, f: float) -> float:
-    """Exposed seconds per step from :func:`dp_phase_seconds`' sums (see :func:`dp_seconds`)."""
-    micro = M * (_exposed(sums[("micro_batch", "forward")], compute_fwd, f)
-                 + _exposed(sums[("micro_batch", "backward")], compute_bwd, f)
+    """Exposed seconds per step from :func:`dp_phase_seconds`' sums (see :func:`dp_seconds`), with the slowdown of
+    the compute that hides them (OVERLAP_SLOWDOWN)."""
+    micro = M * (_contended(sums[("micro_batch", "forward")], compute_fwd, f)
+                 + _contended(sums[("micro_batch", "backward")], compute_bwd, f)
                  + sums[("micro_batch", "optimizer_step")])
-    return (micro + _exposed(sums[("step", "forward")], compute_fwd, f)
-            + _exposed(sums[("step", "backward")], compute_bwd, f) + sums[("step", "optimizer_step")])
+    return (micro + _contended(sums[("step", "forward")], compute_fwd, f)
+            + _contended(sums[("step", "backward")], compute_bwd, f) + sums[("step", "optimizer_step")])
+
+
+def _contended(comm: float, window: float, overlap: float) -> float:
+    """A data-parallel collective's cost on the critical path: its exposed part, plus the slowdown of the compute it
+    hid behind (OVERLAP_SLOWDOWN of the hidden seconds)."""
+    hidden = overlap * min(comm, window)
+    return comm - hidden + OVERLAP_SLOWDOWN * hidden
 
 
 def _exposed(comm: float, window: float, overlap: float) -> float:
