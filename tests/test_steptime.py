@@ -565,3 +565,31 @@ def test_hidden_data_parallel_communication_still_slows_the_compute_it_hides_beh
     assert blocking.parts["comm_dp"] == pytest.approx(by_hand)
     assert hidden.parts["comm_dp"] == pytest.approx(0.189 * by_hand)
     assert half.parts["comm_dp"] == pytest.approx(0.5 * by_hand + 0.189 * 0.5 * by_hand)
+
+
+def test_a_given_nic_speed_drops_the_clusters_measured_efficiency(capsys):
+    """--cluster jean-zay-v100 prices its Omni-Path at the measured 0.13 of line rate; with --nic-gbps the NICs are the
+    user's, so the usual 0.9 applies and the network source says the measured share was dropped."""
+    import json
+
+    from trainingcost import cli
+
+    common = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpus", "64", "--sharding", "none", "--rule", "bp",
+              "--dp-overlap", "0", "--cluster", "jean-zay-v100", "--format", "json"]
+    assert cli.main(common) == 0
+    measured = json.loads(capsys.readouterr().out)[0]
+    assert cli.main([*common, "--nic-gbps", "100"]) == 0
+    given = json.loads(capsys.readouterr().out)[0]
+    assert "measured NIC efficiency dropped" in given["source_network"]
+    assert "measured NIC efficiency dropped" not in measured["source_network"]
+    assert measured["step_comm_dp_s"] > given["step_comm_dp_s"] > 0
+
+
+def test_a_backward_overlap_below_the_frameworks_overlap_is_one_line():
+    from trainingcost.config.frameworks import FRAMEWORK_FIELDS, framework, parse_framework
+
+    entry = {k: v for k, v in vars(framework("nemo")).items() if k in FRAMEWORK_FIELDS}
+    entry.update(can={**entry["can"], "shardings": list(entry["can"]["shardings"])}, tp_backward_overlap=0.5,
+                 cite={k: "src" for k in (*FRAMEWORK_FIELDS, "tp_backward_overlap")})
+    with pytest.raises(ConfigError, match=r"^f\.tp_backward_overlap: at least tp_overlap \(1\.0; .*got 0\.5$"):
+        parse_framework("x", entry, {"src": "a document"}, "f")

@@ -107,7 +107,8 @@ def add_parser(sub) -> None:
     p.add_argument("--dp-overlap", type=number, default=None,
                    help="share of data-parallel communication hidden behind compute (default: the framework's)")
     p.add_argument("--tp-overlap", type=number, default=None,
-                   help="share of tensor-parallel communication hidden behind compute (default: the framework's)")
+                   help="share of tensor-parallel communication hidden behind compute, the backward's input-gradient "
+                        "collectives included (default: the framework's)")
     speed = p.add_mutually_exclusive_group()
     speed.add_argument("--mfu", type=number, help="model FLOPs utilisation, end to end (default: predicted by the step-time model)")
     speed.add_argument("--hfu", type=number, help="hardware FLOPs utilisation (recompute counted), end to end")
@@ -263,6 +264,10 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
         nic = nic if nic is not None else system.nic_gbps
         network = f"cluster {system.name}: {system.label} ({system.source}; {system.fabric}: {system.latency_source})"
         fabric_latencies = tuple(sorted(system.latencies.items()))
+    if nic_gbps is not None and fabric_latencies is not None and "nic_efficiency" in dict(fabric_latencies):
+        # the cluster's measured efficiency was of its own NICs, not of the ones given
+        fabric_latencies = tuple((k, v) for k, v in fabric_latencies if k != "nic_efficiency")
+        network += "; its measured NIC efficiency dropped for the given --nic-gbps"
     if gpus_per_node is not None or nic_gbps is not None:
         network += "; " + ", ".join(f"{names[key]} {value:g} (given)" for key, value in
                                     (("gpus_per_node", gpus_per_node), ("nic_gbps", nic_gbps)) if value is not None)

@@ -102,6 +102,9 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
         raise ConfigError(f"{where}.{missing[0]}: missing (every framework states {', '.join(FRAMEWORK_FIELDS)})")
     backward = entry.get("tp_backward_overlap")
     backward = None if backward is None else _fraction(backward, f"{where}.tp_backward_overlap")
+    if backward is not None and backward < entry["tp_overlap"]:
+        raise ConfigError(f"{where}.tp_backward_overlap: at least tp_overlap ({entry['tp_overlap']!r}; the backward's "
+                          f"input-gradient collectives are among those tp_overlap hides), got {backward!r}")
     for key, allowed in CHOICES.items():
         if entry[key] not in allowed:
             raise ConfigError(f"{where}.{key}: {entry[key]!r} is not allowed (allowed: {', '.join(allowed)})")
