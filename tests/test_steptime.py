@@ -593,3 +593,35 @@ def test_a_backward_overlap_below_the_frameworks_overlap_is_one_line():
                  cite={k: "src" for k in (*FRAMEWORK_FIELDS, "tp_backward_overlap")})
     with pytest.raises(ConfigError, match=r"^f\.tp_backward_overlap: at least tp_overlap \(1\.0; .*got 0\.5$"):
         parse_framework("x", entry, {"src": "a document"}, "f")
+
+
+def test_a_framework_without_gather_prefetch_pays_its_parameter_gathers_whole(gpt2, work):
+    """DeepSpeed's ZeRO-3 of early 2021 (deepspeed@2021): each parameter all-gather blocked the compute (DeepSpeed
+    PR #1188), while overlap_comm hid the gradients' reduce-scatter. On a ZeRO-3 step whose compute outlasts its
+    communication: with prefetch every collective hides and costs 18.9% of itself; without, the gathers cost
+    their whole seconds and the reduce-scatters 18.9%. By hand from FSDP2's unit list, each priced alone."""
+    from trainingcost.analytic.comm import fsdp_collectives
+    from trainingcost.config.frameworks import FRAMEWORK_FIELDS, framework, parse_framework
+
+    assert framework("deepspeed@2021").gather_prefetch is False
+    assert framework("deepspeed@2021").dp_overlap == 1.0
+    assert "PR #1188" in framework("deepspeed@2021").sources["gather_prefetch"]
+    assert all(framework(n).gather_prefetch for n in ("fsdp1", "fsdp2", "deepspeed", "composer", "torchtitan"))
+    base = dict(gpus=8, global_batch=8 * 64, micro_batch=64, sharding="zero3", dp_overlap=1.0)
+    net = net_of(Layout(**base))
+    ops = fsdp_collectives(gpt2, "bp", "fsdp", 8, "bf16")
+    gathers = sum(net.all_gather(c.bytes, 8) for c in ops if c.op == "all_gather")
+    reduces = sum(net.all_gather(c.bytes, 8) for c in ops if c.op == "reduce_scatter")
+    assert gathers > 0 and reduces > 0
+    prefetched = predict_step(gpt2, Layout(**base), A100, "bp", work)
+    blocking = predict_step(gpt2, Layout(**base, gather_prefetch=False), A100, "bp", work)
+    compute = prefetched.parts["matmul"] + prefetched.parts["attention"] + prefetched.parts["memory"]
+    assert gathers + reduces < compute / 3  # the forward and the backward each outlast their collectives
+    assert prefetched.parts["comm_dp"] == pytest.approx(0.189 * (gathers + reduces), rel=1e-9)
+    assert blocking.parts["comm_dp"] == pytest.approx(gathers + 0.189 * reduces, rel=1e-9)
+    assert blocking.step_time_s - prefetched.step_time_s == pytest.approx((1 - 0.189) * gathers, rel=1e-9)
+    entry = {k: v for k, v in vars(framework("fsdp2")).items() if k in FRAMEWORK_FIELDS}
+    entry.update(can={**entry["can"], "shardings": list(entry["can"]["shardings"])}, gather_prefetch="no",
+                 cite={k: "src" for k in (*FRAMEWORK_FIELDS, "gather_prefetch")})
+    with pytest.raises(ConfigError, match=r"^f\.gather_prefetch: true or false \(got 'no'\)$"):
+        parse_framework("x", entry, {"src": "a document"}, "f")

@@ -33,7 +33,10 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel")
 # tp_backward_overlap: the share of the backward's own tensor-parallel collectives (the column-parallel layers' input
 # gradients) hidden behind the weight-gradient products, where a framework overlaps those alone (Megatron-LM's
 # asynchronous all-reduce); default the framework's tp_overlap
-OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None}
+# gather_prefetch: its ZeRO-3 / FSDP parameter all-gathers are issued ahead of the compute that needs them, so that
+# dp_overlap hides them as it hides the gradient reductions (FSDP's prefetch, DeepSpeed's since late 2021); false:
+# each gather blocks the compute (DeepSpeed ZeRO-3 of early 2021), only the gradient reductions overlap; default true
+OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefetch": True}
 PIPELINE_SPLITS = ("even", "balanced")
 CHOICES = {"zero3_granularity": ("block", "tensor"), "zero3_gather": ("module", "sublayer", "block"),
            "attention": ("flash", "unfused"), "sharding": ("none", "zero1", "zero2", "zero3", "fsdp")}
@@ -56,6 +59,7 @@ class Framework:
     sources: dict = field(default_factory=dict)  # field -> its document
     pipeline_split: str = "even"  # how blocks are split over pipeline stages (OPTIONAL)
     tp_backward_overlap: float | None = None  # None: tp_overlap (OPTIONAL)
+    gather_prefetch: bool = True  # parameter all-gathers overlap the compute (OPTIONAL)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -105,6 +109,9 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     if backward is not None and backward < entry["tp_overlap"]:
         raise ConfigError(f"{where}.tp_backward_overlap: at least tp_overlap ({entry['tp_overlap']!r}; the backward's "
                           f"input-gradient collectives are among those tp_overlap hides), got {backward!r}")
+    prefetch = entry.get("gather_prefetch", OPTIONAL["gather_prefetch"])
+    if not isinstance(prefetch, bool):
+        raise ConfigError(f"{where}.gather_prefetch: true or false (got {prefetch!r})")
     for key, allowed in CHOICES.items():
         if entry[key] not in allowed:
             raise ConfigError(f"{where}.{key}: {entry[key]!r} is not allowed (allowed: {', '.join(allowed)})")
@@ -124,7 +131,7 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      _fraction(entry["tp_overlap"], f"{where}.tp_overlap"), entry["zero3_granularity"],
                      entry["zero3_gather"], entry["attention"],
                      entry["sharding"], entry["dp_rails"], {**can, "shardings": tuple(can["shardings"])},
-                     {k: sources[cite[k]] for k in stated}, split, backward)
+                     {k: sources[cite[k]] for k in stated}, split, backward, prefetch)
 
 
 @lru_cache(maxsize=1)

@@ -74,6 +74,7 @@ class Layout:
     tp_backward_overlap: float | None = None  # the backward's input-gradient collectives' share; None: tp_overlap
     zero3_granularity: str = "block"
     dp_rails: bool = True  # data-parallel collectives spread over every NIC of the node (the framework's)
+    gather_prefetch: bool = True  # parameter all-gathers overlap the compute (the framework's); False: they block it
     gpus_per_node: int | None = None
     nic_gbps: float | None = None
     fabric: tuple | None = None  # ((key, value), ...) of the cluster's fabric latencies (config/clusters.yaml)
@@ -537,7 +538,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
 
         collectives, sums = once(("dp", rule, device.name, prec.compute, t, p, dp, lay.ep, lay.sharding, lay.dp_rails,
                                   lay.gpus_per_node, lay.nic_gbps, lay.fabric), collectives_priced)
-        dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, lay.dp_overlap)
+        dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, lay.dp_overlap, lay.gather_prefetch)
         dp_bytes = M * sum(c.bytes for c in collectives.micro_batch) + sum(c.bytes for c in collectives.step)
         dp_count = M * len(collectives.micro_batch) + len(collectives.step)
     # Optimizer: a memory-bound pass over this GPU's (ZeRO-1+: sharded) master weights, state, gradients, weights
@@ -582,21 +583,30 @@ def dp_seconds(ops, net: Network, lay: Layout, M: int, compute_fwd: float, compu
     bucket, per FSDP unit). A fraction ``dp_overlap`` of each micro-batch's forward (backward) collectives hides
     behind its forward (backward) compute; the step's backward collectives behind the last backward; collectives of
     the ``optimizer_step`` phase (the explicit rules' reduction, ZeRO-1/2's gathers of the updated shards) not at
-    all. A framework whose data-parallel collectives do not spread over the node's NICs (``dp_rails`` False:
-    DeepSpeed's 2021 per-submodule ZeRO-3 fetches, config/frameworks.yaml) runs them at one NIC's share."""
-    return dp_exposed(dp_phase_seconds(ops, net, lay), M, compute_fwd, compute_bwd, lay.dp_overlap)
+    all. A framework that does not prefetch its parameter all-gathers (``gather_prefetch`` False: DeepSpeed's ZeRO-3
+    of early 2021, config/frameworks.yaml) pays them whole, only its gradient reductions hide. A framework whose
+    data-parallel collectives do not spread over the node's NICs (``dp_rails`` False: DeepSpeed's 2021
+    per-submodule ZeRO-3 fetches) runs them at one NIC's share."""
+    return dp_exposed(dp_phase_seconds(ops, net, lay), M, compute_fwd, compute_bwd, lay.dp_overlap,
+                      lay.gather_prefetch)
+
+
+DP_KINDS = ("gather", "reduce")  # parameter all-gathers; gradient reductions (all-reduce, reduce-scatter)
 
 
 def dp_phase_seconds(ops, net: Network, lay: Layout) -> dict:
-    """The seconds of ``ops``' collectives, unexposed, summed per (micro_batch or step, phase), phase one of forward,
-    backward, optimizer_step: what :func:`dp_exposed` hides behind the compute."""
+    """The seconds of ``ops``' collectives, unexposed, summed per (micro_batch or step, phase, kind): phase one of
+    forward, backward, optimizer_step; kind gather (parameter all-gathers) or reduce (gradient all-reduces and
+    reduce-scatters). What :func:`dp_exposed` hides behind the compute."""
     rails = lay.dp_rails
     dp, t = lay.dp, lay.tp
 
-    def seconds(listed, phase):
+    def seconds(listed, phase, kind):
         total = 0.0
         for c in listed:
             if (c.phase if c.phase in ("forward", "backward") else "optimizer_step") != phase:
+                continue
+            if (c.op == "all_gather") != (kind == "gather"):
                 continue
             if c.op == "all_reduce":
                 total += net.all_reduce(c.bytes, dp, t)
@@ -606,18 +616,26 @@ def dp_phase_seconds(ops, net: Network, lay: Layout) -> dict:
                 raise ValueError(f"op: {c.op!r} has no price on the data-parallel axis")
         return total
 
-    return {(when, phase): seconds(getattr(ops, when), phase) for when in ("micro_batch", "step")
-            for phase in ("forward", "backward", "optimizer_step")}
+    return {(when, phase, kind): seconds(getattr(ops, when), phase, kind) for when in ("micro_batch", "step")
+            for phase in ("forward", "backward", "optimizer_step") for kind in DP_KINDS}
 
 
-def dp_exposed(sums: dict, M: int, compute_fwd: float, compute_bwd: float, f: float) -> float:
+def dp_exposed(sums: dict, M: int, compute_fwd: float, compute_bwd: float, f: float, prefetch: bool = True) -> float:
     """Exposed seconds per step from :func:`dp_phase_seconds`' sums (see :func:`dp_seconds`), with the slowdown of
-    the compute that hides them (OVERLAP_SLOWDOWN)."""
-    micro = M * (_contended(sums[("micro_batch", "forward")], compute_fwd, f)
-                 + _contended(sums[("micro_batch", "backward")], compute_bwd, f)
-                 + sums[("micro_batch", "optimizer_step")])
-    return (micro + _contended(sums[("step", "forward")], compute_fwd, f)
-            + _contended(sums[("step", "backward")], compute_bwd, f) + sums[("step", "optimizer_step")])
+    the compute that hides them (OVERLAP_SLOWDOWN). Without ``prefetch`` the parameter all-gathers stay whole on the
+    critical path and only the gradient reductions hide."""
+    def phase(when, name, window):
+        gather, reduce = sums[(when, name, "gather")], sums[(when, name, "reduce")]
+        if name == "optimizer_step":
+            return gather + reduce
+        if prefetch:
+            return _contended(gather + reduce, window, f)
+        return gather + _contended(reduce, window, f)
+
+    micro = phase("micro_batch", "forward", compute_fwd) + phase("micro_batch", "backward", compute_bwd) \
+        + phase("micro_batch", "optimizer_step", 0.0)
+    return M * micro + phase("step", "forward", compute_fwd) + phase("step", "backward", compute_bwd) \
+        + phase("step", "optimizer_step", 0.0)
 
 
 def _contended(comm: float, window: float, overlap: float) -> float:
