@@ -625,3 +625,43 @@ def test_a_framework_without_gather_prefetch_pays_its_parameter_gathers_whole(gp
                  cite={k: "src" for k in (*FRAMEWORK_FIELDS, "gather_prefetch")})
     with pytest.raises(ConfigError, match=r"^f\.gather_prefetch: true or false \(got 'no'\)$"):
         parse_framework("x", entry, {"src": "a document"}, "f")
+
+
+def test_a_framework_reducing_gradients_in_fp32_moves_twice_the_bytes_of_bf16(gpt2, work):
+    """torchtitan reduces in fp32 (its MixedPrecisionPolicy reduce_dtype), Megatron-LM in fp32 under bf16 only
+    (validate_args forces accumulate_allreduce_grads_in_fp32 for bf16): every reduce-scatter carries its elements at
+    4 bytes, the all-gathers stay bf16; DDP's buckets are cut from fp32 gradients (4 bytes per parameter in all)."""
+    from trainingcost.analytic.comm import fsdp_collectives, numel, parameter_tensors, plan_collectives
+    from trainingcost.analytic.steptime.step import reduce_dtype
+    from trainingcost.config.frameworks import FRAMEWORK_FIELDS, framework, parse_framework
+
+    assert framework("torchtitan").grad_reduce == "fp32"
+    assert all(framework(n).grad_reduce == "fp32-if-bf16" for n in ("megatron-lm@2021", "megatron-lm@2022",
+                                                                      "megatron-core"))
+    assert framework("fsdp2").grad_reduce == "compute" == framework("composer").grad_reduce
+    assert [reduce_dtype(g, d) for g in ("compute", "fp32", "fp32-if-bf16") for d in ("bf16", "fp16")] == \
+        ["bf16", "fp16", "fp32", "fp32", "fp32", "fp16"]
+    by_hand = fsdp_collectives(gpt2, "bp", "fsdp", 8, "bf16")
+    wide = plan_collectives(gpt2, "bp", "fsdp", 8, "bf16", reduce_dtype="fp32").micro_batch
+    assert [c.op for c in wide] == [c.op for c in by_hand]
+    assert [c.bytes for c in wide] == [c.bytes * (2 if c.op == "reduce_scatter" else 1) for c in by_hand]
+    parameters = sum(numel(shape) for _, shape in parameter_tensors(gpt2, "bp"))
+    ddp = plan_collectives(gpt2, "bp", "none", 8, "bf16", reduce_dtype="fp32").step
+    assert sum(c.bytes for c in ddp) == 4 * parameters and {c.dtype for c in ddp} == {"fp32"}
+    base = dict(gpus=8, global_batch=64, micro_batch=2, sharding="fsdp")  # 4 micro-batches per step
+    bf16 = predict_step(gpt2, Layout(**base), A100, "bp", work)
+    fp32 = predict_step(gpt2, Layout(**base, grad_reduce="fp32"), A100, "bp", work)
+    scatters = sum(c.bytes for c in by_hand if c.op == "reduce_scatter")
+    assert fp32.dp_bytes - bf16.dp_bytes == 4 * scatters  # each micro-batch's scatters twice as wide
+    assert predict_step(gpt2, Layout(**base, grad_reduce="fp32-if-bf16", precision="fp16-mixed"), A100, "bp",
+                        work).dp_bytes == predict_step(gpt2, Layout(**base, precision="fp16-mixed"), A100, "bp",
+                                                       work).dp_bytes
+    with pytest.raises(ConfigError, match=r"^grad_reduce: 'fp8' is not allowed \(allowed: compute, fp32, "
+                                          r"fp32-if-bf16\)$"):
+        predict_step(gpt2, Layout(**base, grad_reduce="fp8"), A100, "bp", work)
+    entry = {k: v for k, v in vars(framework("fsdp2")).items() if k in FRAMEWORK_FIELDS}
+    entry.update(can={**entry["can"], "shardings": list(entry["can"]["shardings"])}, grad_reduce="fp64",
+                 cite={k: "src" for k in (*FRAMEWORK_FIELDS, "grad_reduce")})
+    with pytest.raises(ConfigError, match=r"^f\.grad_reduce: 'fp64' is not allowed \(allowed: compute, fp32, "
+                                          r"fp32-if-bf16\)$"):
+        parse_framework("x", entry, {"src": "a document"}, "f")

@@ -274,7 +274,8 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
     return dict(framework=fw.name, framework_source=fw_source, fabric=fabric_latencies, can=tuple(sorted(fw.can.items())),
                 network_source=network, zero3_granularity=fw.zero3_granularity, attention=attention,
                 dp_rails=fw.dp_rails, gpus_per_node=per_node, nic_gbps=nic, pipeline_split=fw.pipeline_split,
-                tp_backward_overlap=fw.tp_backward_overlap, gather_prefetch=fw.gather_prefetch)
+                tp_backward_overlap=fw.tp_backward_overlap, gather_prefetch=fw.gather_prefetch,
+                grad_reduce=fw.grad_reduce)
 
 
 def spec_from_args(args, cfg, gpu) -> PlanSpec:

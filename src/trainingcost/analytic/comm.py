@@ -393,7 +393,7 @@ class PlanCollectives:
 
 
 def plan_collectives(cfg, name: str, sharding: str, world: int, dtype: str, passes: int = 1, backward: bool = True,
-                     scale: float = 1.0, blocks: int | None = None) -> PlanCollectives:
+                     scale: float = 1.0, blocks: int | None = None, reduce_dtype: str | None = None) -> PlanCollectives:
     """The collectives a plan's data-parallel axis of ``world`` ranks issues for rule ``name`` under the plan's
     ``sharding`` (none, zero1, zero2, zero3, fsdp), built by the functions the meter is checked against:
 
@@ -413,10 +413,26 @@ def plan_collectives(cfg, name: str, sharding: str, world: int, dtype: str, pass
     (``backward``), and the trained feedback the units do not hold is gathered once per step with the update.
 
     ``scale`` (the share of the model on the GPU) and ``blocks`` (the block units it holds) adapt the listing to
-    tensor and pipeline parallelism (docs/planning.md): 1 and None, the whole model, are exact."""
+    tensor and pipeline parallelism (docs/planning.md): 1 and None, the whole model, are exact.
+
+    ``reduce_dtype``: the dtype the framework reduces gradients in where it is not the weights' ``dtype``
+    (torchtitan's fp32 ``reduce_dtype``, Megatron-LM's fp32 all-reduce under bf16; config/frameworks.yaml,
+    ``grad_reduce``): DDP's buckets are cut from the gradients in that dtype, and every reduce-scatter carries the
+    same elements at its size; the all-gathers keep ``dtype``."""
     if world <= 1:
         return PlanCollectives((), ())
     parallel = PLAN_PARALLEL[sharding]
+    if reduce_dtype is not None and reduce_dtype != dtype:
+        ops = plan_collectives(cfg, name, sharding, world, dtype, passes, backward, scale, blocks)
+        if parallel == "ddp":
+            return PlanCollectives((), tuple(step_collectives(cfg, name, "ddp", world, reduce_dtype, 3, scale,
+                                                              blocks)))
+        ratio = DTYPE_BYTES[reduce_dtype] // DTYPE_BYTES[dtype]
+
+        def widened(listed):
+            return tuple(Collective(c.op, c.bytes * ratio, c.group, reduce_dtype, c.phase)
+                         if c.op in ("all_reduce", "reduce_scatter") else c for c in listed)
+        return PlanCollectives(widened(ops.micro_batch), widened(ops.step))
     if parallel == "ddp":
         return PlanCollectives((), tuple(step_collectives(cfg, name, "ddp", world, dtype, 3, scale, blocks)))
     if mechanism(name) == "hooks":

@@ -36,7 +36,10 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel")
 # gather_prefetch: its ZeRO-3 / FSDP parameter all-gathers are issued ahead of the compute that needs them, so that
 # dp_overlap hides them as it hides the gradient reductions (FSDP's prefetch, DeepSpeed's since late 2021); false:
 # each gather blocks the compute (DeepSpeed ZeRO-3 of early 2021), only the gradient reductions overlap; default true
-OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefetch": True}
+# grad_reduce: the dtype its data-parallel gradient reductions run in: compute (the weights' dtype), fp32 (always),
+# fp32-if-bf16 (fp32 when the weights are bf16, else theirs); default compute
+OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefetch": True, "grad_reduce": "compute"}
+GRAD_REDUCE = ("compute", "fp32", "fp32-if-bf16")
 PIPELINE_SPLITS = ("even", "balanced")
 CHOICES = {"zero3_granularity": ("block", "tensor"), "zero3_gather": ("module", "sublayer", "block"),
            "attention": ("flash", "unfused"), "sharding": ("none", "zero1", "zero2", "zero3", "fsdp")}
@@ -60,6 +63,7 @@ class Framework:
     pipeline_split: str = "even"  # how blocks are split over pipeline stages (OPTIONAL)
     tp_backward_overlap: float | None = None  # None: tp_overlap (OPTIONAL)
     gather_prefetch: bool = True  # parameter all-gathers overlap the compute (OPTIONAL)
+    grad_reduce: str = "compute"  # the gradients' reduction dtype (OPTIONAL)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -109,6 +113,9 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     if backward is not None and backward < entry["tp_overlap"]:
         raise ConfigError(f"{where}.tp_backward_overlap: at least tp_overlap ({entry['tp_overlap']!r}; the backward's "
                           f"input-gradient collectives are among those tp_overlap hides), got {backward!r}")
+    reduce = entry.get("grad_reduce", OPTIONAL["grad_reduce"])
+    if reduce not in GRAD_REDUCE:
+        raise ConfigError(f"{where}.grad_reduce: {reduce!r} is not allowed (allowed: {', '.join(GRAD_REDUCE)})")
     prefetch = entry.get("gather_prefetch", OPTIONAL["gather_prefetch"])
     if not isinstance(prefetch, bool):
         raise ConfigError(f"{where}.gather_prefetch: true or false (got {prefetch!r})")
@@ -131,7 +138,7 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      _fraction(entry["tp_overlap"], f"{where}.tp_overlap"), entry["zero3_granularity"],
                      entry["zero3_gather"], entry["attention"],
                      entry["sharding"], entry["dp_rails"], {**can, "shardings": tuple(can["shardings"])},
-                     {k: sources[cite[k]] for k in stated}, split, backward, prefetch)
+                     {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce)
 
 
 @lru_cache(maxsize=1)

@@ -75,6 +75,7 @@ class Layout:
     zero3_granularity: str = "block"
     dp_rails: bool = True  # data-parallel collectives spread over every NIC of the node (the framework's)
     gather_prefetch: bool = True  # parameter all-gathers overlap the compute (the framework's); False: they block it
+    grad_reduce: str = "compute"  # the gradients' reduction dtype (the framework's): compute, fp32, fp32-if-bf16
     gpus_per_node: int | None = None
     nic_gbps: float | None = None
     fabric: tuple | None = None  # ((key, value), ...) of the cluster's fabric latencies (config/clusters.yaml)
@@ -108,6 +109,7 @@ class StepPrediction:
 def check_layout(cfg, lay: Layout) -> None:
     """One line per impossible value, naming the flag and what is allowed."""
     from ...config.errors import ConfigError
+    from ...config.frameworks import GRAD_REDUCE
 
     if lay.interleave < 1 or int(lay.interleave) != lay.interleave:
         raise ConfigError(f"--interleave: a positive integer (got {lay.interleave!r})")
@@ -130,6 +132,8 @@ def check_layout(cfg, lay: Layout) -> None:
         raise ConfigError(f"--nic-gbps: a positive number of Gb/s per GPU (got {lay.nic_gbps!r})")
     if not 0 <= lay.dp_overlap <= 1:
         raise ConfigError(f"--dp-overlap: a fraction between 0 and 1 (got {lay.dp_overlap!r})")
+    if lay.grad_reduce not in GRAD_REDUCE:
+        raise ConfigError(f"grad_reduce: {lay.grad_reduce!r} is not allowed (allowed: {', '.join(GRAD_REDUCE)})")
     if not 0 <= lay.tp_overlap <= 1:
         raise ConfigError(f"--tp-overlap: a fraction between 0 and 1 (got {lay.tp_overlap!r})")
     if lay.tp_backward_overlap is not None and not 0 <= lay.tp_backward_overlap <= 1:
@@ -537,6 +541,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
             return ops, dp_phase_seconds(ops, net, lay)
 
         collectives, sums = once(("dp", rule, device.name, prec.compute, t, p, dp, lay.ep, lay.sharding, lay.dp_rails,
+                                  lay.grad_reduce,
                                   lay.gpus_per_node, lay.nic_gbps, lay.fabric), collectives_priced)
         dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, lay.dp_overlap, lay.gather_prefetch)
         dp_bytes = M * sum(c.bytes for c in collectives.micro_batch) + sum(c.bytes for c in collectives.step)
@@ -573,8 +578,19 @@ def data_parallel_collectives(cfg, lay: Layout, rule: str, w: dict | None = None
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
     stage_blocks = None if lay.pp == 1 else fullest_stage(blocks, lay.pp, split)  # the fullest stage
     passes, backward = (w["passes"], w["backward"]) if w is not None else (1, True)
-    return plan_collectives(cfg, rule, lay.sharding, lay.dp, PLAN_DTYPE[lay.precision], passes, backward,
-                            1.0 if (lay.tp == 1 and lay.pp == 1) else share, stage_blocks)
+    dtype = PLAN_DTYPE[lay.precision]
+    return plan_collectives(cfg, rule, lay.sharding, lay.dp, dtype, passes, backward,
+                            1.0 if (lay.tp == 1 and lay.pp == 1) else share, stage_blocks,
+                            reduce_dtype(lay.grad_reduce, dtype))
+
+
+def reduce_dtype(grad_reduce: str, dtype: str) -> str:
+    """The dtype a framework reduces gradients in (config/frameworks.yaml, ``grad_reduce``) when the weights are
+    ``dtype``: compute, the weights' own; fp32 always (torchtitan's ``reduce_dtype``); fp32 under bf16 only
+    (Megatron-LM, which forces it for bf16 and keeps fp16 gradients fp16)."""
+    if grad_reduce == "fp32" or (grad_reduce == "fp32-if-bf16" and dtype == "bf16"):
+        return "fp32"
+    return dtype
 
 
 def dp_seconds(ops, net: Network, lay: Layout, M: int, compute_fwd: float, compute_bwd: float) -> float:
