@@ -665,3 +665,34 @@ def test_a_framework_reducing_gradients_in_fp32_moves_twice_the_bytes_of_bf16(gp
     with pytest.raises(ConfigError, match=r"^f\.grad_reduce: 'fp64' is not allowed \(allowed: compute, fp32, "
                                           r"fp32-if-bf16\)$"):
         parse_framework("x", entry, {"src": "a document"}, "f")
+
+
+def test_cudnn_fused_attention_runs_at_its_published_hopper_share_and_as_flash_elsewhere(gpt2, work):
+    """TransformerEngine prefers cuDNN's fused attention on Hopper (NeMo's docs); the FlashAttention-3 paper's cuDNN
+    bars on an H100 SXM5 (head dim 128, sequence 2k-8k) give 600-617 TFLOP/s forward and 465-518 backward of the 989
+    dense peak. Where the catalogue has no cuDNN numbers (A100) the kernel is priced as FlashAttention; on a V100
+    neither runs and a framework wanting it gets the unfused kernel."""
+    from trainingcost.config.frameworks import framework
+
+    h100, h200, v100 = device("h100-sxm"), device("h200"), device("v100")
+    assert 0.60 <= h100.steptime["cudnn_forward"] <= 617 / 989 and 465 / 989 <= h100.steptime["cudnn_backward"] <= 0.53
+    assert h200.steptime["cudnn_forward"] == h100.steptime["cudnn_forward"]
+    assert framework("nemo").attention == "cudnn" == framework("megatron-core").attention
+    assert "prefers cuDNN on Hopper" in framework("nemo").sources["attention"]
+    assert v100.attention_kernel("cudnn") == "unfused" and A100.attention_kernel("cudnn") == "cudnn"
+    flops = 1e15
+    hopper, ampere = DeviceModel.of(h100, "bf16"), DeviceModel.of(A100, "bf16")
+    kappa = hopper.params["kernel_efficiency"]
+    assert hopper.flash(flops, False, "cudnn") == pytest.approx(flops / (hopper.peak * 0.61 * kappa))
+    assert hopper.flash(flops, True, "cudnn") == pytest.approx(flops / (hopper.peak * 0.50 * kappa))
+    assert hopper.flash(flops, True, "flash") == pytest.approx(flops / (hopper.peak * 0.34 * kappa))
+    assert ampere.flash(flops, False, "cudnn") == ampere.flash(flops, False, "flash")
+    assert "FlashAttention-3" in hopper.sources["cudnn_forward"]
+    base = dict(gpus=8, global_batch=64, micro_batch=8)
+    fa2 = predict_step(gpt2, Layout(**base), h100, "bp", work)
+    cudnn = predict_step(gpt2, Layout(**base, attention="cudnn"), h100, "bp", work)
+    assert cudnn.parts["attention"] < fa2.parts["attention"] and cudnn.parts["matmul"] == fa2.parts["matmul"]
+    assert predict_step(gpt2, Layout(**base, attention="cudnn"), A100, "bp", work).step_time_s == \
+        predict_step(gpt2, Layout(**base), A100, "bp", work).step_time_s
+    with pytest.raises(ConfigError, match=r"^attention: 'sdpa' is not allowed \(allowed: flash, cudnn, unfused\)$"):
+        predict_step(gpt2, Layout(**base, attention="sdpa"), h100, "bp", work)

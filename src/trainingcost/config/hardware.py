@@ -43,9 +43,11 @@ class Device:
         return self.peak_flops.get(dtype)
 
     def attention_kernel(self, wanted: str) -> str:
-        """The attention kernel a framework that wants ``wanted`` runs here: FlashAttention falls back to the unfused
-        kernel on a device it does not support (``steptime.flash_attention: false``, e.g. the V100)."""
-        return "unfused" if wanted == "flash" and self.steptime.get("flash_attention", True) is False else wanted
+        """The attention kernel a framework that wants ``wanted`` runs here: FlashAttention and cuDNN's fused attention
+        (both Ampere and later) fall back to the unfused kernel on a device they do not support
+        (``steptime.flash_attention: false``, e.g. the V100)."""
+        fused = wanted in ("flash", "cudnn")
+        return "unfused" if fused and self.steptime.get("flash_attention", True) is False else wanted
 
 
 def _number(value, where: str, allow_null: bool = False) -> float | None:
@@ -97,7 +99,8 @@ def parse_device(name: str, entry, sources: dict, where: str) -> Device:
 
 STEPTIME_KEYS = ("sms", "tile", "gemm_ceiling", "hbm_efficiency", "flash_forward", "flash_backward", "launch_us",
                  "gpus_per_node", "intra_gbs", "intra_latency_us", "nic_gbps", "nic_efficiency", "inter_latency_us", "kernel_efficiency",
-                 "intra_allreduce_gbs", "inter_step_us", "tree_level_us", "flash_attention")
+                 "intra_allreduce_gbs", "inter_step_us", "tree_level_us", "flash_attention", "cudnn_forward",
+                 "cudnn_backward")
 
 
 def parse_steptime(entry, sources: dict, source: str | None, where: str) -> tuple[dict, dict]:

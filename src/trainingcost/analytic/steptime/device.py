@@ -42,6 +42,7 @@ class DeviceModel:
         params = dict(GENERIC)
         params.update(device.steptime)
         sources = {k: device.steptime_sources.get(k, GENERIC_SOURCE) for k in GENERIC}
+        sources.update({k: device.steptime_sources[k] for k in ("cudnn_forward", "cudnn_backward") if k in params})
         if "kernel_efficiency" not in device.steptime:
             sources["kernel_efficiency"] = KERNEL_EFFICIENCY_SOURCE
         return cls(device.name, float(device.peak(dtype)), float(device.bandwidth_bytes_per_s), params, sources)
@@ -80,8 +81,12 @@ class DeviceModel:
             return 0.0
         return nbytes / (self.bandwidth * self.hbm_efficiency(nbytes) * self.params["kernel_efficiency"])
 
-    def flash(self, flops: float, backward: bool) -> float:
-        share = self.params["flash_backward" if backward else "flash_forward"]
+    def flash(self, flops: float, backward: bool, kernel: str = "flash") -> float:
+        """Seconds of a fused attention's ``flops``: FlashAttention's published share of the peak, or cuDNN's fused
+        attention's (``kernel`` cudnn) where the catalogue has it for the device (Hopper), else FlashAttention's."""
+        key = "backward" if backward else "forward"
+        share = self.params.get(f"cudnn_{key}") if kernel == "cudnn" else None
+        share = share if share is not None else self.params[f"flash_{key}"]
         return flops / (self.peak * share * self.params["kernel_efficiency"]) if flops else 0.0
 
 

@@ -39,7 +39,7 @@ from .device import DeviceModel
 from .network import Network
 
 RECOMPUTE = ("none", "selective", "full", "attention")  # attention: Korthikanti et al. 2022's selective recompute
-ATTENTION = ("flash", "unfused")
+ATTENTION = ("flash", "cudnn", "unfused")  # cudnn: cuDNN's fused attention (TransformerEngine's FusedAttention)
 GRANULARITY = ("block", "tensor")  # ZeRO-3 gathers per wrapped block (FSDP) or per parameter tensor (DeepSpeed)
 DEFAULT_OVERLAP = 1.0
 DEFAULT_OVERLAP_SOURCE = ("data-parallel communication overlapped with compute where frameworks overlap it "
@@ -225,8 +225,8 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     dh = cfg.d_head
     causal = cfg.arch == "decoder"
     core = 4.0 * b * s * s * a * (0.5 if causal else 1.0)  # QK^T and PV, the masked half skipped by fused kernels
-    if lay.attention == "flash":
-        fwd_att, bwd_att = [dev.flash(core, False)], [dev.flash(2.5 * core, True)]
+    if lay.attention in ("flash", "cudnn"):
+        fwd_att, bwd_att = [dev.flash(core, False, lay.attention)], [dev.flash(2.5 * core, True, lay.attention)]
         fwd_att_mem, bwd_att_mem = [], []
     else:  # Megatron: batched QK^T and PV over all the positions, softmax and dropout in memory
         fwd_att = [dev.gemm(s, s, dh, b * heads), dev.gemm(s, dh, s, b * heads)]
