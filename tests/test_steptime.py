@@ -696,3 +696,62 @@ def test_cudnn_fused_attention_runs_at_its_published_hopper_share_and_as_flash_e
         predict_step(gpt2, Layout(**base), A100, "bp", work).step_time_s
     with pytest.raises(ConfigError, match=r"^attention: 'sdpa' is not allowed \(allowed: flash, cudnn, unfused\)$"):
         predict_step(gpt2, Layout(**base, attention="sdpa"), h100, "bp", work)
+
+
+def test_an_uneven_pipeline_runs_interleaved_when_v_splits_a_full_stage(work):
+    """The Llama 3 405B run: 126 layers on 16 stages (two of 7, fourteen of 8) under the interleaved schedule. v = 2
+    splits a full stage into virtual stages of 4 (the short stages' last of 3) and is planned, its bubble halved
+    against v = 1 with everything else alike; v = 3 divides no stage of 8 and v = 8 would
+    leave a short stage's last virtual stage empty, each one line; the search offers v = 1, 2 and 4."""
+    from trainingcost.analytic.layout import search
+    from trainingcost.analytic.plan import PREDICTED_SOURCE, Efficiency, PlanSpec, plan_table
+    from trainingcost.analytic.steptime.step import interleave_blocks
+
+    assert interleave_blocks(126, 16) == 8 and interleave_blocks(96, 16) == 6
+    cfg = canonical_model({**preset_entry("gpt2-small"), "layers": 126})
+    base = dict(gpus=16, global_batch=64, micro_batch=1, pp=16)
+    w = rule_work(cfg, ["bp"])
+    plain = predict_step(cfg, Layout(**base), A100, "bp", w)
+    v2 = predict_step(cfg, Layout(**base, interleave=2), A100, "bp", w)
+    assert v2.parts["bubble"] == pytest.approx(plain.parts["bubble"] / 2, rel=1e-9)
+    assert v2.parts["matmul"] == plain.parts["matmul"]
+    with pytest.raises(ConfigError, match=r"^--interleave: 3 does not divide the 8 blocks of a full stage \(the "
+                                          r"others hold one fewer\)$"):
+        check_layout(cfg, Layout(**base, interleave=3))
+    with pytest.raises(ConfigError, match=r"^--interleave: 2 needs the even pipeline split \(the framework's is "
+                                          r"balanced\)$"):
+        check_layout(cfg, Layout(**base, interleave=2, pipeline_split="balanced"))
+    predicted = Efficiency("predicted", 1.0, PREDICTED_SOURCE)
+    spec = PlanSpec(tokens=1e9, gpus=16, tp=1, pp=16, interleave=2, sharding="none", global_batch=64, micro_batch=1,
+                    efficiency=predicted, framework="megatron-core")
+    row = plan_table(cfg, spec, A100, ["bp"], ["executed"]).iloc[0]
+    assert "2 virtual stages of 4 blocks each, the short stages' last one of 3" in row["pipeline_split"]
+    with pytest.raises(ConfigError, match=r"^--interleave: 8 leaves a short stage's last virtual stage empty"):
+        check_layout(cfg, Layout(**base, interleave=8))
+    found = search(cfg, spec, A100, ["bp"], free=frozenset({"interleave"}), top=10, prune=False)
+    assert {c.interleave for c in found.rules["bp"].top} == {1, 2, 4}
+
+
+def test_the_search_splits_unevenly_only_under_a_framework_that_does(work):
+    """Megatron-LM of 2021-22 asserts that the pipeline size divides the layers; Megatron-Core splits them unevenly
+    (--decoder-first/last-pipeline-num-layers). Searched over pp on 16 GPUs, a 126-block model keeps pp 4, 8 and 16
+    under megatron-core and drops them under megatron-lm@2021, saying so in one line."""
+    from trainingcost.analytic.layout import search
+    from trainingcost.analytic.plan import PREDICTED_SOURCE, Efficiency, PlanSpec
+    from trainingcost.config.frameworks import framework
+
+    assert framework("megatron-lm@2021").can["uneven"] is False and framework("megatron-core").can["uneven"] is True
+    cfg = canonical_model({**preset_entry("gpt2-small"), "layers": 126})
+    predicted = Efficiency("predicted", 1.0, PREDICTED_SOURCE)
+
+    def pps(name):
+        spec = PlanSpec(tokens=1e9, gpus=16, tp=1, pp=1, sharding="none", global_batch=64, micro_batch=1,
+                        efficiency=predicted, framework=name, can=tuple(sorted(framework(name).can.items())))
+        found = search(cfg, spec, A100, ["bp"], free=frozenset({"pp"}), top=10, prune=False)
+        return {c.pp for c in found.rules["bp"].top}, found.rejected
+
+    core, _ = pps("megatron-core")
+    old, rejected = pps("megatron-lm@2021")
+    assert core == {1, 2, 4, 8, 16} and old == {1, 2}
+    assert "pp 4, 8, 16: does not divide the 126 blocks, and framework megatron-lm@2021 splits them only evenly" \
+        in rejected

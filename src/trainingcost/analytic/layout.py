@@ -4,10 +4,12 @@ For a model, a plan's fixed fields (GPUs, global batch, precision, framework, ne
 free (``FIELDS``), the search enumerates every layout a real framework can run (:func:`space`):
 
 - tp x pp x dp = GPUs; tp divides the heads, the key/value heads and d_ff, and stays inside a node unless
-  ``tp_across_nodes``; pp at most the blocks (an uneven split where it does not divide them);
+  ``tp_across_nodes``; pp at most the blocks (an uneven split where it does not divide them, if the framework
+  splits unevenly: ``can.uneven``);
 - the global batch divides over dp x micro-batch (the global batch fixed once for every layout: the plan's default
   at dp = GPUs, about 4M tokens, a multiple of every dp, unless given);
-- interleave v > 1 only with pp > 1, v dividing the blocks per stage, and micro-batches per step a multiple of pp;
+- interleave v > 1 only with pp > 1 and an even split, v dividing the blocks of a full stage (the short stages of an
+  uneven split one block fewer), and micro-batches per step a multiple of pp;
 - sequence parallelism only with tp > 1; ep dividing the experts and dp (a mixture of experts);
 - the shardings none, ZeRO-1, 2, 3 (``fsdp`` is ZeRO-3's sharding: one of them is enough); checkpointing none,
   selective, full;
@@ -118,11 +120,15 @@ def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool
                             "(--tp-across-nodes allows it)")
     else:
         tps = [spec.tp]
-    out = []
+    can = dict(spec.can) if spec.can else {}
+    out, uneven = [], set()
     for t in tps:
         if gpus % t:
             continue
         pps = [p for p in divisors(gpus // t) if p <= blocks] if "pp" in free else [spec.pp]
+        if "pp" in free and can and not can.get("uneven", True):
+            uneven |= {p for p in pps if blocks % p}
+            pps = [p for p in pps if blocks % p == 0]
         for p in pps:
             if gpus % (t * p):
                 continue
@@ -132,6 +138,9 @@ def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool
             else:
                 eps = [1]
             out.extend((t, p, dp, e) for e in eps)
+    if uneven:
+        rejected.append(f"pp {', '.join(map(str, sorted(uneven)))}: does not divide the {blocks} blocks, and framework "
+                        f"{spec.framework} splits them only evenly")
     return out
 
 
@@ -145,7 +154,7 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                        largest_micro_batch, memory_per_gpu, model_facts, step_layout)
     from .steptime import predict_step
     from .steptime.device import GENERIC
-    from .steptime.step import rule_work
+    from .steptime.step import interleave_blocks, interleave_problem, rule_work
 
     start = time.perf_counter()
     free = frozenset(free)
@@ -197,7 +206,8 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
             per_replica = G // dp
             sps = (False, True) if ("sequence_parallel" in free and t > 1) else (spec.sequence_parallel and t > 1,)
             if "interleave" in free:
-                vs = [v for v in divisors(blocks // p) if v <= blocks // p] if (p > 1 and blocks % p == 0) else [1]
+                vs = [v for v in divisors(interleave_blocks(blocks, p)) if not interleave_problem(blocks, p, v)] \
+                    if (p > 1 and spec.pipeline_split == "even") else [1]
             else:
                 vs = [spec.interleave]
             mbs = divisors(per_replica) if "micro_batch" in free else [spec.micro_batch]

@@ -494,8 +494,9 @@ PLAN_COLUMNS = (
 )
 
 
-def pipeline_split(cfg, pp: int, split: str = "even") -> str:
-    """The blocks on each pipeline stage, in words (analytic/steptime/step.py's critical_stage prices it)."""
+def pipeline_split(cfg, pp: int, split: str = "even", interleave: int = 1) -> str:
+    """The blocks on each pipeline stage, in words (analytic/steptime/step.py's critical_stage prices it), and with
+    an interleaved schedule of an uneven split, how the virtual stages share them."""
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
     if pp == 1:
         return ""
@@ -507,8 +508,11 @@ def pipeline_split(cfg, pp: int, split: str = "even") -> str:
     if blocks % pp == 0:
         return f"{blocks // pp} blocks on each of {pp} stages"
     low = blocks // pp
+    virtual = (f"; {interleave} virtual stages of {(low + 1) // interleave} blocks each, the short stages' last one of "
+               f"{(low + 1) // interleave - 1}") if interleave > 1 else ""
     return (f"uneven: {blocks % pp} stages of {low + 1} blocks and {pp - blocks % pp} of {low}, the head on one of "
-            f"{low}; the pace is the slower of a stage of {low + 1} and the head's, memory the fullest stage's")
+            f"{low}; the pace is the slower of a stage of {low + 1} and the head's, memory the fullest stage's"
+            f"{virtual}")
 
 
 def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None = None,
@@ -629,7 +633,8 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "config_id": cfg.config_id, "rule": r, "cost_model": name, "gpu": device.name, "gpus": spec.gpus, "dp": dp,
             "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "zero3_gather": spec.zero3_gather,
             "framework": spec.framework, "source_framework": spec.framework_source,
-            "pipeline_split": pipeline_split(cfg, spec.pp, spec.pipeline_split), "interleave": spec.interleave,
+            "pipeline_split": pipeline_split(cfg, spec.pp, spec.pipeline_split, spec.interleave),
+            "interleave": spec.interleave,
             "sequence_parallel": bool(spec.sequence_parallel),
             "source_network": spec.network_source, "precision": spec.precision,
             "checkpointing": spec.checkpointing, "optimizer": spec.optimizer, "tokens": float(tokens),

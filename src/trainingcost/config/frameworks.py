@@ -26,7 +26,7 @@ CLUSTERS = Path(__file__).with_name("clusters.yaml")
 
 FRAMEWORK_FIELDS = ("dp_overlap", "tp_overlap", "zero3_granularity", "zero3_gather", "attention", "sharding",
                     "dp_rails", "can")
-CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel")
+CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "uneven")
 # Optional fields, with their default where a framework does not state one: how the blocks are split over pipeline
 # stages (even: Megatron's, blocks / pp with the head on the last stage; balanced: nanotron's greedy split by compute
 # cost, the LM head counted as V d against a block's 4 d^2 + 3 d d_ff; analytic/plan_facts.py, stages)

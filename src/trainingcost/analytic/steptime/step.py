@@ -106,6 +106,29 @@ class StepPrediction:
     stage_split: str = ""  # how the blocks are split over the pipeline stages (critical_stage)
 
 
+def interleave_blocks(blocks: int, pp: int) -> int:
+    """The blocks of a full pipeline stage, which an interleaved schedule's v virtual stages must split evenly:
+    blocks / pp, or where pp does not divide them the ceiling, the short stages' last virtual stage holding one block
+    fewer (the Llama 3 405B run: 126 layers on 16 stages, the first and last one layer short, under the interleaved
+    schedule; Dubey et al. 2024, section 3.3.2)."""
+    return -(-blocks // pp)
+
+
+def interleave_problem(blocks: int, pp: int, v: int) -> str:
+    """Why v virtual stages per device cannot split ``blocks`` over ``pp`` stages, or "" where they can: v divides
+    a full stage's blocks (:func:`interleave_blocks`), and under an uneven split each virtual stage keeps a block
+    once the short stages' last loses one (at least two blocks per virtual stage)."""
+    full = interleave_blocks(blocks, pp)
+    if blocks % pp == 0:
+        return "" if full % v == 0 else f"does not divide the {full} blocks per stage"
+    if full % v:
+        return f"does not divide the {full} blocks of a full stage (the others hold one fewer)"
+    if full // v < 2:
+        return (f"leaves a short stage's last virtual stage empty ({full // v} block per virtual stage, the short "
+                f"stages hold one fewer)")
+    return ""
+
+
 def check_layout(cfg, lay: Layout) -> None:
     """One line per impossible value, naming the flag and what is allowed."""
     from ...config.errors import ConfigError
@@ -114,13 +137,15 @@ def check_layout(cfg, lay: Layout) -> None:
     if lay.interleave < 1 or int(lay.interleave) != lay.interleave:
         raise ConfigError(f"--interleave: a positive integer (got {lay.interleave!r})")
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
-    per_stage = blocks // lay.pp if blocks % lay.pp == 0 else None
     if lay.interleave > 1:
         if lay.pp < 2:
             raise ConfigError(f"--interleave: {lay.interleave} needs pipeline stages (--pp 2 or more; got --pp {lay.pp})")
-        if per_stage is None or per_stage % lay.interleave:
-            raise ConfigError(f"--interleave: {lay.interleave} does not divide the {per_stage or blocks / lay.pp:g} "
-                              f"blocks per stage")
+        if lay.pipeline_split != "even":
+            raise ConfigError(f"--interleave: {lay.interleave} needs the even pipeline split (the framework's is "
+                              f"{lay.pipeline_split})")
+        problem = interleave_problem(blocks, lay.pp, lay.interleave)
+        if problem:
+            raise ConfigError(f"--interleave: {lay.interleave} {problem}")
         if lay.accumulation % lay.pp:
             raise ConfigError(f"--interleave: the interleaved schedule needs the {lay.accumulation} micro-batches per step "
                               f"to be a multiple of --pp {lay.pp}")
