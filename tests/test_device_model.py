@@ -107,3 +107,16 @@ def test_plan_reads_a_measurement_of_its_gpu(tmp_path):
     both = run("plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb", "--device-model", str(path),
                "--mfu", "0.4")
     assert both.returncode == 2 and "--device-model: feeds the predicted step time" in both.stderr
+
+
+def test_a_measured_h100_prices_cudnn_attention_at_its_measured_fused_attention():
+    """The catalogue's cuDNN shares are published numbers; a device measurement times the device's own fused attention,
+    which then prices a framework's cuDNN attention too (the published shares and their sources go)."""
+    h100 = device("h100-sxm")
+    measured = with_measurement(h100, measurement(device_name="NVIDIA H100 80GB HBM3", flash_forward_flops=0.5 * 989e12,
+                                                  flash_backward_flops=0.4 * 989e12), "bf16", "dm.json")
+    assert "cudnn_forward" in h100.steptime and "cudnn_forward" not in measured.steptime
+    assert "cudnn_backward" not in measured.steptime_sources
+    model = DeviceModel.of(measured, "bf16")
+    assert model.flash(1e15, True, "cudnn") == model.flash(1e15, True, "flash")
+    assert DeviceModel.of(h100, "bf16").flash(1e15, True, "cudnn") < DeviceModel.of(h100, "bf16").flash(1e15, True)

@@ -501,7 +501,7 @@ def test_a_device_without_flashattention_runs_the_frameworks_attention_unfused(c
     assert runs.layout_of({**row, "gpu": "a100-80gb", "attention": ""}, "fsdp2").attention == "flash"
     assert runs.layout_of({**row, "gpu": "v100", "attention": "flash"}).attention == "flash"
     assert cli.main([*common[:-4], "--micro-batch", "8", "--gpu", "v100"]) == 0
-    assert "attention unfused: FlashAttention does not run on v100" in " ".join(capsys.readouterr().out.split())
+    assert "attention unfused: neither FlashAttention nor cuDNN's fused attention runs on v100" in " ".join(capsys.readouterr().out.split())
 
 
 def test_a_clusters_measured_nic_efficiency_prices_its_links_by_hand():
@@ -755,3 +755,27 @@ def test_the_search_splits_unevenly_only_under_a_framework_that_does(work):
     assert core == {1, 2, 4, 8, 16} and old == {1, 2}
     assert "pp 4, 8, 16: does not divide the 126 blocks, and framework megatron-lm@2021 splits them only evenly" \
         in rejected
+
+
+def test_a_given_dp_overlap_holds_for_the_parameter_gathers_too(capsys):
+    """deepspeed@2021's gathers block the compute and the plan says so in its framework source; a given --dp-overlap
+    is the share of every data-parallel collective, gathers included (as --tp-overlap covers the backward's), so it
+    lifts the blocking and the source no longer claims it. A Layout's gather_prefetch must be a bool."""
+    import json
+
+    from trainingcost import cli
+
+    common = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpus", "64", "--gpu", "a100-80gb", "--sharding",
+              "zero3", "--rule", "bp", "--framework", "deepspeed@2021", "--format", "json"]
+    assert cli.main(common) == 0
+    blocking = json.loads(capsys.readouterr().out)[0]
+    assert cli.main([*common, "--dp-overlap", "1"]) == 0
+    given = json.loads(capsys.readouterr().out)[0]
+    assert "parameter all-gathers not prefetched" in blocking["source_framework"]
+    assert "parameter all-gathers not prefetched" not in given["source_framework"]
+    assert given["step_comm_dp_s"] < blocking["step_comm_dp_s"]
+    assert cli.main([*common[:-4], "--framework", "torchtitan", "--format", "json"]) == 0
+    assert "gradients reduced in fp32" in json.loads(capsys.readouterr().out)[0]["source_framework"]
+    cfg = canonical_model(preset_entry("gpt2-small"))
+    with pytest.raises(ConfigError, match=r"^gather_prefetch: true or false \(got 'false'\)$"):
+        check_layout(cfg, Layout(gpus=2, global_batch=8, micro_batch=1, gather_prefetch="false"))

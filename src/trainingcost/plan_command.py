@@ -105,7 +105,8 @@ def add_parser(sub) -> None:
     p.add_argument("--gpus-per-node", type=count, help="GPUs per node (default: the device's usual system)")
     p.add_argument("--nic-gbps", type=number, help="network between nodes, Gb/s per GPU (default: the device's system)")
     p.add_argument("--dp-overlap", type=number, default=None,
-                   help="share of data-parallel communication hidden behind compute (default: the framework's)")
+                   help="share of data-parallel communication hidden behind compute, the parameter all-gathers "
+                        "included (default: the framework's)")
     p.add_argument("--tp-overlap", type=number, default=None,
                    help="share of tensor-parallel communication hidden behind compute, the backward's input-gradient "
                         "collectives included (default: the framework's)")
@@ -245,6 +246,9 @@ def best_precision(gpu) -> str:
     return "fp32"
 
 
+BLOCKING_GATHERS = "; parameter all-gathers not prefetched (they block the compute)"
+
+
 def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per_node: int | None,
                   nic_gbps: float | None, gpu, names: dict) -> dict:
     """The PlanSpec fields that the framework (config/frameworks.yaml) and the cluster (config/clusters.yaml) decide,
@@ -254,8 +258,12 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
     fw_source = f"{fw.name}: {fw.label} ({'given' if framework_name else 'default'}; config/frameworks.yaml)"
     attention = gpu.attention_kernel(fw.attention)
     if attention != fw.attention:
-        fw_source += f"; its {fw.attention} attention runs {attention} on {gpu.name} (FlashAttention does not run there; " \
-                     "config/hardware.yaml)"
+        fw_source += f"; its {fw.attention} attention runs {attention} on {gpu.name} (fused attention does not run " \
+                     "there; config/hardware.yaml)"
+    if fw.grad_reduce != "compute":
+        fw_source += "; gradients reduced in fp32" + (" under bf16" if fw.grad_reduce == "fp32-if-bf16" else "")
+    if not fw.gather_prefetch:
+        fw_source += BLOCKING_GATHERS
     per_node, nic, network = gpus_per_node, nic_gbps, f"{gpu.name}'s usual system (config/hardware.yaml)"
     fabric_latencies = None
     if cluster_name is not None:
@@ -311,6 +319,9 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
     fw = framework(args.framework)
     if args.tp_overlap is not None:  # a given --tp-overlap holds for the backward's collectives too
         system["tp_backward_overlap"] = None
+    if args.dp_overlap is not None:  # a given --dp-overlap holds for the parameter all-gathers too
+        system["gather_prefetch"] = True
+        system["framework_source"] = system["framework_source"].replace(BLOCKING_GATHERS, "")
     return PlanSpec(
         tokens=tokens, tokens_source=tokens_source, gpus=args.gpus, tp=args.tp, pp=args.pp,
         sharding=args.sharding or fw.sharding, **system,
@@ -511,7 +522,7 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
                 f"({ZERO3_GATHER[first['zero3_gather']].split(':')[0]}; --zero3-gather)"
                 if first["sharding"] in ("zero3", "fsdp") else "")
     measured = " on the device numbers of --device-model" if "calibrate --device-model" in first["source_efficiency"] else ""
-    fallback = f"; attention unfused: FlashAttention does not run on {gpu.name}" \
+    fallback = f"; attention unfused: neither FlashAttention nor cuDNN's fused attention runs on {gpu.name}" \
         if " runs unfused on " in first["source_framework"] else ""
     notes = [f"precision: {precision}",
              f"step time: {first['source_efficiency'].split(' (')[0]}{measured} (docs/planning.md; --mfu, "

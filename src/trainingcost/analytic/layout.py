@@ -8,8 +8,9 @@ free (``FIELDS``), the search enumerates every layout a real framework can run (
   splits unevenly: ``can.uneven``);
 - the global batch divides over dp x micro-batch (the global batch fixed once for every layout: the plan's default
   at dp = GPUs, about 4M tokens, a multiple of every dp, unless given);
-- interleave v > 1 only with pp > 1 and an even split, v dividing the blocks of a full stage (the short stages of an
-  uneven split one block fewer), and micro-batches per step a multiple of pp;
+- interleave v > 1 only with pp > 1 under the framework's even-style split (not nanotron's balanced one), v dividing
+  the blocks of a full stage (two or more each where the split is uneven, its short stages one block fewer), and
+  micro-batches per step a multiple of pp;
 - sequence parallelism only with tp > 1; ep dividing the experts and dp (a mixture of experts);
 - the shardings none, ZeRO-1, 2, 3 (``fsdp`` is ZeRO-3's sharding: one of them is enough); checkpointing none,
   selective, full;

@@ -139,5 +139,8 @@ def with_measurement(device, data: dict, dtype: str, where: str):
     trust = "" if data.get("trusted", False) else f"; untrusted: {data.get('untrusted')}"
     source = (f"measured: trainingcost calibrate --device-model on {data['device_name']} "
               f"({data.get('measured_at', 'undated')}, {where}{trust})")
-    return dataclasses.replace(device, steptime={**device.steptime, **measured},
-                               steptime_sources={**device.steptime_sources, **{k: source for k in measured}})
+    # the measured fused attention is the device's own: it prices cuDNN's too (the catalogue's published shares go)
+    kept = {k: v for k, v in device.steptime.items() if k not in ("cudnn_forward", "cudnn_backward")}
+    kept_sources = {k: v for k, v in device.steptime_sources.items() if k not in ("cudnn_forward", "cudnn_backward")}
+    return dataclasses.replace(device, steptime={**kept, **measured},
+                               steptime_sources={**kept_sources, **{k: source for k in measured}})

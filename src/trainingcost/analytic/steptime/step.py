@@ -157,6 +157,8 @@ def check_layout(cfg, lay: Layout) -> None:
         raise ConfigError(f"--nic-gbps: a positive number of Gb/s per GPU (got {lay.nic_gbps!r})")
     if not 0 <= lay.dp_overlap <= 1:
         raise ConfigError(f"--dp-overlap: a fraction between 0 and 1 (got {lay.dp_overlap!r})")
+    if not isinstance(lay.gather_prefetch, bool):
+        raise ConfigError(f"gather_prefetch: true or false (got {lay.gather_prefetch!r})")
     if lay.grad_reduce not in GRAD_REDUCE:
         raise ConfigError(f"grad_reduce: {lay.grad_reduce!r} is not allowed (allowed: {', '.join(GRAD_REDUCE)})")
     if not 0 <= lay.tp_overlap <= 1:
