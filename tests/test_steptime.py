@@ -628,7 +628,7 @@ def test_a_framework_without_gather_prefetch_pays_its_parameter_gathers_whole(gp
 
 
 def test_a_framework_reducing_gradients_in_fp32_moves_twice_the_bytes_of_bf16(gpt2, work):
-    """torchtitan reduces in fp32 (its MixedPrecisionPolicy reduce_dtype), Megatron-LM in fp32 under bf16 only
+    """torchtitan and Composer since v0.16.4 reduce in fp32 (their reduce_dtype), Megatron-LM in fp32 under bf16 only
     (validate_args forces accumulate_allreduce_grads_in_fp32 for bf16): every reduce-scatter carries its elements at
     4 bytes, the all-gathers stay bf16; DDP's buckets are cut from fp32 gradients (4 bytes per parameter in all)."""
     from trainingcost.analytic.comm import fsdp_collectives, numel, parameter_tensors, plan_collectives
@@ -638,7 +638,9 @@ def test_a_framework_reducing_gradients_in_fp32_moves_twice_the_bytes_of_bf16(gp
     assert framework("torchtitan").grad_reduce == "fp32"
     assert all(framework(n).grad_reduce == "fp32-if-bf16" for n in ("megatron-lm@2021", "megatron-lm@2022",
                                                                       "megatron-core"))
-    assert framework("fsdp2").grad_reduce == "compute" == framework("composer").grad_reduce
+    assert framework("fsdp2").grad_reduce == "compute" == framework("composer@2023").grad_reduce
+    # Composer's mixed_precision DEFAULT left reduce_dtype None (FSDP1 then reduces in param_dtype) until v0.16.4
+    assert framework("composer").grad_reduce == "fp32" and "#2628" in framework("composer").sources["grad_reduce"]
     assert [reduce_dtype(g, d) for g in ("compute", "fp32", "fp32-if-bf16") for d in ("bf16", "fp16")] == \
         ["bf16", "fp16", "fp32", "fp32", "fp32", "fp16"]
     by_hand = fsdp_collectives(gpt2, "bp", "fsdp", 8, "bf16")
