@@ -82,3 +82,16 @@ def test_the_hardware_command_lists_the_catalogue_without_torch():
     rows = json.loads(result.stdout)
     assert [r["device"] for r in rows][: len(REQUIRED)] == REQUIRED
     assert rows[0]["bf16 TFLOP/s"] == 989.5 and "sparsity" in rows[0]["source of peak_tflops"]
+
+
+def test_a_device_answers_to_other_spellings_of_its_names():
+    """llm-foundry writes h100_80gb, torch A100-SXM4-40GB; letter case, spaces and underscores aside, a device's
+    name or one of its torch-name patterns finds it; an ambiguous H100 (SXM or PCIe) does not."""
+    from trainingcost.config.errors import ConfigError
+    from trainingcost.config.hardware import device
+
+    spelled = {"h100_80gb": "h100-sxm", "H100 SXM": "h100-sxm", "A100_80GB": "a100-80gb", "a100_40gb": "a100-40gb",
+               "A100-SXM4-40GB": "a100-40gb", "H100 PCIe": "h100-pcie", "MI300X": "mi300x", "h200": "h200"}
+    assert {name: device(name).name for name in spelled} == spelled
+    with pytest.raises(ConfigError, match=r"^gpu: 'h100' is not in the hardware catalogue \(allowed: h100-sxm, "):
+        device("h100")

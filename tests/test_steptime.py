@@ -781,3 +781,51 @@ def test_a_given_dp_overlap_holds_for_the_parameter_gathers_too(capsys):
     cfg = canonical_model(preset_entry("gpt2-small"))
     with pytest.raises(ConfigError, match=r"^gather_prefetch: true or false \(got 'false'\)$"):
         check_layout(cfg, Layout(gpus=2, global_batch=8, micro_batch=1, gather_prefetch="false"))
+
+
+def test_a_framework_is_named_by_its_family_and_the_time_of_the_run():
+    """`--framework megatron@2022` is the Megatron entry whose behaviour was current on 1 July 2022 (the versions'
+    dates in frameworks.yaml: sequence parallelism 2022-05-19, the overlapped distributed optimizer 2023-11-17); the
+    family alone is its newest entry; letter case does not matter; an entry's own name is itself."""
+    from trainingcost.config.frameworks import families, parse_families, resolve_framework
+
+    expected = {"megatron@2021": "megatron-lm@2021", "megatron@2022-05-18": "megatron-lm@2021",
+                "megatron@2022-05-19": "megatron-lm@2022", "megatron@2023": "megatron-lm@2022",
+                "Megatron-LM@2024": "megatron-core", "megatron": "megatron-core", "fsdp@2023": "fsdp1",
+                "fsdp@2024-07": "fsdp1", "fsdp@2024-08": "fsdp2", "FSDP": "fsdp2", "pytorch-fsdp@2022": "fsdp1",
+                "deepspeed@2021-06": "deepspeed@2021", "deepspeed@2022": "deepspeed", "composer@2023": "composer@2023",
+                "llm-foundry@2023-12": "composer", "nemo@2020": "nemo", "Megatron-Core": "megatron-core",
+                "megatron-lm@2021+torch-ddp": "megatron-lm@2021+torch-ddp"}
+    for name, entry in expected.items():
+        assert resolve_framework(name)[0].name == entry, name
+    assert resolve_framework("deepspeed@2021") == (resolve_framework("deepspeed@2021-01")[0], "")  # the entry itself
+    assert resolve_framework("megatron@2023")[1] == \
+        "'megatron@2023' read as megatron-lm@2022, the megatron family's entry current on 2023-07-01"
+    assert {"megatron", "deepspeed", "fsdp", "composer", "nemo", "torchtitan"} <= set(families())
+    for bad, line in (("megatron@21", r"^--framework: 'megatron@21': after '@' give a year or a date \(YYYY, YYYY-MM "
+                                      r"or YYYY-MM-DD\)$"),
+                      ("fsdp@2024-02-30", r"^--framework: 'fsdp@2024-02-30': after '@' give a year or a date"),
+                      ("jax@2023", r"^--framework: 'jax@2023' is not in the framework catalogue \(allowed: .*fsdp2.*; "
+                                   r"or a family, alone for its newest entry or with @YEAR for the entry of that time: "
+                                   r"megatron, deepspeed, fsdp, .*\)$")):
+        with pytest.raises(ConfigError, match=line):
+            resolve_framework(bad)
+    table = {"a": object(), "b": object()}
+    good = {"x": {"aliases": ["y"], "versions": [["a", None], ["b", "2023-01-01"]], "cite": "s"}}
+    assert parse_families(good, table, {"s": "doc"})["y"][1][1][0].isoformat() == "2023-01-01"
+    for broken, line in (({"versions": [["a", "2020-01-01"]]}, "only the first entry has no date"),
+                         ({"versions": [["a", None], ["c", "2021-01-01"]]}, "'c' is not a catalogued framework"),
+                         ({"versions": [["a", None], ["b", "2023-01-01"], ["a", "2022-01-01"]]}, "dates must rise"),
+                         ({"versions": [["a", None]], "aliases": ["b"]}, "the name 'b' is taken"),
+                         ({"versions": [["a", None], ["b", "soon"]]}, r"a date YYYY-MM-DD \(got 'soon'\)")):
+        with pytest.raises(ConfigError, match=line):
+            parse_families({"x": {**good["x"], **broken}}, table, {"s": "doc"})
+
+
+def test_the_plan_says_which_entry_a_family_name_became(capsys):
+    from trainingcost.cli import main
+
+    main(["plan", "--preset", "llama-2-7b", "--gpu", "a100-80gb", "--gpus", "64", "--tokens", "1e9", "--rule", "bp",
+          "--framework", "fsdp@2023"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "framework: fsdp1 for 'fsdp@2023': PyTorch FSDP1" in out

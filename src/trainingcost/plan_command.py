@@ -30,7 +30,8 @@ from .plan_search import OBJECTIVES, fixed_args, free_fields
 from .plan_search import run as search_plan
 from .config import ConfigError
 from .config.errors import regular_file
-from .config.frameworks import cluster, clusters, default_framework, framework, frameworks
+from .config.frameworks import (cluster, clusters, default_framework, families, framework, frameworks,
+                                resolve_framework)
 from .text import _duration, _si, describe_config, grid, wrapped
 
 CHINCHILLA_TOKENS_PER_PARAMETER = 20  # Hoffmann et al. 2022: compute-optimal D ~ 20 N
@@ -79,8 +80,9 @@ def add_parser(sub) -> None:
                    "of experts; divides the experts and the data-parallel degree)")
     p.add_argument("--framework", default=None, metavar="NAME",
                    help=f"the training framework (config/frameworks.yaml: {', '.join(frameworks())}; default "
-                        f"{default_framework()}): what it overlaps, what a ZeRO-3 gather moves, its attention kernel and "
-                        "its default sharding")
+                        f"{default_framework()}), or a family ({', '.join(families())}) for its newest entry, or "
+                        "FAMILY@YEAR (or @YYYY-MM[-DD]) for the entry of that time: what it overlaps, what a ZeRO-3 "
+                        "gather moves, its attention kernel and its default sharding")
     p.add_argument("--cluster", default=None, metavar="NAME",
                    help=f"a named system (config/clusters.yaml: {', '.join(clusters())}): its GPU (unless --gpu), "
                         "GPUs per node and NIC bandwidth per GPU")
@@ -254,8 +256,10 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
     """The PlanSpec fields that the framework (config/frameworks.yaml) and the cluster (config/clusters.yaml) decide,
     each with its source: the command line's --framework/--cluster and the workflow's plan.framework/plan.cluster
     (``names`` maps framework, gpus_per_node and nic_gbps to how the caller calls them)."""
-    fw = framework(framework_name)
-    fw_source = f"{fw.name}: {fw.label} ({'given' if framework_name else 'default'}; config/frameworks.yaml)"
+    fw, read_as = resolve_framework(framework_name)
+    given = f"given; {read_as}" if read_as else "given"
+    named = f"{fw.name} for {framework_name!r}" if read_as else fw.name  # a family or another spelling
+    fw_source = f"{named}: {fw.label} ({given if framework_name else 'default'}; config/frameworks.yaml)"
     attention = gpu.attention_kernel(fw.attention)
     if attention != fw.attention:
         fw_source += f"; its {fw.attention} attention runs {attention} on {gpu.name} (fused attention does not run " \

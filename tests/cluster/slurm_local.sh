@@ -82,10 +82,14 @@ CONF
     echo "NodeName=$host Name=gpu Type=fake File=/dev/fakegpu[0-1]" > /etc/slurm/gres.conf
     : > "$STATE/started"
     if ! pgrep -x munged >/dev/null; then
+        rm -f /run/munge/munged.pid
         runuser -u munge -- /usr/sbin/munged
         for _ in $(seq 50); do [[ -s /run/munge/munged.pid ]] && break; sleep 0.1; done
         cat /run/munge/munged.pid >> "$STATE/started"
     fi
+    # A pid file left by an earlier, killed daemon would be read below before the new daemon writes its own, and
+    # the new daemon would outlive `stop` (none of ours runs here: checked above).
+    rm -f /run/slurmctld.pid /run/slurmd.pid
     /usr/sbin/slurmctld -c  # -c: a fresh controller, no jobs or node states left by an earlier, killed run
     for _ in $(seq 50); do [[ -s /run/slurmctld.pid ]] && break; sleep 0.1; done
     cat /run/slurmctld.pid >> "$STATE/started"

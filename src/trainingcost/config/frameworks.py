@@ -12,7 +12,9 @@ benchmarks/published_runs.csv (their ``framework`` and ``cluster`` columns), thr
 
 from __future__ import annotations
 
+import datetime
 import math
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -141,14 +143,59 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce)
 
 
+def _date(value, where: str) -> datetime.date:
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return value
+    try:
+        return datetime.date.fromisoformat(str(value))
+    except ValueError:
+        raise ConfigError(f"{where}: a date YYYY-MM-DD (got {value!r})") from None
+
+
+def parse_families(entries, table: dict, sources: dict) -> dict[str, tuple[str, tuple]]:
+    """``families`` of frameworks.yaml: every name a family answers to (itself and its aliases) -> (the family, its
+    versions as ((None | date, entry), ...) in time order, the first holding from the beginning)."""
+    if not isinstance(entries, dict):
+        raise ConfigError("frameworks.families: a mapping of family -> aliases, versions, cite")
+    names: dict[str, tuple[str, tuple]] = {}
+    for family, entry in entries.items():
+        where = f"frameworks.families.{family}"
+        if not isinstance(entry, dict) or set(entry) != {"aliases", "versions", "cite"}:
+            raise ConfigError(f"{where}: must give aliases, versions and cite")
+        if entry["cite"] not in sources:
+            raise ConfigError(f"{where}.cite: needs a known source key")
+        versions = entry["versions"]
+        if not isinstance(versions, list) or not versions or \
+                any(not isinstance(v, list) or len(v) != 2 for v in versions):
+            raise ConfigError(f"{where}.versions: a list of [entry, since] (the first since null)")
+        dated = []
+        for i, (name, since) in enumerate(versions):
+            if name not in table:
+                raise ConfigError(f"{where}.versions: {name!r} is not a catalogued framework")
+            if (since is None) != (i == 0):
+                raise ConfigError(f"{where}.versions: only the first entry has no date ({name!r})")
+            dated.append((None if since is None else _date(since, f"{where}.versions.{name}"), name))
+        if any(a[0] is not None and a[0] >= b[0] for a, b in zip(dated[1:], dated[2:])):
+            raise ConfigError(f"{where}.versions: dates must rise")
+        aliases = entry["aliases"]
+        if not isinstance(aliases, list) or any(not isinstance(a, str) for a in aliases):
+            raise ConfigError(f"{where}.aliases: a list of names")
+        members = {name for _, name in dated}
+        for name in (family, *aliases):
+            if "@" in name or name in names or (name in table and name not in members):
+                raise ConfigError(f"{where}: the name {name!r} is taken (or holds '@')")
+            names[name] = (family, tuple(dated))
+    return names
+
+
 @lru_cache(maxsize=1)
-def _frameworks() -> tuple[dict, str]:
+def _frameworks() -> tuple[dict, str, dict]:
     data = yaml.safe_load(FRAMEWORKS.read_text())
     table = {name: parse_framework(name, entry, data["sources"], f"frameworks.{name}")
              for name, entry in data["frameworks"].items()}
     if data.get("default") not in table:
         raise ConfigError(f"frameworks.default: {data.get('default')!r} is not a catalogued framework")
-    return table, data["default"]
+    return table, data["default"], parse_families(data.get("families", {}), table, data["sources"])
 
 
 def frameworks() -> dict[str, Framework]:
@@ -159,13 +206,51 @@ def default_framework() -> str:
     return _frameworks()[1]
 
 
-def framework(name: str | None, flag: str = "--framework") -> Framework:
-    """A catalogued framework by name (None: the catalogue's default); one line naming the allowed ones."""
-    table, default = _frameworks()
+def families() -> list[str]:
+    """The family names (not their aliases) that ``--framework FAMILY[@WHEN]`` accepts."""
+    return list(dict.fromkeys(family for family, _ in _frameworks()[2].values()))
+
+
+WHEN = re.compile(r"^(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?$")
+
+
+def resolve_framework(name: str | None, flag: str = "--framework") -> tuple[Framework, str]:
+    """A framework by name, with how the name was read ('' for a catalogue entry's own name): an entry (None: the
+    catalogue's default), a family or alias (its newest entry), or FAMILY@WHEN (the entry current then: a year is
+    read as its 1 July, YYYY-MM as that month's first day); letter case aside. One line naming the allowed ones
+    otherwise."""
+    table, default, named = _frameworks()
     name = default if name is None else name
-    if name not in table:
-        raise ConfigError(f"{flag}: {name!r} is not in the framework catalogue (allowed: {', '.join(table)})")
-    return table[name]
+    if name in table:
+        return table[name], ""
+    if name.lower() in table:  # Megatron-Core, FSDP2: the names as people write them
+        fw = table[name.lower()]
+        return fw, f"{name!r} read as {fw.name}"
+    base, at, when = name.lower().rpartition("@") if "@" in name else (name.lower(), "", "")
+    if base not in named:
+        raise ConfigError(f"{flag}: {name!r} is not in the framework catalogue (allowed: {', '.join(table)}; or a "
+                          f"family, alone for its newest entry or with @YEAR for the entry of that time: "
+                          f"{', '.join(families())})")
+    family, versions = named[base]
+    if not at:
+        fw = table[versions[-1][1]]
+        return fw, f"{name!r} read as {fw.name}, the {family} family's newest entry"
+    match = WHEN.match(when)
+    try:
+        year, month, day = (int(g) if g else None for g in match.groups()) if match else (None,) * 3
+        date = datetime.date(year, month or 7, day or 1) if year else None
+    except ValueError:
+        date = None
+    if date is None:
+        raise ConfigError(f"{flag}: {name!r}: after '@' give a year or a date (YYYY, YYYY-MM or YYYY-MM-DD)")
+    fw = table[[entry for since, entry in versions if since is None or since <= date][-1]]
+    return fw, f"{name!r} read as {fw.name}, the {family} family's entry current on {date.isoformat()}"
+
+
+def framework(name: str | None, flag: str = "--framework") -> Framework:
+    """A framework by name (see resolve_framework; None: the catalogue's default); one line naming the allowed
+    ones."""
+    return resolve_framework(name, flag)[0]
 
 
 def parse_fabric(name: str, entry, sources: dict, where: str) -> tuple[dict, str]:

@@ -165,11 +165,21 @@ def with_user_devices(entries: dict | None) -> dict[str, Device]:
     return table
 
 
+def _spelled(name: str) -> str:
+    return "-".join(name.lower().replace("_", " ").replace("-", " ").split())
+
+
 def device(name: str, table: dict[str, Device] | None = None) -> Device:
+    """A device by its catalogue name, or by another spelling of it or of one of its ``match`` names (letter case,
+    spaces and underscores aside: A100_80GB, "H100 SXM", A100-SXM4-40GB)."""
     table = table if table is not None else devices()
-    if name not in table:
-        raise ConfigError(f"gpu: {name!r} is not in the hardware catalogue (allowed: {', '.join(table)})")
-    return table[name]
+    if name in table:
+        return table[name]
+    spelled = _spelled(name)
+    for d in table.values():
+        if spelled == _spelled(d.name) or any(spelled == _spelled(m) for m in d.match):
+            return d
+    raise ConfigError(f"gpu: {name!r} is not in the hardware catalogue (allowed: {', '.join(table)})")
 
 
 def match_device(torch_name: str) -> Device | None:
