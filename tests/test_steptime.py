@@ -193,6 +193,9 @@ def test_rules_own_products_are_priced_at_their_own_shapes(gpt2):
     (dict(sequence_parallel=True), "--sequence-parallel: needs tensor parallelism"),
     (dict(nic_gbps=-1.0), "--nic-gbps: a positive number"),
     (dict(gpus_per_node=0), "--gpus-per-node: a positive integer"),
+    # a step is priced on whole accumulations: 8 sequences over 2 replicas in micro-batches of 3 would leave one out
+    (dict(micro_batch=3), "micro_batch: 3 does not divide the 4 sequences each data-parallel replica takes per step"),
+    (dict(gpus=3, tp=2), "--gpus: 3 GPUs do not split into tensor x pipeline groups of 2 x 1"),
 ])
 def test_impossible_values_are_one_line(gpt2, change, message):
     lay = Layout(**{**dict(gpus=2, global_batch=8, micro_batch=1), **change})

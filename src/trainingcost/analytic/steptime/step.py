@@ -136,6 +136,12 @@ def check_layout(cfg, lay: Layout) -> None:
 
     if lay.interleave < 1 or int(lay.interleave) != lay.interleave:
         raise ConfigError(f"--interleave: a positive integer (got {lay.interleave!r})")
+    if lay.gpus % (lay.tp * lay.pp):
+        raise ConfigError(f"--gpus: {lay.gpus} GPUs do not split into tensor x pipeline groups of "
+                          f"{lay.tp} x {lay.pp}")
+    if lay.global_batch % (lay.dp * lay.micro_batch):  # else the step would be priced on a partial accumulation
+        raise ConfigError(f"micro_batch: {lay.micro_batch} does not divide the {lay.global_batch / lay.dp:g} "
+                          f"sequences each data-parallel replica takes per step (global batch / {lay.dp})")
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
     if lay.interleave > 1:
         if lay.pp < 2:
