@@ -86,12 +86,14 @@ def test_the_hardware_command_lists_the_catalogue_without_torch():
 
 def test_a_device_answers_to_other_spellings_of_its_names():
     """llm-foundry writes h100_80gb, torch A100-SXM4-40GB; letter case, spaces and underscores aside, a device's
-    name or one of its torch-name patterns finds it; an ambiguous H100 (SXM or PCIe) does not."""
+    name or one of its aliases finds it; an ambiguous H100 (SXM or PCIe) or A100 (40 or 80 GB) does not."""
     from trainingcost.config.errors import ConfigError
     from trainingcost.config.hardware import device
 
     spelled = {"h100_80gb": "h100-sxm", "H100 SXM": "h100-sxm", "A100_80GB": "a100-80gb", "a100_40gb": "a100-40gb",
-               "A100-SXM4-40GB": "a100-40gb", "H100 PCIe": "h100-pcie", "MI300X": "mi300x", "h200": "h200"}
+               "A100-SXM4-40GB": "a100-40gb", "H100 PCIe": "h100-pcie", "MI300X": "mi300x", "h200": "h200",
+               "a100-sxm4-80gb": "a100-80gb"}
     assert {name: device(name).name for name in spelled} == spelled
-    with pytest.raises(ConfigError, match=r"^gpu: 'h100' is not in the hardware catalogue \(allowed: h100-sxm, "):
-        device("h100")
+    for ambiguous in ("h100", "A100"):
+        with pytest.raises(ConfigError, match=rf"^gpu: '{ambiguous}' is not in the hardware catalogue \(allowed: "):
+            device(ambiguous)

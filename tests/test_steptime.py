@@ -802,12 +802,16 @@ def test_a_framework_is_named_by_its_family_and_the_time_of_the_run():
     for name, entry in expected.items():
         assert resolve_framework(name)[0].name == entry, name
     assert resolve_framework("deepspeed@2021") == (resolve_framework("deepspeed@2021-01")[0], "")  # the entry itself
-    assert resolve_framework("megatron@2023")[1] == \
-        "'megatron@2023' read as megatron-lm@2022, the megatron family's entry current on 2023-07-01"
+    assert resolve_framework("megatron@2023")[1] == "the megatron family's entry current on 2023-07-01"
+    assert resolve_framework("megatron@2019")[1] == \
+        "the megatron family's earliest entry, the catalogue's reading until 2022-05-19"
+    assert resolve_framework("nemo@2019")[1] == "the nemo family's one entry"
+    assert resolve_framework("fsdp")[1] == "the fsdp family's newest entry"
     assert {"megatron", "deepspeed", "fsdp", "composer", "nemo", "torchtitan"} <= set(families())
     for bad, line in (("megatron@21", r"^--framework: 'megatron@21': after '@' give a year or a date \(YYYY, YYYY-MM "
                                       r"or YYYY-MM-DD\)$"),
                       ("fsdp@2024-02-30", r"^--framework: 'fsdp@2024-02-30': after '@' give a year or a date"),
+                      ("fsdp@2023\n", r"^--framework: 'fsdp@2023\\n': after '@' give a year or a date"),
                       ("jax@2023", r"^--framework: 'jax@2023' is not in the framework catalogue \(allowed: .*fsdp2.*; "
                                    r"or a family, alone for its newest entry or with @YEAR for the entry of that time: "
                                    r"megatron, deepspeed, fsdp, .*\)$")):
@@ -816,10 +820,16 @@ def test_a_framework_is_named_by_its_family_and_the_time_of_the_run():
     table = {"a": object(), "b": object()}
     good = {"x": {"aliases": ["y"], "versions": [["a", None], ["b", "2023-01-01"]], "cite": "s"}}
     assert parse_families(good, table, {"s": "doc"})["y"][1][1][0].isoformat() == "2023-01-01"
+    late = {"x": {**good["x"], "versions": [["a", None], ["x@2022", "2022-09-01"], ["b", "2023-01-01"]]}}
+    with pytest.raises(ConfigError, match=r"'x@2022' is not the entry its dates give for 2022-07-01 \('a'\)"):
+        parse_families(late, {**table, "x@2022": object()}, {"s": "doc"})
     for broken, line in (({"versions": [["a", "2020-01-01"]]}, "only the first entry has no date"),
                          ({"versions": [["a", None], ["c", "2021-01-01"]]}, "'c' is not a catalogued framework"),
                          ({"versions": [["a", None], ["b", "2023-01-01"], ["a", "2022-01-01"]]}, "dates must rise"),
                          ({"versions": [["a", None]], "aliases": ["b"]}, "the name 'b' is taken"),
+                         ({"aliases": ["a"]}, "the name 'a' is taken"),  # an older entry's name: not the newest
+                         ({"aliases": ["Y"]}, "the name 'Y' is taken"),
+                         ({"aliases": ["y@2"]}, "the name 'y@2' is taken"),
                          ({"versions": [["a", None], ["b", "soon"]]}, r"a date YYYY-MM-DD \(got 'soon'\)")):
         with pytest.raises(ConfigError, match=line):
             parse_families({"x": {**good["x"], **broken}}, table, {"s": "doc"})
@@ -832,3 +842,11 @@ def test_the_plan_says_which_entry_a_family_name_became(capsys):
           "--framework", "fsdp@2023"])
     out = " ".join(capsys.readouterr().out.split())
     assert "framework: fsdp1 for 'fsdp@2023': PyTorch FSDP1" in out
+    from trainingcost.plan_command import system_fields
+    from trainingcost.config.hardware import device
+
+    source = system_fields("fsdp@2023", None, None, None, device("a100-80gb"), {})["framework_source"]
+    assert source.startswith("fsdp1 for 'fsdp@2023': PyTorch FSDP1") and \
+        "(given; the fsdp family's earliest entry, the catalogue's reading until 2024-07-24; " in source
+    assert "(given; the megatron family's entry current on 2023-07-01; " in \
+        system_fields("megatron@2023", None, None, None, device("a100-80gb"), {})["framework_source"]

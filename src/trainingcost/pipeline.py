@@ -780,7 +780,7 @@ def step_strong_scaling(filled: dict, output, log) -> None:
 
 
 def plan_gpu(config: dict):
-    from .config.hardware import with_user_devices
+    from .config.hardware import device, with_user_devices
 
     table = with_user_devices(config.get("hardware") or None)
     section = config["plan"]
@@ -789,9 +789,10 @@ def plan_gpu(config: dict):
     name = section.get("gpu")
     if name is None:
         name = cluster(section["cluster"], "plan.cluster").gpu if section.get("cluster") is not None else "a100-80gb"
-    if name not in table:
-        raise ConfigError(f"plan.gpu: {name!r} is not in the hardware catalogue (allowed: {', '.join(table)})")
-    return table[name]
+    try:
+        return device(name, table)  # the catalogue's name, or another spelling of it or of an alias
+    except ConfigError as err:
+        raise ConfigError(f"plan.{err}") from None
 
 
 def build_plan(config: dict) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -257,7 +257,7 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
     each with its source: the command line's --framework/--cluster and the workflow's plan.framework/plan.cluster
     (``names`` maps framework, gpus_per_node and nic_gbps to how the caller calls them)."""
     fw, read_as = resolve_framework(framework_name)
-    given = f"given; {read_as}" if read_as else "given"
+    given = f"given; {read_as}" if read_as else "given"  # e.g. "the fsdp family's newest entry"
     named = f"{fw.name} for {framework_name!r}" if read_as else fw.name  # a family or another spelling
     fw_source = f"{named}: {fw.label} ({given if framework_name else 'default'}; config/frameworks.yaml)"
     attention = gpu.attention_kernel(fw.attention)

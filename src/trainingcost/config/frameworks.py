@@ -23,6 +23,8 @@ import yaml
 
 from .errors import ConfigError
 
+WHEN = re.compile(r"(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?")  # FAMILY@WHEN: a year, a month or a day
+
 FRAMEWORKS = Path(__file__).with_name("frameworks.yaml")
 CLUSTERS = Path(__file__).with_name("clusters.yaml")
 
@@ -180,12 +182,35 @@ def parse_families(entries, table: dict, sources: dict) -> dict[str, tuple[str, 
         aliases = entry["aliases"]
         if not isinstance(aliases, list) or any(not isinstance(a, str) for a in aliases):
             raise ConfigError(f"{where}.aliases: a list of names")
-        members = {name for _, name in dated}
         for name in (family, *aliases):
-            if "@" in name or name in names or (name in table and name not in members):
-                raise ConfigError(f"{where}: the name {name!r} is taken (or holds '@')")
+            # a name that is also an entry's must be the newest's: the bare name and the entry then agree
+            if "@" in name or name != name.lower() or name in names or (name in table and name != dated[-1][1]):
+                raise ConfigError(f"{where}: the name {name!r} is taken (or holds '@' or capitals, or names an "
+                                  f"entry other than the family's newest)")
             names[name] = (family, tuple(dated))
+    for entry in table:  # an entry named FAMILY@WHEN is what FAMILY@WHEN reads as
+        base, _, when = entry.rpartition("@")
+        date = _when(when)
+        if base in names and date is not None and _pick(names[base][1], date) != entry:
+            raise ConfigError(f"frameworks.families.{names[base][0]}: {entry!r} is not the entry its dates give for "
+                              f"{date.isoformat()} ({_pick(names[base][1], date)!r})")
     return names
+
+
+def _when(text: str) -> datetime.date | None:
+    """YYYY (read as its 1 July), YYYY-MM (its first day) or YYYY-MM-DD; None for anything else."""
+    match = WHEN.fullmatch(text)
+    if not match:
+        return None
+    year, month, day = (int(g) if g else None for g in match.groups())
+    try:
+        return datetime.date(year, month or 7, day or 1)
+    except ValueError:
+        return None
+
+
+def _pick(versions: tuple, date: datetime.date) -> str:
+    return [entry for since, entry in versions if since is None or since <= date][-1]
 
 
 @lru_cache(maxsize=1)
@@ -211,9 +236,6 @@ def families() -> list[str]:
     return list(dict.fromkeys(family for family, _ in _frameworks()[2].values()))
 
 
-WHEN = re.compile(r"^(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?$")
-
-
 def resolve_framework(name: str | None, flag: str = "--framework") -> tuple[Framework, str]:
     """A framework by name, with how the name was read ('' for a catalogue entry's own name): an entry (None: the
     catalogue's default), a family or alias (its newest entry), or FAMILY@WHEN (the entry current then: a year is
@@ -224,27 +246,25 @@ def resolve_framework(name: str | None, flag: str = "--framework") -> tuple[Fram
     if name in table:
         return table[name], ""
     if name.lower() in table:  # Megatron-Core, FSDP2: the names as people write them
-        fw = table[name.lower()]
-        return fw, f"{name!r} read as {fw.name}"
+        return table[name.lower()], "the entry of that name"
     base, at, when = name.lower().rpartition("@") if "@" in name else (name.lower(), "", "")
     if base not in named:
         raise ConfigError(f"{flag}: {name!r} is not in the framework catalogue (allowed: {', '.join(table)}; or a "
                           f"family, alone for its newest entry or with @YEAR for the entry of that time: "
                           f"{', '.join(families())})")
     family, versions = named[base]
+    if len(versions) == 1:
+        return table[versions[0][1]], f"the {family} family's one entry"
     if not at:
-        fw = table[versions[-1][1]]
-        return fw, f"{name!r} read as {fw.name}, the {family} family's newest entry"
-    match = WHEN.match(when)
-    try:
-        year, month, day = (int(g) if g else None for g in match.groups()) if match else (None,) * 3
-        date = datetime.date(year, month or 7, day or 1) if year else None
-    except ValueError:
-        date = None
+        return table[versions[-1][1]], f"the {family} family's newest entry"
+    date = _when(when)
     if date is None:
         raise ConfigError(f"{flag}: {name!r}: after '@' give a year or a date (YYYY, YYYY-MM or YYYY-MM-DD)")
-    fw = table[[entry for since, entry in versions if since is None or since <= date][-1]]
-    return fw, f"{name!r} read as {fw.name}, the {family} family's entry current on {date.isoformat()}"
+    entry = _pick(versions, date)
+    if entry == versions[0][1]:  # the first entry holds from the beginning: no claim about how early
+        return table[entry], (f"the {family} family's earliest entry, the catalogue's reading until "
+                              f"{versions[1][0].isoformat()}")
+    return table[entry], f"the {family} family's entry current on {date.isoformat()}"
 
 
 def framework(name: str | None, flag: str = "--framework") -> Framework:

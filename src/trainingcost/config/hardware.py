@@ -36,6 +36,7 @@ class Device:
     power_w: float
     sources: dict = field(default_factory=dict)  # quantity -> the document it comes from
     match: tuple = ()  # substrings of torch.cuda.get_device_name that name this device
+    aliases: tuple = ()  # other names a user or a published table gives it (h100-80gb, a100-sxm4-40gb)
     steptime: dict = field(default_factory=dict)  # the step-time model's numbers (analytic/steptime), each cited
     steptime_sources: dict = field(default_factory=dict)  # steptime key -> its source
 
@@ -62,7 +63,7 @@ def parse_device(name: str, entry, sources: dict, where: str) -> Device:
     """One catalogue or user entry; a mistake is a ConfigError naming the field."""
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a mapping with {', '.join(QUANTITIES)}")
-    allowed = {"label", "match", "cite", "source", "steptime", *QUANTITIES}
+    allowed = {"label", "match", "aliases", "cite", "source", "steptime", *QUANTITIES}
     unknown = sorted(set(entry) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
@@ -89,12 +90,16 @@ def parse_device(name: str, entry, sources: dict, where: str) -> Device:
     match = entry.get("match", [])
     if not isinstance(match, list) or not all(isinstance(m, str) and m for m in match):
         raise ConfigError(f"{where}.match: must be a list of device-name substrings")
+    aliases = entry.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
+        raise ConfigError(f"{where}.aliases: must be a list of names")
     steptime, steptime_sources = parse_steptime(entry.get("steptime"), sources, entry.get("source"), f"{where}.steptime")
     return Device(name=name, label=str(entry.get("label", name)), peak_flops=flops,
                   steptime=steptime, steptime_sources=steptime_sources,
                   memory_bytes=int(_number(entry["memory_gb"], f"{where}.memory_gb") * 1e9),
                   bandwidth_bytes_per_s=_number(entry["bandwidth_gbs"], f"{where}.bandwidth_gbs") * 1e9,
-                  power_w=_number(entry["power_w"], f"{where}.power_w"), sources=cited, match=tuple(match))
+                  power_w=_number(entry["power_w"], f"{where}.power_w"), sources=cited, match=tuple(match),
+                  aliases=tuple(aliases))
 
 
 STEPTIME_KEYS = ("sms", "tile", "gemm_ceiling", "hbm_efficiency", "flash_forward", "flash_backward", "launch_us",
@@ -170,14 +175,14 @@ def _spelled(name: str) -> str:
 
 
 def device(name: str, table: dict[str, Device] | None = None) -> Device:
-    """A device by its catalogue name, or by another spelling of it or of one of its ``match`` names (letter case,
-    spaces and underscores aside: A100_80GB, "H100 SXM", A100-SXM4-40GB)."""
+    """A device by its catalogue name or one of its ``aliases``, letter case, spaces and underscores aside
+    (A100_80GB, "H100 SXM", h100_80gb, A100-SXM4-40GB); an ambiguous name (H100: SXM or PCIe?) is refused."""
     table = table if table is not None else devices()
     if name in table:
         return table[name]
     spelled = _spelled(name)
     for d in table.values():
-        if spelled == _spelled(d.name) or any(spelled == _spelled(m) for m in d.match):
+        if spelled == _spelled(d.name) or any(spelled == _spelled(a) for a in d.aliases):
             return d
     raise ConfigError(f"gpu: {name!r} is not in the hardware catalogue (allowed: {', '.join(table)})")
 
