@@ -22,3 +22,26 @@ def test_energy_figure_from_synthetic_runs(tmp_path):
 
 def test_every_rule_has_its_own_colour_and_marker():
     assert len(set(F.RULE_COLORS.values())) == len(rule_names()) == len(set(F.RULE_MARKERS.values()))
+
+
+def test_energy_figure_leaves_out_coarse_readings():
+    # a coarse run (NVML's counter advanced on too few of its steps) would pull PEPITA to 5x BP; it is left out
+    rows = [{"config_id": f"c{i}", "rule": rule, "seed": 0, "energy_per_step_j": 1.0 + (rule == "pepita") * 0.1,
+             "energy_quality": "ok"} for i in range(3) for rule in ("bp", "pepita")]
+    rows += [{"config_id": "c3", "rule": "bp", "seed": 0, "energy_per_step_j": 1.0, "energy_quality": "ok"},
+             {"config_id": "c3", "rule": "pepita", "seed": 0, "energy_per_step_j": 5.0,
+              "energy_quality": "coarse: NVML's energy counter advanced on 2 of 7 timed steps"}]
+    F.style()
+    title = F.energy(pd.DataFrame(rows))._suptitle.get_text()
+    assert "PEPITA 1.10x BP" in title and "1 runs left out" in title
+
+
+def test_energy_quality_counts_the_counters_advances():
+    from trainingcost.measure.recorder import ENERGY_ADVANCES, energy_quality
+
+    none = energy_quality(pd.Series([np.nan, np.nan]))  # no NVML (a CPU run): null, not "coarse"
+    assert none["energy_quality"] is None and np.isnan(none["energy_advances"])
+    ok = energy_quality(pd.Series([0.5] * ENERGY_ADVANCES + [0.0, 0.0]))
+    assert ok == {"energy_advances": ENERGY_ADVANCES, "energy_quality": "ok"}
+    coarse = energy_quality(pd.Series([0.0] * 5 + [1.2, 1.3]))
+    assert coarse["energy_advances"] == 2 and coarse["energy_quality"].startswith("coarse: ") and "2 of 7" in coarse["energy_quality"]

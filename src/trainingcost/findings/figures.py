@@ -465,8 +465,12 @@ def loss_by_depth(runs: pd.DataFrame, steps_run: int, unfinished: dict | None = 
 
 
 def energy(runs: pd.DataFrame):
-    """Energy per step relative to BP on the same configuration, one box per rule (NVML)."""
+    """Energy per step relative to BP on the same configuration, one box per rule (NVML); runs whose counter
+    advanced on too few steps (``energy_quality`` coarse, measure/recorder.py) are left out, and the title says how
+    many."""
     data = runs.dropna(subset=["energy_per_step_j"])
+    coarse = data["energy_quality"].fillna("ok").ne("ok") if "energy_quality" in data else pd.Series(False, data.index)
+    left_out, data = int(coarse.sum()), data[~coarse]
     bp = data[data["rule"] == "bp"].groupby("config_id")["energy_per_step_j"].median().rename("bp")
     data = data.merge(bp, left_on="config_id", right_index=True)
     data = data.assign(ratio=data["energy_per_step_j"] / data["bp"], label=data["rule"].map(RULE_LABELS))
@@ -481,7 +485,9 @@ def energy(runs: pd.DataFrame):
     ax.set(xlabel="", ylabel="energy per step / BP's")
     per_rule = data.groupby("rule")["ratio"].median()
     fig.suptitle(f"Energy per training step (NVML): PEPITA {per_rule.get('pepita', np.nan):.2f}x BP, "
-                 f"MEMPEPITA {per_rule.get('mempepita', np.nan):.2f}x\n(median over {data['config_id'].nunique()} configurations)")
+                 f"MEMPEPITA {per_rule.get('mempepita', np.nan):.2f}x\n(median over {data['config_id'].nunique()} configurations"
+                 + (f"; {left_out} runs left out: NVML's counter advanced on fewer than 10 of their steps)" if left_out
+                    else ")"))
     fig.tight_layout()
     return fig
 

@@ -210,7 +210,26 @@ def run_summary(recorder: StepRecorder, tokens_per_step: int, dtype: str, device
     # a whole update; the median of such readings is one of those, their mean the energy per step (their sum telescopes)
     summary["energy_per_step_j"] = float(energy.dropna().mean()) if len(energy.dropna()) else math.nan
     summary["energy_source"] = "nvml_total_energy" if recorder.energy.available else None
+    summary.update(energy_quality(energy))
     return summary
+
+
+ENERGY_ADVANCES = 10  # timed steps on which NVML's counter must advance for a per-step energy to within ~1/10
+
+
+def energy_quality(readings: pd.Series) -> dict:
+    """How far a run's energy per step can be trusted: its resolution is one advance of NVML's counter (an H200
+    left 202 of 417 readings of 5-30 ms steps at 0 J, benchmarks/gpu/README.md), so the mean over k steps on which it
+    advanced is within about 1/k; fewer than :data:`ENERGY_ADVANCES` such steps make the reading ``coarse``, which
+    the energy figure leaves out. No readings (a CPU run): null."""
+    readings = readings.dropna()
+    if readings.empty:
+        return {"energy_advances": math.nan, "energy_quality": None}
+    advances = int((readings > 0).sum())
+    quality = "ok" if advances >= ENERGY_ADVANCES else (
+        f"coarse: NVML's energy counter advanced on {advances} of {len(readings)} timed steps "
+        f"(fewer than {ENERGY_ADVANCES}: the per-step energy is within no better than 1/{max(advances, 1)})")
+    return {"energy_advances": advances, "energy_quality": quality}
 
 
 def tensor_memory_columns(reading: MemoryReading | None) -> dict:
