@@ -109,3 +109,18 @@ def test_refuses_without_a_gpu(tmp_path):
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("run.sh: no CUDA device visible to torch here: refusing"), done.stdout
     assert not (tmp_path / "out").exists()
+
+
+def test_diagnose_dry_run_reads_the_committed_traces(tmp_path):
+    """benchmarks/gpu/diagnose.py (the third device call's script) at the probe's sizes on the CPU: every run it
+    names is in the committed traces, builds, steps and probes, and the report is written."""
+    import json
+
+    environ = {**{k: v for k, v in os.environ.items() if not k.startswith("GPU_")}, "GPU_DRY_RUN": "1",
+               "OUT": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "diagnose.py")], env=environ,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "diagnose.json").read_text())
+    assert len(report["runs"]) == 6 and not any("error" in r for r in report["runs"])
+    assert all(r["host_issue_s"] > 0 and r["probe_s"] > 0 for r in report["runs"])
