@@ -850,3 +850,57 @@ def test_the_plan_says_which_entry_a_family_name_became(capsys):
         "(given; the fsdp family's earliest entry, the catalogue's reading until 2024-07-24; " in source
     assert "(given; the megatron family's entry current on 2023-07-01; " in \
         system_fields("megatron@2023", None, None, None, device("a100-80gb"), {})["framework_source"]
+
+
+def test_no_block_runs_faster_than_its_host_issues_it():
+    """A block whose kernels take less than the host's time to issue them (HOST_BLOCK_S: eager PyTorch's, measured on an
+    H200's host) takes the host's time, the difference in ``launch``; a block that keeps the GPU busier is unchanged,
+    and ``host_block_s=(0, 0)`` (a framework that captures CUDA graphs) removes the floor."""
+    from trainingcost.analytic.steptime.step import HOST_BLOCK_S, block_times
+
+    dev = DeviceModel.of(A100, "bf16")
+    small = canonical_model({**preset_entry("gpt2-small"), "seq_len": 128})
+    tiny = Layout(gpus=8, global_batch=8, micro_batch=1, tp=8)  # 128 tokens over 8 GPUs: microseconds of kernels
+    free = dataclasses.replace(tiny, host_block_s=(0.0, 0.0))
+    floored, bare = block_times(small, tiny, dev, 2), block_times(small, free, dev, 2)
+    for name, host in (("fwd", HOST_BLOCK_S[0]), ("bwd", HOST_BLOCK_S[1])):
+        kernels = sum(bare[name].values())
+        assert kernels < host  # by construction: the floor binds
+        assert sum(floored[name].values()) == pytest.approx(host, rel=1e-12)
+        assert floored[name]["launch"] - bare[name]["launch"] == pytest.approx(host - kernels, rel=1e-12)
+        assert all(floored[name][c] == bare[name][c] for c in ("matmul", "attention", "memory"))
+    busy = Layout(gpus=1, global_batch=32, micro_batch=32)  # 32 x 1,024 tokens on one GPU: milliseconds of kernels
+    wide = canonical_model({**preset_entry("gpt2-small"), "seq_len": 1024})
+    loaded = block_times(wide, busy, dev, 2)
+    assert sum(loaded["fwd"].values()) > HOST_BLOCK_S[0] and loaded == block_times(
+        wide, dataclasses.replace(busy, host_block_s=(0.0, 0.0)), dev, 2)
+    step = predict_step(small, tiny, A100, "bp")  # the step pays the floor on every block and micro-batch
+    compute = sum(step.parts[c] for c in ("matmul", "attention", "memory", "launch"))
+    assert compute >= small.layers * sum(HOST_BLOCK_S) * tiny.accumulation * (1 - 1e-9)
+
+
+def test_causal_attention_on_cudnn_is_priced_at_its_causal_share():
+    """cuDNN's fused attention with a causal mask runs at a smaller share of the peak than without (FlashAttention-3's
+    Fig. 5: 484-529 against 600-617 TFLOP/s on an H100): a decoder's attention core on ``cudnn`` is its unmasked half's
+    FLOPs at ``cudnn_causal_*``; an encoder's (no mask) stays at ``cudnn_*``, and FlashAttention's shares are unchanged."""
+    from trainingcost.analytic.steptime.step import block_times
+
+    h100 = device("h100-sxm")
+    dev = DeviceModel.of(h100, "bf16")
+    p = dev.params
+    assert (p["cudnn_causal_forward"], p["cudnn_causal_backward"]) == (0.52, 0.42)
+    assert dev.sources["cudnn_causal_forward"].startswith("Shah et al. 2024")
+    flops = 1e12
+    for backward, key in ((False, "forward"), (True, "backward")):
+        by_hand = flops / (dev.peak * p[f"cudnn_causal_{key}"] * p["kernel_efficiency"])
+        assert dev.flash(flops, backward, "cudnn", causal=True) == pytest.approx(by_hand, rel=1e-12)
+        assert dev.flash(flops, backward, "cudnn") == pytest.approx(by_hand * p[f"cudnn_causal_{key}"] / p[f"cudnn_{key}"])
+        assert dev.flash(flops, backward, "flash", causal=True) == dev.flash(flops, backward, "flash")
+    lay = Layout(gpus=8, global_batch=8, micro_batch=1, tp=8, attention="cudnn", host_block_s=(0.0, 0.0))
+    base = {**preset_entry("llama-2-7b"), "seq_len": 4096}
+    decoder, encoder = canonical_model(base), canonical_model({**base, "arch": "encoder"})
+    d, e = block_times(decoder, lay, dev, 2), block_times(encoder, lay, dev, 2)
+    core = 4.0 * 1 * 4096 * 4096 * decoder.attn_width / 8  # the encoder's core; the decoder's is half of it
+    assert e["fwd"]["attention"] == pytest.approx(dev.flash(core, False, "cudnn"), rel=1e-12)
+    assert d["fwd"]["attention"] == pytest.approx(dev.flash(core / 2, False, "cudnn", causal=True), rel=1e-12)
+    assert d["bwd"]["attention"] == pytest.approx(dev.flash(2.5 * core / 2, True, "cudnn", causal=True), rel=1e-12)

@@ -42,7 +42,7 @@ class DeviceModel:
         params = dict(GENERIC)
         params.update(device.steptime)
         sources = {k: device.steptime_sources.get(k, GENERIC_SOURCE) for k in GENERIC}
-        sources.update({k: device.steptime_sources[k] for k in ("cudnn_forward", "cudnn_backward") if k in params})
+        sources.update({k: device.steptime_sources[k] for k in CUDNN_KEYS if k in params})
         if "kernel_efficiency" not in device.steptime:
             sources["kernel_efficiency"] = KERNEL_EFFICIENCY_SOURCE
         return cls(device.name, float(device.peak(dtype)), float(device.bandwidth_bytes_per_s), params, sources)
@@ -81,15 +81,20 @@ class DeviceModel:
             return 0.0
         return nbytes / (self.bandwidth * self.hbm_efficiency(nbytes) * self.params["kernel_efficiency"])
 
-    def flash(self, flops: float, backward: bool, kernel: str = "flash") -> float:
+    def flash(self, flops: float, backward: bool, kernel: str = "flash", causal: bool = False) -> float:
         """Seconds of a fused attention's ``flops``: FlashAttention's published share of the peak, or cuDNN's fused
-        attention's (``kernel`` cudnn) where the catalogue has it for the device (Hopper), else FlashAttention's."""
+        attention's (``kernel`` cudnn) where the catalogue has it for the device (Hopper), else FlashAttention's;
+        with a causal mask (``flops`` the unmasked half), cuDNN's causal share where the catalogue has one."""
         key = "backward" if backward else "forward"
-        share = self.params.get(f"cudnn_{key}") if kernel == "cudnn" else None
+        share = None
+        if kernel == "cudnn":
+            share = self.params.get(f"cudnn_causal_{key}") if causal else None
+            share = share if share is not None else self.params.get(f"cudnn_{key}")
         share = share if share is not None else self.params[f"flash_{key}"]
         return flops / (self.peak * share * self.params["kernel_efficiency"]) if flops else 0.0
 
 
+CUDNN_KEYS = ("cudnn_forward", "cudnn_backward", "cudnn_causal_forward", "cudnn_causal_backward")
 DEVICE_MODEL_KEYS = ("gemm_flops", "bandwidth", "flash_forward_flops", "flash_backward_flops", "launch_s", "device_name",
                      "dtype")
 
@@ -140,7 +145,7 @@ def with_measurement(device, data: dict, dtype: str, where: str):
     source = (f"measured: trainingcost calibrate --device-model on {data['device_name']} "
               f"({data.get('measured_at', 'undated')}, {where}{trust})")
     # the measured fused attention is the device's own: it prices cuDNN's too (the catalogue's published shares go)
-    kept = {k: v for k, v in device.steptime.items() if k not in ("cudnn_forward", "cudnn_backward")}
-    kept_sources = {k: v for k, v in device.steptime_sources.items() if k not in ("cudnn_forward", "cudnn_backward")}
+    kept = {k: v for k, v in device.steptime.items() if k not in CUDNN_KEYS}
+    kept_sources = {k: v for k, v in device.steptime_sources.items() if k not in CUDNN_KEYS}
     return dataclasses.replace(device, steptime={**kept, **measured},
                                steptime_sources={**kept_sources, **{k: source for k in measured}})

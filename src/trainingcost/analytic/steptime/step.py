@@ -4,7 +4,8 @@ Per micro-batch on the critical pipeline stage (blocks / p, plus the head on the
 priced on the device model: the block's four matrix products (q/k/v, output, FFN up, FFN down; each GPU holds
 1/t of their features) forward, and their input- and weight-gradient products backward; the attention core
 (FlashAttention, or Megatron's unfused batched products with a softmax and dropout in memory); the memory-bound
-kernels (norms, residual adds, the activation, the loss over the vocabulary); and no kernel shorter than a launch.
+kernels (norms, residual adds, the activation, the loss over the vocabulary); no kernel shorter than a launch, and no
+block faster than the host issues its kernels (:data:`HOST_BLOCK_S`, eager PyTorch's, measured on an H200's host).
 
 A rule's phases are priced from the same per-layer shapes (:func:`rule_work`, :func:`kernel_rates`): each of the
 engine's ``executed`` quantities (a forward pass, an input gradient, a weight gradient, a product with the weights
@@ -50,6 +51,12 @@ DEFAULT_OVERLAP_SOURCE = ("data-parallel communication overlapped with compute w
 # arXiv 2507.03114: 18.9% on average, at most 40.0%, GPT and Llama models on 4 A100, H100, MI250 and MI210). Each
 # second of data-parallel communication hidden behind compute costs that share of a second (dp_exposed).
 OVERLAP_SLOWDOWN = 0.189
+# The host's seconds to issue one block's kernels per micro-batch in eager PyTorch (forward, backward): no block runs
+# faster than its host issues it, so a block whose kernels take less (small micro-batches, high tensor parallelism)
+# takes this long. Measured on an NVIDIA H200's host (torch 2.11, benchmarks/gpu/README.md, section 8): the calibration
+# probes of BP on the decoder d2048 at 8 blocks less at 4, per block, the mean of two machines (forward 0.66 and
+# 1.15 ms, backward 0.80 and 0.92 ms). Every framework in config/frameworks.yaml runs eagerly (none captures CUDA graphs).
+HOST_BLOCK_S = (0.90e-3, 0.86e-3)
 RULE_PHASES = ("forward", "backward", "error_projection", "target_propagation", "weight_update", "feedback_update",
                "mirror")  # analytic/engine.py's PHASES
 BREAKDOWN = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer", "comm_ep")
@@ -82,6 +89,11 @@ class Layout:
     optimizer_slots: int = 2
     ep: int = 1  # expert-parallel degree (a mixture of experts), inside the data-parallel replicas
     pipeline_split: str = "even"  # how the blocks are split over the stages (the framework's; plan_facts.stages)
+    host_block_s: tuple = None  # the host's seconds to issue one block's forward and backward (HOST_BLOCK_S)
+
+    def __post_init__(self):
+        if self.host_block_s is None:
+            object.__setattr__(self, "host_block_s", HOST_BLOCK_S)
 
     @property
     def dp(self) -> int:
@@ -259,7 +271,8 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     causal = cfg.arch == "decoder"
     core = 4.0 * b * s * s * a * (0.5 if causal else 1.0)  # QK^T and PV, the masked half skipped by fused kernels
     if lay.attention in ("flash", "cudnn"):
-        fwd_att, bwd_att = [dev.flash(core, False, lay.attention)], [dev.flash(2.5 * core, True, lay.attention)]
+        fwd_att = [dev.flash(core, False, lay.attention, causal)]
+        bwd_att = [dev.flash(2.5 * core, True, lay.attention, causal)]
         fwd_att_mem, bwd_att_mem = [], []
     else:  # Megatron: batched QK^T and PV over all the positions, softmax and dropout in memory
         fwd_att = [dev.gemm(s, s, dh, b * heads), dev.gemm(s, dh, s, b * heads)]
@@ -295,6 +308,8 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
         at_t, at_l = _floor(att, dev.launch)
         me_t, me_l = _floor(mem, dev.launch)
         out[name] = {"matmul": mm_t, "attention": at_t, "memory": me_t, "launch": mm_l + at_l + me_l}
+        host = lay.host_block_s[0 if name == "fwd" else 1]  # a block the host issues more slowly than it runs
+        out[name]["launch"] += max(0.0, host - sum(out[name].values()))
     core_t, core_l = _floor(fwd_att + fwd_att_mem, dev.launch)
     out["core_fwd"] = core_t + core_l
     return out
