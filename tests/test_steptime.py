@@ -904,3 +904,22 @@ def test_causal_attention_on_cudnn_is_priced_at_its_causal_share():
     assert e["fwd"]["attention"] == pytest.approx(dev.flash(core, False, "cudnn"), rel=1e-12)
     assert d["fwd"]["attention"] == pytest.approx(dev.flash(core / 2, False, "cudnn", causal=True), rel=1e-12)
     assert d["bwd"]["attention"] == pytest.approx(dev.flash(2.5 * core / 2, True, "cudnn", causal=True), rel=1e-12)
+
+
+def test_a_cluster_is_found_in_any_letter_case_or_separator(capsys):
+    """``--cluster AWS_P5`` and ``"DGX H100"`` are the catalogue's aws-p5 and dgx-h100 (as --gpu takes GPU spellings);
+    the plan is the same as under the catalogue's own name, and an unknown name is still one line with the list."""
+    import json
+
+    from trainingcost import cli
+    from trainingcost.config.frameworks import cluster
+
+    assert cluster("AWS_P5") is cluster("aws-p5") and cluster("DGX H100").name == "dgx-h100"
+    common = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpus", "64", "--rule", "bp", "--format", "json"]
+    assert cli.main([*common, "--cluster", "AWS_P5"]) == 0
+    upper = json.loads(capsys.readouterr().out)[0]
+    assert cli.main([*common, "--cluster", "aws-p5"]) == 0
+    assert upper["step_time_s"] == json.loads(capsys.readouterr().out)[0]["step_time_s"]
+    assert cli.main([*common, "--cluster", "aws-p9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--cluster: 'aws-p9' is not in the cluster catalogue (allowed: " in err[0]

@@ -341,7 +341,10 @@ def fabric(name: str) -> dict:
 
 
 def cluster(name: str, flag: str = "--cluster") -> Cluster:
+    """A catalogued cluster by name, in any letter case and with '_' or a space for '-' (``AWS_P5``, ``DGX H100``)."""
     table = _clusters()
-    if name not in table:
+    key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
+    found = table.get(name) or next((c for n, c in table.items() if n.lower() == key), None)
+    if found is None:
         raise ConfigError(f"{flag}: {name!r} is not in the cluster catalogue (allowed: {', '.join(table)})")
-    return table[name]
+    return found
