@@ -124,3 +124,15 @@ def test_diagnose_dry_run_reads_the_committed_traces(tmp_path):
     report = json.loads((tmp_path / "diagnose.json").read_text())
     assert len(report["runs"]) == 6 and not any("error" in r for r in report["runs"])
     assert all(r["host_issue_s"] > 0 and r["probe_s"] > 0 for r in report["runs"])
+
+
+def test_repredict_prices_the_committed_calls():
+    """benchmarks/gpu/repredict.py re-prices the committed GPU calls on the CPU: one line per call and predictor, and
+    today's predictor (host and kernels overlapped on a CUDA calibration) differs from what the call predicted."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "repredict.py")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("2026-11-27-h200-call")]
+    assert len(lines) == 4
+    then, now = (float(line.split("%")[0].split()[-1]) for line in lines[:2])
+    assert then == pytest.approx(17.3, abs=0.05) and now != then

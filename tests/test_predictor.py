@@ -269,6 +269,33 @@ def test_probes_add_the_host_overhead_to_the_kernel_bodies():
     assert alone["predicted_time_s"].sum() == pytest.approx(priced["seconds"].sum())
 
 
+def test_on_a_gpu_a_probed_phase_is_the_longer_of_host_and_kernels():
+    """On a CUDA calibration (provenance device cuda) the host issues while the device runs: a probed phase is
+    max(probe, kernel bodies), its launch_s the host's time beyond the kernels'; on a CPU the sum (above). Phases
+    made host-bound (the probe 10x the bodies) and device-bound (the probe a tenth) by hand take each branch."""
+    from trainingcost.findings.predictor import overlaps, predict_phases
+    from trainingcost.measure.run import traced
+
+    trace = traced(spec(tiny(layers=1, d_model=16, seq_len=8, batch=2), "bp"), torch.device("cpu"))
+    cal = C.calibrate(torch.device("cpu"), "fp32", trace, tolerance=0.5, probe=True)
+    priced = price(trace, cal)
+    kernel = priced[priced["cls"].isin(["matmul", "attention", "elementwise"])]
+    bodies = {phase: float(np.maximum(g["op_seconds"] - g["count"] * cal["launch_overhead_s"], 0).sum())
+              for phase, g in kernel.groupby("timed_phase")}
+    factor = {"forward": 10.0, "backward": 0.1}
+    probes = [{**p, "seconds": bodies[p["phase"]] * factor[p["phase"]]} if p["phase"] in factor else p
+              for p in cal["probes"]]
+    gpu = {**cal, "probes": probes, "provenance": {**cal["provenance"], "device": "cuda:0"}}
+    assert overlaps(gpu) and not overlaps(cal)
+    on_gpu = predict_phases(trace, gpu).set_index("phase")
+    on_cpu = predict_phases(trace, {**gpu, "provenance": cal["provenance"]}).set_index("phase")
+    for phase, f in factor.items():
+        host = bodies[phase] * f
+        assert on_gpu.at[phase, "predicted_time_s"] == pytest.approx(max(host, bodies[phase]))
+        assert on_gpu.at[phase, "launch_s"] == pytest.approx(max(host - bodies[phase], 0.0))
+        assert on_cpu.at[phase, "predicted_time_s"] == pytest.approx(host + bodies[phase])
+
+
 # Every arch with each of its tasks' target shapes: next tokens, masked tokens (a batch may draw none), one class per
 # sequence, a target sequence.
 PROBE_MODELS = [

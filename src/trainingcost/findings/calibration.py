@@ -139,10 +139,18 @@ def kernels(trace: pd.DataFrame) -> pd.DataFrame:
         bytes_written=("bytes_written", "first"), count=("count", "sum"))
 
 
+SPIN_S = 5e-3  # the device's busy spell before each CUDA timing: longer than the host takes to queue max_calls calls
+
+
 def _clock(device: torch.device):
     if device.type == "cuda":
         def timed(fn, calls):
+            # The device spins while the host queues the calls, so the events time the kernels back to back and not the
+            # host's issue: timed around calls of an idle device, a kernel shorter than its launch measured the host
+            # (an H200: a product at 296-495 TFLOP/s that a CUDA graph ran at 616, benchmarks/gpu/README.md). The
+            # host's work is the probes' (measure/probe.py), and the predictor overlaps the two on a GPU.
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(int(SPIN_S * 2.0e9))  # cycles: about SPIN_S at a 2 GHz SM clock
             start.record()
             for _ in range(calls):
                 fn()
