@@ -139,7 +139,9 @@ def kernels(trace: pd.DataFrame) -> pd.DataFrame:
         bytes_written=("bytes_written", "first"), count=("count", "sum"))
 
 
-SPIN_S = 5e-3  # the device's busy spell before each CUDA timing: longer than the host takes to queue max_calls calls
+# The device's busy spell before each CUDA timing: longer than the host takes to queue the calls (an H200's host
+# issued about 20 us per op, benchmarks/gpu/README.md; 60 us a call leaves three times that)
+SPIN_S, SPIN_PER_CALL_S = 2e-3, 60e-6
 
 
 def _clock(device: torch.device):
@@ -150,7 +152,7 @@ def _clock(device: torch.device):
             # (an H200: a product at 296-495 TFLOP/s that a CUDA graph ran at 616, benchmarks/gpu/README.md). The
             # host's work is the probes' (measure/probe.py), and the predictor overlaps the two on a GPU.
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(int(SPIN_S * 2.0e9))  # cycles: about SPIN_S at a 2 GHz SM clock
+            torch.cuda._sleep(int((SPIN_S + calls * SPIN_PER_CALL_S) * 2.0e9))  # cycles: at about a 2 GHz SM clock
             start.record()
             for _ in range(calls):
                 fn()
