@@ -877,6 +877,10 @@ def test_no_block_runs_faster_than_its_host_issues_it():
     step = predict_step(small, tiny, A100, "bp")  # the step pays the floor on every block and micro-batch
     compute = sum(step.parts[c] for c in ("matmul", "attention", "memory", "launch"))
     assert compute >= small.layers * sum(HOST_BLOCK_S) * tiny.accumulation * (1 - 1e-9)
+    memo = {}  # the search's memo keys its kernel times by the floor too
+    shared = predict_step(small, tiny, A100, "bp", None, memo), predict_step(small, free, A100, "bp", None, memo)
+    assert shared[0].step_time_s == step.step_time_s > shared[1].step_time_s
+    assert "H200" in step.sources["host_block_s"]
 
 
 def test_causal_attention_on_cudnn_is_priced_at_its_causal_share():

@@ -486,7 +486,7 @@ def energy(runs: pd.DataFrame):
     per_rule = data.groupby("rule")["ratio"].median()
     fig.suptitle(f"Energy per training step (NVML): PEPITA {per_rule.get('pepita', np.nan):.2f}x BP, "
                  f"MEMPEPITA {per_rule.get('mempepita', np.nan):.2f}x\n(median over {data['config_id'].nunique()} configurations"
-                 + (f"; {left_out} runs left out: NVML's counter advanced on fewer than 10 of their steps)" if left_out
+                 + (f"; {left_out} runs left out: NVML's counter advanced on too few of their steps)" if left_out
                     else ")"))
     fig.tight_layout()
     return fig

@@ -147,5 +147,12 @@ def with_measurement(device, data: dict, dtype: str, where: str):
     # the measured fused attention is the device's own: it prices cuDNN's too (the catalogue's published shares go)
     kept = {k: v for k, v in device.steptime.items() if k not in CUDNN_KEYS}
     kept_sources = {k: v for k, v in device.steptime_sources.items() if k not in CUDNN_KEYS}
-    return dataclasses.replace(device, steptime={**kept, **measured},
-                               steptime_sources={**kept_sources, **{k: source for k in measured}})
+    sources = {k: source for k in measured}
+    # the measurement times attention without a mask; a causal one keeps the catalogue's causal / unmasked ratio
+    for key in ("forward", "backward"):
+        causal, plain = device.steptime.get(f"cudnn_causal_{key}"), device.steptime.get(f"cudnn_{key}")
+        if causal is not None and plain:
+            measured[f"cudnn_causal_{key}"] = measured[f"flash_{key}"] * causal / plain
+            sources[f"cudnn_causal_{key}"] = (f"{source}, times the catalogue's causal / unmasked share "
+                                              f"({causal:g} / {plain:g}: {device.steptime_sources.get(f'cudnn_causal_{key}', '')})")
+    return dataclasses.replace(device, steptime={**kept, **measured}, steptime_sources={**kept_sources, **sources})

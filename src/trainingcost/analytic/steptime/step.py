@@ -57,6 +57,9 @@ OVERLAP_SLOWDOWN = 0.189
 # probes of BP on the decoder d2048 at 8 blocks less at 4, per block, the mean of two machines (forward 0.66 and
 # 1.15 ms, backward 0.80 and 0.92 ms). Every framework in config/frameworks.yaml runs eagerly (none captures CUDA graphs).
 HOST_BLOCK_S = (0.90e-3, 0.86e-3)
+HOST_BLOCK_SOURCE = ("eager PyTorch's host time per block and micro-batch, 0.90 ms forward and 0.86 ms backward: the "
+                     "calibration probes of BP on an NVIDIA H200's host, 8 blocks less 4 (benchmarks/gpu/README.md, "
+                     "section 8)")
 RULE_PHASES = ("forward", "backward", "error_projection", "target_propagation", "weight_update", "feedback_update",
                "mirror")  # analytic/engine.py's PHASES
 BREAKDOWN = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer", "comm_ep")
@@ -89,7 +92,7 @@ class Layout:
     optimizer_slots: int = 2
     ep: int = 1  # expert-parallel degree (a mixture of experts), inside the data-parallel replicas
     pipeline_split: str = "even"  # how the blocks are split over the stages (the framework's; plan_facts.stages)
-    host_block_s: tuple = None  # the host's seconds to issue one block's forward and backward (HOST_BLOCK_S)
+    host_block_s: tuple | None = None  # the host's seconds to issue one block's forward and backward (HOST_BLOCK_S)
 
     def __post_init__(self):
         if self.host_block_s is None:
@@ -478,7 +481,8 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     t, p, v, dp = lay.tp, lay.pp, lay.interleave, lay.dp
     M = lay.accumulation
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
-    kernels = (device.name, prec.compute, t, lay.micro_batch, lay.sequence_parallel, lay.attention, lay.ep)
+    kernels = (device.name, prec.compute, t, lay.micro_batch, lay.sequence_parallel, lay.attention, lay.ep,
+               lay.host_block_s)
 
     def kernel_times():
         bt, ht = block_times(cfg, lay, dev, e), head_times(cfg, lay, dev, e)
@@ -608,7 +612,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     hw_flops = model_flops + (lay.global_batch * w["forward"] / max(1, w["passes"]) *
                               (recomputed_blocks * p / max(1, blocks)) if w["backward"] else 0.0)
     return StepPrediction(step, parts, model_flops, hw_flops, model_flops / (step * lay.gpus * peak),
-                          hw_flops / (step * lay.gpus * peak), dict(dev.sources),
+                          hw_flops / (step * lay.gpus * peak), {**dev.sources, "host_block_s": HOST_BLOCK_SOURCE},
                           dp_bytes, dp_count, split if p > 1 else "")
 
 
