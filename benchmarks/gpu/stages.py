@@ -447,19 +447,27 @@ def stage_energy(stage: Stage) -> str:
     ok["joules_per_token"] = ok["energy_per_step_j"] / tokens
     ok["watts"] = ok["energy_per_step_j"] / ok["step_time_median_s"]
     ok = ok.merge(energy_readings(stage), on=["config_id", "rule", "seed"], how="left")
+    from trainingcost.measure.recorder import ENERGY_ADVANCES
+
+    # a run's per-step energy is trusted where NVML's counter advanced on enough of its steps (measure/recorder.py)
+    advances = ok["energy_readings"] - ok["zero_readings"]
+    ok["energy_trusted"] = ok["energy_per_step_j"].notna() & (advances >= ENERGY_ADVANCES)
     table = ok[["shape", "rule", "step_time_median_s", "energy_per_step_j", "joules_per_token", "watts",
-                "energy_readings", "zero_readings", "energy_source"]]
+                "energy_readings", "zero_readings", "energy_trusted", "energy_source"]]
     stage.write("energy.csv", table)
-    by_rule = table.groupby("rule", sort=False)[["energy_per_step_j", "joules_per_token", "watts"]].median()
-    (stage.dir / "energy.txt").write_text("Per rule, median over runs: NVML joules per step and per token, mean watts\n"
-                                          + by_rule.to_string(float_format=lambda v: f"{v:.4g}") + "\n")
+    trusted = table[table["energy_trusted"]]
+    by_rule = trusted.groupby("rule", sort=False)[["energy_per_step_j", "joules_per_token", "watts"]].median()
+    (stage.dir / "energy.txt").write_text(
+        f"Per rule, median over the runs whose NVML counter advanced on >= {ENERGY_ADVANCES} timed steps "
+        f"({len(trusted)} of {len(table)}): joules per step and per token, mean watts\n"
+        + by_rule.to_string(float_format=lambda v: f"{v:.4g}") + "\n")
     measured = table["energy_per_step_j"].notna().sum()
     if not measured:
         return f"{len(table)} runs, no energy counter ({'dry run: no NVML' if dry() else 'NVML gave none'})"
     bp = by_rule.loc["bp"] if "bp" in by_rule.index else None
     zeros = int(table["zero_readings"].sum())
     return (f"{measured}/{len(table)} runs with NVML energy ({zeros} of {int(table['energy_readings'].sum())} "
-            "step readings 0 J)"
+            f"step readings 0 J; {len(trusted)} runs trusted)"
             + (f"; BP median {bp['joules_per_token'] * 1e3:.3g} mJ/token at {bp['watts']:.0f} W" if bp is not None else ""))
 
 
