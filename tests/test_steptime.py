@@ -134,16 +134,45 @@ def test_every_ddp_bucket_pays_one_latency(gpt2, work):
 
 
 def test_interleaved_bubble(gpt2, work):
+    """1F1B over p stages: the fill and drain are the stages other than the critical one, once each (over v with
+    interleaving). GPT-2 on 4 stages: the last stage (3 blocks and the head) sets the pace, the other three hold 3
+    blocks each and no head, so the bubble is (p - 1) / v of the critical stage's per-micro-batch time less its head's."""
+    from trainingcost.analytic.steptime.step import head_times
+
+    compute = ("matmul", "attention", "memory", "launch")
+    lay1 = Layout(gpus=4, global_batch=8, micro_batch=1, pp=4)
+    ht = head_times(gpt2, lay1, DeviceModel.of(A100, "bf16"), 2)
+    head = sum(ht["fwd"][c] + ht["bwd"][c] for c in compute)
+
     def bubble(v):
         lay = Layout(gpus=4, global_batch=8, micro_batch=1, pp=4, interleave=v)
         pred = predict_step(gpt2, lay, A100, "bp", work)
-        per_micro = sum(pred.parts[k] for k in ("matmul", "attention", "memory", "launch", "comm_tp")) / lay.accumulation
+        per_micro = sum(pred.parts[k] for k in (*compute, "comm_tp")) / lay.accumulation
         return pred.parts["bubble"], per_micro
 
     b1, m1 = bubble(1)
     b3, m3 = bubble(3)
-    assert b1 == pytest.approx((4 - 1) / 1 * m1)  # (p - 1) / v of the ideal per-micro-batch time, times m
-    assert b3 == pytest.approx((4 - 1) / 3 * m3)
+    assert head > 0.05 * m1  # the head is a real share of the last stage
+    assert b1 == pytest.approx((4 - 1) / 1 * (m1 - head))
+    assert b3 == pytest.approx((4 - 1) / 3 * (m3 - head))
+
+
+def test_the_bubble_of_an_uneven_split_holds_the_head():
+    """13 blocks on 4 stages with a small head: a full stage of 4 blocks sets the pace; the others hold 3 + 3 + 3
+    blocks and the head, so the bubble is 9 blocks' per-micro-batch time and the head's."""
+    from trainingcost.analytic.steptime.step import block_times, head_times
+
+    cfg = canonical_model({**preset_entry("gpt2-small"), "layers": 13, "vocab": 1000})
+    lay = Layout(gpus=4, global_batch=8, micro_batch=1, pp=4)
+    dev = DeviceModel.of(A100, "bf16")
+    bt, ht = block_times(cfg, lay, dev, 2), head_times(cfg, lay, dev, 2)
+    compute = ("matmul", "attention", "memory", "launch")
+    block = sum(bt["fwd"][c] + bt["bwd"][c] for c in compute)
+    head = sum(ht["fwd"][c] + ht["bwd"][c] for c in compute)
+    pred = predict_step(cfg, lay, A100, "bp")
+    assert "uneven" in pred.stage_split
+    comm_tp_per_block = pred.parts["comm_tp"] / lay.accumulation / 4  # tp 1: none
+    assert pred.parts["bubble"] == pytest.approx(9 * (block + comm_tp_per_block) + head)
 
 
 def test_one_tensor_parallel_block(gpt2, work):

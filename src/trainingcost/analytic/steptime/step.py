@@ -26,7 +26,8 @@ data parallelism's collectives from analytic/comm.py (:func:`..comm.plan_collect
 DDP's buckets; ZeRO-1/2 the FSDP2 units' reduce-scatters and all-gathers once per step; ZeRO-3/FSDP the units
 gathered per forward and backward and reduce-scattered per micro-batch; the explicit rules' one flat all-reduce),
 each priced on the network model with its own latency, overlapped with compute by a stated fraction; pipeline
-point-to-point sends and the 1F1B bubble (p - 1) / (v m) of the serialised per-micro-batch time.
+point-to-point sends and the 1F1B bubble: the fill and drain of the stages other than the critical one (for p equal
+stages (p - 1) / (v m) of the serialised per-micro-batch time; a head on the last stage does not lengthen the others').
 """
 
 from __future__ import annotations
@@ -511,6 +512,15 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
                 sum(price(cfg, lay, dev, rates, w, (chain_phase,), stage).values()))
 
     fwd_priced, bwd_priced, chain_priced = once(("price", rule, *kernels, p), priced)
+    # One block's and the head's own priced phases (the bubble sums the stages other than the critical one)
+    def priced_alone(stage_alone):
+        return (sum(price(cfg, lay, dev, rates, w, ("forward",), stage_alone).values()),
+                sum(price(cfg, lay, dev, rates, w, tuple(ph for ph in RULE_PHASES if ph != "forward"),
+                          stage_alone).values()),
+                sum(price(cfg, lay, dev, rates, w, (chain_phase,), stage_alone).values()))
+
+    block_priced = once(("price-block", rule, *kernels), lambda: priced_alone((1, False)))
+    head_priced = once(("price-head", rule, *kernels), lambda: priced_alone((0, True)))
     fwd = {c: f_ratio * fwd_bp[c] for c in ("memory", "launch")}
     fwd.update(fwd_priced)
     bwd = {c: (chain_ratio + local_ratio) * bwd_bp[c] for c in ("memory", "launch")}
@@ -518,16 +528,17 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     chain_time = chain_priced + chain_ratio * (bwd_bp["memory"] + bwd_bp["launch"])
     # Recompute (rules with a backward keep an autograd graph; PEPITA and MEMPEPITA keep none)
     rec = {c: 0.0 for c in cats}
-    recomputed_blocks = 0.0
+    recomputed_share = 0.0  # of each block's forward, recomputed in the backward
     if w["backward"]:
         if lay.recompute == "full":
-            recomputed_blocks = per_stage
+            recomputed_share = 1.0
         elif lay.recompute == "selective":
-            recomputed_blocks = (blocks // lay.checkpoint_every) * per_stage / blocks
-        for c in cats:
-            rec[c] = recomputed_blocks * bt["fwd"][c]
-        if lay.recompute == "attention":
-            rec["attention"] = per_stage * bt["core_fwd"]
+            recomputed_share = (blocks // lay.checkpoint_every) / blocks
+    rec_block = {c: recomputed_share * bt["fwd"][c] for c in cats}  # one block's recompute
+    if w["backward"] and lay.recompute == "attention":
+        rec_block["attention"] = bt["core_fwd"]
+    recomputed_blocks = recomputed_share * per_stage
+    rec = {c: per_stage * rec_block[c] for c in cats}
     # Tensor parallel: all-reduces (or all-gather + reduce-scatter pairs) of b s d activations per block
     tp_bytes = lay.micro_batch * cfg.seq_len * cfg.d_model * e
     one = net.all_reduce(tp_bytes, t, 1) if not lay.sequence_parallel else \
@@ -568,12 +579,34 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         pp_comm = M * v * directions * send
         if w["broadcast"]:  # DFA: the output error to every stage, a tree broadcast
             pp_comm += M * math.ceil(math.log2(p)) * send
+        # 1F1B over stages of unequal times t_i per micro-batch: the first micro-batch fills and the last drains
+        # every stage once, the rest pass at the pace of the slowest, so the step is m t_max + sum of the other
+        # stages' t_i (with v interleaved chunks per GPU, a fill and drain of 1 / v of that). The stages other than
+        # the critical one hold the remaining blocks, and the head unless the critical stage holds it: a head that
+        # makes the last stage the slowest does not lengthen the fill and drain of the others.
         sequential = compute_fwd + tp_fwd  # every forward sweep crosses the stages in turn
         if w["through"]:
             sequential += compute_bwd + tp_bwd
         elif w["chain"]:
             sequential += chain_time
-        bubble = (p - 1) / v * sequential
+
+        def serialised(kt, alone, rec_one, passes, back, recomputed):
+            """One block's (or the head's) serialised seconds per micro-batch, as ``sequential`` is composed."""
+            fwd_one = alone[0] + f_ratio * (kt["fwd"]["memory"] + kt["fwd"]["launch"])
+            out = fwd_one + _exposed(passes * one, fwd_one, lay.tp_overlap)
+            if w["through"]:
+                bwd_one = alone[1] + (chain_ratio + local_ratio) * (kt["bwd"]["memory"] + kt["bwd"]["launch"]) + \
+                    sum(rec_one.values())
+                out += bwd_one + _exposed(back * one, bwd_one, hidden) + _exposed(recomputed * one, bwd_one,
+                                                                                   lay.tp_overlap)
+            elif w["chain"]:
+                out += alone[2] + chain_ratio * (kt["bwd"]["memory"] + kt["bwd"]["launch"])
+            return out
+
+        per_block = serialised(bt, block_priced, rec_block, 2 * w["passes"], 2 if w["backward"] else 0,
+                               2 * recomputed_share)
+        head_seq = serialised(ht, head_priced, {}, 0, 0, 0)
+        bubble = ((blocks - per_stage) * per_block + (1.0 - ends) * head_seq) / v
     else:
         bubble = 0.0
 
