@@ -701,6 +701,44 @@ def test_a_framework_reducing_gradients_in_fp32_moves_twice_the_bytes_of_bf16(gp
         parse_framework("x", entry, {"src": "a document"}, "f")
 
 
+def test_nanotrons_zero1_all_reduces_after_the_backward_and_gathers_after_the_step(gpt2, work):
+    """nanotron with fp32 gradient accumulation runs ZeRO-1 without DDP (trainer.py's make_ddp): one all-reduce of the
+    whole fp32 gradient buffer after the last backward, then the updated parameters all-gathered; nothing hides
+    either. The bytes are FSDP2's ZeRO-1 listing (about 4 per parameter reduced, 2 gathered), as one all-reduce and
+    one all-gather each priced alone on the network; the overlapped ZeRO-1 moves the same bytes but reduce-scatters
+    the gradients during the backward."""
+    from trainingcost.analytic.comm import numel, parameter_tensors, plan_collectives
+    from trainingcost.config.frameworks import FRAMEWORK_FIELDS, framework, parse_framework
+
+    nanotron = framework("nanotron")
+    assert (nanotron.zero1_sync, nanotron.grad_reduce) == ("after_backward", "fp32")
+    assert "make_ddp" in nanotron.sources["zero1_sync"] and "ACCUMULATE_GRAD_IN_FP32" in nanotron.sources["grad_reduce"]
+    assert all(framework(n).zero1_sync == "overlapped" for n in ("fsdp2", "megatron-core", "deepspeed", "nemo"))
+    parameters = sum(numel(shape) for _, shape in parameter_tensors(gpt2, "bp"))
+    base = dict(gpus=8, global_batch=64, micro_batch=8, sharding="zero1", grad_reduce="fp32", dp_overlap=1.0)
+    after = predict_step(gpt2, Layout(**base, zero1_sync="after_backward"), A100, "bp", work)
+    overlapped = predict_step(gpt2, Layout(**base), A100, "bp", work)
+    net = net_of(Layout(**base))
+    listed = plan_collectives(gpt2, "bp", "zero1", 8, "bf16", reduce_dtype="fp32")
+    reduce = sum(c.bytes for c in listed.step if c.op == "reduce_scatter")  # FSDP2's units, dim 0 padded to 8
+    gather = sum(c.bytes for c in listed.step if c.op == "all_gather")
+    assert reduce == pytest.approx(4 * parameters, rel=1e-3) and gather == pytest.approx(2 * parameters, rel=1e-3)
+    assert after.dp_bytes == reduce + gather == overlapped.dp_bytes and after.dp_collectives == 2
+    assert after.parts["comm_dp"] == pytest.approx(net.all_reduce(reduce, 8) + net.all_gather(gather, 8), rel=1e-4)
+    assert after.parts["comm_dp"] > overlapped.parts["comm_dp"]
+    assert after.step_time_s - overlapped.step_time_s == pytest.approx(
+        after.parts["comm_dp"] - overlapped.parts["comm_dp"], rel=1e-9)
+    with pytest.raises(ConfigError, match=r"^zero1_sync: 'later' is not allowed \(allowed: overlapped, "
+                                          r"after_backward\)$"):
+        predict_step(gpt2, Layout(**base, zero1_sync="later"), A100, "bp", work)
+    entry = {k: v for k, v in vars(framework("fsdp2")).items() if k in FRAMEWORK_FIELDS}
+    entry.update(can={**entry["can"], "shardings": list(entry["can"]["shardings"])}, zero1_sync="never",
+                 cite={k: "src" for k in (*FRAMEWORK_FIELDS, "zero1_sync")})
+    with pytest.raises(ConfigError, match=r"^f\.zero1_sync: 'never' is not allowed \(allowed: overlapped, "
+                                          r"after_backward\)$"):
+        parse_framework("x", entry, {"src": "a document"}, "f")
+
+
 def test_cudnn_fused_attention_runs_at_its_published_hopper_share_and_as_flash_elsewhere(gpt2, work):
     """TransformerEngine prefers cuDNN's fused attention on Hopper (NeMo's docs); the FlashAttention-3 paper's cuDNN
     bars on an H100 SXM5 (head dim 128, sequence 2k-8k) give 600-617 TFLOP/s forward and 465-518 backward of the 989

@@ -266,6 +266,9 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
                      "there; config/hardware.yaml)"
     if fw.grad_reduce != "compute":
         fw_source += "; gradients reduced in fp32" + (" under bf16" if fw.grad_reduce == "fp32-if-bf16" else "")
+    if fw.zero1_sync == "after_backward":
+        fw_source += "; ZeRO-1 all-reduces the gradients after the backward and all-gathers the parameters after " \
+                     "the step, neither overlapped"
     if not fw.gather_prefetch:
         fw_source += BLOCKING_GATHERS
     per_node, nic, network = gpus_per_node, nic_gbps, f"{gpu.name}'s usual system (config/hardware.yaml)"
@@ -287,7 +290,7 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
                 network_source=network, zero3_granularity=fw.zero3_granularity, attention=attention,
                 dp_rails=fw.dp_rails, gpus_per_node=per_node, nic_gbps=nic, pipeline_split=fw.pipeline_split,
                 tp_backward_overlap=fw.tp_backward_overlap, gather_prefetch=fw.gather_prefetch,
-                grad_reduce=fw.grad_reduce)
+                grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync)
 
 
 def spec_from_args(args, cfg, gpu) -> PlanSpec:

@@ -120,6 +120,7 @@ class PlanSpec:
     dp_rails: bool = True
     gather_prefetch: bool = True  # the framework prefetches its parameter all-gathers (config/frameworks.yaml)
     grad_reduce: str = "compute"  # the dtype its gradient reductions run in (config/frameworks.yaml)
+    zero1_sync: str = "overlapped"  # how it syncs ZeRO-1's gradients (config/frameworks.yaml)
     attention: str = "flash"
     # The plan at equal quality: (rule, compute multiplier against BP) pairs, NaN where the rule never reaches the
     # target; a rule absent trains on ``tokens``. Each rule then gets the tokens that buy M x BP's compute at its
@@ -526,7 +527,7 @@ def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None
                   sharding=spec.sharding, recompute=spec.checkpointing, checkpoint_every=spec.checkpoint_every,
                   precision=spec.precision, dp_overlap=spec.dp_overlap, gpus_per_node=spec.gpus_per_node,
                   nic_gbps=spec.nic_gbps, tp_overlap=spec.tp_overlap, tp_backward_overlap=spec.tp_backward_overlap, fabric=spec.fabric, dp_rails=spec.dp_rails,
-                  gather_prefetch=spec.gather_prefetch, grad_reduce=spec.grad_reduce,
+                  gather_prefetch=spec.gather_prefetch, grad_reduce=spec.grad_reduce, zero1_sync=spec.zero1_sync,
                   zero3_granularity=spec.zero3_granularity, attention=spec.attention,
                   pipeline_split=spec.pipeline_split, optimizer_slots=OPTIMIZER_SLOTS[spec.optimizer] if slots is None else slots)
 

@@ -42,7 +42,13 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "un
 # each gather blocks the compute (DeepSpeed ZeRO-3 of early 2021), only the gradient reductions overlap; default true
 # grad_reduce: the dtype its data-parallel gradient reductions run in: compute (the weights' dtype), fp32 (always),
 # fp32-if-bf16 (fp32 when the weights are bf16, else theirs); default compute
-OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefetch": True, "grad_reduce": "compute"}
+# zero1_sync: how it syncs ZeRO-1's gradients: overlapped (reduce-scatters bucketed during the backward: FSDP2's,
+# Megatron-Core's distributed optimizer) or after_backward (one all-reduce of the gradient buffer after the last
+# backward and one all-gather of the updated parameters after the step, neither overlapped: nanotron's with fp32
+# gradient accumulation); default overlapped
+OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefetch": True, "grad_reduce": "compute",
+            "zero1_sync": "overlapped"}
+ZERO1_SYNC = ("overlapped", "after_backward")
 GRAD_REDUCE = ("compute", "fp32", "fp32-if-bf16")
 PIPELINE_SPLITS = ("even", "balanced")
 CHOICES = {"zero3_granularity": ("block", "tensor"), "zero3_gather": ("module", "sublayer", "block"),
@@ -68,6 +74,7 @@ class Framework:
     tp_backward_overlap: float | None = None  # None: tp_overlap (OPTIONAL)
     gather_prefetch: bool = True  # parameter all-gathers overlap the compute (OPTIONAL)
     grad_reduce: str = "compute"  # the gradients' reduction dtype (OPTIONAL)
+    zero1_sync: str = "overlapped"  # ZeRO-1's gradient sync (OPTIONAL)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -120,6 +127,9 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     reduce = entry.get("grad_reduce", OPTIONAL["grad_reduce"])
     if reduce not in GRAD_REDUCE:
         raise ConfigError(f"{where}.grad_reduce: {reduce!r} is not allowed (allowed: {', '.join(GRAD_REDUCE)})")
+    zero1_sync = entry.get("zero1_sync", OPTIONAL["zero1_sync"])
+    if zero1_sync not in ZERO1_SYNC:
+        raise ConfigError(f"{where}.zero1_sync: {zero1_sync!r} is not allowed (allowed: {', '.join(ZERO1_SYNC)})")
     prefetch = entry.get("gather_prefetch", OPTIONAL["gather_prefetch"])
     if not isinstance(prefetch, bool):
         raise ConfigError(f"{where}.gather_prefetch: true or false (got {prefetch!r})")
@@ -142,7 +152,7 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      _fraction(entry["tp_overlap"], f"{where}.tp_overlap"), entry["zero3_granularity"],
                      entry["zero3_gather"], entry["attention"],
                      entry["sharding"], entry["dp_rails"], {**can, "shardings": tuple(can["shardings"])},
-                     {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce)
+                     {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce, zero1_sync)
 
 
 def _date(value, where: str) -> datetime.date:

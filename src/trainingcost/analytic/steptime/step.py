@@ -42,7 +42,12 @@ from .network import Network
 
 RECOMPUTE = ("none", "selective", "full", "attention")  # attention: Korthikanti et al. 2022's selective recompute
 ATTENTION = ("flash", "cudnn", "unfused")  # cudnn: cuDNN's fused attention (TransformerEngine's FusedAttention)
-GRANULARITY = ("block", "tensor")  # ZeRO-3 gathers per wrapped block (FSDP) or per parameter tensor (DeepSpeed)
+GRANULARITY = ("block", "tensor")
+# How a framework syncs ZeRO-1's gradients: overlapped (reduce-scatters bucketed during the backward, the updated
+# shards all-gathered after the step: FSDP2's, Megatron-Core's distributed optimizer); after_backward (nanotron with
+# fp32 gradient accumulation: no DDP, one all-reduce of the whole fp32 gradient buffer after the last backward, then
+# one all-gather of the updated parameters, neither overlapped; config/frameworks.yaml)
+ZERO1_SYNC = ("overlapped", "after_backward")  # ZeRO-3 gathers per wrapped block (FSDP) or per parameter tensor (DeepSpeed)
 DEFAULT_OVERLAP = 1.0
 DEFAULT_OVERLAP_SOURCE = ("data-parallel communication overlapped with compute where frameworks overlap it "
                           "(PyTorch DDP's bucketed all-reduce during backward, Li et al. 2020; FSDP/ZeRO-3 prefetch, "
@@ -87,6 +92,7 @@ class Layout:
     dp_rails: bool = True  # data-parallel collectives spread over every NIC of the node (the framework's)
     gather_prefetch: bool = True  # parameter all-gathers overlap the compute (the framework's); False: they block it
     grad_reduce: str = "compute"  # the gradients' reduction dtype (the framework's): compute, fp32, fp32-if-bf16
+    zero1_sync: str = "overlapped"  # ZeRO-1's gradient sync (the framework's): ZERO1_SYNC
     gpus_per_node: int | None = None
     nic_gbps: float | None = None
     fabric: tuple | None = None  # ((key, value), ...) of the cluster's fabric latencies (config/clusters.yaml)
@@ -179,6 +185,8 @@ def check_layout(cfg, lay: Layout) -> None:
         raise ConfigError(f"--nic-gbps: a positive number of Gb/s per GPU (got {lay.nic_gbps!r})")
     if not 0 <= lay.dp_overlap <= 1:
         raise ConfigError(f"--dp-overlap: a fraction between 0 and 1 (got {lay.dp_overlap!r})")
+    if lay.zero1_sync not in ZERO1_SYNC:
+        raise ConfigError(f"zero1_sync: {lay.zero1_sync!r} is not allowed (allowed: {', '.join(ZERO1_SYNC)})")
     if not isinstance(lay.gather_prefetch, bool):
         raise ConfigError(f"gather_prefetch: true or false (got {lay.gather_prefetch!r})")
     if lay.grad_reduce not in GRAD_REDUCE:
@@ -626,7 +634,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
             return ops, dp_phase_seconds(ops, net, lay)
 
         collectives, sums = once(("dp", rule, device.name, prec.compute, t, p, dp, lay.ep, lay.sharding, lay.dp_rails,
-                                  lay.grad_reduce,
+                                  lay.grad_reduce, lay.zero1_sync,
                                   lay.gpus_per_node, lay.nic_gbps, lay.fabric), collectives_priced)
         dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, lay.dp_overlap, lay.gather_prefetch)
         dp_bytes = M * sum(c.bytes for c in collectives.micro_batch) + sum(c.bytes for c in collectives.step)
@@ -664,9 +672,30 @@ def data_parallel_collectives(cfg, lay: Layout, rule: str, w: dict | None = None
     stage_blocks = None if lay.pp == 1 else fullest_stage(blocks, lay.pp, split)  # the fullest stage
     passes, backward = (w["passes"], w["backward"]) if w is not None else (1, True)
     dtype = PLAN_DTYPE[lay.precision]
-    return plan_collectives(cfg, rule, lay.sharding, lay.dp, dtype, passes, backward,
-                            1.0 if (lay.tp == 1 and lay.pp == 1) else share, stage_blocks,
-                            reduce_dtype(lay.grad_reduce, dtype))
+    ops = plan_collectives(cfg, rule, lay.sharding, lay.dp, dtype, passes, backward,
+                           1.0 if (lay.tp == 1 and lay.pp == 1) else share, stage_blocks,
+                           reduce_dtype(lay.grad_reduce, dtype))
+    if lay.sharding == "zero1" and lay.zero1_sync == "after_backward":
+        return synced_after_backward(ops)
+    return ops
+
+
+def synced_after_backward(ops):
+    """ZeRO-1 as nanotron runs it with fp32 gradient accumulation (``zero1_sync: after_backward``,
+    config/frameworks.yaml): the gradient reductions of ``ops`` become one all-reduce of the whole (fp32) gradient
+    buffer after the last backward, and the updated shards' all-gathers one all-gather, both waiting for the step
+    (phase ``optimizer_step``: nothing hides them). The bytes are the listed ones: an all-reduce passes the buffer a
+    reduce-scatter passes."""
+    from ..comm import Collective, PlanCollectives
+
+    listed = [*ops.micro_batch, *ops.step]
+    out = []
+    for kind in (("all_reduce", "reduce_scatter"), ("all_gather",)):
+        chosen = [c for c in listed if c.op in kind]
+        if chosen:
+            out.append(Collective(kind[0], sum(c.bytes for c in chosen), chosen[0].group, chosen[0].dtype,
+                                  "optimizer_step"))
+    return PlanCollectives((), tuple(out))
 
 
 def reduce_dtype(grad_reduce: str, dtype: str) -> str:
