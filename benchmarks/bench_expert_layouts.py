@@ -43,7 +43,7 @@ def spec_of(row: dict) -> PlanSpec:
                     dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap, tp_backward_overlap=lay.tp_backward_overlap,
                     pipeline_split=lay.pipeline_split, zero3_granularity=fw.zero3_granularity,
                     zero3_gather=fw.zero3_gather, dp_rails=fw.dp_rails, attention=lay.attention,
-                    gather_prefetch=fw.gather_prefetch, grad_reduce=fw.grad_reduce,
+                    gather_prefetch=fw.gather_prefetch, zero1_sync=fw.zero1_sync, grad_reduce=fw.grad_reduce,
                     can=tuple(sorted(fw.can.items())),
                     gpus_per_node=system.gpus_per_node if system else None, nic_gbps=system.nic_gbps if system else None,
                     fabric=tuple(sorted(system.latencies.items())) if system else None)

@@ -157,22 +157,43 @@ def test_interleaved_bubble(gpt2, work):
     assert b3 == pytest.approx((4 - 1) / 3 * (m3 - head))
 
 
-def test_the_bubble_of_an_uneven_split_holds_the_head():
+@pytest.mark.parametrize("slow_tp", [False, True])
+def test_the_bubble_of_an_uneven_split_holds_the_head(slow_tp):
     """13 blocks on 4 stages with a small head: a full stage of 4 blocks sets the pace; the others hold 3 + 3 + 3
-    blocks and the head, so the bubble is 9 blocks' per-micro-batch time and the head's."""
-    from trainingcost.analytic.steptime.step import block_times, head_times
+    blocks and the head, so the bubble is 9 blocks' serialised time per micro-batch and the head's. The critical stage
+    holds no head, so one block's serialised time is its per-micro-batch time over 4. Also with tensor parallelism
+    over a slow network, full recompute and half the collectives overlapped: the backward's collectives outlast its
+    compute, and a block's share of the bubble still equals its share of the critical stage."""
+    from trainingcost.analytic.steptime.step import head_times
 
     cfg = canonical_model({**preset_entry("gpt2-small"), "layers": 13, "vocab": 1000})
-    lay = Layout(gpus=4, global_batch=8, micro_batch=1, pp=4)
+    extra = dict(tp=2, recompute="full", tp_overlap=0.5, gpus_per_node=1, nic_gbps=1.0) if slow_tp else {}
+    lay = Layout(gpus=4 * (2 if slow_tp else 1), global_batch=8, micro_batch=1, pp=4, **extra)
     dev = DeviceModel.of(A100, "bf16")
-    bt, ht = block_times(cfg, lay, dev, 2), head_times(cfg, lay, dev, 2)
+    ht = head_times(cfg, lay, dev, 2)
     compute = ("matmul", "attention", "memory", "launch")
-    block = sum(bt["fwd"][c] + bt["bwd"][c] for c in compute)
-    head = sum(ht["fwd"][c] + ht["bwd"][c] for c in compute)
+    head = sum(ht["fwd"][c] + ht["bwd"][c] for c in compute)  # no tensor-parallel collectives in the head
     pred = predict_step(cfg, lay, A100, "bp")
-    assert "uneven" in pred.stage_split
-    comm_tp_per_block = pred.parts["comm_tp"] / lay.accumulation / 4  # tp 1: none
-    assert pred.parts["bubble"] == pytest.approx(9 * (block + comm_tp_per_block) + head)
+    assert "uneven" in pred.stage_split and "1 stages of 4 blocks" in pred.stage_split
+    per_micro = sum(pred.parts[c] for c in (*compute, "comm_tp")) / lay.accumulation  # 4 blocks, no head
+    if slow_tp:
+        assert pred.parts["comm_tp"] > 0.5 * per_micro * lay.accumulation  # the collectives dominate
+    assert pred.parts["bubble"] == pytest.approx(9 * per_micro / 4 + head, rel=1e-9)
+
+
+def test_a_shared_memo_keeps_the_framework_fields_apart(gpt2, work):
+    """The layout search shares one memo over thousands of layouts: layouts that differ only in ZeRO-1's sync, the
+    reduction dtype or the pipeline split price as they do alone."""
+    memo = {}
+    base = dict(gpus=8, global_batch=64, micro_batch=2, pp=2, sharding="zero1")
+    variants = [dict(), dict(zero1_sync="after_backward"), dict(grad_reduce="fp32"),
+                dict(grad_reduce="fp32", zero1_sync="after_backward"), dict(pipeline_split="balanced")]
+    for extra in variants + variants[::-1]:
+        lay = Layout(**base, **extra)
+        shared = predict_step(gpt2, lay, A100, "bp", work, memo)
+        alone = predict_step(gpt2, lay, A100, "bp", work)
+        assert (shared.step_time_s, shared.dp_bytes, shared.dp_collectives) == \
+            (alone.step_time_s, alone.dp_bytes, alone.dp_collectives)
 
 
 def test_one_tensor_parallel_block(gpt2, work):
@@ -728,6 +749,14 @@ def test_nanotrons_zero1_all_reduces_after_the_backward_and_gathers_after_the_st
     assert after.parts["comm_dp"] > overlapped.parts["comm_dp"]
     assert after.step_time_s - overlapped.step_time_s == pytest.approx(
         after.parts["comm_dp"] - overlapped.parts["comm_dp"], rel=1e-9)
+    # the framework reaches the plan: nanotron's ZeRO-1 issues its two collectives, FSDP2's one pair per unit
+    import trainingcost
+
+    def collectives(fw):
+        table = trainingcost.plan(preset="gpt2-small", gpu="a100-80gb", gpus=8, tokens=1e9, rule="bp",
+                                  framework=fw, sharding="zero1").table
+        return set(table["step_dp_collectives"])
+    assert collectives("nanotron") == {2.0} and min(collectives("fsdp2")) > 2
     with pytest.raises(ConfigError, match=r"^zero1_sync: 'later' is not allowed \(allowed: overlapped, "
                                           r"after_backward\)$"):
         predict_step(gpt2, Layout(**base, zero1_sync="later"), A100, "bp", work)

@@ -42,12 +42,11 @@ from .network import Network
 
 RECOMPUTE = ("none", "selective", "full", "attention")  # attention: Korthikanti et al. 2022's selective recompute
 ATTENTION = ("flash", "cudnn", "unfused")  # cudnn: cuDNN's fused attention (TransformerEngine's FusedAttention)
-GRANULARITY = ("block", "tensor")
-# How a framework syncs ZeRO-1's gradients: overlapped (reduce-scatters bucketed during the backward, the updated
-# shards all-gathered after the step: FSDP2's, Megatron-Core's distributed optimizer); after_backward (nanotron with
-# fp32 gradient accumulation: no DDP, one all-reduce of the whole fp32 gradient buffer after the last backward, then
-# one all-gather of the updated parameters, neither overlapped; config/frameworks.yaml)
-ZERO1_SYNC = ("overlapped", "after_backward")  # ZeRO-3 gathers per wrapped block (FSDP) or per parameter tensor (DeepSpeed)
+GRANULARITY = ("block", "tensor")  # ZeRO-3 gathers per wrapped block (FSDP) or per parameter tensor (DeepSpeed)
+# How a framework syncs ZeRO-1's gradients (config/frameworks.py, ZERO1_SYNC): overlapped (reduce-scatters bucketed
+# during the backward, the updated shards all-gathered after the step: FSDP2's, Megatron-Core's distributed
+# optimizer); after_backward (nanotron with fp32 gradient accumulation: no DDP, one all-reduce of the whole fp32
+# gradient buffer after the last backward, then one all-gather of the updated parameters, neither overlapped)
 DEFAULT_OVERLAP = 1.0
 DEFAULT_OVERLAP_SOURCE = ("data-parallel communication overlapped with compute where frameworks overlap it "
                           "(PyTorch DDP's bucketed all-reduce during backward, Li et al. 2020; FSDP/ZeRO-3 prefetch, "
@@ -154,7 +153,7 @@ def interleave_problem(blocks: int, pp: int, v: int) -> str:
 def check_layout(cfg, lay: Layout) -> None:
     """One line per impossible value, naming the flag and what is allowed."""
     from ...config.errors import ConfigError
-    from ...config.frameworks import GRAD_REDUCE
+    from ...config.frameworks import GRAD_REDUCE, ZERO1_SYNC
 
     if lay.interleave < 1 or int(lay.interleave) != lay.interleave:
         raise ConfigError(f"--interleave: a positive integer (got {lay.interleave!r})")
@@ -519,7 +518,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
                 price(cfg, lay, dev, rates, w, tuple(ph for ph in RULE_PHASES if ph != "forward"), stage),
                 sum(price(cfg, lay, dev, rates, w, (chain_phase,), stage).values()))
 
-    fwd_priced, bwd_priced, chain_priced = once(("price", rule, *kernels, p), priced)
+    fwd_priced, bwd_priced, chain_priced = once(("price", rule, *kernels, p, pp_split), priced)
     # One block's and the head's own priced phases (the bubble sums the stages other than the critical one)
     def priced_alone(stage_alone):
         return (sum(price(cfg, lay, dev, rates, w, ("forward",), stage_alone).values()),
@@ -527,8 +526,6 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
                           stage_alone).values()),
                 sum(price(cfg, lay, dev, rates, w, (chain_phase,), stage_alone).values()))
 
-    block_priced = once(("price-block", rule, *kernels), lambda: priced_alone((1, False)))
-    head_priced = once(("price-head", rule, *kernels), lambda: priced_alone((0, True)))
     fwd = {c: f_ratio * fwd_bp[c] for c in ("memory", "launch")}
     fwd.update(fwd_priced)
     bwd = {c: (chain_ratio + local_ratio) * bwd_bp[c] for c in ("memory", "launch")}
@@ -572,10 +569,15 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     # forwards' (Layout.tp_backward_overlap, from config/frameworks.yaml)
     tp_fwd = _exposed(tp_fwd_all, compute_fwd, lay.tp_overlap)
     hidden = lay.tp_overlap if lay.tp_backward_overlap is None else max(lay.tp_overlap, lay.tp_backward_overlap)
-    if hidden == lay.tp_overlap:
-        tp_bwd = _exposed((ar_bwd + ar_rec) * one, compute_bwd, lay.tp_overlap)
-    else:
-        tp_bwd = _exposed(ar_bwd * one, compute_bwd, hidden) + _exposed(ar_rec * one, compute_bwd, lay.tp_overlap)
+
+    def tp_backward_exposed(grads, recomputed, window):
+        """The backward's exposed tensor-parallel seconds: the input gradients' collectives and the recomputed
+        forwards' hide together where the framework overlaps both alike, else each at its own share."""
+        if hidden == lay.tp_overlap:
+            return _exposed(grads + recomputed, window, lay.tp_overlap)
+        return _exposed(grads, window, hidden) + _exposed(recomputed, window, lay.tp_overlap)
+
+    tp_bwd = tp_backward_exposed(ar_bwd * one, ar_rec * one, compute_bwd)
     per_micro = compute_fwd + compute_bwd + tp_fwd + tp_bwd + ep_fwd + ep_bwd
 
     # Pipeline: point-to-point sends and the bubble of the serialised part
@@ -605,12 +607,13 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
             if w["through"]:
                 bwd_one = alone[1] + (chain_ratio + local_ratio) * (kt["bwd"]["memory"] + kt["bwd"]["launch"]) + \
                     sum(rec_one.values())
-                out += bwd_one + _exposed(back * one, bwd_one, hidden) + _exposed(recomputed * one, bwd_one,
-                                                                                   lay.tp_overlap)
+                out += bwd_one + tp_backward_exposed(back * one, recomputed * one, bwd_one)
             elif w["chain"]:
                 out += alone[2] + chain_ratio * (kt["bwd"]["memory"] + kt["bwd"]["launch"])
             return out
 
+        block_priced = once(("price-block", rule, *kernels), lambda: priced_alone((1, False)))
+        head_priced = once(("price-head", rule, *kernels), lambda: priced_alone((0, True)))
         per_block = serialised(bt, block_priced, rec_block, 2 * w["passes"], 2 if w["backward"] else 0,
                                2 * recomputed_share)
         head_seq = serialised(ht, head_priced, {}, 0, 0, 0)
@@ -634,7 +637,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
             return ops, dp_phase_seconds(ops, net, lay)
 
         collectives, sums = once(("dp", rule, device.name, prec.compute, t, p, dp, lay.ep, lay.sharding, lay.dp_rails,
-                                  lay.grad_reduce, lay.zero1_sync,
+                                  lay.grad_reduce, lay.zero1_sync, pp_split,
                                   lay.gpus_per_node, lay.nic_gbps, lay.fabric), collectives_priced)
         dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, lay.dp_overlap, lay.gather_prefetch)
         dp_bytes = M * sum(c.bytes for c in collectives.micro_batch) + sum(c.bytes for c in collectives.step)
