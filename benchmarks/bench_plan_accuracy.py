@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=ROOT / "benchmarks" / "published_runs.csv")
     ap.add_argument("--rows", action="store_true", help="print every row")
-    ap.add_argument("--no-loso", action="store_true", help="skip the leave-one-source-out refits (13 more passes)")
+    ap.add_argument("--no-loso", action="store_true", help="skip the leave-one-source-out refits (one more pass per source)")
     args = ap.parse_args(argv)
     start = time.perf_counter()
     results = evaluate(args.csv)

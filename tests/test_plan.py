@@ -660,3 +660,29 @@ def test_bad_strong_scaling_is_one_line(scaling, extra, message):
     with pytest.raises(ConfigError) as err:
         load(config(strong_scaling=scaling, **extra))
     assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
+
+
+def test_the_smallest_change_that_fits_is_one_the_framework_runs(capsys):
+    """A framework without tensor or pipeline parallelism keeps tp and pp as given; one that does not shard keeps
+    the sharding: OLMo-core (FSDP2, no model parallelism) is told to shard, plain DDP is told no layout it runs fits,
+    and never 'more GPUs', which cannot help a framework that neither shards nor splits the model."""
+    from dataclasses import replace
+
+    from trainingcost.analytic.plan import smallest_fit
+    from trainingcost.config.frameworks import framework
+
+    cfg = preset("llama-2-7b")
+    base = spec(gpus=64, sharding="none")
+    free = smallest_fit(cfg, base, A100, ["bp"])[0]
+    assert free  # without a framework, some change of the four fits
+    olmo = replace(base, can=tuple(sorted(framework("olmo-core").can.items())), framework="olmo-core")
+    change, fitted = smallest_fit(cfg, olmo, A100, ["bp"])
+    assert change == {"sharding": "zero3"} and fitted.tp == fitted.pp == 1
+    ddp = replace(base, can=tuple(sorted(framework("ddp").can.items())), framework="ddp")
+    assert smallest_fit(cfg, ddp, A100, ["bp"]) is None
+    assert cli.main(["plan", "--preset", "llama-2-7b", "--tokens", "1e11", "--gpu", "a100-80gb", "--gpus", "64",
+                     "--framework", "pytorch-ddp"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("No layout that ddp runs of --tp, --pp, --sharding and --checkpointing on 64 GPUs fits: a larger --gpu "
+            "or another --framework.") in out
+    assert "more GPUs" not in out

@@ -688,7 +688,10 @@ def test_a_framework_reducing_gradients_in_fp32_moves_twice_the_bytes_of_bf16(gp
     from trainingcost.analytic.steptime.step import reduce_dtype
     from trainingcost.config.frameworks import FRAMEWORK_FIELDS, framework, parse_framework
 
-    assert framework("torchtitan").grad_reduce == "fp32"
+    assert framework("torchtitan").grad_reduce == "fp32" == framework("olmo-core").grad_reduce
+    # plain DDP under autocast: the parameters stay fp32, so the gradients its buckets all-reduce are fp32
+    assert framework("ddp").grad_reduce == "fp32" and "autocast" in framework("ddp").sources["grad_reduce"]
+    assert framework("ddp").sharding == "none" and framework("ddp").can["shardings"] == ("none",)
     assert all(framework(n).grad_reduce == "fp32-if-bf16" for n in ("megatron-lm@2021", "megatron-lm@2022",
                                                                       "megatron-core"))
     assert framework("fsdp2").grad_reduce == "compute" == framework("composer@2023").grad_reduce
@@ -894,7 +897,8 @@ def test_a_framework_is_named_by_its_family_and_the_time_of_the_run():
                 "fsdp@2024-07": "fsdp1", "fsdp@2024-08": "fsdp2", "FSDP": "fsdp2", "pytorch-fsdp@2022": "fsdp1",
                 "deepspeed@2021-06": "deepspeed@2021", "deepspeed@2022": "deepspeed", "composer@2023": "composer@2023",
                 "llm-foundry@2023-12": "composer", "nemo@2020": "nemo", "Megatron-Core": "megatron-core",
-                "megatron-lm@2021+torch-ddp": "megatron-lm@2021+torch-ddp"}
+                "megatron-lm@2021+torch-ddp": "megatron-lm@2021+torch-ddp", "pytorch-ddp": "ddp",
+                "torch-ddp@2020": "ddp", "DDP": "ddp", "olmo-core@2024-11": "olmo-core"}
     for name, entry in expected.items():
         assert resolve_framework(name)[0].name == entry, name
     assert resolve_framework("deepspeed@2021") == (resolve_framework("deepspeed@2021-01")[0], "")  # the entry itself

@@ -676,7 +676,12 @@ def fit_verdict(table: pd.DataFrame, cfg, spec, gpu) -> str | None:
             f"GPU at micro-batch 1 on {gpu.name} ({gpu.memory_bytes / 2**30:.1f} GiB); the costs above assume it ran. ")
     found = smallest_fit(cfg, spec, gpu, list(over["rule"]))
     if found is None:
-        return text + f"No layout of --tp, --pp, --sharding and --checkpointing on {spec.gpus} GPU{'s' if spec.gpus != 1 else ''} fits: more GPUs or a larger --gpu."
+        can = dict(spec.can)
+        splits = not can or can["tensor"] or can["pipeline"] or set(can["shardings"]) - {"none"}
+        remedies = (["more GPUs"] if splits else []) + ["a larger --gpu"] + (["another --framework"] if can else [])
+        runs = f" that {spec.framework} runs" if can else ""
+        return text + (f"No layout{runs} of --tp, --pp, --sharding and --checkpointing on {spec.gpus} "
+                       f"GPU{'s' if spec.gpus != 1 else ''} fits: {', '.join(remedies[:-1])} or {remedies[-1]}.")
     change, _ = found
     flags = " ".join(f"--{k} {v}" for k, v in change.items())
     return text + f"The smallest change that fits: {flags}."

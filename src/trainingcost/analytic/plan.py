@@ -427,15 +427,23 @@ def smallest_fit(cfg, spec: PlanSpec, device, rules, max_gpus_per_node: int = 8)
     """The smallest change of the parallel layout that makes every rule of ``rules`` fit at micro-batch 1: fewest
     flags changed first (sharding zero3, activation checkpointing full, then TP within a node, then PP), then
     the smallest degrees; only layouts that ``check_spec`` accepts (degrees divide heads, d_ff, the layers and the
-    GPUs). ({flag: value}, the spec) or None where no layout on these GPUs fits."""
+    GPUs) and that the framework runs (``spec.can``: a framework without tensor or pipeline parallelism keeps tp or
+    pp as given, one that does not shard keeps the sharding). ({flag: value}, the spec) or None where no such
+    layout on these GPUs fits."""
     import itertools
     from dataclasses import replace
 
     facts = model_facts(cfg, list(rules), spec.optimizer)
     blocks = [cfg.depth(s) for s in cfg.stacks]
+    can = dict(spec.can) if spec.can else {}
     tps = [t for t in (1, 2, 4, 8, 16) if t <= max_gpus_per_node and spec.gpus % t == 0]
     pps = [p for p in range(1, max(blocks) + 1) if all(b % p == 0 for b in blocks) and spec.gpus % p == 0]
-    shardings = list(dict.fromkeys([spec.sharding, "zero3"]))
+    if can and not can.get("tensor", True):
+        tps = [spec.tp]
+    if can and not can.get("pipeline", True):
+        pps = [spec.pp]
+    sharded = not can or {"zero3", "fsdp"} & set(can.get("shardings", ()))
+    shardings = list(dict.fromkeys([spec.sharding, "zero3"] if sharded else [spec.sharding]))
     checkpoints = list(dict.fromkeys([spec.checkpointing, "full"]))
     candidates = []
     for sharding, checkpointing, tp, pp in itertools.product(shardings, checkpoints, tps, pps):
