@@ -789,7 +789,7 @@ def test_cudnn_fused_attention_runs_at_its_published_hopper_share_and_as_flash_e
     kappa = hopper.params["kernel_efficiency"]
     assert hopper.flash(flops, False, "cudnn") == pytest.approx(flops / (hopper.peak * 0.61 * kappa))
     assert hopper.flash(flops, True, "cudnn") == pytest.approx(flops / (hopper.peak * 0.50 * kappa))
-    assert hopper.flash(flops, True, "flash") == pytest.approx(flops / (hopper.peak * 0.34 * kappa))
+    assert hopper.flash(flops, True, "flash") == pytest.approx(flops / (hopper.peak * 0.31 * kappa))
     assert ampere.flash(flops, False, "cudnn") == ampere.flash(flops, False, "flash")
     assert "FlashAttention-3" in hopper.sources["cudnn_forward"]
     base = dict(gpus=8, global_batch=64, micro_batch=8)
@@ -986,7 +986,8 @@ def test_no_block_runs_faster_than_its_host_issues_it():
 def test_causal_attention_on_cudnn_is_priced_at_its_causal_share():
     """cuDNN's fused attention with a causal mask runs at a smaller share of the peak than without (FlashAttention-3's
     Fig. 5: 484-529 against 600-617 TFLOP/s on an H100): a decoder's attention core on ``cudnn`` is its unmasked half's
-    FLOPs at ``cudnn_causal_*``; an encoder's (no mask) stays at ``cudnn_*``, and FlashAttention's shares are unchanged."""
+    FLOPs at ``cudnn_causal_*``; an encoder's (no mask) stays at ``cudnn_*``; FlashAttention-2's causal shares are
+    its own (test_flashattention2_on_hopper_is_priced_per_direction_and_mask_from_the_flashattention3_figures)."""
     from trainingcost.analytic.steptime.step import block_times
 
     h100 = device("h100-sxm")
@@ -999,7 +1000,8 @@ def test_causal_attention_on_cudnn_is_priced_at_its_causal_share():
         by_hand = flops / (dev.peak * p[f"cudnn_causal_{key}"] * p["kernel_efficiency"])
         assert dev.flash(flops, backward, "cudnn", causal=True) == pytest.approx(by_hand, rel=1e-12)
         assert dev.flash(flops, backward, "cudnn") == pytest.approx(by_hand * p[f"cudnn_causal_{key}"] / p[f"cudnn_{key}"])
-        assert dev.flash(flops, backward, "flash", causal=True) == dev.flash(flops, backward, "flash")
+        assert dev.flash(flops, backward, "flash", causal=True) == pytest.approx(
+            flops / (dev.peak * p[f"flash_causal_{key}"] * p["kernel_efficiency"]), rel=1e-12)
     lay = Layout(gpus=8, global_batch=8, micro_batch=1, tp=8, attention="cudnn", host_block_s=(0.0, 0.0))
     base = {**preset_entry("llama-2-7b"), "seq_len": 4096}
     decoder, encoder = canonical_model(base), canonical_model({**base, "arch": "encoder"})
@@ -1027,3 +1029,34 @@ def test_a_cluster_is_found_in_any_letter_case_or_separator(capsys):
     assert cli.main([*common, "--cluster", "aws-p9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--cluster: 'aws-p9' is not in the cluster catalogue (allowed: " in err[0]
+
+
+def test_flashattention2_on_hopper_is_priced_per_direction_and_mask_from_the_flashattention3_figures():
+    """The FlashAttention-3 paper's FlashAttention-2 bars on an H100 SXM5 (head dim 128, sequence 2k-8k, of the 989
+    dense peak): forward 362-370 TFLOP/s without the mask, 298-333 with it, backward 291-318 without it; the causal
+    backward is the backward times FlashAttention-2's own causal / unmasked forward ratio (317 / 367). A causal
+    decoder's attention takes the causal shares, an encoder's the unmasked ones; the A100, whose catalogue has no
+    causal FlashAttention share, keeps one share for both."""
+    h100 = DeviceModel.of(device("h100-sxm"), "bf16")
+    kappa, peak = h100.params["kernel_efficiency"], h100.peak
+    by_hand = {"forward": (362 + 368 + 370) / 3 / 989, "backward": (291 + 310 + 318) / 3 / 989}
+    causal = {"forward": (298 + 319 + 333) / 3 / 989}
+    causal["backward"] = by_hand["backward"] * causal["forward"] / by_hand["forward"]
+    for backward, key in ((False, "forward"), (True, "backward")):
+        assert h100.flash(1e15, backward) == pytest.approx(1e15 / (peak * by_hand[key] * kappa), rel=0.02), key
+        assert h100.flash(1e15, backward, causal=True) == pytest.approx(
+            1e15 / (peak * causal[key] * kappa), rel=0.02), key
+        assert "2407.08608" in h100.sources[f"flash_causal_{key}"]
+    assert DeviceModel.of(device("h200"), "bf16").params["flash_causal_backward"] == h100.params["flash_causal_backward"]
+    ampere = DeviceModel.of(A100, "bf16")
+    assert ampere.flash(1e15, True, causal=True) == ampere.flash(1e15, True)
+    from trainingcost.analytic.steptime.device import with_measurement
+
+    measured = with_measurement(device("h100-sxm"), {
+        "kind": "device_model", "gemm_flops": 0.7 * 989e12, "bandwidth": [[2 * 10**6, 1e12], [2 * 10**9, 3e12]],
+        "flash_forward_flops": 0.5 * 989e12, "flash_backward_flops": 0.4 * 989e12, "launch_s": 4e-6,
+        "device_name": "NVIDIA H100 80GB HBM3", "dtype": "bf16", "trusted": True}, "bf16", "dm.json")
+    model = DeviceModel.of(measured, "bf16")  # a measured device keeps the mask's cost, as a ratio
+    assert model.params["flash_causal_backward"] == pytest.approx(model.params["flash_backward"] * 0.27 / 0.31)
+    assert model.params["flash_backward"] == pytest.approx(0.4, rel=1e-3)  # the measured share (peak 989.5)
+    assert "causal / unmasked" in measured.steptime_sources["flash_causal_forward"]

@@ -105,7 +105,8 @@ def parse_device(name: str, entry, sources: dict, where: str) -> Device:
 STEPTIME_KEYS = ("sms", "tile", "gemm_ceiling", "hbm_efficiency", "flash_forward", "flash_backward", "launch_us",
                  "gpus_per_node", "intra_gbs", "intra_latency_us", "nic_gbps", "nic_efficiency", "inter_latency_us", "kernel_efficiency",
                  "intra_allreduce_gbs", "inter_step_us", "tree_level_us", "flash_attention", "cudnn_forward",
-                 "cudnn_backward", "cudnn_causal_forward", "cudnn_causal_backward")
+                 "cudnn_backward", "cudnn_causal_forward", "cudnn_causal_backward", "flash_causal_forward",
+                 "flash_causal_backward")
 
 
 def parse_steptime(entry, sources: dict, source: str | None, where: str) -> tuple[dict, dict]:
