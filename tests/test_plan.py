@@ -443,6 +443,7 @@ def config(**plan):
     (dict(figure="bert-base"), {}, "plan.figure: 'bert-base' is not a planned configuration"),
     (dict(select=["nope"]), {}, "plan.select"),
     (dict(mfu=0.4), {}, "plan: unknown key 'mfu'"),
+    (dict(attention="flash4"), {}, "plan.attention: 'flash4' is not allowed (allowed: flash, flash3, cudnn, unfused)"),
     (dict(gpu="mine"), {"hardware": {"mine": {"peak_tflops": {"bf16": 100}, "memory_gb": 16, "bandwidth_gbs": 500}}},
      "hardware.mine.power_w: missing"),
 ])
@@ -686,3 +687,22 @@ def test_the_smallest_change_that_fits_is_one_the_framework_runs(capsys):
     assert ("No layout that ddp runs of --tp, --pp, --sharding and --checkpointing on 64 GPUs fits: a larger --gpu "
             "or another --framework.") in out
     assert "more GPUs" not in out
+
+
+def test_the_workflow_plans_with_the_attention_kernel_it_names(tmp_path):
+    """plan.attention replaces the framework's kernel as --attention does: FlashAttention-3 on an H100 prices the
+    attention below FlashAttention-2, and the table says which kernel ran and why."""
+    from trainingcost.pipeline import load, write_plan
+
+    import pandas as pd
+
+    tables = {}
+    for kernel in ("flash", "flash3"):
+        filled = load(config(gpu="h100-sxm", gpus=8, tokens=1e9, attention=kernel))
+        figures = {"plan_cost": tmp_path / f"{kernel}-cost.png", "plan_memory": tmp_path / f"{kernel}-memory.png"}
+        write_plan(filled, tmp_path / f"{kernel}.parquet", tmp_path / f"{kernel}-curves.parquet", figures)
+        tables[kernel] = pd.read_parquet(tmp_path / f"{kernel}.parquet")
+    assert (tables["flash3"]["attention"] == "flash3").all()
+    assert "attention flash3 (plan.attention given)" in tables["flash3"]["source_framework"].iloc[0]
+    bp = {k: t[(t["rule"] == "bp") & (t["cost_model"] == "executed")].iloc[0] for k, t in tables.items()}
+    assert bp["flash3"]["step_attention_s"] < bp["flash"]["step_attention_s"]

@@ -1060,3 +1060,49 @@ def test_flashattention2_on_hopper_is_priced_per_direction_and_mask_from_the_fla
     assert model.params["flash_causal_backward"] == pytest.approx(model.params["flash_backward"] * 0.27 / 0.31)
     assert model.params["flash_backward"] == pytest.approx(0.4, rel=1e-3)  # the measured share (peak 989.5)
     assert "causal / unmasked" in measured.steptime_sources["flash_causal_forward"]
+
+
+def test_flashattention3_is_priced_on_hopper_from_its_published_bars_and_runs_flashattention2_elsewhere(capsys):
+    """FlashAttention-3's bars in its paper (H100 SXM5, head dim 128, 2k-8k tokens, of the 989 dense peak): forward
+    625-646 TFLOP/s without the mask, 521-602 with it, backward 501-559 without it; the causal backward is the backward
+    times the forward's causal / unmasked ratio. It runs on Hopper only (the flash-attention README): an A100 runs
+    FlashAttention-2 and a V100 the unfused kernels, and the plan says so. A measured device prices it at its own
+    measured attention, keeping the causal ratio."""
+    from trainingcost import cli
+    from trainingcost.analytic.steptime.device import with_measurement
+
+    h100 = DeviceModel.of(device("h100-sxm"), "bf16")
+    kappa, peak = h100.params["kernel_efficiency"], h100.peak
+    plain = {"forward": (625 + 638 + 646) / 3 / 989, "backward": (501 + 542 + 559) / 3 / 989}
+    causal = {"forward": (521 + 579 + 602) / 3 / 989}
+    causal["backward"] = plain["backward"] * causal["forward"] / plain["forward"]
+    for backward, key in ((False, "forward"), (True, "backward")):
+        assert h100.flash(1e15, backward, "flash3") == pytest.approx(1e15 / (peak * plain[key] * kappa), rel=0.02)
+        assert h100.flash(1e15, backward, "flash3", causal=True) == pytest.approx(
+            1e15 / (peak * causal[key] * kappa), rel=0.02)
+        assert h100.flash(1e15, backward, "flash3", causal=True) < h100.flash(1e15, backward, "flash", causal=True)
+    assert [device(g).attention_kernel("flash3") for g in ("h100-sxm", "h200", "a100-80gb", "v100")] == \
+        ["flash3", "flash3", "flash", "unfused"]
+    assert "Hopper" in device("h100-sxm").steptime_sources["flash3_attention"]
+    gpt2 = canonical_model(preset_entry("gpt2-small"))
+    base = dict(gpus=8, global_batch=64, micro_batch=8, host_block_s=(0.0, 0.0))
+    fa2 = predict_step(gpt2, Layout(**base), device("h100-sxm"), "bp")
+    fa3 = predict_step(gpt2, Layout(**base, attention="flash3"), device("h100-sxm"), "bp")
+    assert fa3.parts["attention"] < fa2.parts["attention"] and fa3.parts["matmul"] == fa2.parts["matmul"]
+    measured = with_measurement(device("h100-sxm"), {
+        "kind": "device_model", "gemm_flops": 0.7 * 989e12, "bandwidth": [[2 * 10**6, 1e12], [2 * 10**9, 3e12]],
+        "flash_forward_flops": 0.5 * 989e12, "flash_backward_flops": 0.4 * 989e12, "launch_s": 4e-6,
+        "device_name": "NVIDIA H100 80GB HBM3", "dtype": "bf16", "trusted": True}, "bf16", "dm.json")
+    model = DeviceModel.of(measured, "bf16")
+    assert model.flash(1e15, True, "flash3") == model.flash(1e15, True, "flash")
+    assert model.params["flash3_causal_forward"] == pytest.approx(model.params["flash_forward"] * 0.57 / 0.64)
+    args = ["plan", "--preset", "llama-2-7b", "--tokens", "1e11", "--gpus", "64", "--sharding", "fsdp", "--rule", "bp"]
+    assert cli.main([*args, "--gpu", "a100-80gb", "--attention", "flash3"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "attention flash: FlashAttention-3 runs on Hopper only, not on a100-80gb" in out
+    assert cli.main([*args, "--gpu", "h100-sxm", "--attention", "flash3", "--format", "json"]) == 0
+    import json
+
+    rows = json.loads(capsys.readouterr().out)
+    row = rows[0] if isinstance(rows, list) else rows
+    assert row["attention"] == "flash3" and "attention flash3 (--attention given)" in row["source_framework"]

@@ -27,6 +27,7 @@ from .analytic.plan import (
 )
 from .args import add_model_flags, count, count_max_or_auto, count_or_auto, gpu_counts, model_entry, number, rule_list
 from .plan_search import OBJECTIVES, fixed_args, free_fields
+from .analytic.steptime.step import ATTENTION
 from .plan_search import run as search_plan
 from .config import ConfigError
 from .config.errors import regular_file
@@ -83,6 +84,10 @@ def add_parser(sub) -> None:
                         f"{default_framework()}), or a family ({', '.join(families())}) for its newest entry, or "
                         "FAMILY@YEAR (or @YYYY-MM[-DD]) for the entry of that time: what it overlaps, what a ZeRO-3 "
                         "gather moves, its attention kernel and its default sharding")
+    p.add_argument("--attention", default=None, choices=list(ATTENTION),
+                   help="the attention kernel: flash (FlashAttention-2), flash3 (FlashAttention-3, Hopper only: "
+                        "FlashAttention-2 elsewhere), cudnn (cuDNN's fused attention, TransformerEngine's on Hopper) or "
+                        "unfused (batched products, softmax in memory); default: the framework's")
     p.add_argument("--cluster", default=None, metavar="NAME",
                    help=f"a named system (config/clusters.yaml: {', '.join(clusters())}): its GPU (unless --gpu), "
                         "GPUs per node and NIC bandwidth per GPU")
@@ -252,18 +257,23 @@ BLOCKING_GATHERS = "; parameter all-gathers not prefetched (they block the compu
 
 
 def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per_node: int | None,
-                  nic_gbps: float | None, gpu, names: dict) -> dict:
+                  nic_gbps: float | None, gpu, names: dict, attention_name: str | None = None) -> dict:
     """The PlanSpec fields that the framework (config/frameworks.yaml) and the cluster (config/clusters.yaml) decide,
     each with its source: the command line's --framework/--cluster and the workflow's plan.framework/plan.cluster
-    (``names`` maps framework, gpus_per_node and nic_gbps to how the caller calls them)."""
+    (``names`` maps framework, gpus_per_node and nic_gbps to how the caller calls them); ``attention_name`` (the
+    command line's --attention, the workflow's plan.attention) replaces the framework's attention kernel."""
     fw, read_as = resolve_framework(framework_name)
     given = f"given; {read_as}" if read_as else "given"  # e.g. "the fsdp family's newest entry"
     named = f"{fw.name} for {framework_name!r}" if read_as else fw.name  # a family or another spelling
     fw_source = f"{named}: {fw.label} ({given if framework_name else 'default'}; config/frameworks.yaml)"
-    attention = gpu.attention_kernel(fw.attention)
-    if attention != fw.attention:
-        fw_source += f"; its {fw.attention} attention runs {attention} on {gpu.name} (fused attention does not run " \
-                     "there; config/hardware.yaml)"
+    wanted = attention_name or fw.attention
+    attention = gpu.attention_kernel(wanted)
+    if attention_name:
+        fw_source += f"; attention {attention_name} ({names.get('attention', '--attention')} given)"
+    if attention != wanted:
+        why = "FlashAttention-3 runs on Hopper only" if wanted == "flash3" and attention == "flash" else \
+            "fused attention does not run there"
+        fw_source += f"; its {wanted} attention runs {attention} on {gpu.name} ({why}; config/hardware.yaml)"
     if fw.grad_reduce != "compute":
         fw_source += "; gradients reduced in fp32" + (" under bf16" if fw.grad_reduce == "fp32-if-bf16" else "")
     if fw.zero1_sync == "after_backward":
@@ -322,7 +332,8 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
     elif joules_per_flop is not None:
         power_source = flop_source
     system = system_fields(args.framework, args.cluster, args.gpus_per_node, args.nic_gbps, gpu,
-                           {"framework": "--framework", "gpus_per_node": "--gpus-per-node", "nic_gbps": "--nic-gbps"})
+                           {"framework": "--framework", "gpus_per_node": "--gpus-per-node", "nic_gbps": "--nic-gbps",
+                            "attention": "--attention"}, args.attention)
     fw = framework(args.framework)
     if args.tp_overlap is not None:  # a given --tp-overlap holds for the backward's collectives too
         system["tp_backward_overlap"] = None
@@ -473,7 +484,9 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
     out.append("Assumptions and their sources:")
     for key, label in (("source_precision", "precision"), ("source_peak", "peak FLOP/s"),
                        ("source_memory_capacity", "memory"), ("source_power", "power"), ("source_pue", "PUE"),
-                       ("source_carbon", "carbon intensity"), ("source_price", "price")):
+                       ("source_carbon", "carbon intensity"), ("source_price", "price"),
+                       ("source_efficiency", "step time"), ("source_framework", "framework"),
+                       ("source_network", "network")):
         out.append(f"- {label}: {first[key]}")
     out.append("- memory model: docs/planning.md (activations: analytic/memory.py's per-rule accounting; "
                "sequence parallelism with tp; 1F1B with pp)")
@@ -530,7 +543,10 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
                 if first["sharding"] in ("zero3", "fsdp") else "")
     measured = " on the device numbers of --device-model" if "calibrate --device-model" in first["source_efficiency"] else ""
     fallback = f"; attention unfused: neither FlashAttention nor cuDNN's fused attention runs on {gpu.name}" \
-        if " runs unfused on " in first["source_framework"] else ""
+        if " runs unfused on " in first["source_framework"] else \
+        f"; attention flash: FlashAttention-3 runs on Hopper only, not on {gpu.name}" \
+        if " runs flash on " in first["source_framework"] else \
+        f"; attention {first['attention']} (--attention)" if "--attention given" in first["source_framework"] else ""
     notes = [f"precision: {precision}",
              f"step time: {first['source_efficiency'].split(' (')[0]}{measured} (docs/planning.md; --mfu, "
              "--tokens-per-s, --calibration)",

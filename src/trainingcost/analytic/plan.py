@@ -499,7 +499,7 @@ PLAN_COLUMNS = (
     "source_power", "source_pue", "source_carbon", "source_price",
     *(f"step_{k}_s" for k in STEP_PARTS), "step_dp_bytes", "step_dp_collectives",
     "compute_multiplier", "token_multiplier", "source_quality",
-    "ep", "ep_all_to_all_bytes", "interleave", "sequence_parallel", "goodput", "source_goodput", "framework", "source_framework", "source_network", "pipeline_split",
+    "ep", "ep_all_to_all_bytes", "interleave", "sequence_parallel", "goodput", "source_goodput", "framework", "source_framework", "attention", "source_network", "pipeline_split",
 )
 
 
@@ -641,7 +641,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         rows.append({
             "config_id": cfg.config_id, "rule": r, "cost_model": name, "gpu": device.name, "gpus": spec.gpus, "dp": dp,
             "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "zero3_gather": spec.zero3_gather,
-            "framework": spec.framework, "source_framework": spec.framework_source,
+            "framework": spec.framework, "source_framework": spec.framework_source, "attention": spec.attention,
             "pipeline_split": pipeline_split(cfg, spec.pp, spec.pipeline_split, spec.interleave),
             "interleave": spec.interleave,
             "sequence_parallel": bool(spec.sequence_parallel),

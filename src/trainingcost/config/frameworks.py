@@ -52,7 +52,7 @@ ZERO1_SYNC = ("overlapped", "after_backward")
 GRAD_REDUCE = ("compute", "fp32", "fp32-if-bf16")
 PIPELINE_SPLITS = ("even", "balanced")
 CHOICES = {"zero3_granularity": ("block", "tensor"), "zero3_gather": ("module", "sublayer", "block"),
-           "attention": ("flash", "cudnn", "unfused"), "sharding": ("none", "zero1", "zero2", "zero3", "fsdp")}
+           "attention": ("flash", "flash3", "cudnn", "unfused"), "sharding": ("none", "zero1", "zero2", "zero3", "fsdp")}
 CLUSTER_FIELDS = ("gpu", "gpus_per_node", "nic_gbps", "fabric")
 FABRIC_FIELDS = ("inter_latency_us", "inter_step_us", "tree_level_us")
 

@@ -46,9 +46,14 @@ class Device:
     def attention_kernel(self, wanted: str) -> str:
         """The attention kernel a framework that wants ``wanted`` runs here: FlashAttention and cuDNN's fused attention
         (both Ampere and later) fall back to the unfused kernel on a device they do not support
-        (``steptime.flash_attention: false``, e.g. the V100)."""
-        fused = wanted in ("flash", "cudnn")
-        return "unfused" if fused and self.steptime.get("flash_attention", True) is False else wanted
+        (``steptime.flash_attention: false``, e.g. the V100); FlashAttention-3 (``flash3``, Hopper only: the
+        flash-attention README) runs FlashAttention-2 on a device without ``steptime.flash3_attention: true``."""
+        fused = wanted in ("flash", "flash3", "cudnn")
+        if fused and self.steptime.get("flash_attention", True) is False:
+            return "unfused"
+        if wanted == "flash3" and self.steptime.get("flash3_attention", False) is not True:
+            return "flash"
+        return wanted
 
 
 def _number(value, where: str, allow_null: bool = False) -> float | None:
@@ -106,7 +111,8 @@ STEPTIME_KEYS = ("sms", "tile", "gemm_ceiling", "hbm_efficiency", "flash_forward
                  "gpus_per_node", "intra_gbs", "intra_latency_us", "nic_gbps", "nic_efficiency", "inter_latency_us", "kernel_efficiency",
                  "intra_allreduce_gbs", "inter_step_us", "tree_level_us", "flash_attention", "cudnn_forward",
                  "cudnn_backward", "cudnn_causal_forward", "cudnn_causal_backward", "flash_causal_forward",
-                 "flash_causal_backward")
+                 "flash_causal_backward", "flash3_forward", "flash3_backward", "flash3_causal_forward",
+                 "flash3_causal_backward", "flash3_attention")
 
 
 def parse_steptime(entry, sources: dict, source: str | None, where: str) -> tuple[dict, dict]:
@@ -124,9 +130,10 @@ def parse_steptime(entry, sources: dict, source: str | None, where: str) -> tupl
         if key == "tile":
             if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, int) and v > 0 for v in value)):
                 raise ConfigError(f"{where}.tile: three positive integers [rows, columns, depth] (got {value!r})")
-        elif key == "flash_attention":
+        elif key in ("flash_attention", "flash3_attention"):
             if not isinstance(value, bool):
-                raise ConfigError(f"{where}.flash_attention: true or false (whether FlashAttention runs on it; got {value!r})")
+                kernel = "FlashAttention" if key == "flash_attention" else "FlashAttention-3"
+                raise ConfigError(f"{where}.{key}: true or false (whether {kernel} runs on it; got {value!r})")
         elif key == "hbm_efficiency":
             if not (isinstance(value, list) and value and all(isinstance(r, list) and len(r) == 2 and all(
                     isinstance(x, (int, float)) and not isinstance(x, bool) for x in r) for r in value)):

@@ -42,7 +42,8 @@ class DeviceModel:
         params = dict(GENERIC)
         params.update(device.steptime)
         sources = {k: device.steptime_sources.get(k, GENERIC_SOURCE) for k in GENERIC}
-        sources.update({k: device.steptime_sources[k] for k in (*CUDNN_KEYS, *FLASH_CAUSAL_KEYS) if k in params})
+        sources.update({k: device.steptime_sources[k] for k in (*CUDNN_KEYS, *FLASH_CAUSAL_KEYS, *FLASH3_KEYS)
+                        if k in params})
         if "kernel_efficiency" not in device.steptime:
             sources["kernel_efficiency"] = KERNEL_EFFICIENCY_SOURCE
         return cls(device.name, float(device.peak(dtype)), float(device.bandwidth_bytes_per_s), params, sources)
@@ -83,13 +84,14 @@ class DeviceModel:
 
     def flash(self, flops: float, backward: bool, kernel: str = "flash", causal: bool = False) -> float:
         """Seconds of a fused attention's ``flops``: FlashAttention's published share of the peak, or cuDNN's fused
-        attention's (``kernel`` cudnn) where the catalogue has it for the device (Hopper), else FlashAttention's;
-        with a causal mask (``flops`` the unmasked half), the kernel's causal share where the catalogue has one."""
+        attention's (``kernel`` cudnn) or FlashAttention-3's (``flash3``) where the catalogue has it for the device
+        (Hopper), else FlashAttention-2's; with a causal mask (``flops`` the unmasked half), the kernel's causal share
+        where the catalogue has one."""
         key = "backward" if backward else "forward"
         share = None
-        if kernel == "cudnn":
-            share = self.params.get(f"cudnn_causal_{key}") if causal else None
-            share = share if share is not None else self.params.get(f"cudnn_{key}")
+        if kernel in ("cudnn", "flash3"):
+            share = self.params.get(f"{kernel}_causal_{key}") if causal else None
+            share = share if share is not None else self.params.get(f"{kernel}_{key}")
         if share is None and causal:
             share = self.params.get(f"flash_causal_{key}")
         share = share if share is not None else self.params[f"flash_{key}"]
@@ -98,6 +100,7 @@ class DeviceModel:
 
 CUDNN_KEYS = ("cudnn_forward", "cudnn_backward", "cudnn_causal_forward", "cudnn_causal_backward")
 FLASH_CAUSAL_KEYS = ("flash_causal_forward", "flash_causal_backward")
+FLASH3_KEYS = ("flash3_forward", "flash3_backward", "flash3_causal_forward", "flash3_causal_backward")
 DEVICE_MODEL_KEYS = ("gemm_flops", "bandwidth", "flash_forward_flops", "flash_backward_flops", "launch_s", "device_name",
                      "dtype")
 
@@ -148,13 +151,13 @@ def with_measurement(device, data: dict, dtype: str, where: str):
     source = (f"measured: trainingcost calibrate --device-model on {data['device_name']} "
               f"({data.get('measured_at', 'undated')}, {where}{trust})")
     # the measured fused attention is the device's own: it prices cuDNN's too (the catalogue's published shares go)
-    replaced = (*CUDNN_KEYS, *FLASH_CAUSAL_KEYS)
+    replaced = (*CUDNN_KEYS, *FLASH_CAUSAL_KEYS, *FLASH3_KEYS)
     kept = {k: v for k, v in device.steptime.items() if k not in replaced}
     kept_sources = {k: v for k, v in device.steptime_sources.items() if k not in replaced}
     sources = {k: source for k in measured}
     # the measurement times attention without a mask; a causal one keeps the catalogue's causal / unmasked ratio
     for key in ("forward", "backward"):
-        for kernel in ("cudnn", "flash"):
+        for kernel in ("cudnn", "flash3", "flash"):
             causal, plain = device.steptime.get(f"{kernel}_causal_{key}"), device.steptime.get(f"{kernel}_{key}")
             if causal is not None and plain:
                 measured[f"{kernel}_causal_{key}"] = measured[f"flash_{key}"] * causal / plain

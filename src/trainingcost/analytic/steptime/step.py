@@ -41,7 +41,8 @@ from .device import DeviceModel
 from .network import Network
 
 RECOMPUTE = ("none", "selective", "full", "attention")  # attention: Korthikanti et al. 2022's selective recompute
-ATTENTION = ("flash", "cudnn", "unfused")  # cudnn: cuDNN's fused attention (TransformerEngine's FusedAttention)
+ATTENTION = ("flash", "flash3", "cudnn", "unfused")  # flash: FlashAttention-2; flash3: FlashAttention-3 (Hopper);
+# cudnn: cuDNN's fused attention (TransformerEngine's FusedAttention)
 GRANULARITY = ("block", "tensor")  # ZeRO-3 gathers per wrapped block (FSDP) or per parameter tensor (DeepSpeed)
 # How a framework syncs ZeRO-1's gradients (config/frameworks.py, ZERO1_SYNC): overlapped (reduce-scatters bucketed
 # during the backward, the updated shards all-gathered after the step: FSDP2's, Megatron-Core's distributed
@@ -281,7 +282,7 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     dh = cfg.d_head
     causal = cfg.arch == "decoder"
     core = 4.0 * b * s * s * a * (0.5 if causal else 1.0)  # QK^T and PV, the masked half skipped by fused kernels
-    if lay.attention in ("flash", "cudnn"):
+    if lay.attention in ("flash", "flash3", "cudnn"):
         fwd_att = [dev.flash(core, False, lay.attention, causal)]
         bwd_att = [dev.flash(2.5 * core, True, lay.attention, causal)]
         fwd_att_mem, bwd_att_mem = [], []
