@@ -798,7 +798,7 @@ def test_cudnn_fused_attention_runs_at_its_published_hopper_share_and_as_flash_e
     assert cudnn.parts["attention"] < fa2.parts["attention"] and cudnn.parts["matmul"] == fa2.parts["matmul"]
     assert predict_step(gpt2, Layout(**base, attention="cudnn"), A100, "bp", work).step_time_s == \
         predict_step(gpt2, Layout(**base), A100, "bp", work).step_time_s
-    with pytest.raises(ConfigError, match=r"^attention: 'sdpa' is not allowed \(allowed: flash, cudnn, unfused\)$"):
+    with pytest.raises(ConfigError, match=r"^attention: 'sdpa' is not allowed \(allowed: flash, flash3, cudnn, unfused\)$"):
         predict_step(gpt2, Layout(**base, attention="sdpa"), h100, "bp", work)
 
 
