@@ -62,6 +62,12 @@ GOOD = {"peak_tflops": {"fp32": 10}, "memory_gb": 16, "bandwidth_gbs": 500, "pow
     ({"x": {k: v for k, v in GOOD.items() if k != "source"}}, "hardware.x: every quantity needs a source"),
     ({"x": {**GOOD, "tdp": 3}}, "hardware.x: unknown key 'tdp'"),
     ({"x": {**GOOD, "peak_tflops": {"fp32": "fast"}}}, "hardware.x.peak_tflops.fp32: 'fast' is not a positive number"),
+    ({"x": {**GOOD, "steptime": {"flash_forward": [[4096, 0.4], [2048, 0.3]]}}},
+     "hardware.x.steptime.flash_forward: a share of the peak, or a list of [sequence length, share] pairs with the "
+     "lengths ascending and each share in (0, 1]"),
+    ({"x": {**GOOD, "steptime": {"cudnn_backward": [[2048, 1.5]]}}}, "hardware.x.steptime.cudnn_backward: a share"),
+    ({"x": {**GOOD, "steptime": {"flash3_attention": "yes"}}},
+     "hardware.x.steptime.flash3_attention: true or false (whether FlashAttention-3 runs on it; got 'yes')"),
 ])
 def test_bad_user_devices_give_one_line(entries, message):
     with pytest.raises(ConfigError) as error:
@@ -97,3 +103,16 @@ def test_a_device_answers_to_other_spellings_of_its_names():
     for ambiguous in ("h100", "A100"):
         with pytest.raises(ConfigError, match=rf"^gpu: '{ambiguous}' is not in the hardware catalogue \(allowed: "):
             device(ambiguous)
+
+
+def test_a_user_device_may_give_its_attention_share_per_sequence_length():
+    """A measured curve [[tokens, share], ...] prices each sequence length at its own share (linear in log2 between
+    the points), as the catalogue's Hopper entries do with the FlashAttention-3 paper's bars."""
+    from trainingcost.analytic.steptime.device import DeviceModel
+
+    curve = [[1024, 0.2], [4096, 0.4]]
+    table = with_user_devices({"x": {**GOOD, "peak_tflops": {"bf16": 100}, "steptime": {"flash_forward": curve}}})
+    model = DeviceModel.of(table["x"], "bf16")
+    kappa = model.params["kernel_efficiency"]
+    assert [model.flash(1e12, False, tokens=t) for t in (512, 2048, 8192)] == pytest.approx(
+        [1e12 / (100e12 * share * kappa) for share in (0.2, 0.3, 0.4)])

@@ -779,7 +779,11 @@ def test_cudnn_fused_attention_runs_at_its_published_hopper_share_and_as_flash_e
     from trainingcost.config.frameworks import framework
 
     h100, h200, v100 = device("h100-sxm"), device("h200"), device("v100")
-    assert 0.60 <= h100.steptime["cudnn_forward"] <= 617 / 989 and 465 / 989 <= h100.steptime["cudnn_backward"] <= 0.53
+    from trainingcost.analytic.steptime.device import share_at
+
+    assert all(600 / 989 - 1e-3 <= share_at(h100.steptime["cudnn_forward"], s) <= 617 / 989 + 1e-3 and
+               465 / 989 - 1e-3 <= share_at(h100.steptime["cudnn_backward"], s) <= 518 / 989 + 1e-3
+               for s in (2048, 4096, 8192))
     assert h200.steptime["cudnn_forward"] == h100.steptime["cudnn_forward"]
     assert framework("nemo").attention == "cudnn" == framework("megatron-core").attention
     assert "prefers cuDNN on Hopper" in framework("nemo").sources["attention"]
@@ -787,9 +791,12 @@ def test_cudnn_fused_attention_runs_at_its_published_hopper_share_and_as_flash_e
     flops = 1e15
     hopper, ampere = DeviceModel.of(h100, "bf16"), DeviceModel.of(A100, "bf16")
     kappa = hopper.params["kernel_efficiency"]
-    assert hopper.flash(flops, False, "cudnn") == pytest.approx(flops / (hopper.peak * 0.61 * kappa))
-    assert hopper.flash(flops, True, "cudnn") == pytest.approx(flops / (hopper.peak * 0.50 * kappa))
-    assert hopper.flash(flops, True, "flash") == pytest.approx(flops / (hopper.peak * 0.31 * kappa))
+    assert hopper.flash(flops, False, "cudnn", tokens=2048) == pytest.approx(flops / (hopper.peak * 617 / 989 * kappa),
+                                                                            rel=2e-3)
+    assert hopper.flash(flops, True, "cudnn", tokens=8192) == pytest.approx(flops / (hopper.peak * 518 / 989 * kappa),
+                                                                           rel=2e-3)
+    assert hopper.flash(flops, True, "flash", tokens=4096) == pytest.approx(flops / (hopper.peak * 310 / 989 * kappa),
+                                                                           rel=3e-3)
     assert ampere.flash(flops, False, "cudnn") == ampere.flash(flops, False, "flash")
     assert "FlashAttention-3" in hopper.sources["cudnn_forward"]
     base = dict(gpus=8, global_batch=64, micro_batch=8)
@@ -993,23 +1000,26 @@ def test_causal_attention_on_cudnn_is_priced_at_its_causal_share():
     h100 = device("h100-sxm")
     dev = DeviceModel.of(h100, "bf16")
     p = dev.params
-    assert (p["cudnn_causal_forward"], p["cudnn_causal_backward"]) == (0.52, 0.42)
+    from trainingcost.analytic.steptime.device import share_at
+
+    assert [round(share_at(p["cudnn_causal_forward"], s) * 989) for s in (2048, 4096, 8192)] == [484, 518, 529]
     assert dev.sources["cudnn_causal_forward"].startswith("Shah et al. 2024")
     flops = 1e12
     for backward, key in ((False, "forward"), (True, "backward")):
-        by_hand = flops / (dev.peak * p[f"cudnn_causal_{key}"] * p["kernel_efficiency"])
+        causal_share, plain_share = share_at(p[f"cudnn_causal_{key}"]), share_at(p[f"cudnn_{key}"])
+        by_hand = flops / (dev.peak * causal_share * p["kernel_efficiency"])
         assert dev.flash(flops, backward, "cudnn", causal=True) == pytest.approx(by_hand, rel=1e-12)
-        assert dev.flash(flops, backward, "cudnn") == pytest.approx(by_hand * p[f"cudnn_causal_{key}"] / p[f"cudnn_{key}"])
+        assert dev.flash(flops, backward, "cudnn") == pytest.approx(by_hand * causal_share / plain_share)
         assert dev.flash(flops, backward, "flash", causal=True) == pytest.approx(
-            flops / (dev.peak * p[f"flash_causal_{key}"] * p["kernel_efficiency"]), rel=1e-12)
+            flops / (dev.peak * share_at(p[f"flash_causal_{key}"]) * p["kernel_efficiency"]), rel=1e-12)
     lay = Layout(gpus=8, global_batch=8, micro_batch=1, tp=8, attention="cudnn", host_block_s=(0.0, 0.0))
     base = {**preset_entry("llama-2-7b"), "seq_len": 4096}
     decoder, encoder = canonical_model(base), canonical_model({**base, "arch": "encoder"})
     d, e = block_times(decoder, lay, dev, 2), block_times(encoder, lay, dev, 2)
     core = 4.0 * 1 * 4096 * 4096 * decoder.attn_width / 8  # the encoder's core; the decoder's is half of it
-    assert e["fwd"]["attention"] == pytest.approx(dev.flash(core, False, "cudnn"), rel=1e-12)
-    assert d["fwd"]["attention"] == pytest.approx(dev.flash(core / 2, False, "cudnn", causal=True), rel=1e-12)
-    assert d["bwd"]["attention"] == pytest.approx(dev.flash(2.5 * core / 2, True, "cudnn", causal=True), rel=1e-12)
+    assert e["fwd"]["attention"] == pytest.approx(dev.flash(core, False, "cudnn", tokens=4096), rel=1e-12)
+    assert d["fwd"]["attention"] == pytest.approx(dev.flash(core / 2, False, "cudnn", True, 4096), rel=1e-12)
+    assert d["bwd"]["attention"] == pytest.approx(dev.flash(2.5 * core / 2, True, "cudnn", True, 4096), rel=1e-12)
 
 
 def test_a_cluster_is_found_in_any_letter_case_or_separator(capsys):
@@ -1031,35 +1041,51 @@ def test_a_cluster_is_found_in_any_letter_case_or_separator(capsys):
     assert len(err) == 1 and "--cluster: 'aws-p9' is not in the cluster catalogue (allowed: " in err[0]
 
 
-def test_flashattention2_on_hopper_is_priced_per_direction_and_mask_from_the_flashattention3_figures():
-    """The FlashAttention-3 paper's FlashAttention-2 bars on an H100 SXM5 (head dim 128, sequence 2k-8k, of the 989
-    dense peak): forward 362-370 TFLOP/s without the mask, 298-333 with it, backward 291-318 without it; the causal
-    backward is the backward times FlashAttention-2's own causal / unmasked forward ratio (317 / 367). A causal
-    decoder's attention takes the causal shares, an encoder's the unmasked ones; the A100, whose catalogue has no
-    causal FlashAttention share, keeps one share for both."""
-    h100 = DeviceModel.of(device("h100-sxm"), "bf16")
-    kappa, peak = h100.params["kernel_efficiency"], h100.peak
-    by_hand = {"forward": (362 + 368 + 370) / 3 / 989, "backward": (291 + 310 + 318) / 3 / 989}
-    causal = {"forward": (298 + 319 + 333) / 3 / 989}
-    causal["backward"] = by_hand["backward"] * causal["forward"] / by_hand["forward"]
-    for backward, key in ((False, "forward"), (True, "backward")):
-        assert h100.flash(1e15, backward) == pytest.approx(1e15 / (peak * by_hand[key] * kappa), rel=0.02), key
-        assert h100.flash(1e15, backward, causal=True) == pytest.approx(
-            1e15 / (peak * causal[key] * kappa), rel=0.02), key
-        assert "2407.08608" in h100.sources[f"flash_causal_{key}"]
-    assert DeviceModel.of(device("h200"), "bf16").params["flash_causal_backward"] == h100.params["flash_causal_backward"]
-    ampere = DeviceModel.of(A100, "bf16")
-    assert ampere.flash(1e15, True, causal=True) == ampere.flash(1e15, True)
-    from trainingcost.analytic.steptime.device import with_measurement
+# The FlashAttention-3 paper's Fig. 5-6 (H100 80GB SXM5, BF16, head dim 128), TFLOP/s at 512 to 16k tokens, read here
+# by hand: forward without and with the causal mask, backward without it; the causal backward is derived.
+FA3_PAPER_BARS = {
+    "flash": {"forward": [309, 350, 362, 368, 370, 370], "causal_forward": [191, 260, 298, 319, 333, 335],
+              "backward": [214, 260, 291, 310, 318, 322]},
+    "flash3": {"forward": [467, 565, 625, 638, 646, 648], "causal_forward": [292, 423, 521, 579, 602, 616],
+               "backward": [316, 424, 501, 542, 559, 561]},
+    "cudnn": {"forward": [497, 574, 617, 609, 600, 595], "causal_forward": [315, 410, 484, 518, 529, 539],
+              "backward": [305, 408, 465, 499, 518, 516]},
+}
+BAR_TOKENS = [512, 1024, 2048, 4096, 8192, 16384]
 
-    measured = with_measurement(device("h100-sxm"), {
-        "kind": "device_model", "gemm_flops": 0.7 * 989e12, "bandwidth": [[2 * 10**6, 1e12], [2 * 10**9, 3e12]],
-        "flash_forward_flops": 0.5 * 989e12, "flash_backward_flops": 0.4 * 989e12, "launch_s": 4e-6,
-        "device_name": "NVIDIA H100 80GB HBM3", "dtype": "bf16", "trusted": True}, "bf16", "dm.json")
-    model = DeviceModel.of(measured, "bf16")  # a measured device keeps the mask's cost, as a ratio
-    assert model.params["flash_causal_backward"] == pytest.approx(model.params["flash_backward"] * 0.27 / 0.31)
-    assert model.params["flash_backward"] == pytest.approx(0.4, rel=1e-3)  # the measured share (peak 989.5)
-    assert "causal / unmasked" in measured.steptime_sources["flash_causal_forward"]
+
+def test_fused_attention_on_hopper_follows_the_published_bars_per_sequence_length():
+    """Each kernel's share of the 989 dense peak at each sequence length the paper shows, for both directions and
+    with and without the causal mask (the causal backward: the backward times the forward's causal / unmasked ratio
+    at that length, our assumption, the paper showing none); between two lengths the share runs linearly in log2 of
+    the length, beyond the ends it stays at the end values; a decoder's attention takes its own sequence length."""
+    from trainingcost.analytic.steptime.device import share_at
+    from trainingcost.analytic.steptime.step import block_times
+
+    h100 = DeviceModel.of(device("h100-sxm"), "bf16")
+    p = h100.params
+    for kernel, bars in FA3_PAPER_BARS.items():
+        causal_backward = [b * c / f for b, c, f in zip(bars["backward"], bars["causal_forward"], bars["forward"])]
+        for key, values in (*bars.items(), ("causal_backward", causal_backward)):
+            for tokens, tflops in zip(BAR_TOKENS, values):
+                assert share_at(p[f"{kernel}_{key}"], tokens) == pytest.approx(tflops / 989, abs=6e-4), (kernel, key)
+        mid = share_at(p[f"{kernel}_forward"], 2896)  # 2^11.5: halfway between 2k and 4k in log2
+        assert mid == pytest.approx((share_at(p[f"{kernel}_forward"], 2048) + share_at(p[f"{kernel}_forward"], 4096)) / 2,
+                                    rel=2e-3)
+        assert share_at(p[f"{kernel}_forward"], 128) == share_at(p[f"{kernel}_forward"], 512)
+        assert share_at(p[f"{kernel}_forward"], 131072) == share_at(p[f"{kernel}_forward"], 16384)
+    assert "2407.08608" in h100.sources["flash_causal_backward"]
+    assert DeviceModel.of(device("h200"), "bf16").params["flash_causal_backward"] == p["flash_causal_backward"]
+    ampere = DeviceModel.of(A100, "bf16")  # one share both ways, with or without the mask
+    assert ampere.flash(1e15, True, causal=True, tokens=2048) == ampere.flash(1e15, True, tokens=8192)
+    lay = Layout(gpus=8, global_batch=8, micro_batch=1, host_block_s=(0.0, 0.0))
+    base = {**preset_entry("llama-2-7b")}
+    for tokens in (2048, 8192):
+        cfg = canonical_model({**base, "seq_len": tokens})
+        core = 4.0 * tokens * tokens * cfg.attn_width / 2  # the causal half
+        assert block_times(cfg, lay, h100, 2)["fwd"]["attention"] == pytest.approx(
+            core / (h100.peak * FA3_PAPER_BARS["flash"]["causal_forward"][BAR_TOKENS.index(tokens)] / 989
+                    * p["kernel_efficiency"]), rel=2e-3)
 
 
 def test_flashattention3_is_priced_on_hopper_from_its_published_bars_and_runs_flashattention2_elsewhere(capsys):
@@ -1073,14 +1099,18 @@ def test_flashattention3_is_priced_on_hopper_from_its_published_bars_and_runs_fl
 
     h100 = DeviceModel.of(device("h100-sxm"), "bf16")
     kappa, peak = h100.params["kernel_efficiency"], h100.peak
-    plain = {"forward": (625 + 638 + 646) / 3 / 989, "backward": (501 + 542 + 559) / 3 / 989}
-    causal = {"forward": (521 + 579 + 602) / 3 / 989}
+    bars = FA3_PAPER_BARS["flash3"]
+    at_4k = BAR_TOKENS.index(4096)
+    plain = {"forward": bars["forward"][at_4k] / 989, "backward": bars["backward"][at_4k] / 989}
+    causal = {"forward": bars["causal_forward"][at_4k] / 989}
     causal["backward"] = plain["backward"] * causal["forward"] / plain["forward"]
     for backward, key in ((False, "forward"), (True, "backward")):
-        assert h100.flash(1e15, backward, "flash3") == pytest.approx(1e15 / (peak * plain[key] * kappa), rel=0.02)
-        assert h100.flash(1e15, backward, "flash3", causal=True) == pytest.approx(
-            1e15 / (peak * causal[key] * kappa), rel=0.02)
-        assert h100.flash(1e15, backward, "flash3", causal=True) < h100.flash(1e15, backward, "flash", causal=True)
+        assert h100.flash(1e15, backward, "flash3", tokens=4096) == pytest.approx(1e15 / (peak * plain[key] * kappa),
+                                                                                 rel=2e-3)
+        assert h100.flash(1e15, backward, "flash3", True, 4096) == pytest.approx(1e15 / (peak * causal[key] * kappa),
+                                                                                rel=2e-3)
+        for tokens in BAR_TOKENS:
+            assert h100.flash(1e15, backward, "flash3", True, tokens) < h100.flash(1e15, backward, "flash", True, tokens)
     assert [device(g).attention_kernel("flash3") for g in ("h100-sxm", "h200", "a100-80gb", "v100")] == \
         ["flash3", "flash3", "flash", "unfused"]
     assert "Hopper" in device("h100-sxm").steptime_sources["flash3_attention"]
@@ -1095,7 +1125,10 @@ def test_flashattention3_is_priced_on_hopper_from_its_published_bars_and_runs_fl
         "device_name": "NVIDIA H100 80GB HBM3", "dtype": "bf16", "trusted": True}, "bf16", "dm.json")
     model = DeviceModel.of(measured, "bf16")
     assert model.flash(1e15, True, "flash3") == model.flash(1e15, True, "flash")
-    assert model.params["flash3_causal_forward"] == pytest.approx(model.params["flash_forward"] * 0.57 / 0.64)
+    from trainingcost.analytic.steptime.device import share_at
+
+    ratio = share_at(device("h100-sxm").steptime["flash3_causal_forward"]) / share_at(device("h100-sxm").steptime["flash3_forward"])
+    assert model.params["flash3_causal_forward"] == pytest.approx(model.params["flash_forward"] * ratio)
     args = ["plan", "--preset", "llama-2-7b", "--tokens", "1e11", "--gpus", "64", "--sharding", "fsdp", "--rule", "bp"]
     assert cli.main([*args, "--gpu", "a100-80gb", "--attention", "flash3"]) == 0
     out = " ".join(capsys.readouterr().out.split())

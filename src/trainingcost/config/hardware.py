@@ -115,6 +115,11 @@ STEPTIME_KEYS = ("sms", "tile", "gemm_ceiling", "hbm_efficiency", "flash_forward
                  "flash3_causal_backward", "flash3_attention")
 
 
+ATTENTION_SHARE_KEYS = ("flash_forward", "flash_backward", "flash_causal_forward", "flash_causal_backward",
+                        "flash3_forward", "flash3_backward", "flash3_causal_forward", "flash3_causal_backward",
+                        "cudnn_forward", "cudnn_backward", "cudnn_causal_forward", "cudnn_causal_backward")
+
+
 def parse_steptime(entry, sources: dict, source: str | None, where: str) -> tuple[dict, dict]:
     """A device's step-time numbers (all optional; the model falls back to stated defaults), each with a source:
     ``cite: {key: source key}`` in the catalogue, or the entry's own ``source`` for a user device."""
@@ -134,6 +139,13 @@ def parse_steptime(entry, sources: dict, source: str | None, where: str) -> tupl
             if not isinstance(value, bool):
                 kernel = "FlashAttention" if key == "flash_attention" else "FlashAttention-3"
                 raise ConfigError(f"{where}.{key}: true or false (whether {kernel} runs on it; got {value!r})")
+        elif key in ATTENTION_SHARE_KEYS and isinstance(value, list):
+            tokens = [r[0] if isinstance(r, list) and len(r) == 2 else None for r in value]
+            if not (value and all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in tokens)
+                    and tokens == sorted(set(tokens)) and all(
+                        isinstance(r[1], (int, float)) and not isinstance(r[1], bool) and 0 < r[1] <= 1 for r in value)):
+                raise ConfigError(f"{where}.{key}: a share of the peak, or a list of [sequence length, share] pairs "
+                                  f"with the lengths ascending and each share in (0, 1] (got {value!r})")
         elif key == "hbm_efficiency":
             if not (isinstance(value, list) and value and all(isinstance(r, list) and len(r) == 2 and all(
                     isinstance(x, (int, float)) and not isinstance(x, bool) for x in r) for r in value)):

@@ -4,7 +4,8 @@
   quantization (m, n rounded up to the threadblock tile) x wave quantization (tiles rounded up to whole waves over
   the SMs) x a k term k / (k + depth) (one k-slab of prologue and epilogue per tile, not hidden by the main loop).
 - **Memory-bound kernels**: bytes / (HBM bandwidth x efficiency(bytes)), Calculon's size-dependent efficiency.
-- **Fused attention**: FLOPs / (peak x the published FlashAttention forward or backward share).
+- **Fused attention**: FLOPs / (peak x the published FlashAttention forward or backward share), at the sequence
+  length where the catalogue gives the share per sequence length (``share_at``).
 - **Launch**: no kernel takes less than the launch overhead.
 Every number comes from the catalogue (``steptime:`` of a device in config/hardware.yaml) with its source; a device
 without them gets the stated generic defaults below, named in ``sources``.
@@ -27,6 +28,25 @@ KERNEL_EFFICIENCY_SOURCE = ("fitted: the one constant fitted to benchmarks/publi
                             "stalls between kernels); leave-one-source-out error in benchmarks/plan_accuracy.md")
 GENERIC_SOURCE = ("generic default (the device has no steptime numbers in the catalogue): an A100-like part, "
                   "see config/hardware.yaml")
+
+
+SHARE_REFERENCE_TOKENS = 4096  # where a curve is read when no sequence length is given (the middle of 2k-8k)
+
+
+def share_at(value, tokens: int | None = None) -> float:
+    """An attention kernel's share of the peak: a number, or the published curve ``[[tokens, share], ...]`` read at
+    ``tokens`` (linear in log2 of the sequence length between its points, its end values beyond them; at
+    SHARE_REFERENCE_TOKENS where none is given)."""
+    if not isinstance(value, (list, tuple)):
+        return float(value)
+    x = math.log2(tokens if tokens else SHARE_REFERENCE_TOKENS)
+    points = [(math.log2(t), float(v)) for t, v in value]
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
 
 
 @dataclass(frozen=True)
@@ -82,11 +102,12 @@ class DeviceModel:
             return 0.0
         return nbytes / (self.bandwidth * self.hbm_efficiency(nbytes) * self.params["kernel_efficiency"])
 
-    def flash(self, flops: float, backward: bool, kernel: str = "flash", causal: bool = False) -> float:
+    def flash(self, flops: float, backward: bool, kernel: str = "flash", causal: bool = False,
+              tokens: int | None = None) -> float:
         """Seconds of a fused attention's ``flops``: FlashAttention's published share of the peak, or cuDNN's fused
         attention's (``kernel`` cudnn) or FlashAttention-3's (``flash3``) where the catalogue has it for the device
         (Hopper), else FlashAttention-2's; with a causal mask (``flops`` the unmasked half), the kernel's causal share
-        where the catalogue has one."""
+        where the catalogue has one; each read at ``tokens``, the sequence length, where the catalogue gives a curve."""
         key = "backward" if backward else "forward"
         share = None
         if kernel in ("cudnn", "flash3"):
@@ -94,7 +115,7 @@ class DeviceModel:
             share = share if share is not None else self.params.get(f"{kernel}_{key}")
         if share is None and causal:
             share = self.params.get(f"flash_causal_{key}")
-        share = share if share is not None else self.params[f"flash_{key}"]
+        share = share_at(share if share is not None else self.params[f"flash_{key}"], tokens)
         return flops / (self.peak * share * self.params["kernel_efficiency"]) if flops else 0.0
 
 
@@ -160,8 +181,9 @@ def with_measurement(device, data: dict, dtype: str, where: str):
         for kernel in ("cudnn", "flash3", "flash"):
             causal, plain = device.steptime.get(f"{kernel}_causal_{key}"), device.steptime.get(f"{kernel}_{key}")
             if causal is not None and plain:
+                causal, plain = share_at(causal), share_at(plain)  # a curve read at SHARE_REFERENCE_TOKENS
                 measured[f"{kernel}_causal_{key}"] = measured[f"flash_{key}"] * causal / plain
                 sources[f"{kernel}_causal_{key}"] = (
-                    f"{source}, times the catalogue's causal / unmasked share ({causal:g} / {plain:g}: "
-                    f"{device.steptime_sources.get(f'{kernel}_causal_{key}', '')})")
+                    f"{source}, times the catalogue's causal / unmasked share ({causal:.3g} / {plain:.3g} at "
+                    f"{SHARE_REFERENCE_TOKENS} tokens: {device.steptime_sources.get(f'{kernel}_causal_{key}', '')})")
     return dataclasses.replace(device, steptime={**kept, **measured}, steptime_sources={**kept_sources, **sources})

@@ -283,8 +283,8 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     causal = cfg.arch == "decoder"
     core = 4.0 * b * s * s * a * (0.5 if causal else 1.0)  # QK^T and PV, the masked half skipped by fused kernels
     if lay.attention in ("flash", "flash3", "cudnn"):
-        fwd_att = [dev.flash(core, False, lay.attention, causal)]
-        bwd_att = [dev.flash(2.5 * core, True, lay.attention, causal)]
+        fwd_att = [dev.flash(core, False, lay.attention, causal, s)]
+        bwd_att = [dev.flash(2.5 * core, True, lay.attention, causal, s)]
         fwd_att_mem, bwd_att_mem = [], []
     else:  # Megatron: batched QK^T and PV over all the positions, softmax and dropout in memory
         fwd_att = [dev.gemm(s, s, dh, b * heads), dev.gemm(s, dh, s, b * heads)]
