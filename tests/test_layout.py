@@ -24,11 +24,12 @@ def brute_force(cfg, spec, dev, rule, free):
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
     G = spec.global_batch
     best = None
-    for t in (divisors(spec.gpus) if "tp" in free else [spec.tp]):
+    cp = spec.cp  # context parallelism as given (the search does not choose it)
+    for t in (divisors(spec.gpus // cp) if "tp" in free else [spec.tp]):
         if cfg.heads % t or cfg.kv_heads % t or cfg.d_ff % t or t > 8:
             continue
-        for p in ([q for q in divisors(spec.gpus // t) if q <= blocks] if "pp" in free else [spec.pp]):
-            dp = spec.gpus // (t * p)
+        for p in ([q for q in divisors(spec.gpus // (t * cp)) if q <= blocks] if "pp" in free else [spec.pp]):
+            dp = spec.gpus // (t * p * cp)
             if G % dp:
                 continue
             for mb in (divisors(G // dp) if "micro_batch" in free else [spec.micro_batch]):
@@ -55,21 +56,22 @@ CASES = st.fixed_dictionaries({
     "seq": st.sampled_from([64, 256]), "gpus": st.sampled_from([2, 4, 8]),
     "batch": st.sampled_from([8, 16]), "rule": st.sampled_from(["bp", "dfa", "pepita", "lra"]),
     "sync": st.sampled_from([{}, {"grad_reduce": "fp32", "zero1_sync": "after_backward"}]),  # nanotron's ZeRO-1
+    "cp": st.sampled_from([1, 2]),  # context parallelism, given
 })
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(CASES)
 def test_the_search_finds_brute_forces_best_layout(case):
-    """Random small models, GPU counts and rules, with ZeRO-1 overlapped or synced after the backward: the search
-    (memo and lower bound) returns the layout and step time that pricing every layout with plan_table finds, the tie
-    broken the same way (smaller memory)."""
+    """Random small models, GPU counts and rules, with ZeRO-1 overlapped or synced after the backward and with or
+    without context parallelism: the search (memo and lower bound) returns the layout and step time that pricing
+    every layout with plan_table finds, the tie broken the same way (smaller memory)."""
     d = case["heads"] * case["head_dim"]
     cfg = canonical_model(dict(arch="decoder", layers=case["layers"], d_model=d, heads=case["heads"], d_ff=4 * d,
                                vocab=512, seq_len=case["seq"], norm_position="pre"), "")
     small = dataclasses.replace(H100, memory_bytes=int(3e9))  # a small GPU, so that memory rules out layouts
     spec = PlanSpec(tokens=1e9, gpus=case["gpus"], global_batch=case["batch"] * case["gpus"] // 2, efficiency=PREDICTED,
-                    sharding="none", **case["sync"])
+                    sharding="none", cp=case["cp"], **case["sync"])
     free = {"tp", "pp", "micro_batch", "sharding", "checkpointing", "sequence_parallel", "interleave"}
     found = search(cfg, spec, small, [case["rule"]], free).rules[case["rule"]]
     reference = brute_force(cfg, spec, small, case["rule"], free)

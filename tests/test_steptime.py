@@ -245,7 +245,10 @@ def test_rules_own_products_are_priced_at_their_own_shapes(gpt2):
     (dict(gpus_per_node=0), "--gpus-per-node: a positive integer"),
     # a step is priced on whole accumulations: 8 sequences over 2 replicas in micro-batches of 3 would leave one out
     (dict(micro_batch=3), "micro_batch: 3 does not divide the 4 sequences each data-parallel replica takes per step"),
-    (dict(gpus=3, tp=2), "--gpus: 3 GPUs do not split into tensor x pipeline groups of 2 x 1"),
+    (dict(gpus=3, tp=2), "--gpus: 3 GPUs do not split into tensor x pipeline x context groups of 2 x 1 x 1"),
+    (dict(gpus=4, cp=3), "--gpus: 4 GPUs do not split into tensor x pipeline x context groups of 1 x 1 x 3"),
+    (dict(gpus=2, cp=0), "--cp: a positive integer (got 0)"),
+    (dict(gpus=4, cp=2, attention="unfused"), "--cp: context parallelism 2 runs inside a fused attention kernel"),
 ])
 def test_impossible_values_are_one_line(gpt2, change, message):
     lay = Layout(**{**dict(gpus=2, global_batch=8, micro_batch=1), **change})
@@ -295,7 +298,7 @@ def test_every_published_run_loads_and_plans():
     assert all(r["citation"] and r["measured_definition"] for r in rows)
     for row in rows:
         cfg, lay = runs.model_of(row), runs.layout_of(row)
-        assert lay.dp * lay.tp * lay.pp == lay.gpus == int(row["gpus"]) and lay.dp == int(row["dp"])
+        assert lay.dp * lay.tp * lay.pp * lay.cp == lay.gpus == int(row["gpus"]) and lay.dp == int(row["dp"])
         assert runs.measured_step_time(row) > 0
         pred = predict_step(cfg, lay, device(row["gpu"]))
         assert pred.step_time_s > 0 and 0 < pred.mfu < 1
@@ -1139,3 +1142,68 @@ def test_flashattention3_is_priced_on_hopper_from_its_published_bars_and_runs_fl
     rows = json.loads(capsys.readouterr().out)
     row = rows[0] if isinstance(rows, list) else rows
     assert row["attention"] == "flash3" and "attention flash3 (--attention given)" in row["source_framework"]
+
+
+def test_context_parallelism_splits_each_sequence_and_prices_its_key_value_ring_by_hand():
+    """--cp (Megatron-Core's context parallelism): gpus = tp x cp x pp x dp; each GPU's products run on s / cp
+    tokens per sequence and its attention on its s / cp queries against all s keys (1 / cp of a causal sequence's
+    work, load-balanced chunks), of which the diagonal chunk pairs, 1 / (2 cp), run masked and the rest unmasked, the
+    kernel on chunks of s / cp; per block a ring of cp - 1 sends of the GPU's keys and values, twice in the backward,
+    exposed where it outlasts the pass's attention; the gradients are reduced over the dp x cp ranks holding the
+    same weights (the same bytes as cp x more replicas under DDP)."""
+    from trainingcost.analytic.steptime.step import block_times
+
+    cfg = canonical_model({**preset_entry("llama-2-7b"), "seq_len": 8192, "layers": 4})
+    h100 = device("h100-sxm")
+    dev = DeviceModel.of(h100, "bf16")
+    base = dict(global_batch=32, micro_batch=1, host_block_s=(0.0, 0.0), attention="cudnn")
+    lay = Layout(gpus=16, cp=2, **base)
+    assert lay.dp == 8 and lay.accumulation == 4
+    bt = block_times(cfg, lay, dev, 2)
+    s, local = 8192, 4096
+    core = 4.0 * local * s * cfg.attn_width * 0.5  # the causal half of this GPU's queries against all keys
+    by_hand = dev.flash(core / 4, False, "cudnn", True, local) + dev.flash(3 * core / 4, False, "cudnn", False, local)
+    assert bt["fwd"]["attention"] == pytest.approx(by_hand, rel=1e-12)
+    whole = block_times(cfg, Layout(gpus=8, **base), dev, 2)
+    assert bt["fwd"]["matmul"] < whole["fwd"]["matmul"]  # half the rows per product
+    # the ring: exposed once the network is slow enough (one 1 Gb/s link between 1-GPU nodes)
+    slow = Layout(gpus=16, cp=2, gpus_per_node=1, nic_gbps=1.0, **base)
+    pred = predict_step(cfg, slow, h100, "bp")
+    net = Network.of(dev.params, 1, 1.0)
+    kv = 2 * 1 * local * cfg.kv_width * 2  # keys and values of this GPU's tokens, bf16
+    ring = net.p2p(kv, True)
+    fwd, bwd = max(0.0, ring - bt["fwd"]["attention"]), max(0.0, 2 * ring - bt["bwd"]["attention"])
+    assert fwd > 0 and pred.parts["comm_cp"] == pytest.approx(slow.accumulation * cfg.layers * (fwd + bwd), rel=1e-9)
+    assert predict_step(cfg, lay, h100, "bp").parts["comm_cp"] == 0.0  # NVLink: hidden behind the attention
+    # the gradients' reduction: dp x cp ranks, the bytes of 16 replicas under DDP
+    ddp = dict(sharding="none", gpus_per_node=8)
+    assert predict_step(cfg, Layout(gpus=16, cp=2, **base, **ddp), h100, "bp").dp_bytes == \
+        predict_step(cfg, Layout(gpus=16, **base, **ddp), h100, "bp").dp_bytes
+    assert predict_step(cfg, Layout(gpus=8, **base, **ddp), h100, "bp").step_time_s > 0
+
+
+def test_the_plan_with_context_parallelism_says_so_and_keeps_one_gpus_share_of_the_activations(capsys):
+    """The plan's memory keeps 1 / cp of each sequence's activations per GPU; the summary and the layout name the
+    context-parallel degree; a model or kernel it cannot split is one line."""
+    from trainingcost import cli
+    from trainingcost.analytic.plan import Efficiency, PlanSpec, plan_table
+
+    cfg = canonical_model(preset_entry("llama-2-7b"))
+    spec = dict(tokens=1e9, gpus=16, global_batch=64, micro_batch=1, sharding="zero3",
+                efficiency=Efficiency("predicted", 1.0, "test"))
+    one = plan_table(cfg, PlanSpec(**spec), device("h100-sxm"), ["bp"], ["executed"]).iloc[0]
+    two = plan_table(cfg, PlanSpec(**spec, cp=2), device("h100-sxm"), ["bp"], ["executed"]).iloc[0]
+    assert two["mem_activations"] == pytest.approx(one["mem_activations"] / 2, rel=1e-9)
+    assert (two["cp"], two["dp"], one["dp"]) == (2, 8, 16)
+    assert two["mem_optimizer_state"] == pytest.approx(one["mem_optimizer_state"])  # ZeRO over dp x cp alike
+    args = ["plan", "--preset", "llama-2-7b", "--tokens", "1e11", "--gpu", "h100-sxm", "--gpus", "64", "--rule", "bp"]
+    assert cli.main([*args, "--cp", "4"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "data x context x tensor x pipeline = 16 x 4 x 1 x 1 (each sequence split over 4 GPUs)" in out
+    assert cli.main([*args, "--cp", "2", "--layout", "search"]) == 0
+    assert " cp2 dp" in capsys.readouterr().out
+    assert cli.main(["plan", "--preset", "bert-base", "--tokens", "1e9", "--gpu", "h100-sxm", "--gpus", "8",
+                     "--cp", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--cp: context parallelism 2 splits a decoder's sequences (the model is an encoder)" in err
+    assert err.count("\n") == 1

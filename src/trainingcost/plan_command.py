@@ -77,6 +77,10 @@ def add_parser(sub) -> None:
     p.add_argument("--figure", metavar="PATH", help="with several --gpus: write the strong-scaling figure (png, pdf)")
     p.add_argument("--tp", type=count_or_auto, default=1, metavar="N|auto", help="tensor-parallel degree")
     p.add_argument("--pp", type=count_or_auto, default=1, metavar="N|auto", help="pipeline-parallel degree")
+    p.add_argument("--cp", type=count, default=1, metavar="N",
+                   help="context-parallel degree: each of N GPUs holds 1/N of every sequence and the attention "
+                        "passes keys and values around a ring (Megatron-Core's context parallelism; a decoder, a fused "
+                        "attention kernel); gpus = tp x cp x pp x dp; not searched")
     p.add_argument("--ep", type=count_or_auto, default=1, metavar="N|auto", help="expert-parallel degree (a mixture "
                    "of experts; divides the experts and the data-parallel degree)")
     p.add_argument("--framework", default=None, metavar="NAME",
@@ -316,7 +320,7 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
             raise ConfigError(f"global_batch_tokens: must be positive (got {args.global_batch_tokens:g})")
         global_batch = max(1, round(args.global_batch_tokens / tokens_per_sequence(cfg)))
         tp, pp = (v if isinstance(v, int) else 1 for v in (args.tp, args.pp))
-        dp = args.gpus // (tp * pp) if args.gpus % (tp * pp) == 0 else 0
+        dp = args.gpus // (tp * pp * args.cp) if args.gpus % (tp * pp * args.cp) == 0 else 0
         if dp and global_batch % dp:
             n = tokens_per_sequence(cfg)
             raise ConfigError(f"global_batch_tokens: {args.global_batch_tokens:g} tokens make {global_batch} sequences of "
@@ -358,7 +362,7 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         carbon_source=defaults.carbon_source if args.carbon_intensity is None else "given",
         price=args.price, price_source="given" if args.price is not None else defaults.price_source,
         mirror_steps=args.mirror_steps, interleave=args.interleave, sequence_parallel=args.sequence_parallel,
-        ep=args.ep, dp_overlap=fw.dp_overlap if args.dp_overlap is None else args.dp_overlap,
+        ep=args.ep, cp=args.cp, dp_overlap=fw.dp_overlap if args.dp_overlap is None else args.dp_overlap,
         **quality_of(args),
     )
 
@@ -426,8 +430,7 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
                f"({first['source_batch']}); {first['optimizer_steps']:,.0f} optimizer steps")
     peak = first["peak_flops_per_gpu"] / 1e12
     out.append(f"Hardware: {first['gpus']} x {gpu.name} ({gpu.label}: {peak:g} TFLOP/s dense {PRECISIONS[first['precision']].compute}, "
-               f"{gpu.memory_bytes / 1e9:g} GB, {gpu.power_w:g} W); data x tensor x pipeline parallel = {first['dp']} x "
-               f"{first['tp']} x {first['pp']}; sharding {first['sharding']}; {first['precision']}; activation "
+               f"{gpu.memory_bytes / 1e9:g} GB, {gpu.power_w:g} W); {_degrees(first)} parallel; sharding {first['sharding']}; {first['precision']}; activation "
                f"checkpointing {first['checkpointing']}; optimizer {first['optimizer']}" + _experts(first))
     out.append(f"Efficiency: {first['source_efficiency']}")
     if table["compute_multiplier"].notna().any() and table["source_quality"].iloc[0].startswith("to reach"):
@@ -453,7 +456,8 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
     if table[f"step_{STEP_PARTS[0]}_s"].notna().any():
         labels = {"matmul": "matmul", "attention": "attention", "memory": "memory", "launch": "launch",
                   "comm_tp": "TP comm", "comm_dp": "DP comm", "comm_pp": "PP comm", "bubble": "bubble",
-                  "optimizer": "optimizer", **({"comm_ep": "EP comm"} if (table["ep"] > 1).any() else {})}
+                  "optimizer": "optimizer", **({"comm_ep": "EP comm"} if (table["ep"] > 1).any() else {}),
+                  **({"comm_cp": "CP comm"} if (table["cp"] > 1).any() else {})}
         steps = table.drop_duplicates("rule")
         header = ["rule", "step", *labels.values(), "MFU"]
         rows = [[r["rule"], _duration(r["step_time_s"]), *(_duration(r[f"step_{k}_s"]) if r[f"step_{k}_s"] else "0"
@@ -496,6 +500,14 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
 SCREEN_WIDTH = 100  # the compact view (the default: one cost model) fits 100 columns x 40 lines
 
 
+def _degrees(row) -> str:
+    """``data x tensor x pipeline = 4 x 8 x 2``, with context parallelism where the plan has it."""
+    if row.get("cp", 1) > 1:
+        return (f"data x context x tensor x pipeline = {row['dp']} x {row['cp']} x {row['tp']} x {row['pp']} (each "
+                f"sequence split over {row['cp']} GPUs)")
+    return f"data x tensor x pipeline = {row['dp']} x {row['tp']} x {row['pp']}"
+
+
 def _experts(row) -> str:
     """The expert-parallel degree and its all-to-all traffic, where the plan has one (docs/planning.md)."""
     if row["ep"] <= 1:
@@ -514,8 +526,8 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     out.append(wrapped(f"Run: {first['tokens']:.3g} tokens ({first['source_tokens'].split(' (')[0]}) in "
                        f"{first['optimizer_steps']:,.0f} steps of {first['global_batch']} sequences of "
                        f"{first['tokens_per_sequence']} tokens (global batch {batch})", SCREEN_WIDTH))
-    out.append(wrapped(f"On {first['gpus']} x {gpu.name} ({gpu.memory_bytes / 1e9:g} GB): data x tensor x pipeline = "
-                       f"{first['dp']} x {first['tp']} x {first['pp']}, {first['sharding']}, {first['precision']}, "
+    out.append(wrapped(f"On {first['gpus']} x {gpu.name} ({gpu.memory_bytes / 1e9:g} GB): {_degrees(first)}, "
+                       f"{first['sharding']}, {first['precision']}, "
                        f"checkpointing {first['checkpointing']}, {first['optimizer']}" + _experts(first), SCREEN_WIDTH))
     if table["compute_multiplier"].notna().any() and table["source_quality"].iloc[0].startswith("to reach"):
         out.append(wrapped(tokens_per_rule(table), SCREEN_WIDTH))

@@ -58,12 +58,15 @@ class Candidate:
     dp: int
     step_s: float
     memory_bytes: float
+    cp: int = 1  # context parallelism, as given (not searched)
 
     def compact(self) -> str:
         """e.g. ``tp8 pp4 v2 dp32 mb1 sel sp z1``."""
         parts = [f"tp{self.tp}", f"pp{self.pp}"]
         if self.interleave > 1:
             parts.append(f"v{self.interleave}")
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
         parts += [f"dp{self.dp}", f"mb{self.micro_batch}"]
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
@@ -123,17 +126,18 @@ def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool
         tps = [spec.tp]
     can = dict(spec.can) if spec.can else {}
     out, uneven = [], set()
+    cp = spec.cp  # context parallelism as given (not searched)
     for t in tps:
-        if gpus % t:
+        if gpus % (t * cp):
             continue
-        pps = [p for p in divisors(gpus // t) if p <= blocks] if "pp" in free else [spec.pp]
+        pps = [p for p in divisors(gpus // (t * cp)) if p <= blocks] if "pp" in free else [spec.pp]
         if "pp" in free and can and not can.get("uneven", True):
             uneven |= {p for p in pps if blocks % p}
             pps = [p for p in pps if blocks % p == 0]
         for p in pps:
-            if gpus % (t * p):
+            if gpus % (t * p * cp):
                 continue
-            dp = gpus // (t * p)
+            dp = gpus // (t * p * cp)
             if cfg.moe:
                 eps = [e for e in divisors(cfg.experts) if dp % e == 0] if "ep" in free else [spec.ep]
             else:
@@ -265,7 +269,7 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                                 priced += 1
                                 pred = predict_step(cfg, lay, device, r, work, memo if prune else {})
                                 ranked = _insert(ranked, Candidate(t, p, v, mb, ckpt, sh, sp, ep, dp,
-                                                                   pred.step_time_s, memory), top)
+                                                                   pred.step_time_s, memory, spec.cp), top)
         out[r] = RuleSearch(r, ranked[0] if ranked else None, ranked, space, fitting, priced)
     return Search(spec.gpus, G, out, list(dict.fromkeys(rejected)), time.perf_counter() - start)
 
@@ -286,7 +290,7 @@ def _compute_bound(cfg, lay, device, rule, work, memo) -> float:
     stage (predict_step's compute_fwd + compute_bwd), every other term of the step being non-negative."""
     from .steptime import predict_step
 
-    one = dataclasses.replace(lay, gpus=lay.tp * lay.pp, global_batch=lay.micro_batch, interleave=1,
+    one = dataclasses.replace(lay, gpus=lay.tp * lay.pp * lay.cp, global_batch=lay.micro_batch, interleave=1,
                               sharding="none")  # dp 1, one micro-batch, no pipeline interleave: no comm but TP's
     pred = predict_step(cfg, one, device, rule, work, memo)
     return sum(pred.parts[c] for c in ("matmul", "attention", "memory", "launch"))

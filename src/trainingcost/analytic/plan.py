@@ -128,6 +128,7 @@ class PlanSpec:
     compute_multipliers: tuple = ()
     quality_source: str = "equal tokens per rule; no learning-quality data (give --target-loss with --frontiers)"
     ep: int = 1  # expert-parallel degree (a mixture of experts: experts / ep per GPU, carved out of dp)
+    cp: int = 1  # context-parallel degree: s / cp tokens of every sequence per GPU (Megatron-Core's CP)
     pipeline_split: str = "even"  # how the blocks are split over pipeline stages (the framework's; plan_facts.stages)
 
 
@@ -149,7 +150,7 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
     positive("tokens", spec.tokens)
     if not (isinstance(spec.goodput, (int, float)) and 0 < spec.goodput <= 1):
         raise ConfigError(f"goodput: a share of the wall-clock in (0, 1] (got {spec.goodput!r})")
-    for name in ("gpus", "tp", "pp", "checkpoint_every"):
+    for name in ("gpus", "tp", "pp", "cp", "checkpoint_every"):
         positive(name, getattr(spec, name), integer=True)
     if spec.precision not in PRECISIONS:
         raise ConfigError(f"precision: {spec.precision!r} is not allowed (allowed: {', '.join(PRECISIONS)})")
@@ -191,9 +192,15 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
         raise ConfigError(f"precision: {spec.precision} needs {precision.compute} arithmetic, which {device.name} has not "
                           f"(allowed on {device.name}: {', '.join(allowed)})")
     check_expert_parallel(spec, cfg)
-    if spec.gpus % (spec.tp * spec.pp):
+    if spec.gpus % (spec.tp * spec.pp * spec.cp):
+        cp = f" x context-parallel {spec.cp}" if spec.cp > 1 else ""
         raise ConfigError(f"gpus: {spec.gpus} GPUs do not divide into tensor-parallel {spec.tp} x pipeline-parallel "
-                          f"{spec.pp} = {spec.tp * spec.pp} (the data-parallel degree must be a whole number)")
+                          f"{spec.pp}{cp} = {spec.tp * spec.pp * spec.cp} (the data-parallel degree must be a whole "
+                          "number)")
+    if spec.cp > 1:
+        from .steptime.step import check_context_parallel
+
+        check_context_parallel(cfg, spec.cp, device.attention_kernel(spec.attention), "cp")
     for name, value in (("heads", cfg.heads), ("kv_heads", cfg.kv_heads), ("d_ff", cfg.d_ff)):
         if value % spec.tp:
             raise ConfigError(f"tp: tensor-parallel degree {spec.tp} does not divide {name} {value} (each GPU holds "
@@ -202,18 +209,24 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
     if spec.pp > blocks:
         raise ConfigError(f"pp: pipeline-parallel degree {spec.pp} exceeds the {blocks} blocks (each stage holds at "
                           "least one block)")
-    dp = spec.gpus // (spec.tp * spec.pp)
+    dp = replicas(spec)
     if spec.global_batch is not None:
         positive("global_batch", spec.global_batch, integer=True)
         if spec.global_batch % dp:
             raise ConfigError(f"global_batch: {spec.global_batch} sequences do not divide over the data-parallel degree "
-                              f"{dp} (gpus / (tp x pp)); give a multiple of {dp}")
+                              f"{dp} (gpus / (tp x pp{' x cp' if spec.cp > 1 else ''})); give a multiple of {dp}")
     if spec.micro_batch is not None:
         positive("micro_batch", spec.micro_batch, integer=True)
         per_replica = global_batch(spec, cfg)[0] // dp
         if per_replica % spec.micro_batch:
             raise ConfigError(f"micro_batch: {spec.micro_batch} does not divide the {per_replica} sequences each "
                               f"data-parallel replica takes per step (global batch / {dp})")
+
+
+def replicas(spec: PlanSpec) -> int:
+    """The data-parallel degree: replicas that each take their own sequences, gpus / (tp x pp x cp); the gradients
+    are reduced (and ZeRO shards) over dp x cp ranks, which hold the same weights."""
+    return spec.gpus // (spec.tp * spec.pp * spec.cp)
 
 
 def check_expert_parallel(spec: PlanSpec, cfg) -> None:
@@ -230,7 +243,7 @@ def check_expert_parallel(spec: PlanSpec, cfg) -> None:
                           "holds experts / ep)")
     if spec.gpus % spec.ep:
         raise ConfigError(f"ep: expert-parallel degree {spec.ep} does not divide the {spec.gpus} GPUs")
-    dp = spec.gpus // (spec.tp * spec.pp) if spec.gpus % (spec.tp * spec.pp) == 0 else 0
+    dp = replicas(spec) if spec.gpus % (spec.tp * spec.pp * spec.cp) == 0 else 0
     if dp and dp % spec.ep:
         raise ConfigError(f"ep: expert-parallel degree {spec.ep} does not divide the data-parallel degree {dp} "
                           f"(gpus / (tp x pp)); the expert-parallel groups are made of data-parallel replicas")
@@ -241,7 +254,7 @@ def all_to_all_bytes(cfg, spec: PlanSpec, micro_batch: int) -> float:
     of width d (activation dtype), all but the 1 / ep that stay on it (token-balanced routing, docs/planning.md)."""
     if spec.ep == 1 or not cfg.moe:
         return 0.0
-    tokens = micro_batch * tokens_per_sequence(cfg)
+    tokens = micro_batch * tokens_per_sequence(cfg) / spec.cp
     return tokens * cfg.experts_per_token * cfg.d_model * PRECISIONS[spec.precision].activations * (spec.ep - 1) / spec.ep
 
 
@@ -270,7 +283,7 @@ def global_batch(spec: PlanSpec, cfg) -> tuple[int, str]:
     """Sequences per optimizer step, and where the number comes from."""
     if spec.global_batch is not None:
         return spec.global_batch, "given"
-    dp = spec.gpus // (spec.tp * spec.pp)
+    dp = replicas(spec)
     target = max(1, round(DEFAULT_BATCH_TOKENS / tokens_per_sequence(cfg)))
     batch = dp * max(1, math.ceil(target / dp))
     return batch, (f"default: about {DEFAULT_BATCH_TOKENS:,} tokens (Touvron et al. 2023, Table 1: a 4M-token batch), "
@@ -356,7 +369,7 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     row = facts.row(rule_name)
     split = facts_split(facts, spec.pipeline_split)
     share = model_share(facts, spec.tp, spec.pp, split=split)
-    dp = spec.gpus // (spec.tp * spec.pp)
+    dp = replicas(spec) * spec.cp  # ZeRO shards over the dp x cp ranks holding the same weights
     stage = ZERO_STAGE[spec.sharding]
     params = facts.parameters * share
     feedback = row["feedback"] * share
@@ -379,7 +392,7 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
         # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16)
         "gathered": (p.weights + p.grads) * unit / spec.tp if stage == 3 and dp > 1 else 0.0,
         "activations": (activations * p.activations * _in_flight(facts, spec.pp, split)
-                        + unfused_scores(facts, spec, row)) / spec.tp,
+                        + unfused_scores(facts, spec, row)) / (spec.tp * spec.cp),
     }
 
 
@@ -485,7 +498,8 @@ def largest_divisor_at_most(n: int, limit: int, accumulation_multiple: int = 1) 
 # The plan
 
 
-STEP_PARTS = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer", "comm_ep")
+STEP_PARTS = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer", "comm_ep",
+              "comm_cp")
 PLAN_COLUMNS = (
     "config_id", "rule", "cost_model", "gpu", "gpus", "dp", "tp", "pp", "sharding", "zero3_gather", "precision",
     "checkpointing",
@@ -499,7 +513,7 @@ PLAN_COLUMNS = (
     "source_power", "source_pue", "source_carbon", "source_price",
     *(f"step_{k}_s" for k in STEP_PARTS), "step_dp_bytes", "step_dp_collectives",
     "compute_multiplier", "token_multiplier", "source_quality",
-    "ep", "ep_all_to_all_bytes", "interleave", "sequence_parallel", "goodput", "source_goodput", "framework", "source_framework", "attention", "source_network", "pipeline_split",
+    "ep", "ep_all_to_all_bytes", "interleave", "sequence_parallel", "goodput", "source_goodput", "framework", "source_framework", "attention", "cp", "source_network", "pipeline_split",
 )
 
 
@@ -529,7 +543,7 @@ def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None
     """The step-time model's Layout of a plan (the plan's rows and the layout search price the same one)."""
     from .steptime import Layout
 
-    return Layout(gpus=spec.gpus, global_batch=G, micro_batch=micro_batch, tp=spec.tp, pp=spec.pp, ep=spec.ep,
+    return Layout(gpus=spec.gpus, global_batch=G, micro_batch=micro_batch, tp=spec.tp, pp=spec.pp, ep=spec.ep, cp=spec.cp,
                   interleave=spec.interleave if interleave is None else interleave,
                   sequence_parallel=spec.sequence_parallel if sequence_parallel is None else sequence_parallel,
                   sharding=spec.sharding, recompute=spec.checkpointing, checkpoint_every=spec.checkpoint_every,
@@ -557,7 +571,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         raise ConfigError(f"cost_model: none of {', '.join(cost_models)} defines this architecture (the paper cost model "
                           "defines the 2017 transformer only)")
     p = PRECISIONS[spec.precision]
-    dp = spec.gpus // (spec.tp * spec.pp)
+    dp = replicas(spec)
     G, batch_source = global_batch(spec, cfg)
     per_replica = G // dp
     n = tokens_per_sequence(cfg)
@@ -639,7 +653,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         bp = hw.loc[("bp", name), "model_flops_per_sequence"] if ("bp", name) in hw.index else math.nan
         total_memory = fixed + parts["activations"]
         rows.append({
-            "config_id": cfg.config_id, "rule": r, "cost_model": name, "gpu": device.name, "gpus": spec.gpus, "dp": dp,
+            "config_id": cfg.config_id, "rule": r, "cost_model": name, "gpu": device.name, "gpus": spec.gpus, "dp": dp, "cp": spec.cp,
             "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "zero3_gather": spec.zero3_gather,
             "framework": spec.framework, "source_framework": spec.framework_source, "attention": spec.attention,
             "pipeline_split": pipeline_split(cfg, spec.pp, spec.pipeline_split, spec.interleave),

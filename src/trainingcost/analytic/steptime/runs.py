@@ -69,7 +69,7 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
     attention = row["attention"] or device(row["gpu"]).attention_kernel(fw.attention)
     system = cluster(row["cluster"], f"published run {row['run']!r}: cluster") if row.get("cluster") else None
     return Layout(gpus=int(row["gpus"]), global_batch=int(row["global_batch"]), micro_batch=int(row["micro_batch"]),
-                  tp=int(row["tp"]), pp=int(row["pp"]), interleave=int(row["interleave"]),
+                  tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row.get("cp") or 1), interleave=int(row["interleave"]),
                   sequence_parallel=bool(int(row["sequence_parallel"])), sharding=row["sharding"],
                   recompute=row["recompute"], precision=row["precision"], attention=attention,
                   dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap, tp_backward_overlap=fw.tp_backward_overlap, zero3_granularity=fw.zero3_granularity, dp_rails=fw.dp_rails,

@@ -68,7 +68,8 @@ HOST_BLOCK_SOURCE = ("eager PyTorch's host time per block and micro-batch, 0.90 
                      "section 8)")
 RULE_PHASES = ("forward", "backward", "error_projection", "target_propagation", "weight_update", "feedback_update",
                "mirror")  # analytic/engine.py's PHASES
-BREAKDOWN = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer", "comm_ep")
+BREAKDOWN = ("matmul", "attention", "memory", "launch", "comm_tp", "comm_dp", "comm_pp", "bubble", "optimizer", "comm_ep",
+             "comm_cp")
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class Layout:
     fabric: tuple | None = None  # ((key, value), ...) of the cluster's fabric latencies (config/clusters.yaml)
     optimizer_slots: int = 2
     ep: int = 1  # expert-parallel degree (a mixture of experts), inside the data-parallel replicas
+    cp: int = 1  # context-parallel degree: each of cp GPUs holds s / cp of every sequence (Megatron-Core's CP)
     pipeline_split: str = "even"  # how the blocks are split over the stages (the framework's; plan_facts.stages)
     host_block_s: tuple | None = None  # the host's seconds to issue one block's forward and backward (HOST_BLOCK_S)
 
@@ -107,7 +109,8 @@ class Layout:
 
     @property
     def dp(self) -> int:
-        return self.gpus // (self.tp * self.pp)
+        """Data-parallel replicas (each takes its own sequences); the gradients are reduced over dp x cp ranks."""
+        return self.gpus // (self.tp * self.pp * self.cp)
 
     @property
     def accumulation(self) -> int:
@@ -151,6 +154,23 @@ def interleave_problem(blocks: int, pp: int, v: int) -> str:
     return ""
 
 
+def check_context_parallel(cfg, cp: int, attention: str, flag: str = "--cp") -> None:
+    """Context parallelism as Megatron-Core runs it (TransformerEngine's attention, ``context_parallel_size``): a
+    decoder's sequences split into 2 cp chunks, each GPU holding two (the causal load balance), so 2 cp divides the
+    sequence; the key/value exchange runs inside a fused attention kernel."""
+    from ...config.errors import ConfigError
+
+    if cfg.arch != "decoder" or cfg.classes:
+        raise ConfigError(f"{flag}: context parallelism {cp} splits a decoder's sequences (the model is "
+                          f"{'a classifier' if cfg.classes else 'an ' + cfg.arch})")
+    if cfg.seq_len % (2 * cp):
+        raise ConfigError(f"{flag}: context parallelism {cp} needs the sequence of {cfg.seq_len} tokens divisible by "
+                          f"2 x {cp} = {2 * cp} (each GPU holds two of 2 cp chunks)")
+    if attention == "unfused":
+        raise ConfigError(f"{flag}: context parallelism {cp} runs inside a fused attention kernel (TransformerEngine's), "
+                          "which the layout does not run (attention unfused)")
+
+
 def check_layout(cfg, lay: Layout) -> None:
     """One line per impossible value, naming the flag and what is allowed."""
     from ...config.errors import ConfigError
@@ -158,9 +178,13 @@ def check_layout(cfg, lay: Layout) -> None:
 
     if lay.interleave < 1 or int(lay.interleave) != lay.interleave:
         raise ConfigError(f"--interleave: a positive integer (got {lay.interleave!r})")
-    if lay.gpus % (lay.tp * lay.pp):
-        raise ConfigError(f"--gpus: {lay.gpus} GPUs do not split into tensor x pipeline groups of "
-                          f"{lay.tp} x {lay.pp}")
+    if isinstance(lay.cp, bool) or not isinstance(lay.cp, int) or lay.cp < 1:
+        raise ConfigError(f"--cp: a positive integer (got {lay.cp!r})")
+    if lay.gpus % (lay.tp * lay.pp * lay.cp):
+        raise ConfigError(f"--gpus: {lay.gpus} GPUs do not split into tensor x pipeline x context groups of "
+                          f"{lay.tp} x {lay.pp} x {lay.cp}")
+    if lay.cp > 1:
+        check_context_parallel(cfg, lay.cp, lay.attention)
     if lay.global_batch % (lay.dp * lay.micro_batch):  # else the step would be priced on a partial accumulation
         raise ConfigError(f"micro_batch: {lay.micro_batch} does not divide the {lay.global_batch / lay.dp:g} "
                           f"sequences each data-parallel replica takes per step (global batch / {lay.dp})")
@@ -265,7 +289,8 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     """Seconds of one block's kernels per micro-batch on one GPU: {fwd|bwd: {matmul, attention, memory, launch}},
     plus the attention core's forward alone (what Korthikanti et al.'s selective recompute repeats)."""
     t, b, s, d = lay.tp, lay.micro_batch, cfg.seq_len, cfg.d_model
-    m = b * s
+    local = s // lay.cp  # the tokens of each sequence on this GPU (context parallelism)
+    m = b * local
     a, kv = cfg.attn_width // t, cfg.kv_width // t
     gated = 1 if cfg.gated else 0
     ff = cfg.d_ff // t
@@ -281,10 +306,17 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     heads = max(1, cfg.heads // t)
     dh = cfg.d_head
     causal = cfg.arch == "decoder"
-    core = 4.0 * b * s * s * a * (0.5 if causal else 1.0)  # QK^T and PV, the masked half skipped by fused kernels
+    # QK^T and PV, the masked half skipped by fused kernels; under context parallelism this GPU's s / cp queries
+    # against all s keys (load-balanced chunks: 1 / cp of the work), the kernel running on chunks of s / cp. Of a
+    # causal sequence cut into 2 cp chunks, the diagonal chunk pairs (cp of the 2 cp^2 chunk pairs' worth of work,
+    # 1 / (2 cp)) run with the mask, the rest are whole blocks run without it
+    core = 4.0 * b * local * s * a * (0.5 if causal else 1.0)
+    masked = 1.0 / (2 * lay.cp) if (causal and lay.cp > 1) else (1.0 if causal else 0.0)
     if lay.attention in ("flash", "flash3", "cudnn"):
-        fwd_att = [dev.flash(core, False, lay.attention, causal, s)]
-        bwd_att = [dev.flash(2.5 * core, True, lay.attention, causal, s)]
+        fwd_att = [dev.flash(masked * core, False, lay.attention, True, local),
+                   dev.flash((1 - masked) * core, False, lay.attention, False, local)]
+        bwd_att = [dev.flash(2.5 * masked * core, True, lay.attention, True, local),
+                   dev.flash(2.5 * (1 - masked) * core, True, lay.attention, False, local)]
         fwd_att_mem, bwd_att_mem = [], []
     else:  # Megatron: batched QK^T and PV over all the positions, softmax and dropout in memory
         fwd_att = [dev.gemm(s, s, dh, b * heads), dev.gemm(s, dh, s, b * heads)]
@@ -329,7 +361,7 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
 
 def head_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     """The LM head (d -> V / t) and its loss, per micro-batch: forward and backward."""
-    m, d, t = lay.micro_batch * cfg.seq_len, cfg.d_model, lay.tp
+    m, d, t = lay.micro_batch * cfg.seq_len // lay.cp, cfg.d_model, lay.tp
     v = (cfg.classes or cfg.vocab) // t
     if cfg.classes:
         m = lay.micro_batch
@@ -369,7 +401,7 @@ def projection_gemm(cfg, lay: Layout, kind: str, cls: str):
     over the t GPUs as the head's); DFA's B (the error at the head's input, d wide) and TP's, DTP's and LRA's block
     maps are d x d (their n split over t). Rows: one per output position, or one per sequence under a classifier."""
     b, t, d = lay.micro_batch, lay.tp, cfg.d_model
-    rows = b * (1 if cfg.classes else cfg.tgt_len)
+    rows = b * (1 if cfg.classes else cfg.tgt_len // lay.cp)
     if kind in ("error_projection", "head_feedback"):
         out = cfg.classes or cfg.vocab
         shape, full = (rows, d, max(1, out // t)), 2.0 * rows * d * out
@@ -385,7 +417,7 @@ def kernel_rates(cfg, lay: Layout, dev: DeviceModel, bt: dict, ht: dict, bp: dic
     the device model over BP's FLOPs of them (so BP's step is its kernels' time), the products with the weights alone
     over their own FLOPs; {matmul, attention} each."""
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
-    b = lay.micro_batch
+    b = lay.micro_batch / lay.cp  # sequences' worth of tokens per micro-batch on this GPU
     bp_flops = {}
     for (phase, name, kind, in_block), flops in bp["entries"].items():
         fam = FAMILY_RATES.get(bp["families"][kind], bp["families"][kind])
@@ -436,7 +468,7 @@ def price(cfg, lay: Layout, dev: DeviceModel, rates: dict, w: dict, phases=None,
     block layers' FLOPs times the stage's share of the blocks, the model's other layers (head, projections of the
     output error) whole where the stage holds the head. ``stage``: (blocks on it, holds the head); default an even
     split (blocks / p and the head)."""
-    b = lay.micro_batch
+    b = lay.micro_batch / lay.cp  # sequences' worth of tokens per micro-batch on this GPU
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
     on_stage, with_head = stage if stage is not None else (blocks / lay.pp, True)
     out = {"matmul": 0.0, "attention": 0.0}
@@ -491,7 +523,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     M = lay.accumulation
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
     kernels = (device.name, prec.compute, t, lay.micro_batch, lay.sequence_parallel, lay.attention, lay.ep,
-               lay.host_block_s)
+               lay.host_block_s, lay.cp)
 
     def kernel_times():
         bt, ht = block_times(cfg, lay, dev, e), head_times(cfg, lay, dev, e)
@@ -546,7 +578,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     recomputed_blocks = recomputed_share * per_stage
     rec = {c: per_stage * rec_block[c] for c in cats}
     # Tensor parallel: all-reduces (or all-gather + reduce-scatter pairs) of b s d activations per block
-    tp_bytes = lay.micro_batch * cfg.seq_len * cfg.d_model * e
+    tp_bytes = lay.micro_batch * cfg.seq_len // lay.cp * cfg.d_model * e
     one = net.all_reduce(tp_bytes, t, 1) if not lay.sequence_parallel else \
         net.all_gather(tp_bytes, t, 1) + net.reduce_scatter(tp_bytes, t, 1)
     ar_fwd = 2 * w["passes"] * per_stage
@@ -556,10 +588,24 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
 
     # Expert parallelism: two all-to-alls per mixture-of-experts block and pass (dispatch, combine), two backward,
     # two per recomputed forward; each GPU sends its tokens' k copies but the 1 / ep kept (Lepikhin et al. 2021)
-    ep_bytes = lay.micro_batch * cfg.seq_len * cfg.experts_per_token * cfg.d_model * e if cfg.moe else 0
+    ep_bytes = lay.micro_batch * cfg.seq_len // lay.cp * cfg.experts_per_token * cfg.d_model * e if cfg.moe else 0
     ep_one = net.all_to_all(ep_bytes, lay.ep, t)
     ep_fwd = 2 * w["passes"] * per_stage * ep_one if cfg.moe else 0.0
     ep_bwd = ((2 * per_stage if w["backward"] else 0) + 2 * recomputed_blocks) * ep_one if cfg.moe else 0.0
+
+    # Context parallelism: per block and pass, a ring of cp - 1 steps passing each GPU's keys and values (its s / cp
+    # tokens, the kv heads on this GPU) to the next; the backward passes them again with their gradients (twice the
+    # bytes). TransformerEngine overlaps each step's send with the attention of the chunk in hand, so only what
+    # outlasts the pass's attention is exposed. A ring over GPUs that span nodes waits at its node boundary: every
+    # step at a point-to-point send between nodes.
+    cp_fwd_one = cp_bwd_one = 0.0
+    if lay.cp > 1:
+        kv_bytes = 2 * lay.micro_batch * (cfg.seq_len // lay.cp) * (cfg.kv_width // t) * e
+        ring = (lay.cp - 1) * net.p2p(kv_bytes, net.spans_nodes(lay.cp, t))
+        cp_fwd_one = max(0.0, ring - bt["fwd"]["attention"])
+        cp_bwd_one = max(0.0, 2 * ring - bt["bwd"]["attention"])
+    cp_fwd = w["passes"] * per_stage * cp_fwd_one
+    cp_bwd = (per_stage * cp_bwd_one if w["backward"] else 0.0) + recomputed_blocks * cp_fwd_one
 
     compute_fwd = sum(fwd.values())
     compute_bwd = sum(bwd.values()) + sum(rec.values())
@@ -579,12 +625,12 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         return _exposed(grads, window, hidden) + _exposed(recomputed, window, lay.tp_overlap)
 
     tp_bwd = tp_backward_exposed(ar_bwd * one, ar_rec * one, compute_bwd)
-    per_micro = compute_fwd + compute_bwd + tp_fwd + tp_bwd + ep_fwd + ep_bwd
+    per_micro = compute_fwd + compute_bwd + tp_fwd + tp_bwd + ep_fwd + ep_bwd + cp_fwd + cp_bwd
 
     # Pipeline: point-to-point sends and the bubble of the serialised part
     pp_comm = 0.0
     if p > 1:
-        inter = net.spans_nodes(2, t * dp) or t * dp >= net.gpus_per_node
+        inter = net.spans_nodes(2, t * lay.cp * dp) or t * lay.cp * dp >= net.gpus_per_node
         send = net.p2p(tp_bytes / t, inter)  # Megatron's scatter/gather: each of the t GPUs sends 1/t
         directions = 1 + (1 if w["through"] else 0)
         pp_comm = M * v * directions * send
@@ -595,20 +641,23 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         # stages' t_i (with v interleaved chunks per GPU, a fill and drain of 1 / v of that). The stages other than
         # the critical one hold the remaining blocks, and the head unless the critical stage holds it: a head that
         # makes the last stage the slowest does not lengthen the fill and drain of the others.
-        sequential = compute_fwd + tp_fwd  # every forward sweep crosses the stages in turn
+        sequential = compute_fwd + tp_fwd + cp_fwd  # every forward sweep crosses the stages in turn
         if w["through"]:
-            sequential += compute_bwd + tp_bwd
+            sequential += compute_bwd + tp_bwd + cp_bwd
         elif w["chain"]:
             sequential += chain_time
 
         def serialised(kt, alone, rec_one, passes, back, recomputed):
             """One block's (or the head's) serialised seconds per micro-batch, as ``sequential`` is composed."""
             fwd_one = alone[0] + f_ratio * (kt["fwd"]["memory"] + kt["fwd"]["launch"])
-            out = fwd_one + _exposed(passes * one, fwd_one, lay.tp_overlap)
+            ring = kt is bt  # the head has no attention, so no context-parallel ring
+            out = fwd_one + _exposed(passes * one, fwd_one, lay.tp_overlap) + (passes / 2 * cp_fwd_one if ring else 0)
             if w["through"]:
                 bwd_one = alone[1] + (chain_ratio + local_ratio) * (kt["bwd"]["memory"] + kt["bwd"]["launch"]) + \
                     sum(rec_one.values())
                 out += bwd_one + tp_backward_exposed(back * one, recomputed * one, bwd_one)
+                if ring:
+                    out += (cp_bwd_one if back else 0.0) + recomputed / 2 * cp_fwd_one
             elif w["chain"]:
                 out += alone[2] + chain_ratio * (kt["bwd"]["memory"] + kt["bwd"]["launch"])
             return out
@@ -632,25 +681,25 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         trained_gpu = min(trained_gpu, params_gpu)
     stage = ZERO_STAGE[lay.sharding]
     dp_comm, dp_bytes, dp_count = 0.0, 0, 0
-    if dp > 1:
+    if dp * lay.cp > 1:  # the gradients are reduced over the dp x cp ranks that hold the same weights
         def collectives_priced():
             ops = data_parallel_collectives(cfg, lay, rule, w, share)
             return ops, dp_phase_seconds(ops, net, lay)
 
-        collectives, sums = once(("dp", rule, device.name, prec.compute, t, p, dp, lay.ep, lay.sharding, lay.dp_rails,
+        collectives, sums = once(("dp", rule, device.name, prec.compute, t, p, dp, lay.cp, lay.ep, lay.sharding, lay.dp_rails,
                                   lay.grad_reduce, lay.zero1_sync, pp_split,
                                   lay.gpus_per_node, lay.nic_gbps, lay.fabric), collectives_priced)
         dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, lay.dp_overlap, lay.gather_prefetch)
         dp_bytes = M * sum(c.bytes for c in collectives.micro_batch) + sum(c.bytes for c in collectives.step)
         dp_count = M * len(collectives.micro_batch) + len(collectives.step)
     # Optimizer: a memory-bound pass over this GPU's (ZeRO-1+: sharded) master weights, state, gradients, weights
-    opt_params = trained_gpu / (dp if stage >= 1 else 1)
+    opt_params = trained_gpu / (dp * lay.cp if stage >= 1 else 1)
     opt_bytes = opt_params * (2 * prec.master + 2 * prec.state * lay.optimizer_slots + prec.grads + prec.weights)
     optimizer = dev.memory(opt_bytes)
 
     parts = {c: M * (fwd[c] + bwd[c] + rec[c]) for c in cats}
     parts.update({"comm_tp": M * (tp_fwd + tp_bwd), "comm_dp": dp_comm, "comm_pp": pp_comm, "bubble": bubble,
-                  "optimizer": optimizer, "comm_ep": M * (ep_fwd + ep_bwd)})
+                  "optimizer": optimizer, "comm_ep": M * (ep_fwd + ep_bwd), "comm_cp": M * (cp_fwd + cp_bwd)})
     step = M * per_micro + bubble + dp_comm + pp_comm + optimizer
     peak = dev.peak
     model_flops = lay.global_batch * w["total"]
@@ -676,7 +725,7 @@ def data_parallel_collectives(cfg, lay: Layout, rule: str, w: dict | None = None
     stage_blocks = None if lay.pp == 1 else fullest_stage(blocks, lay.pp, split)  # the fullest stage
     passes, backward = (w["passes"], w["backward"]) if w is not None else (1, True)
     dtype = PLAN_DTYPE[lay.precision]
-    ops = plan_collectives(cfg, rule, lay.sharding, lay.dp, dtype, passes, backward,
+    ops = plan_collectives(cfg, rule, lay.sharding, lay.dp * lay.cp, dtype, passes, backward,
                            1.0 if (lay.tp == 1 and lay.pp == 1) else share, stage_blocks,
                            reduce_dtype(lay.grad_reduce, dtype))
     if lay.sharding == "zero1" and lay.zero1_sync == "after_backward":
@@ -733,7 +782,7 @@ def dp_phase_seconds(ops, net: Network, lay: Layout) -> dict:
     forward, backward, optimizer_step; kind gather (parameter all-gathers) or reduce (gradient all-reduces and
     reduce-scatters). What :func:`dp_exposed` hides behind the compute."""
     rails = lay.dp_rails
-    dp, t = lay.dp, lay.tp
+    dp, t = lay.dp * lay.cp, lay.tp  # the ranks holding the same weights: dp x cp, tp apart
 
     def seconds(listed, phase, kind):
         total = 0.0
