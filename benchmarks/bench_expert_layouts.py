@@ -35,7 +35,7 @@ def spec_of(row: dict) -> PlanSpec:
     lay = runs.layout_of(row)
     fw = framework(row["framework"])
     system = cluster(row["cluster"]) if row.get("cluster") else None
-    return PlanSpec(tokens=1e12, gpus=lay.gpus, tp=lay.tp, pp=lay.pp, interleave=lay.interleave,
+    return PlanSpec(tokens=1e12, gpus=lay.gpus, tp=lay.tp, pp=lay.pp, cp=lay.cp, interleave=lay.interleave,
                     sequence_parallel=lay.sequence_parallel, sharding=lay.sharding, checkpointing=lay.recompute
                     if lay.recompute in ("none", "selective", "full") else "selective", precision=lay.precision,
                     global_batch=lay.global_batch, micro_batch=lay.micro_batch,
