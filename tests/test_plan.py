@@ -706,3 +706,12 @@ def test_the_workflow_plans_with_the_attention_kernel_it_names(tmp_path):
     assert "attention flash3 (plan.attention given)" in tables["flash3"]["source_framework"].iloc[0]
     bp = {k: t[(t["rule"] == "bp") & (t["cost_model"] == "executed")].iloc[0] for k, t in tables.items()}
     assert bp["flash3"]["step_attention_s"] < bp["flash"]["step_attention_s"]
+
+
+def test_a_calibration_priced_on_whole_sequences_is_refused_under_context_parallelism(capsys):
+    """--calibration prices each GPU's products on whole sequences; under --cp each GPU runs 1 / cp of them, so the
+    two are refused together, in one line, before anything is read."""
+    assert cli.main(["plan", "--preset", "llama-2-7b", "--tokens", "1e11", "--gpu", "h100-sxm", "--gpus", "16",
+                     "--cp", "2", "--calibration", "no-such-file.json"]) == 2
+    err = capsys.readouterr().err
+    assert "--calibration: prices each GPU's products on whole sequences; with --cp 2" in err and err.count("\n") == 1

@@ -1207,3 +1207,33 @@ def test_the_plan_with_context_parallelism_says_so_and_keeps_one_gpus_share_of_t
     err = capsys.readouterr().err
     assert "--cp: context parallelism 2 splits a decoder's sequences (the model is an encoder)" in err
     assert err.count("\n") == 1
+
+
+def test_a_mixtures_attention_is_its_dense_twins_and_context_parallelism_reaches_its_expert_groups():
+    """A mixture of experts changes the feed-forward products only: its attention (kernel time, FLOPs, sequence
+    length of the kernel) is its dense twin's, with or without expert parallelism. Its expert-parallel groups are
+    data-parallel replicas, t x cp apart: under context parallelism they leave the node sooner. Korthikanti's
+    selective recompute of the attention core repeats the context-parallel ring in the backward."""
+    from trainingcost.analytic.steptime.step import block_times
+
+    base = dict(arch="decoder", layers=2, d_model=1024, heads=8, d_ff=2048, vocab=1000, seq_len=4096, norm="rmsnorm",
+                norm_position="pre", ffn="swiglu", positions="rotary", bias="none")
+    dense, moe = canonical_model(base, ""), canonical_model({**base, "experts": 8, "experts_per_token": 2}, "")
+    dev = DeviceModel.of(device("a100-80gb"), "bf16")
+    for ep in (1, 8):
+        lay = Layout(gpus=8, global_batch=8, micro_batch=1, ep=ep, host_block_s=(0.0, 0.0))
+        assert block_times(moe, lay, dev, 2)["fwd"]["attention"] == \
+            pytest.approx(block_times(dense, lay, dev, 2)["fwd"]["attention"], rel=1e-12)
+    h100 = device("h100-sxm")
+    net = Network.of(DeviceModel.of(h100, "bf16").params, 8)
+    wide = Layout(gpus=64, global_batch=64, micro_batch=1, cp=8, ep=8, host_block_s=(0.0, 0.0))
+    pred = predict_step(moe, wide, h100, "bp")
+    ep_bytes = 1 * 4096 // 8 * 2 * 1024 * 2  # this GPU's tokens, k copies, d wide, bf16
+    per_micro = pred.parts["comm_ep"] / wide.accumulation
+    assert per_micro == pytest.approx(2 * 2 * 2 * net.all_to_all(ep_bytes, 8, 8), rel=1e-9)  # 2 blocks, fwd + bwd
+    assert net.all_to_all(ep_bytes, 8, 8) > net.all_to_all(ep_bytes, 8, 1)  # across nodes, not inside one
+    slow = dict(gpus=16, cp=2, global_batch=16, micro_batch=1, gpus_per_node=1, nic_gbps=1.0, host_block_s=(0.0, 0.0))
+    none = predict_step(dense, Layout(**slow), h100, "bp").parts["comm_cp"]
+    core = predict_step(dense, Layout(**slow, recompute="attention"), h100, "bp").parts["comm_cp"]
+    full = predict_step(dense, Layout(**slow, recompute="full"), h100, "bp").parts["comm_cp"]
+    assert none > 0 and core == pytest.approx(full, rel=1e-9) and core > none

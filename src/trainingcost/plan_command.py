@@ -229,6 +229,10 @@ def efficiency_of(args, cfg, precision: str, tp: int, gpu) -> Efficiency:
     if args.calibration:
         from .findings.plan_rate import calibrated_rate, read_calibration
 
+        if getattr(args, "cp", 1) > 1:
+            raise ConfigError(f"--calibration: prices each GPU's products on whole sequences; with --cp {args.cp} "
+                              "each GPU runs 1/cp of them: leave --calibration out (the predicted step time)")
+
         calibration = read_calibration(args.calibration)
         compute = PRECISIONS[precision].compute
         provenance = calibration.get("provenance") if isinstance(calibration.get("provenance"), dict) else {}
@@ -277,7 +281,8 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
     if attention != wanted:
         why = "FlashAttention-3 runs on Hopper only" if wanted == "flash3" and attention == "flash" else \
             "fused attention does not run there"
-        fw_source += f"; its {wanted} attention runs {attention} on {gpu.name} ({why}; config/hardware.yaml)"
+        whose = "" if attention_name else "its "
+        fw_source += f"; {whose}{wanted} attention runs {attention} on {gpu.name} ({why}; config/hardware.yaml)"
     if fw.grad_reduce != "compute":
         fw_source += "; gradients reduced in fp32" + (" under bf16" if fw.grad_reduce == "fp32-if-bf16" else "")
     if fw.zero1_sync == "after_backward":

@@ -100,7 +100,7 @@ def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
             for r in rules:
                 for rank, c in enumerate(found.rules[r].top, 1):
                     layouts.append({"gpus": n, "rule": r, "rank": rank, "layout": c.compact(), "step_time_s": c.step_s,
-                                    "memory_bytes": c.memory_bytes, **c.spec_fields(), "dp": c.dp,
+                                    "memory_bytes": c.memory_bytes, **c.spec_fields(), "dp": c.dp, "cp": c.cp,
                                     "space": found.rules[r].space, "fitting": found.rules[r].fitting,
                                     "priced": found.rules[r].priced})
         for r in rules:

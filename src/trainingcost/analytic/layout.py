@@ -129,6 +129,7 @@ def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool
     cp = spec.cp  # context parallelism as given (not searched)
     for t in tps:
         if gpus % (t * cp):
+            rejected.append(f"tp {t}: tp x cp = {t * cp} does not divide the {gpus} GPUs")
             continue
         pps = [p for p in divisors(gpus // (t * cp)) if p <= blocks] if "pp" in free else [spec.pp]
         if "pp" in free and can and not can.get("uneven", True):
@@ -252,7 +253,7 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                         continue
                     for sp in sps:
                         if prune and len(ranked) >= top:
-                            key = ("bound", r, t, p, mb, sp, ckpt, ep)
+                            key = ("bound", r, t, p, mb, sp, ckpt, ep, spec.cp)
                             if key not in memo:
                                 memo[key] = _compute_bound(cfg, step_layout(
                                     fits[fitting_shardings[0]][0], G, mb, interleave=1, sequence_parallel=sp,

@@ -246,7 +246,8 @@ def check_expert_parallel(spec: PlanSpec, cfg) -> None:
     dp = replicas(spec) if spec.gpus % (spec.tp * spec.pp * spec.cp) == 0 else 0
     if dp and dp % spec.ep:
         raise ConfigError(f"ep: expert-parallel degree {spec.ep} does not divide the data-parallel degree {dp} "
-                          f"(gpus / (tp x pp)); the expert-parallel groups are made of data-parallel replicas")
+                          f"(gpus / (tp x pp{' x cp' if spec.cp > 1 else ''})); the expert-parallel groups are made of "
+                          "data-parallel replicas")
 
 
 def all_to_all_bytes(cfg, spec: PlanSpec, micro_batch: int) -> float:
@@ -463,7 +464,7 @@ def smallest_fit(cfg, spec: PlanSpec, device, rules, max_gpus_per_node: int = 8)
         change = {k: v for k, v, base in (("sharding", sharding, spec.sharding),
                                           ("checkpointing", checkpointing, spec.checkpointing),
                                           ("tp", tp, spec.tp), ("pp", pp, spec.pp)) if v != base}
-        if not change or spec.gpus % (tp * pp):
+        if not change or spec.gpus % (tp * pp * spec.cp):
             continue
         candidates.append((len(change), tp * pp, tp, "checkpointing" in change, change,
                            replace(spec, sharding=sharding, checkpointing=checkpointing, tp=tp, pp=pp,

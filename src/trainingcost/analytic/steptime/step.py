@@ -167,8 +167,8 @@ def check_context_parallel(cfg, cp: int, attention: str, flag: str = "--cp") -> 
         raise ConfigError(f"{flag}: context parallelism {cp} needs the sequence of {cfg.seq_len} tokens divisible by "
                           f"2 x {cp} = {2 * cp} (each GPU holds two of 2 cp chunks)")
     if attention == "unfused":
-        raise ConfigError(f"{flag}: context parallelism {cp} runs inside a fused attention kernel (TransformerEngine's), "
-                          "which the layout does not run (attention unfused)")
+        raise ConfigError(f"{flag}: context parallelism {cp} runs inside a fused attention kernel (flash, flash3 or "
+                          "cudnn), which the layout does not run (attention unfused)")
 
 
 def check_layout(cfg, lay: Layout) -> None:
@@ -296,8 +296,8 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     ff = cfg.d_ff // t
     gemms = [(m, a + 2 * kv, d), (m, d, a), (m, (1 + gated) * ff, d), (m, d, ff)]
     if cfg.moe:  # the router; each expert on its m k / E rows (token-balanced), experts / ep of them on this GPU ...
-        rows, local = max(1, m * cfg.experts_per_token // cfg.experts), cfg.experts // lay.ep
-        gemms = gemms[:2] + [(m, cfg.experts, d)] + [(rows * lay.ep, (1 + gated) * ff, d), (rows * lay.ep, d, ff)] * local
+        rows, held = max(1, m * cfg.experts_per_token // cfg.experts), cfg.experts // lay.ep
+        gemms = gemms[:2] + [(m, cfg.experts, d)] + [(rows * lay.ep, (1 + gated) * ff, d), (rows * lay.ep, d, ff)] * held
         if cfg.shared_expert_ff:  # ... and the shared expert on every row, with its gate
             shared = cfg.shared_expert_ff // t
             gemms += [(m, (1 + gated) * shared + 1, d), (m, d, shared)]
@@ -313,9 +313,9 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     core = 4.0 * b * local * s * a * (0.5 if causal else 1.0)
     masked = 1.0 / (2 * lay.cp) if (causal and lay.cp > 1) else (1.0 if causal else 0.0)
     if lay.attention in ("flash", "flash3", "cudnn"):
-        fwd_att = [dev.flash(masked * core, False, lay.attention, True, local),
+        fwd_att = [dev.flash(masked * core, False, lay.attention, True, local) +
                    dev.flash((1 - masked) * core, False, lay.attention, False, local)]
-        bwd_att = [dev.flash(2.5 * masked * core, True, lay.attention, True, local),
+        bwd_att = [dev.flash(2.5 * masked * core, True, lay.attention, True, local) +
                    dev.flash(2.5 * (1 - masked) * core, True, lay.attention, False, local)]
         fwd_att_mem, bwd_att_mem = [], []
     else:  # Megatron: batched QK^T and PV over all the positions, softmax and dropout in memory
@@ -589,7 +589,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     # Expert parallelism: two all-to-alls per mixture-of-experts block and pass (dispatch, combine), two backward,
     # two per recomputed forward; each GPU sends its tokens' k copies but the 1 / ep kept (Lepikhin et al. 2021)
     ep_bytes = lay.micro_batch * cfg.seq_len // lay.cp * cfg.experts_per_token * cfg.d_model * e if cfg.moe else 0
-    ep_one = net.all_to_all(ep_bytes, lay.ep, t)
+    ep_one = net.all_to_all(ep_bytes, lay.ep, t * lay.cp)  # expert groups of data-parallel replicas, t x cp apart
     ep_fwd = 2 * w["passes"] * per_stage * ep_one if cfg.moe else 0.0
     ep_bwd = ((2 * per_stage if w["backward"] else 0) + 2 * recomputed_blocks) * ep_one if cfg.moe else 0.0
 
@@ -605,7 +605,9 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         cp_fwd_one = max(0.0, ring - bt["fwd"]["attention"])
         cp_bwd_one = max(0.0, 2 * ring - bt["bwd"]["attention"])
     cp_fwd = w["passes"] * per_stage * cp_fwd_one
-    cp_bwd = (per_stage * cp_bwd_one if w["backward"] else 0.0) + recomputed_blocks * cp_fwd_one
+    # the recomputed forwards' rings: whole blocks', or the attention core's alone (Korthikanti's selective)
+    cp_rec_blocks = per_stage if (w["backward"] and lay.recompute == "attention") else recomputed_blocks
+    cp_bwd = (per_stage * cp_bwd_one if w["backward"] else 0.0) + cp_rec_blocks * cp_fwd_one
 
     compute_fwd = sum(fwd.values())
     compute_bwd = sum(bwd.values()) + sum(rec.values())
@@ -657,7 +659,8 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
                     sum(rec_one.values())
                 out += bwd_one + tp_backward_exposed(back * one, recomputed * one, bwd_one)
                 if ring:
-                    out += (cp_bwd_one if back else 0.0) + recomputed / 2 * cp_fwd_one
+                    rec_rings = 1.0 if (back and lay.recompute == "attention") else recomputed / 2
+                    out += (cp_bwd_one if back else 0.0) + rec_rings * cp_fwd_one
             elif w["chain"]:
                 out += alone[2] + chain_ratio * (kt["bwd"]["memory"] + kt["bwd"]["launch"])
             return out
