@@ -44,7 +44,7 @@ def evaluate(path: Path, efficiency: float | None = None) -> list[dict]:
             dev = dataclasses.replace(dev, steptime={**dev.steptime, "kernel_efficiency": efficiency})
         work = works.setdefault(cfg.config_id, rule_work(cfg, ["bp"]))
         pred = predict_step(cfg, lay, dev, "bp", work)
-        peak = dev.peak(PRECISIONS[lay.precision].compute)
+        peak = dev.peak(PRECISIONS[lay.precision].peak_dtype)
         flat = lay.global_batch * work["bp"]["total"] / (lay.gpus * peak * FLAT_MFU)
         measured = runs.measured_step_time(row)
         out.append({"source": row["source"], "run": row["run"], "gpu": row["gpu"], "sharding": row["sharding"],

@@ -1237,3 +1237,76 @@ def test_a_mixtures_attention_is_its_dense_twins_and_context_parallelism_reaches
     core = predict_step(dense, Layout(**slow, recompute="attention"), h100, "bp").parts["comm_cp"]
     full = predict_step(dense, Layout(**slow, recompute="full"), h100, "bp").parts["comm_cp"]
     assert none > 0 and core == pytest.approx(full, rel=1e-9) and core > none
+
+
+def test_fp8_runs_the_blocks_linear_products_at_the_fp8_peak_and_casts_their_operands_by_hand():
+    """fp8-mixed: the blocks' four linear products at the fp8 peak x the fp8 GEMM ceiling (tile, wave and depth
+    factors as bf16's), attention and the LM head untouched; each product's input cast in the forward and its output
+    gradient in the backward, (2 + 2) bytes per element (read in bf16, the operand and its transpose written in
+    fp8); the weights cast, 4 bytes per element, in every micro-batch unless the framework caches them (then once per
+    step, with the optimizer)."""
+    from trainingcost.analytic.steptime.step import block_times, head_times
+
+    cfg = canonical_model({**preset_entry("gpt2-small"), "layers": 4})  # not gated: four products per block
+    h100 = device("h100-sxm")
+    bf, f8 = DeviceModel.of(h100, "bf16"), DeviceModel.of(h100, "bf16", "fp8")
+    assert f8.products.peak == 1979e12 and f8.products.params["gemm_ceiling"] == 0.709 and f8.peak == 989.5e12
+    lay = Layout(gpus=8, global_batch=64, micro_batch=2, host_block_s=(0.0, 0.0))
+    one, two = block_times(cfg, lay, bf, 2), block_times(cfg, lay, f8, 2)
+    speed = (1979 * 0.709) / (989.5 * 0.801)
+    assert two["fwd"]["matmul"] == pytest.approx(one["fwd"]["matmul"] / speed, rel=1e-12)
+    assert two["bwd"]["matmul"] == pytest.approx(one["bwd"]["matmul"] / speed, rel=1e-12)
+    assert (two["fwd"]["attention"], two["bwd"]["attention"]) == (one["fwd"]["attention"], one["bwd"]["attention"])
+    assert head_times(cfg, lay, f8, 2) == head_times(cfg, lay, bf, 2)
+    m, d, ff = 2 * cfg.seq_len, cfg.d_model, cfg.d_ff
+    inputs = [m * d, m * d, m * d, m * ff]  # the products' inputs: (m x d) thrice, (m x d_ff) into the second FFN
+    grads = [m * 3 * d, m * d, m * ff, m * d]  # their outputs' gradients
+    assert two["fwd"]["memory"] - one["fwd"]["memory"] == pytest.approx(sum(bf.memory(4 * x) for x in inputs), rel=1e-12)
+    assert two["bwd"]["memory"] - one["bwd"]["memory"] == pytest.approx(sum(bf.memory(4 * x) for x in grads), rel=1e-12)
+    weights = [3 * d * d, d * d, ff * d, d * ff]
+    assert two["weight_cast"] == pytest.approx(sum(bf.memory(4 * w) for w in weights), rel=1e-12)
+    assert one["weight_cast"] == 0.0
+    # per micro-batch (torchao) or once per step (Megatron-Core's Transformer Engine layers)
+    each = Layout(gpus=8, global_batch=64, micro_batch=2, precision="fp8-mixed", host_block_s=(0.0, 0.0))
+    cached = dataclasses.replace(each, fp8_weight_cache=True)
+    a, b = predict_step(cfg, each, h100, "bp"), predict_step(cfg, cached, h100, "bp")
+    M, blocks = each.accumulation, cfg.layers
+    assert M == 4
+    assert a.parts["memory"] - b.parts["memory"] == pytest.approx(M * blocks * two["weight_cast"], rel=1e-9)
+    assert b.parts["optimizer"] - a.parts["optimizer"] == pytest.approx(blocks * two["weight_cast"], rel=1e-9)
+    # the MFU is of the fp8 peak (NVIDIA's convention for its FP8 runs)
+    assert a.mfu == pytest.approx(a.model_flops / (a.step_time_s * 8 * 1979e12), rel=1e-12)
+    # a device without a published fp8 GEMM ceiling keeps its bf16 one, and says so
+    l4 = DeviceModel.of(device("l4"), "bf16", "fp8")
+    assert l4.products.params["gemm_ceiling"] == l4.params["gemm_ceiling"]
+    assert "no published fp8 GEMM ceiling for l4" in l4.sources["gemm_ceiling_fp8"]
+
+
+def test_fp8_is_refused_where_the_device_has_no_fp8_arithmetic_and_plans_where_it_has(capsys):
+    from trainingcost import cli
+
+    args = ["plan", "--preset", "llama-2-7b", "--tokens", "1e11", "--gpus", "8", "--rule", "bp", "--precision",
+            "fp8-mixed"]
+    assert cli.main([*args, "--gpu", "a100-80gb"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fp8-mixed needs fp8 arithmetic, which a100-80gb has not (allowed on a100-80gb: fp32, " \
+        "bf16-mixed, fp16-mixed)" in err[0]
+    assert cli.main([*args, "--gpu", "h100-sxm"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "fp8-mixed" in out
+    assert cli.main([*args, "--gpu", "h100-sxm", "--mfu", "0.4"]) == 0  # a given MFU is of the fp8 peak
+    out = capsys.readouterr().out
+    assert " 0.400 " in out
+
+
+def test_the_framework_says_whether_it_caches_fp8_weights():
+    from trainingcost.config.frameworks import framework, parse_framework
+
+    assert framework("nemo").fp8_weight_cache and framework("megatron-core").fp8_weight_cache
+    assert not framework("torchtitan").fp8_weight_cache and not framework("olmo-core").fp8_weight_cache
+    entry = dict(dp_overlap=1.0, tp_overlap=0.0, zero3_granularity="block", zero3_gather="block", attention="flash",
+                 sharding="fsdp", dp_rails=True, fp8_weight_cache="yes",
+                 can=dict(shardings=["fsdp"], tensor=False, pipeline=False, interleave=False, sequence_parallel=False,
+                          uneven=False))
+    with pytest.raises(ConfigError, match=r"^x\.fp8_weight_cache: true or false \(got 'yes'\)$"):
+        parse_framework("x", entry, {}, "x")

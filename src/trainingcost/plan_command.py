@@ -104,7 +104,8 @@ def add_parser(sub) -> None:
                         "default: the framework's")
     p.add_argument("--precision", choices=list(PRECISIONS),
                    help="default: the device's best mixed precision (bf16-mixed where it has bf16 arithmetic, else "
-                        "fp16-mixed, as GPT-3 was trained on V100s)")
+                        "fp16-mixed, as GPT-3 was trained on V100s); fp8-mixed: bf16-mixed with the blocks' linear "
+                        "products in fp8 (Hopper and later)")
     p.add_argument("--checkpointing", default="none", choices=[*CHECKPOINTING, "auto"],
                    help="activation checkpointing: selective checkpoints every --checkpoint-every-th block")
     p.add_argument("--checkpoint-every", type=count, default=2)
@@ -309,7 +310,7 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
                 network_source=network, zero3_granularity=fw.zero3_granularity, attention=attention,
                 dp_rails=fw.dp_rails, gpus_per_node=per_node, nic_gbps=nic, pipeline_split=fw.pipeline_split,
                 tp_backward_overlap=fw.tp_backward_overlap, gather_prefetch=fw.gather_prefetch,
-                grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync)
+                grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync, fp8_weight_cache=fw.fp8_weight_cache)
 
 
 def spec_from_args(args, cfg, gpu) -> PlanSpec:
@@ -434,7 +435,7 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
                f"sequences of {first['tokens_per_sequence']}; global batch {first['global_batch']} sequences "
                f"({first['source_batch']}); {first['optimizer_steps']:,.0f} optimizer steps")
     peak = first["peak_flops_per_gpu"] / 1e12
-    out.append(f"Hardware: {first['gpus']} x {gpu.name} ({gpu.label}: {peak:g} TFLOP/s dense {PRECISIONS[first['precision']].compute}, "
+    out.append(f"Hardware: {first['gpus']} x {gpu.name} ({gpu.label}: {peak:g} TFLOP/s dense {PRECISIONS[first['precision']].peak_dtype}, "
                f"{gpu.memory_bytes / 1e9:g} GB, {gpu.power_w:g} W); {_degrees(first)} parallel; sharding {first['sharding']}; {first['precision']}; activation "
                f"checkpointing {first['checkpointing']}; optimizer {first['optimizer']}" + _experts(first))
     out.append(f"Efficiency: {first['source_efficiency']}")

@@ -375,7 +375,8 @@ def _unit_bytes(cfg, name: str, world: int, dtype: str) -> tuple:
 # of its shardings onto the measured ones is in docs/planning.md and docs/distributed.md.
 
 PLAN_PARALLEL = {"none": "ddp", "zero1": "zero2", "zero2": "zero2", "zero3": "fsdp", "fsdp": "fsdp"}
-PLAN_DTYPE = {"fp32": "fp32", "bf16-mixed": "bf16", "fp16-mixed": "fp16"}  # gradients' and weights' dtype
+# gradients' and weights' dtype (fp8-mixed keeps bf16 weights and gradients: only the products' operands are fp8)
+PLAN_DTYPE = {"fp32": "fp32", "bf16-mixed": "bf16", "fp16-mixed": "fp16", "fp8-mixed": "bf16"}
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,7 @@ class PlanSpec:
     gather_prefetch: bool = True  # the framework prefetches its parameter all-gathers (config/frameworks.yaml)
     grad_reduce: str = "compute"  # the dtype its gradient reductions run in (config/frameworks.yaml)
     zero1_sync: str = "overlapped"  # how it syncs ZeRO-1's gradients (config/frameworks.yaml)
+    fp8_weight_cache: bool = False  # fp8-mixed: it casts the weights once per step (config/frameworks.yaml)
     attention: str = "flash"
     # The plan at equal quality: (rule, compute multiplier against BP) pairs, NaN where the rule never reaches the
     # target; a rule absent trains on ``tokens``. Each rule then gets the tokens that buy M x BP's compute at its
@@ -187,9 +188,10 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
         if not (math.isnan(value) or (math.isfinite(value) and value > 0)):
             raise ConfigError(f"compute_multipliers: {name}'s must be positive or NaN (never reaches; got {value})")
     precision = PRECISIONS[spec.precision]
-    if device.peak(precision.compute) is None:
-        allowed = [p for p, q in PRECISIONS.items() if device.peak(q.compute) is not None]
-        raise ConfigError(f"precision: {spec.precision} needs {precision.compute} arithmetic, which {device.name} has not "
+    lacking = [d for d in (precision.compute, precision.linear) if d and device.peak(d) is None]
+    if lacking:
+        allowed = [p for p, q in PRECISIONS.items() if all(device.peak(d) is not None for d in (q.compute, q.linear) if d)]
+        raise ConfigError(f"precision: {spec.precision} needs {lacking[0]} arithmetic, which {device.name} has not "
                           f"(allowed on {device.name}: {', '.join(allowed)})")
     check_expert_parallel(spec, cfg)
     if spec.gpus % (spec.tp * spec.pp * spec.cp):
@@ -551,6 +553,7 @@ def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None
                   precision=spec.precision, dp_overlap=spec.dp_overlap, gpus_per_node=spec.gpus_per_node,
                   nic_gbps=spec.nic_gbps, tp_overlap=spec.tp_overlap, tp_backward_overlap=spec.tp_backward_overlap, fabric=spec.fabric, dp_rails=spec.dp_rails,
                   gather_prefetch=spec.gather_prefetch, grad_reduce=spec.grad_reduce, zero1_sync=spec.zero1_sync,
+                  fp8_weight_cache=spec.fp8_weight_cache,
                   zero3_granularity=spec.zero3_granularity, attention=spec.attention,
                   pipeline_split=spec.pipeline_split, optimizer_slots=OPTIMIZER_SLOTS[spec.optimizer] if slots is None else slots)
 
@@ -582,7 +585,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         raise ConfigError(f"tokens: {spec.tokens:g} tokens make less than one sequence of {n} tokens; a run trains "
                           "on at least one")
     capacity = float(device.memory_bytes)
-    peak = float(device.peak(p.compute))
+    peak = float(device.peak(p.peak_dtype))  # fp8-mixed: the fp8 peak (NVIDIA's MFU convention)
 
     # Memory, per rule (no cost model enters it)
     memory = {}

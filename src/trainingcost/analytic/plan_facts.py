@@ -28,6 +28,13 @@ class Precision:
     state: int  # bytes per optimizer slot element
     activations: int  # bytes per saved activation element
     source: str
+    linear: str | None = None  # the dtype of the blocks' linear products where not ``compute`` (fp8-mixed: fp8)
+
+    @property
+    def peak_dtype(self) -> str:
+        """The dtype whose peak the plan's MFU is of: the blocks' linear products' (NVIDIA's convention for its FP8
+        runs, dgxc-benchmarking's READMEs: 'peak theoretical throughput for H100 FP8 is 1979 TFLOPS')."""
+        return self.linear or self.compute
 
 
 PRECISIONS = {
@@ -39,6 +46,12 @@ PRECISIONS = {
     "fp16-mixed": Precision("fp16-mixed", "fp16", 2, 2, 4, 4, 2, "fp16 weights, gradients and activations with loss "
                             "scaling, fp32 master weights and optimizer state (Micikevicius et al. 2018; Rajbhandari et "
                             "al. 2020, section 3.1)"),
+    "fp8-mixed": Precision("fp8-mixed", "bf16", 2, 2, 4, 4, 2, "bf16-mixed with the blocks' linear products in fp8 "
+                           "(per-tensor scaling: Transformer Engine's recipe, Micikevicius et al. 2022, FP8 Formats "
+                           "for Deep Learning; torchao's float8 training): attention, norms, the LM head and the "
+                           "optimizer as bf16-mixed, so bf16-mixed's bytes: 2 + 2 + (4 + 4 x slots) per parameter. "
+                           "Not counted: the cached fp8 weight copies (at most 2 bytes per block parameter) and the "
+                           "linear inputs saved in fp8 rather than bf16 (counted at 2 bytes)", linear="fp8"),
 }
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")  # fsdp: FULL_SHARD, ZeRO-3's sharding (Zhao et al. 2023)
 ZERO_STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}

@@ -46,8 +46,11 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "un
 # Megatron-Core's distributed optimizer) or after_backward (one all-reduce of the gradient buffer after the last
 # backward and one all-gather of the updated parameters after the step, neither overlapped: nanotron's with fp32
 # gradient accumulation); default overlapped
+# fp8_weight_cache: under fp8-mixed, whether it casts the weights to fp8 once per step and keeps them over the
+# micro-batches (Megatron-Core's Transformer Engine layers, is_first_microbatch) or in every forward (torchao's
+# float8 training); default false
 OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefetch": True, "grad_reduce": "compute",
-            "zero1_sync": "overlapped"}
+            "zero1_sync": "overlapped", "fp8_weight_cache": False}
 ZERO1_SYNC = ("overlapped", "after_backward")
 GRAD_REDUCE = ("compute", "fp32", "fp32-if-bf16")
 PIPELINE_SPLITS = ("even", "balanced")
@@ -75,6 +78,7 @@ class Framework:
     gather_prefetch: bool = True  # parameter all-gathers overlap the compute (OPTIONAL)
     grad_reduce: str = "compute"  # the gradients' reduction dtype (OPTIONAL)
     zero1_sync: str = "overlapped"  # ZeRO-1's gradient sync (OPTIONAL)
+    fp8_weight_cache: bool = False  # fp8 weights cast once per step, not per micro-batch (OPTIONAL)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -133,6 +137,9 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     prefetch = entry.get("gather_prefetch", OPTIONAL["gather_prefetch"])
     if not isinstance(prefetch, bool):
         raise ConfigError(f"{where}.gather_prefetch: true or false (got {prefetch!r})")
+    cache = entry.get("fp8_weight_cache", OPTIONAL["fp8_weight_cache"])
+    if not isinstance(cache, bool):
+        raise ConfigError(f"{where}.fp8_weight_cache: true or false (got {cache!r})")
     for key, allowed in CHOICES.items():
         if entry[key] not in allowed:
             raise ConfigError(f"{where}.{key}: {entry[key]!r} is not allowed (allowed: {', '.join(allowed)})")
@@ -152,7 +159,7 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      _fraction(entry["tp_overlap"], f"{where}.tp_overlap"), entry["zero3_granularity"],
                      entry["zero3_gather"], entry["attention"],
                      entry["sharding"], entry["dp_rails"], {**can, "shardings": tuple(can["shardings"])},
-                     {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce, zero1_sync)
+                     {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce, zero1_sync, cache)
 
 
 def _date(value, where: str) -> datetime.date:

@@ -56,9 +56,12 @@ class DeviceModel:
     bandwidth: float  # HBM bytes/s (datasheet)
     params: dict
     sources: dict = field(default_factory=dict)
+    # the device model the blocks' linear products run on where their dtype is not the compute dtype's (fp8-mixed:
+    # the fp8 peak and fp8 GEMM ceiling); None: this one
+    linear: "DeviceModel | None" = None
 
     @classmethod
-    def of(cls, device, dtype: str) -> "DeviceModel":
+    def of(cls, device, dtype: str, linear: str | None = None) -> "DeviceModel":
         params = dict(GENERIC)
         params.update(device.steptime)
         sources = {k: device.steptime_sources.get(k, GENERIC_SOURCE) for k in GENERIC}
@@ -66,7 +69,20 @@ class DeviceModel:
                         if k in params})
         if "kernel_efficiency" not in device.steptime:
             sources["kernel_efficiency"] = KERNEL_EFFICIENCY_SOURCE
-        return cls(device.name, float(device.peak(dtype)), float(device.bandwidth_bytes_per_s), params, sources)
+        lin = None
+        if linear is not None and linear != dtype:
+            key = f"gemm_ceiling_{linear}"
+            lin_params = {**params, "gemm_ceiling": params.get(key, params["gemm_ceiling"])}
+            sources[key] = device.steptime_sources.get(key) or (
+                f"no published {linear} GEMM ceiling for {device.name}: its {dtype} one "
+                f"({sources['gemm_ceiling']})")
+            lin = cls(device.name, float(device.peak(linear)), float(device.bandwidth_bytes_per_s), lin_params, sources)
+        return cls(device.name, float(device.peak(dtype)), float(device.bandwidth_bytes_per_s), params, sources, lin)
+
+    @property
+    def products(self) -> "DeviceModel":
+        """The device model of the blocks' linear products (fp8 under fp8-mixed; else this one)."""
+        return self.linear or self
 
     @property
     def launch(self) -> float:

@@ -98,6 +98,7 @@ class Layout:
     nic_gbps: float | None = None
     fabric: tuple | None = None  # ((key, value), ...) of the cluster's fabric latencies (config/clusters.yaml)
     optimizer_slots: int = 2
+    fp8_weight_cache: bool = False  # fp8-mixed: the framework casts the weights to fp8 once per step, not per micro-batch
     ep: int = 1  # expert-parallel degree (a mixture of experts), inside the data-parallel replicas
     cp: int = 1  # context-parallel degree: each of cp GPUs holds s / cp of every sequence (Megatron-Core's CP)
     pipeline_split: str = "even"  # how the blocks are split over the stages (the framework's; plan_facts.stages)
@@ -301,8 +302,11 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
         if cfg.shared_expert_ff:  # ... and the shared expert on every row, with its gate
             shared = cfg.shared_expert_ff // t
             gemms += [(m, (1 + gated) * shared + 1, d), (m, d, shared)]
-    fwd_mm = [dev.gemm(M, N, K) for M, N, K in gemms]
-    bwd_mm = [x for M, N, K in gemms for x in (dev.gemm(M, K, N), dev.gemm(N, K, M))]
+    # the blocks' linear products on dev.products (fp8 under fp8-mixed); a mixture's router stays in the compute dtype
+    # (Transformer Engine's and torchao's fp8 replace the blocks' linear layers, not the router's)
+    on = [dev if (cfg.moe and i == 2) else dev.products for i in range(len(gemms))]
+    fwd_mm = [g.gemm(M, N, K) for g, (M, N, K) in zip(on, gemms)]
+    bwd_mm = [x for g, (M, N, K) in zip(on, gemms) for x in (g.gemm(M, K, N), g.gemm(N, K, M))]
     heads = max(1, cfg.heads // t)
     dh = cfg.d_head
     causal = cfg.arch == "decoder"
@@ -333,6 +337,17 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     rotary = [dev.memory(2 * m * (a + kv) * e)] if cfg.positions == "rotary" else []
     fwd_mem = norm_res + act + rotary + fwd_att_mem
     bwd_mem = [2 * x for x in norm_res + act + rotary] + bwd_att_mem
+    weight_cast = 0.0
+    if dev.linear is not None:  # fp8 products: their operands cast to fp8 (docs/planning.md, "FP8")
+        # each product's input in the forward and its output gradient in the backward: read in bf16, written in fp8
+        # twice (the operand and its transpose, for the other pass's product: Transformer Engine's cast_transpose)
+        fp8 = [(M, N, K) for g, (M, N, K) in zip(on, gemms) if g is not dev]
+        fwd_mem = fwd_mem + [dev.memory((e + 2) * M * K) for M, N, K in fp8]
+        bwd_mem = bwd_mem + [dev.memory((e + 2) * M * N) for M, N, K in fp8]
+        # each weight (n x k on this GPU): read in bf16, written in fp8 with its transpose; per micro-batch, or per
+        # step where the framework caches the fp8 weights over the micro-batches (fp8_weight_cache)
+        # (every listed product has its own weight: a mixture's experts are listed once per expert on this GPU)
+        weight_cast = sum(dev.memory(4 * N * K) for M, N, K in fp8)
     out = {"classes": {  # per layer family and class of work: {matmul, attention} seconds (no launch floor)
         ("attention", "fwd"): {"matmul": sum(fwd_mm[:2]), "attention": sum(fwd_att)},
         ("attention", "bin"): {"matmul": bwd_mm[0] + bwd_mm[2], "attention": sum(bwd_att)},
@@ -356,6 +371,7 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
         out[name]["launch"] += max(0.0, host - sum(out[name].values()))
     core_t, core_l = _floor(fwd_att + fwd_att_mem, dev.launch)
     out["core_fwd"] = core_t + core_l
+    out["weight_cast"] = weight_cast  # seconds to cast one block's weights to fp8 (0 unless fp8 products)
     return out
 
 
@@ -513,7 +529,8 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
 
     check_layout(cfg, lay)
     prec = PRECISIONS[lay.precision]
-    dev = once(("device", device.name, prec.compute), lambda: DeviceModel.of(device, prec.compute))
+    dev = once(("device", device.name, prec.compute, prec.linear),
+               lambda: DeviceModel.of(device, prec.compute, prec.linear))
     net = once(("network", device.name, prec.compute, lay.gpus_per_node, lay.nic_gbps, lay.fabric),
                lambda: Network.of(dev.params, lay.gpus_per_node, lay.nic_gbps, dict(lay.fabric) if lay.fabric else None))
     work = work if work is not None else rule_work(cfg, [rule])
@@ -522,7 +539,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     t, p, v, dp = lay.tp, lay.pp, lay.interleave, lay.dp
     M = lay.accumulation
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
-    kernels = (device.name, prec.compute, t, lay.micro_batch, lay.sequence_parallel, lay.attention, lay.ep,
+    kernels = (device.name, prec.compute, prec.linear, t, lay.micro_batch, lay.sequence_parallel, lay.attention, lay.ep,
                lay.host_block_s, lay.cp)
 
     def kernel_times():
@@ -561,6 +578,11 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
 
     fwd = {c: f_ratio * fwd_bp[c] for c in ("memory", "launch")}
     fwd.update(fwd_priced)
+    # fp8 products: the weights cast to fp8 in every micro-batch's forward, or once per step where the framework
+    # caches them over the micro-batches (Megatron-Core's is_first_microbatch; Layout.fp8_weight_cache)
+    weight_cast = per_stage * bt["weight_cast"]
+    if not lay.fp8_weight_cache:
+        fwd["memory"] += weight_cast
     bwd = {c: (chain_ratio + local_ratio) * bwd_bp[c] for c in ("memory", "launch")}
     bwd.update(bwd_priced)
     chain_time = chain_priced + chain_ratio * (bwd_bp["memory"] + bwd_bp["launch"])
@@ -698,13 +720,13 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     # Optimizer: a memory-bound pass over this GPU's (ZeRO-1+: sharded) master weights, state, gradients, weights
     opt_params = trained_gpu / (dp * lay.cp if stage >= 1 else 1)
     opt_bytes = opt_params * (2 * prec.master + 2 * prec.state * lay.optimizer_slots + prec.grads + prec.weights)
-    optimizer = dev.memory(opt_bytes)
+    optimizer = dev.memory(opt_bytes) + (weight_cast if lay.fp8_weight_cache else 0.0)
 
     parts = {c: M * (fwd[c] + bwd[c] + rec[c]) for c in cats}
     parts.update({"comm_tp": M * (tp_fwd + tp_bwd), "comm_dp": dp_comm, "comm_pp": pp_comm, "bubble": bubble,
                   "optimizer": optimizer, "comm_ep": M * (ep_fwd + ep_bwd), "comm_cp": M * (cp_fwd + cp_bwd)})
     step = M * per_micro + bubble + dp_comm + pp_comm + optimizer
-    peak = dev.peak
+    peak = dev.products.peak  # fp8-mixed: the fp8 peak (Precision.peak_dtype)
     model_flops = lay.global_batch * w["total"]
     hw_flops = model_flops + (lay.global_batch * w["forward"] / max(1, w["passes"]) *
                               (recomputed_blocks * p / max(1, blocks)) if w["backward"] else 0.0)
