@@ -1310,3 +1310,18 @@ def test_the_framework_says_whether_it_caches_fp8_weights():
                           uneven=False))
     with pytest.raises(ConfigError, match=r"^x\.fp8_weight_cache: true or false \(got 'yes'\)$"):
         parse_framework("x", entry, {}, "x")
+
+
+def test_the_h100_pcie_is_a_hopper_with_its_own_sms_and_the_generic_network_said():
+    """The H100 PCIe: 114 SMs (the H100 architecture whitepaper), SM90 tiles, Hopper's fused-attention shares of its
+    own peak (an assumption, cited as such), FlashAttention-3 allowed; its network keeps the stated generic defaults."""
+    sxm, pcie = DeviceModel.of(device("h100-sxm"), "bf16"), DeviceModel.of(device("h100-pcie"), "bf16")
+    assert pcie.params["sms"] == 114 and pcie.params["tile"] == sxm.params["tile"] == [128, 256, 64]
+    assert pcie.peak == 756.5e12
+    for causal in (False, True):
+        for kernel in ("flash", "flash3", "cudnn"):
+            assert pcie.flash(1e12, True, kernel, causal, 4096) / sxm.flash(1e12, True, kernel, causal, 4096) == \
+                pytest.approx(989.5 / 756.5, rel=1e-12)
+    assert "model assumption" in pcie.sources["flash_forward"]
+    assert "generic default" in pcie.sources["intra_gbs"]
+    assert device("h100-pcie").attention_kernel("flash3") == "flash3"
