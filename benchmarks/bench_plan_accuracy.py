@@ -31,6 +31,7 @@ from trainingcost.config.hardware import device  # noqa: E402
 FLAT_MFU = 0.40
 GRID = tuple(round(0.70 + 0.02 * i, 2) for i in range(13))  # kernel efficiencies tried when refitting (0.70-0.94)
 HOPPER = ("h100-sxm", "h100-pcie", "h200")
+BLACKWELL = ("b200", "gb200")
 GOALS = {"overall": 8.0, "left out": 12.0, "FSDP / ZeRO-3": 10.0, "H100 or newer": 10.0, "bias": 5.0}
 
 
@@ -90,17 +91,18 @@ def main(argv=None) -> int:
     loso = {} if args.no_loso else leave_one_source_out(args.csv)
     k = GENERIC["kernel_efficiency"]
     print(f"kernel efficiency (the one fitted constant): {k:.2f}")
-    print(f"{'source':26} {'rows':>4} {'MAPE':>7} {'signed':>8} {'left out':>9} {'(fit)':>6} {'flat 0.40':>10} {'max|err|':>9}")
+    print(f"{'source':30} {'rows':>4} {'MAPE':>7} {'signed':>8} {'left out':>9} {'(fit)':>6} {'flat 0.40':>10} {'max|err|':>9}")
     groups = {}
     for r in results:
         groups.setdefault(r["source"], []).append(r)
     regimes = {"FSDP / ZeRO-3": [r for r in results if r["sharding"] in ("fsdp", "zero3")],
-               "H100 or newer": [r for r in results if r["gpu"] in HOPPER],
+               "H100 or newer": [r for r in results if r["gpu"] in HOPPER + BLACKWELL],
+               "Blackwell": [r for r in results if r["gpu"] in BLACKWELL],
                "A100": [r for r in results if r["gpu"].startswith("a100")],
                "V100": [r for r in results if r["gpu"] == "v100"]}
-    for name, rows in [*groups.items(), *regimes.items(), ("overall", results)]:
+    for name, rows in [*groups.items(), *((k, v) for k, v in regimes.items() if v), ("overall", results)]:
         left = f"{loso[name][1]:8.1f}% {loso[name][0]:6.2f}" if name in loso else f"{'':9} {'':6}"
-        print(f"{name:26} {len(rows):4d} {mape(rows):6.1f}% {signed(rows):+7.1f}% {left} {mape(rows, 'err_flat'):9.1f}% "
+        print(f"{name[:30]:30} {len(rows):4d} {mape(rows):6.1f}% {signed(rows):+7.1f}% {left} {mape(rows, 'err_flat'):9.1f}% "
               f"{max(abs(r['err_pred']) for r in rows):8.1f}%")
     if loso:
         per_source = [mape(rows) for rows in groups.values()]
