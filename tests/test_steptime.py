@@ -1289,14 +1289,25 @@ def test_fp8_is_refused_where_the_device_has_no_fp8_arithmetic_and_plans_where_i
             "fp8-mixed"]
     assert cli.main([*args, "--gpu", "a100-80gb"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "fp8-mixed needs fp8 arithmetic, which a100-80gb has not (allowed on a100-80gb: fp32, " \
-        "bf16-mixed, fp16-mixed)" in err[0]
+    assert len(err) == 1 and "fp8-mixed needs bf16 and fp8 arithmetic, which a100-80gb has not, no fp8 (allowed on " \
+        "a100-80gb: fp32, bf16-mixed, fp16-mixed)" in err[0]
+    for search in (["--layout", "search"], ["--tp", "auto"]):  # the search refuses it before pricing anything
+        assert cli.main([*args, "--gpu", "a100-80gb", *search]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "a100-80gb has not, no fp8" in err[0]
+    assert cli.main([*args, "--gpu", "v100"]) == 2
+    assert "fp8-mixed needs bf16 and fp8 arithmetic, which v100 has not, no bf16 or fp8" in capsys.readouterr().err
     assert cli.main([*args, "--gpu", "h100-sxm"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "fp8-mixed" in out
-    assert cli.main([*args, "--gpu", "h100-sxm", "--mfu", "0.4"]) == 0  # a given MFU is of the fp8 peak
+    assert cli.main([*args, "--gpu", "h100-sxm", "--mfu", "0.4", "--cost-model", "all"]) == 0  # of the fp8 peak
     out = capsys.readouterr().out
-    assert " 0.400 " in out
+    assert " 0.400 " in out and "given MFU (of the fp8 peak)" in " ".join(out.split())
+    assert "fp8 GEMM ceiling: Bekman" in " ".join(out.split())
+    # our calibrations and measured runs time bf16 products: refused, one line
+    assert cli.main([*args, "--gpu", "h100-sxm", "--calibration", "no-such.json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--calibration: times the products in bf16; fp8-mixed runs them in fp8" in err[0]
 
 
 def test_the_framework_says_whether_it_caches_fp8_weights():
@@ -1325,3 +1336,32 @@ def test_the_h100_pcie_is_a_hopper_with_its_own_sms_and_the_generic_network_said
     assert "model assumption" in pcie.sources["flash_forward"]
     assert "generic default" in pcie.sources["intra_gbs"]
     assert device("h100-pcie").attention_kernel("flash3") == "flash3"
+
+
+def test_fp8_follows_a_measured_device_and_keeps_its_weight_caches_in_memory():
+    """A --device-model measurement (bf16) moves the catalogue's fp8 ceiling by the same ratio; a framework that caches
+    the fp8 weights holds 2 more bytes per block parameter; GB200 is matched before B200 by torch's device name."""
+    from trainingcost.analytic.plan import Efficiency, PlanSpec, plan_table
+    from trainingcost.analytic.steptime.device import with_measurement
+    from trainingcost.config.hardware import match_device
+
+    h100 = device("h100-sxm")
+    data = {"kind": "device_model", "gemm_flops": 0.5 * 989.5e12, "bandwidth": [[1e9, 3.0e12]],
+            "flash_forward_flops": 3e14, "flash_backward_flops": 2e14, "launch_s": 3e-6,
+            "device_name": "NVIDIA H100 80GB HBM3", "dtype": "bf16", "trusted": True}
+    measured = with_measurement(h100, data, "bf16", "dm.json")
+    f8 = DeviceModel.of(measured, "bf16", "fp8")
+    assert f8.products.params["gemm_ceiling"] == pytest.approx(0.709 * 0.5 / 0.801, rel=1e-12)
+    assert "the measured bf16 ceiling x the catalogue's fp8 / bf16 ceilings" in f8.sources["gemm_ceiling_fp8"]
+    cfg = canonical_model(preset_entry("llama-2-7b"))
+    spec = dict(tokens=1e9, gpus=8, global_batch=64, micro_batch=1, sharding="zero1", precision="fp8-mixed",
+                efficiency=Efficiency("predicted", 1.0, "test"))
+    plain = plan_table(cfg, PlanSpec(**spec), h100, ["bp"], ["executed"]).iloc[0]
+    cached = plan_table(cfg, PlanSpec(**spec, fp8_weight_cache=True), h100, ["bp"], ["executed"]).iloc[0]
+    facts = model_facts(cfg, ["bp"], "adam")
+    assert cached["mem_parameters"] - plain["mem_parameters"] == pytest.approx(2.0 * facts.blocks_parameters, rel=1e-9)
+    assert match_device("NVIDIA GB200").name == "gb200" and match_device("NVIDIA B200").name == "b200"
+    from trainingcost.config.hardware import parse_steptime
+
+    with pytest.raises(ConfigError, match=r"^d\.steptime\.gemm_ceiling_fp8: a share of the peak, in \(0, 1\] \(got 1\.2\)$"):
+        parse_steptime({"gemm_ceiling_fp8": 1.2}, {}, "a user device", "d.steptime")

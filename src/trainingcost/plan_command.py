@@ -105,7 +105,7 @@ def add_parser(sub) -> None:
     p.add_argument("--precision", choices=list(PRECISIONS),
                    help="default: the device's best mixed precision (bf16-mixed where it has bf16 arithmetic, else "
                         "fp16-mixed, as GPT-3 was trained on V100s); fp8-mixed: bf16-mixed with the blocks' linear "
-                        "products in fp8 (Hopper and later)")
+                        "products in fp8 (devices with fp8 tensor cores: Ada, Hopper, Blackwell, MI300X)")
     p.add_argument("--checkpointing", default="none", choices=[*CHECKPOINTING, "auto"],
                    help="activation checkpointing: selective checkpoints every --checkpoint-every-th block")
     p.add_argument("--checkpoint-every", type=count, default=2)
@@ -225,6 +225,12 @@ def measured_run(path: str, gpu) -> tuple[Efficiency, float | None, str]:
 
 def efficiency_of(args, cfg, precision: str, tp: int, gpu) -> Efficiency:
     chosen = [k for k in ("mfu", "hfu", "tokens_per_s") if getattr(args, k, None) is not None]
+    if PRECISIONS[precision].linear:  # our runs and calibrations time the products in the compute dtype
+        for flag, given in (("--measured-run", getattr(args, "measured_run", None)),
+                            ("--calibration", getattr(args, "calibration", None))):
+            if given:
+                raise ConfigError(f"{flag}: times the products in {PRECISIONS[precision].compute}; {precision} runs "
+                                  f"them in {PRECISIONS[precision].linear}: leave {flag} out (the predicted step time)")
     if getattr(args, "measured_run", None):
         return measured_run(args.measured_run, gpu)[0]
     if args.calibration:
@@ -248,7 +254,8 @@ def efficiency_of(args, cfg, precision: str, tp: int, gpu) -> Efficiency:
         return Efficiency("predicted", 1.0, PREDICTED_SOURCE)
     kind = chosen[0]
     value = getattr(args, kind)
-    source = {"mfu": "given MFU", "hfu": "given HFU",
+    of = f" (of the {PRECISIONS[precision].peak_dtype} peak)" if PRECISIONS[precision].linear else ""
+    source = {"mfu": f"given MFU{of}", "hfu": f"given HFU{of}",
               "tokens_per_s": f"measured: {value:g} tokens/s per GPU under {args.measured_rule}, its achieved FLOP/s "
                               "carried to the other rules"}[kind]
     return Efficiency(kind, value, source, rule=args.measured_rule)

@@ -72,7 +72,7 @@ def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
     """The search at every GPU count of ``args.gpus``; ``spec_of(args_for_one_count)`` is the plan's own
     PlanSpec builder (plan.spec_from_args)."""
     from .analytic.layout import search
-    from .analytic.plan import global_batch, plan_table
+    from .analytic.plan import check_precision, global_batch, plan_table
 
     free = free_fields(args)
     counts = list(args.gpus)
@@ -87,6 +87,7 @@ def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
     G = base.global_batch if base.global_batch is not None else global_batch(
         dataclasses.replace(base, tp=1, pp=1), cfg)[0]
     tables, layouts, at_bp, searches = [], [], [], {}
+    check_precision(base.precision, gpu)  # before the search prices anything (plan_table checks it again)
     for n in counts:
         spec = dataclasses.replace(spec_of(fixed_args(args, n)), global_batch=G)
         if not free:

@@ -253,7 +253,7 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                         continue
                     for sp in sps:
                         if prune and len(ranked) >= top:
-                            key = ("bound", r, t, p, mb, sp, ckpt, ep, spec.cp)
+                            key = ("bound", r, t, p, mb, sp, ckpt, ep, spec.cp, spec.precision)
                             if key not in memo:
                                 memo[key] = _compute_bound(cfg, step_layout(
                                     fits[fitting_shardings[0]][0], G, mb, interleave=1, sequence_parallel=sp,

@@ -140,6 +140,20 @@ class PlanSpec:
 MAX_MIRROR_STEPS = 1000  # weight-mirror steps per training step (WM): Akrout et al. 2019 use a handful
 
 
+def check_precision(name: str, device) -> None:
+    """One line where ``device`` lacks the arithmetic the precision needs (fp8-mixed: bf16 and fp8)."""
+    if name not in PRECISIONS:
+        raise ConfigError(f"precision: {name!r} is not allowed (allowed: {', '.join(PRECISIONS)})")
+    precision = PRECISIONS[name]
+    needed = [d for d in (precision.compute, precision.linear) if d]
+    lacking = [d for d in needed if device.peak(d) is None]
+    if lacking:
+        allowed = [p for p, q in PRECISIONS.items() if all(device.peak(d) is not None for d in (q.compute, q.linear) if d)]
+        missing = f", no {' or '.join(lacking)}" if len(needed) > 1 else ""
+        raise ConfigError(f"precision: {name} needs {' and '.join(needed)} arithmetic, which {device.name} has not"
+                          f"{missing} (allowed on {device.name}: {', '.join(allowed)})")
+
+
 def check_spec(spec: PlanSpec, cfg, device) -> None:
     """Refuse an impossible plan before any arithmetic (ConfigError naming the field)."""
     def positive(name, value, integer=False):
@@ -187,12 +201,7 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
     for name, value in spec.compute_multipliers:
         if not (math.isnan(value) or (math.isfinite(value) and value > 0)):
             raise ConfigError(f"compute_multipliers: {name}'s must be positive or NaN (never reaches; got {value})")
-    precision = PRECISIONS[spec.precision]
-    lacking = [d for d in (precision.compute, precision.linear) if d and device.peak(d) is None]
-    if lacking:
-        allowed = [p for p, q in PRECISIONS.items() if all(device.peak(d) is not None for d in (q.compute, q.linear) if d)]
-        raise ConfigError(f"precision: {spec.precision} needs {lacking[0]} arithmetic, which {device.name} has not "
-                          f"(allowed on {device.name}: {', '.join(allowed)})")
+    check_precision(spec.precision, device)
     check_expert_parallel(spec, cfg)
     if spec.gpus % (spec.tp * spec.pp * spec.cp):
         cp = f" x context-parallel {spec.cp}" if spec.cp > 1 else ""
@@ -385,8 +394,12 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     # DeepSpeed's ZeRO-3 keeps its gradient partition in fp32 for the optimizer (its estimator's 18 bytes per parameter:
     # fp16 weights 2, fp32 weights, gradients and Adam's two moments 16, as its offload branches split them)
     grads = max(p.grads, 4) if stage == 3 and spec.zero3_gather == "module" else p.grads
+    # fp8-mixed under a framework that caches the fp8 weights over the micro-batches (Transformer Engine through
+    # Megatron-Core): each block weight's fp8 copy and its transpose, 2 bytes per block parameter held
+    fp8_cache = 2.0 * params * held * facts.blocks_parameters / facts.parameters \
+        if (p.linear and spec.fp8_weight_cache and stage < 3 and facts.parameters) else 0.0
     return {
-        "parameters": shard(params * p.weights, 3),
+        "parameters": shard(params * p.weights, 3) + fp8_cache,
         "feedback": shard(feedback * p.weights, 3),
         "gradients": shard(trained * grads, 2),
         "master_weights": shard(trained * p.master, 1),
@@ -586,6 +599,12 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
                           "on at least one")
     capacity = float(device.memory_bytes)
     peak = float(device.peak(p.peak_dtype))  # fp8-mixed: the fp8 peak (NVIDIA's MFU convention)
+    fp8_note = ""
+    if p.linear:  # where the fp8 products' ceiling comes from (a device without a published one keeps its bf16 one)
+        from .steptime.device import DeviceModel
+
+        key = f"gemm_ceiling_{p.linear}"
+        fp8_note = f"; {p.linear} GEMM ceiling: {DeviceModel.of(device, p.compute, p.linear).sources[key]}"
 
     # Memory, per rule (no cost model enters it)
     memory = {}
@@ -679,7 +698,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "goodput": spec.goodput, "source_goodput": spec.goodput_source,
             "source_tokens": spec.tokens_source, "source_batch": batch_source, "source_efficiency": e.source,
             "source_precision": (f"{spec.precision} ({spec.precision_source}): " if spec.precision_source else "")
-                                + p.source, "source_peak": device.sources.get("peak_tflops", ""),
+                                + p.source + fp8_note, "source_peak": device.sources.get("peak_tflops", ""),
             "source_memory_capacity": device.sources.get("memory_gb", ""),
             "source_power": spec.power_source + ("" if spec.joules_per_token is not None or spec.joules_per_flop is not None
                                                  else f"; TDP {device.power_w:g} W: {device.sources.get('power_w', '')}"),

@@ -49,9 +49,10 @@ PRECISIONS = {
     "fp8-mixed": Precision("fp8-mixed", "bf16", 2, 2, 4, 4, 2, "bf16-mixed with the blocks' linear products in fp8 "
                            "(per-tensor scaling: Transformer Engine's recipe, Micikevicius et al. 2022, FP8 Formats "
                            "for Deep Learning; torchao's float8 training): attention, norms, the LM head and the "
-                           "optimizer as bf16-mixed, so bf16-mixed's bytes: 2 + 2 + (4 + 4 x slots) per parameter. "
-                           "Not counted: the cached fp8 weight copies (at most 2 bytes per block parameter) and the "
-                           "linear inputs saved in fp8 rather than bf16 (counted at 2 bytes)", linear="fp8"),
+                           "optimizer as bf16-mixed, so bf16-mixed's bytes: 2 + 2 + (4 + 4 x slots) per parameter, and where the "
+                           "framework caches the fp8 weights (Megatron-Core, NeMo) 2 more per block parameter (each "
+                           "weight's fp8 copy and its transpose). Not counted: the linear inputs saved in fp8 rather "
+                           "than bf16 (counted at 2 bytes)", linear="fp8"),
 }
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")  # fsdp: FULL_SHARD, ZeRO-3's sharding (Zhao et al. 2023)
 ZERO_STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}

@@ -152,6 +152,8 @@ def parse_steptime(entry, sources: dict, source: str | None, where: str) -> tupl
                 raise ConfigError(f"{where}.hbm_efficiency: a list of [bytes at least, efficiency] pairs (got {value!r})")
         else:
             _number(value, f"{where}.{key}")
+            if key in ("gemm_ceiling", "gemm_ceiling_fp8", "nic_efficiency", "kernel_efficiency") and not 0 < value <= 1:
+                raise ConfigError(f"{where}.{key}: a share of the peak, in (0, 1] (got {value!r})")
     cite = entry.get("cite", {})
     cited = {}
     for key in values:
@@ -208,8 +210,7 @@ def device(name: str, table: dict[str, Device] | None = None) -> Device:
 
 
 def match_device(torch_name: str) -> Device | None:
-    """The catalogue device that torch's device name names (first match in file order), or None."""
-    for d in _catalogue():
-        if any(m in torch_name for m in d.match):
-            return d
-    return None
+    """The catalogue device that torch's device name names, or None: the longest ``match`` string found in the name
+    (so "NVIDIA GB200" is the gb200, not the b200 whose "B200" it also holds); ties in file order."""
+    found = [(len(m), -i, d) for i, d in enumerate(_catalogue()) for m in d.match if m in torch_name]
+    return max(found, key=lambda x: (x[0], x[1]))[2] if found else None

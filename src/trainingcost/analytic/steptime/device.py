@@ -192,6 +192,15 @@ def with_measurement(device, data: dict, dtype: str, where: str):
     kept = {k: v for k, v in device.steptime.items() if k not in replaced}
     kept_sources = {k: v for k, v in device.steptime_sources.items() if k not in replaced}
     sources = {k: source for k in measured}
+    # an fp8 ceiling the catalogue publishes moves with the measured bf16 one (their ratio kept: the same device's
+    # clocks and power limit bind both); the dtype measured is the compute dtype, never fp8
+    if "gemm_ceiling_fp8" in device.steptime:
+        bf16 = float(device.steptime.get("gemm_ceiling", GENERIC["gemm_ceiling"]))
+        fp8 = float(device.steptime["gemm_ceiling_fp8"])
+        measured["gemm_ceiling_fp8"] = min(1.0, fp8 * measured["gemm_ceiling"] / bf16)
+        sources["gemm_ceiling_fp8"] = (f"{source}: the measured {dtype} ceiling x the catalogue's fp8 / {dtype} "
+                                       f"ceilings ({fp8:.3g} / {bf16:.3g}: "
+                                       f"{device.steptime_sources.get('gemm_ceiling_fp8', '')})")
     # the measurement times attention without a mask; a causal one keeps the catalogue's causal / unmasked ratio
     for key in ("forward", "backward"):
         for kernel in ("cudnn", "flash3", "flash"):

@@ -673,7 +673,8 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
 
         def serialised(kt, alone, rec_one, passes, back, recomputed):
             """One block's (or the head's) serialised seconds per micro-batch, as ``sequential`` is composed."""
-            fwd_one = alone[0] + f_ratio * (kt["fwd"]["memory"] + kt["fwd"]["launch"])
+            fwd_one = alone[0] + f_ratio * (kt["fwd"]["memory"] + kt["fwd"]["launch"]) + \
+                (kt.get("weight_cast", 0.0) if not lay.fp8_weight_cache else 0.0)  # fp8 weights cast per micro-batch
             ring = kt is bt  # the head has no attention, so no context-parallel ring
             out = fwd_one + _exposed(passes * one, fwd_one, lay.tp_overlap) + (passes / 2 * cp_fwd_one if ring else 0)
             if w["through"]:
