@@ -28,7 +28,8 @@ from trainingcost.analytic.steptime import runs  # noqa: E402
 from trainingcost.config.frameworks import cluster, framework  # noqa: E402
 from trainingcost.config.hardware import device  # noqa: E402
 
-TUNED = ("narayanan2021-table1", "korthikanti2022-table5", "nvidia-dgxc-benchmarking", "bigscience-bloom")
+TUNED = ("narayanan2021-table1", "korthikanti2022-table5", "nvidia-dgxc-benchmarking", "nvidia-dgxc-benchmarking-2025",
+         "nvidia-nemo-perf-24.07", "bigscience-bloom")
 
 
 def spec_of(row: dict) -> PlanSpec:
