@@ -1360,6 +1360,9 @@ def test_fp8_follows_a_measured_device_and_keeps_its_weight_caches_in_memory():
     cached = plan_table(cfg, PlanSpec(**spec, fp8_weight_cache=True), h100, ["bp"], ["executed"]).iloc[0]
     facts = model_facts(cfg, ["bp"], "adam")
     assert cached["mem_parameters"] - plain["mem_parameters"] == pytest.approx(2.0 * facts.blocks_parameters, rel=1e-9)
+    # weights kept in fp8 (NeMo's fp8_params): the copy and its transpose replace the bf16 working weights
+    in_fp8 = plan_table(cfg, PlanSpec(**spec, fp8_weight_cache=True, fp8_params=True), h100, ["bp"], ["executed"]).iloc[0]
+    assert in_fp8["mem_parameters"] == plain["mem_parameters"]
     assert match_device("NVIDIA GB200").name == "gb200" and match_device("NVIDIA B200").name == "b200"
     from trainingcost.config.hardware import parse_steptime
 

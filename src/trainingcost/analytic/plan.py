@@ -122,6 +122,7 @@ class PlanSpec:
     grad_reduce: str = "compute"  # the dtype its gradient reductions run in (config/frameworks.yaml)
     zero1_sync: str = "overlapped"  # how it syncs ZeRO-1's gradients (config/frameworks.yaml)
     fp8_weight_cache: bool = False  # fp8-mixed: it casts the weights once per step (config/frameworks.yaml)
+    fp8_params: bool = False  # fp8-mixed: its weights are kept in fp8 (config/frameworks.yaml)
     attention: str = "flash"
     # The plan at equal quality: (rule, compute multiplier against BP) pairs, NaN where the rule never reaches the
     # target; a rule absent trains on ``tokens``. Each rule then gets the tokens that buy M x BP's compute at its
@@ -395,9 +396,10 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     # fp16 weights 2, fp32 weights, gradients and Adam's two moments 16, as its offload branches split them)
     grads = max(p.grads, 4) if stage == 3 and spec.zero3_gather == "module" else p.grads
     # fp8-mixed under a framework that caches the fp8 weights over the micro-batches (Transformer Engine through
-    # Megatron-Core): each block weight's fp8 copy and its transpose, 2 bytes per block parameter held
+    # Megatron-Core): each block weight's fp8 copy and its transpose, 2 bytes per block parameter held, unless its
+    # weights are kept in fp8 (NeMo's fp8_params: the copy and its transpose then replace the bf16 weights)
     fp8_cache = 2.0 * params * held * facts.blocks_parameters / facts.parameters \
-        if (p.linear and spec.fp8_weight_cache and stage < 3 and facts.parameters) else 0.0
+        if (p.linear and spec.fp8_weight_cache and not spec.fp8_params and stage < 3 and facts.parameters) else 0.0
     return {
         "parameters": shard(params * p.weights, 3) + fp8_cache,
         "feedback": shard(feedback * p.weights, 3),

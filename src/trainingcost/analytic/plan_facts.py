@@ -50,8 +50,9 @@ PRECISIONS = {
                            "(per-tensor scaling: Transformer Engine's recipe, Micikevicius et al. 2022, FP8 Formats "
                            "for Deep Learning; torchao's float8 training): attention, norms, the LM head and the "
                            "optimizer as bf16-mixed, so bf16-mixed's bytes: 2 + 2 + (4 + 4 x slots) per parameter, and where the "
-                           "framework caches the fp8 weights (Megatron-Core, NeMo) 2 more per block parameter (each "
-                           "weight's fp8 copy and its transpose). Not counted: the linear inputs saved in fp8 rather "
+                           "framework caches the fp8 weights (Megatron-Core) 2 more per block parameter (each "
+                           "weight's fp8 copy and its transpose; none where they replace bf16 weights kept in fp8, "
+                           "NeMo's fp8_params). Not counted: the linear inputs saved in fp8 rather "
                            "than bf16 (counted at 2 bytes)", linear="fp8"),
 }
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")  # fsdp: FULL_SHARD, ZeRO-3's sharding (Zhao et al. 2023)

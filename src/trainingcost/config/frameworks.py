@@ -49,8 +49,10 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "un
 # fp8_weight_cache: under fp8-mixed, whether it casts the weights to fp8 once per step and keeps them over the
 # micro-batches (Megatron-Core's Transformer Engine layers, is_first_microbatch) or in every forward (torchao's
 # float8 training); default false
+# fp8_params: under fp8-mixed, whether its weights are kept in fp8 (NeMo's fp8_params: the fp8 copy and its transpose
+# replace the bf16 working weights, so the cache costs no memory beyond bf16-mixed's); default false
 OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefetch": True, "grad_reduce": "compute",
-            "zero1_sync": "overlapped", "fp8_weight_cache": False}
+            "zero1_sync": "overlapped", "fp8_weight_cache": False, "fp8_params": False}
 ZERO1_SYNC = ("overlapped", "after_backward")
 GRAD_REDUCE = ("compute", "fp32", "fp32-if-bf16")
 PIPELINE_SPLITS = ("even", "balanced")
@@ -79,6 +81,7 @@ class Framework:
     grad_reduce: str = "compute"  # the gradients' reduction dtype (OPTIONAL)
     zero1_sync: str = "overlapped"  # ZeRO-1's gradient sync (OPTIONAL)
     fp8_weight_cache: bool = False  # fp8 weights cast once per step, not per micro-batch (OPTIONAL)
+    fp8_params: bool = False  # fp8-mixed weights kept in fp8 (OPTIONAL)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -140,6 +143,9 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     cache = entry.get("fp8_weight_cache", OPTIONAL["fp8_weight_cache"])
     if not isinstance(cache, bool):
         raise ConfigError(f"{where}.fp8_weight_cache: true or false (got {cache!r})")
+    fp8_params = entry.get("fp8_params", OPTIONAL["fp8_params"])
+    if not isinstance(fp8_params, bool):
+        raise ConfigError(f"{where}.fp8_params: true or false (got {fp8_params!r})")
     for key, allowed in CHOICES.items():
         if entry[key] not in allowed:
             raise ConfigError(f"{where}.{key}: {entry[key]!r} is not allowed (allowed: {', '.join(allowed)})")
@@ -159,7 +165,8 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      _fraction(entry["tp_overlap"], f"{where}.tp_overlap"), entry["zero3_granularity"],
                      entry["zero3_gather"], entry["attention"],
                      entry["sharding"], entry["dp_rails"], {**can, "shardings": tuple(can["shardings"])},
-                     {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce, zero1_sync, cache)
+                     {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce, zero1_sync, cache,
+                     fp8_params)
 
 
 def _date(value, where: str) -> datetime.date:
