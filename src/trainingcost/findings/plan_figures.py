@@ -108,12 +108,12 @@ def strong_scaling(table: pd.DataFrame, title: str = ""):
     fig, axes = plt.subplots(1, 2, figsize=(FULL, 3.0))
     sns.lineplot(data=data, x="gpus", y="days", ax=axes[0], **style)
     axes[0].set(xscale="log", yscale="log", xlabel="GPUs", ylabel=f"wall-clock ({unit})",
-                title="Time against GPUs (each rule at its best layout)")
+                title="Time against GPUs\n(each rule at its best layout)")
     counts = sorted(data["gpus"].unique())
     sns.lineplot(data=data.sort_values("days"), x="days", y="gpu_hours", sort=False, ax=axes[1], legend=False,
                  **style)
     axes[1].set(xscale="log", xlabel=f"wall-clock ({unit})", ylabel="GPU-hours",
-                title="GPU-hours against time (a point per GPU count)")
+                title="GPU-hours against time\n(a point per GPU count)")
     plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:.2g}")
     for ax in axes:
         ax.grid(True, which="both", alpha=0.3)
