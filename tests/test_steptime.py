@@ -1368,3 +1368,11 @@ def test_fp8_follows_a_measured_device_and_keeps_its_weight_caches_in_memory():
 
     with pytest.raises(ConfigError, match=r"^d\.steptime\.gemm_ceiling_fp8: a share of the peak, in \(0, 1\] \(got 1\.2\)$"):
         parse_steptime({"gemm_ceiling_fp8": 1.2}, {}, "a user device", "d.steptime")
+
+
+def test_a_published_row_may_name_its_precision_as_its_source_prints_it():
+    rows = runs.load(ROOT / "benchmarks" / "published_runs.csv")
+    row = next(r for r in rows if r["precision"] == "fp8-mixed")
+    for printed in ("FP8", "fp8", "amp_fp8"):
+        assert runs.layout_of({**row, "precision": printed}).precision == "fp8-mixed"
+    assert runs.layout_of({**row, "precision": "BF16"}).precision == "bf16-mixed"

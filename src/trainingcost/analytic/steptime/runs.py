@@ -56,6 +56,12 @@ def model_of(row: dict):
     return canonical_model(entry, f"published run {row['run']!r}")
 
 
+# How sources print a run's precision, as the plan's precisions (analytic/plan_facts.py PRECISIONS): mixed precision
+# keeps fp32 master weights whatever the table calls it (MosaicML's amp_bf16 / amp_fp8, NVIDIA's BF16 / FP8)
+PRECISION_ALIASES = {"bf16": "bf16-mixed", "amp_bf16": "bf16-mixed", "fp16": "fp16-mixed", "amp_fp16": "fp16-mixed",
+                     "fp8": "fp8-mixed", "amp_fp8": "fp8-mixed"}
+
+
 def layout_of(row: dict, framework_name: str | None = None) -> Layout:
     """The row's layout as its source states it; what the framework does with it (overlap, what a ZeRO-3 gather
     moves, its attention kernel where the row names none) from the framework catalogue (the row's ``framework``,
@@ -71,7 +77,8 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
     return Layout(gpus=int(row["gpus"]), global_batch=int(row["global_batch"]), micro_batch=int(row["micro_batch"]),
                   tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row.get("cp") or 1), interleave=int(row["interleave"]),
                   sequence_parallel=bool(int(row["sequence_parallel"])), sharding=row["sharding"],
-                  recompute=row["recompute"], precision=row["precision"], attention=attention,
+                  recompute=row["recompute"], attention=attention,
+                  precision=PRECISION_ALIASES.get(row["precision"].strip().lower(), row["precision"].strip()),
                   dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap, tp_backward_overlap=fw.tp_backward_overlap, zero3_granularity=fw.zero3_granularity, dp_rails=fw.dp_rails,
                   gather_prefetch=fw.gather_prefetch, grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync,
                   fp8_weight_cache=fw.fp8_weight_cache,
