@@ -57,6 +57,7 @@ CASES = st.fixed_dictionaries({
     "batch": st.sampled_from([8, 16]), "rule": st.sampled_from(["bp", "dfa", "pepita", "lra"]),
     "sync": st.sampled_from([{}, {"grad_reduce": "fp32", "zero1_sync": "after_backward"}]),  # nanotron's ZeRO-1
     "cp": st.sampled_from([1, 2]),  # context parallelism, given
+    "fp8": st.sampled_from([{}, {"precision": "fp8-mixed"}, {"precision": "fp8-mixed", "fp8_weight_cache": True}]),
 })
 
 
@@ -71,7 +72,7 @@ def test_the_search_finds_brute_forces_best_layout(case):
                                vocab=512, seq_len=case["seq"], norm_position="pre"), "")
     small = dataclasses.replace(H100, memory_bytes=int(3e9))  # a small GPU, so that memory rules out layouts
     spec = PlanSpec(tokens=1e9, gpus=case["gpus"], global_batch=case["batch"] * case["gpus"] // 2, efficiency=PREDICTED,
-                    sharding="none", cp=case["cp"], **case["sync"])
+                    sharding="none", cp=case["cp"], **case["sync"], **case["fp8"])
     free = {"tp", "pp", "micro_batch", "sharding", "checkpointing", "sequence_parallel", "interleave"}
     found = search(cfg, spec, small, [case["rule"]], free).rules[case["rule"]]
     reference = brute_force(cfg, spec, small, case["rule"], free)
@@ -81,6 +82,20 @@ def test_the_search_finds_brute_forces_best_layout(case):
     b = found.best
     assert (b.tp, b.pp, b.interleave, b.micro_batch, b.checkpointing, b.sharding, b.sequence_parallel) == reference[1]
     assert b.step_s == pytest.approx(reference[0][0], rel=1e-12) and b.memory_bytes == pytest.approx(reference[0][1])
+
+
+def test_a_memo_shared_by_searches_of_two_precisions_keeps_them_apart():
+    """The search's memo (kernel times, priced phases, lower bounds) is keyed by everything they read, the precision
+    included: a bf16 search then an fp8 one on the same memo finds what a fresh fp8 search finds."""
+    cfg = canonical_model(preset_entry("llama-2-70b"))  # where a bf16 bound once pruned fp8's best (a review's case)
+    bf16 = PlanSpec(tokens=1e12, gpus=64, global_batch=128, efficiency=PREDICTED)
+    fp8 = dataclasses.replace(bf16, precision="fp8-mixed")
+    free = set(FIELDS)
+    fresh = search(cfg, fp8, H100, ["bp"], free).rules["bp"].best
+    memo = {}
+    search(cfg, bf16, H100, ["bp"], free, memo=memo)
+    shared = search(cfg, fp8, H100, ["bp"], free, memo=memo).rules["bp"].best
+    assert (shared.compact(), shared.step_s) == (fresh.compact(), fresh.step_s)
 
 
 def test_the_space_holds_what_a_framework_runs():
