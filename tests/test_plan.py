@@ -444,6 +444,7 @@ def config(**plan):
     (dict(select=["nope"]), {}, "plan.select"),
     (dict(mfu=0.4), {}, "plan: unknown key 'mfu'"),
     (dict(attention="flash4"), {}, "plan.attention: 'flash4' is not allowed (allowed: flash, flash3, cudnn, unfused)"),
+    (dict(compile="yes"), {}, "plan.compile: 'yes' is not of type 'boolean'"),
     (dict(gpu="mine"), {"hardware": {"mine": {"peak_tflops": {"bf16": 100}, "memory_gb": 16, "bandwidth_gbs": 500}}},
      "hardware.mine.power_w: missing"),
 ])

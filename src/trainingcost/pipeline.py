@@ -650,8 +650,9 @@ def section_spec(section: dict, cfg, gpu, where: str = "plan", count: bool = Tru
     defaults = PlanSpec(tokens=1, gpus=1, efficiency=Efficiency("mfu", DEFAULT_MFU, ""))
     measured = section["efficiency"].get("measured_rule", "bp")
     system = system_fields(section.get("framework"), section.get("cluster"), None, None, gpu,
-                           {"framework": f"{where}.framework", "attention": f"{where}.attention"},
-                           section.get("attention"))
+                           {"framework": f"{where}.framework", "attention": f"{where}.attention",
+                            "compile": f"{where}.compile"},
+                           section.get("attention"), section.get("compile"))
     fw = framework(section.get("framework"), f"{where}.framework")
     return PlanSpec(
         tokens=tokens, tokens_source=source, gpus=section["gpus"], tp=section["tp"], pp=section["pp"], cp=section["cp"],

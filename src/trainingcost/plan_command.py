@@ -92,6 +92,10 @@ def add_parser(sub) -> None:
                    help="the attention kernel: flash (FlashAttention-2), flash3 (FlashAttention-3, Hopper only: "
                         "FlashAttention-2 elsewhere), cudnn (cuDNN's fused attention, TransformerEngine's on Hopper) or "
                         "unfused (batched products, softmax in memory); default: the framework's")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile on the blocks: their norms, rotary embeddings and gated activations fused into "
+                        "few kernels (docs/planning.md, 'Eager and fused elementwise kernels'); --no-compile: run "
+                        "them op by op as the model's PyTorch code writes them; default: the framework's")
     p.add_argument("--cluster", default=None, metavar="NAME",
                    help=f"a named system (config/clusters.yaml: {', '.join(clusters())}): its GPU (unless --gpu), "
                         "GPUs per node and NIC bandwidth per GPU")
@@ -273,11 +277,13 @@ BLOCKING_GATHERS = "; parameter all-gathers not prefetched (they block the compu
 
 
 def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per_node: int | None,
-                  nic_gbps: float | None, gpu, names: dict, attention_name: str | None = None) -> dict:
+                  nic_gbps: float | None, gpu, names: dict, attention_name: str | None = None,
+                  compiled: bool | None = None) -> dict:
     """The PlanSpec fields that the framework (config/frameworks.yaml) and the cluster (config/clusters.yaml) decide,
     each with its source: the command line's --framework/--cluster and the workflow's plan.framework/plan.cluster
     (``names`` maps framework, gpus_per_node and nic_gbps to how the caller calls them); ``attention_name`` (the
-    command line's --attention, the workflow's plan.attention) replaces the framework's attention kernel."""
+    command line's --attention, the workflow's plan.attention) replaces the framework's attention kernel;
+    ``compiled`` (--compile / --no-compile, plan.compile) the framework's eager or fused elementwise kernels."""
     fw, read_as = resolve_framework(framework_name)
     given = f"given; {read_as}" if read_as else "given"  # e.g. "the fsdp family's newest entry"
     named = f"{fw.name} for {framework_name!r}" if read_as else fw.name  # a family or another spelling
@@ -291,6 +297,13 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
             "fused attention does not run there"
         whose = "" if attention_name else "its "
         fw_source += f"; {whose}{wanted} attention runs {attention} on {gpu.name} ({why}; config/hardware.yaml)"
+    elementwise = fw.elementwise if compiled is None else ("fused" if compiled else "eager")
+    if compiled is not None:
+        fw_source += (f"; torch.compile ({names.get('compile', '--compile')} given): norms, rotary and gated activations "
+                      "fused" if compiled else f"; no torch.compile ({names.get('compile', '--no-compile')} given): "
+                      "norms, rotary and gated activations run op by op")
+    elif elementwise == "eager":
+        fw_source += "; its model's norms, rotary and gated activations run op by op in eager PyTorch (--compile fuses them)"
     if fw.grad_reduce != "compute":
         fw_source += "; gradients reduced in fp32" + (" under bf16" if fw.grad_reduce == "fp32-if-bf16" else "")
     if fw.zero1_sync == "after_backward":
@@ -318,7 +331,7 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
                 dp_rails=fw.dp_rails, gpus_per_node=per_node, nic_gbps=nic, pipeline_split=fw.pipeline_split,
                 tp_backward_overlap=fw.tp_backward_overlap, gather_prefetch=fw.gather_prefetch,
                 grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync, fp8_weight_cache=fw.fp8_weight_cache,
-                fp8_params=fw.fp8_params)
+                fp8_params=fw.fp8_params, elementwise=elementwise)
 
 
 def spec_from_args(args, cfg, gpu) -> PlanSpec:
@@ -351,7 +364,8 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         power_source = flop_source
     system = system_fields(args.framework, args.cluster, args.gpus_per_node, args.nic_gbps, gpu,
                            {"framework": "--framework", "gpus_per_node": "--gpus-per-node", "nic_gbps": "--nic-gbps",
-                            "attention": "--attention"}, args.attention)
+                            "attention": "--attention", "compile": "--compile" if args.compile else "--no-compile"},
+                           args.attention, args.compile)
     fw = framework(args.framework)
     if args.tp_overlap is not None:  # a given --tp-overlap holds for the backward's collectives too
         system["tp_backward_overlap"] = None

@@ -51,8 +51,13 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "un
 # float8 training); default false
 # fp8_params: under fp8-mixed, whether its weights are kept in fp8 (NeMo's fp8_params: the fp8 copy and its transpose
 # replace the bf16 working weights, so the cache costs no memory beyond bf16-mixed's); default false
+# elementwise: how the blocks' norms, rotary embeddings and gated activations run: fused (one kernel each: Megatron's,
+# Transformer Engine's, apex's or Triton kernels, or torch.compile's) or eager (the model's own PyTorch code op by op,
+# RMSNorm and rotary through fp32 copies: torchtitan's and Hugging Face transformers' models without torch.compile);
+# default fused (docs/planning.md, "Eager and fused elementwise kernels")
 OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefetch": True, "grad_reduce": "compute",
-            "zero1_sync": "overlapped", "fp8_weight_cache": False, "fp8_params": False}
+            "zero1_sync": "overlapped", "fp8_weight_cache": False, "fp8_params": False, "elementwise": "fused"}
+ELEMENTWISE = ("fused", "eager")
 ZERO1_SYNC = ("overlapped", "after_backward")
 GRAD_REDUCE = ("compute", "fp32", "fp32-if-bf16")
 PIPELINE_SPLITS = ("even", "balanced")
@@ -82,6 +87,7 @@ class Framework:
     zero1_sync: str = "overlapped"  # ZeRO-1's gradient sync (OPTIONAL)
     fp8_weight_cache: bool = False  # fp8 weights cast once per step, not per micro-batch (OPTIONAL)
     fp8_params: bool = False  # fp8-mixed weights kept in fp8 (OPTIONAL)
+    elementwise: str = "fused"  # the blocks' norms, rotary and gated activations: fused or eager (OPTIONAL)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -146,6 +152,9 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     fp8_params = entry.get("fp8_params", OPTIONAL["fp8_params"])
     if not isinstance(fp8_params, bool):
         raise ConfigError(f"{where}.fp8_params: true or false (got {fp8_params!r})")
+    elementwise = entry.get("elementwise", OPTIONAL["elementwise"])
+    if elementwise not in ELEMENTWISE:
+        raise ConfigError(f"{where}.elementwise: {elementwise!r} is not allowed (allowed: {', '.join(ELEMENTWISE)})")
     for key, allowed in CHOICES.items():
         if entry[key] not in allowed:
             raise ConfigError(f"{where}.{key}: {entry[key]!r} is not allowed (allowed: {', '.join(allowed)})")
@@ -166,7 +175,7 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      entry["zero3_gather"], entry["attention"],
                      entry["sharding"], entry["dp_rails"], {**can, "shardings": tuple(can["shardings"])},
                      {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce, zero1_sync, cache,
-                     fp8_params)
+                     fp8_params, elementwise)
 
 
 def _date(value, where: str) -> datetime.date:

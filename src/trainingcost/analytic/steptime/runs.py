@@ -81,10 +81,24 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
                   precision=PRECISION_ALIASES.get(row["precision"].strip().lower(), row["precision"].strip()),
                   dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap, tp_backward_overlap=fw.tp_backward_overlap, zero3_granularity=fw.zero3_granularity, dp_rails=fw.dp_rails,
                   gather_prefetch=fw.gather_prefetch, grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync,
-                  fp8_weight_cache=fw.fp8_weight_cache,
+                  fp8_weight_cache=fw.fp8_weight_cache, elementwise=elementwise_of(row, fw),
                   pipeline_split=fw.pipeline_split,
                   gpus_per_node=system.gpus_per_node if system else None, nic_gbps=system.nic_gbps if system else None,
                   fabric=tuple(sorted(system.latencies.items())) if system else None)
+
+
+def elementwise_of(row: dict, fw) -> str:
+    """The row's norms, rotary and gated activations as its source states them, in the optional ``elementwise``
+    column: fused (fused kernels, or torch.compile) or eager (op by op); empty or absent: the framework's
+    (config/frameworks.yaml)."""
+    from ...config.errors import ConfigError
+    from ...config.frameworks import ELEMENTWISE
+
+    given = str(row.get("elementwise") or "").strip()
+    if given and given not in ELEMENTWISE:
+        raise ConfigError(f"published run {row['run']!r}: elementwise: {given!r} is not allowed (allowed: "
+                          f"{', '.join(ELEMENTWISE)} or empty)")
+    return given or fw.elementwise
 
 
 def load(path: str | Path) -> list[dict]:

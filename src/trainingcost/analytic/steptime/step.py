@@ -103,6 +103,7 @@ class Layout:
     cp: int = 1  # context-parallel degree: each of cp GPUs holds s / cp of every sequence (Megatron-Core's CP)
     pipeline_split: str = "even"  # how the blocks are split over the stages (the framework's; plan_facts.stages)
     host_block_s: tuple | None = None  # the host's seconds to issue one block's forward and backward (HOST_BLOCK_S)
+    elementwise: str = "fused"  # the blocks' norms, rotary and gated activations: fused or eager (EAGER_KERNELS)
 
     def __post_init__(self):
         if self.host_block_s is None:
@@ -286,6 +287,29 @@ def _floor(times, launch):
     return sum(times), sum(max(0.0, launch - t) for t in times if t > 0)
 
 
+def eager_kernels(e: int) -> dict:
+    """Bytes moved per element by each kernel that eager PyTorch runs for a block's RMSNorm (per element of the d-wide
+    rows), rotary embedding (per element of q and k) and gated activation (per element of the d_ff-wide product), with
+    activations of ``e`` bytes; fp32 is 4 bytes and a cast to fp32 of fp32 activations runs no kernel. Counted op by op
+    from the models' code (config/frameworks.yaml, torchtitan-eager and hf-eager; docs/planning.md, "Eager and fused
+    elementwise kernels"); fused kernels move 2 e (norm, rotary) and 3 e (gated) forward, twice that backward.
+
+    RMSNorm forward: x.float(), pow(2), mean(-1), x * rsqrt(...), .type_as(x), * weight. Backward (autograd of those
+    ops): the weight's product (grad * w; grad * y, summed), the cast back to fp32, the product with rsqrt, the product
+    with x for rsqrt's gradient and its sum, pow's 2 x grad, the two paths' sum, the cast to the activation dtype.
+    Rotary (torchtitan's complex product, or Hugging Face's q cos + rotate_half(q) sin alike): cast to fp32, the
+    product, cast back; its backward the same three. Gated activation: act(h1), then act * h3; backward grad * h3,
+    grad * act(h1), act's backward."""
+    up = (e + 4,) if e != 4 else ()  # a cast to fp32 (none when the activations are fp32 already)
+    down = (4 + e,) if e != 4 else ()
+    return {("rmsnorm", "fwd"): (*up, 8, 4, 8, *down, 2 * e),
+            ("rmsnorm", "bwd"): (2 * e, 2 * e, *up, 8, 12, 4, 8, 12, *down),
+            ("rotary", "fwd"): (*up, 8, *down),
+            ("rotary", "bwd"): (*up, 8, *down),
+            ("gated", "fwd"): (2 * e, 3 * e),
+            ("gated", "bwd"): (3 * e, 3 * e, 3 * e)}
+
+
 def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     """Seconds of one block's kernels per micro-batch on one GPU: {fwd|bwd: {matmul, attention, memory, launch}},
     plus the attention core's forward alone (what Korthikanti et al.'s selective recompute repeats)."""
@@ -332,11 +356,26 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     sp = t if lay.sequence_parallel else 1
     e = act_bytes
     rows = m * d * e
-    norm_res = [dev.memory(2 * rows / sp)] * 2 + [dev.memory(3 * rows / sp)] * 2  # two norms, two residual adds
-    act = [dev.memory((2 + gated) * m * (cfg.experts_per_token if cfg.moe else 1) * ff * e)]
-    rotary = [dev.memory(2 * m * (a + kv) * e)] if cfg.positions == "rotary" else []
-    fwd_mem = norm_res + act + rotary + fwd_att_mem
-    bwd_mem = [2 * x for x in norm_res + act + rotary] + bwd_att_mem
+    routed = m * (cfg.experts_per_token if cfg.moe else 1) * ff  # the activation's elements
+    if lay.elementwise == "eager":  # the model's PyTorch ops one kernel each (EAGER_KERNELS)
+        eager = eager_kernels(e)
+        rms = cfg.norm == "rmsnorm"
+        norms = {p: [dev.memory(x * m * d / sp) for x in (eager[("rmsnorm", p)] if rms else (2 * e * (1 if p == "fwd"
+                                                                                                        else 2),))]
+                 for p in ("fwd", "bwd")}
+        adds = [dev.memory(3 * rows / sp)] * 2
+        acts = {p: [dev.memory(x * routed) for x in (eager[("gated", p)] if gated else ((2 if p == "fwd" else 4) * e,))]
+                for p in ("fwd", "bwd")}
+        rot = {p: [dev.memory(x * m * (a + kv)) for x in eager[("rotary", p)]] if cfg.positions == "rotary" else []
+               for p in ("fwd", "bwd")}
+        fwd_mem = 2 * norms["fwd"] + adds + acts["fwd"] + rot["fwd"] + fwd_att_mem
+        bwd_mem = 2 * norms["bwd"] + [2 * x for x in adds] + acts["bwd"] + rot["bwd"] + bwd_att_mem
+    else:
+        norm_res = [dev.memory(2 * rows / sp)] * 2 + [dev.memory(3 * rows / sp)] * 2  # two norms, two residual adds
+        act = [dev.memory((2 + gated) * routed * e)]
+        rotary = [dev.memory(2 * m * (a + kv) * e)] if cfg.positions == "rotary" else []
+        fwd_mem = norm_res + act + rotary + fwd_att_mem
+        bwd_mem = [2 * x for x in norm_res + act + rotary] + bwd_att_mem
     weight_cast = 0.0
     if dev.linear is not None:  # fp8 products: their operands cast to fp8 (docs/planning.md, "FP8")
         # each product's input in the forward and its output gradient in the backward: read in bf16, written in fp8
@@ -540,7 +579,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     M = lay.accumulation
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
     kernels = (device.name, prec.compute, prec.linear, t, lay.micro_batch, lay.sequence_parallel, lay.attention, lay.ep,
-               lay.host_block_s, lay.cp)
+               lay.host_block_s, lay.cp, lay.elementwise)
 
     def kernel_times():
         bt, ht = block_times(cfg, lay, dev, e), head_times(cfg, lay, dev, e)
