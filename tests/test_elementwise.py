@@ -26,8 +26,8 @@ def test_eager_llama_block_moves_the_bytes_of_its_ops_counted_by_hand():
     """Llama-style block (RMSNorm, rotary, SwiGLU), bf16 activations (2 bytes), fp32 intermediates (4 bytes).
     Per element, each kernel's reads + writes, from torchtitan's norms.py / model.py read op by op:
     RMSNorm forward: x.float() 2+4, pow 4+4, mean 4, x*rsqrt 4+4, type_as 4+2, *weight 2+2;
-    backward: grad*w 2+2, grad*y 2+2, float() 2+4, *rsqrt 4+4, *x 4+4+4, sum 4, pow's 2x*grad 4+4, two paths'
-    sum 4+4+4, to bf16 4+2. Rotary, per element of q and k: float() 2+4, complex product 4+4, type_as 4+2; backward
+    backward: grad*y 2+2+2 and its sum 2, grad*w 2+2, float() 2+4, grad*x 4+4+4 and its sum 4, grad*rsqrt 4+4,
+    mean's backward 4, pow's x^1 4+4, x 2 4+4, x grad 4+4+4, two paths' sum 4+4+4, to bf16 4+2. Rotary, per element of q and k: float() 2+4, complex product 4+4, type_as 4+2; backward
     the same. SwiGLU per element of the d_ff product: silu 2+2, *h3 2+2+2; backward grad*h3 2+2+2, grad*silu 2+2+2,
     silu's backward 2+2+2. Fused: norm 2+2, rotary 2+2, SwiGLU 2+2+2, each twice in the backward. The residual adds,
     the attention and every product are the same both ways."""
@@ -38,7 +38,7 @@ def test_eager_llama_block_moves_the_bytes_of_its_ops_counted_by_hand():
     one, two = block_times(cfg, fused, dev, 2), block_times(cfg, eager, dev, 2)
     m, d, ff = 2 * cfg.seq_len, cfg.d_model, cfg.d_ff
     qk = m * (cfg.attn_width + cfg.kv_width)
-    rms_f, rms_b = [6, 8, 4, 8, 6, 4], [4, 4, 6, 8, 12, 4, 8, 12, 6]
+    rms_f, rms_b = [6, 8, 4, 8, 6, 4], [6, 2, 4, 6, 12, 4, 8, 4, 8, 8, 12, 12, 6]
     rot, glu_f, glu_b = [6, 8, 6], [4, 6], [6, 6, 6]
     mem = dev.memory
     eager_fwd = 2 * sum(mem(x * m * d) for x in rms_f) + sum(mem(x * qk) for x in rot) + \
@@ -142,3 +142,78 @@ def test_the_workflow_plan_section_takes_compile():
         spec = section_spec(filled["plan"], cfg, device("a100-80gb"))
         assert spec.elementwise == expected
         assert ("plan.compile given" in spec.framework_source) == (given is not None)
+
+
+def _traced_bytes(fn, *inputs):
+    """The bytes each aten kernel reads and writes in fn's forward and in its backward, per element of the first
+    input, traced with torch's dispatch mode on CPU (the same aten ops autograd runs on a GPU; views move nothing,
+    and a broadcast input is read once, not per element)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    def nbytes(t):
+        n = 1
+        for size, stride in zip(t.shape, t.stride()):
+            n *= size if stride != 0 else 1
+        return n * t.element_size()
+
+    class Trace(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.kernels = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if torch.Tag.view_copy in func.tags or func.is_view or func._schema.name.split("::")[1] in ("detach",):
+                return out
+            tensors = [a for a in tree_flatten((args, kwargs, out))[0] if isinstance(a, torch.Tensor)]
+            self.kernels.append(sum(nbytes(t) for t in tensors))
+            return out
+
+    elements = inputs[0].numel()
+    fwd = Trace()
+    with fwd:
+        y = fn(*inputs)
+    grad = torch.randn_like(y)
+    bwd = Trace()
+    with bwd:
+        y.backward(grad)
+    big = lambda ks: [round(k / elements, 1) for k in ks if k / elements >= 0.5]  # noqa: E731 (tiny kernels aside)
+    return big(fwd.kernels), big(bwd.kernels)
+
+
+def test_the_eager_byte_counts_are_the_kernels_torchs_autograd_runs():
+    """eager_kernels against the aten kernels torch itself runs for torchtitan's RMSNorm, rotary embedding and
+    SwiGLU, forward and backward, bf16 activations (torchtitan/models/norms.py and llama/model.py at 9dec370)."""
+    import torch
+
+    from trainingcost.analytic.steptime.step import eager_kernels
+
+    eager = {k: [float(x) for x in v] for k, v in eager_kernels(2).items()}
+    approx = lambda xs: pytest.approx(xs, abs=0.15)  # noqa: E731 (the rotary's frequencies: 4 / heads per element)
+    n, d = 64, 512
+
+    def rmsnorm(x, w):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).type_as(x) * w
+
+    x = torch.randn(n, d, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(d, dtype=torch.bfloat16, requires_grad=True)
+    fwd, bwd = _traced_bytes(rmsnorm, x, w)
+    assert fwd == approx(eager[("rmsnorm", "fwd")]) and sorted(bwd) == approx(sorted(eager[("rmsnorm", "bwd")]))
+
+    freqs = torch.polar(torch.ones(n, 32), torch.randn(n, 32)).view(1, n, 1, 32)
+
+    def rotary(q):
+        q_ = torch.view_as_complex(q.float().reshape(*q.shape[:-1], -1, 2))
+        return torch.view_as_real(q_ * freqs).flatten(3).type_as(q)
+
+    q = torch.randn(1, n, 32, 64, dtype=torch.bfloat16, requires_grad=True)
+    fwd, bwd = _traced_bytes(rotary, q)
+    assert fwd == approx(eager[("rotary", "fwd")]) and bwd == approx(eager[("rotary", "bwd")])
+
+    h1 = torch.randn(n, d, dtype=torch.bfloat16, requires_grad=True)
+    h3 = torch.randn(n, d, dtype=torch.bfloat16, requires_grad=True)
+    fwd, bwd = _traced_bytes(lambda a, b: torch.nn.functional.silu(a) * b, h1, h3)
+    assert fwd == approx(eager[("gated", "fwd")]) and sorted(bwd) == approx(sorted(eager[("gated", "bwd")]))

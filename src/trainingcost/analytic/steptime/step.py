@@ -294,16 +294,17 @@ def eager_kernels(e: int) -> dict:
     from the models' code (config/frameworks.yaml, torchtitan-eager and hf-eager; docs/planning.md, "Eager and fused
     elementwise kernels"); fused kernels move 2 e (norm, rotary) and 3 e (gated) forward, twice that backward.
 
-    RMSNorm forward: x.float(), pow(2), mean(-1), x * rsqrt(...), .type_as(x), * weight. Backward (autograd of those
-    ops): the weight's product (grad * w; grad * y, summed), the cast back to fp32, the product with rsqrt, the product
-    with x for rsqrt's gradient and its sum, pow's 2 x grad, the two paths' sum, the cast to the activation dtype.
-    Rotary (torchtitan's complex product, or Hugging Face's q cos + rotate_half(q) sin alike): cast to fp32, the
-    product, cast back; its backward the same three. Gated activation: act(h1), then act * h3; backward grad * h3,
-    grad * act(h1), act's backward."""
+    RMSNorm forward: x.float(), pow(2), mean(-1), x * rsqrt(...), .type_as(x), * weight. Backward, the kernels
+    torch's autograd runs for those ops (derivatives.yaml; traced op by op in tests/test_elementwise.py): grad * y and
+    its sum (the weight's gradient), grad * w, the cast to fp32, grad * x and its sum (rsqrt's gradient), grad *
+    rsqrt, mean's backward (the expanded gradient / d, written), pow's backward (x^1, x 2, x grad), the two paths'
+    sum, the cast to the activation dtype. Rotary (torchtitan's complex product, or Hugging Face's q cos +
+    rotate_half(q) sin alike): cast to fp32, the product, cast back; its backward the same three. Gated activation:
+    act(h1), then act * h3; backward grad * h3, grad * act(h1), act's backward."""
     up = (e + 4,) if e != 4 else ()  # a cast to fp32 (none when the activations are fp32 already)
     down = (4 + e,) if e != 4 else ()
     return {("rmsnorm", "fwd"): (*up, 8, 4, 8, *down, 2 * e),
-            ("rmsnorm", "bwd"): (2 * e, 2 * e, *up, 8, 12, 4, 8, 12, *down),
+            ("rmsnorm", "bwd"): (3 * e, e, 2 * e, *up, 12, 4, 8, 4, 8, 8, 12, 12, *down),
             ("rotary", "fwd"): (*up, 8, *down),
             ("rotary", "bwd"): (*up, 8, *down),
             ("gated", "fwd"): (2 * e, 3 * e),
