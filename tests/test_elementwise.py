@@ -54,6 +54,21 @@ def test_eager_llama_block_moves_the_bytes_of_its_ops_counted_by_hand():
     assert two["fwd"]["memory"] > one["fwd"]["memory"] and two["bwd"]["memory"] > one["bwd"]["memory"]
 
 
+def test_some_ops_eager_and_the_others_fused_add_up():
+    """A fused RMSNorm beside an eager rotary and SwiGLU (torchtitan's fused_rmsnorm of early 2024): each part's
+    extra bytes are the eager model's for that part alone, and the three parts add up to the whole."""
+    cfg = canonical_model({**preset_entry("llama-2-7b"), "layers": 2, "seq_len": 1024})
+    dev = DeviceModel.of(H100, "bf16")
+    lay = Layout(gpus=8, global_batch=16, micro_batch=2, host_block_s=(0.0, 0.0))
+    mem = {x: block_times(cfg, dataclasses.replace(lay, elementwise=x), dev, 2) for x in
+           ("fused", "eager", "norm", "rotary", "gated", "rotary+gated")}
+    for p in ("fwd", "bwd"):
+        extra = {x: mem[x][p]["memory"] - mem["fused"][p]["memory"] for x in mem}
+        assert all(extra[x] > 0 for x in ("norm", "rotary", "gated"))
+        assert extra["norm"] + extra["rotary"] + extra["gated"] == pytest.approx(extra["eager"], rel=1e-12)
+        assert extra["rotary"] + extra["gated"] == pytest.approx(extra["rotary+gated"], rel=1e-12)
+
+
 def test_layernorm_gelu_without_rotary_is_the_same_eager_or_fused():
     """torch's layer_norm and gelu are one kernel each even in eager mode; a model without rotary has none to fuse."""
     cfg = canonical_model({**preset_entry("gpt2-small"), "layers": 2})
@@ -115,7 +130,8 @@ def test_a_published_row_may_state_its_kernels_and_a_bad_value_is_one_line():
     assert tiny["framework"] == "fsdp1" and runs.layout_of(tiny).elementwise == "fused"  # flash-attn's fused kernels
     titan = next(r for r in rows if r["source"] == "torchtitan")
     assert runs.layout_of(titan).elementwise == "eager"  # the framework's
-    with pytest.raises(ConfigError, match="elementwise: 'compiled' is not allowed"):
+    with pytest.raises(ConfigError, match=r"elementwise: 'compiled' is not allowed \(allowed: fused, eager, or some of "
+                                          r"norm, rotary, gated"):
         runs.layout_of({**titan, "elementwise": "compiled"})
 
 

@@ -89,15 +89,18 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
 
 def elementwise_of(row: dict, fw) -> str:
     """The row's norms, rotary and gated activations as its source states them, in the optional ``elementwise``
-    column: fused (fused kernels, or torch.compile) or eager (op by op); empty or absent: the framework's
+    column: fused (fused kernels, or torch.compile), eager (op by op), or the ones that run op by op joined by '+'
+    (norm, rotary, gated: e.g. rotary+gated beside a fused RMSNorm); empty or absent: the framework's
     (config/frameworks.yaml)."""
     from ...config.errors import ConfigError
-    from ...config.frameworks import ELEMENTWISE
+    from .step import EAGER_OPS, eager_ops
 
     given = str(row.get("elementwise") or "").strip()
-    if given and given not in ELEMENTWISE:
-        raise ConfigError(f"published run {row['run']!r}: elementwise: {given!r} is not allowed (allowed: "
-                          f"{', '.join(ELEMENTWISE)} or empty)")
+    try:
+        eager_ops(given or "fused")
+    except ValueError:
+        raise ConfigError(f"published run {row['run']!r}: elementwise: {given!r} is not allowed (allowed: fused, "
+                          f"eager, or some of {', '.join(EAGER_OPS)} joined by '+', or empty)") from None
     return given or fw.elementwise
 
 

@@ -103,7 +103,7 @@ class Layout:
     cp: int = 1  # context-parallel degree: each of cp GPUs holds s / cp of every sequence (Megatron-Core's CP)
     pipeline_split: str = "even"  # how the blocks are split over the stages (the framework's; plan_facts.stages)
     host_block_s: tuple | None = None  # the host's seconds to issue one block's forward and backward (HOST_BLOCK_S)
-    elementwise: str = "fused"  # the blocks' norms, rotary and gated activations: fused or eager (EAGER_KERNELS)
+    elementwise: str = "fused"  # the blocks' norms, rotary and gated activations: fused, eager or some (eager_ops)
 
     def __post_init__(self):
         if self.host_block_s is None:
@@ -287,6 +287,22 @@ def _floor(times, launch):
     return sum(times), sum(max(0.0, launch - t) for t in times if t > 0)
 
 
+EAGER_OPS = ("norm", "rotary", "gated")  # what may run op by op: the RMSNorms, the rotary embedding, the gated activation
+
+
+def eager_ops(elementwise: str) -> frozenset:
+    """The kinds of a block's elementwise work that run op by op: none (fused), all of EAGER_OPS (eager), or those
+    named, joined by '+' (e.g. rotary+gated: a fused RMSNorm in an otherwise eager model)."""
+    if elementwise == "fused":
+        return frozenset()
+    if elementwise == "eager":
+        return frozenset(EAGER_OPS)
+    named = frozenset(elementwise.split("+"))
+    if not named <= set(EAGER_OPS):
+        raise ValueError(f"elementwise: {elementwise!r} (allowed: fused, eager, or {'+'.join(EAGER_OPS)} and their parts)")
+    return named
+
+
 def eager_kernels(e: int) -> dict:
     """Bytes moved per element by each kernel that eager PyTorch runs for a block's RMSNorm (per element of the d-wide
     rows), rotary embedding (per element of q and k) and gated activation (per element of the d_ff-wide product), with
@@ -358,17 +374,22 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     e = act_bytes
     rows = m * d * e
     routed = m * (cfg.experts_per_token if cfg.moe else 1) * ff  # the activation's elements
-    if lay.elementwise == "eager":  # the model's PyTorch ops one kernel each (EAGER_KERNELS)
+    ops = eager_ops(lay.elementwise)
+    if ops:  # the model's PyTorch ops one kernel each (eager_kernels), the others fused
         eager = eager_kernels(e)
-        rms = cfg.norm == "rmsnorm"
-        norms = {p: [dev.memory(x * m * d / sp) for x in (eager[("rmsnorm", p)] if rms else (2 * e * (1 if p == "fwd"
-                                                                                                        else 2),))]
-                 for p in ("fwd", "bwd")}
+
+        def kernels(kind, op_by_op, n, fused_bytes):
+            """{fwd, bwd: seconds of each kernel}: op by op, or one fused kernel (its backward twice its time)."""
+            if op_by_op:
+                return {p: [dev.memory(x * n) for x in eager[(kind, p)]] for p in ("fwd", "bwd")}
+            one = dev.memory(fused_bytes * n)
+            return {"fwd": [one], "bwd": [2 * one]}
+
+        norms = kernels("rmsnorm", cfg.norm == "rmsnorm" and "norm" in ops, m * d / sp, 2 * e)
         adds = [dev.memory(3 * rows / sp)] * 2
-        acts = {p: [dev.memory(x * routed) for x in (eager[("gated", p)] if gated else ((2 if p == "fwd" else 4) * e,))]
-                for p in ("fwd", "bwd")}
-        rot = {p: [dev.memory(x * m * (a + kv)) for x in eager[("rotary", p)]] if cfg.positions == "rotary" else []
-               for p in ("fwd", "bwd")}
+        acts = kernels("gated", gated and "gated" in ops, routed, (2 + gated) * e)
+        rot = kernels("rotary", "rotary" in ops, m * (a + kv), 2 * e) if cfg.positions == "rotary" else \
+            {"fwd": [], "bwd": []}
         fwd_mem = 2 * norms["fwd"] + adds + acts["fwd"] + rot["fwd"] + fwd_att_mem
         bwd_mem = 2 * norms["bwd"] + [2 * x for x in adds] + acts["bwd"] + rot["bwd"] + bwd_att_mem
     else:
