@@ -83,6 +83,10 @@ def add_parser(sub) -> None:
                         "attention kernel); gpus = tp x cp x pp x dp; not searched")
     p.add_argument("--ep", type=count_or_auto, default=1, metavar="N|auto", help="expert-parallel degree (a mixture "
                    "of experts; divides the experts and the data-parallel degree)")
+    p.add_argument("--etp", type=int, default=None, metavar="N",
+                   help="the experts' tensor-parallel degree (a mixture of experts; default tp); below tp the "
+                        "expert-parallel groups fold over the tensor-parallel GPUs too (Megatron-Core's MoE parallel "
+                        "folding): ep x etp divides tp x cp x dp; not searched")
     p.add_argument("--framework", default=None, metavar="NAME",
                    help=f"the training framework (config/frameworks.yaml: {', '.join(frameworks())}; default "
                         f"{default_framework()}), or a family ({', '.join(families())}) for its newest entry, or "
@@ -390,7 +394,7 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         carbon_source=defaults.carbon_source if args.carbon_intensity is None else "given",
         price=args.price, price_source="given" if args.price is not None else defaults.price_source,
         mirror_steps=args.mirror_steps, interleave=args.interleave, sequence_parallel=args.sequence_parallel,
-        ep=args.ep, cp=args.cp, dp_overlap=fw.dp_overlap if args.dp_overlap is None else args.dp_overlap,
+        ep=args.ep, etp=args.etp, cp=args.cp, dp_overlap=fw.dp_overlap if args.dp_overlap is None else args.dp_overlap,
         **quality_of(args),
     )
 
@@ -540,7 +544,9 @@ def _experts(row) -> str:
     """The expert-parallel degree and its all-to-all traffic, where the plan has one (docs/planning.md)."""
     if row["ep"] <= 1:
         return ""
-    return (f"; expert-parallel {row['ep']} inside data-parallel, all-to-all {row['ep_all_to_all_bytes'] / 1e9:.3g} GB "
+    where = "inside data-parallel" if row["etp"] == row["tp"] else \
+        f"folded over tensor x data-parallel, experts' tensor-parallel {row['etp']}"
+    return (f"; expert-parallel {row['ep']} {where}, all-to-all {row['ep_all_to_all_bytes'] / 1e9:.3g} GB "
             f"sent per GPU per step ({row['rule']})")
 
 

@@ -140,7 +140,9 @@ def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool
                 continue
             dp = gpus // (t * p * cp)
             if cfg.moe:
-                eps = [e for e in divisors(cfg.experts) if dp % e == 0] if "ep" in free else [spec.ep]
+                et = t if spec.etp is None else spec.etp  # the experts' tensor parallelism: folded where below t
+                fits = (lambda e: dp % e == 0) if et == t else (lambda e: t % et == 0 and (t * cp * dp) % (e * et) == 0)
+                eps = [e for e in divisors(cfg.experts) if fits(e)] if "ep" in free else [spec.ep]
             else:
                 eps = [1]
             out.extend((t, p, dp, e) for e in eps)

@@ -131,6 +131,7 @@ class PlanSpec:
     compute_multipliers: tuple = ()
     quality_source: str = "equal tokens per rule; no learning-quality data (give --target-loss with --frontiers)"
     ep: int = 1  # expert-parallel degree (a mixture of experts: experts / ep per GPU, carved out of dp)
+    etp: int | None = None  # the experts' tensor-parallel degree (None: tp); below tp, MoE parallel folding
     cp: int = 1  # context-parallel degree: s / cp tokens of every sequence per GPU (Megatron-Core's CP)
     pipeline_split: str = "even"  # how the blocks are split over pipeline stages (the framework's; plan_facts.stages)
 
@@ -257,10 +258,34 @@ def check_expert_parallel(spec: PlanSpec, cfg) -> None:
     if spec.gpus % spec.ep:
         raise ConfigError(f"ep: expert-parallel degree {spec.ep} does not divide the {spec.gpus} GPUs")
     dp = replicas(spec) if spec.gpus % (spec.tp * spec.pp * spec.cp) == 0 else 0
-    if dp and dp % spec.ep:
-        raise ConfigError(f"ep: expert-parallel degree {spec.ep} does not divide the data-parallel degree {dp} "
-                          f"(gpus / (tp x pp{' x cp' if spec.cp > 1 else ''})); the expert-parallel groups are made of "
-                          "data-parallel replicas")
+    if spec.etp is None or spec.etp == spec.tp:
+        if dp and dp % spec.ep:
+            raise ConfigError(f"ep: expert-parallel degree {spec.ep} does not divide the data-parallel degree {dp} "
+                              f"(gpus / (tp x pp{' x cp' if spec.cp > 1 else ''})); the expert-parallel groups are made "
+                              "of data-parallel replicas (--etp below tp folds them over the tensor-parallel GPUs too)")
+        return
+    check_expert_tensor_parallel(spec, cfg, dp)
+
+
+def check_expert_tensor_parallel(spec: PlanSpec, cfg, dp: int) -> None:
+    """--etp below tp (Megatron-Core's MoE parallel folding, Liu et al. 2025): the experts get their own tensor
+    parallelism, etp dividing tp, and their expert-parallel groups fold over the tp x cp x dp GPUs of a stage, so
+    ep x etp divides them; each GPU dispatches its own tokens (sequence parallel over tp) to the experts."""
+    if isinstance(spec.etp, bool) or not isinstance(spec.etp, int) or spec.etp < 1:
+        raise ConfigError(f"etp: must be a positive integer (got {spec.etp!r})")
+    if spec.tp % spec.etp:
+        raise ConfigError(f"etp: the experts' tensor-parallel degree {spec.etp} does not divide tp {spec.tp}")
+    if cfg.d_ff % spec.etp:
+        raise ConfigError(f"etp: the experts' tensor-parallel degree {spec.etp} does not divide d_ff {cfg.d_ff}")
+    stage = spec.tp * spec.cp * dp
+    if dp and stage % (spec.ep * spec.etp):
+        raise ConfigError(f"ep: ep x etp = {spec.ep * spec.etp} does not divide the {stage} GPUs of a pipeline stage "
+                          "(tp x cp x dp), over which the experts fold")
+
+
+def expert_tp(spec: PlanSpec) -> int:
+    """The experts' tensor-parallel degree: tp unless --etp gives another (MoE parallel folding)."""
+    return spec.tp if spec.etp is None else spec.etp
 
 
 def all_to_all_bytes(cfg, spec: PlanSpec, micro_batch: int) -> float:
@@ -269,6 +294,8 @@ def all_to_all_bytes(cfg, spec: PlanSpec, micro_batch: int) -> float:
     if spec.ep == 1 or not cfg.moe:
         return 0.0
     tokens = micro_batch * tokens_per_sequence(cfg) / spec.cp
+    if spec.etp is not None and spec.etp != spec.tp:  # MoE folding: each GPU dispatches its own tokens, gathered over etp
+        tokens = tokens * spec.etp / spec.tp
     return tokens * cfg.experts_per_token * cfg.d_model * PRECISIONS[spec.precision].activations * (spec.ep - 1) / spec.ep
 
 
@@ -390,7 +417,7 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     trained = row["trained"] * share
     # Expert parallelism: a GPU holds experts / ep of each mixture, unsharded; ZeRO shards the experts over the
     # dp / ep replicas of each (DeepSpeed-MoE, Rajbhandari et al. 2022), the rest over dp: 1 / dp of all either way.
-    held = model_share(facts, spec.tp, spec.pp, spec.ep, split) / share if share else 1.0
+    held = model_share(facts, spec.tp, spec.pp, spec.ep * expert_tp(spec) / spec.tp, split) / share if share else 1.0
     shard = lambda value, from_stage: value / dp if stage >= from_stage else value * held  # noqa: E731
     unit = {"module": facts.largest_module, "sublayer": facts.largest_layer, "block": facts.largest_block}[spec.zero3_gather]
     # DeepSpeed's ZeRO-3 keeps its gradient partition in fp32 for the optimizer (its estimator's 18 bytes per parameter:
@@ -532,7 +559,7 @@ PLAN_COLUMNS = (
     "source_power", "source_pue", "source_carbon", "source_price",
     *(f"step_{k}_s" for k in STEP_PARTS), "step_dp_bytes", "step_dp_collectives",
     "compute_multiplier", "token_multiplier", "source_quality",
-    "ep", "ep_all_to_all_bytes", "interleave", "sequence_parallel", "goodput", "source_goodput", "framework", "source_framework", "attention", "cp", "source_network", "pipeline_split",
+    "ep", "etp", "ep_all_to_all_bytes", "interleave", "sequence_parallel", "goodput", "source_goodput", "framework", "source_framework", "attention", "cp", "source_network", "pipeline_split",
 )
 
 
@@ -563,6 +590,7 @@ def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None
     from .steptime import Layout
 
     return Layout(gpus=spec.gpus, global_batch=G, micro_batch=micro_batch, tp=spec.tp, pp=spec.pp, ep=spec.ep, cp=spec.cp,
+                  etp=spec.etp,
                   interleave=spec.interleave if interleave is None else interleave,
                   sequence_parallel=spec.sequence_parallel if sequence_parallel is None else sequence_parallel,
                   sharding=spec.sharding, recompute=spec.checkpointing, checkpoint_every=spec.checkpoint_every,
@@ -713,7 +741,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "compute_multiplier": dict(spec.compute_multipliers).get(r, math.nan if spec.compute_multipliers else 1.0),
             "token_multiplier": scale, "source_quality": quality_note(spec, r),
             # bytes each GPU sends in the step's all-to-alls (expert parallelism)
-            "ep": spec.ep, "ep_all_to_all_bytes": accumulation * all_to_alls_per_micro_batch(facts, spec, r)
+            "ep": spec.ep, "etp": expert_tp(spec), "ep_all_to_all_bytes": accumulation * all_to_alls_per_micro_batch(facts, spec, r)
             * all_to_all_bytes(cfg, spec, micro),
         })
     table = pd.DataFrame(rows, columns=list(PLAN_COLUMNS))

@@ -221,7 +221,8 @@ def fullest_stage(blocks: int, pp: int, split: tuple = EVEN, of: int | None = No
 def model_share(facts: ModelFacts, tp: int, pp: int, ep: int = 1, split: tuple = EVEN) -> float:
     """The share of the model's parameters on the most loaded GPU: the fullest stage's blocks (blocks / pp, the
     ceiling where pp does not divide them) plus the heavier end, all / tp; the routed experts of the blocks also
-    / ep (each GPU of an expert-parallel group holds experts / ep)."""
+    / ep (each GPU of an expert-parallel group holds experts / ep). Under MoE parallel folding (the experts' tensor
+    parallelism etp other than tp) pass ep x etp / tp: the experts are then / (ep x etp)."""
     ends = facts.all_end_parameters if pp == 1 else facts.stage_end_parameters
     blocks = facts.blocks_parameters - facts.expert_parameters * (1 - 1 / ep)
     depth = sum(facts.depth.values())

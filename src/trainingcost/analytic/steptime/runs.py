@@ -53,6 +53,9 @@ def model_of(row: dict):
                  kv_heads=int(row["kv_heads"]), d_ff=int(row["d_ff"]), vocab=int(row["vocab"]),
                  seq_len=int(row["seq_len"]), norm=row["norm"], norm_position="pre", ffn=row["ffn"],
                  positions=row["positions"], bias=row["bias"])
+    for key in ("head_dim", "experts", "experts_per_token", "shared_expert_ff"):  # optional columns (a mixture of
+        if row.get(key):                                                        # experts, a head wider than d / heads)
+            entry[key] = int(row[key])
     return canonical_model(entry, f"published run {row['run']!r}")
 
 
@@ -76,6 +79,7 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
     system = cluster(row["cluster"], f"published run {row['run']!r}: cluster") if row.get("cluster") else None
     return Layout(gpus=int(row["gpus"]), global_batch=int(row["global_batch"]), micro_batch=int(row["micro_batch"]),
                   tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row.get("cp") or 1), interleave=int(row["interleave"]),
+                  ep=int(row.get("ep") or 1), etp=int(row["etp"]) if row.get("etp") else None,
                   sequence_parallel=bool(int(row["sequence_parallel"])), sharding=row["sharding"],
                   recompute=row["recompute"], attention=attention,
                   precision=PRECISION_ALIASES.get(row["precision"].strip().lower(), row["precision"].strip()),

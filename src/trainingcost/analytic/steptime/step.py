@@ -100,6 +100,7 @@ class Layout:
     optimizer_slots: int = 2
     fp8_weight_cache: bool = False  # fp8-mixed: the framework casts the weights to fp8 once per step, not per micro-batch
     ep: int = 1  # expert-parallel degree (a mixture of experts), inside the data-parallel replicas
+    etp: int | None = None  # the experts' tensor-parallel degree; None: tp (Megatron-Core's default; MoE folding)
     cp: int = 1  # context-parallel degree: each of cp GPUs holds s / cp of every sequence (Megatron-Core's CP)
     pipeline_split: str = "even"  # how the blocks are split over the stages (the framework's; plan_facts.stages)
     host_block_s: tuple | None = None  # the host's seconds to issue one block's forward and backward (HOST_BLOCK_S)
@@ -117,6 +118,11 @@ class Layout:
     @property
     def accumulation(self) -> int:
         return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def expert_tp(self) -> int:
+        """The experts' tensor-parallel degree: tp unless given (Megatron-Core's MoE parallel folding)."""
+        return self.tp if self.etp is None else self.etp
 
 
 @dataclass
@@ -338,8 +344,12 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     ff = cfg.d_ff // t
     gemms = [(m, a + 2 * kv, d), (m, d, a), (m, (1 + gated) * ff, d), (m, d, ff)]
     if cfg.moe:  # the router; each expert on its m k / E rows (token-balanced), experts / ep of them on this GPU ...
-        rows, held = max(1, m * cfg.experts_per_token // cfg.experts), cfg.experts // lay.ep
-        gemms = gemms[:2] + [(m, cfg.experts, d)] + [(rows * lay.ep, (1 + gated) * ff, d), (rows * lay.ep, d, ff)] * held
+        # (under MoE parallel folding, experts' tensor parallelism etp < t: this GPU's m / t tokens (sequence
+        # parallel) join its expert group's, gathered over etp, each expert d_ff / etp wide: rows x etp / t)
+        et = lay.expert_tp
+        rows, held = max(1, m * cfg.experts_per_token * et // (t * cfg.experts)), cfg.experts // lay.ep
+        fe = cfg.d_ff // et
+        gemms = gemms[:2] + [(m, cfg.experts, d)] + [(rows * lay.ep, (1 + gated) * fe, d), (rows * lay.ep, d, fe)] * held
         if cfg.shared_expert_ff:  # ... and the shared expert on every row, with its gate
             shared = cfg.shared_expert_ff // t
             gemms += [(m, (1 + gated) * shared + 1, d), (m, d, shared)]
@@ -601,7 +611,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     M = lay.accumulation
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
     kernels = (device.name, prec.compute, prec.linear, t, lay.micro_batch, lay.sequence_parallel, lay.attention, lay.ep,
-               lay.host_block_s, lay.cp, lay.elementwise)
+               lay.host_block_s, lay.cp, lay.elementwise, lay.expert_tp)
 
     def kernel_times():
         bt, ht = block_times(cfg, lay, dev, e), head_times(cfg, lay, dev, e)
@@ -671,8 +681,13 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
 
     # Expert parallelism: two all-to-alls per mixture-of-experts block and pass (dispatch, combine), two backward,
     # two per recomputed forward; each GPU sends its tokens' k copies but the 1 / ep kept (Lepikhin et al. 2021)
-    ep_bytes = lay.micro_batch * cfg.seq_len // lay.cp * cfg.experts_per_token * cfg.d_model * e if cfg.moe else 0
-    ep_one = net.all_to_all(ep_bytes, lay.ep, t * lay.cp)  # expert groups of data-parallel replicas, t x cp apart
+    # (under MoE folding, etp < t, each GPU dispatches its own m / t tokens (sequence parallel) to expert groups of
+    # consecutive GPUs, etp apart)
+    folded = lay.expert_tp != t
+    ep_bytes = (lay.micro_batch * cfg.seq_len // lay.cp * cfg.experts_per_token * cfg.d_model * e * lay.expert_tp // t
+                if cfg.moe else 0)
+    ep_one = net.all_to_all(ep_bytes, lay.ep, lay.expert_tp if folded else t * lay.cp)  # expert groups of data-parallel
+    # replicas, t x cp apart
     ep_fwd = 2 * w["passes"] * per_stage * ep_one if cfg.moe else 0.0
     ep_bwd = ((2 * per_stage if w["backward"] else 0) + 2 * recomputed_blocks) * ep_one if cfg.moe else 0.0
 
@@ -761,7 +776,8 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     # Data parallel (and ZeRO) over dp ranks, stride t
     facts, trained = once(("facts", rule), lambda: (lambda f: (f, float(f.per_rule.loc[rule, "trained"])))(
         model_facts(cfg, [rule], "adam")))
-    share = once(("share", rule, t, p, lay.ep, pp_split), lambda: model_share(facts, t, p, lay.ep, pp_split))
+    share = once(("share", rule, t, p, lay.ep, lay.expert_tp, pp_split),
+                 lambda: model_share(facts, t, p, lay.ep * lay.expert_tp / t, pp_split))
     params_gpu = facts.parameters * share
     trained_gpu = trained * share
     if not w["changes_feedback"]:
@@ -773,7 +789,8 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
             ops = data_parallel_collectives(cfg, lay, rule, w, share)
             return ops, dp_phase_seconds(ops, net, lay)
 
-        collectives, sums = once(("dp", rule, device.name, prec.compute, t, p, dp, lay.cp, lay.ep, lay.sharding, lay.dp_rails,
+        collectives, sums = once(("dp", rule, device.name, prec.compute, t, p, dp, lay.cp, lay.ep, lay.expert_tp,
+                                  lay.sharding, lay.dp_rails,
                                   lay.grad_reduce, lay.zero1_sync, pp_split,
                                   lay.gpus_per_node, lay.nic_gbps, lay.fabric), collectives_priced)
         dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, lay.dp_overlap, lay.gather_prefetch)
