@@ -57,10 +57,15 @@ class EstimateResult:
     memory: pd.DataFrame
 
 
-def _argv(command: str, kwargs: dict) -> list[str]:
+def _argv(command: str, kwargs: dict, negatable: frozenset = frozenset()) -> list[str]:
+    """The command line of ``kwargs``: True a flag, False its ``--no-`` form where the flag has one (``negatable``:
+    those flags, e.g. ``--compile``, ``--tie-embeddings``) and nothing otherwise, lists joined by commas."""
     argv = [command]
     for key, value in kwargs.items():
         flag = "--" + key.replace("_", "-")
+        if value is False and flag in negatable:
+            argv.append("--no-" + flag[2:])
+            continue
         if value is None or value is False:
             continue
         if value is True:
@@ -75,7 +80,11 @@ def _argv(command: str, kwargs: dict) -> list[str]:
 def _parse(command: str, kwargs: dict) -> argparse.Namespace:
     from .cli import build_parser
 
-    return build_parser(_RaisingParser).parse_args(_argv(command, kwargs))
+    parser = build_parser(_RaisingParser)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    negatable = frozenset(o for a in sub._actions if isinstance(a, argparse.BooleanOptionalAction)
+                          for o in a.option_strings if not o.startswith("--no-"))
+    return parser.parse_args(_argv(command, kwargs, negatable))
 
 
 def plan(**kwargs) -> PlanResult:

@@ -371,6 +371,10 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
                             "attention": "--attention", "compile": "--compile" if args.compile else "--no-compile"},
                            args.attention, args.compile)
     fw = framework(args.framework)
+    efficiency = efficiency_of(args, cfg, precision, args.tp, gpu)
+    if args.compile is not None and efficiency.kind != "predicted":
+        raise ConfigError("compile: torch.compile's kernels are priced in the predicted step; with --mfu, --hfu, "
+                          "--tokens-per-s, --measured-run or --calibration the step's rate is given, so drop one")
     if args.tp_overlap is not None:  # a given --tp-overlap holds for the backward's collectives too
         system["tp_backward_overlap"] = None
     if args.dp_overlap is not None:  # a given --dp-overlap holds for the parameter all-gathers too
@@ -384,7 +388,7 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         precision_source="" if args.precision else f"default: {gpu.name}'s best mixed precision",
         zero3_gather=args.zero3_gather or fw.zero3_gather,
         optimizer=args.optimizer, global_batch=global_batch, micro_batch=args.micro_batch,
-        efficiency=efficiency_of(args, cfg, precision, args.tp, gpu),
+        efficiency=efficiency,
         power_utilisation=args.power_utilisation, power_source=power_source, goodput=args.goodput,
         goodput_source=(f"{args.goodput:g} (given)" if args.goodput != 1.0 else PlanSpec.goodput_source),
         joules_per_token=args.joules_per_token, joules_per_flop=joules_per_flop,

@@ -134,7 +134,7 @@ def _compact(row) -> str:
 
     return Candidate(int(row["tp"]), int(row["pp"]), int(row["interleave"]), int(row["micro_batch"]),
                      row["checkpointing"], row["sharding"], bool(row["sequence_parallel"]), int(row["ep"]),
-                     int(row["dp"]), 0.0, 0.0, int(row.get("cp", 1))).compact()
+                     int(row["dp"]), 0.0, 0.0, int(row.get("cp", 1)), int(row.get("etp", row["tp"]))).compact()
 
 
 # ---------------------------------------------------------------------------

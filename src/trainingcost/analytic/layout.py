@@ -59,6 +59,7 @@ class Candidate:
     step_s: float
     memory_bytes: float
     cp: int = 1  # context parallelism, as given (not searched)
+    etp: int | None = None  # the experts' tensor parallelism where it is not tp (MoE folding; as given)
 
     def compact(self) -> str:
         """e.g. ``tp8 pp4 v2 dp32 mb1 sel sp z1``."""
@@ -70,6 +71,8 @@ class Candidate:
         parts += [f"dp{self.dp}", f"mb{self.micro_batch}"]
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
+        if self.etp is not None and self.etp != self.tp:
+            parts.append(f"etp{self.etp}")
         parts += [SHORT[self.checkpointing], "sp" if self.sequence_parallel else "", SHORT[self.sharding]]
         return " ".join(p for p in parts if p)
 
@@ -141,8 +144,14 @@ def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool
             dp = gpus // (t * p * cp)
             if cfg.moe:
                 et = t if spec.etp is None else spec.etp  # the experts' tensor parallelism: folded where below t
-                fits = (lambda e: dp % e == 0) if et == t else (lambda e: t % et == 0 and (t * cp * dp) % (e * et) == 0)
-                eps = [e for e in divisors(cfg.experts) if fits(e)] if "ep" in free else [spec.ep]
+                if t % et:
+                    rejected.append(f"tp {t}: the experts' tensor-parallel degree {et} (--etp) does not divide it")
+                    continue
+                fits = (lambda e: dp % e == 0) if et == t else (lambda e: (t * cp * dp) % (e * et) == 0)
+                eps = [e for e in (divisors(cfg.experts) if "ep" in free else [spec.ep]) if fits(e)]
+                if not eps and "ep" not in free:
+                    rejected.append(f"tp {t} pp {p}: ep {spec.ep} does not fit dp {dp}" + (
+                        f" (ep x etp {spec.ep * et} must divide tp x cp x dp {t * cp * dp})" if et != t else ""))
             else:
                 eps = [1]
             out.extend((t, p, dp, e) for e in eps)
@@ -170,6 +179,9 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
     if unknown:
         raise ConfigError(f"layout: {sorted(unknown)[0]!r} cannot be searched (allowed: {', '.join(FIELDS)})")
     rules = list(dict.fromkeys(rules))
+    if spec.etp is not None:  # the value itself (its fit with each tp is the space's)
+        from .plan import check_etp_value
+        check_etp_value(spec.etp, cfg)
     per_node = spec.gpus_per_node or int(device.steptime.get("gpus_per_node", GENERIC["gpus_per_node"]))
     rejected: list[str] = []
     if spec.global_batch is not None:
@@ -213,6 +225,8 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                 continue
             per_replica = G // dp
             sps = (False, True) if ("sequence_parallel" in free and t > 1) else (spec.sequence_parallel and t > 1,)
+            if cfg.moe and spec.etp is not None and spec.etp != t:  # MoE folding runs with sequence parallelism
+                sps = tuple(sp for sp in sps if sp)
             if "interleave" in free:
                 vs = [v for v in divisors(interleave_blocks(blocks, p)) if not interleave_problem(blocks, p, v)] \
                     if (p > 1 and spec.pipeline_split == "even") else [1]
@@ -272,7 +286,7 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                                 priced += 1
                                 pred = predict_step(cfg, lay, device, r, work, memo if prune else {})
                                 ranked = _insert(ranked, Candidate(t, p, v, mb, ckpt, sh, sp, ep, dp,
-                                                                   pred.step_time_s, memory, spec.cp), top)
+                                                                   pred.step_time_s, memory, spec.cp, spec.etp), top)
         out[r] = RuleSearch(r, ranked[0] if ranked else None, ranked, space, fitting, priced)
     return Search(spec.gpus, G, out, list(dict.fromkeys(rejected)), time.perf_counter() - start)
 

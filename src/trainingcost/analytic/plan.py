@@ -248,6 +248,8 @@ def check_expert_parallel(spec: PlanSpec, cfg) -> None:
     carved out of the data-parallel replicas (DeepSpeed-MoE; GShard), so ep divides the experts and dp."""
     if isinstance(spec.ep, bool) or not isinstance(spec.ep, int) or spec.ep < 1:
         raise ConfigError(f"ep: must be a positive integer (got {spec.ep!r})")
+    if spec.etp is not None:
+        check_etp(spec, cfg)
     if spec.ep == 1:
         return
     if not cfg.moe:
@@ -267,16 +269,34 @@ def check_expert_parallel(spec: PlanSpec, cfg) -> None:
     check_expert_tensor_parallel(spec, cfg, dp)
 
 
-def check_expert_tensor_parallel(spec: PlanSpec, cfg, dp: int) -> None:
-    """--etp below tp (Megatron-Core's MoE parallel folding, Liu et al. 2025): the experts get their own tensor
-    parallelism, etp dividing tp, and their expert-parallel groups fold over the tp x cp x dp GPUs of a stage, so
-    ep x etp divides them; each GPU dispatches its own tokens (sequence parallel over tp) to the experts."""
-    if isinstance(spec.etp, bool) or not isinstance(spec.etp, int) or spec.etp < 1:
-        raise ConfigError(f"etp: must be a positive integer (got {spec.etp!r})")
+def check_etp_value(etp, cfg) -> None:
+    """--etp's value: a positive integer, for a mixture of experts."""
+    if isinstance(etp, bool) or not isinstance(etp, int) or etp < 1:
+        raise ConfigError(f"etp: must be a positive integer (got {etp!r})")
+    if not cfg.moe:
+        raise ConfigError("etp: the experts' tensor-parallel degree needs a mixture of experts (the model has no "
+                          "experts)")
+
+
+def check_etp(spec: PlanSpec, cfg) -> None:
+    """--etp, whatever ep: a positive integer, for a mixture of experts, dividing tp and d_ff; below tp (folding)
+    with sequence parallelism, as Megatron-Core requires of a mixture of experts under tensor parallelism (each GPU
+    then holds and dispatches its own b s / tp tokens)."""
+    check_etp_value(spec.etp, cfg)
     if spec.tp % spec.etp:
         raise ConfigError(f"etp: the experts' tensor-parallel degree {spec.etp} does not divide tp {spec.tp}")
     if cfg.d_ff % spec.etp:
         raise ConfigError(f"etp: the experts' tensor-parallel degree {spec.etp} does not divide d_ff {cfg.d_ff}")
+    if spec.etp != spec.tp and not spec.sequence_parallel:
+        raise ConfigError(f"etp: the experts' tensor-parallel degree {spec.etp} below tp {spec.tp} needs "
+                          "--sequence-parallel (Megatron-Core runs a mixture of experts under tensor parallelism "
+                          "with sequence parallelism only)")
+
+
+def check_expert_tensor_parallel(spec: PlanSpec, cfg, dp: int) -> None:
+    """--etp below tp (Megatron-Core's MoE parallel folding, Liu et al. 2025): the experts get their own tensor
+    parallelism, etp dividing tp, and their expert-parallel groups fold over the tp x cp x dp GPUs of a stage, so
+    ep x etp divides them; each GPU dispatches its own tokens (sequence parallel over tp) to the experts."""
     stage = spec.tp * spec.cp * dp
     if dp and stage % (spec.ep * spec.etp):
         raise ConfigError(f"ep: ep x etp = {spec.ep * spec.etp} does not divide the {stage} GPUs of a pipeline stage "

@@ -674,6 +674,11 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     tp_bytes = lay.micro_batch * cfg.seq_len // lay.cp * cfg.d_model * e
     one = net.all_reduce(tp_bytes, t, 1) if not lay.sequence_parallel else \
         net.all_gather(tp_bytes, t, 1) + net.reduce_scatter(tp_bytes, t, 1)
+    if cfg.moe and lay.expert_tp != t:  # MoE folding: the mixture's pair runs over its etp GPUs (none at etp 1), on
+        et = lay.expert_tp               # the etp / t of the tokens they gather; the attention's pair over t
+        ffn_pair = 0.0 if et == 1 else net.all_gather(tp_bytes * et // t, et, 1) + \
+            net.reduce_scatter(tp_bytes * et // t, et, 1)
+        one = (one + ffn_pair) / 2  # the mean of a block's two pairs (the counts below are two per block)
     ar_fwd = 2 * w["passes"] * per_stage
     ar_bwd = 2 * per_stage if w["backward"] else 0  # the column-parallel layers' input gradients
     ar_rec = 2 * recomputed_blocks  # the recomputed forwards', inside the backward
