@@ -233,3 +233,32 @@ def test_the_eager_byte_counts_are_the_kernels_torchs_autograd_runs():
     h3 = torch.randn(n, d, dtype=torch.bfloat16, requires_grad=True)
     fwd, bwd = _traced_bytes(lambda a, b: torch.nn.functional.silu(a) * b, h1, h3)
     assert fwd == approx(eager[("gated", "fwd")]) and sorted(bwd) == approx(sorted(eager[("gated", "bwd")]))
+
+
+def test_compile_is_refused_where_the_rate_is_given_and_the_api_passes_false(capsys):
+    import trainingcost
+
+    base = ["plan", "--preset", "llama-2-7b", "--gpu", "a100-80gb", "--gpus", "8", "--rule", "bp", "--tokens", "1e9"]
+    assert cli.main([*base, "--mfu", "0.4", "--compile"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "torch.compile's kernels are priced in the predicted step" in err
+    kwargs = dict(preset="llama-2-7b", gpu="a100-80gb", gpus=8, framework="megatron", rule="bp", tokens=1e9)
+    fused = trainingcost.plan(**kwargs).table.iloc[0]
+    eager = trainingcost.plan(**kwargs, compile=False).table.iloc[0]
+    assert eager.step_time_s > fused.step_time_s and "--no-compile given" in eager.source_framework
+
+
+def test_sequence_parallel_divides_the_eager_norms_too():
+    cfg = canonical_model({**preset_entry("llama-2-7b"), "layers": 2, "seq_len": 1024})
+    dev = DeviceModel.of(H100, "bf16")
+    lay = Layout(gpus=8, global_batch=8, micro_batch=2, tp=2, host_block_s=(0.0, 0.0))
+    sp = dataclasses.replace(lay, sequence_parallel=True)
+    norm = {x: {y: block_times(cfg, dataclasses.replace(x_lay, elementwise=y), dev, 2)["fwd"]["memory"]
+                for y in ("fused", "norm")} for x, x_lay in (("tp", lay), ("sp", sp))}
+    extra = {x: norm[x]["norm"] - norm[x]["fused"] for x in norm}
+    m, d = 2 * cfg.seq_len, cfg.d_model
+    rms_f = [6, 8, 4, 8, 6, 4]
+    by_hand = {x: 2 * (sum(dev.memory(b * m * d / s) for b in rms_f) - dev.memory(4 * m * d / s))
+               for x, s in (("tp", 1), ("sp", 2))}
+    assert extra["tp"] == pytest.approx(by_hand["tp"], rel=1e-12) and extra["sp"] == pytest.approx(by_hand["sp"],
+                                                                                                  rel=1e-12)

@@ -122,3 +122,49 @@ def test_the_runs_scored_apart_load_and_plan(name):
     if name == "published_runs_moe.csv":
         folded = [runs.layout_of(r) for r in rows if r["etp"]]
         assert folded and all(lay.ep > lay.dp and lay.expert_tp < lay.tp for lay in folded)
+
+
+def test_etp_equal_to_tp_is_the_unfolded_plan():
+    cfg = mixtral()
+    lay = Layout(gpus=16, global_batch=32, micro_batch=1, tp=2, ep=4, sequence_parallel=True)
+    a = predict_step(cfg, lay, H100, "bp")
+    b = predict_step(cfg, dataclasses.replace(lay, etp=2), H100, "bp")
+    assert a.step_time_s == b.step_time_s and a.parts == b.parts
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(ep=1, etp=0), "etp: must be a positive integer (got 0)"),
+    (dict(ep=1, etp=3), "etp: the experts' tensor-parallel degree 3 does not divide tp 2"),
+    (dict(ep=8, etp=1, sequence_parallel=False), "etp: the experts' tensor-parallel degree 1 below tp 2 needs "
+                                                 "--sequence-parallel"),
+])
+def test_etp_is_checked_whatever_ep(changes, message):
+    with pytest.raises(ConfigError) as err:
+        check_spec(_spec(gpus=8, **changes), mixtral(), H100)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_etp_on_a_dense_model_is_one_line():
+    dense = canonical_model(PRESETS["llama-2-7b"])
+    with pytest.raises(ConfigError, match=r"^etp: the experts' tensor-parallel degree needs a mixture of experts"):
+        check_spec(_spec(gpus=8, etp=1), dense, H100)
+
+
+def test_the_folded_mixture_runs_no_tensor_parallel_pair_at_etp_1():
+    """The attention's all-gather and reduce-scatter stay over tp; the mixture's pair runs over etp GPUs: none at 1."""
+    cfg = mixtral()
+    base = Layout(gpus=16, global_batch=32, micro_batch=1, tp=2, ep=8, sequence_parallel=True, host_block_s=(0, 0))
+    folded = dataclasses.replace(base, etp=1)
+    plain = dataclasses.replace(base, ep=4)
+    tp_folded = predict_step(cfg, folded, H100, "bp").parts["comm_tp"]
+    tp_plain = predict_step(cfg, plain, H100, "bp").parts["comm_tp"]
+    assert tp_folded == pytest.approx(tp_plain / 2, rel=1e-9)  # one of the block's two pairs
+
+
+def test_the_search_keeps_a_given_ep_where_it_folds_and_shows_etp(capsys):
+    args = ["plan", "--preset", "mixtral-8x7b", "--layers", "4", "--seq-len", "2048", "--gpu", "h100-sxm", "--gpus",
+            "8", "--framework", "megatron", "--layout", "search", "--tp", "2", "--ep", "8", "--etp", "1", "--rule", "bp",
+            "--tokens", "1e9"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "tp2 pp1 dp4" in out and "ep8 etp1" in out and " sp " in out  # ep 8 > dp 4: folded, sequence parallel
