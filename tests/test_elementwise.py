@@ -106,6 +106,7 @@ def test_the_framework_says_eager_or_fused_and_compile_overrides_it(capsys):
 
     assert framework("torchtitan").elementwise == "eager" and framework("fsdp2").elementwise == "eager"
     assert framework("nemo").elementwise == "fused" and framework("olmo-core").elementwise == "fused"
+    assert framework("maxtext").elementwise == "fused" and framework("maxtext").attention == "cudnn"  # XLA fuses
     assert "torchtitan/models/norms.py" in framework("torchtitan").sources["elementwise"]
     base = ["plan", "--preset", "llama-3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "16",
             "--micro-batch", "1", "--checkpointing", "full", "--rule", "bp", "--tokens", "1e9", "--format", "json"]
