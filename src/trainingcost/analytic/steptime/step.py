@@ -41,6 +41,20 @@ from .device import DeviceModel
 from .network import Network
 
 RECOMPUTE = ("none", "selective", "full", "attention")  # attention: Korthikanti et al. 2022's selective recompute
+# ops:P+P+...: per-operation selective checkpointing (torchtitan's per-op policy, MaxText's named remat policies): the
+# block's elementwise work is recomputed, and of its products those named (the rest are saved)
+OP_PRODUCTS = ("q", "k", "v", "o", "gate", "up", "down", "core")
+
+
+def recompute_ops(recompute: str):
+    """The products an ``ops:`` recompute repeats (a frozenset; empty: the elementwise work alone), or None for the
+    other modes. Raises ValueError on an unknown product."""
+    if not recompute.startswith("ops:"):
+        return None
+    named = frozenset(x for x in recompute[4:].split("+") if x)
+    if not named <= set(OP_PRODUCTS):
+        raise ValueError(recompute)
+    return named
 ATTENTION = ("flash", "flash3", "cudnn", "unfused")  # flash: FlashAttention-2; flash3: FlashAttention-3 (Hopper);
 # cudnn: cuDNN's fused attention (TransformerEngine's FusedAttention)
 GRANULARITY = ("block", "tensor")  # ZeRO-3 gathers per wrapped block (FSDP) or per parameter tensor (DeepSpeed)
@@ -227,8 +241,13 @@ def check_layout(cfg, lay: Layout) -> None:
         raise ConfigError(f"--tp-overlap: a fraction between 0 and 1 (got {lay.tp_overlap!r})")
     if lay.tp_backward_overlap is not None and not 0 <= lay.tp_backward_overlap <= 1:
         raise ConfigError(f"tp_backward_overlap: a fraction between 0 and 1 (got {lay.tp_backward_overlap!r})")
-    if lay.recompute not in RECOMPUTE:
-        raise ConfigError(f"recompute: {lay.recompute!r} is not allowed (allowed: {', '.join(RECOMPUTE)})")
+    try:
+        known = recompute_ops(lay.recompute) is not None or lay.recompute in RECOMPUTE
+    except ValueError:
+        known = False
+    if not known:
+        raise ConfigError(f"recompute: {lay.recompute!r} is not allowed (allowed: {', '.join(RECOMPUTE)}, or ops: and "
+                          f"the recomputed products joined by '+', of {', '.join(OP_PRODUCTS)})")
     if lay.attention not in ATTENTION:
         raise ConfigError(f"attention: {lay.attention!r} is not allowed (allowed: {', '.join(ATTENTION)})")
     if lay.zero3_granularity not in GRANULARITY:
@@ -442,6 +461,17 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
         out[name]["launch"] += max(0.0, host - sum(out[name].values()))
     core_t, core_l = _floor(fwd_att + fwd_att_mem, dev.launch)
     out["core_fwd"] = core_t + core_l
+    # Per product, for a per-operation recompute (recompute_ops): its forward seconds and FLOPs on this GPU (the fused
+    # q/k/v and gate/up products priced apart, each at its own width); a mixture's experts under gate, up and down
+    if cfg.moe:
+        experts = [(rows * lay.ep, fe, d, held), (rows * lay.ep, fe, d, held), (rows * lay.ep, d, fe, held)]
+    else:
+        experts = [(m, ff, d, 1), (m, ff, d, 1), (m, d, ff, 1)]
+    products = {"q": (m, a, d, 1), "k": (m, kv, d, 1), "v": (m, kv, d, 1), "o": (m, d, a, 1),
+                "gate": experts[0] if gated else None, "up": experts[1], "down": experts[2]}
+    out["ops_fwd"] = {x: (n * dev.products.gemm(M, N, K), 2.0 * M * N * K * n) for x, (M, N, K, n) in
+                      ((x, v) for x, v in products.items() if v is not None)}
+    out["ops_fwd"]["core"] = (out["core_fwd"], core)  # QK^T and PV on this GPU's heads
     out["weight_cast"] = weight_cast  # seconds to cast one block's weights to fp8 (0 unless fp8 products)
     return out
 
@@ -669,6 +699,20 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     if w["backward"] and lay.recompute == "attention":
         rec_block["attention"] = bt["core_fwd"]
     recomputed_blocks = recomputed_share * per_stage
+    rec_pairs = 2 * recomputed_share  # tensor-parallel pairs (all-reduces) per block in the recomputed forwards
+    rec_core = w["backward"] and lay.recompute == "attention"  # the recompute repeats the attention core alone
+    ops = recompute_ops(lay.recompute)
+    if w["backward"] and ops is not None:  # per-operation: the named products, the core if named, every elementwise
+        # kernel (their memory-bound passes and launches); each side's tensor-parallel pair where one of its products
+        # repeats; its share of the block's forward FLOPs (the hardware FLOPs below)
+        rec_block = {"matmul": sum(bt["ops_fwd"][x][0] for x in ops if x != "core"),
+                     "attention": bt["fwd"]["attention"] if "core" in ops else 0.0,
+                     "memory": bt["fwd"]["memory"], "launch": bt["fwd"]["launch"]}
+        flops = {x: f for x, (_, f) in bt["ops_fwd"].items()}
+        recomputed_share = sum(flops.get(x, 0.0) for x in ops) / sum(flops.values())
+        recomputed_blocks = recomputed_share * per_stage
+        rec_pairs = (1 if ops & {"q", "k", "v", "o", "core"} else 0) + (1 if ops & {"gate", "up", "down"} else 0)
+        rec_core = "core" in ops
     rec = {c: per_stage * rec_block[c] for c in cats}
     # Tensor parallel: all-reduces (or all-gather + reduce-scatter pairs) of b s d activations per block
     tp_bytes = lay.micro_batch * cfg.seq_len // lay.cp * cfg.d_model * e
@@ -681,7 +725,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         one = (one + ffn_pair) / 2  # the mean of a block's two pairs (the counts below are two per block)
     ar_fwd = 2 * w["passes"] * per_stage
     ar_bwd = 2 * per_stage if w["backward"] else 0  # the column-parallel layers' input gradients
-    ar_rec = 2 * recomputed_blocks  # the recomputed forwards', inside the backward
+    ar_rec = rec_pairs * per_stage  # the recomputed forwards', inside the backward
     tp_fwd_all = ar_fwd * one
 
     # Expert parallelism: two all-to-alls per mixture-of-experts block and pass (dispatch, combine), two backward,
@@ -694,7 +738,9 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     ep_one = net.all_to_all(ep_bytes, lay.ep, lay.expert_tp if folded else t * lay.cp)  # expert groups of data-parallel
     # replicas, t x cp apart
     ep_fwd = 2 * w["passes"] * per_stage * ep_one if cfg.moe else 0.0
-    ep_bwd = ((2 * per_stage if w["backward"] else 0) + 2 * recomputed_blocks) * ep_one if cfg.moe else 0.0
+    ep_rec = (2 * per_stage if ops & {"gate", "up", "down"} else 0) if (ops is not None and w["backward"]) else \
+        2 * recomputed_blocks  # a recomputed mixture dispatches and combines again
+    ep_bwd = ((2 * per_stage if w["backward"] else 0) + ep_rec) * ep_one if cfg.moe else 0.0
 
     # Context parallelism: per block and pass, a ring of cp - 1 steps passing each GPU's keys and values (its s / cp
     # tokens, the kv heads on this GPU) to the next; the backward passes them again with their gradients (twice the
@@ -709,7 +755,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         cp_bwd_one = max(0.0, 2 * ring - bt["bwd"]["attention"])
     cp_fwd = w["passes"] * per_stage * cp_fwd_one
     # the recomputed forwards' rings: whole blocks', or the attention core's alone (Korthikanti's selective)
-    cp_rec_blocks = per_stage if (w["backward"] and lay.recompute == "attention") else recomputed_blocks
+    cp_rec_blocks = per_stage if rec_core else (0.0 if ops is not None else recomputed_blocks)
     cp_bwd = (per_stage * cp_bwd_one if w["backward"] else 0.0) + cp_rec_blocks * cp_fwd_one
 
     compute_fwd = sum(fwd.values())
@@ -763,7 +809,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
                     sum(rec_one.values())
                 out += bwd_one + tp_backward_exposed(back * one, recomputed * one, bwd_one)
                 if ring:
-                    rec_rings = 1.0 if (back and lay.recompute == "attention") else recomputed / 2
+                    rec_rings = 1.0 if (back and rec_core) else (0.0 if ops is not None else recomputed / 2)
                     out += (cp_bwd_one if back else 0.0) + rec_rings * cp_fwd_one
             elif w["chain"]:
                 out += alone[2] + chain_ratio * (kt["bwd"]["memory"] + kt["bwd"]["launch"])
@@ -772,7 +818,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         block_priced = once(("price-block", rule, *kernels), lambda: priced_alone((1, False)))
         head_priced = once(("price-head", rule, *kernels), lambda: priced_alone((0, True)))
         per_block = serialised(bt, block_priced, rec_block, 2 * w["passes"], 2 if w["backward"] else 0,
-                               2 * recomputed_share)
+                               rec_pairs if w["backward"] else 0)
         head_seq = serialised(ht, head_priced, {}, 0, 0, 0)
         bubble = ((blocks - per_stage) * per_block + (1.0 - ends) * head_seq) / v
     else:

@@ -1,0 +1,80 @@
+"""Per-operation recompute (a published row's ``recompute`` ``ops:...``; docs/planning.md, "Per-operation
+recompute"): torchtitan's per-op selective checkpointing and MaxText's named remat policies, priced product by
+product against hand computations."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trainingcost.analytic.steptime import Layout, predict_step
+from trainingcost.analytic.steptime.device import DeviceModel
+from trainingcost.analytic.steptime.step import block_times, check_layout
+from trainingcost.config import ConfigError
+from trainingcost.config.hardware import device
+from trainingcost.config.model import canonical_model, preset_entry
+
+H100 = device("h100-sxm")
+
+
+def llama():
+    return canonical_model({**preset_entry("llama-2-7b"), "layers": 4, "seq_len": 2048})
+
+
+def base(**changes):
+    return Layout(gpus=8, global_batch=16, micro_batch=2, sharding="fsdp", host_block_s=(0.0, 0.0), **changes)
+
+
+def test_a_bad_product_is_one_line():
+    with pytest.raises(ConfigError) as err:
+        check_layout(llama(), base(recompute="ops:k+mlp"))
+    assert str(err.value).startswith("recompute: 'ops:k+mlp' is not allowed") and "\n" not in str(err.value)
+    check_layout(llama(), base(recompute="ops:"))  # the elementwise work alone
+    check_layout(llama(), base(recompute="ops:k+o+up"))
+
+
+def test_torchtitans_every_second_product_by_hand():
+    """ops:k+o+up (torchtitan's per-op policy on a Llama block): the backward repeats wk (m x kv x d), wo (m x d x a)
+    and w3 (m x d_ff x d) at their own shapes, every elementwise kernel, and not the attention."""
+    cfg = llama()
+    dev = DeviceModel.of(H100, "bf16")
+    none, ops = base(), base(recompute="ops:k+o+up")
+    bt = block_times(cfg, none, dev, 2)
+    m, d, a, kv, ff = 2 * cfg.seq_len, cfg.d_model, cfg.attn_width, cfg.kv_width, cfg.d_ff
+    gemms = dev.gemm(m, kv, d) + dev.gemm(m, d, a) + dev.gemm(m, ff, d)
+    a_step, b_step = predict_step(cfg, none, H100, "bp"), predict_step(cfg, ops, H100, "bp")
+    M, L = none.accumulation, cfg.layers
+    assert b_step.parts["matmul"] - a_step.parts["matmul"] == pytest.approx(M * L * gemms, rel=1e-9)
+    assert b_step.parts["attention"] == a_step.parts["attention"]
+    assert b_step.parts["memory"] - a_step.parts["memory"] == pytest.approx(M * L * bt["fwd"]["memory"], rel=1e-9)
+    # the hardware FLOPs: the three products' share of the block's forward FLOPs (attention core included)
+    core = 4.0 * 2 * cfg.seq_len * cfg.seq_len * a * 0.5
+    block = 2.0 * m * d * (a + 2 * kv) + 2.0 * m * a * d + 3 * 2.0 * m * d * ff + core
+    share = (2.0 * m * kv * d + 2.0 * m * d * a + 2.0 * m * ff * d) / block
+    extra = b_step.hardware_flops - a_step.hardware_flops
+    full = predict_step(cfg, base(recompute="full"), H100, "bp")
+    assert extra == pytest.approx(share * (full.hardware_flops - a_step.hardware_flops), rel=1e-9)
+
+
+def test_every_product_and_the_core_is_a_full_recompute_up_to_the_fused_shapes():
+    cfg = llama()
+    everything = "ops:" + "+".join(("q", "k", "v", "o", "gate", "up", "down", "core"))
+    full, ops = predict_step(cfg, base(recompute="full"), H100, "bp"), predict_step(cfg, base(recompute=everything),
+                                                                                     H100, "bp")
+    assert ops.parts["memory"] == pytest.approx(full.parts["memory"], rel=1e-12)
+    assert ops.parts["attention"] == pytest.approx(full.parts["attention"], rel=1e-12)
+    assert ops.hardware_flops == pytest.approx(full.hardware_flops, rel=1e-12)
+    assert ops.parts["matmul"] == pytest.approx(full.parts["matmul"], rel=0.03)  # q, k, v and gate, up priced apart
+    elementwise = predict_step(cfg, base(recompute="ops:"), H100, "bp")
+    none = predict_step(cfg, base(), H100, "bp")
+    assert elementwise.parts["matmul"] == none.parts["matmul"] and elementwise.parts["memory"] > none.parts["memory"]
+
+
+def test_a_side_repeats_its_tensor_parallel_pair_only_where_one_of_its_products_repeats():
+    cfg = llama()
+    lay = Layout(gpus=8, global_batch=16, micro_batch=2, tp=2, host_block_s=(0.0, 0.0))
+    none, ffn, both = (predict_step(cfg, dataclasses.replace(lay, recompute=r), H100, "bp").parts["comm_tp"]
+                       for r in ("none", "ops:up", "ops:k+up"))
+    full = predict_step(cfg, dataclasses.replace(lay, recompute="full"), H100, "bp").parts["comm_tp"]
+    assert none < ffn < both and both == pytest.approx(full, rel=1e-12)
