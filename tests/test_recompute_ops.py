@@ -78,3 +78,31 @@ def test_a_side_repeats_its_tensor_parallel_pair_only_where_one_of_its_products_
                        for r in ("none", "ops:up", "ops:k+up"))
     full = predict_step(cfg, dataclasses.replace(lay, recompute="full"), H100, "bp").parts["comm_tp"]
     assert none < ffn < both and both == pytest.approx(full, rel=1e-12)
+
+
+def test_a_mixtures_experts_repeat_at_their_own_rows():
+    """ops:gate+up on a mixture: each local expert's products at its token-balanced rows (m k / E x ep), E / ep of
+    them; every product with the core is a full recompute up to the cut shapes, and the router is never repeated."""
+    from trainingcost.config.presets import PRESETS
+
+    cfg = canonical_model({**PRESETS["mixtral-8x7b"], "layers": 4}).replace(seq_len=2048)
+    dev = DeviceModel.of(H100, "bf16")
+    lay = Layout(gpus=8, global_batch=16, micro_batch=1, ep=2, sharding="fsdp", host_block_s=(0.0, 0.0))
+    bt = block_times(cfg, lay, dev, 2)
+    m, k, E, d, ff = cfg.seq_len, cfg.experts_per_token, cfg.experts, cfg.d_model, cfg.d_ff
+    rows, held = m * k // E * 2, E // 2
+    assert bt["ops_fwd"]["up"][1] == pytest.approx(held * 2.0 * rows * ff * d, rel=1e-12)
+    assert bt["ops_fwd"]["up"][0] == pytest.approx(held * dev.gemm(rows, ff, d), rel=1e-12)
+    everything = "ops:" + "+".join(("q", "k", "v", "o", "gate", "up", "down", "core"))
+    full, ops = (predict_step(cfg, dataclasses.replace(lay, recompute=r), H100, "bp") for r in ("full", everything))
+    assert ops.step_time_s == pytest.approx(full.step_time_s, rel=0.03)
+
+
+def test_the_core_alone_repeats_no_tensor_parallel_pair_and_an_absent_gate_nothing():
+    cfg = llama()
+    lay = Layout(gpus=8, global_batch=16, micro_batch=2, tp=2, sequence_parallel=True, host_block_s=(0.0, 0.0))
+    none, core = (predict_step(cfg, dataclasses.replace(lay, recompute=r), H100, "bp") for r in ("none", "ops:core"))
+    assert core.parts["comm_tp"] == none.parts["comm_tp"] and core.parts["attention"] > none.parts["attention"]
+    gpt2 = canonical_model({**preset_entry("gpt2-small"), "layers": 2})  # GELU: no gate product
+    a, b = (predict_step(gpt2, base(recompute=r), H100, "bp") for r in ("ops:up", "ops:gate+up"))
+    assert a.step_time_s == b.step_time_s

@@ -367,6 +367,7 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
         # parallel) join its expert group's, gathered over etp, each expert d_ff / etp wide: rows x etp / t)
         et = lay.expert_tp
         rows, held = max(1, m * cfg.experts_per_token * et // (t * cfg.experts)), cfg.experts // lay.ep
+        expert_rows = rows * lay.ep  # each local expert's rows (rows is reused below for activation bytes)
         fe = cfg.d_ff // et
         gemms = gemms[:2] + [(m, cfg.experts, d)] + [(rows * lay.ep, (1 + gated) * fe, d), (rows * lay.ep, d, fe)] * held
         if cfg.shared_expert_ff:  # ... and the shared expert on every row, with its gate
@@ -464,7 +465,7 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     # Per product, for a per-operation recompute (recompute_ops): its forward seconds and FLOPs on this GPU (the fused
     # q/k/v and gate/up products priced apart, each at its own width); a mixture's experts under gate, up and down
     if cfg.moe:
-        experts = [(rows * lay.ep, fe, d, held), (rows * lay.ep, fe, d, held), (rows * lay.ep, d, fe, held)]
+        experts = [(expert_rows, fe, d, held), (expert_rows, fe, d, held), (expert_rows, d, fe, held)]
     else:
         experts = [(m, ff, d, 1), (m, ff, d, 1), (m, d, ff, 1)]
     products = {"q": (m, a, d, 1), "k": (m, kv, d, 1), "v": (m, kv, d, 1), "o": (m, d, a, 1),
@@ -705,13 +706,15 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     if w["backward"] and ops is not None:  # per-operation: the named products, the core if named, every elementwise
         # kernel (their memory-bound passes and launches); each side's tensor-parallel pair where one of its products
         # repeats; its share of the block's forward FLOPs (the hardware FLOPs below)
-        rec_block = {"matmul": sum(bt["ops_fwd"][x][0] for x in ops if x != "core"),
+        # (a product the model lacks, e.g. gate without a gated FFN, repeats nothing)
+        rec_block = {"matmul": sum(bt["ops_fwd"][x][0] for x in ops if x != "core" and x in bt["ops_fwd"]),
                      "attention": bt["fwd"]["attention"] if "core" in ops else 0.0,
                      "memory": bt["fwd"]["memory"], "launch": bt["fwd"]["launch"]}
         flops = {x: f for x, (_, f) in bt["ops_fwd"].items()}
         recomputed_share = sum(flops.get(x, 0.0) for x in ops) / sum(flops.values())
         recomputed_blocks = recomputed_share * per_stage
-        rec_pairs = (1 if ops & {"q", "k", "v", "o", "core"} else 0) + (1 if ops & {"gate", "up", "down"} else 0)
+        present = ops & set(bt["ops_fwd"])
+        rec_pairs = (1 if present & {"q", "k", "v", "o"} else 0) + (1 if present & {"gate", "up", "down"} else 0)
         rec_core = "core" in ops
     rec = {c: per_stage * rec_block[c] for c in cats}
     # Tensor parallel: all-reduces (or all-gather + reduce-scatter pairs) of b s d activations per block
@@ -738,7 +741,8 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     ep_one = net.all_to_all(ep_bytes, lay.ep, lay.expert_tp if folded else t * lay.cp)  # expert groups of data-parallel
     # replicas, t x cp apart
     ep_fwd = 2 * w["passes"] * per_stage * ep_one if cfg.moe else 0.0
-    ep_rec = (2 * per_stage if ops & {"gate", "up", "down"} else 0) if (ops is not None and w["backward"]) else \
+    ep_rec = (2 * per_stage if ops & set(bt["ops_fwd"]) & {"gate", "up", "down"} else 0) \
+        if (ops is not None and w["backward"]) else \
         2 * recomputed_blocks  # a recomputed mixture dispatches and combines again
     ep_bwd = ((2 * per_stage if w["backward"] else 0) + ep_rec) * ep_one if cfg.moe else 0.0
 
