@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
 
 from .errors import ConfigError
+from .shipped import load_shipped
 
 WHEN = re.compile(r"(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?")  # FAMILY@WHEN: a year, a month or a day
 
@@ -248,7 +248,7 @@ def _pick(versions: tuple, date: datetime.date) -> str:
 
 @lru_cache(maxsize=1)
 def _frameworks() -> tuple[dict, str, dict]:
-    data = yaml.safe_load(FRAMEWORKS.read_text())
+    data = load_shipped(FRAMEWORKS.read_text())
     table = {name: parse_framework(name, entry, data["sources"], f"frameworks.{name}")
              for name, entry in data["frameworks"].items()}
     if data.get("default") not in table:
@@ -349,7 +349,7 @@ def parse_cluster(name: str, entry, sources: dict, where: str, fabrics: dict | N
 def _clusters() -> dict:
     from .hardware import devices
 
-    data = yaml.safe_load(CLUSTERS.read_text())
+    data = load_shipped(CLUSTERS.read_text())
     fabrics = {name: parse_fabric(name, entry, data["sources"], f"fabrics.{name}")
                for name, entry in data["fabrics"].items()}
     table = {name: parse_cluster(name, entry, data["sources"], f"clusters.{name}", fabrics)
@@ -367,7 +367,7 @@ def clusters() -> dict[str, Cluster]:
 
 def fabric(name: str) -> dict:
     """A fabric's latencies by name (the collectives benchmark's rows name theirs)."""
-    data = yaml.safe_load(CLUSTERS.read_text())
+    data = load_shipped(CLUSTERS.read_text())
     if name not in data["fabrics"]:
         raise ConfigError(f"fabric: {name!r} is not catalogued (allowed: {', '.join(data['fabrics'])})")
     return parse_fabric(name, data["fabrics"][name], data["sources"], f"fabrics.{name}")[0]

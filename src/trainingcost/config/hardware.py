@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
 
 from .errors import ConfigError
+from .shipped import load_shipped
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 QUANTITIES = ("peak_tflops", "memory_gb", "bandwidth_gbs", "power_w")
@@ -168,7 +168,7 @@ def parse_steptime(entry, sources: dict, source: str | None, where: str) -> tupl
 
 @lru_cache(maxsize=1)
 def _catalogue() -> tuple[Device, ...]:
-    data = yaml.safe_load(CATALOGUE.read_text())
+    data = load_shipped(CATALOGUE.read_text())
     return tuple(parse_device(name, entry, data["sources"], f"hardware.{name}") for name, entry in data["devices"].items())
 
 

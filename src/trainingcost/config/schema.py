@@ -22,10 +22,10 @@ from importlib import resources
 from typing import Any, Iterable, Mapping, Sequence
 
 import jsonschema
-import yaml
 
 from . import choices
 from .errors import ConfigError
+from .shipped import load_shipped
 from .presets import PRESETS
 
 Vocabulary = Mapping[str, Sequence[str]]
@@ -61,7 +61,7 @@ def declare_options(properties: dict[str, tuple[dict, dict, dict | None]]) -> No
 def file_schema() -> dict:
     """The shipped file, as written (no enum the code decides)."""
     text = resources.files("trainingcost.config").joinpath("schemas/config.schema.yaml").read_text()
-    return yaml.safe_load(text)
+    return load_shipped(text)
 
 
 def _every_by_default(node: Any, vocabulary: Vocabulary) -> None:
