@@ -30,14 +30,16 @@ def brute_force(cfg, spec, dev, rule, free):
             continue
         for p in ([q for q in divisors(spec.gpus // (t * cp)) if q <= blocks] if "pp" in free else [spec.pp]):
             dp = spec.gpus // (t * p * cp)
-            if G % dp:
-                continue
+            if G % dp or (spec.replicate > 1 and (dp % spec.replicate or dp // spec.replicate * cp < 2)):
+                continue  # HSDP: dp in replica groups of two ranks or more
             for mb in (divisors(G // dp) if "micro_batch" in free else [spec.micro_batch]):
                 vs = [v for v in divisors(blocks // p)] if ("interleave" in free and p > 1 and blocks % p == 0) else [1]
                 for v in vs:
                     if v > 1 and (G // dp // mb) % p:
                         continue
-                    for sh in (("none", "zero1", "zero2", "zero3") if "sharding" in free else [spec.sharding]):
+                    for sh in ([s for s in ("none", "zero1", "zero2", "zero3") if spec.replicate == 1 or not (
+                            s == "none" or (s == "zero1" and spec.zero1_sync == "after_backward"))]
+                               if "sharding" in free else [spec.sharding]):
                         for ck in (("none", "selective", "full") if "checkpointing" in free else [spec.checkpointing]):
                             for sp in ((False, True) if ("sequence_parallel" in free and t > 1) else [False]):
                                 s = dataclasses.replace(spec, tp=t, pp=p, micro_batch=mb, interleave=v, sharding=sh,
@@ -57,6 +59,7 @@ CASES = st.fixed_dictionaries({
     "batch": st.sampled_from([8, 16]), "rule": st.sampled_from(["bp", "dfa", "pepita", "lra"]),
     "sync": st.sampled_from([{}, {"grad_reduce": "fp32", "zero1_sync": "after_backward"}]),  # nanotron's ZeRO-1
     "cp": st.sampled_from([1, 2]),  # context parallelism, given
+    "replicate": st.sampled_from([1, 2]),  # HSDP replica groups, given
     "fp8": st.sampled_from([{}, {"precision": "fp8-mixed"}, {"precision": "fp8-mixed", "fp8_weight_cache": True}]),
 })
 
@@ -72,7 +75,7 @@ def test_the_search_finds_brute_forces_best_layout(case):
                                vocab=512, seq_len=case["seq"], norm_position="pre"), "")
     small = dataclasses.replace(H100, memory_bytes=int(3e9))  # a small GPU, so that memory rules out layouts
     spec = PlanSpec(tokens=1e9, gpus=case["gpus"], global_batch=case["batch"] * case["gpus"] // 2, efficiency=PREDICTED,
-                    sharding="none", cp=case["cp"], **case["sync"], **case["fp8"])
+                    sharding="none", cp=case["cp"], replicate=case["replicate"], **case["sync"], **case["fp8"])
     free = {"tp", "pp", "micro_batch", "sharding", "checkpointing", "sequence_parallel", "interleave"}
     found = search(cfg, spec, small, [case["rule"]], free).rules[case["rule"]]
     reference = brute_force(cfg, spec, small, case["rule"], free)

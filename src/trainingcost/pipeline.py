@@ -659,7 +659,7 @@ def section_spec(section: dict, cfg, gpu, where: str = "plan", count: bool = Tru
     fw = framework(section.get("framework"), f"{where}.framework")
     return PlanSpec(
         tokens=tokens, tokens_source=source, gpus=section["gpus"], tp=section["tp"], pp=section["pp"], cp=section["cp"],
-        sharding=section.get("sharding") or fw.sharding, zero3_gather=section.get("zero3_gather") or fw.zero3_gather,
+        replicate=section["replicate"], sharding=section.get("sharding") or fw.sharding, zero3_gather=section.get("zero3_gather") or fw.zero3_gather,
         **system, tp_overlap=fw.tp_overlap, dp_overlap=fw.dp_overlap, precision=section["precision"],
         checkpointing=section["checkpointing"],
         checkpoint_every=section["checkpoint_every"], optimizer=section["optimizer"],

@@ -81,6 +81,11 @@ def add_parser(sub) -> None:
                    help="context-parallel degree: each of N GPUs holds 1/N of every sequence and the attention "
                         "passes keys and values around a ring (Megatron-Core's context parallelism; a decoder, a fused "
                         "attention kernel); gpus = tp x cp x pp x dp; not searched")
+    p.add_argument("--replicate", type=count, default=1, metavar="N",
+                   help="hybrid sharded data parallelism (HSDP): the data-parallel replicas in N groups, ZeRO/FSDP "
+                        "sharding inside each, the gradient shards all-reduced across them (FSDP's HYBRID_SHARD, "
+                        "torchtitan's data_parallel_replicate_degree, MaxText's dcn_data_parallelism); N divides dp, "
+                        "needs a --sharding; default 1; not searched")
     p.add_argument("--ep", type=count_or_auto, default=1, metavar="N|auto", help="expert-parallel degree (a mixture "
                    "of experts; divides the experts and the data-parallel degree)")
     p.add_argument("--etp", type=int, default=None, metavar="N",
@@ -398,7 +403,7 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         carbon_source=defaults.carbon_source if args.carbon_intensity is None else "given",
         price=args.price, price_source="given" if args.price is not None else defaults.price_source,
         mirror_steps=args.mirror_steps, interleave=args.interleave, sequence_parallel=args.sequence_parallel,
-        ep=args.ep, etp=args.etp, cp=args.cp, dp_overlap=fw.dp_overlap if args.dp_overlap is None else args.dp_overlap,
+        ep=args.ep, etp=args.etp, cp=args.cp, replicate=args.replicate, dp_overlap=fw.dp_overlap if args.dp_overlap is None else args.dp_overlap,
         **quality_of(args),
     )
 
@@ -466,7 +471,7 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
                f"({first['source_batch']}); {first['optimizer_steps']:,.0f} optimizer steps")
     peak = first["peak_flops_per_gpu"] / 1e12
     out.append(f"Hardware: {first['gpus']} x {gpu.name} ({gpu.label}: {peak:g} TFLOP/s dense {PRECISIONS[first['precision']].peak_dtype}, "
-               f"{gpu.memory_bytes / 1e9:g} GB, {gpu.power_w:g} W); {_degrees(first)} parallel; sharding {first['sharding']}; {first['precision']}; activation "
+               f"{gpu.memory_bytes / 1e9:g} GB, {gpu.power_w:g} W); {_degrees(first)} parallel; sharding {_sharding(first)}; {first['precision']}; activation "
                f"checkpointing {first['checkpointing']}; optimizer {first['optimizer']}" + _experts(first))
     out.append(f"Efficiency: {first['source_efficiency']}")
     if table["compute_multiplier"].notna().any() and table["source_quality"].iloc[0].startswith("to reach"):
@@ -544,6 +549,15 @@ def _degrees(row) -> str:
     return f"data x tensor x pipeline = {row['dp']} x {row['tp']} x {row['pp']}"
 
 
+def _sharding(row) -> str:
+    """The sharding, with its HSDP replica groups where the plan has them."""
+    r = int(row.get("replicate", 1))
+    if r <= 1:
+        return str(row["sharding"])
+    return (f"{row['sharding']} inside {r} replica groups of {row['dp'] // r * row.get('cp', 1)} ranks (HSDP: gradient "
+            f"shards all-reduced across the groups)")
+
+
 def _experts(row) -> str:
     """The expert-parallel degree and its all-to-all traffic, where the plan has one (docs/planning.md)."""
     if row["ep"] <= 1:
@@ -565,7 +579,7 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
                        f"{first['optimizer_steps']:,.0f} steps of {first['global_batch']} sequences of "
                        f"{first['tokens_per_sequence']} tokens (global batch {batch})", SCREEN_WIDTH))
     out.append(wrapped(f"On {first['gpus']} x {gpu.name} ({gpu.memory_bytes / 1e9:g} GB): {_degrees(first)}, "
-                       f"{first['sharding']}, {first['precision']}, "
+                       f"{_sharding(first)}, {first['precision']}, "
                        f"checkpointing {first['checkpointing']}, {first['optimizer']}" + _experts(first), SCREEN_WIDTH))
     if table["compute_multiplier"].notna().any() and table["source_quality"].iloc[0].startswith("to reach"):
         out.append(wrapped(tokens_per_rule(table), SCREEN_WIDTH))

@@ -134,7 +134,8 @@ def _compact(row) -> str:
 
     return Candidate(int(row["tp"]), int(row["pp"]), int(row["interleave"]), int(row["micro_batch"]),
                      row["checkpointing"], row["sharding"], bool(row["sequence_parallel"]), int(row["ep"]),
-                     int(row["dp"]), 0.0, 0.0, int(row.get("cp", 1)), int(row.get("etp", row["tp"]))).compact()
+                     int(row["dp"]), 0.0, 0.0, int(row.get("cp", 1)), int(row.get("etp", row["tp"])),
+                     int(row.get("replicate", 1))).compact()
 
 
 # ---------------------------------------------------------------------------
@@ -168,7 +169,8 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
                  "yes" if r["fits"] else "NO"] for _, r in t.drop_duplicates("rule").iterrows()]
         out.append(grid(["rule", "layout", "step", "time", "GPU-h", "MFU", "GiB/GPU", "fits"], rows))
         out.append(wrapped("layout: tp, pp, v (interleaved stages), dp, mb (micro-batch), ep; sel/full: "
-                           "checkpointing; sp: sequence parallel; z1-z3: ZeRO stage", width))
+                           "checkpointing; sp: sequence parallel; z1-z3: ZeRO stage" +
+                           ("; r: HSDP replica groups" if int(t["replicate"].iloc[0]) > 1 else ""), width))
         if all_models and not result.layouts.empty:
             out += ["", "Runner-up layouts per rule (step time; the best first):"]
             for r, part in result.layouts.groupby("rule", sort=False):

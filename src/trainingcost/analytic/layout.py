@@ -60,6 +60,7 @@ class Candidate:
     memory_bytes: float
     cp: int = 1  # context parallelism, as given (not searched)
     etp: int | None = None  # the experts' tensor parallelism where it is not tp (MoE folding; as given)
+    replicate: int = 1  # HSDP replica groups (as given; not searched)
 
     def compact(self) -> str:
         """e.g. ``tp8 pp4 v2 dp32 mb1 sel sp z1``."""
@@ -74,6 +75,8 @@ class Candidate:
         if self.etp is not None and self.etp != self.tp:
             parts.append(f"etp{self.etp}")
         parts += [SHORT[self.checkpointing], "sp" if self.sequence_parallel else "", SHORT[self.sharding]]
+        if self.replicate > 1:
+            parts.append(f"r{self.replicate}")
         return " ".join(p for p in parts if p)
 
     def spec_fields(self) -> dict:
@@ -128,7 +131,7 @@ def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool
     else:
         tps = [spec.tp]
     can = dict(spec.can) if spec.can else {}
-    out, uneven = [], set()
+    out, uneven, unsplit = [], set(), set()
     cp = spec.cp  # context parallelism as given (not searched)
     for t in tps:
         if gpus % (t * cp):
@@ -142,6 +145,9 @@ def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool
             if gpus % (t * p * cp):
                 continue
             dp = gpus // (t * p * cp)
+            if spec.replicate > 1 and (dp % spec.replicate or dp // spec.replicate * cp < 2):
+                unsplit.add(dp)
+                continue
             if cfg.moe:
                 et = t if spec.etp is None else spec.etp  # the experts' tensor parallelism: folded where below t
                 if t % et:
@@ -155,6 +161,9 @@ def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool
             else:
                 eps = [1]
             out.extend((t, p, dp, e) for e in eps)
+    if unsplit:
+        rejected.append(f"dp {', '.join(map(str, sorted(unsplit)))}: does not split into {spec.replicate} replica "
+                        "groups of two ranks or more (--replicate)")
     if uneven:
         rejected.append(f"pp {', '.join(map(str, sorted(uneven)))}: does not divide the {blocks} blocks, and framework "
                         f"{spec.framework} splits them only evenly")
@@ -208,6 +217,14 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
     if can and "sharding" in free and set(SHARDINGS) - set(shardings):
         rejected.append(f"sharding {', '.join(s for s in SHARDINGS if s not in shardings)}: not run by framework "
                         f"{spec.framework}")
+    if spec.replicate > 1 and "none" in shardings and "sharding" in free:
+        shardings = tuple(s for s in shardings if s != "none")
+        rejected.append(f"sharding none: --replicate {spec.replicate} groups shard the state; without sharding "
+                        "there is nothing to shard")
+    if spec.replicate > 1 and "zero1" in shardings and "sharding" in free and spec.zero1_sync == "after_backward":
+        shardings = tuple(s for s in shardings if s != "zero1")
+        rejected.append(f"sharding zero1: framework {spec.framework} syncs ZeRO-1 after the backward over every "
+                        "data-parallel rank, without replica groups (--replicate)")
     checkpoints = CHECKPOINTING if "checkpointing" in free else (spec.checkpointing,)
     indivisible = [(t, p, dp) for t, p, dp, _ in structures if G % dp]
     if indivisible:
@@ -286,7 +303,8 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                                 priced += 1
                                 pred = predict_step(cfg, lay, device, r, work, memo if prune else {})
                                 ranked = _insert(ranked, Candidate(t, p, v, mb, ckpt, sh, sp, ep, dp,
-                                                                   pred.step_time_s, memory, spec.cp, spec.etp), top)
+                                                                   pred.step_time_s, memory, spec.cp, spec.etp,
+                                                                   spec.replicate), top)
         out[r] = RuleSearch(r, ranked[0] if ranked else None, ranked, space, fitting, priced)
     return Search(spec.gpus, G, out, list(dict.fromkeys(rejected)), time.perf_counter() - start)
 
@@ -308,6 +326,6 @@ def _compute_bound(cfg, lay, device, rule, work, memo) -> float:
     from .steptime import predict_step
 
     one = dataclasses.replace(lay, gpus=lay.tp * lay.pp * lay.cp, global_batch=lay.micro_batch, interleave=1,
-                              sharding="none")  # dp 1, one micro-batch, no pipeline interleave: no comm but TP's
+                              sharding="none", replicate=1)  # dp 1, one micro-batch, no pipeline interleave: no comm but TP's
     pred = predict_step(cfg, one, device, rule, work, memo)
     return sum(pred.parts[c] for c in ("matmul", "attention", "memory", "launch"))

@@ -133,6 +133,7 @@ class PlanSpec:
     ep: int = 1  # expert-parallel degree (a mixture of experts: experts / ep per GPU, carved out of dp)
     etp: int | None = None  # the experts' tensor-parallel degree (None: tp); below tp, MoE parallel folding
     cp: int = 1  # context-parallel degree: s / cp tokens of every sequence per GPU (Megatron-Core's CP)
+    replicate: int = 1  # HSDP: the dp replicas in this many groups, ZeRO sharding inside each (--replicate)
     pipeline_split: str = "even"  # how the blocks are split over pipeline stages (the framework's; plan_facts.stages)
 
 
@@ -215,6 +216,11 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
         from .steptime.step import check_context_parallel
 
         check_context_parallel(cfg, spec.cp, device.attention_kernel(spec.attention), "cp")
+    from .steptime.step import hsdp_problem
+
+    problem = hsdp_problem(spec.replicate, replicas(spec), spec.cp, spec.sharding, spec.zero1_sync)
+    if problem:
+        raise ConfigError(f"replicate: {problem}")
     for name, value in (("heads", cfg.heads), ("kv_heads", cfg.kv_heads), ("d_ff", cfg.d_ff)):
         if value % spec.tp:
             raise ConfigError(f"tp: tensor-parallel degree {spec.tp} does not divide {name} {value} (each GPU holds "
@@ -241,6 +247,11 @@ def replicas(spec: PlanSpec) -> int:
     """The data-parallel degree: replicas that each take their own sequences, gpus / (tp x pp x cp); the gradients
     are reduced (and ZeRO shards) over dp x cp ranks, which hold the same weights."""
     return spec.gpus // (spec.tp * spec.pp * spec.cp)
+
+
+def shard_ranks(spec: PlanSpec) -> int:
+    """The ranks ZeRO shards over: dp x cp, or under HSDP (--replicate R) one replica group's dp / R x cp."""
+    return replicas(spec) // spec.replicate * spec.cp
 
 
 def check_expert_parallel(spec: PlanSpec, cfg) -> None:
@@ -430,7 +441,7 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     row = facts.row(rule_name)
     split = facts_split(facts, spec.pipeline_split)
     share = model_share(facts, spec.tp, spec.pp, split=split)
-    dp = replicas(spec) * spec.cp  # ZeRO shards over the dp x cp ranks holding the same weights
+    dp = shard_ranks(spec)  # ZeRO shards over the dp x cp ranks holding the same weights (a HSDP group's)
     stage = ZERO_STAGE[spec.sharding]
     params = facts.parameters * share
     feedback = row["feedback"] * share
@@ -579,7 +590,7 @@ PLAN_COLUMNS = (
     "source_power", "source_pue", "source_carbon", "source_price",
     *(f"step_{k}_s" for k in STEP_PARTS), "step_dp_bytes", "step_dp_collectives",
     "compute_multiplier", "token_multiplier", "source_quality",
-    "ep", "etp", "ep_all_to_all_bytes", "interleave", "sequence_parallel", "goodput", "source_goodput", "framework", "source_framework", "attention", "cp", "source_network", "pipeline_split",
+    "ep", "etp", "ep_all_to_all_bytes", "interleave", "sequence_parallel", "goodput", "source_goodput", "framework", "source_framework", "attention", "cp", "replicate", "source_network", "pipeline_split",
 )
 
 
@@ -610,7 +621,7 @@ def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None
     from .steptime import Layout
 
     return Layout(gpus=spec.gpus, global_batch=G, micro_batch=micro_batch, tp=spec.tp, pp=spec.pp, ep=spec.ep, cp=spec.cp,
-                  etp=spec.etp,
+                  etp=spec.etp, replicate=spec.replicate,
                   interleave=spec.interleave if interleave is None else interleave,
                   sequence_parallel=spec.sequence_parallel if sequence_parallel is None else sequence_parallel,
                   sharding=spec.sharding, recompute=spec.checkpointing, checkpoint_every=spec.checkpoint_every,
@@ -728,6 +739,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         total_memory = fixed + parts["activations"]
         rows.append({
             "config_id": cfg.config_id, "rule": r, "cost_model": name, "gpu": device.name, "gpus": spec.gpus, "dp": dp, "cp": spec.cp,
+            "replicate": spec.replicate,
             "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "zero3_gather": spec.zero3_gather,
             "framework": spec.framework, "source_framework": spec.framework_source, "attention": spec.attention,
             "pipeline_split": pipeline_split(cfg, spec.pp, spec.pipeline_split, spec.interleave),

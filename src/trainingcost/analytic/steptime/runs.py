@@ -78,7 +78,8 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
     attention = row["attention"] or device(row["gpu"]).attention_kernel(fw.attention)
     system = cluster(row["cluster"], f"published run {row['run']!r}: cluster") if row.get("cluster") else None
     return Layout(gpus=int(row["gpus"]), global_batch=int(row["global_batch"]), micro_batch=int(row["micro_batch"]),
-                  tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row.get("cp") or 1), interleave=int(row["interleave"]),
+                  tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row.get("cp") or 1),
+                  replicate=int(row.get("replicate") or 1), interleave=int(row["interleave"]),
                   ep=int(row.get("ep") or 1), etp=int(row["etp"]) if row.get("etp") else None,
                   sequence_parallel=bool(int(row["sequence_parallel"])), sharding=row["sharding"],
                   recompute=row["recompute"], attention=attention,

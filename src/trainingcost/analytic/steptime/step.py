@@ -116,6 +116,7 @@ class Layout:
     ep: int = 1  # expert-parallel degree (a mixture of experts), inside the data-parallel replicas
     etp: int | None = None  # the experts' tensor-parallel degree; None: tp (Megatron-Core's default; MoE folding)
     cp: int = 1  # context-parallel degree: each of cp GPUs holds s / cp of every sequence (Megatron-Core's CP)
+    replicate: int = 1  # HSDP: the dp replicas in this many groups, each sharding over dp / replicate x cp ranks
     pipeline_split: str = "even"  # how the blocks are split over the stages (the framework's; plan_facts.stages)
     host_block_s: tuple | None = None  # the host's seconds to issue one block's forward and backward (HOST_BLOCK_S)
     elementwise: str = "fused"  # the blocks' norms, rotary and gated activations: fused, eager or some (eager_ops)
@@ -132,6 +133,12 @@ class Layout:
     @property
     def accumulation(self) -> int:
         return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def shard(self) -> int:
+        """The ranks ZeRO shards over: dp x cp, or under HSDP (``replicate`` > 1) dp / replicate x cp; the
+        replica groups hold the same shards, ``shard`` x tp GPUs apart."""
+        return self.dp // self.replicate * self.cp
 
     @property
     def expert_tp(self) -> int:
@@ -193,6 +200,29 @@ def check_context_parallel(cfg, cp: int, attention: str, flag: str = "--cp") -> 
                           "cudnn), which the layout does not run (attention unfused)")
 
 
+def hsdp_problem(replicate, dp: int, cp: int, sharding: str, zero1_sync: str = "overlapped") -> str:
+    """Why ``replicate`` HSDP groups cannot split a layout's dp replicas (x cp), or "" where they can: a positive
+    integer dividing dp, leaving each group at least 2 ranks to shard over, under a sharding (ZeRO-1, 2, 3 or FSDP;
+    without one every rank already holds everything), and not nanotron's ZeRO-1 sync after the backward, which
+    all-reduces over every data-parallel rank."""
+    if isinstance(replicate, bool) or not isinstance(replicate, int) or replicate < 1:
+        return f"a positive integer (got {replicate!r})"
+    if replicate == 1:
+        return ""
+    if sharding == "none":
+        return (f"{replicate} replica groups shard nothing under sharding none (allowed: --sharding zero1, zero2, "
+                "zero3 or fsdp, or --replicate 1)")
+    if dp % replicate:
+        return f"{replicate} replica groups do not divide the {dp} data-parallel replicas"
+    if dp // replicate * cp < 2:
+        return (f"{replicate} replica groups of the {dp} data-parallel replicas leave each group one rank to shard "
+                "over (use --sharding none: plain data parallelism)")
+    if sharding == "zero1" and zero1_sync == "after_backward":
+        return ("the framework syncs ZeRO-1 after the backward over every data-parallel rank; it has no hybrid "
+                "sharding (allowed: --replicate 1)")
+    return ""
+
+
 def check_layout(cfg, lay: Layout) -> None:
     """One line per impossible value, naming the flag and what is allowed."""
     from ...config.errors import ConfigError
@@ -207,6 +237,9 @@ def check_layout(cfg, lay: Layout) -> None:
                           f"{lay.tp} x {lay.pp} x {lay.cp}")
     if lay.cp > 1:
         check_context_parallel(cfg, lay.cp, lay.attention)
+    problem = hsdp_problem(lay.replicate, lay.dp, lay.cp, lay.sharding, lay.zero1_sync)
+    if problem:
+        raise ConfigError(f"--replicate: {problem}")
     if lay.global_batch % (lay.dp * lay.micro_batch):  # else the step would be priced on a partial accumulation
         raise ConfigError(f"micro_batch: {lay.micro_batch} does not divide the {lay.global_batch / lay.dp:g} "
                           f"sequences each data-parallel replica takes per step (global batch / {lay.dp})")
@@ -845,14 +878,14 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
             return ops, dp_phase_seconds(ops, net, lay)
 
         collectives, sums = once(("dp", rule, device.name, prec.compute, t, p, dp, lay.cp, lay.ep, lay.expert_tp,
-                                  lay.sharding, lay.dp_rails,
+                                  lay.sharding, lay.dp_rails, lay.replicate,
                                   lay.grad_reduce, lay.zero1_sync, pp_split,
                                   lay.gpus_per_node, lay.nic_gbps, lay.fabric), collectives_priced)
         dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, lay.dp_overlap, lay.gather_prefetch)
         dp_bytes = M * sum(c.bytes for c in collectives.micro_batch) + sum(c.bytes for c in collectives.step)
         dp_count = M * len(collectives.micro_batch) + len(collectives.step)
     # Optimizer: a memory-bound pass over this GPU's (ZeRO-1+: sharded) master weights, state, gradients, weights
-    opt_params = trained_gpu / (dp * lay.cp if stage >= 1 else 1)
+    opt_params = trained_gpu / (lay.shard if stage >= 1 else 1)
     opt_bytes = opt_params * (2 * prec.master + 2 * prec.state * lay.optimizer_slots + prec.grads + prec.weights)
     optimizer = dev.memory(opt_bytes) + (weight_cast if lay.fp8_weight_cache else 0.0)
 
@@ -884,12 +917,33 @@ def data_parallel_collectives(cfg, lay: Layout, rule: str, w: dict | None = None
     stage_blocks = None if lay.pp == 1 else fullest_stage(blocks, lay.pp, split)  # the fullest stage
     passes, backward = (w["passes"], w["backward"]) if w is not None else (1, True)
     dtype = PLAN_DTYPE[lay.precision]
-    ops = plan_collectives(cfg, rule, lay.sharding, lay.dp * lay.cp, dtype, passes, backward,
+    ops = plan_collectives(cfg, rule, lay.sharding, lay.shard, dtype, passes, backward,
                            1.0 if (lay.tp == 1 and lay.pp == 1) else share, stage_blocks,
                            reduce_dtype(lay.grad_reduce, dtype))
     if lay.sharding == "zero1" and lay.zero1_sync == "after_backward":
         return synced_after_backward(ops)
-    return ops
+    return replicated(ops, lay.replicate)
+
+
+def replicated(ops, replicate: int):
+    """HSDP (``replicate`` groups, each sharding over ``shard`` ranks; PyTorch FSDP's HYBRID_SHARD, FSDP2 on a 2-D
+    mesh, torchtitan's ``data_parallel_replicate_degree``, MaxText's ``dcn_data_parallelism``): every gradient
+    reduce-scatter inside a group is followed by an all-reduce of its output, the rank's shard (1 / shard of the
+    scattered buffer), across the ``replicate`` groups, in the same phase (FSDP2's ``foreach_reduce``:
+    reduce-scatter, then all-reduce over the replicate dimension). The gathers stay inside the group."""
+    from ..comm import Collective, PlanCollectives
+
+    if replicate <= 1:
+        return ops
+
+    def with_all_reduces(listed):
+        out = []
+        for c in listed:
+            out.append(c)
+            if c.op == "reduce_scatter":
+                out.append(Collective("all_reduce", c.bytes // c.group, replicate, c.dtype, c.phase))
+        return tuple(out)
+    return PlanCollectives(with_all_reduces(ops.micro_batch), with_all_reduces(ops.step))
 
 
 def synced_after_backward(ops):
@@ -941,7 +995,8 @@ def dp_phase_seconds(ops, net: Network, lay: Layout) -> dict:
     forward, backward, optimizer_step; kind gather (parameter all-gathers) or reduce (gradient all-reduces and
     reduce-scatters). What :func:`dp_exposed` hides behind the compute."""
     rails = lay.dp_rails
-    dp, t = lay.dp * lay.cp, lay.tp  # the ranks holding the same weights: dp x cp, tp apart
+    dp, t = lay.shard, lay.tp  # the ranks sharding the same weights: dp x cp (or a HSDP group's), tp apart
+    across = lay.tp * lay.shard  # HSDP: the replica groups' ranks, a group's GPUs apart
 
     def seconds(listed, phase, kind):
         total = 0.0
@@ -950,7 +1005,9 @@ def dp_phase_seconds(ops, net: Network, lay: Layout) -> dict:
                 continue
             if (c.op == "all_gather") != (kind == "gather"):
                 continue
-            if c.op == "all_reduce":
+            if c.op == "all_reduce" and lay.replicate > 1 and lay.sharding != "none":
+                total += net.all_reduce(c.bytes, lay.replicate, across)  # the shard, across the replica groups
+            elif c.op == "all_reduce":
                 total += net.all_reduce(c.bytes, dp, t)
             elif c.op in ("all_gather", "reduce_scatter"):
                 total += net.all_gather(c.bytes, dp, t, rails)

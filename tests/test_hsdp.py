@@ -1,0 +1,125 @@
+"""Hybrid sharded data parallelism (--replicate R; PyTorch FSDP's HYBRID_SHARD, FSDP2 on a 2-D mesh, torchtitan's
+data_parallel_replicate_degree, MaxText's dcn_data_parallelism): the dp replicas in R groups, ZeRO sharding inside
+each group, every gradient reduce-scatter followed by an all-reduce of its output across the groups."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trainingcost import cli
+from trainingcost.analytic.layout import FIELDS, search
+from trainingcost.analytic.plan import Efficiency, PlanSpec, check_spec, memory_per_gpu
+from trainingcost.analytic.plan_facts import model_facts
+from trainingcost.analytic.steptime import Layout, predict_step
+from trainingcost.analytic.steptime.network import Network
+from trainingcost.analytic.steptime.step import data_parallel_collectives, dp_phase_seconds
+from trainingcost.config import ConfigError, canonical_model
+from trainingcost.config.hardware import device
+from trainingcost.config.presets import PRESETS
+
+H100 = device("h100-sxm")
+
+
+def small():
+    return canonical_model(PRESETS["llama-2-7b"]).replace(dec_layers=4, seq_len=1024)
+
+
+def _spec(**changes):
+    return PlanSpec(**{"tokens": 1e9, "gpus": 16, "sharding": "zero3", "efficiency": Efficiency("mfu", 0.4, "given"),
+                       **changes})
+
+
+def test_a_replica_group_holds_what_fsdp_over_the_group_alone_holds():
+    """16 GPUs in 2 groups of 8 keep, per GPU, the sharded state of FSDP over 8 GPUs; the activations alike."""
+    cfg = small()
+    facts = model_facts(cfg, ["bp"], "adam")
+    hsdp = memory_per_gpu(facts, _spec(gpus=16, replicate=2), "bp", 1000)
+    alone = memory_per_gpu(facts, _spec(gpus=8), "bp", 1000)
+    flat = memory_per_gpu(facts, _spec(gpus=16), "bp", 1000)
+    assert hsdp == pytest.approx(alone, rel=1e-12)
+    # by hand: bf16 weights sharded over 8 ranks, not 16
+    assert hsdp["parameters"] == pytest.approx(2 * facts.parameters / 8, rel=1e-12)
+    assert flat["parameters"] == pytest.approx(2 * facts.parameters / 16, rel=1e-12)
+
+
+@pytest.mark.parametrize("sharding", ["zero1", "zero2", "zero3"])
+def test_each_reduce_scatter_is_followed_by_an_all_reduce_of_its_shard_across_the_groups(sharding):
+    cfg = small()
+    lay = Layout(gpus=16, global_batch=32, micro_batch=1, sharding=sharding, replicate=4)
+    group = Layout(gpus=4, global_batch=8, micro_batch=1, sharding=sharding)  # one replica group, alone
+    ops, alone = data_parallel_collectives(cfg, lay, "bp"), data_parallel_collectives(cfg, group, "bp")
+    for listed, inside in ((ops.micro_batch, alone.micro_batch), (ops.step, alone.step)):
+        assert [c for c in listed if c.op != "all_reduce"] == list(inside)  # the group's own collectives, as alone
+        scatters = [c for c in listed if c.op == "reduce_scatter"]
+        reduces = [c for c in listed if c.op == "all_reduce"]
+        assert len(reduces) == len(scatters)
+        for rs, ar in zip(scatters, reduces):
+            assert rs.group == 4 and ar.group == 4 and ar.bytes * 4 == rs.bytes  # 4 ranks per group, 4 groups
+            assert ar.phase == rs.phase and ar.dtype == rs.dtype
+    assert any(c.op == "all_reduce" for c in [*ops.micro_batch, *ops.step])
+
+
+def test_the_groups_all_reduce_runs_between_nodes_and_the_gathers_inside_one():
+    """2 nodes of 8, 2 groups of 8: each group is a node (NVLink), the all-reduce of a shard crosses the nodes
+    between GPUs 8 apart (one per node: each GPU's own NIC)."""
+    cfg = small()
+    lay = Layout(gpus=16, global_batch=16, micro_batch=1, sharding="zero3", replicate=2)
+    net = Network.of(H100.steptime)
+    ops = data_parallel_collectives(cfg, lay, "bp")
+    sums = dp_phase_seconds(ops, net, lay)
+    gathers = sum(net.all_gather(c.bytes, 8, 1) for c in ops.micro_batch if c.op == "all_gather" and c.phase == "forward")
+    assert sums[("micro_batch", "forward", "gather")] == pytest.approx(gathers, rel=1e-12)
+    reduce = sum(net.reduce_scatter(c.bytes, 8, 1) if c.op == "reduce_scatter" else net.all_reduce(c.bytes, 2, 8)
+                 for c in ops.micro_batch if c.phase == "backward" and c.op != "all_gather")
+    assert sums[("micro_batch", "backward", "reduce")] == pytest.approx(reduce, rel=1e-12)
+    assert not net.spans_nodes(8, 1) and net.spans_nodes(2, 8)
+
+
+def test_one_group_is_plain_sharding_and_hsdp_keeps_fsdp_gathers_off_a_slow_network():
+    """On 25 Gb/s per GPU between nodes, groups of one node each gather over NVLink and send only the shards'
+    all-reduce over the network: less exposed data-parallel time than FSDP over the 8 nodes."""
+    cfg = small()
+    flat = Layout(gpus=64, global_batch=64, micro_batch=1, sharding="zero3", nic_gbps=25.0)
+    assert predict_step(cfg, dataclasses.replace(flat, replicate=1), H100, "bp").step_time_s == \
+        predict_step(cfg, flat, H100, "bp").step_time_s
+    hsdp = predict_step(cfg, dataclasses.replace(flat, replicate=8), H100, "bp")  # groups of one node each
+    fsdp = predict_step(cfg, flat, H100, "bp")
+    assert hsdp.dp_bytes != fsdp.dp_bytes
+    assert hsdp.parts["comm_dp"] < fsdp.parts["comm_dp"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"replicate": 3}, "replicate: 3 replica groups do not divide the 16 data-parallel replicas"),
+    ({"replicate": 16}, "replicate: 16 replica groups of the 16 data-parallel replicas leave each group one rank"),
+    ({"replicate": 2, "sharding": "none"}, "replicate: 2 replica groups shard nothing under sharding none"),
+    ({"replicate": 2, "sharding": "zero1", "zero1_sync": "after_backward"}, "replicate: the framework syncs ZeRO-1"),
+    ({"replicate": 0}, "replicate: a positive integer"),
+])
+def test_impossible_groups_are_refused_in_one_line(changes, message):
+    with pytest.raises(ConfigError) as err:
+        check_spec(_spec(**changes), small(), H100)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_the_cli_plans_hsdp_and_refuses_it_in_one_line(capsys):
+    argv = ["plan", "--preset", "llama-2-7b", "--gpu", "h100-sxm", "--gpus", "64", "--tokens", "1e9", "--rule", "bp"]
+    assert cli.main([*argv, "--sharding", "fsdp", "--replicate", "4"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "fsdp inside 4 replica groups of 16 ranks (HSDP" in out
+    assert cli.main([*argv, "--sharding", "none", "--replicate", "4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--replicate: 4 replica groups shard nothing under sharding none" in err[0]
+
+
+def test_the_search_keeps_the_groups_and_matches_brute_force():
+    cfg = small()
+    spec = _spec(gpus=32, replicate=2, efficiency=Efficiency("predicted", 1.0, "model"))
+    fast = search(cfg, spec, H100, ["bp", "dfa"], FIELDS)
+    brute = search(cfg, spec, H100, ["bp", "dfa"], FIELDS, prune=False)
+    for rule in ("bp", "dfa"):
+        assert fast.rules[rule].best == brute.rules[rule].best
+        assert all(c.replicate == 2 and c.sharding != "none" and (c.dp // 2) >= 2 for c in fast.rules[rule].top)
+        assert fast.rules[rule].best.compact().endswith("r2")
+    assert any("--replicate" in line for line in fast.rejected)
