@@ -2,6 +2,8 @@
 every rule under ddp and every admitted rule under zero2 and fsdp, fp32 and bf16, N = 2 and 3, on the three
 architectures (docs/distributed.md)."""
 
+import math
+
 import pytest
 
 from trainingcost.analytic.catalogue import rule_names
@@ -191,3 +193,32 @@ def test_the_step_prediction_adds_communication():
                           {"config_id": "c", "rule": "bp", "seed": 0, "predicted_time_s": 2.0}])
     out = add_comm(steps, comm, ["config_id", "rule", "seed"])
     assert out["predicted_time_s"].tolist() == [1.0 + expected, 2.0] and out["comm_s"].tolist() == [expected, 0.0]
+
+
+def test_fsdp2_copies_equal_the_models(sharded):
+    """FSDP2's copies through its collectives' buffers (the meter's ``copies``; the step-time model's
+    ``shard_copy_bytes``, framework field ``shard_copies``): each all-gather's output read and written once into the
+    parameters (split_with_sizes_copy), each reduce-scatter's input written from the gradients (chunk_cat), byte for
+    byte every step. The gradients read are the unpadded ones; the model reads the padded input, so for BP the two
+    differ by exactly the padding: the padded reduce-scatter bytes less the parameters' own."""
+    from trainingcost.analytic.comm import parameter_units
+    from trainingcost.analytic.steptime.step import shard_copy_bytes
+
+    parallel, world, runs = sharded
+    size = {"fp32": 4, "bf16": 2}
+    for case, run in runs.items():
+        copies, s = run.copies(), sharded_spec(*case)
+        precision = "fp32" if s.dtype == "fp32" else "bf16-mixed"
+        for step in (1, 2):
+            seen = copies[copies.step == step]
+            listed = step_collectives(s.cfg, s.rule, parallel, world, s.dtype, step)
+            gathered = sum(c.bytes for c in listed if c.op == "all_gather")
+            scattered = sum(c.bytes for c in listed if c.op == "reduce_scatter")
+            out, into = seen[seen.op == "copy_out"], seen[seen.op == "copy_in"]
+            assert (out.read.sum(), out.written.sum()) == (gathered, gathered), (case, parallel, world, step)
+            assert into.written.sum() == scattered, (case, parallel, world, step)
+            model = sum(shard_copy_bytes(c, precision) for c in listed)
+            assert model - (seen.read.sum() + seen.written.sum()) == scattered - into.read.sum() >= 0
+            if s.rule == "bp":
+                own = sum(math.prod(shape) for _, tensors in parameter_units(s.cfg, "bp") for _, shape in tensors)
+                assert into.read.sum() == own * size[s.dtype], (case, parallel, world, step)

@@ -55,8 +55,14 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "un
 # Transformer Engine's, apex's or Triton kernels, or torch.compile's) or eager (the model's own PyTorch code op by op,
 # RMSNorm and rotary through fp32 copies: torchtitan's and Hugging Face transformers' models without torch.compile);
 # default fused (docs/planning.md, "Eager and fused elementwise kernels")
+# shard_copies: whether its ZeRO/FSDP collectives pass through flat buffers copied on the compute stream (FSDP2: each
+# all-gather's output copied out into the parameters, each reduce-scatter's input copied in from the gradients, cast
+# to the reduce dtype; docs/planning.md, "Copies of FSDP2's collectives"); default false (the collectives read and
+# write the parameters' and gradients' own buffers: FSDP1's flat parameters, Megatron's and DeepSpeed's contiguous
+# buffers, XLA)
 OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefetch": True, "grad_reduce": "compute",
-            "zero1_sync": "overlapped", "fp8_weight_cache": False, "fp8_params": False, "elementwise": "fused"}
+            "zero1_sync": "overlapped", "fp8_weight_cache": False, "fp8_params": False, "elementwise": "fused",
+            "shard_copies": False}
 ELEMENTWISE = ("fused", "eager")
 ZERO1_SYNC = ("overlapped", "after_backward")
 GRAD_REDUCE = ("compute", "fp32", "fp32-if-bf16")
@@ -88,6 +94,7 @@ class Framework:
     fp8_weight_cache: bool = False  # fp8 weights cast once per step, not per micro-batch (OPTIONAL)
     fp8_params: bool = False  # fp8-mixed weights kept in fp8 (OPTIONAL)
     elementwise: str = "fused"  # the blocks' norms, rotary and gated activations: fused or eager (OPTIONAL)
+    shard_copies: bool = False  # its sharded collectives copy through flat buffers on the compute stream (OPTIONAL)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -155,6 +162,9 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     elementwise = entry.get("elementwise", OPTIONAL["elementwise"])
     if elementwise not in ELEMENTWISE:
         raise ConfigError(f"{where}.elementwise: {elementwise!r} is not allowed (allowed: {', '.join(ELEMENTWISE)})")
+    copies = entry.get("shard_copies", OPTIONAL["shard_copies"])
+    if not isinstance(copies, bool):
+        raise ConfigError(f"{where}.shard_copies: true or false (got {copies!r})")
     for key, allowed in CHOICES.items():
         if entry[key] not in allowed:
             raise ConfigError(f"{where}.{key}: {entry[key]!r} is not allowed (allowed: {', '.join(allowed)})")
@@ -175,7 +185,7 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      entry["zero3_gather"], entry["attention"],
                      entry["sharding"], entry["dp_rails"], {**can, "shardings": tuple(can["shardings"])},
                      {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce, zero1_sync, cache,
-                     fp8_params, elementwise)
+                     fp8_params, elementwise, copies)
 
 
 def _date(value, where: str) -> datetime.date:

@@ -33,6 +33,10 @@ OPS = {
     "allgather_": ("all_gather", 0),
     "reduce_scatter_": ("reduce_scatter", 1),
 }
+# FSDP2's copies through its collectives' flat buffers (torch.ops.fsdp, _fsdp_collectives.py): the all-gather
+# output copied out into the parameters, the gradients copied into the reduce-scatter input (docs/planning.md,
+# "Copies of FSDP2's collectives"; the step-time model's shard_copy_bytes)
+COPY_OPS = {"split_with_sizes_copy": "copy_out", "chunk_cat": "copy_in"}
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float64: "fp64", torch.float16: "fp16",
                torch.int32: "int32", torch.int64: "int64"}
 
@@ -46,11 +50,14 @@ def _tensors(value) -> list[torch.Tensor]:
 
 
 class CommMeter(TorchDispatchMode):
-    """Records every collective issued inside it; ``phase(name)`` and ``step`` say where it was issued."""
+    """Records every collective issued inside it; ``phase(name)`` and ``step`` say where it was issued. Beside
+    them, in ``copies``, FSDP2's copies into and out of its collectives' buffers (COPY_OPS): the bytes each reads
+    and writes."""
 
     def __init__(self):
         super().__init__()
         self.rows: list[dict] = []
+        self.copies: list[dict] = []
         self.step = 0
         self.current = ""
 
@@ -66,6 +73,11 @@ class CommMeter(TorchDispatchMode):
         kwargs = kwargs or {}
         namespace, _, rest = str(func).partition(".")
         op = rest.split(".")[0]
+        if namespace == "fsdp" and op in COPY_OPS:
+            self.copies.append({"step": self.step, "phase": self.current, "op": COPY_OPS[op],
+                                "read": int(sum(t.numel() * t.element_size() for t in _tensors(args[0]))),
+                                "written": int(sum(t.numel() * t.element_size() for t in _tensors(kwargs.get("out", ()))))})
+            return func(*args, **kwargs)
         if namespace != "c10d" or op not in OPS:
             return func(*args, **kwargs)
         name, where = OPS[op]

@@ -114,7 +114,7 @@ def _train_rank(spec: TrainSpec, parallel: str, rank: int, world: int, want_stat
     return {"rank": rank, "world": world, "records": done.records, "status": done.status,
             "message": done.message, "device": str(done.device), "task": done.task_description,
             "val_loss": done.val_loss, "val_accuracy": done.val_accuracy, "weight_decay": done.weight_decay,
-            "comm": meter.rows, "step_times": observers[0].times if observers else [], "state": state}
+            "comm": meter.rows, "copies": meter.copies, "step_times": observers[0].times if observers else [], "state": state}
 
 
 @dataclass
@@ -130,6 +130,10 @@ class DistributedRun:
     def comm(self) -> pd.DataFrame:
         """Rank 0's collectives, one row each."""
         return pd.DataFrame(self.first.get("comm", []), columns=COMM_COLUMNS)
+
+    def copies(self) -> pd.DataFrame:
+        """Rank 0's FSDP2 buffer copies (measure/comm.py, COPY_OPS), one row each: step, phase, op, read, written."""
+        return pd.DataFrame(self.first.get("copies", []), columns=["step", "phase", "op", "read", "written"])
 
     def slowest_seconds(self) -> pd.Series:
         """Each of rank 0's collectives' seconds on its slowest rank (the ranks issue the same collectives in the

@@ -108,6 +108,7 @@ class Layout:
     gather_prefetch: bool = True  # parameter all-gathers overlap the compute (the framework's); False: they block it
     grad_reduce: str = "compute"  # the gradients' reduction dtype (the framework's): compute, fp32, fp32-if-bf16
     zero1_sync: str = "overlapped"  # ZeRO-1's gradient sync (the framework's): ZERO1_SYNC
+    shard_copies: bool = False  # the sharded collectives copy through flat buffers on the compute stream (FSDP2's)
     gpus_per_node: int | None = None
     nic_gbps: float | None = None
     fabric: tuple | None = None  # ((key, value), ...) of the cluster's fabric latencies (config/clusters.yaml)
@@ -871,7 +872,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     if not w["changes_feedback"]:
         trained_gpu = min(trained_gpu, params_gpu)
     stage = ZERO_STAGE[lay.sharding]
-    dp_comm, dp_bytes, dp_count = 0.0, 0, 0
+    dp_comm, dp_bytes, dp_count, copies = 0.0, 0, 0, 0.0
     if dp * lay.cp > 1:  # the gradients are reduced over the dp x cp ranks that hold the same weights
         def collectives_priced():
             ops = data_parallel_collectives(cfg, lay, rule, w, share)
@@ -884,15 +885,19 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, lay.dp_overlap, lay.gather_prefetch)
         dp_bytes = M * sum(c.bytes for c in collectives.micro_batch) + sum(c.bytes for c in collectives.step)
         dp_count = M * len(collectives.micro_batch) + len(collectives.step)
+        if lay.shard_copies and lay.sharding != "none":
+            copies = M * shard_copy_seconds(collectives.micro_batch, dev, lay.precision) + \
+                shard_copy_seconds(collectives.step, dev, lay.precision)
     # Optimizer: a memory-bound pass over this GPU's (ZeRO-1+: sharded) master weights, state, gradients, weights
     opt_params = trained_gpu / (lay.shard if stage >= 1 else 1)
     opt_bytes = opt_params * (2 * prec.master + 2 * prec.state * lay.optimizer_slots + prec.grads + prec.weights)
     optimizer = dev.memory(opt_bytes) + (weight_cast if lay.fp8_weight_cache else 0.0)
 
     parts = {c: M * (fwd[c] + bwd[c] + rec[c]) for c in cats}
+    parts["memory"] += copies  # FSDP2's copies into and out of its collectives' flat buffers
     parts.update({"comm_tp": M * (tp_fwd + tp_bwd), "comm_dp": dp_comm, "comm_pp": pp_comm, "bubble": bubble,
                   "optimizer": optimizer, "comm_ep": M * (ep_fwd + ep_bwd), "comm_cp": M * (cp_fwd + cp_bwd)})
-    step = M * per_micro + bubble + dp_comm + pp_comm + optimizer
+    step = M * per_micro + bubble + dp_comm + pp_comm + optimizer + copies
     peak = dev.products.peak  # fp8-mixed: the fp8 peak (Precision.peak_dtype)
     model_flops = lay.global_batch * w["total"]
     hw_flops = model_flops + (lay.global_batch * w["forward"] / max(1, w["passes"]) *
@@ -944,6 +949,26 @@ def replicated(ops, replicate: int):
                 out.append(Collective("all_reduce", c.bytes // c.group, replicate, c.dtype, c.phase))
         return tuple(out)
     return PlanCollectives(with_all_reduces(ops.micro_batch), with_all_reduces(ops.step))
+
+
+def shard_copy_bytes(c, precision: str) -> int:
+    """Bytes one sharded collective's copies move on the compute stream under FSDP2 (``shard_copies``,
+    config/frameworks.yaml): an all-gather's output read and written into the parameters' storage
+    (``split_with_sizes_copy``), twice its bytes; a reduce-scatter's input written in the reduce dtype from the
+    gradients read in the weights' (``chunk_cat``). The all-gather's copy-in and the post-reduce cast run on their own
+    streams, and an HSDP all-reduce works in place: none of them."""
+    from ..comm import DTYPE_BYTES, PLAN_DTYPE
+
+    if c.op == "all_gather":
+        return 2 * c.bytes
+    if c.op == "reduce_scatter":
+        return c.bytes + c.bytes * DTYPE_BYTES[PLAN_DTYPE[precision]] // DTYPE_BYTES[c.dtype]
+    return 0
+
+
+def shard_copy_seconds(listed, dev, precision: str) -> float:
+    """Seconds of the copies of ``listed`` collectives (:func:`shard_copy_bytes`), each its own memory-bound kernel."""
+    return sum(dev.memory(shard_copy_bytes(c, precision)) for c in listed)
 
 
 def synced_after_backward(ops):
