@@ -876,18 +876,20 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     if dp * lay.cp > 1:  # the gradients are reduced over the dp x cp ranks that hold the same weights
         def collectives_priced():
             ops = data_parallel_collectives(cfg, lay, rule, w, share)
-            return ops, dp_phase_seconds(ops, net, lay)
+            copied = lay.shard_copies and lay.sharding != "none"
+            return (ops, dp_phase_seconds(ops, net, lay),
+                    (sum(c.bytes for c in ops.micro_batch), sum(c.bytes for c in ops.step)),
+                    (shard_copy_seconds(ops.micro_batch, dev, lay.precision) if copied else 0.0,
+                     shard_copy_seconds(ops.step, dev, lay.precision) if copied else 0.0))
 
-        collectives, sums = once(("dp", rule, device.name, prec.compute, t, p, dp, lay.cp, lay.ep, lay.expert_tp,
-                                  lay.sharding, lay.dp_rails, lay.replicate,
-                                  lay.grad_reduce, lay.zero1_sync, pp_split,
-                                  lay.gpus_per_node, lay.nic_gbps, lay.fabric), collectives_priced)
+        collectives, sums, (micro_bytes, step_bytes), (copy_micro, copy_step) = once(
+            ("dp", rule, device.name, prec.compute, lay.precision, t, p, dp, lay.cp, lay.ep, lay.expert_tp,
+             lay.sharding, lay.dp_rails, lay.replicate, lay.shard_copies, lay.grad_reduce, lay.zero1_sync, pp_split,
+             lay.gpus_per_node, lay.nic_gbps, lay.fabric), collectives_priced)
         dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, lay.dp_overlap, lay.gather_prefetch)
-        dp_bytes = M * sum(c.bytes for c in collectives.micro_batch) + sum(c.bytes for c in collectives.step)
+        dp_bytes = M * micro_bytes + step_bytes
         dp_count = M * len(collectives.micro_batch) + len(collectives.step)
-        if lay.shard_copies and lay.sharding != "none":
-            copies = M * shard_copy_seconds(collectives.micro_batch, dev, lay.precision) + \
-                shard_copy_seconds(collectives.step, dev, lay.precision)
+        copies = M * copy_micro + copy_step  # FSDP2's copies through its collectives' buffers (shard_copies)
     # Optimizer: a memory-bound pass over this GPU's (ZeRO-1+: sharded) master weights, state, gradients, weights
     opt_params = trained_gpu / (lay.shard if stage >= 1 else 1)
     opt_bytes = opt_params * (2 * prec.master + 2 * prec.state * lay.optimizer_slots + prec.grads + prec.weights)
