@@ -123,3 +123,12 @@ def test_the_search_keeps_the_groups_and_matches_brute_force():
         assert all(c.replicate == 2 and c.sharding != "none" and (c.dp // 2) >= 2 for c in fast.rules[rule].top)
         assert fast.rules[rule].best.compact().endswith("r2")
     assert any("--replicate" in line for line in fast.rejected)
+
+
+def test_a_framework_without_a_splittable_sharding_is_refused_by_the_search(capsys):
+    """nanotron runs no sharding or ZeRO-1 synced over every rank: nothing for replica groups to split."""
+    argv = ["plan", "--preset", "llama-2-7b", "--gpu", "h100-sxm", "--gpus", "64", "--tokens", "1e9", "--rule", "bp",
+            "--framework", "nanotron", "--replicate", "4", "--layout", "search"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "framework nanotron runs no sharding that 4 replica groups can split" in err[0]

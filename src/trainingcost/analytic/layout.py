@@ -225,6 +225,10 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
         shardings = tuple(s for s in shardings if s != "zero1")
         rejected.append(f"sharding zero1: framework {spec.framework} syncs ZeRO-1 after the backward over every "
                         "data-parallel rank, without replica groups (--replicate)")
+    if spec.replicate > 1 and not shardings:
+        raise ConfigError(f"replicate: framework {spec.framework} runs no sharding that {spec.replicate} replica groups "
+                          "can split (hybrid sharding needs zero1, zero2 or zero3 inside each group; allowed: "
+                          "--replicate 1, or another --framework)")
     checkpoints = CHECKPOINTING if "checkpointing" in free else (spec.checkpointing,)
     indivisible = [(t, p, dp) for t, p, dp, _ in structures if G % dp]
     if indivisible:
