@@ -46,9 +46,11 @@ def test_a_replica_group_holds_what_fsdp_over_the_group_alone_holds():
 
 @pytest.mark.parametrize("sharding", ["zero1", "zero2", "zero3"])
 def test_each_reduce_scatter_is_followed_by_an_all_reduce_of_its_shard_across_the_groups(sharding):
+    """16 GPUs in 2 groups of 8: the group's collectives as the group alone issues them, then each reduce-scatter's
+    output (1/8 of its input) all-reduced over the 2 groups."""
     cfg = small()
-    lay = Layout(gpus=16, global_batch=32, micro_batch=1, sharding=sharding, replicate=4)
-    group = Layout(gpus=4, global_batch=8, micro_batch=1, sharding=sharding)  # one replica group, alone
+    lay = Layout(gpus=16, global_batch=32, micro_batch=1, sharding=sharding, replicate=2)
+    group = Layout(gpus=8, global_batch=16, micro_batch=1, sharding=sharding)  # one replica group, alone
     ops, alone = data_parallel_collectives(cfg, lay, "bp"), data_parallel_collectives(cfg, group, "bp")
     for listed, inside in ((ops.micro_batch, alone.micro_batch), (ops.step, alone.step)):
         assert [c for c in listed if c.op != "all_reduce"] == list(inside)  # the group's own collectives, as alone
@@ -56,25 +58,35 @@ def test_each_reduce_scatter_is_followed_by_an_all_reduce_of_its_shard_across_th
         reduces = [c for c in listed if c.op == "all_reduce"]
         assert len(reduces) == len(scatters)
         for rs, ar in zip(scatters, reduces):
-            assert rs.group == 4 and ar.group == 4 and ar.bytes * 4 == rs.bytes  # 4 ranks per group, 4 groups
+            assert rs.group == 8 and ar.group == 2 and ar.bytes * 8 == rs.bytes  # 8 ranks per group, 2 groups
             assert ar.phase == rs.phase and ar.dtype == rs.dtype
     assert any(c.op == "all_reduce" for c in [*ops.micro_batch, *ops.step])
 
 
-def test_the_groups_all_reduce_runs_between_nodes_and_the_gathers_inside_one():
-    """2 nodes of 8, 2 groups of 8: each group is a node (NVLink), the all-reduce of a shard crosses the nodes
-    between GPUs 8 apart (one per node: each GPU's own NIC)."""
+def test_the_optimizer_steps_over_a_groups_shard():
+    """The optimizer's pass over this GPU's master weights and state: the group's shard (1/8), as FSDP over the 8
+    GPUs of the group alone, not 1/16."""
     cfg = small()
-    lay = Layout(gpus=16, global_batch=16, micro_batch=1, sharding="zero3", replicate=2)
-    net = Network.of(H100.steptime)
+    hsdp = predict_step(cfg, Layout(gpus=16, global_batch=16, micro_batch=1, sharding="zero3", replicate=2), H100, "bp")
+    alone = predict_step(cfg, Layout(gpus=8, global_batch=8, micro_batch=1, sharding="zero3"), H100, "bp")
+    flat = predict_step(cfg, Layout(gpus=16, global_batch=16, micro_batch=1, sharding="zero3"), H100, "bp")
+    assert hsdp.parts["optimizer"] == pytest.approx(alone.parts["optimizer"], rel=1e-12)
+    assert hsdp.parts["optimizer"] != pytest.approx(flat.parts["optimizer"], rel=1e-3)
+
+
+def test_with_tensor_parallelism_the_groups_are_tp_x_shard_apart():
+    """32 GPUs on nodes of 16, tp 2, 2 groups of 8 data-parallel ranks: the gathers and reduce-scatters over 8 ranks
+    2 apart (one node, NVLink), the shards' all-reduce over 2 ranks 2 x 8 = 16 GPUs apart (across the nodes; 8 apart
+    would have stayed inside one)."""
+    cfg = small()
+    lay = Layout(gpus=32, global_batch=32, micro_batch=1, tp=2, sharding="zero3", replicate=2, gpus_per_node=16)
+    net = Network.of(H100.steptime, gpus_per_node=16)
     ops = data_parallel_collectives(cfg, lay, "bp")
     sums = dp_phase_seconds(ops, net, lay)
-    gathers = sum(net.all_gather(c.bytes, 8, 1) for c in ops.micro_batch if c.op == "all_gather" and c.phase == "forward")
-    assert sums[("micro_batch", "forward", "gather")] == pytest.approx(gathers, rel=1e-12)
-    reduce = sum(net.reduce_scatter(c.bytes, 8, 1) if c.op == "reduce_scatter" else net.all_reduce(c.bytes, 2, 8)
+    reduce = sum(net.reduce_scatter(c.bytes, 8, 2) if c.op == "reduce_scatter" else net.all_reduce(c.bytes, 2, 16)
                  for c in ops.micro_batch if c.phase == "backward" and c.op != "all_gather")
     assert sums[("micro_batch", "backward", "reduce")] == pytest.approx(reduce, rel=1e-12)
-    assert not net.spans_nodes(8, 1) and net.spans_nodes(2, 8)
+    assert net.spans_nodes(2, 16) and not net.spans_nodes(2, 8) and not net.spans_nodes(8, 2)
 
 
 def test_one_group_is_plain_sharding_and_hsdp_keeps_fsdp_gathers_off_a_slow_network():
@@ -132,3 +144,11 @@ def test_a_framework_without_a_splittable_sharding_is_refused_by_the_search(caps
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "framework nanotron runs no sharding that 4 replica groups can split" in err[0]
+
+
+def test_experts_stay_inside_a_replica_group():
+    """Each replica group holds every expert: ep divides a group's replicas (Mixtral, 64 GPUs, 16 groups of 4)."""
+    cfg = canonical_model(PRESETS["mixtral-8x7b"]).replace(seq_len=1024)
+    check_spec(_spec(gpus=64, ep=4, replicate=16, sharding="fsdp"), cfg, H100)
+    with pytest.raises(ConfigError, match=r"^replicate: expert-parallel 8 does not divide a replica group's 4 "):
+        check_spec(_spec(gpus=64, ep=8, replicate=16, sharding="fsdp"), cfg, H100)

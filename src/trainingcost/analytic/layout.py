@@ -153,7 +153,8 @@ def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool
                 if t % et:
                     rejected.append(f"tp {t}: the experts' tensor-parallel degree {et} (--etp) does not divide it")
                     continue
-                fits = (lambda e: dp % e == 0) if et == t else (lambda e: (t * cp * dp) % (e * et) == 0)
+                group = dp // spec.replicate  # HSDP: each replica group holds every expert
+                fits = (lambda e: group % e == 0) if et == t else (lambda e: (t * cp * group) % (e * et) == 0)
                 eps = [e for e in (divisors(cfg.experts) if "ep" in free else [spec.ep]) if fits(e)]
                 if not eps and "ep" not in free:
                     rejected.append(f"tp {t} pp {p}: ep {spec.ep} does not fit dp {dp}" + (

@@ -219,7 +219,8 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
         check_context_parallel(cfg, spec.cp, device.attention_kernel(spec.attention), "cp")
     from .steptime.step import hsdp_problem
 
-    problem = hsdp_problem(spec.replicate, replicas(spec), spec.cp, spec.sharding, spec.zero1_sync)
+    problem = hsdp_problem(spec.replicate, replicas(spec), spec.cp, spec.sharding, spec.zero1_sync, spec.ep, spec.tp,
+                           spec.etp)
     if problem:
         raise ConfigError(f"replicate: {problem}")
     for name, value in (("heads", cfg.heads), ("kv_heads", cfg.kv_heads), ("d_ff", cfg.d_ff)):

@@ -201,7 +201,8 @@ def check_context_parallel(cfg, cp: int, attention: str, flag: str = "--cp") -> 
                           "cudnn), which the layout does not run (attention unfused)")
 
 
-def hsdp_problem(replicate, dp: int, cp: int, sharding: str, zero1_sync: str = "overlapped") -> str:
+def hsdp_problem(replicate, dp: int, cp: int, sharding: str, zero1_sync: str = "overlapped", ep: int = 1,
+                 tp: int = 1, etp: int | None = None) -> str:
     """Why ``replicate`` HSDP groups cannot split a layout's dp replicas (x cp), or "" where they can: a positive
     integer dividing dp, leaving each group at least 2 ranks to shard over, under a sharding (ZeRO-1, 2, 3 or FSDP;
     without one every rank already holds everything), and not nanotron's ZeRO-1 sync after the backward, which
@@ -217,10 +218,17 @@ def hsdp_problem(replicate, dp: int, cp: int, sharding: str, zero1_sync: str = "
         return f"{replicate} replica groups do not divide the {dp} data-parallel replicas"
     if dp // replicate * cp < 2:
         return (f"{replicate} replica groups of the {dp} data-parallel replicas leave each group one rank to shard "
-                "over (use --sharding none: plain data parallelism)")
+                "over (allowed: --replicate 1, with --sharding none for plain data parallelism)")
     if sharding == "zero1" and zero1_sync == "after_backward":
         return ("the framework syncs ZeRO-1 after the backward over every data-parallel rank; it has no hybrid "
                 "sharding (allowed: --replicate 1)")
+    group = dp // replicate
+    if ep > 1 and (etp is None or etp == tp) and group % ep:
+        return (f"expert-parallel {ep} does not divide a replica group's {group} data-parallel replicas (each group "
+                "holds every expert; torchtitan: dp_shard x cp divisible by ep)")
+    if ep > 1 and etp is not None and etp != tp and (tp * cp * group) % (ep * etp):
+        return (f"ep x etp = {ep * etp} does not divide a replica group's {tp * cp * group} GPUs of a stage (each "
+                "group holds every expert)")
     return ""
 
 
@@ -238,7 +246,7 @@ def check_layout(cfg, lay: Layout) -> None:
                           f"{lay.tp} x {lay.pp} x {lay.cp}")
     if lay.cp > 1:
         check_context_parallel(cfg, lay.cp, lay.attention)
-    problem = hsdp_problem(lay.replicate, lay.dp, lay.cp, lay.sharding, lay.zero1_sync)
+    problem = hsdp_problem(lay.replicate, lay.dp, lay.cp, lay.sharding, lay.zero1_sync, lay.ep, lay.tp, lay.etp)
     if problem:
         raise ConfigError(f"--replicate: {problem}")
     if lay.global_batch % (lay.dp * lay.micro_batch):  # else the step would be priced on a partial accumulation
