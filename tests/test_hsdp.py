@@ -5,17 +5,19 @@ each group, every gradient reduce-scatter followed by an all-reduce of its outpu
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 from trainingcost import cli
-from trainingcost.analytic.layout import FIELDS, search
+from trainingcost.analytic.layout import SEARCH_ALL, search
 from trainingcost.analytic.plan import Efficiency, PlanSpec, check_spec, memory_per_gpu
 from trainingcost.analytic.plan_facts import model_facts
 from trainingcost.analytic.steptime import Layout, predict_step
 from trainingcost.analytic.steptime.network import Network
 from trainingcost.analytic.steptime.step import data_parallel_collectives, dp_phase_seconds
 from trainingcost.config import ConfigError, canonical_model
+from trainingcost.config.frameworks import framework
 from trainingcost.config.hardware import device
 from trainingcost.config.presets import PRESETS
 
@@ -128,8 +130,8 @@ def test_the_cli_plans_hsdp_and_refuses_it_in_one_line(capsys):
 def test_the_search_keeps_the_groups_and_matches_brute_force():
     cfg = small()
     spec = _spec(gpus=32, replicate=2, efficiency=Efficiency("predicted", 1.0, "model"))
-    fast = search(cfg, spec, H100, ["bp", "dfa"], FIELDS)
-    brute = search(cfg, spec, H100, ["bp", "dfa"], FIELDS, prune=False)
+    fast = search(cfg, spec, H100, ["bp", "dfa"], SEARCH_ALL)
+    brute = search(cfg, spec, H100, ["bp", "dfa"], SEARCH_ALL, prune=False)
     for rule in ("bp", "dfa"):
         assert fast.rules[rule].best == brute.rules[rule].best
         assert all(c.replicate == 2 and c.sharding != "none" and (c.dp // 2) >= 2 for c in fast.rules[rule].top)
@@ -152,3 +154,41 @@ def test_experts_stay_inside_a_replica_group():
     check_spec(_spec(gpus=64, ep=4, replicate=16, sharding="fsdp"), cfg, H100)
     with pytest.raises(ConfigError, match=r"^replicate: expert-parallel 8 does not divide a replica group's 4 "):
         check_spec(_spec(gpus=64, ep=8, replicate=16, sharding="fsdp"), cfg, H100)
+
+
+def test_replicate_auto_searches_every_group_count_the_sharding_allows():
+    """--replicate auto: every R dividing dp that leaves groups of two ranks or more, with a sharding that replica
+    groups can split (not none); the best equals brute force over the same space; R = 1 stays in the space; a
+    framework whose sources name no hybrid sharding keeps R = 1 and says so."""
+    cfg = small()
+    spec = _spec(gpus=32, global_batch=128, efficiency=Efficiency("predicted", 1.0, "model"))
+    free = {"micro_batch", "sharding", "replicate"}
+    fast = search(cfg, spec, H100, ["bp", "mempepita"], free)
+    brute = search(cfg, spec, H100, ["bp", "mempepita"], free, prune=False)
+    fixed = search(cfg, spec, H100, ["bp"], free - {"replicate"})
+    for rule in ("bp", "mempepita"):
+        assert fast.rules[rule].best == brute.rules[rule].best
+    # by hand: dp 32, R in 1 2 4 8 16 (not 32: groups of one); mb 1..G/dp; shardings: 4 at R 1, 3 (no none) above
+    per_replica = spec.global_batch // 32
+    mbs = sum(1 for m in range(1, per_replica + 1) if per_replica % m == 0)
+    assert fast.rules["bp"].space == mbs * (4 + 3 * 4) and fixed.rules["bp"].space == mbs * 4
+    groups = {c.replicate for c in search(cfg, spec, H100, ["bp"], free, top=10_000, prune=False).rules["bp"].top}
+    assert groups == {1, 2, 4, 8, 16}
+    assert fast.rules["bp"].best.step_s <= fixed.rules["bp"].best.step_s
+    nanotron = dataclasses.replace(spec, framework="nanotron", can=dict(framework("nanotron").can))
+    found = search(cfg, nanotron, H100, ["bp"], free)
+    assert found.rules["bp"].best.replicate == 1
+    assert "replicate: framework nanotron has no hybrid sharding (replica groups)" in found.rejected
+
+
+def test_layout_search_alone_keeps_the_groups_given_and_replicate_auto_opts_in(capsys):
+    argv = ["plan", "--preset", "llama-2-7b", "--gpu", "h100-sxm", "--gpus", "256", "--tokens", "1e9", "--rule", "bp",
+            "--framework", "torchtitan", "--layout", "search", "--format", "json"]
+    assert cli.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)[0]["replicate"] == 1
+    assert cli.main([*argv, "--replicate", "auto", "--sharding", "zero3", "--tp", "1", "--pp", "1"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["sharding"] == "zero3" and row["tp"] == 1 and 256 % row["replicate"] == 0
+    assert cli.main([*argv[:-2], "--replicate", "auto", "--sharding", "zero3", "--tp", "1", "--pp", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "searched:" in out and "replicate" in out.split("searched:")[1].split("Each rule")[0]

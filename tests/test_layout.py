@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainingcost.analytic.layout import FIELDS, divisors, search
+from trainingcost.analytic.layout import SEARCH_ALL, divisors, search
 from trainingcost.analytic.plan import PREDICTED_SOURCE, Efficiency, PlanSpec, plan_table
 from trainingcost.config.hardware import device
 from trainingcost.config.model import canonical_model, preset_entry
@@ -30,26 +31,29 @@ def brute_force(cfg, spec, dev, rule, free):
             continue
         for p in ([q for q in divisors(spec.gpus // (t * cp)) if q <= blocks] if "pp" in free else [spec.pp]):
             dp = spec.gpus // (t * p * cp)
-            if G % dp or (spec.replicate > 1 and (dp % spec.replicate or dp // spec.replicate * cp < 2)):
-                continue  # HSDP: dp in replica groups of two ranks or more
-            for mb in (divisors(G // dp) if "micro_batch" in free else [spec.micro_batch]):
-                vs = [v for v in divisors(blocks // p)] if ("interleave" in free and p > 1 and blocks % p == 0) else [1]
-                for v in vs:
-                    if v > 1 and (G // dp // mb) % p:
-                        continue
-                    for sh in ([s for s in ("none", "zero1", "zero2", "zero3") if spec.replicate == 1 or not (
-                            s == "none" or (s == "zero1" and spec.zero1_sync == "after_backward"))]
-                               if "sharding" in free else [spec.sharding]):
-                        for ck in (("none", "selective", "full") if "checkpointing" in free else [spec.checkpointing]):
-                            for sp in ((False, True) if ("sequence_parallel" in free and t > 1) else [False]):
-                                s = dataclasses.replace(spec, tp=t, pp=p, micro_batch=mb, interleave=v, sharding=sh,
-                                                        checkpointing=ck, sequence_parallel=sp)
-                                row = plan_table(cfg, s, dev, [rule], ["executed"]).iloc[0]
-                                if not row["fits"]:
-                                    continue
-                                key = (row["step_time_s"], row["mem_total"])
-                                if best is None or key < best[0]:
-                                    best = (key, (t, p, v, mb, ck, sh, sp))
+            if G % dp:
+                continue
+            # HSDP: dp in replica groups of two ranks or more (every such R when searched)
+            groups = [r for r in range(1, dp + 1) if dp % r == 0 and (r == 1 or dp // r * cp >= 2)]
+            for R in (groups if "replicate" in free else [spec.replicate] if spec.replicate in groups else []):
+                hybrid = [s for s in ("none", "zero1", "zero2", "zero3") if R == 1 or not (
+                    s == "none" or (s == "zero1" and spec.zero1_sync == "after_backward"))]
+                for sh in (hybrid if "sharding" in free else [spec.sharding] if spec.sharding in hybrid else []):
+                    for mb in (divisors(G // dp) if "micro_batch" in free else [spec.micro_batch]):
+                        vs = divisors(blocks // p) if ("interleave" in free and p > 1 and blocks % p == 0) else [1]
+                        for v, ck, sp in itertools.product(
+                                vs, ("none", "selective", "full") if "checkpointing" in free else [spec.checkpointing],
+                                (False, True) if ("sequence_parallel" in free and t > 1) else [False]):
+                            if v > 1 and (G // dp // mb) % p:
+                                continue
+                            s = dataclasses.replace(spec, tp=t, pp=p, micro_batch=mb, interleave=v, sharding=sh,
+                                                    checkpointing=ck, sequence_parallel=sp, replicate=R)
+                            row = plan_table(cfg, s, dev, [rule], ["executed"]).iloc[0]
+                            if not row["fits"]:
+                                continue
+                            key = (row["step_time_s"], row["mem_total"])
+                            if best is None or key < best[0]:
+                                best = (key, (t, p, v, mb, ck, sh, sp, R))
     return best
 
 
@@ -59,7 +63,7 @@ CASES = st.fixed_dictionaries({
     "batch": st.sampled_from([8, 16]), "rule": st.sampled_from(["bp", "dfa", "pepita", "lra"]),
     "sync": st.sampled_from([{}, {"grad_reduce": "fp32", "zero1_sync": "after_backward"}]),  # nanotron's ZeRO-1
     "cp": st.sampled_from([1, 2]),  # context parallelism, given
-    "replicate": st.sampled_from([1, 2]),  # HSDP replica groups, given
+    "replicate": st.sampled_from([1, 2, "auto"]),  # HSDP replica groups, given or searched
     "fp8": st.sampled_from([{}, {"precision": "fp8-mixed"}, {"precision": "fp8-mixed", "fp8_weight_cache": True}]),
 })
 
@@ -75,15 +79,18 @@ def test_the_search_finds_brute_forces_best_layout(case):
                                vocab=512, seq_len=case["seq"], norm_position="pre"), "")
     small = dataclasses.replace(H100, memory_bytes=int(3e9))  # a small GPU, so that memory rules out layouts
     spec = PlanSpec(tokens=1e9, gpus=case["gpus"], global_batch=case["batch"] * case["gpus"] // 2, efficiency=PREDICTED,
-                    sharding="none", cp=case["cp"], replicate=case["replicate"], **case["sync"], **case["fp8"])
-    free = {"tp", "pp", "micro_batch", "sharding", "checkpointing", "sequence_parallel", "interleave"}
+                    sharding="none", cp=case["cp"], replicate=1 if case["replicate"] == "auto" else case["replicate"],
+                    **case["sync"], **case["fp8"])
+    free = {"tp", "pp", "micro_batch", "sharding", "checkpointing", "sequence_parallel", "interleave",
+            *(["replicate"] if case["replicate"] == "auto" else [])}
     found = search(cfg, spec, small, [case["rule"]], free).rules[case["rule"]]
     reference = brute_force(cfg, spec, small, case["rule"], free)
     if reference is None:
         assert found.best is None
         return
     b = found.best
-    assert (b.tp, b.pp, b.interleave, b.micro_batch, b.checkpointing, b.sharding, b.sequence_parallel) == reference[1]
+    assert (b.tp, b.pp, b.interleave, b.micro_batch, b.checkpointing, b.sharding, b.sequence_parallel,
+            b.replicate) == reference[1]
     assert b.step_s == pytest.approx(reference[0][0], rel=1e-12) and b.memory_bytes == pytest.approx(reference[0][1])
 
 
@@ -93,7 +100,7 @@ def test_a_memo_shared_by_searches_of_two_precisions_keeps_them_apart():
     cfg = canonical_model(preset_entry("llama-2-70b"))  # where a bf16 bound once pruned fp8's best (a review's case)
     bf16 = PlanSpec(tokens=1e12, gpus=64, global_batch=128, efficiency=PREDICTED)
     fp8 = dataclasses.replace(bf16, precision="fp8-mixed")
-    free = set(FIELDS)
+    free = set(SEARCH_ALL)
     fresh = search(cfg, fp8, H100, ["bp"], free).rules["bp"].best
     memo = {}
     search(cfg, bf16, H100, ["bp"], free, memo=memo)
@@ -107,8 +114,8 @@ def test_the_space_holds_what_a_framework_runs():
     search without them, brute force, agrees)."""
     cfg = canonical_model(preset_entry("llama-2-70b"))
     spec = PlanSpec(tokens=1e12, gpus=64, global_batch=128, efficiency=PREDICTED)
-    fast = search(cfg, spec, H100, ["bp", "dfa"], FIELDS)
-    slow = search(cfg, spec, H100, ["bp", "dfa"], FIELDS, prune=False)
+    fast = search(cfg, spec, H100, ["bp", "dfa"], SEARCH_ALL)
+    slow = search(cfg, spec, H100, ["bp", "dfa"], SEARCH_ALL, prune=False)
     for r in ("bp", "dfa"):
         a, b = fast.rules[r], slow.rules[r]
         assert a.best == b.best and [c.compact() for c in a.top] == [c.compact() for c in b.top]

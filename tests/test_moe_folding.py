@@ -99,8 +99,8 @@ def test_the_search_folds_where_etp_is_given():
 
     cfg = mixtral()
     rejected: list = []
-    plain = {e for t, p, dp, e in _structures(cfg, _spec(gpus=8), frozenset({"ep"}), 8, False, rejected)}
-    folded = {e for t, p, dp, e in _structures(cfg, _spec(gpus=8, etp=1), frozenset({"ep"}), 8, False, rejected)}
+    plain = {e for t, p, dp, e, _ in _structures(cfg, _spec(gpus=8), frozenset({"ep"}), 8, False, rejected)}
+    folded = {e for t, p, dp, e, _ in _structures(cfg, _spec(gpus=8, etp=1), frozenset({"ep"}), 8, False, rejected)}
     assert plain == {1, 2, 4} and folded == {1, 2, 4, 8}
 
 

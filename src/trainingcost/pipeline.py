@@ -747,7 +747,8 @@ def build_strong_scaling(config: dict):
                                efficiency=Efficiency("predicted", 1.0, PREDICTED_SOURCE))
     args = argparse.Namespace(layout="search", gpus=list(scaling["gpus"]), objective=scaling["objective"],
                               price=section.get("price"), tp_across_nodes=False,
-                              **{attr: "auto" for attr in AUTO_FIELDS.values()})
+                              replicate=section["replicate"],  # as given: --layout search keeps it (SEARCH_ALL)
+                              **{attr: "auto" for name, attr in AUTO_FIELDS.items() if name != "replicate"})
 
     def spec_of(a) -> PlanSpec:
         return dataclasses.replace(base, gpus=a.gpus, tp=a.tp, pp=a.pp, interleave=a.interleave, ep=a.ep,

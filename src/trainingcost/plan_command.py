@@ -81,11 +81,12 @@ def add_parser(sub) -> None:
                    help="context-parallel degree: each of N GPUs holds 1/N of every sequence and the attention "
                         "passes keys and values around a ring (Megatron-Core's context parallelism; a decoder, a fused "
                         "attention kernel); gpus = tp x cp x pp x dp; not searched")
-    p.add_argument("--replicate", type=count, default=1, metavar="N",
+    p.add_argument("--replicate", type=count_or_auto, default=1, metavar="N|auto",
                    help="hybrid sharded data parallelism (HSDP): the data-parallel replicas in N groups, ZeRO/FSDP "
                         "sharding inside each, the gradient shards all-reduced across them (FSDP's HYBRID_SHARD, "
                         "torchtitan's data_parallel_replicate_degree, MaxText's dcn_data_parallelism); N divides dp, "
-                        "needs a --sharding; default 1; not searched")
+                        "needs a --sharding; default 1; auto: searched (every N the framework's hybrid sharding "
+                        "allows, with each layout; --layout search alone keeps it as given)")
     p.add_argument("--ep", type=count_or_auto, default=1, metavar="N|auto", help="expert-parallel degree (a mixture "
                    "of experts; divides the experts and the data-parallel degree)")
     p.add_argument("--etp", type=int, default=None, metavar="N",

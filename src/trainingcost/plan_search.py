@@ -20,9 +20,10 @@ from .config import ConfigError
 
 OBJECTIVES = {"time": "wall_clock_s", "gpu-hours": "gpu_hours", "cost": "cost", "energy": "energy_kwh"}
 AUTO_FIELDS = {"tp": "tp", "pp": "pp", "interleave": "interleave", "ep": "ep", "micro_batch": "micro_batch",
-               "checkpointing": "checkpointing", "sharding": "sharding", "sequence_parallel": "sequence_parallel"}
+               "checkpointing": "checkpointing", "sharding": "sharding", "sequence_parallel": "sequence_parallel",
+               "replicate": "replicate"}
 PLACEHOLDER = {"tp": 1, "pp": 1, "interleave": 1, "ep": 1, "micro_batch": None, "checkpointing": "none",
-               "sharding": None, "sequence_parallel": None}
+               "sharding": None, "sequence_parallel": None, "replicate": 1}
 
 
 @dataclasses.dataclass
@@ -43,12 +44,15 @@ class SearchPlan:
 
 
 def free_fields(args: argparse.Namespace) -> frozenset:
-    """The layout fields the search decides: every one not given with ``--layout search``, else those given
-    ``auto``."""
+    """The layout fields the search decides: every one not given with ``--layout search`` (but the HSDP replica
+    groups, searched only with ``--replicate auto``: analytic/layout.py, SEARCH_ALL), else those given ``auto``."""
+    from .analytic.layout import SEARCH_ALL
+
     if args.layout == "search":
         given = {name for name, value in _layout_values(args).items()
                  if value not in ("auto", PLACEHOLDER[name]) or (name == "micro_batch" and value not in (None, "auto"))}
-        return frozenset(AUTO_FIELDS) - given
+        asked = {name for name, value in _layout_values(args).items() if value == "auto"}
+        return (frozenset(SEARCH_ALL) - given) | (frozenset(AUTO_FIELDS) & asked)
     return frozenset(name for name, value in _layout_values(args).items() if value == "auto")
 
 
@@ -160,7 +164,8 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
         if found is not None:
             sizes = {rs.space for rs in found.rules.values()}
             out.append(wrapped(f"Each rule at its own best layout on {n} GPUs: {'/'.join(map(str, sorted(sizes)))} "
-                               f"layouts per rule, {sum(rs.fitting for rs in found.rules.values()):,} fit, "
+                               f"layouts per rule; over the {len(found.rules)} rule{'s' * (len(found.rules) > 1)}, "
+                               f"{sum(rs.fitting for rs in found.rules.values()):,} fit, "
                                f"{sum(rs.priced for rs in found.rules.values()):,} priced (the rest proved slower), in "
                                f"{found.seconds:.2f} s; objective: step time, ties to the smaller memory", width))
         out.append("")

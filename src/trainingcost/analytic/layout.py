@@ -37,7 +37,10 @@ from dataclasses import dataclass, field
 
 from ..config import ConfigError
 
-FIELDS = ("tp", "pp", "interleave", "micro_batch", "checkpointing", "sharding", "sequence_parallel", "ep")
+FIELDS = ("tp", "pp", "interleave", "micro_batch", "checkpointing", "sharding", "sequence_parallel", "ep", "replicate")
+# What ``--layout search`` leaves to the search: every field but the HSDP replica groups, searched only when asked for
+# (``--replicate auto``): hybrid sharding multiplies the sharded layouts by the divisors of dp
+SEARCH_ALL = FIELDS[:-1]
 SHARDINGS = ("none", "zero1", "zero2", "zero3")
 CHECKPOINTING = ("none", "selective", "full")
 SHORT = {"none": "", "selective": "sel", "full": "full", "zero1": "z1", "zero2": "z2", "zero3": "z3", "fsdp": "fsdp"}
@@ -60,7 +63,7 @@ class Candidate:
     memory_bytes: float
     cp: int = 1  # context parallelism, as given (not searched)
     etp: int | None = None  # the experts' tensor parallelism where it is not tp (MoE folding; as given)
-    replicate: int = 1  # HSDP replica groups (as given; not searched)
+    replicate: int = 1  # HSDP replica groups (as given, or searched with --replicate auto)
 
     def compact(self) -> str:
         """e.g. ``tp8 pp4 v2 dp32 mb1 sel sp z1``."""
@@ -82,7 +85,7 @@ class Candidate:
     def spec_fields(self) -> dict:
         return {"tp": self.tp, "pp": self.pp, "interleave": self.interleave, "micro_batch": self.micro_batch,
                 "checkpointing": self.checkpointing, "sharding": self.sharding,
-                "sequence_parallel": self.sequence_parallel, "ep": self.ep}
+                "sequence_parallel": self.sequence_parallel, "ep": self.ep, "replicate": self.replicate}
 
 
 @dataclass
@@ -109,8 +112,16 @@ def divisors(n: int) -> list[int]:
     return sorted({*small, *(n // d for d in small)})
 
 
+def replica_groups(spec, free: frozenset, dp: int) -> list[int]:
+    """The HSDP replica-group counts R of a layout with ``dp`` replicas: as given, or (``replicate`` free) every R
+    dividing dp that leaves each group two ranks or more (dp / R x cp >= 2), 1 (no hybrid sharding) first."""
+    if "replicate" not in free:
+        return [spec.replicate]
+    return [r for r in divisors(dp) if r == 1 or dp // r * spec.cp >= 2]
+
+
 def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool, rejected: list):
-    """(tp, pp, dp, ep) of the space, with the reasons others were left out."""
+    """(tp, pp, dp, ep, replicate) of the space, with the reasons others were left out."""
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
     gpus = spec.gpus
     if "tp" in free:
@@ -145,23 +156,24 @@ def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool
             if gpus % (t * p * cp):
                 continue
             dp = gpus // (t * p * cp)
-            if spec.replicate > 1 and (dp % spec.replicate or dp // spec.replicate * cp < 2):
+            if spec.replicate > 1 and "replicate" not in free and (dp % spec.replicate or dp // spec.replicate * cp < 2):
                 unsplit.add(dp)
                 continue
-            if cfg.moe:
-                et = t if spec.etp is None else spec.etp  # the experts' tensor parallelism: folded where below t
-                if t % et:
-                    rejected.append(f"tp {t}: the experts' tensor-parallel degree {et} (--etp) does not divide it")
-                    continue
-                group = dp // spec.replicate  # HSDP: each replica group holds every expert
-                fits = (lambda e: group % e == 0) if et == t else (lambda e: (t * cp * group) % (e * et) == 0)
-                eps = [e for e in (divisors(cfg.experts) if "ep" in free else [spec.ep]) if fits(e)]
-                if not eps and "ep" not in free:
-                    rejected.append(f"tp {t} pp {p}: ep {spec.ep} does not fit dp {dp}" + (
-                        f" (ep x etp {spec.ep * et} must divide tp x cp x dp {t * cp * dp})" if et != t else ""))
-            else:
-                eps = [1]
-            out.extend((t, p, dp, e) for e in eps)
+            for R in replica_groups(spec, free, dp):
+                if cfg.moe:
+                    et = t if spec.etp is None else spec.etp  # the experts' tensor parallelism: folded where below t
+                    if t % et:
+                        rejected.append(f"tp {t}: the experts' tensor-parallel degree {et} (--etp) does not divide it")
+                        break
+                    group = dp // R  # HSDP: each replica group holds every expert
+                    fits = (lambda e: group % e == 0) if et == t else (lambda e: (t * cp * group) % (e * et) == 0)
+                    eps = [e for e in (divisors(cfg.experts) if "ep" in free else [spec.ep]) if fits(e)]
+                    if not eps and "ep" not in free and R == replica_groups(spec, free, dp)[0]:
+                        rejected.append(f"tp {t} pp {p}: ep {spec.ep} does not fit dp {dp}" + (
+                            f" (ep x etp {spec.ep * et} must divide tp x cp x dp {t * cp * dp})" if et != t else ""))
+                else:
+                    eps = [1]
+                out.extend((t, p, dp, e, R) for e in eps)
     if unsplit:
         rejected.append(f"dp {', '.join(map(str, sorted(unsplit)))}: does not split into {spec.replicate} replica "
                         "groups of two ranks or more (--replicate)")
@@ -201,12 +213,14 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
     can = dict(spec.can) if spec.can else {}
     if can:  # what the framework cannot run is not in the space (fields given stay as given)
         for field_name, ability in (("tp", "tensor"), ("pp", "pipeline"), ("interleave", "interleave"),
-                                    ("sequence_parallel", "sequence_parallel")):
-            if field_name in free and not can[ability]:
+                                    ("sequence_parallel", "sequence_parallel"), ("replicate", "replicate")):
+            if field_name in free and not can.get(ability, True):
                 free = free - {field_name}
                 rejected.append(f"{field_name}: framework {spec.framework} does not run {ability.replace('_', ' ')} "
-                                "parallelism" if ability != "interleave" else
-                                f"interleave: framework {spec.framework} has no interleaved pipeline schedule")
+                                "parallelism" if ability not in ("interleave", "replicate") else
+                                f"interleave: framework {spec.framework} has no interleaved pipeline schedule"
+                                if ability == "interleave" else
+                                f"replicate: framework {spec.framework} has no hybrid sharding (replica groups)")
     structures = _structures(cfg, spec, free, per_node, tp_across_nodes, rejected)
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
     facts = model_facts(cfg, list(dict.fromkeys(["bp", *rules])), spec.optimizer)
@@ -218,20 +232,25 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
     if can and "sharding" in free and set(SHARDINGS) - set(shardings):
         rejected.append(f"sharding {', '.join(s for s in SHARDINGS if s not in shardings)}: not run by framework "
                         f"{spec.framework}")
-    if spec.replicate > 1 and "none" in shardings and "sharding" in free:
+    searched = "replicate" in free  # R per layout below; else the given R filters the shardings here
+    if not searched and spec.replicate > 1 and "none" in shardings and "sharding" in free:
         shardings = tuple(s for s in shardings if s != "none")
         rejected.append(f"sharding none: --replicate {spec.replicate} groups shard the state; without sharding "
                         "there is nothing to shard")
-    if spec.replicate > 1 and "zero1" in shardings and "sharding" in free and spec.zero1_sync == "after_backward":
+    if not searched and spec.replicate > 1 and "zero1" in shardings and "sharding" in free and \
+            spec.zero1_sync == "after_backward":
         shardings = tuple(s for s in shardings if s != "zero1")
         rejected.append(f"sharding zero1: framework {spec.framework} syncs ZeRO-1 after the backward over every "
                         "data-parallel rank, without replica groups (--replicate)")
-    if spec.replicate > 1 and not shardings:
+    if not searched and spec.replicate > 1 and not shardings:
         raise ConfigError(f"replicate: framework {spec.framework} runs no sharding that {spec.replicate} replica groups "
                           "can split (hybrid sharding needs zero1, zero2 or zero3 inside each group; allowed: "
                           "--replicate 1, or another --framework)")
     checkpoints = CHECKPOINTING if "checkpointing" in free else (spec.checkpointing,)
-    indivisible = [(t, p, dp) for t, p, dp, _ in structures if G % dp]
+    if searched and not any(_hybrid(sh, spec) for sh in shardings):
+        rejected.append(f"replicate: no sharding of the space ({', '.join(shardings)}) splits into replica groups "
+                        "(hybrid sharding needs zero1, zero2 or zero3 inside each group)")
+    indivisible = [(t, p, dp) for t, p, dp, _, _ in structures if G % dp]
     if indivisible:
         rejected.append(f"dp {', '.join(sorted({str(dp) for _, _, dp in indivisible}, key=int))}: the global batch of "
                         f"{G} sequences does not divide over it")
@@ -242,8 +261,11 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
     for r in rules:
         ranked, space, fitting, priced = [], 0, 0, 0
         backward = bool(work[r]["backward"])
-        for t, p, dp, ep in structures:
+        for t, p, dp, ep, R in structures:
             if G % dp:
+                continue
+            r_shardings = shardings if R == 1 else tuple(sh for sh in shardings if _hybrid(sh, spec))
+            if not r_shardings:
                 continue
             per_replica = G // dp
             sps = (False, True) if ("sequence_parallel" in free and t > 1) else (spec.sequence_parallel and t > 1,)
@@ -260,9 +282,9 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                     continue  # a rule without a backward keeps no graph: checkpointing changes nothing
                 acts = activations_per_sequence(facts, r, ckpt, spec.checkpoint_every)
                 fits = {}  # sharding -> (its spec, fixed bytes, bytes per sequence, the most sequences that fit)
-                for sh in shardings:
+                for sh in r_shardings:
                     s_spec = dataclasses.replace(spec, tp=t, pp=p, ep=ep, sharding=sh, checkpointing=ckpt,
-                                                 global_batch=G)
+                                                 global_batch=G, replicate=R)
                     parts = memory_per_gpu(facts, s_spec, r, acts)
                     fixed = sum(v for k, v in parts.items() if k != "activations")
                     fits[sh] = (s_spec, fixed, parts["activations"],
@@ -270,19 +292,19 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                 if "micro_batch" not in free and not spec.micro_batch:  # max: the plan's own choice per layout
                     choice = {(sh, v): max(1, largest_divisor_at_most(per_replica, fits[sh][3], p if v > 1 else 1)
                                            or largest_divisor_at_most(per_replica, fits[sh][3]))
-                              for sh in shardings for v in vs}
+                              for sh in r_shardings for v in vs}
                     mbs = sorted(set(choice.values()))
                 else:
                     choice = None
                 for mb in mbs:
                     M = per_replica // mb
                     ok_vs = [v for v in vs if v == 1 or M % p == 0]
-                    space += len(shardings) * len(sps) * len(ok_vs)
-                    fitting_shardings = [sh for sh in shardings if mb <= fits[sh][3]]
+                    space += len(r_shardings) * len(sps) * len(ok_vs)
+                    fitting_shardings = [sh for sh in r_shardings if mb <= fits[sh][3]]
                     if choice is not None:  # each sharding (and interleave) at its own micro-batch only
-                        space -= len(shardings) * len(sps) * len(ok_vs)
+                        space -= len(r_shardings) * len(sps) * len(ok_vs)
                         fitting -= len(fitting_shardings) * len(sps) * len(ok_vs)
-                        pairs = [(sh, v) for sh in shardings for v in ok_vs if choice[(sh, v)] == mb]
+                        pairs = [(sh, v) for sh in r_shardings for v in ok_vs if choice[(sh, v)] == mb]
                         space += len(pairs) * len(sps)
                         fitting_shardings = [sh for sh in fitting_shardings if any(c == sh for c, _ in pairs)]
                         fitting += sum(1 for sh, _ in pairs if sh in fitting_shardings) * len(sps)
@@ -308,10 +330,16 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                                 priced += 1
                                 pred = predict_step(cfg, lay, device, r, work, memo if prune else {})
                                 ranked = _insert(ranked, Candidate(t, p, v, mb, ckpt, sh, sp, ep, dp,
-                                                                   pred.step_time_s, memory, spec.cp, spec.etp,
-                                                                   spec.replicate), top)
+                                                                   pred.step_time_s, memory, spec.cp, spec.etp, R),
+                                            top)
         out[r] = RuleSearch(r, ranked[0] if ranked else None, ranked, space, fitting, priced)
     return Search(spec.gpus, G, out, list(dict.fromkeys(rejected)), time.perf_counter() - start)
+
+
+def _hybrid(sharding: str, spec) -> bool:
+    """Whether replica groups can split a sharding (analytic/steptime/step.py, hsdp_problem): ZeRO-1, 2 or 3, but not
+    a ZeRO-1 synced after the backward over every data-parallel rank (nanotron's)."""
+    return sharding != "none" and not (sharding == "zero1" and spec.zero1_sync == "after_backward")
 
 
 def _key(c: Candidate):

@@ -30,7 +30,7 @@ CLUSTERS = Path(__file__).with_name("clusters.yaml")
 
 FRAMEWORK_FIELDS = ("dp_overlap", "tp_overlap", "zero3_granularity", "zero3_gather", "attention", "sharding",
                     "dp_rails", "can")
-CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "uneven")
+CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "uneven", "replicate")
 # Optional fields, with their default where a framework does not state one: how the blocks are split over pipeline
 # stages (even: Megatron's, blocks / pp with the head on the last stage; balanced: nanotron's greedy split by compute
 # cost, the LM head counted as V d against a block's 4 d^2 + 3 d d_ff; analytic/plan_facts.py, stages)
@@ -84,7 +84,8 @@ class Framework:
     attention: str
     sharding: str
     dp_rails: bool
-    can: dict  # what the layout search may choose: shardings (tuple), tensor, pipeline, interleave, sequence_parallel
+    can: dict  # what the layout search may choose: shardings (tuple), tensor, pipeline, interleave, sequence_parallel,
+    # uneven, replicate (hybrid sharding: the search's --replicate auto)
     sources: dict = field(default_factory=dict)  # field -> its document
     pipeline_split: str = "even"  # how blocks are split over pipeline stages (OPTIONAL)
     tp_backward_overlap: float | None = None  # None: tp_overlap (OPTIONAL)
@@ -177,7 +178,7 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
         raise ConfigError(f"{where}.can: shardings (a list of {', '.join(CHOICES['sharding'])}) and true/false for "
                           f"{', '.join(CAN[1:])}")
     cite = entry.get("cite")
-    stated = [*FRAMEWORK_FIELDS, *(k for k in OPTIONAL if k in entry)]
+    stated = [*FRAMEWORK_FIELDS, *(k for k in OPTIONAL if k in entry), *(["replicate"] if can["replicate"] else [])]
     if not isinstance(cite, dict) or any(cite.get(k) not in sources for k in stated):
         raise ConfigError(f"{where}: every field needs a source (cite: with a known source key)")
     return Framework(name, str(entry.get("label", name)), _fraction(entry["dp_overlap"], f"{where}.dp_overlap"),
