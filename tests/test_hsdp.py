@@ -192,3 +192,19 @@ def test_layout_search_alone_keeps_the_groups_given_and_replicate_auto_opts_in(c
     assert cli.main([*argv[:-2], "--replicate", "auto", "--sharding", "zero3", "--tp", "1", "--pp", "1"]) == 0
     out = capsys.readouterr().out
     assert "searched:" in out and "replicate" in out.split("searched:")[1].split("Each rule")[0]
+
+
+def test_a_gpu_count_that_cannot_hold_the_groups_is_refused_before_any_search(capsys, monkeypatch):
+    """--gpus 64,16,4 --replicate 4: 4 GPUs leave groups of one rank at every layout; refused in one line before the
+    search prices 64 or 16 (the search is never called)."""
+    from trainingcost.analytic import layout
+
+    called = []
+    monkeypatch.setattr(layout, "search", lambda *a, **k: called.append(1))
+    argv = ["plan", "--preset", "gpt2-small", "--gpu", "a100-80gb", "--gpus", "64,16,4", "--replicate", "4",
+            "--sharding", "zero3", "--layout", "search", "--tokens", "1e9"]
+    assert cli.main(argv) == 2 and not called
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("--gpus 4: replicate: 4 replica groups of the 4 data-parallel replicas "
+                                             "leave each group one rank to shard over (allowed: --replicate 1, with "
+                                             "--sharding none for plain data parallelism)")

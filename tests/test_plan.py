@@ -655,6 +655,11 @@ def test_the_workflows_strong_scaling_is_the_commands_search(tmp_path):
     ({"gpus": [8, 16], "objective": "speed"}, {}, "plan.strong_scaling.objective: 'speed' is not allowed"),
     ({"gpus": [8, 16]}, {"figure": "bert-base"}, "plan.figure: 'bert-base' is not a planned configuration"),
     ({"count": [8, 16]}, {}, "plan.strong_scaling: unknown key 'count'"),
+    ({"gpus": [4, 16, 64]}, {"gpus": 16, "sharding": "zero3", "replicate": 4},
+     "plan.strong_scaling.gpus: 4 GPUs do not split into plan.replicate 4 replica groups of two ranks or more at any "
+     "layout (allowed: counts that are multiples of 8, or plan.replicate 1)"),
+    ({"gpus": [12, 16]}, {"gpus": 16, "sharding": "zero3", "replicate": 8},
+     "plan.strong_scaling.gpus: 12 GPUs do not split into plan.replicate 8 replica groups"),
 ])
 def test_bad_strong_scaling_is_one_line(scaling, extra, message):
     from trainingcost.pipeline import load

@@ -715,6 +715,12 @@ def check_strong_scaling(config: dict) -> None:
         return
     if scaling["objective"] == "cost" and config["plan"].get("price") is None:
         raise ConfigError("plan.strong_scaling.objective: cost needs plan.price (money per GPU-hour)")
+    R, cp = config["plan"].get("replicate", 1), config["plan"].get("cp", 1)
+    for n in scaling["gpus"]:  # the most replicas any layout has at n GPUs: tp = pp = 1, dp = n / cp
+        if R > 1 and n % cp == 0 and (n // cp % R or n // cp // R * cp < 2):
+            raise ConfigError(f"plan.strong_scaling.gpus: {n} GPUs do not split into plan.replicate {R} replica "
+                              "groups of two ranks or more at any layout (allowed: counts that are multiples of "
+                              f"{R * cp * (2 if cp == 1 else 1)}, or plan.replicate 1)")
     figure_config(config)
 
 

@@ -92,6 +92,7 @@ def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
         dataclasses.replace(base, tp=1, pp=1), cfg)[0]
     tables, layouts, at_bp, searches = [], [], [], {}
     check_precision(base.precision, gpu)  # before the search prices anything (plan_table checks it again)
+    _check_groups(args, counts, free, spec_of)
     for n in counts:
         spec = dataclasses.replace(spec_of(fixed_args(args, n)), global_batch=G)
         if not free:
@@ -130,6 +131,21 @@ def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
             best_count[r] = int(part.sort_values([column, "mem_total", "gpus"]).iloc[0]["gpus"])
     return SearchPlan(table, pd.DataFrame(layouts), pd.DataFrame(at_bp), searches, free, counts, args.objective,
                       best_count)
+
+
+def _check_groups(args, counts, free, spec_of) -> None:
+    """HSDP replica groups given (--replicate R) that a GPU count cannot split at any layout of the search: refused
+    for that count before any count is searched (the most replicas at n GPUs: tp and pp at 1 where searched)."""
+    from .analytic.steptime.step import hsdp_problem
+
+    for n in counts:
+        spec = spec_of(fixed_args(args, n))
+        if "replicate" in free or spec.replicate == 1 or n % (spec.tp * spec.pp * spec.cp):
+            continue
+        problem = hsdp_problem(spec.replicate, n // (spec.tp * spec.pp * spec.cp), spec.cp,
+                               "zero3" if "sharding" in free else spec.sharding)
+        if problem:
+            raise ConfigError(f"--gpus {n}: replicate: {problem}")
 
 
 def _compact(row) -> str:
