@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from trainingcost.analytic.layout import FIELDS, search  # noqa: E402
+from trainingcost.analytic.layout import SEARCH_ALL, search  # noqa: E402
 from trainingcost.analytic.plan import PREDICTED_SOURCE, Efficiency, PlanSpec, plan_table  # noqa: E402
 from trainingcost.analytic.steptime import runs  # noqa: E402
 from trainingcost.config.frameworks import cluster, framework  # noqa: E402
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     for row in rows:
         cfg, dev, spec = runs.model_of(row), device(row["gpu"]), spec_of(row)
         given = plan_table(cfg, spec, dev, ["bp"], ["executed"]).iloc[0]
-        found = search(cfg, dataclasses.replace(spec, micro_batch=None), dev, ["bp"], FIELDS).rules["bp"]
+        found = search(cfg, dataclasses.replace(spec, micro_batch=None), dev, ["bp"], SEARCH_ALL).rules["bp"]
         from trainingcost.plan_search import _compact
 
         if found.best is None:

@@ -59,14 +59,14 @@ def main(argv=None) -> int:
     print(f"load average before {load_before:.2f}, after {load_after:.2f}; {os.cpu_count()} cores")
 
     from trainingcost.analytic import rule_names
-    from trainingcost.analytic.layout import FIELDS, search
+    from trainingcost.analytic.layout import SEARCH_ALL, search
     from trainingcost.analytic.plan import PREDICTED_SOURCE, Efficiency, PlanSpec
     from trainingcost.config.hardware import device
     from trainingcost.config.model import canonical_model, preset_entry
 
     cfg = canonical_model(preset_entry("llama-2-70b"))
     spec = PlanSpec(tokens=2e12, gpus=args.gpus, efficiency=Efficiency("predicted", 1.0, PREDICTED_SOURCE))
-    found = search(cfg, spec, device("h100-sxm"), list(rule_names()), FIELDS)
+    found = search(cfg, spec, device("h100-sxm"), list(rule_names()), SEARCH_ALL)
     print(f"\nthe search alone, in process: {found.seconds:.2f} s; global batch {found.global_batch} sequences")
     print(f"{'rule':10} {'space':>6} {'fit':>6} {'priced':>7}  best layout (step)")
     for r, s in found.rules.items():

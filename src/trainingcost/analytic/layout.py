@@ -14,6 +14,10 @@ free (``FIELDS``), the search enumerates every layout a real framework can run (
 - sequence parallelism only with tp > 1; ep dividing the experts and dp (a mixture of experts);
 - the shardings none, ZeRO-1, 2, 3 (``fsdp`` is ZeRO-3's sharding: one of them is enough); checkpointing none,
   selective, full;
+- HSDP replica groups R (``replicate``, only when asked for: ``SEARCH_ALL``, what ``--layout search`` frees, leaves
+  it as given): every R dividing dp that leaves groups of two ranks or more, under the shardings groups can split
+  (not none, not a ZeRO-1 synced after the backward), and only under a framework with hybrid sharding
+  (``can.replicate``);
 - the micro-batches that fit the GPU's memory (the plan's memory model, analytic/plan.py).
 
 Each layout is priced by the plan's own step-time model (:func:`..steptime.predict_step`, with a memo that keeps
