@@ -222,3 +222,42 @@ def test_fsdp2_copies_equal_the_models(sharded):
             if s.rule == "bp":
                 own = sum(math.prod(shape) for _, tensors in parameter_units(s.cfg, "bp") for _, shape in tensors)
                 assert into.read.sum() == own * size[s.dtype], (case, parallel, world, step)
+
+
+HSDP_CASES = [case for case in SHARDED if case[0] == "decoder"]
+
+
+@pytest.fixture(scope="module", params=[("zero2", 6, 3), ("fsdp", 6, 2)], ids=str)
+def hybrid(request):
+    """FSDP2 on a 2-D device mesh (train/distributed.py, Parallel.replicate): 6 gloo ranks in 3 replica groups of 2
+    (zero2) or 2 groups of 3 (fsdp), so that a group's size and the groups' count differ in both directions."""
+    parallel, world, replicate = request.param
+    runs = launch_each([sharded_spec(*case) for case in HSDP_CASES], world, parallel, replicate=replicate)
+    return parallel, world, replicate, dict(zip(HSDP_CASES, runs))
+
+
+def test_hsdp_collectives_equal_the_models(hybrid):
+    """HSDP as FSDP2 runs it (the plan's --replicate; analytic/comm.py, replica_all_reduces): inside a replica group
+    the sharding's own collectives over the group's ranks (padded to them), and after every reduce-scatter an
+    all-reduce of its output shard over the groups, in issue order, bytes, groups, dtypes and phases, every step;
+    the buffer copies those of the group's sharding alone (the all-reduce works in place)."""
+    from trainingcost.analytic.comm import replica_all_reduces
+    from trainingcost.analytic.steptime.step import shard_copy_bytes
+
+    parallel, world, R, runs = hybrid
+    for case, run in runs.items():
+        assert run.status == "ok", (case, run.message)
+        comm, copies, s = run.comm(), run.copies(), sharded_spec(*case)
+        precision = "fp32" if s.dtype == "fp32" else "bf16-mixed"
+        for step in (1, 2):
+            seen = [(r.op, r.bytes, r.group, r.dtype, r.phase) for r in comm[comm.step == step].itertuples()]
+            group = step_collectives(s.cfg, s.rule, parallel, world // R, s.dtype, step)
+            model = [(c.op, c.bytes, c.group, c.dtype, c.phase) for c in replica_all_reduces(group, R)]
+            assert seen == model, (case, parallel, step)
+            assert sum(op == "all_reduce" for op, *_ in seen) == sum(op == "reduce_scatter" for op, *_ in seen) > 0
+            mine = copies[copies.step == step]
+            gathered = sum(c.bytes for c in group if c.op == "all_gather")
+            out = mine[mine.op == "copy_out"]
+            assert (out.read.sum(), out.written.sum()) == (gathered, gathered), (case, parallel, step)
+            assert sum(shard_copy_bytes(c, precision) for c in replica_all_reduces(group, R)) == \
+                sum(shard_copy_bytes(c, precision) for c in group)

@@ -208,3 +208,25 @@ def test_a_gpu_count_that_cannot_hold_the_groups_is_refused_before_any_search(ca
     assert len(err) == 1 and err[0].endswith("--gpus 4: replicate: 4 replica groups of the 4 data-parallel replicas "
                                              "leave each group one rank to shard over (allowed: --replicate 1, with "
                                              "--sharding none for plain data parallelism)")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--nproc", "4", "--replicate", "2"], "--replicate: 2 replica groups shard inside each group: --parallel zero2 "
+                                           "or fsdp (got ddp)"),
+    (["--nproc", "4", "--parallel", "fsdp", "--replicate", "3"], "--replicate: 3 replica groups of the 4 processes "
+                                                                 "must each hold two or more"),
+    (["--nproc", "4", "--parallel", "fsdp", "--replicate", "4"], "allowed: a divisor of --nproc up to 2, or 1"),
+])
+def test_a_training_run_refuses_groups_it_cannot_form_in_one_line(flags, message, capsys):
+    assert cli.main(["train", "--rule", "bp", "--steps", "2", *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_a_training_run_in_replica_groups_meters_what_the_model_lists(capsys):
+    """trainingcost train --nproc 4 --parallel zero2 --replicate 2: the summary line's metered bytes equal the
+    model's (analytic/comm.py, replica_all_reduces over the group's zero2 listing)."""
+    assert cli.main(["train", "--rule", "kp", "--steps", "3", "--nproc", "4", "--parallel", "zero2",
+                     "--replicate", "2"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "4 ranks (zero2 in 2 replica groups)" in line and "(the model's: equal)" in line

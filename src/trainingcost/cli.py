@@ -353,10 +353,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .analytic.catalogue import check_architecture
 
     check_architecture(args.rule, cfg, "--rule")
-    if args.nproc != 1 or args.parallel != "ddp" or args.backend != "auto":
+    if args.nproc != 1 or args.parallel != "ddp" or args.backend != "auto" or args.replicate != 1:
         from .analytic.comm import check_parallel
 
-        check_parallel(args.rule, args.parallel, args.nproc, args.backend)  # before any process starts
+        check_parallel(args.rule, args.parallel, args.nproc, args.backend, args.replicate)  # before any process starts
     import torch
 
     from .io import write_parquet
@@ -373,7 +373,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     elif args.nproc > 1:  # a data-parallel run: measure/distributed.py, docs/distributed.md
         from .measure.distributed import train_distributed
 
-        result, comm, comm_line = train_distributed(spec, args.nproc, args.parallel, args.backend, args.threads or 1)
+        result, comm, comm_line = train_distributed(spec, args.nproc, args.parallel, args.backend, args.threads or 1,
+                                                    args.replicate)
     else:
         result = train(spec)
     written = []
@@ -408,7 +409,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if comm is not None:
         from .measure.distributed import comm_line_text
 
-        line += comm_line_text(args.nproc, args.parallel, comm_line)
+        line += comm_line_text(args.nproc, args.parallel, comm_line, args.replicate)
     print(line + where)
     if result.message:
         sys.stderr.write(f"trainingcost train: run ended with status {result.status}: {result.message}\n")
@@ -662,6 +663,10 @@ def build_parser(parser_class=Parser) -> Parser:
     trn.add_argument("--parallel", default="ddp", choices=PARALLEL,
                      help="ddp (DistributedDataParallel, or one explicit all-reduce for rules that bypass it), "
                           "zero2 or fsdp (FSDP2 fully_shard; " + ", ".join(sharded_rules()) + ")")
+    trn.add_argument("--replicate", type=integer, default=1, metavar="R",
+                     help="with --parallel zero2 or fsdp: HSDP, the processes in R replica groups, FSDP2 sharding "
+                          "inside each (a 2-D device mesh), the gradient shards all-reduced across them; R divides "
+                          "--nproc, groups of two or more (docs/distributed.md)")
     trn.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: nccl on CUDA, gloo on CPU")
     trn.add_argument("--config-hash", default=os.environ.get("TRAININGCOST_CONFIG_HASH"),
                      help="the workflow config's hash, kept in the tables' metadata (default: $TRAININGCOST_CONFIG_HASH, "

@@ -52,11 +52,19 @@ def sharded_rules() -> tuple[str, ...]:
     return tuple(n for n in rule_names() if admitted(n, "zero2"))
 
 
-def check_parallel(name: str, parallel: str, nproc: int, backend: str = "auto") -> None:
+def check_parallel(name: str, parallel: str, nproc: int, backend: str = "auto", replicate: int = 1) -> None:
     """One-line errors naming the field, before any process starts."""
 
     if nproc < 1:
         raise ConfigError(f"nproc: must be at least 1 (got {nproc})")
+    if isinstance(replicate, bool) or not isinstance(replicate, int) or replicate < 1:
+        raise ConfigError(f"replicate: a positive integer (got {replicate!r})")
+    if replicate > 1 and parallel not in ("zero2", "fsdp"):
+        raise ConfigError(f"replicate: {replicate} replica groups shard inside each group: --parallel zero2 or fsdp "
+                          f"(got {parallel})")
+    if replicate > 1 and (nproc % replicate or nproc // replicate < 2):
+        raise ConfigError(f"replicate: {replicate} replica groups of the {nproc} processes must each hold two or "
+                          f"more (allowed: a divisor of --nproc up to {nproc // 2}, or 1)")
     if parallel not in PARALLEL:
         raise ConfigError(f"parallel: {parallel!r} is not allowed (allowed: {', '.join(PARALLEL)})")
     if backend not in BACKENDS:
@@ -391,6 +399,23 @@ class PlanCollectives:
 
     def all(self, micro_batches: int = 1) -> list[Collective]:
         return [*self.micro_batch] * micro_batches + [*self.step]
+
+
+def replica_all_reduces(listed, replicate: int) -> tuple:
+    """HSDP (``replicate`` R replica groups, each sharding over its own ranks; FSDP's HYBRID_SHARD, FSDP2 on a 2-D
+    device mesh): ``listed``, the collectives of one group's sharding, with every reduce-scatter followed by an
+    all-reduce of its output, the rank's shard (1 / group of the scattered buffer), over the R groups, in the same
+    phase and dtype: FSDP2's ``foreach_reduce`` issues the reduce-scatter over the shard dimension, then the
+    all-reduce over the replicate dimension (tests/test_comm_model.py checks it against FSDP2 on a 2-D mesh). The
+    gathers stay inside the group. R = 1: ``listed`` unchanged."""
+    if replicate <= 1:
+        return tuple(listed)
+    out = []
+    for c in listed:
+        out.append(c)
+        if c.op == "reduce_scatter":
+            out.append(Collective("all_reduce", c.bytes // c.group, replicate, c.dtype, c.phase))
+    return tuple(out)
 
 
 def plan_collectives(cfg, name: str, sharding: str, world: int, dtype: str, passes: int = 1, backward: bool = True,

@@ -76,7 +76,7 @@ def exact_dtype() -> None:
 
 @record
 def worker(specs: tuple[TrainSpec, ...], parallel: str, backend: str, threads: int | None, want_state: bool,
-           exact: bool = False) -> list[dict]:
+           exact: bool = False, replicate: int = 1) -> list[dict]:
     """One rank (the launcher's entry point): train each spec in turn in one process group, and return what the
     parent tabulates, per spec."""
     if exact:
@@ -89,12 +89,12 @@ def worker(specs: tuple[TrainSpec, ...], parallel: str, backend: str, threads: i
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend_for(device, backend))
     try:
-        return [_train_rank(spec, parallel, rank, world, want_state) for spec in specs]
+        return [_train_rank(spec, parallel, rank, world, want_state, replicate) for spec in specs]
     finally:
         dist.destroy_process_group()
 
 
-def _train_rank(spec: TrainSpec, parallel: str, rank: int, world: int, want_state: bool) -> dict:
+def _train_rank(spec: TrainSpec, parallel: str, rank: int, world: int, want_state: bool, replicate: int = 1) -> dict:
     meter = CommMeter()
     observers = []
 
@@ -102,7 +102,7 @@ def _train_rank(spec: TrainSpec, parallel: str, rank: int, world: int, want_stat
         observers.append(_Observer(rule, meter, world))
         return observers[0]
 
-    done = run_steps(spec, observe, parallel=Parallel(parallel, rank, world))
+    done = run_steps(spec, observe, parallel=Parallel(parallel, rank, world, replicate=replicate))
     if done.status in (STATUS_ERROR, STATUS_OOM):  # the other ranks may wait in a collective: fail the job
         raise RuntimeError(f"rank {rank}: {done.message}")
     state = None
@@ -167,15 +167,17 @@ def run_ranks(entry, nproc: int, args: tuple) -> tuple[dict, str | None]:
 
 
 def launch(spec: TrainSpec, nproc: int, parallel: str, backend: str = "auto", threads: int | None = 1,
-           want_state: bool = False, exact: bool = False) -> DistributedRun:
+           want_state: bool = False, exact: bool = False, replicate: int = 1) -> DistributedRun:
     """Run ``spec`` on ``nproc`` ranks of this machine."""
-    return launch_each((spec,), nproc, parallel, backend, threads, want_state, exact)[0]
+    return launch_each((spec,), nproc, parallel, backend, threads, want_state, exact, replicate)[0]
 
 
 def launch_each(specs, nproc: int, parallel: str, backend: str = "auto", threads: int | None = 1,
-                want_state: bool = False, exact: bool = False) -> list[DistributedRun]:
-    """Run each spec in turn on the same ``nproc`` ranks (one launch: the tests' and the benchmark's way)."""
-    ranks, failure = run_ranks(worker, nproc, (tuple(specs), parallel, backend, threads, want_state, exact))
+                want_state: bool = False, exact: bool = False, replicate: int = 1) -> list[DistributedRun]:
+    """Run each spec in turn on the same ``nproc`` ranks (one launch: the tests' and the benchmark's way);
+    ``replicate`` R > 1 under zero2 / fsdp: HSDP, R replica groups of nproc / R ranks (train/distributed.py)."""
+    ranks, failure = run_ranks(worker, nproc, (tuple(specs), parallel, backend, threads, want_state, exact,
+                                               replicate))
     if failure is not None:
         return [DistributedRun(STATUS_FAILED, failure) for _ in specs]
     return [DistributedRun(ranks[0][i]["status"], ranks[0][i]["message"], {r: ranks[r][i] for r in ranks})
@@ -198,18 +200,18 @@ def comm_summary(comm: pd.DataFrame, steps: int) -> dict:
 
 
 def train_distributed(spec: TrainSpec, nproc: int, parallel: str, backend: str = "auto",
-                      threads: int | None = 1):
+                      threads: int | None = 1, replicate: int = 1):
     """``train``'s result for a data-parallel run: one row per step (loss averaged over the ranks, the step's
     wall time and its communication), the collectives of rank 0 (``comm``), and with ``spec.measure`` one
     measured row for the run with the communication columns (docs/measurement.md)."""
     from .run import TrainResult, measured_frame, run_columns, steps_frame
 
     device = resolve_device(spec.device)
-    run = launch(spec, nproc, parallel, backend, threads)
+    run = launch(spec, nproc, parallel, backend, threads, replicate=replicate)
     first = run.first
     records = first.get("records", [])
     columns = {**run_columns(spec, run.status, run.message, device, first.get("weight_decay", spec.options.weight_decay)),
-               "nproc": nproc, "parallel": parallel, "backend": backend_for(device, backend),
+               "nproc": nproc, "parallel": parallel, "replicate": replicate, "backend": backend_for(device, backend),
                "global_batch": spec.cfg.batch * nproc}
     comm = run.comm()
     frame = steps_frame(records, None, columns)
@@ -226,10 +228,11 @@ def train_distributed(spec: TrainSpec, nproc: int, parallel: str, backend: str =
         summary["comm_s_slowest_per_step"] = float(slowest[(comm.step > spec.warmup).to_numpy()
                                                           if len(times) > spec.warmup else slice(None)].sum()) / len(timed)
     if timed and run.status == "ok":  # the communication model's bytes over the same steps (analytic/comm.py)
-        from ..analytic.comm import step_collectives
+        from ..analytic.comm import replica_all_reduces, step_collectives
 
         first_step = len(times) - len(timed) + 1
-        model = [step_collectives(spec.cfg, spec.rule, parallel, nproc, spec.dtype, step)
+        model = [replica_all_reduces(step_collectives(spec.cfg, spec.rule, parallel, nproc // replicate, spec.dtype,
+                                                      step), replicate)
                  for step in range(first_step, len(times) + 1)]
         summary["comm_model_bytes_per_step"] = sum(c.bytes for s in model for c in s) / len(model)
     if timed:
@@ -248,8 +251,10 @@ def train_distributed(spec: TrainSpec, nproc: int, parallel: str, backend: str =
     return result, comm, summary
 
 
-def comm_line_text(nproc: int, parallel: str, summary: dict) -> str:
+def comm_line_text(nproc: int, parallel: str, summary: dict, replicate: int = 1) -> str:
     """The summary line's communication clause."""
+    if replicate > 1:
+        parallel = f"{parallel} in {replicate} replica groups"
     if not isinstance(summary.get("collectives_per_step"), float) or math.isnan(summary["collectives_per_step"]):
         return f"; {nproc} ranks ({parallel}): no step run"
     model = summary.get("comm_model_bytes_per_step")

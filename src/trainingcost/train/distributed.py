@@ -36,6 +36,7 @@ class Parallel:
     rank: int
     world: int
     bucket_cap_mb: float | None = None  # DDP's default: 25 MiB buckets after a first of 1 MiB (analytic/comm.py)
+    replicate: int = 1  # HSDP under zero2 / fsdp: the ranks in this many replica groups, FSDP2 sharding inside each
 
     # -- data ----------------------------------------------------------------------
     def global_cfg(self, cfg):
@@ -88,15 +89,27 @@ class Parallel:
     def _fsdp(self, rule: Rule) -> None:
         """FSDP2: every block its own group, the root (embeddings, norms, head) another; zero2 keeps a block's
         parameters gathered from its forward to its backward (``reshard_after_forward=False``), fsdp gathers them
-        again for the backward."""
+        again for the backward. With ``replicate`` R > 1, HSDP: FSDP2 on a 2-D device mesh (R replica groups of
+        world / R ranks, replicate outermost, as torchtitan builds it), each group sharding the parameters and
+        every reduce-scatter followed by an all-reduce of its shard across the groups."""
         from torch.distributed.fsdp import fully_shard
 
         model = rule.model
         reshard = self.kind == "fsdp"
+        mesh = {}
+        if self.replicate > 1:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            device = next(model.parameters()).device.type
+            mesh = {"mesh": init_device_mesh(device, (self.replicate, self.world // self.replicate),
+                                             mesh_dim_names=("replicate", "shard"))}
+        # FSDP2 warns when a wrapped module returns a view (an in-place op on it would skip the pre-backward
+        # hook): the runner never writes into the model's output, so the warning is noise in every run's log
+        warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
         for stack in model.stack_names:
             for block in getattr(model, stack).blocks():
-                fully_shard(block, reshard_after_forward=reshard)
-        fully_shard(model, reshard_after_forward=reshard)
+                fully_shard(block, reshard_after_forward=reshard, **mesh)
+        fully_shard(model, reshard_after_forward=reshard, **mesh)
         rule.optimizer = make_optimizer(rule.parameters(), rule.options, rule.weight_decay)  # the sharded params
 
     def _replicate_randomness(self, rule: Rule) -> None:

@@ -946,19 +946,11 @@ def replicated(ops, replicate: int):
     reduce-scatter inside a group is followed by an all-reduce of its output, the rank's shard (1 / shard of the
     scattered buffer), across the ``replicate`` groups, in the same phase (FSDP2's ``foreach_reduce``:
     reduce-scatter, then all-reduce over the replicate dimension). The gathers stay inside the group."""
-    from ..comm import Collective, PlanCollectives
+    from ..comm import PlanCollectives, replica_all_reduces
 
     if replicate <= 1:
         return ops
-
-    def with_all_reduces(listed):
-        out = []
-        for c in listed:
-            out.append(c)
-            if c.op == "reduce_scatter":
-                out.append(Collective("all_reduce", c.bytes // c.group, replicate, c.dtype, c.phase))
-        return tuple(out)
-    return PlanCollectives(with_all_reduces(ops.micro_batch), with_all_reduces(ops.step))
+    return PlanCollectives(replica_all_reduces(ops.micro_batch, replicate), replica_all_reduces(ops.step, replicate))
 
 
 def shard_copy_bytes(c, precision: str) -> int:
