@@ -175,10 +175,39 @@ def test_replicate_auto_searches_every_group_count_the_sharding_allows():
     groups = {c.replicate for c in search(cfg, spec, H100, ["bp"], free, top=10_000, prune=False).rules["bp"].top}
     assert groups == {1, 2, 4, 8, 16}
     assert fast.rules["bp"].best.step_s <= fixed.rules["bp"].best.step_s
-    nanotron = dataclasses.replace(spec, framework="nanotron", can=dict(framework("nanotron").can))
-    found = search(cfg, nanotron, H100, ["bp"], free)
+    def under(name):
+        return dataclasses.replace(spec, framework=name, can=tuple(sorted(framework(name).can.items())))
+
+    found = search(cfg, under("nanotron"), H100, ["bp"], free)
     assert found.rules["bp"].best.replicate == 1
     assert "replicate: framework nanotron has no hybrid sharding (replica groups)" in found.rejected
+    # a framework runs replica groups only under the shardings its sources name: MiCS is ZeRO-3, Megatron-Core's
+    # optimizer instances ZeRO-1
+    for name, runs in (("deepspeed", {"zero3"}), ("nemo", {"zero1"}), ("torchtitan", {"zero2", "zero3"})):
+        every = search(cfg, under(name), H100, ["bp"], free, top=10_000, prune=False).rules["bp"].top
+        assert {c.sharding for c in every if c.replicate > 1} == runs, name
+
+
+def test_replicate_auto_with_context_parallelism_counts_the_cp_ranks_of_a_group():
+    """With cp 2 a group of one replica still shards over its 2 context-parallel ranks: R = dp is in the space."""
+    cfg = small()
+    spec = _spec(gpus=16, global_batch=32, cp=2, efficiency=Efficiency("predicted", 1.0, "model"))
+    free = {"sharding", "replicate"}
+    every = search(cfg, spec, H100, ["bp"], free, top=10_000, prune=False).rules["bp"].top
+    assert {c.replicate for c in every} == {1, 2, 4, 8}  # dp 8: every divisor, groups of dp / R x cp >= 2 ranks
+    assert search(cfg, spec, H100, ["bp"], free).rules["bp"].best == every[0]
+
+
+def test_replicate_auto_keeps_the_experts_inside_each_group():
+    """A mixture of experts with ep and R both searched: every layout's expert-parallel degree divides its group's
+    replicas (dp / R), the search equals brute force, and layouts with both groups and experts spread exist."""
+    cfg = canonical_model(PRESETS["mixtral-8x7b"]).replace(seq_len=1024, dec_layers=2)
+    spec = _spec(gpus=32, global_batch=64, efficiency=Efficiency("predicted", 1.0, "model"))
+    free = {"ep", "sharding", "replicate", "micro_batch"}
+    every = search(cfg, spec, H100, ["bp"], free, top=10_000, prune=False).rules["bp"]
+    assert every.top and all((c.dp // c.replicate) % c.ep == 0 for c in every.top)
+    assert any(c.replicate > 1 and c.ep > 1 for c in every.top)
+    assert search(cfg, spec, H100, ["bp"], free).rules["bp"].best == every.top[0]
 
 
 def test_layout_search_alone_keeps_the_groups_given_and_replicate_auto_opts_in(capsys):
@@ -211,11 +240,13 @@ def test_a_gpu_count_that_cannot_hold_the_groups_is_refused_before_any_search(ca
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--nproc", "4", "--replicate", "2"], "--replicate: 2 replica groups shard inside each group: --parallel zero2 "
+    (["--nproc", "4", "--replicate", "2"], "--replicate: 2 replica groups shard inside each group: parallel zero2 "
                                            "or fsdp (got ddp)"),
     (["--nproc", "4", "--parallel", "fsdp", "--replicate", "3"], "--replicate: 3 replica groups of the 4 processes "
                                                                  "must each hold two or more"),
-    (["--nproc", "4", "--parallel", "fsdp", "--replicate", "4"], "allowed: a divisor of --nproc up to 2, or 1"),
+    (["--nproc", "4", "--parallel", "fsdp", "--replicate", "4"], "(allowed with nproc 4: 1, 2)"),
+    (["--parallel", "fsdp", "--replicate", "2"], "2 replica groups of the 1 processes must each hold two or more "
+                                                 "(allowed with nproc 1: 1)"),
 ])
 def test_a_training_run_refuses_groups_it_cannot_form_in_one_line(flags, message, capsys):
     assert cli.main(["train", "--rule", "bp", "--steps", "2", *flags]) == 2
@@ -230,3 +261,25 @@ def test_a_training_run_in_replica_groups_meters_what_the_model_lists(capsys):
                      "--replicate", "2"]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert "4 ranks (zero2 in 2 replica groups)" in line and "(the model's: equal)" in line
+
+
+def test_the_workflow_runs_training_jobs_in_replica_groups_and_refuses_what_cannot_be():
+    """train.parallel.replicate: passed to each job's command line; a value the launch cannot form is refused in
+    one line naming the field, before any job."""
+    from trainingcost.pipeline import load, train_command, train_jobs
+
+    def config(**parallel):
+        return {"sweep": {"presets": ["gpt2-small"]},
+                "train": {"select": ["gpt2-small"], "rules": ["bp"], "parallel": parallel}}
+
+    filled = load(config(nproc=4, parallel="fsdp", replicate=2))
+    argv = train_command(train_jobs(filled)[0], filled)
+    assert argv[argv.index("--replicate") + 1] == "2" and argv[argv.index("--nproc") + 1] == "4"
+    plain = load(config(nproc=2, parallel="fsdp"))
+    assert "--replicate" not in train_command(train_jobs(plain)[0], plain)
+    with pytest.raises(ConfigError, match=r"^train\.parallel\.replicate: 3 replica groups of the 4 processes must each "
+                                          r"hold two or more \(allowed with nproc 4: 1, 2\)$"):
+        load(config(nproc=4, parallel="fsdp", replicate=3))
+    with pytest.raises(ConfigError, match=r"^train\.parallel\.replicate: 2 replica groups shard inside each group: "
+                                          r"parallel zero2 or fsdp \(got ddp\)$"):
+        load(config(nproc=4, replicate=2))

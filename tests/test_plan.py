@@ -657,7 +657,7 @@ def test_the_workflows_strong_scaling_is_the_commands_search(tmp_path):
     ({"count": [8, 16]}, {}, "plan.strong_scaling: unknown key 'count'"),
     ({"gpus": [4, 16, 64]}, {"gpus": 16, "sharding": "zero3", "replicate": 4},
      "plan.strong_scaling.gpus: 4 GPUs do not split into plan.replicate 4 replica groups of two ranks or more at any "
-     "layout (allowed: counts that are multiples of 8, or plan.replicate 1)"),
+     "layout (allowed: counts whose GPUs are a multiple of 4, at least 8 GPUs, or plan.replicate 1)"),
     ({"gpus": [12, 16]}, {"gpus": 16, "sharding": "zero3", "replicate": 8},
      "plan.strong_scaling.gpus: 12 GPUs do not split into plan.replicate 8 replica groups"),
 ])

@@ -395,12 +395,12 @@ def train_jobs(config: dict) -> list[TrainJob]:
             raise ConfigError(f"train.task: {task} cannot train sweep entry {name!r} ({cfg.config_id}): {error}") from None
         for rule in train["rules"]:
             check_architecture(rule, cfg, f"train.rules: sweep entry {name!r} ({cfg.config_id})")
-            if train["parallel"]["nproc"] > 1:  # a rule the sharding does not admit is refused before any job
+            if train["parallel"]["nproc"] > 1 or train["parallel"]["replicate"] > 1:  # refused before any job
                 from .analytic.comm import check_parallel
 
                 try:
                     check_parallel(rule, train["parallel"]["parallel"], train["parallel"]["nproc"],
-                                   train["parallel"]["backend"])
+                                   train["parallel"]["backend"], train["parallel"]["replicate"])
                 except ConfigError as error:
                     raise ConfigError(f"train.parallel.{error}") from None
             for seed in train["seeds"]:
@@ -430,6 +430,8 @@ def train_command(job: TrainJob, config: dict) -> list[str]:
     if train["parallel"]["nproc"] > 1:  # one launcher starts the ranks on the job's node (docs/distributed.md)
         args += ["--nproc", train["parallel"]["nproc"], "--parallel", train["parallel"]["parallel"],
                  "--backend", train["parallel"]["backend"]]
+        if train["parallel"]["replicate"] > 1:
+            args += ["--replicate", train["parallel"]["replicate"]]
     return [str(a) for a in args] + option_flags(cfg)
 
 
@@ -719,8 +721,9 @@ def check_strong_scaling(config: dict) -> None:
     for n in scaling["gpus"]:  # the most replicas any layout has at n GPUs: tp = pp = 1, dp = n / cp
         if R > 1 and n % cp == 0 and (n // cp % R or n // cp // R * cp < 2):
             raise ConfigError(f"plan.strong_scaling.gpus: {n} GPUs do not split into plan.replicate {R} replica "
-                              "groups of two ranks or more at any layout (allowed: counts that are multiples of "
-                              f"{R * cp * (2 if cp == 1 else 1)}, or plan.replicate 1)")
+                              f"groups of two ranks or more at any layout (allowed: counts whose {'GPUs / cp' if cp > 1 else 'GPUs'} "
+                              f"are a multiple of {R}, at least {R * (2 if cp == 1 else 1) * cp} GPUs, or "
+                              "plan.replicate 1)")
     figure_config(config)
 
 

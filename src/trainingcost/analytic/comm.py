@@ -60,11 +60,12 @@ def check_parallel(name: str, parallel: str, nproc: int, backend: str = "auto", 
     if isinstance(replicate, bool) or not isinstance(replicate, int) or replicate < 1:
         raise ConfigError(f"replicate: a positive integer (got {replicate!r})")
     if replicate > 1 and parallel not in ("zero2", "fsdp"):
-        raise ConfigError(f"replicate: {replicate} replica groups shard inside each group: --parallel zero2 or fsdp "
+        raise ConfigError(f"replicate: {replicate} replica groups shard inside each group: parallel zero2 or fsdp "
                           f"(got {parallel})")
     if replicate > 1 and (nproc % replicate or nproc // replicate < 2):
+        allowed = [str(r) for r in range(2, nproc // 2 + 1) if nproc % r == 0]
         raise ConfigError(f"replicate: {replicate} replica groups of the {nproc} processes must each hold two or "
-                          f"more (allowed: a divisor of --nproc up to {nproc // 2}, or 1)")
+                          f"more (allowed with nproc {nproc}: {', '.join(['1', *allowed])})")
     if parallel not in PARALLEL:
         raise ConfigError(f"parallel: {parallel!r} is not allowed (allowed: {', '.join(PARALLEL)})")
     if backend not in BACKENDS:
@@ -399,6 +400,13 @@ class PlanCollectives:
 
     def all(self, micro_batches: int = 1) -> list[Collective]:
         return [*self.micro_batch] * micro_batches + [*self.step]
+
+
+def run_collectives(cfg, name: str, parallel: str, world: int, dtype: str, step: int, replicate: int = 1) -> tuple:
+    """One rank's collectives of step ``step`` in a measured run (``trainingcost train --nproc world``), HSDP's
+    ``replicate`` groups included: the group's :func:`step_collectives` over world / replicate ranks with
+    :func:`replica_all_reduces`; replicate 1, :func:`step_collectives` itself."""
+    return replica_all_reduces(step_collectives(cfg, name, parallel, world // replicate, dtype, step), replicate)
 
 
 def replica_all_reduces(listed, replicate: int) -> tuple:

@@ -252,8 +252,13 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                           "--replicate 1, or another --framework)")
     checkpoints = CHECKPOINTING if "checkpointing" in free else (spec.checkpointing,)
     if searched and not any(_hybrid(sh, spec) for sh in shardings):
+        runs = dict(spec.can or ()).get("replicate")
         rejected.append(f"replicate: no sharding of the space ({', '.join(shardings)}) splits into replica groups "
-                        "(hybrid sharding needs zero1, zero2 or zero3 inside each group)")
+                        + (f"(framework {spec.framework} runs them under {', '.join(runs)} only)" if runs else
+                           "(hybrid sharding needs zero1, zero2 or zero3 inside each group)"))
+    elif searched and spec.can and set(shardings) - {"none"} - {s for s in shardings if _hybrid(s, spec)}:
+        rejected.append(f"replicate: framework {spec.framework} runs replica groups under "
+                        f"{', '.join(dict(spec.can)['replicate'])} only; its other shardings keep one group")
     indivisible = [(t, p, dp) for t, p, dp, _, _ in structures if G % dp]
     if indivisible:
         rejected.append(f"dp {', '.join(sorted({str(dp) for _, _, dp in indivisible}, key=int))}: the global batch of "
@@ -342,8 +347,15 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
 
 def _hybrid(sharding: str, spec) -> bool:
     """Whether replica groups can split a sharding (analytic/steptime/step.py, hsdp_problem): ZeRO-1, 2 or 3, but not
-    a ZeRO-1 synced after the backward over every data-parallel rank (nanotron's)."""
-    return sharding != "none" and not (sharding == "zero1" and spec.zero1_sync == "after_backward")
+    a ZeRO-1 synced after the backward over every data-parallel rank (nanotron's); and under a framework of the
+    catalogue, one it runs in replica groups (``can.replicate``: DeepSpeed's MiCS ZeRO-3 only, Megatron-Core's
+    optimizer instances ZeRO-1 only, ...)."""
+    if sharding == "none" or (sharding == "zero1" and spec.zero1_sync == "after_backward"):
+        return False
+    allowed = dict(spec.can or ()).get("replicate")
+    if allowed is None:  # no framework's capabilities given: every sharding the model can split
+        return True
+    return sharding in allowed or (sharding == "zero3" and "fsdp" in allowed)
 
 
 def _key(c: Candidate):

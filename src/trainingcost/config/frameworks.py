@@ -85,7 +85,7 @@ class Framework:
     sharding: str
     dp_rails: bool
     can: dict  # what the layout search may choose: shardings (tuple), tensor, pipeline, interleave, sequence_parallel,
-    # uneven, replicate (hybrid sharding: the search's --replicate auto)
+    # uneven, replicate (the shardings it runs in HSDP replica groups, a tuple: the search's --replicate auto)
     sources: dict = field(default_factory=dict)  # field -> its document
     pipeline_split: str = "even"  # how blocks are split over pipeline stages (OPTIONAL)
     tp_backward_overlap: float | None = None  # None: tp_overlap (OPTIONAL)
@@ -172,11 +172,13 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     if not isinstance(entry["dp_rails"], bool):
         raise ConfigError(f"{where}.dp_rails: true or false (got {entry['dp_rails']!r})")
     can = entry["can"]
-    if not isinstance(can, dict) or set(can) != set(CAN) or not isinstance(can["shardings"], list) or \
-            any(x not in CHOICES["sharding"] for x in can["shardings"]) or \
-            any(not isinstance(can[k], bool) for k in CAN[1:]):
-        raise ConfigError(f"{where}.can: shardings (a list of {', '.join(CHOICES['sharding'])}) and true/false for "
-                          f"{', '.join(CAN[1:])}")
+    if not isinstance(can, dict) or set(can) != set(CAN) or \
+            any(not isinstance(can[k], list) or any(x not in CHOICES["sharding"] for x in can[k])
+                for k in ("shardings", "replicate")) or "none" in can["replicate"] or \
+            any(not isinstance(can[k], bool) for k in CAN[1:-1]):
+        raise ConfigError(f"{where}.can: shardings (a list of {', '.join(CHOICES['sharding'])}), replicate (the "
+                          f"shardings it runs in replica groups, a list without none) and true/false for "
+                          f"{', '.join(CAN[1:-1])}")
     cite = entry.get("cite")
     stated = [*FRAMEWORK_FIELDS, *(k for k in OPTIONAL if k in entry), *(["replicate"] if can["replicate"] else [])]
     if not isinstance(cite, dict) or any(cite.get(k) not in sources for k in stated):
@@ -184,7 +186,8 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     return Framework(name, str(entry.get("label", name)), _fraction(entry["dp_overlap"], f"{where}.dp_overlap"),
                      _fraction(entry["tp_overlap"], f"{where}.tp_overlap"), entry["zero3_granularity"],
                      entry["zero3_gather"], entry["attention"],
-                     entry["sharding"], entry["dp_rails"], {**can, "shardings": tuple(can["shardings"])},
+                     entry["sharding"], entry["dp_rails"],
+                     {**can, "shardings": tuple(can["shardings"]), "replicate": tuple(can["replicate"])},
                      {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce, zero1_sync, cache,
                      fp8_params, elementwise, copies)
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..analytic.catalogue import rule
-from ..analytic.comm import comm_seconds, mechanism, step_collectives
+from ..analytic.comm import comm_seconds, mechanism, run_collectives
 
 COMM_COLUMNS = ["config_id", "rule", "seed", "parallel", "nproc", "dtype", "status", "model_bytes_per_step",
                 "measured_bytes_per_step", "bytes_exact", "model_collectives_per_step", "measured_collectives_per_step",
@@ -41,9 +41,16 @@ def beyond_bp(name: str, parallel: str = "ddp") -> str:
     return ("—" if name == "bp" else extra) + how
 
 
-def _model_steps(cfg, name, parallel, nproc, dtype, first: int, last: int):
-    """The model's collectives of steps first..last (the steps the measured means cover)."""
-    return [step_collectives(cfg, name, parallel, nproc, dtype, step) for step in range(first, last + 1)]
+def _model_steps(cfg, name, parallel, nproc, dtype, first: int, last: int, replicate: int = 1):
+    """The model's collectives of steps first..last (the steps the measured means cover), HSDP's replica groups
+    included."""
+    return [run_collectives(cfg, name, parallel, nproc, dtype, step, replicate) for step in range(first, last + 1)]
+
+
+def replica_groups_of(run: dict) -> int:
+    """A measured run's HSDP replica groups (1 where the column is absent or empty: runs before it existed)."""
+    value = run.get("replicate", 1)
+    return 1 if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
 
 
 def comm_table(measured: pd.DataFrame, configs: pd.DataFrame, calibration: dict | None = None) -> pd.DataFrame:
@@ -66,7 +73,8 @@ def comm_table(measured: pd.DataFrame, configs: pd.DataFrame, calibration: dict 
                    measured_comm_s_per_step=run.get("comm_s_slowest_per_step", run.get("comm_s_per_step", math.nan)),
                    step_time_s=run.get("step_time_median_s", math.nan), beyond_bp=beyond_bp(run["rule"]))
         if cfg is not None and last >= first:
-            steps = _model_steps(cfg, run["rule"], run["parallel"], nproc, run["dtype"], first, last)
+            steps = _model_steps(cfg, run["rule"], run["parallel"], nproc, run["dtype"], first, last,
+                                 replica_groups_of(run))
             n = len(steps)
             out["model_bytes_per_step"] = sum(c.bytes for s in steps for c in s) / n
             out["model_collectives_per_step"] = sum(len(s) for s in steps) / n

@@ -252,11 +252,13 @@ def predict_comm(runs: pd.DataFrame, collectives: dict, keys=("config_id", "rule
     α and β of its size range (:func:`trainingcost.analytic.comm.collective_seconds`). ``runs``: the keys,
     ``cfg`` (a ModelConfig), ``parallel``, ``nproc`` and ``dtype``. The meter waits for every collective, so
     nothing of it overlaps compute and the step's prediction is compute + communication."""
-    from ..analytic.comm import comm_seconds, step_collectives
+    from ..analytic.comm import comm_seconds, run_collectives
+    from .comm import replica_groups_of
 
     rows = []
     for run in runs.to_dict("records"):
-        steady = step_collectives(run["cfg"], run["rule"], run["parallel"], int(run["nproc"]), run["dtype"], 3)
+        steady = run_collectives(run["cfg"], run["rule"], run["parallel"], int(run["nproc"]), run["dtype"], 3,
+                                 replica_groups_of(run))
         rows.append({**{k: run[k] for k in keys if k in run}, "comm_s": comm_seconds(steady, collectives)})
     return pd.DataFrame(rows)
 

@@ -228,11 +228,10 @@ def train_distributed(spec: TrainSpec, nproc: int, parallel: str, backend: str =
         summary["comm_s_slowest_per_step"] = float(slowest[(comm.step > spec.warmup).to_numpy()
                                                           if len(times) > spec.warmup else slice(None)].sum()) / len(timed)
     if timed and run.status == "ok":  # the communication model's bytes over the same steps (analytic/comm.py)
-        from ..analytic.comm import replica_all_reduces, step_collectives
+        from ..analytic.comm import run_collectives
 
         first_step = len(times) - len(timed) + 1
-        model = [replica_all_reduces(step_collectives(spec.cfg, spec.rule, parallel, nproc // replicate, spec.dtype,
-                                                      step), replicate)
+        model = [run_collectives(spec.cfg, spec.rule, parallel, nproc, spec.dtype, step, replicate)
                  for step in range(first_step, len(times) + 1)]
         summary["comm_model_bytes_per_step"] = sum(c.bytes for s in model for c in s) / len(model)
     if timed:
