@@ -118,8 +118,9 @@ def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
             tables.append(part)
         if free and "bp" in found.rules and found.rules["bp"].best is not None:
             bp_spec = dataclasses.replace(spec, **found.rules["bp"].best.spec_fields())
-            for r in rules:
-                row = plan_table(cfg, bp_spec, gpu, [r], ["executed" if "executed" in models else models[0]]).iloc[0]
+            one = plan_table(cfg, bp_spec, gpu, rules, ["executed" if "executed" in models else models[0]])  # one
+            for r in rules:  # layout for every rule: one table (its model facts and FLOPs computed once)
+                row = one[one["rule"] == r].iloc[0]
                 at_bp.append({"gpus": n, "rule": r, "layout": _compact(row), "step_time_s": row["step_time_s"],
                               "wall_clock_s": row["wall_clock_s"], "fits": bool(row["fits"])})
     table = pd.concat(tables, ignore_index=True)
