@@ -36,7 +36,8 @@ def test_dense_peaks_not_sparsity_figures():
     ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H200", "h200"),
     ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("Tesla V100-SXM2-32GB", "v100"),
     ("NVIDIA L4", "l4"), ("NVIDIA A10G", "a10g"), ("NVIDIA GeForce RTX 4090", "rtx-4090"),
-    ("AMD Instinct MI300X", "mi300x"), ("Intel(R) Xeon(R) Processor @ 2.10GHz", None),
+    ("AMD Instinct MI300X", "mi300x"), ("AMD Instinct MI250X", "mi250x"), ("AMD Instinct MI250", "mi250"),
+    ("Intel(R) Xeon(R) Processor @ 2.10GHz", None),
 ])
 def test_torch_device_names_match_their_entry(name, expected):
     found = match_device(name)
@@ -116,3 +117,21 @@ def test_a_user_device_may_give_its_attention_share_per_sequence_length():
     kappa = model.params["kernel_efficiency"]
     assert [model.flash(1e12, False, tokens=t) for t in (512, 2048, 8192)] == pytest.approx(
         [1e12 / (100e12 * share * kappa) for share in (0.2, 0.3, 0.4)])
+
+
+def test_amd_parts_carry_their_own_cited_step_time_numbers_not_an_a100s():
+    """The MI300X runs its large GEMMs at 668.4 of its 1307.4 TFLOP/s (Bekman's table with the cache reset; the
+    withdrawn 781.9 stays out), its GPUs a mesh of links (one link's 47.7 GB/s between two, 315 GB/s over eight);
+    an MI250X or MI250 is one GCD, half the module's datasheet figures."""
+    from trainingcost.analytic.steptime.device import DeviceModel
+    from trainingcost.config.hardware import device
+
+    mi300x = DeviceModel.of(device("mi300x"), "bf16")
+    assert mi300x.params["gemm_ceiling"] == pytest.approx(668.4 / 1307.4, abs=1e-3)
+    assert mi300x.params["sms"] == 304 and "cache" in mi300x.sources["gemm_ceiling"]
+    assert "781.9" not in mi300x.sources["gemm_ceiling"].split("withdrawn")[0]
+    assert mi300x.params["intra_link_gbs"] == 47.7 and mi300x.params["intra_gbs"] == 315
+    assert device("mi250x").peak("bf16") == 383e12 / 2 and device("mi250x").memory_bytes == 128e9 / 2
+    assert device("mi250").peak("bf16") == 362e12 / 2 and device("mi250").peak("fp8") is None
+    generic = DeviceModel.of(device("mi250x"), "bf16")
+    assert generic.params["sms"] == 110 and "generic default" in generic.sources["gemm_ceiling"]

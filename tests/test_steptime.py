@@ -48,6 +48,23 @@ def test_one_all_reduce_by_hand():
     assert net.all_reduce(1e9, 1) == 0.0
 
 
+def test_a_mesh_node_gives_a_group_of_k_gpus_k_minus_1_links():
+    """A node without a switch (MI300X: a full mesh of links): a group of k of its GPUs reaches k - 1 links, at most
+    the whole node's bus bandwidth; a point-to-point send one link; across nodes the ring's intra-node part too."""
+    link, node = 47.7e9, 315e9
+    mesh = Network(gpus_per_node=8, intra_bw=node, intra_alpha=0.0, inter_bw=50e9, inter_alpha=0.0, intra_link_bw=link)
+    switch = Network(gpus_per_node=8, intra_bw=node, intra_alpha=0.0, inter_bw=50e9, inter_alpha=0.0)
+    S = 1e9
+    assert mesh.all_reduce(S, 2) == pytest.approx(2 * 1 / 2 * S / link)  # 47.7 GB/s measured on 2 MI300X
+    assert mesh.all_gather(S, 4) == pytest.approx(3 / 4 * S / (3 * link))
+    assert mesh.all_reduce(S, 8) == pytest.approx(2 * 7 / 8 * S / node) == switch.all_reduce(S, 8)  # 7 links > node
+    assert mesh.p2p(S, inter=False) == pytest.approx(S / link) and switch.p2p(S, inter=False) == pytest.approx(S / node)
+    assert mesh.all_to_all(S, 4) == pytest.approx(3 / 4 * S / (3 * link))
+    # two ranks per node over four nodes (stride 4): the ring's node part is one link, below 2 NICs' 100 GB/s
+    assert mesh.all_gather(S, 8, stride=4) == pytest.approx(7 / 8 * S / min(link, 2 * 50e9))
+    assert switch.all_gather(S, 8, stride=4) == pytest.approx(7 / 8 * S / min(node, 2 * 50e9))
+
+
 def test_one_zero3_step_moves_three_times_the_parameters(gpt2, work):
     """Per FSDP unit (the root and each block, analytic/comm.py): gathered in forward and again in backward, its
     gradients reduce-scattered, each a collective of its own with one latency: 3 x (alpha + 15/16 S_u / B) per

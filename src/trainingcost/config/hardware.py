@@ -112,7 +112,7 @@ STEPTIME_KEYS = ("sms", "tile", "gemm_ceiling", "hbm_efficiency", "flash_forward
                  "intra_allreduce_gbs", "inter_step_us", "tree_level_us", "flash_attention", "cudnn_forward",
                  "cudnn_backward", "cudnn_causal_forward", "cudnn_causal_backward", "flash_causal_forward",
                  "flash_causal_backward", "flash3_forward", "flash3_backward", "flash3_causal_forward",
-                 "flash3_causal_backward", "flash3_attention", "gemm_ceiling_fp8")
+                 "flash3_causal_backward", "flash3_attention", "gemm_ceiling_fp8", "intra_link_gbs")
 
 
 ATTENTION_SHARE_KEYS = ("flash_forward", "flash_backward", "flash_causal_forward", "flash_causal_backward",

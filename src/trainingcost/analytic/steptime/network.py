@@ -12,6 +12,10 @@ B is the NCCL bus bandwidth inside a node; a ring that spans nodes runs one chan
 one NIC per GPU), so the data entering a node, (n-1)/n of the buffer, arrives over all its NICs at once: bus bandwidth
 min(NVLink bus bandwidth, GPUs per node x NIC x efficiency) (about 180 GB/s measured on DGX A100 pods, nccl-tests).
 A point-to-point send (pipeline stages) uses one NIC.
+Without a switch inside the node (AMD's MI300X: seven 64 GB/s Infinity Fabric links per GPU, a full mesh), a group of
+k GPUs of one node reaches k - 1 peers over k - 1 links: bus bandwidth min(the whole node's, (k - 1) x one link's),
+one link's for a point-to-point send (ml-engineering network/README.md: all-reduce 312.9 GB/s on 8 MI300X, 47.7 GB/s
+on 2).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class Network:
     intra_allreduce_bw: float | None = None  # NVLink SHARP (NVLS) all-reduce bus bandwidth over a whole node
     inter_step: float = 0.0  # seconds per ring step between nodes ((n - 1) steps per all-gather, 2 (n - 1) all-reduce)
     tree_level: float | None = None  # seconds per level of NCCL's tree all-reduce between nodes (None: no tree)
+    intra_link_bw: float | None = None  # bytes/s of one GPU-to-GPU link where the node is a mesh (None: a switch)
 
     @classmethod
     def of(cls, params: dict, gpus_per_node: int | None = None, nic_gbps: float | None = None,
@@ -57,10 +62,18 @@ class Network:
         nvls = params.get("intra_allreduce_gbs")
         tree = fab.get("tree_level_us")
         efficiency = fab.get("nic_efficiency", params["nic_efficiency"])  # a cluster's own measured share, if any
+        link = params.get("intra_link_gbs")
         return cls(int(gpus_per_node or params["gpus_per_node"]), params["intra_gbs"] * 1e9,
                    params["intra_latency_us"] * 1e-6, nic / 8 * 1e9 * efficiency,
                    fab["inter_latency_us"] * 1e-6, nvls * 1e9 if nvls else None,
-                   fab.get("inter_step_us", 0.0) * 1e-6, tree * 1e-6 if tree else None)
+                   fab.get("inter_step_us", 0.0) * 1e-6, tree * 1e-6 if tree else None, link * 1e9 if link else None)
+
+    def node_bw(self, local: int) -> float:
+        """Bus bandwidth of a group of ``local`` GPUs inside one node: the switch's ring bandwidth, or on a mesh
+        (``intra_link_bw``) local - 1 links' at most."""
+        if self.intra_link_bw is None:
+            return self.intra_bw
+        return min(self.intra_bw, max(1, local - 1) * self.intra_link_bw)
 
     def spans_nodes(self, n: int, stride: int) -> bool:
         """A group of n ranks ``stride`` apart (ranks numbered node by node) leaves the node."""
@@ -72,10 +85,11 @@ class Network:
 
     def _link(self, n: int, stride: int, rails: bool = True):
         if not self.spans_nodes(n, stride):
-            return self.intra_bw, self.intra_alpha, False
+            return self.node_bw(n), self.intra_alpha, False
         if not rails:
             return self.inter_bw, self.inter_alpha, True
-        return min(self.intra_bw, self._local(n, stride) * self.inter_bw), self.inter_alpha, True
+        local = self._local(n, stride)
+        return min(self.node_bw(local), local * self.inter_bw), self.inter_alpha, True
 
     def all_reduce(self, nbytes: float, n: int, stride: int = 1) -> float:
         """Inside a node: NVLS over a whole node where the device has it (nccl-tests: about 480 GB/s bus bandwidth
@@ -86,12 +100,13 @@ class Network:
             return 0.0
         factor = bus_factor("all_reduce", n)
         if not self.spans_nodes(n, stride):
-            bw = self.intra_allreduce_bw if (self.intra_allreduce_bw and n >= self.gpus_per_node) else self.intra_bw
+            bw = self.intra_allreduce_bw if (self.intra_allreduce_bw and n >= self.gpus_per_node) else self.node_bw(n)
             return self.intra_alpha + factor * nbytes / bw
         local = self._local(n, stride)
         nodes = max(2, math.ceil(n / local))
-        node_bw = self.intra_allreduce_bw if (self.intra_allreduce_bw and local >= self.gpus_per_node) else self.intra_bw
-        ring_bw = min(self.intra_bw, local * self.inter_bw)
+        node_bw = (self.intra_allreduce_bw if (self.intra_allreduce_bw and local >= self.gpus_per_node)
+                   else self.node_bw(local))
+        ring_bw = min(self.node_bw(local), local * self.inter_bw)
         ring = self.inter_alpha + 2 * (n - 1) * self.inter_step + factor * nbytes / ring_bw
         if self.tree_level is None:
             return ring
@@ -118,14 +133,16 @@ class Network:
         if n <= 1 or nbytes <= 0:
             return 0.0
         if not self.spans_nodes(n, stride):
-            return self.intra_alpha + bus_factor("all_gather", n) * nbytes / self.intra_bw
+            return self.intra_alpha + bus_factor("all_gather", n) * nbytes / self.node_bw(n)
         local = self._local(n, stride)
         nodes = math.ceil(n / local)
         outside = nbytes * (n - local) / n / self.inter_bw
-        inside = nbytes * (local - 1) / n / self.intra_bw
+        inside = nbytes * (local - 1) / n / self.node_bw(local)
         return self.inter_alpha + (nodes - 1) * self.inter_step * local + max(outside, inside)
 
     def p2p(self, nbytes: float, inter: bool) -> float:
         if nbytes <= 0:
             return 0.0
-        return (self.inter_alpha + nbytes / self.inter_bw) if inter else (self.intra_alpha + nbytes / self.intra_bw)
+        if inter:
+            return self.inter_alpha + nbytes / self.inter_bw
+        return self.intra_alpha + nbytes / self.node_bw(2)
