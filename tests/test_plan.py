@@ -648,6 +648,30 @@ def test_the_workflows_strong_scaling_is_the_commands_search(tmp_path):
     assert (tmp_path / "scaling.png").stat().st_size and (tmp_path / "scaling.pdf").stat().st_size
 
 
+def test_the_workflows_strong_scaling_may_search_the_replica_groups(tmp_path):
+    """plan.strong_scaling.search_replicate is `--replicate auto`: the same rows as the API's search with the replica
+    groups free, under a framework that runs hybrid sharding (torchtitan)."""
+    import pandas as pd
+
+    import trainingcost
+    from trainingcost.pipeline import load, write_strong_scaling
+
+    filled = load({**config(gpu="h100-sxm", gpus=64, tokens=1e10, framework="torchtitan", sharding="zero3",
+                            rules=["bp", "dfa"], strong_scaling={"gpus": [64, 256], "search_replicate": True})})
+    out = {name: tmp_path / f"{name}.parquet" for name in ("table", "layouts")}
+    write_strong_scaling(filled, out["table"], out["layouts"], tmp_path / "scaling.png")
+    table = pd.read_parquet(out["table"]).sort_values(["gpus", "rule"]).reset_index(drop=True)
+    api = trainingcost.plan(preset="gpt2-small", gpu="h100-sxm", gpus=[64, 256], tokens=1e10, framework="torchtitan",
+                            layout="search", replicate="auto", rule=["bp", "dfa"])
+    expected = api.table.sort_values(["gpus", "rule"]).reset_index(drop=True)
+    columns = ["gpus", "rule", "layout", "step_time_s", "gpu_hours"]
+    pd.testing.assert_frame_equal(table[columns], expected[columns])
+    assert table["layout"].str.contains(r" r\d").any()  # some count's best layout holds replica groups
+    kept = trainingcost.plan(preset="gpt2-small", gpu="h100-sxm", gpus=[64, 256], tokens=1e10, framework="torchtitan",
+                             layout="search", rule=["bp", "dfa"]).table
+    assert (table["step_time_s"].values <= kept.sort_values(["gpus", "rule"])["step_time_s"].values + 1e-12).all()
+
+
 @pytest.mark.parametrize("scaling, extra, message", [
     ({"gpus": [8]}, {}, "plan.strong_scaling.gpus: [8] is too short"),
     ({"gpus": [8, 0]}, {}, "plan.strong_scaling.gpus[1]: 0 is less than the minimum of 1"),
@@ -660,6 +684,9 @@ def test_the_workflows_strong_scaling_is_the_commands_search(tmp_path):
      "layout (allowed: counts whose GPUs are a multiple of 4, at least 8 GPUs, or plan.replicate 1)"),
     ({"gpus": [12, 16]}, {"gpus": 16, "sharding": "zero3", "replicate": 8},
      "plan.strong_scaling.gpus: 12 GPUs do not split into plan.replicate 8 replica groups"),
+    ({"gpus": [16, 32], "search_replicate": True}, {"gpus": 16, "sharding": "zero3", "replicate": 2},
+     "plan.strong_scaling.search_replicate: searches the replica groups; plan.replicate 2 would fix them"),
+    ({"gpus": [16, 32], "search_replicate": "yes"}, {}, "plan.strong_scaling.search_replicate: 'yes' is not of type 'boolean'"),
 ])
 def test_bad_strong_scaling_is_one_line(scaling, extra, message):
     from trainingcost.pipeline import load

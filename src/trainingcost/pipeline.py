@@ -718,6 +718,9 @@ def check_strong_scaling(config: dict) -> None:
     if scaling["objective"] == "cost" and config["plan"].get("price") is None:
         raise ConfigError("plan.strong_scaling.objective: cost needs plan.price (money per GPU-hour)")
     R, cp = config["plan"].get("replicate", 1), config["plan"].get("cp", 1)
+    if scaling.get("search_replicate") and R > 1:
+        raise ConfigError(f"plan.strong_scaling.search_replicate: searches the replica groups; plan.replicate "
+                          f"{R} would fix them (allowed: plan.replicate 1, or search_replicate false)")
     for n in scaling["gpus"]:  # the most replicas any layout has at n GPUs: tp = pp = 1, dp = n / cp
         if R > 1 and n % cp == 0 and (n // cp % R or n // cp // R * cp < 2):
             raise ConfigError(f"plan.strong_scaling.gpus: {n} GPUs do not split into plan.replicate {R} replica "
@@ -756,7 +759,8 @@ def build_strong_scaling(config: dict):
                                efficiency=Efficiency("predicted", 1.0, PREDICTED_SOURCE))
     args = argparse.Namespace(layout="search", gpus=list(scaling["gpus"]), objective=scaling["objective"],
                               price=section.get("price"), tp_across_nodes=False,
-                              replicate=section["replicate"],  # as given: --layout search keeps it (SEARCH_ALL)
+                              # as given (--layout search keeps it, SEARCH_ALL), or searched (--replicate auto)
+                              replicate="auto" if scaling["search_replicate"] else section["replicate"],
                               **{attr: "auto" for name, attr in AUTO_FIELDS.items() if name != "replicate"})
 
     def spec_of(a) -> PlanSpec:
