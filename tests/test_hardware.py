@@ -44,6 +44,17 @@ def test_torch_device_names_match_their_entry(name, expected):
     assert (found.name if found else None) == expected
 
 
+@pytest.mark.parametrize("cus,expected", [(110, "mi250x"), (104, "mi250"), (None, "mi250x"), (96, "mi250x")])
+def test_rocms_one_name_for_two_parts_is_told_apart_by_its_compute_units(cus, expected):
+    """ROCm reports both parts of PCI id 0x740C as "AMD Instinct MI250X / MI250" (libdrm's amdgpu.ids): the GCD's
+    compute units (110 or 104) decide; without them, or with a count no entry has, the longest name wins."""
+    from trainingcost.measure.recorder import dense_bf16_peak
+
+    assert match_device("AMD Instinct MI250X / MI250", cus).name == expected
+    assert dense_bf16_peak("AMD Instinct MI250X / MI250", cus) == {"mi250x": 191.5e12, "mi250": 181e12}[expected]
+    assert match_device("NVIDIA H100 80GB HBM3", 104).name == "h100-sxm"  # a count never overrides the name
+
+
 def test_a_user_device_joins_the_catalogue():
     spec = {"label": "my accelerator", "peak_tflops": {"fp32": 10, "bf16": 100}, "memory_gb": 16, "bandwidth_gbs": 500,
             "power_w": 200, "source": "our lab's measurement, 2026-11"}

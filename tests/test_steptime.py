@@ -63,6 +63,15 @@ def test_a_mesh_node_gives_a_group_of_k_gpus_k_minus_1_links():
     # two ranks per node over four nodes (stride 4): the ring's node part is one link, below 2 NICs' 100 GB/s
     assert mesh.all_gather(S, 8, stride=4) == pytest.approx(7 / 8 * S / min(link, 2 * 50e9))
     assert switch.all_gather(S, 8, stride=4) == pytest.approx(7 / 8 * S / min(node, 2 * 50e9))
+    # one rank per node (stride 8, tp 8): no link inside a node, the NICs alone, as on a switch
+    fast = dict(gpus_per_node=8, intra_bw=node, intra_alpha=0.0, inter_bw=100e9, inter_alpha=0.0)
+    assert Network(**fast, intra_link_bw=link).all_gather(S, 16, stride=8) == Network(**fast).all_gather(S, 16, stride=8)
+    assert Network(**fast, intra_link_bw=link).all_reduce(S, 2, stride=8) == Network(**fast).all_reduce(S, 2, stride=8)
+    # the ring across nodes and the all-to-all's part inside a node read the links too (4 local ranks: 3 links)
+    four = Network(gpus_per_node=8, intra_bw=node, intra_alpha=0.0, inter_bw=200e9, inter_alpha=0.0,
+                   intra_link_bw=link)
+    assert four.all_reduce(S, 8, stride=2) == pytest.approx(2 * 7 / 8 * S / min(3 * link, 4 * 200e9))
+    assert four.all_to_all(S, 8, stride=2) == pytest.approx(max(S * 4 / 8 / 200e9, S * 3 / 8 / (3 * link)))
 
 
 def test_one_zero3_step_moves_three_times_the_parameters(gpt2, work):

@@ -27,6 +27,7 @@ from .analytic.plan import (
 )
 from .args import add_model_flags, count, count_max_or_auto, count_or_auto, gpu_counts, model_entry, number, rule_list
 from .plan_search import OBJECTIVES, fixed_args, free_fields
+from .analytic.steptime.device import generic_numbers
 from .analytic.steptime.step import ATTENTION
 from .plan_search import run as search_plan
 from .config import ConfigError
@@ -536,7 +537,14 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
         out.append(f"- {label}: {first[key]}")
     out.append("- memory model: docs/planning.md (activations: analytic/memory.py's per-rule accounting; "
                "sequence parallelism with tp; 1F1B with pp)")
+    if first["source_efficiency"].startswith("predicted") and generic_numbers(gpu):
+        out.append(f"- device model: {_generic_note(gpu)}")
     return "\n".join(out) + "\n"
+
+
+def _generic_note(gpu) -> str:
+    return (f"{gpu.name} has no published {', '.join(generic_numbers(gpu))} in the catalogue: generic defaults (an "
+            "A100-like part, analytic/steptime/device.py) priced in their place")
 
 
 SCREEN_WIDTH = 100  # the compact view (the default: one cost model) fits 100 columns x 40 lines
@@ -622,6 +630,9 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
              f"framework: {first['source_framework'].split(' (')[0]} (--framework){fallback}; network: "
              f"{first['source_network'].split(' (')[0]} (--cluster, --nic-gbps)",
              *([f"pipeline: {first['pipeline_split']}"] if first["pipeline_split"] else []),
+             *([f"device model: {len(generic_numbers(gpu))} numbers A100-like, none published for {gpu.name} "
+                "(--cost-model all)"]
+               if first["source_efficiency"].startswith("predicted") and generic_numbers(gpu) else []),
              *([f"goodput: {first['source_goodput']} of the wall-clock in training steps"]
                if first["goodput"] != 1.0 else [])]
     out += [wrapped(f"- {note}", SCREEN_WIDTH) for note in notes]

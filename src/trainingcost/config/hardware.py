@@ -209,8 +209,13 @@ def device(name: str, table: dict[str, Device] | None = None) -> Device:
     raise ConfigError(f"gpu: {name!r} is not in the hardware catalogue (allowed: {', '.join(table)})")
 
 
-def match_device(torch_name: str) -> Device | None:
+def match_device(torch_name: str, multiprocessors: int | None = None) -> Device | None:
     """The catalogue device that torch's device name names, or None: the longest ``match`` string found in the name
-    (so "NVIDIA GB200" is the gb200, not the b200 whose "B200" it also holds); ties in file order."""
+    (so "NVIDIA GB200" is the gb200, not the b200 whose "B200" it also holds); ties in file order. Where the name
+    fits several devices, ``multiprocessors`` (torch's multi_processor_count) picks the one with that many SMs or
+    CUs: ROCm names the MI250X and the MI250 alike ("AMD Instinct MI250X / MI250"), 110 and 104 CUs per GCD."""
     found = [(len(m), -i, d) for i, d in enumerate(_catalogue()) for m in d.match if m in torch_name]
+    if multiprocessors is not None:
+        counted = [f for f in found if f[2].steptime.get("sms") == multiprocessors]
+        found = counted or found
     return max(found, key=lambda x: (x[0], x[1]))[2] if found else None

@@ -36,10 +36,11 @@ from .timer import PhaseTimer, process_peak_rss
 WARMUP, COUNTED, TIMED, PROFILED = "warmup", "counted", "timed", "profiled"
 OPTIMIZER_LAYER = "optimizer"  # the row that carries the optimizer step's time (no FLOPs)
 
-def dense_bf16_peak(device_name: str) -> float | None:
-    """The dense bf16 peak FLOP/s of the catalogue device torch's name names (config/hardware.yaml, cited), or
-    None: the MFU column divides measured FLOPs per second by it, and is null for other devices and dtypes."""
-    found = match_device(device_name)
+def dense_bf16_peak(device_name: str, multiprocessors: int | None = None) -> float | None:
+    """The dense bf16 peak FLOP/s of the catalogue device torch's name (and SM count, where the name fits several)
+    names (config/hardware.yaml, cited), or None: the MFU column divides measured FLOPs per second by it, and is
+    null for other devices and dtypes."""
+    found = match_device(device_name, multiprocessors)
     return found.peak("bf16") if found is not None else None
 
 
@@ -195,7 +196,8 @@ def run_summary(recorder: StepRecorder, tokens_per_step: int, dtype: str, device
         "flops_per_step": flops_per_step,
         "achieved_flops_per_s": flops_per_step / step_median if flops_per_step and step_median > 0 else math.nan,
     }
-    peak = dense_bf16_peak(device_name) if recorder.device.type == "cuda" and dtype == "bf16" else None
+    peak = (dense_bf16_peak(device_name, torch.cuda.get_device_properties(recorder.device).multi_processor_count)
+            if recorder.device.type == "cuda" and dtype == "bf16" else None)
     summary["peak_flops_per_s"] = peak if peak else math.nan
     summary["mfu"] = summary["achieved_flops_per_s"] / peak if peak else math.nan
     if recorder.device.type == "cuda":

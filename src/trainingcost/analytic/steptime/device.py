@@ -135,6 +135,17 @@ class DeviceModel:
         return flops / (self.peak * share * self.params["kernel_efficiency"]) if flops else 0.0
 
 
+# The numbers that set a device's speed in the model: where the catalogue gives none, the plan says so
+DEVICE_KEYS = ("sms", "tile", "gemm_ceiling", "hbm_efficiency", "flash_forward", "flash_backward", "gpus_per_node",
+               "intra_gbs", "nic_gbps")
+
+
+def generic_numbers(device) -> list[str]:
+    """The speed-setting step-time numbers (DEVICE_KEYS) the catalogue does not give for ``device``: the model takes
+    the generic, A100-like defaults (GENERIC) for these."""
+    return [k for k in DEVICE_KEYS if k not in device.steptime]
+
+
 CUDNN_KEYS = ("cudnn_forward", "cudnn_backward", "cudnn_causal_forward", "cudnn_causal_backward")
 FLASH_CAUSAL_KEYS = ("flash_causal_forward", "flash_causal_backward")
 FLASH3_KEYS = ("flash3_forward", "flash3_backward", "flash3_causal_forward", "flash3_causal_backward")

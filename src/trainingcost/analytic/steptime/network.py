@@ -70,8 +70,8 @@ class Network:
 
     def node_bw(self, local: int) -> float:
         """Bus bandwidth of a group of ``local`` GPUs inside one node: the switch's ring bandwidth, or on a mesh
-        (``intra_link_bw``) local - 1 links' at most."""
-        if self.intra_link_bw is None:
+        (``intra_link_bw``) local - 1 links' at most; one GPU of a node uses no link inside it."""
+        if self.intra_link_bw is None or local <= 1:
             return self.intra_bw
         return min(self.intra_bw, max(1, local - 1) * self.intra_link_bw)
 
