@@ -37,6 +37,7 @@ def test_dense_peaks_not_sparsity_figures():
     ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("Tesla V100-SXM2-32GB", "v100"),
     ("NVIDIA L4", "l4"), ("NVIDIA A10G", "a10g"), ("NVIDIA GeForce RTX 4090", "rtx-4090"),
     ("AMD Instinct MI300X", "mi300x"), ("AMD Instinct MI250X", "mi250x"), ("AMD Instinct MI250", "mi250"),
+    ("AMD Instinct MI325X", "mi325x"), ("NVIDIA L40S", "l40s"),
     ("Intel(R) Xeon(R) Processor @ 2.10GHz", None),
 ])
 def test_torch_device_names_match_their_entry(name, expected):
