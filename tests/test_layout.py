@@ -108,6 +108,44 @@ def test_a_memo_shared_by_searches_of_two_precisions_keeps_them_apart():
     assert (shared.compact(), shared.step_s) == (fresh.compact(), fresh.step_s)
 
 
+def test_the_lower_bound_never_exceeds_a_priced_step_of_its_group():
+    """The search's bound for a group (tp, pp, dp, micro-batch, sp, checkpointing) -- M micro-batches on the critical
+    stage, the pipeline's sends at one virtual stage and its bubble at the group's most -- is at most the step
+    predict_step gives every sharding and interleaving of the group, for rules with a backward, with DFA's broadcast
+    and with PEPITA's second forward; and it is no loose constant: at sharding none, dp 1, no pipeline, no
+    optimizer state to speak of it is the step's M x micro-batch."""
+    from trainingcost.analytic.layout import _lower_bound
+    from trainingcost.analytic.plan import step_layout
+    from trainingcost.analytic.steptime import predict_step
+    from trainingcost.analytic.steptime.step import micro_batch, rule_work
+
+    cfg = canonical_model(preset_entry("llama-2-7b"))
+    rules = ["bp", "dfa", "pepita", "lra"]
+    work = rule_work(cfg, rules)
+    checked = 0
+    for t, p, mb, sp, ckpt in itertools.product((1, 2, 8), (1, 4), (1, 2), (False, True), ("none", "full")):
+        if sp and t == 1:
+            continue
+        vs = [1, 2, 4] if p > 1 else [1]
+        base = PlanSpec(tokens=1e12, gpus=64, global_batch=128, efficiency=PREDICTED, tp=t, pp=p,
+                        checkpointing=ckpt)
+        for r in rules:
+            memo = {}
+            steps = []
+            for sh, v in itertools.product(("none", "zero1", "zero3"), vs):
+                lay = step_layout(dataclasses.replace(base, sharding=sh), 128, mb, interleave=v, sequence_parallel=sp)
+                steps.append(predict_step(cfg, lay, H100, r, work))
+            bound = _lower_bound(cfg, lay, H100, r, work, memo, max(vs))
+            assert 0 < bound <= min(s.step_time_s for s in steps)
+            checked += 1
+    assert checked == 4 * 2 * (1 + 2 + 2) * 2 * 2
+    one = step_layout(dataclasses.replace(base, tp=1, pp=1, gpus=1, sharding="none"), 4, 2)
+    pred = predict_step(cfg, one, H100, "bp", work)
+    micro = micro_batch(cfg, one, H100, "bp", work)
+    assert _lower_bound(cfg, one, H100, "bp", work, {}, 1) == one.accumulation * micro.seconds
+    assert pred.step_time_s - one.accumulation * micro.seconds == pytest.approx(pred.parts["optimizer"])
+
+
 def test_the_space_holds_what_a_framework_runs():
     """Llama 2 70B on 64 GPUs: tp divides 64 heads and 8 key/value heads and stays in a node (1-8); pp divides the
     GPUs left; interleaving only with pp > 1; every best layout fits; the memo and the bound change nothing (the

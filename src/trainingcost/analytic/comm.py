@@ -379,6 +379,12 @@ def _unit_bytes(cfg, name: str, world: int, dtype: str) -> tuple:
                  for unit, tensors in _parameter_units(cfg, name))
 
 
+@lru_cache(maxsize=64)
+def _model_numel(cfg) -> int:
+    """The model's parameters, the elements of its FSDP units (:func:`parameter_units` of BP)."""
+    return sum(numel(shape) for _, tensors in parameter_units(cfg, "bp") for _, shape in tensors)
+
+
 # -- the plan's data-parallel traffic ----------------------------------------------------------------------------
 # ``trainingcost plan`` (analytic/steptime/step.py) prices the collectives below on its network model; the mapping
 # of its shardings onto the measured ones is in docs/planning.md and docs/distributed.md.
@@ -485,7 +491,7 @@ def plan_collectives(cfg, name: str, sharding: str, world: int, dtype: str, pass
     gathers = [c for c in units if c.op == "all_gather"]
     micro = gathers * passes + ([Collective(c.op, c.bytes, c.group, c.dtype, "backward") for c in gathers]
                                 if backward else [])
-    model = sum(numel(shape) for _, tensors in parameter_units(cfg, "bp") for _, shape in tensors) * size
+    model = _model_numel(cfg) * size
     feedback = round(scale * max(0, grads - model))
     step = [scatter] + ([Collective("all_gather", feedback, world, dtype, "optimizer_step")] if feedback else [])
     return PlanCollectives(tuple(micro), tuple(step))

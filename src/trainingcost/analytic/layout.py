@@ -26,9 +26,13 @@ count is the step time (time, GPU-hours, cost and energy rank layouts alike ther
 constant); ties go to the smaller memory, then to the layout enumerated first. Only layouts that fit win.
 
 **Exact.** The search prices every layout of the space that fits, except where a lower bound proves it cannot win:
-for a (tp, pp, micro-batch, sequence parallelism, checkpointing, ep), the step is at least M x (the micro-batch's
-forward and backward compute), every other term (communication exposed, bubble, optimizer) being non-negative; when
-that bound exceeds the best step found, none of that group's shardings and interleavings is priced.
+for a (tp, pp, dp, micro-batch, sequence parallelism, checkpointing, ep), the step is at least M micro-batches on
+the critical stage (compute and exposed tensor-parallel communication, :func:`..steptime.step.micro_batch`) plus
+the pipeline's fewest sends and smallest bubble over the group's interleavings, every other term (data-parallel
+communication, optimizer) being non-negative and added to it (:func:`_lower_bound`). The groups are priced best first, in the order of their
+bounds; once a group's bound exceeds the top-th best step found, so do all the rest's, and none of their shardings
+and interleavings is priced. Ties between equal steps and memories go to the layout enumerated first, whatever the
+order of pricing.
 tests/test_layout.py checks the result against brute force (every layout priced, no memo, no bound) on random cases.
 """
 
@@ -269,6 +273,7 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
     out = {}
     for r in rules:
         ranked, space, fitting, priced = [], 0, 0, 0
+        groups = []  # (tp, pp, dp, ep, R, checkpointing, micro-batch, sp, M, the shardings' fits, [(sharding, v)])
         backward = bool(work[r]["backward"])
         for t, p, dp, ep, R in structures:
             if G % dp:
@@ -321,26 +326,35 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                     if not fitting_shardings or not ok_vs:
                         continue
                     for sp in sps:
-                        if prune and len(ranked) >= top:
-                            key = ("bound", r, t, p, mb, sp, ckpt, ep, spec.cp, spec.precision)
-                            if key not in memo:
-                                memo[key] = _compute_bound(cfg, step_layout(
-                                    fits[fitting_shardings[0]][0], G, mb, interleave=1, sequence_parallel=sp,
-                                    slots=slots), device, r, work, memo)
-                            if M * memo[key] > ranked[-1].step_s:
-                                continue
-                        for sh in fitting_shardings:
-                            s_spec, fixed, per_seq, _ = fits[sh]
-                            memory = fixed + per_seq * mb
-                            for v in ok_vs:
-                                if choice is not None and choice[(sh, v)] != mb:
-                                    continue
-                                lay = step_layout(s_spec, G, mb, interleave=v, sequence_parallel=sp, slots=slots)
-                                priced += 1
-                                pred = predict_step(cfg, lay, device, r, work, memo if prune else {})
-                                ranked = _insert(ranked, Candidate(t, p, v, mb, ckpt, sh, sp, ep, dp,
-                                                                   pred.step_time_s, memory, spec.cp, spec.etp, R),
-                                            top)
+                        items = [(sh, v) for sh in fitting_shardings for v in ok_vs
+                                 if choice is None or choice[(sh, v)] == mb]
+                        if items:
+                            groups.append((t, p, dp, ep, R, ckpt, mb, sp, M, fits, items))
+        # Best first: the groups in the order of their lower bound (the enumeration's among equals); once a bound
+        # exceeds the top-th best step found, so do every later group's, and none is priced
+        if prune:
+            bounded = []
+            for i, (t, p, dp, ep, R, ckpt, mb, sp, M, fits, items) in enumerate(groups):
+                lay = step_layout(fits[items[0][0]][0], G, mb, interleave=1, sequence_parallel=sp, slots=slots)
+                bounded.append((_lower_bound(cfg, lay, device, r, work, memo, max(v for _, v in items)), i))
+            bounded.sort()
+            order = [i for _, i in bounded]
+        else:
+            bounded, order = [], range(len(groups))
+        for k, i in enumerate(order):
+            if prune and len(ranked) >= top and bounded[k][0] > ranked[-1][0]:
+                break
+            t, p, dp, ep, R, ckpt, mb, sp, M, fits, items = groups[i]
+            for j, (sh, v) in enumerate(items):
+                s_spec, fixed, per_seq, _ = fits[sh]
+                memory = fixed + per_seq * mb
+                lay = step_layout(s_spec, G, mb, interleave=v, sequence_parallel=sp, slots=slots)
+                priced += 1
+                pred = predict_step(cfg, lay, device, r, work, memo if prune else {})
+                ranked = _insert(ranked, (pred.step_time_s, memory, (i, j),
+                                          Candidate(t, p, v, mb, ckpt, sh, sp, ep, dp, pred.step_time_s, memory,
+                                                    spec.cp, spec.etp, R)), top)
+        ranked = [c for *_, c in ranked]
         out[r] = RuleSearch(r, ranked[0] if ranked else None, ranked, space, fitting, priced)
     return Search(spec.gpus, G, out, list(dict.fromkeys(rejected)), time.perf_counter() - start)
 
@@ -358,23 +372,24 @@ def _hybrid(sharding: str, spec) -> bool:
     return sharding in allowed or (sharding == "zero3" and "fsdp" in allowed)
 
 
-def _key(c: Candidate):
-    return (c.step_s, c.memory_bytes)
-
-
-def _insert(ranked: list, cand: Candidate, top: int) -> list:
-    """The ``top`` best, by step time, then memory; a later candidate never displaces an equal earlier one."""
-    ranked = [*ranked, cand]
-    ranked.sort(key=_key)  # stable: the earlier of equals stays first
+def _insert(ranked: list, entry: tuple, top: int) -> list:
+    """The ``top`` best (step, memory, enumeration order, Candidate) entries: by step time, then memory, then the
+    layout enumerated first (so the order layouts are priced in changes nothing)."""
+    ranked = [*ranked, entry]
+    ranked.sort(key=lambda e: e[:3])
     return ranked[:top]
 
 
-def _compute_bound(cfg, lay, device, rule, work, memo) -> float:
-    """A lower bound of one micro-batch's share of the step: its forward and backward compute on the critical
-    stage (predict_step's compute_fwd + compute_bwd), every other term of the step being non-negative."""
-    from .steptime import predict_step
+def _lower_bound(cfg, lay, device, rule, work, memo, interleave: int) -> float:
+    """A lower bound of the step of every layout of ``lay``'s group (its shardings and interleavings up to
+    ``interleave``): M micro-batches on the critical stage (:func:`..steptime.step.micro_batch`: compute and
+    exposed tensor-, expert- and context-parallel communication, which read neither the sharding nor the
+    interleave), the pipeline's sends at one virtual stage and its bubble at ``interleave`` (the fewest sends, the
+    smallest bubble); the step adds the data-parallel collectives, the optimizer and the copies, none negative, to
+    the same terms (each no smaller), so no rounding makes the bound exceed it."""
+    from .steptime.step import micro_batch, pipeline_seconds
 
-    one = dataclasses.replace(lay, gpus=lay.tp * lay.pp * lay.cp, global_batch=lay.micro_batch, interleave=1,
-                              sharding="none", replicate=1)  # dp 1, one micro-batch, no pipeline interleave: no comm but TP's
-    pred = predict_step(cfg, one, device, rule, work, memo)
-    return sum(pred.parts[c] for c in ("matmul", "attention", "memory", "launch"))
+    one = micro_batch(cfg, lay, device, rule, work, memo)
+    sends, _ = pipeline_seconds(cfg, lay, one, work[rule], interleave=1)
+    _, bubble = pipeline_seconds(cfg, lay, one, work[rule], interleave=interleave)
+    return lay.accumulation * one.seconds + bubble + sends

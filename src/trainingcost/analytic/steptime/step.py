@@ -34,9 +34,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
+from ...config.errors import ConfigError
+from ...config.frameworks import GRAD_REDUCE, ZERO1_SYNC
+from ..plan_facts import PRECISIONS, ZERO_STAGE, model_facts, model_share, stage_split
 from .device import DeviceModel
 from .network import Network
 
@@ -188,8 +192,6 @@ def check_context_parallel(cfg, cp: int, attention: str, flag: str = "--cp") -> 
     """Context parallelism as Megatron-Core runs it (TransformerEngine's attention, ``context_parallel_size``): a
     decoder's sequences split into 2 cp chunks, each GPU holding two (the causal load balance), so 2 cp divides the
     sequence; the key/value exchange runs inside a fused attention kernel."""
-    from ...config.errors import ConfigError
-
     if cfg.arch != "decoder" or cfg.classes:
         raise ConfigError(f"{flag}: context parallelism {cp} splits a decoder's sequences (the model is "
                           f"{'a classifier' if cfg.classes else 'an ' + cfg.arch})")
@@ -234,8 +236,6 @@ def hsdp_problem(replicate, dp: int, cp: int, sharding: str, zero1_sync: str = "
 
 def check_layout(cfg, lay: Layout) -> None:
     """One line per impossible value, naming the flag and what is allowed."""
-    from ...config.errors import ConfigError
-    from ...config.frameworks import GRAD_REDUCE, ZERO1_SYNC
 
     if lay.interleave < 1 or int(lay.interleave) != lay.interleave:
         raise ConfigError(f"--interleave: a positive integer (got {lay.interleave!r})")
@@ -653,25 +653,58 @@ def price(cfg, lay: Layout, dev: DeviceModel, rates: dict, w: dict, phases=None,
 # The step
 
 
-def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None = None,
-                 memo: dict | None = None) -> StepPrediction:
-    """The predicted step of ``rule`` with this layout on ``device`` (a catalogue Device).
+class MicroBatch(NamedTuple):
+    """One micro-batch on the critical pipeline stage (:func:`micro_batch`): the first half of :func:`predict_step`,
+    which reads the rule, the kernels' layout fields (tensor parallelism, micro-batch, sequence and context
+    parallelism, attention, experts, precision, host), the pipeline's depth and split, the recompute and the
+    framework's tensor-parallel overlap, and not the data-parallel degree, the sharding, the interleave or the
+    batch."""
+    dev: DeviceModel
+    net: Network
+    per_stage: float  # blocks on the critical stage
+    ends: float  # 1.0 where the critical stage holds the head
+    split: str  # the stage split, in words (critical_stage)
+    fwd: dict  # cats -> seconds of the forward
+    bwd: dict  # cats -> seconds of the backward (the rule's phases other than the forward)
+    rec: dict  # cats -> seconds of the recomputed forwards
+    compute_fwd: float
+    compute_bwd: float  # the backward's and the recompute's
+    tp_fwd: float  # exposed tensor-parallel seconds of the forward
+    tp_bwd: float
+    ep_fwd: float  # expert-parallel all-to-alls
+    ep_bwd: float
+    cp_fwd: float  # context-parallel rings, exposed
+    cp_bwd: float
+    seconds: float  # the micro-batch's seconds on the critical stage (compute and exposed communication)
+    tp_bytes: int  # one block's tensor-parallel collective's bytes (b s d activations)
+    weight_cast: float  # fp8: one cast of the stage's weights
+    recomputed_blocks: float  # blocks' worth of forward recomputed in the backward
+    per_block: float  # one block's serialised seconds (the pipeline's fill and drain); 0 without a pipeline
+    head_seq: float  # the head's
 
-    ``memo``: a dict shared by calls on the same ``cfg`` and ``device`` (the layout search, analytic/layout.py):
-    the pieces that depend on a few layout fields only (the kernels' times per tensor-parallel degree and
-    micro-batch, each rule's priced phases per stage, the data-parallel collectives' seconds per phase) are kept
-    there under keys naming every field they read, so that a search over thousands of layouts computes each once.
-    The result is the same number with or without it (tests/test_layout.py)."""
-    from ..plan_facts import PRECISIONS, ZERO_STAGE, model_facts, model_share, stage_split
 
+def micro_batch(cfg, lay: Layout, device, rule: str = "bp", work: dict | None = None,
+                memo: dict | None = None) -> MicroBatch:
+    """One micro-batch of ``rule`` on the critical stage (:class:`MicroBatch`), kept in ``memo`` under a key naming
+    every layout field it reads (:func:`predict_step`'s memo): the layouts of a search that differ only in dp, the
+    sharding, the interleave or the batch share it, and its compute is the search's lower bound
+    (analytic/layout.py)."""
     memo = {} if memo is None else memo
+    key = ("micro", rule, device.name, lay.precision, lay.tp, lay.micro_batch, lay.sequence_parallel, lay.attention,
+           lay.ep, lay.host_block_s, lay.cp, lay.elementwise, lay.expert_tp, lay.pp, lay.pipeline_split, lay.recompute,
+           lay.checkpoint_every, lay.fp8_weight_cache, lay.tp_overlap, lay.tp_backward_overlap, lay.gpus_per_node,
+           lay.nic_gbps, lay.fabric)
+    if key not in memo:
+        memo[key] = _micro_batch(cfg, lay, device, rule, work, memo)
+    return memo[key]
 
+
+def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: dict) -> MicroBatch:
     def once(key, compute):
         if key not in memo:
             memo[key] = compute()
         return memo[key]
 
-    check_layout(cfg, lay)
     prec = PRECISIONS[lay.precision]
     dev = once(("device", device.name, prec.compute, prec.linear),
                lambda: DeviceModel.of(device, prec.compute, prec.linear))
@@ -680,8 +713,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     work = work if work is not None else rule_work(cfg, [rule])
     w, bp = work[rule], work["bp"]
     e = prec.activations
-    t, p, v, dp = lay.tp, lay.pp, lay.interleave, lay.dp
-    M = lay.accumulation
+    t, p = lay.tp, lay.pp
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
     kernels = (device.name, prec.compute, prec.linear, t, lay.micro_batch, lay.sequence_parallel, lay.attention, lay.ep,
                lay.host_block_s, lay.cp, lay.elementwise, lay.expert_tp)
@@ -709,10 +741,9 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
 
     def priced():
         return (price(cfg, lay, dev, rates, w, ("forward",), stage),
-                price(cfg, lay, dev, rates, w, tuple(ph for ph in RULE_PHASES if ph != "forward"), stage),
-                sum(price(cfg, lay, dev, rates, w, (chain_phase,), stage).values()))
+                price(cfg, lay, dev, rates, w, tuple(ph for ph in RULE_PHASES if ph != "forward"), stage))
 
-    fwd_priced, bwd_priced, chain_priced = once(("price", rule, *kernels, p, pp_split), priced)
+    fwd_priced, bwd_priced = once(("price", rule, *kernels, p, pp_split), priced)
     # One block's and the head's own priced phases (the bubble sums the stages other than the critical one)
     def priced_alone(stage_alone):
         return (sum(price(cfg, lay, dev, rates, w, ("forward",), stage_alone).values()),
@@ -729,7 +760,6 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         fwd["memory"] += weight_cast
     bwd = {c: (chain_ratio + local_ratio) * bwd_bp[c] for c in ("memory", "launch")}
     bwd.update(bwd_priced)
-    chain_time = chain_priced + chain_ratio * (bwd_bp["memory"] + bwd_bp["launch"])
     # Recompute (rules with a backward keep an autograd graph; PEPITA and MEMPEPITA keep none)
     rec = {c: 0.0 for c in cats}
     recomputed_share = 0.0  # of each block's forward, recomputed in the backward
@@ -824,28 +854,12 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     tp_bwd = tp_backward_exposed(ar_bwd * one, ar_rec * one, compute_bwd)
     per_micro = compute_fwd + compute_bwd + tp_fwd + tp_bwd + ep_fwd + ep_bwd + cp_fwd + cp_bwd
 
-    # Pipeline: point-to-point sends and the bubble of the serialised part
-    pp_comm = 0.0
+    # The pipeline's fill and drain: every stage other than the critical one once, each at its serialised
+    # seconds per micro-batch (predict_step's bubble)
+    per_block = head_seq = 0.0
     if p > 1:
-        inter = net.spans_nodes(2, t * lay.cp * dp) or t * lay.cp * dp >= net.gpus_per_node
-        send = net.p2p(tp_bytes / t, inter)  # Megatron's scatter/gather: each of the t GPUs sends 1/t
-        directions = 1 + (1 if w["through"] else 0)
-        pp_comm = M * v * directions * send
-        if w["broadcast"]:  # DFA: the output error to every stage, a tree broadcast
-            pp_comm += M * math.ceil(math.log2(p)) * send
-        # 1F1B over stages of unequal times t_i per micro-batch: the first micro-batch fills and the last drains
-        # every stage once, the rest pass at the pace of the slowest, so the step is m t_max + sum of the other
-        # stages' t_i (with v interleaved chunks per GPU, a fill and drain of 1 / v of that). The stages other than
-        # the critical one hold the remaining blocks, and the head unless the critical stage holds it: a head that
-        # makes the last stage the slowest does not lengthen the fill and drain of the others.
-        sequential = compute_fwd + tp_fwd + cp_fwd  # every forward sweep crosses the stages in turn
-        if w["through"]:
-            sequential += compute_bwd + tp_bwd + cp_bwd
-        elif w["chain"]:
-            sequential += chain_time
-
         def serialised(kt, alone, rec_one, passes, back, recomputed):
-            """One block's (or the head's) serialised seconds per micro-batch, as ``sequential`` is composed."""
+            """One block's (or the head's) serialised seconds per micro-batch, as the stage's micro-batch is composed."""
             fwd_one = alone[0] + f_ratio * (kt["fwd"]["memory"] + kt["fwd"]["launch"]) + \
                 (kt.get("weight_cast", 0.0) if not lay.fp8_weight_cache else 0.0)  # fp8 weights cast per micro-batch
             ring = kt is bt  # the head has no attention, so no context-parallel ring
@@ -866,9 +880,66 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         per_block = serialised(bt, block_priced, rec_block, 2 * w["passes"], 2 if w["backward"] else 0,
                                rec_pairs if w["backward"] else 0)
         head_seq = serialised(ht, head_priced, {}, 0, 0, 0)
-        bubble = ((blocks - per_stage) * per_block + (1.0 - ends) * head_seq) / v
-    else:
-        bubble = 0.0
+    return MicroBatch(dev, net, per_stage, ends, split, fwd, bwd, rec, compute_fwd, compute_bwd, tp_fwd, tp_bwd,
+                      ep_fwd, ep_bwd, cp_fwd, cp_bwd, per_micro, tp_bytes, weight_cast, recomputed_blocks,
+                      per_block, head_seq)
+
+
+def pipeline_seconds(cfg, lay: Layout, one: MicroBatch, w: dict, interleave: int | None = None) -> tuple:
+    """(point-to-point seconds, bubble seconds) per step of the pipeline of ``lay`` (0, 0 without one), from its
+    micro-batch ``one`` (:func:`micro_batch`) and the rule's work ``w``; ``interleave`` in place of the layout's
+    (the layout search's lower bound prices a group's fewest sends and smallest bubble)."""
+    t, p, dp = lay.tp, lay.pp, lay.dp
+    if p == 1:
+        return 0.0, 0.0
+    v = lay.interleave if interleave is None else interleave
+    M = lay.accumulation
+    net = one.net
+    inter = net.spans_nodes(2, t * lay.cp * dp) or t * lay.cp * dp >= net.gpus_per_node
+    send = net.p2p(one.tp_bytes / t, inter)  # Megatron's scatter/gather: each of the t GPUs sends 1/t
+    directions = 1 + (1 if w["through"] else 0)
+    pp_comm = M * v * directions * send
+    if w["broadcast"]:  # DFA: the output error to every stage, a tree broadcast
+        pp_comm += M * math.ceil(math.log2(p)) * send
+    # 1F1B over stages of unequal times t_i per micro-batch: the first micro-batch fills and the last drains
+    # every stage once, the rest pass at the pace of the slowest, so the step is m t_max + sum of the other
+    # stages' t_i (with v interleaved chunks per GPU, a fill and drain of 1 / v of that). The stages other than
+    # the critical one hold the remaining blocks, and the head unless the critical stage holds it: a head that
+    # makes the last stage the slowest does not lengthen the fill and drain of the others.
+    blocks = sum(cfg.depth(s) for s in cfg.stacks)
+    bubble = ((blocks - one.per_stage) * one.per_block + (1.0 - one.ends) * one.head_seq) / v
+    return pp_comm, bubble
+
+
+def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None = None,
+                 memo: dict | None = None) -> StepPrediction:
+    """The predicted step of ``rule`` with this layout on ``device`` (a catalogue Device).
+
+    ``memo``: a dict shared by calls on the same ``cfg`` and ``device`` (the layout search, analytic/layout.py):
+    the pieces that depend on a few layout fields only (the kernels' times per tensor-parallel degree and
+    micro-batch, each rule's priced phases per stage, the data-parallel collectives' seconds per phase) are kept
+    there under keys naming every field they read, so that a search over thousands of layouts computes each once.
+    The result is the same number with or without it (tests/test_layout.py)."""
+    memo = {} if memo is None else memo
+
+    def once(key, compute):
+        if key not in memo:
+            memo[key] = compute()
+        return memo[key]
+
+    check_layout(cfg, lay)
+    work = work if work is not None else rule_work(cfg, [rule])
+    w = work[rule]
+    one_micro = micro_batch(cfg, lay, device, rule, work, memo)
+    (dev, net, _, _, split, fwd, bwd, rec, compute_fwd, compute_bwd, tp_fwd, tp_bwd, ep_fwd, ep_bwd, cp_fwd, cp_bwd,
+     per_micro, _, weight_cast, recomputed_blocks, _, _) = one_micro
+    prec = PRECISIONS[lay.precision]
+    t, p, dp = lay.tp, lay.pp, lay.dp
+    M = lay.accumulation
+    blocks = sum(cfg.depth(s) for s in cfg.stacks)
+    cats = ("matmul", "attention", "memory", "launch")
+    pp_split = stage_split(cfg, lay.pipeline_split)
+    pp_comm, bubble = pipeline_seconds(cfg, lay, one_micro, w)  # the pipeline's sends and bubble
 
     # Data parallel (and ZeRO) over dp ranks, stride t
     facts, trained = once(("facts", rule), lambda: (lambda f: (f, float(f.per_rule.loc[rule, "trained"])))(
