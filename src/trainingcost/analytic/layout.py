@@ -270,7 +270,7 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
     slots = OPTIMIZER_SLOTS[spec.optimizer]
     for r in rules:  # the rule's facts from the one table of every rule (predict_step would build one per rule)
         memo.setdefault(("facts", r), (facts, float(facts.per_rule.loc[r, "trained"])))
-    out = {}
+    out, specs = {}, {}
     for r in rules:
         ranked, space, fitting, priced = [], 0, 0, 0
         groups = []  # (tp, pp, dp, ep, R, checkpointing, micro-batch, sp, M, the shardings' fits, [(sharding, v)])
@@ -297,8 +297,11 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                 acts = activations_per_sequence(facts, r, ckpt, spec.checkpoint_every)
                 fits = {}  # sharding -> (its spec, fixed bytes, bytes per sequence, the most sequences that fit)
                 for sh in r_shardings:
-                    s_spec = dataclasses.replace(spec, tp=t, pp=p, ep=ep, sharding=sh, checkpointing=ckpt,
-                                                 global_batch=G, replicate=R)
+                    s_key = (t, p, ep, sh, ckpt, R)
+                    if s_key not in specs:  # the same for every rule
+                        specs[s_key] = dataclasses.replace(spec, tp=t, pp=p, ep=ep, sharding=sh, checkpointing=ckpt,
+                                                           global_batch=G, replicate=R)
+                    s_spec = specs[s_key]
                     parts = memory_per_gpu(facts, s_spec, r, acts)
                     fixed = sum(v for k, v in parts.items() if k != "activations")
                     fits[sh] = (s_spec, fixed, parts["activations"],
@@ -333,10 +336,13 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
         # Best first: the groups in the order of their lower bound (the enumeration's among equals); once a bound
         # exceeds the top-th best step found, so do every later group's, and none is priced
         if prune:
-            bounded = []
+            bounded, bounds = [], {}  # the bound reads neither the sharding nor the replica groups
             for i, (t, p, dp, ep, R, ckpt, mb, sp, M, fits, items) in enumerate(groups):
-                lay = step_layout(fits[items[0][0]][0], G, mb, interleave=1, sequence_parallel=sp, slots=slots)
-                bounded.append((_lower_bound(cfg, lay, device, r, work, memo, max(v for _, v in items)), i))
+                key = (t, p, dp, ep, ckpt, mb, sp, max(v for _, v in items))
+                if key not in bounds:
+                    lay = step_layout(fits[items[0][0]][0], G, mb, interleave=1, sequence_parallel=sp, slots=slots)
+                    bounds[key] = _lower_bound(cfg, lay, device, r, work, memo, key[-1])
+                bounded.append((bounds[key], i))
             bounded.sort()
             order = [i for _, i in bounded]
         else:
