@@ -139,3 +139,66 @@ def test_a_measured_h100_keeps_the_causal_penalty_of_cudnn_attention():
         assert model.flash(1e15, backward, "cudnn", causal=True) == pytest.approx(
             model.flash(1e15, backward, "cudnn") / ratio)
         assert "causal / unmasked" in measured.steptime_sources[f"cudnn_causal_{key}"]
+
+
+def test_a_part_below_its_full_power_runs_its_compute_along_the_cited_curve_and_its_memory_at_full_speed():
+    """torchtitan's H100s (96 GB HBM2e at 500 W, config/hardware.yaml h100-hbm2e): every product and fused attention
+    takes 1 / 0.915 of the time of the same part at 700 W (the catalogue's power_curve, Mayr et al. 2026, Table 4:
+    27,705.3 / 30,271.0 tokens/s), a memory-bound kernel the time its bandwidth gives; the curve is read linearly
+    between its points; a measurement on the device replaces it (it ran under the limit); a curve that does not end
+    at full speed is refused in one line."""
+    import dataclasses
+
+    from trainingcost.analytic.steptime.device import power_speed
+    from trainingcost.config.hardware import parse_steptime
+
+    capped = device("h100-hbm2e")
+    assert capped.power_w == 500
+    curve = capped.steptime["power_curve"]
+    assert power_speed(curve, 500) == 0.915 == round(27705.3 / 30271.0, 3)
+    assert power_speed(curve, 550) == pytest.approx((0.915 + 0.966) / 2) and power_speed(curve, 700) == 1.0
+    full = dataclasses.replace(capped, power_w=700.0)
+    slow, fast = DeviceModel.of(capped, "bf16"), DeviceModel.of(full, "bf16")
+    assert (slow.compute_speed, fast.compute_speed) == (0.915, 1.0)
+    assert slow.gemm(8192, 8192, 8192) * 0.915 == pytest.approx(fast.gemm(8192, 8192, 8192), rel=1e-12)
+    assert slow.flash(1e12, True, "flash", True, 8192) * 0.915 == pytest.approx(fast.flash(1e12, True, "flash", True, 8192),
+                                                                                rel=1e-12)
+    assert slow.memory(1e9) == fast.memory(1e9) == pytest.approx(1e9 / (2400e9 * 0.90 * 0.80))
+    assert "Mayr" in slow.sources["power_limit_speed"] and "power_limit_speed" not in fast.sources
+    # a measurement replaces it (the device's own name, as torch would report an H100 SXM)
+    named = dataclasses.replace(capped, name="h100-sxm")
+    measured = with_measurement(named, measurement(device_name="NVIDIA H100 80GB HBM3", gemm_flops=0.7 * 989.5e12),
+                                "bf16", "dm.json")
+    assert "power_curve" not in measured.steptime and DeviceModel.of(measured, "bf16").compute_speed == 1.0
+    with pytest.raises(ConfigError, match=r"power_curve: a list of \[power limit in W, share .* the last 1"):
+        parse_steptime({"power_curve": [[300, 0.5], [600, 0.9]]}, {}, "mine", "hardware.x.steptime")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--gpu", "a100-80gb", "--power-limit", "300"],
+     "--power-limit: no published power curve for gpu a100-80gb (allowed for: h100-sxm, h100-hbm2e)"),
+    (["--gpu", "h100-sxm", "--power-limit", "150"], "--power-limit: 150.0 W is outside h100-sxm's published power curve"),
+])
+def test_a_power_limit_without_a_curve_or_outside_it_is_one_line(flags, message, capsys):
+    from trainingcost.cli import main
+
+    assert main(["plan", "--preset", "llama-2-7b", "--tokens", "1e12", "--gpus", "64", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_an_h100_at_500_w_plans_slower_and_on_less_energy(capsys):
+    """plan --power-limit 500 on the H100 SXM: the same FLOPs in a longer step (its compute-bound parts at 1 / 0.915,
+    nothing else changed), energy at 500 W, and the plan names the power curve; the API takes it as a keyword."""
+    import trainingcost
+
+    common = dict(preset="llama-2-7b", tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp", cost_model="executed")
+    full = trainingcost.plan(**common).table.iloc[0]
+    capped = trainingcost.plan(**common, power_limit=500).table.iloc[0]
+    compute = ("matmul", "attention")
+    for part in compute:
+        assert capped[f"step_{part}_s"] == pytest.approx(full[f"step_{part}_s"] / 0.915, rel=1e-9)
+    assert capped["step_memory_s"] == pytest.approx(full["step_memory_s"], rel=1e-12)
+    assert capped["model_flops"] == full["model_flops"] and capped["step_time_s"] > full["step_time_s"]
+    assert capped["energy_kwh"] / capped["wall_clock_s"] == pytest.approx(full["energy_kwh"] / full["wall_clock_s"] * 500 / 700)
+    assert "power limit 500 W" in capped["source_power"]

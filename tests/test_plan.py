@@ -447,6 +447,10 @@ def config(**plan):
     (dict(compile="yes"), {}, "plan.compile: 'yes' is not of type 'boolean'"),
     (dict(gpu="mine"), {"hardware": {"mine": {"peak_tflops": {"bf16": 100}, "memory_gb": 16, "bandwidth_gbs": 500}}},
      "hardware.mine.power_w: missing"),
+    (dict(gpu="a100-80gb", power_limit=300), {},
+     "plan.power_limit: no published power curve for gpu a100-80gb (allowed for: h100-sxm, h100-hbm2e)"),
+    (dict(gpu="h100-sxm", power_limit=900), {}, "plan.power_limit: 900 W is outside h100-sxm's published power curve"),
+    (dict(gpu="h100-sxm", power_limit="low"), {}, "plan.power_limit: 'low' is not of type ['number', 'null']"),
 ])
 def test_bad_plan_config_is_one_line(plan, extra, message):
     from trainingcost.pipeline import load
@@ -454,6 +458,27 @@ def test_bad_plan_config_is_one_line(plan, extra, message):
     with pytest.raises(ConfigError) as err:
         load({**config(**plan), **extra})
     assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
+
+
+def test_the_workflows_power_limit_is_the_commands(tmp_path):
+    """plan.power_limit is `plan --power-limit`: the same rows (a slower step, energy at the limit)."""
+    import pandas as pd
+
+    import trainingcost
+    from trainingcost.pipeline import load, write_plan
+
+    filled = load(config(gpu="h100-sxm", gpus=8, tokens=1e10, power_limit=500, rules=["bp", "dfa"]))
+    write_plan(filled, tmp_path / "plan.parquet", tmp_path / "curves.parquet",
+               {"plan_cost": tmp_path / "cost.png", "plan_memory": tmp_path / "memory.png"})
+    table = pd.read_parquet(tmp_path / "plan.parquet")
+    table = table[table["cost_model"] == "executed"].sort_values("rule").reset_index(drop=True)
+    api = trainingcost.plan(preset="gpt2-small", gpu="h100-sxm", gpus=8, tokens=1e10, power_limit=500,
+                            rule=["bp", "dfa"], cost_model="executed").table.sort_values("rule").reset_index(drop=True)
+    columns = ["rule", "step_time_s", "energy_kwh"]
+    pd.testing.assert_frame_equal(table[columns], api[columns])
+    full = trainingcost.plan(preset="gpt2-small", gpu="h100-sxm", gpus=8, tokens=1e10, rule=["bp", "dfa"],
+                             cost_model="executed").table.sort_values("rule").reset_index(drop=True)
+    assert (table["step_time_s"] > full["step_time_s"]).all()
 
 
 def test_the_workflow_step_writes_the_table_and_the_figures(tmp_path):

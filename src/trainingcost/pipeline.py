@@ -344,25 +344,6 @@ def repair_results(jobs: list, remove: bool = True, root: str | Path = ".") -> l
             lines.append(f"{len(missing)} training run(s) missing (e.g. {missing[0]}): they are trained"
                          + (" and gathered again" if remove else " and gathered again by a run without -n"))
     return lines
-    cut = set()
-    for path in sorted(results.rglob("*.parquet")):
-        if path.is_file() and not complete_parquet(path):
-            rel = path.relative_to(root)
-            cut.add(rel)
-            if remove:
-                path.unlink(missing_ok=True)
-                lines.append(f"{rel}: not a whole parquet file (cut short?); removed, to be made again")
-            else:
-                lines.append(f"{rel}: not a whole parquet file (cut short?); a run without -n removes and makes it again")
-    missing = [job.run_dir for job in jobs if not all((root / job.run_dir / name).is_file()
-                                                      and Path(job.run_dir, name) not in cut for name in RUN_FILES)]
-    gathered = [root / table for table in GATHERED if (root / table).is_file() and Path(table) not in cut]
-    if missing and gathered:
-        for table in gathered if remove else ():
-            table.unlink(missing_ok=True)
-        lines.append(f"{len(missing)} training run(s) missing (e.g. {missing[0]}): "
-                     + ("they are trained and gathered again" if remove else "a run without -n trains and gathers them"))
-    return lines
 
 
 def job_task(train: dict, cfg: ModelConfig) -> str:
@@ -809,9 +790,14 @@ def plan_gpu(config: dict):
     if name is None:
         name = cluster(section["cluster"], "plan.cluster").gpu if section.get("cluster") is not None else "a100-80gb"
     try:
-        return device(name, table)  # the catalogue's name, or another spelling of it or of an alias
+        gpu = device(name, table)  # the catalogue's name, or another spelling of it or of an alias
     except ConfigError as err:
         raise ConfigError(f"plan.{err}") from None
+    if section.get("power_limit") is not None:
+        from .analytic.steptime.device import power_limited
+
+        gpu = power_limited(gpu, section["power_limit"], "plan.power_limit")
+    return gpu
 
 
 def build_plan(config: dict) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -153,6 +153,10 @@ def add_parser(sub) -> None:
                    help="the rule --tokens-per-s and --joules-per-token were measured under (default bp)")
     p.add_argument("--joules-per-token", type=number, help="measured energy per token per GPU (default: TDP)")
     p.add_argument("--power-utilisation", type=number, default=1.0, help="share of the TDP drawn (default 1.0)")
+    p.add_argument("--power-limit", type=number, metavar="W",
+                   help="the GPUs' power limit in watts (nvidia-smi -pl), for a device with a published power curve "
+                        "(H100): its compute slows along the curve, its energy is counted at the limit "
+                        "(default: the catalogue's power, e.g. 700 W for h100-sxm, 500 W for h100-hbm2e)")
     p.add_argument("--goodput", type=number, default=1.0,
                    help="share of the wall-clock spent in training steps (default 1.0: step time only; Llama 3's "
                         "405B run kept more than 90%% through 466 interruptions, Dubey et al. 2024, section 3.3.4)")
@@ -623,7 +627,8 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     notes = [f"precision: {precision}",
              f"step time: {first['source_efficiency'].split(' (')[0]}{measured} (docs/planning.md; --mfu, "
              "--tokens-per-s, --calibration)",
-             f"energy: TDP {gpu.power_w:g} W x {first['source_power'].split(' (')[0].removeprefix('TDP x ')}, PUE "
+             f"energy: {'power limit' if gpu.sources.get('power_w', '').startswith('power limit') else 'TDP'} "
+             f"{gpu.power_w:g} W x {first['source_power'].split(' (')[0].removeprefix('TDP x ')}, PUE "
              f"{first['source_pue'].split(' (')[0].removeprefix('default ')}, {first['source_carbon'].split(' (')[0].removeprefix('default ')} "
              f"CO2e{'' if money else '; money: --price'}",
              f"memory: ZeRO's bytes per parameter, activations of analytic/memory.py{gathered}",
@@ -633,6 +638,9 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
              *([f"device model: {len(generic_numbers(gpu))} numbers A100-like, none published for {gpu.name} "
                 "(--cost-model all)"]
                if first["source_efficiency"].startswith("predicted") and generic_numbers(gpu) else []),
+             *([f"device model: compute at {_power_speed(gpu):.3g} of full power at {gpu.power_w:g} W (the part's "
+                "published power curve; --power-limit)"]
+               if first["source_efficiency"].startswith("predicted") and _power_speed(gpu) < 1 else []),
              *([f"goodput: {first['source_goodput']} of the wall-clock in training steps"]
                if first["goodput"] != 1.0 else [])]
     out += [wrapped(f"- {note}", SCREEN_WIDTH) for note in notes]
@@ -682,6 +690,13 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
     if args.gpu is None and args.cluster is None:
         raise ConfigError("--gpu: required (a device of the hardware catalogue: trainingcost hardware), or give --cluster")
     gpu = device(args.gpu if args.gpu is not None else cluster(args.cluster).gpu)
+    if getattr(args, "power_limit", None) is not None:
+        if args.device_model is not None:
+            raise ConfigError("--power-limit: a device measurement (--device-model) ran under its own power limit; give "
+                              "one or the other")
+        from .analytic.steptime.device import power_limited
+
+        gpu = power_limited(gpu, args.power_limit)
     rules = args.rule if isinstance(args.rule, list) else rule_list(args.rule)
     models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
     if free_fields(args) or len(args.gpus) > 1:
@@ -733,6 +748,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(verdict, file=sys.stderr if args.format != "table" else sys.stdout)
         return 1 if args.require_fit else 0
     return 0
+
+
+def _power_speed(gpu) -> float:
+    """The share of its full-power compute speed ``gpu`` keeps at its power (1 without a published curve)."""
+    from .analytic.steptime.device import power_speed
+
+    curve = gpu.steptime.get("power_curve")
+    return power_speed(curve, gpu.power_w) if curve else 1.0
 
 
 def measured_device(args: argparse.Namespace, gpu, spec):

@@ -112,7 +112,8 @@ STEPTIME_KEYS = ("sms", "tile", "gemm_ceiling", "hbm_efficiency", "flash_forward
                  "intra_allreduce_gbs", "inter_step_us", "tree_level_us", "flash_attention", "cudnn_forward",
                  "cudnn_backward", "cudnn_causal_forward", "cudnn_causal_backward", "flash_causal_forward",
                  "flash_causal_backward", "flash3_forward", "flash3_backward", "flash3_causal_forward",
-                 "flash3_causal_backward", "flash3_attention", "gemm_ceiling_fp8", "intra_link_gbs")
+                 "flash3_causal_backward", "flash3_attention", "gemm_ceiling_fp8", "intra_link_gbs",
+                 "power_curve")
 
 
 ATTENTION_SHARE_KEYS = ("flash_forward", "flash_backward", "flash_causal_forward", "flash_causal_backward",
@@ -146,6 +147,14 @@ def parse_steptime(entry, sources: dict, source: str | None, where: str) -> tupl
                         isinstance(r[1], (int, float)) and not isinstance(r[1], bool) and 0 < r[1] <= 1 for r in value)):
                 raise ConfigError(f"{where}.{key}: a share of the peak, or a list of [sequence length, share] pairs "
                                   f"with the lengths ascending and each share in (0, 1] (got {value!r})")
+        elif key == "power_curve":
+            watts = [r[0] if isinstance(r, list) and len(r) == 2 else None for r in value] if isinstance(value, list) else []
+            if not (watts and all(isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in watts)
+                    and watts == sorted(set(watts)) and all(
+                        isinstance(r[1], (int, float)) and not isinstance(r[1], bool) and 0 < r[1] <= 1 for r in value)
+                    and value[-1][1] == 1):
+                raise ConfigError(f"{where}.power_curve: a list of [power limit in W, share of the full-power compute "
+                                  f"speed] pairs, the watts ascending, each share in (0, 1], the last 1 (got {value!r})")
         elif key == "hbm_efficiency":
             if not (isinstance(value, list) and value and all(isinstance(r, list) and len(r) == 2 and all(
                     isinstance(x, (int, float)) and not isinstance(x, bool) for x in r) for r in value)):
@@ -154,6 +163,7 @@ def parse_steptime(entry, sources: dict, source: str | None, where: str) -> tupl
             _number(value, f"{where}.{key}")
             if key in ("gemm_ceiling", "gemm_ceiling_fp8", "nic_efficiency", "kernel_efficiency") and not 0 < value <= 1:
                 raise ConfigError(f"{where}.{key}: a share of the peak, in (0, 1] (got {value!r})")
+
     cite = entry.get("cite", {})
     cited = {}
     for key in values:

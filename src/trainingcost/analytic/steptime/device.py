@@ -7,6 +7,9 @@
 - **Fused attention**: FLOPs / (peak x the published FlashAttention forward or backward share), at the sequence
   length where the catalogue gives the share per sequence length (``share_at``).
 - **Launch**: no kernel takes less than the launch overhead.
+- **Power limit**: a part run below its full power (its ``power_w`` under the catalogue's ``power_curve``, e.g.
+  torchtitan's H100s at 500 W, or ``plan --power-limit``) runs its compute-bound kernels (products, fused attention)
+  at the curve's share of its full-power speed (:func:`power_speed`); memory-bound kernels and launches keep theirs.
 Every number comes from the catalogue (``steptime:`` of a device in config/hardware.yaml) with its source; a device
 without them gets the stated generic defaults below, named in ``sources``.
 """
@@ -49,6 +52,42 @@ def share_at(value, tokens: int | None = None) -> float:
     return points[-1][1]
 
 
+def power_speed(curve, watts: float) -> float:
+    """The share of its full-power compute speed a part keeps under a power limit of ``watts``: the catalogue's
+    ``power_curve`` ``[[watts, share], ...]`` read linearly between its points (1 at and above its last)."""
+    points = [(float(w), float(v)) for w, v in curve]
+    if watts >= points[-1][0]:
+        return 1.0
+    if watts <= points[0][0]:
+        return points[0][1]
+    for (w0, v0), (w1, v1) in zip(points, points[1:]):
+        if watts <= w1:
+            return v0 + (v1 - v0) * (watts - w0) / (w1 - w0)
+    return 1.0
+
+
+def power_limited(device, watts, flag: str = "--power-limit"):
+    """``device`` (a catalogue Device) run at a power limit of ``watts`` (``plan --power-limit``,
+    ``plan.power_limit``): its compute along the catalogue's published ``power_curve`` (:func:`power_speed`), its
+    energy at the limit. Refused in one line for a device without a curve, or a limit outside the curve's watts."""
+    import dataclasses
+
+    from ...config.errors import ConfigError
+    from ...config.hardware import devices
+
+    curve = device.steptime.get("power_curve")
+    if curve is None:
+        known = [d.name for d in devices().values() if "power_curve" in d.steptime]
+        raise ConfigError(f"{flag}: no published power curve for gpu {device.name} (allowed for: {', '.join(known)})")
+    low, high = curve[0][0], curve[-1][0]
+    if isinstance(watts, bool) or not isinstance(watts, (int, float)) or not low <= watts <= high:
+        raise ConfigError(f"{flag}: {watts!r} W is outside {device.name}'s published power curve ({low:g}-{high:g} W)")
+    speed = power_speed(curve, watts)
+    return dataclasses.replace(device, power_w=float(watts), sources={
+        **device.sources, "power_w": f"power limit {watts:g} W ({flag}): compute at {speed:.3g} of full power, "
+                                     f"{device.steptime_sources['power_curve']}"})
+
+
 @dataclass(frozen=True)
 class DeviceModel:
     name: str
@@ -69,6 +108,10 @@ class DeviceModel:
                         if k in params})
         if "kernel_efficiency" not in device.steptime:
             sources["kernel_efficiency"] = KERNEL_EFFICIENCY_SOURCE
+        if "power_curve" in params and power_speed(params["power_curve"], device.power_w) < 1:
+            params["power_limit_speed"] = power_speed(params["power_curve"], device.power_w)
+            sources["power_limit_speed"] = (f"{params['power_limit_speed']:.3g} of full power at {device.power_w:g} W: "
+                                            f"{device.steptime_sources['power_curve']}")
         lin = None
         if linear is not None and linear != dtype:
             key = f"gemm_ceiling_{linear}"
@@ -83,6 +126,12 @@ class DeviceModel:
     def products(self) -> "DeviceModel":
         """The device model of the blocks' linear products (fp8 under fp8-mixed; else this one)."""
         return self.linear or self
+
+    @property
+    def compute_speed(self) -> float:
+        """The share of its full-TDP speed at which the part runs compute-bound kernels at its power limit (1.0: none
+        below its TDP)."""
+        return float(self.params.get("power_limit_speed", 1.0))
 
     @property
     def launch(self) -> float:
@@ -104,7 +153,8 @@ class DeviceModel:
     def gemm(self, m: int, n: int, k: int, batch: int = 1) -> float:
         """Seconds of one (batched) product (the launch floor is applied by the step)."""
         flops = 2.0 * m * n * k * batch
-        return flops / (self.peak * self.gemm_efficiency(m, n, k, batch) * self.params["kernel_efficiency"]) if flops else 0.0
+        return flops / (self.peak * self.gemm_efficiency(m, n, k, batch) * self.params["kernel_efficiency"] *
+                        self.compute_speed) if flops else 0.0
 
     def hbm_efficiency(self, nbytes: float) -> float:
         for at_least, eff in sorted(self.params["hbm_efficiency"], key=lambda r: -r[0]):
@@ -132,7 +182,7 @@ class DeviceModel:
         if share is None and causal:
             share = self.params.get(f"flash_causal_{key}")
         share = share_at(share if share is not None else self.params[f"flash_{key}"], tokens)
-        return flops / (self.peak * share * self.params["kernel_efficiency"]) if flops else 0.0
+        return flops / (self.peak * share * self.params["kernel_efficiency"] * self.compute_speed) if flops else 0.0
 
 
 # The numbers that set a device's speed in the model: where the catalogue gives none, the plan says so
@@ -198,8 +248,9 @@ def with_measurement(device, data: dict, dtype: str, where: str):
     trust = "" if data.get("trusted", False) else f"; untrusted: {data.get('untrusted')}"
     source = (f"measured: trainingcost calibrate --device-model on {data['device_name']} "
               f"({data.get('measured_at', 'undated')}, {where}{trust})")
-    # the measured fused attention is the device's own: it prices cuDNN's too (the catalogue's published shares go)
-    replaced = (*CUDNN_KEYS, *FLASH_CAUSAL_KEYS, *FLASH3_KEYS)
+    # the measured fused attention is the device's own: it prices cuDNN's too (the catalogue's published shares go);
+    # the measurement ran under the part's power limit, so the catalogue's slowdown for it goes too
+    replaced = (*CUDNN_KEYS, *FLASH_CAUSAL_KEYS, *FLASH3_KEYS, "power_curve")
     kept = {k: v for k, v in device.steptime.items() if k not in replaced}
     kept_sources = {k: v for k, v in device.steptime_sources.items() if k not in replaced}
     sources = {k: source for k in measured}

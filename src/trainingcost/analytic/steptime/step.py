@@ -690,7 +690,7 @@ def micro_batch(cfg, lay: Layout, device, rule: str = "bp", work: dict | None = 
     sharding, the interleave or the batch share it, and its compute is the search's lower bound
     (analytic/layout.py)."""
     memo = {} if memo is None else memo
-    key = ("micro", rule, device.name, lay.precision, lay.tp, lay.micro_batch, lay.sequence_parallel, lay.attention,
+    key = ("micro", rule, device.name, device.power_w, lay.precision, lay.tp, lay.micro_batch, lay.sequence_parallel, lay.attention,
            lay.ep, lay.host_block_s, lay.cp, lay.elementwise, lay.expert_tp, lay.pp, lay.pipeline_split, lay.recompute,
            lay.checkpoint_every, lay.fp8_weight_cache, lay.tp_overlap, lay.tp_backward_overlap, lay.gpus_per_node,
            lay.nic_gbps, lay.fabric)
@@ -706,7 +706,7 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
         return memo[key]
 
     prec = PRECISIONS[lay.precision]
-    dev = once(("device", device.name, prec.compute, prec.linear),
+    dev = once(("device", device.name, device.power_w, prec.compute, prec.linear),
                lambda: DeviceModel.of(device, prec.compute, prec.linear))
     net = once(("network", device.name, prec.compute, lay.gpus_per_node, lay.nic_gbps, lay.fabric),
                lambda: Network.of(dev.params, lay.gpus_per_node, lay.nic_gbps, dict(lay.fabric) if lay.fabric else None))
@@ -715,7 +715,7 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
     e = prec.activations
     t, p = lay.tp, lay.pp
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
-    kernels = (device.name, prec.compute, prec.linear, t, lay.micro_batch, lay.sequence_parallel, lay.attention, lay.ep,
+    kernels = (device.name, device.power_w, prec.compute, prec.linear, t, lay.micro_batch, lay.sequence_parallel, lay.attention, lay.ep,
                lay.host_block_s, lay.cp, lay.elementwise, lay.expert_tp)
 
     def kernel_times():
