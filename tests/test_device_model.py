@@ -178,6 +178,9 @@ def test_a_part_below_its_full_power_runs_its_compute_along_the_cited_curve_and_
     (["--gpu", "a100-80gb", "--power-limit", "300"],
      "--power-limit: no published power curve for gpu a100-80gb (allowed for: h100-sxm, h100-hbm2e)"),
     (["--gpu", "h100-sxm", "--power-limit", "150"], "--power-limit: 150.0 W is outside h100-sxm's published power curve"),
+    (["--gpu", "h100-pcie", "--power-limit", "300"], "--power-limit: no published power curve for gpu h100-pcie"),
+    (["--gpu", "h100-sxm", "--power-limit", "500", "--mfu", "0.4"],
+     "--power-limit: slows the predicted step (the step-time model); a given --mfu"),
 ])
 def test_a_power_limit_without_a_curve_or_outside_it_is_one_line(flags, message, capsys):
     from trainingcost.cli import main
@@ -202,3 +205,11 @@ def test_an_h100_at_500_w_plans_slower_and_on_less_energy(capsys):
     assert capped["model_flops"] == full["model_flops"] and capped["step_time_s"] > full["step_time_s"]
     assert capped["energy_kwh"] / capped["wall_clock_s"] == pytest.approx(full["energy_kwh"] / full["wall_clock_s"] * 500 / 700)
     assert "power limit 500 W" in capped["source_power"]
+    # the Grand Teton part at its own 500 W is named the same way, and so is a search's
+    assert "power limit 500 W" in trainingcost.plan(**{**common, "gpu": "h100-hbm2e"}).table.iloc[0]["source_power"]
+    from trainingcost.cli import main
+
+    assert main(["plan", "--preset", "llama-2-7b", "--tokens", "1e12", "--gpu", "h100-sxm", "--gpus", "64",
+                 "--rule", "bp", "--layout", "search", "--power-limit", "400"]) == 0
+    out = capsys.readouterr().out
+    assert "compute at 0.821 of full power at the 400 W power limit" in " ".join(out.split())

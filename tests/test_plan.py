@@ -451,6 +451,8 @@ def config(**plan):
      "plan.power_limit: no published power curve for gpu a100-80gb (allowed for: h100-sxm, h100-hbm2e)"),
     (dict(gpu="h100-sxm", power_limit=900), {}, "plan.power_limit: 900 W is outside h100-sxm's published power curve"),
     (dict(gpu="h100-sxm", power_limit="low"), {}, "plan.power_limit: 'low' is not of type ['number', 'null']"),
+    (dict(gpu="h100-sxm", power_limit=500, efficiency={"mfu": 0.4}), {},
+     "plan.power_limit: slows the predicted step (the step-time model); with plan.efficiency.mfu the step's rate"),
 ])
 def test_bad_plan_config_is_one_line(plan, extra, message):
     from trainingcost.pipeline import load

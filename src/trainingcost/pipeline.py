@@ -632,6 +632,9 @@ def section_spec(section: dict, cfg, gpu, where: str = "plan", count: bool = Tru
     kind = given[0] if given else "predicted"
     defaults = PlanSpec(tokens=1, gpus=1, efficiency=Efficiency("mfu", DEFAULT_MFU, ""))
     measured = section["efficiency"].get("measured_rule", "bp")
+    if section.get("power_limit") is not None and kind != "predicted":
+        raise ConfigError(f"{where}.power_limit: slows the predicted step (the step-time model); with "
+                          f"{where}.efficiency.{kind} the step's rate is given and holds its own power, so drop one")
     if section.get("compile") is not None and kind != "predicted":
         raise ConfigError(f"{where}.compile: prices the predicted step's elementwise kernels; with "
                           f"{where}.efficiency.{kind} the step's rate is given, so drop one")

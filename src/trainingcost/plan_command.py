@@ -27,7 +27,7 @@ from .analytic.plan import (
 )
 from .args import add_model_flags, count, count_max_or_auto, count_or_auto, gpu_counts, model_entry, number, rule_list
 from .plan_search import OBJECTIVES, fixed_args, free_fields
-from .analytic.steptime.device import generic_numbers
+from .analytic.steptime.device import below_full_power, generic_numbers, power_label
 from .analytic.steptime.step import ATTENTION
 from .plan_search import run as search_plan
 from .config import ConfigError
@@ -155,7 +155,8 @@ def add_parser(sub) -> None:
     p.add_argument("--power-utilisation", type=number, default=1.0, help="share of the TDP drawn (default 1.0)")
     p.add_argument("--power-limit", type=number, metavar="W",
                    help="the GPUs' power limit in watts (nvidia-smi -pl), for a device with a published power curve "
-                        "(H100): its compute slows along the curve, its energy is counted at the limit "
+                        "(h100-sxm, h100-hbm2e): its predicted compute slows along the curve, its energy is counted at "
+                        "the limit "
                         "(default: the catalogue's power, e.g. 700 W for h100-sxm, 500 W for h100-hbm2e)")
     p.add_argument("--goodput", type=number, default=1.0,
                    help="share of the wall-clock spent in training steps (default 1.0: step time only; Llama 3's "
@@ -627,8 +628,7 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     notes = [f"precision: {precision}",
              f"step time: {first['source_efficiency'].split(' (')[0]}{measured} (docs/planning.md; --mfu, "
              "--tokens-per-s, --calibration)",
-             f"energy: {'power limit' if gpu.sources.get('power_w', '').startswith('power limit') else 'TDP'} "
-             f"{gpu.power_w:g} W x {first['source_power'].split(' (')[0].removeprefix('TDP x ')}, PUE "
+             f"energy: {power_label(gpu)} {gpu.power_w:g} W x {first['source_power'].split(' (')[0].removeprefix('TDP x ')}, PUE "
              f"{first['source_pue'].split(' (')[0].removeprefix('default ')}, {first['source_carbon'].split(' (')[0].removeprefix('default ')} "
              f"CO2e{'' if money else '; money: --price'}",
              f"memory: ZeRO's bytes per parameter, activations of analytic/memory.py{gathered}",
@@ -638,9 +638,9 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
              *([f"device model: {len(generic_numbers(gpu))} numbers A100-like, none published for {gpu.name} "
                 "(--cost-model all)"]
                if first["source_efficiency"].startswith("predicted") and generic_numbers(gpu) else []),
-             *([f"device model: compute at {_power_speed(gpu):.3g} of full power at {gpu.power_w:g} W (the part's "
+             *([f"device model: compute at {below_full_power(gpu):.3g} of full power at {gpu.power_w:g} W (the part's "
                 "published power curve; --power-limit)"]
-               if first["source_efficiency"].startswith("predicted") and _power_speed(gpu) < 1 else []),
+               if first["source_efficiency"].startswith("predicted") and below_full_power(gpu) < 1 else []),
              *([f"goodput: {first['source_goodput']} of the wall-clock in training steps"]
                if first["goodput"] != 1.0 else [])]
     out += [wrapped(f"- {note}", SCREEN_WIDTH) for note in notes]
@@ -717,6 +717,10 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
         spec = dataclasses.replace(spec, efficiency=Efficiency(
             "predicted", 1.0, f"{PREDICTED_SOURCE}; GEMM ceiling, bandwidth, attention and launch "
                               f"{gpu.steptime_sources['gemm_ceiling']}"))
+    if getattr(args, "power_limit", None) is not None and spec.efficiency.kind != "predicted":
+        raise ConfigError("--power-limit: slows the predicted step (the step-time model); a given --mfu, --hfu, "
+                          "--tokens-per-s, --calibration or --measured-run already holds its own power (give one or "
+                          "the other)")
     table = plan_table(cfg, spec, gpu, rules, models)
     return PlanOutcome(table, cfg, gpu, spec, fit_verdict(table, cfg, spec, gpu))
 
@@ -748,14 +752,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(verdict, file=sys.stderr if args.format != "table" else sys.stdout)
         return 1 if args.require_fit else 0
     return 0
-
-
-def _power_speed(gpu) -> float:
-    """The share of its full-power compute speed ``gpu`` keeps at its power (1 without a published curve)."""
-    from .analytic.steptime.device import power_speed
-
-    curve = gpu.steptime.get("power_curve")
-    return power_speed(curve, gpu.power_w) if curve else 1.0
 
 
 def measured_device(args: argparse.Namespace, gpu, spec):

@@ -227,9 +227,14 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
         lines = [line for s in result.searches.values() for line in s.rejected]
         out += ["", "Left out of the space:" if lines else "Nothing was left out of the space."]
         out += [wrapped(f"- {line}", width) for line in dict.fromkeys(lines)]
+    from .analytic.steptime.device import below_full_power
+
+    speed = below_full_power(gpu)
+    limit = (f"; compute at {speed:.3g} of full power at the {gpu.power_w:g} W power limit (the part's published "
+             "power curve; --power-limit)" if speed < 1 else "")
     out += ["", wrapped(f"framework: {first['source_framework'].split(' (')[0]}; network: "
                         f"{first['source_network'].split(' (')[0]}; precision {first['precision']}; step time "
-                        "predicted (docs/planning.md)", width)]
+                        f"predicted (docs/planning.md){limit}", width)]
     return "\n".join(out) + "\n"
 
 

@@ -639,6 +639,8 @@ def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None
 def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
     """The plan: one row per (rule, cost model in scope). Raises ConfigError for an impossible plan (no rule
     fits at micro-batch 1, degrees that do not divide)."""
+    from .steptime.device import power_label
+
     check_spec(spec, cfg, device)
     rules = list(dict.fromkeys(rules))
     e = spec.efficiency
@@ -767,7 +769,8 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
                                 + p.source + fp8_note, "source_peak": device.sources.get("peak_tflops", ""),
             "source_memory_capacity": device.sources.get("memory_gb", ""),
             "source_power": spec.power_source + ("" if spec.joules_per_token is not None or spec.joules_per_flop is not None
-                                                 else f"; TDP {device.power_w:g} W: {device.sources.get('power_w', '')}"),
+                                                 else f"; {power_label(device)} {device.power_w:g} W: "
+                                                      f"{device.sources.get('power_w', '')}"),
             "source_pue": spec.pue_source, "source_carbon": spec.carbon_source, "source_price": spec.price_source,
             **{f"step_{k}_s": (float(predicted[r].parts[k]) if r in predicted else math.nan) for k in STEP_PARTS},
             # the data-parallel collectives of one step on one GPU (analytic/comm.py's, predicted mode only)

@@ -66,6 +66,18 @@ def power_speed(curve, watts: float) -> float:
     return 1.0
 
 
+def below_full_power(device) -> float:
+    """The share of its full-power compute speed ``device`` keeps at its catalogued (or ``--power-limit``) power:
+    1 without a published power curve or at the curve's top."""
+    curve = device.steptime.get("power_curve")
+    return power_speed(curve, device.power_w) if curve else 1.0
+
+
+def power_label(device) -> str:
+    """How the plan names the device's power: "power limit" below its curve's full power, else "TDP"."""
+    return "power limit" if below_full_power(device) < 1 else "TDP"
+
+
 def power_limited(device, watts, flag: str = "--power-limit"):
     """``device`` (a catalogue Device) run at a power limit of ``watts`` (``plan --power-limit``,
     ``plan.power_limit``): its compute along the catalogue's published ``power_curve`` (:func:`power_speed`), its
