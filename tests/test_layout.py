@@ -64,7 +64,8 @@ CASES = st.fixed_dictionaries({
     "sync": st.sampled_from([{}, {"grad_reduce": "fp32", "zero1_sync": "after_backward"}]),  # nanotron's ZeRO-1
     "cp": st.sampled_from([1, 2]),  # context parallelism, given
     "replicate": st.sampled_from([1, 2, "auto"]),  # HSDP replica groups, given or searched
-    "fp8": st.sampled_from([{}, {"precision": "fp8-mixed"}, {"precision": "fp8-mixed", "fp8_weight_cache": True}]),
+    "fp8": st.sampled_from([{}, {"precision": "fp8-mixed"}, {"precision": "fp8-mixed", "fp8_weight_cache": True},
+                            {"precision": "fp8-mixed", "fp8_gather": True, "fp8_tp_gather": True}]),
 })
 
 

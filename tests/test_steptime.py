@@ -1352,6 +1352,64 @@ def test_the_framework_says_whether_it_caches_fp8_weights():
         parse_framework("x", entry, {}, "x")
 
 
+def test_fp8_gathers_carry_the_blocks_linear_weights_and_the_tensor_parallel_inputs_in_one_byte():
+    """torchao's float8 all-gathers, counted by hand: under FSDP each block unit's all-gather carries its linear
+    weights at one byte per element and its norms at two, the root (embedding, head, final norm) and every
+    reduce-scatter unchanged; under sequence parallelism each all-gather of b s d activations carries one byte per
+    element and the reduce-scatters two. bf16-mixed, or no sequence parallelism, changes nothing."""
+    from trainingcost.analytic.comm import fsdp_collectives, plan_collectives
+    from trainingcost.analytic.steptime.network import Network
+    from trainingcost.config.frameworks import framework
+
+    cfg = canonical_model(dict(arch="decoder", layers=2, d_model=64, heads=4, kv_heads=2, d_ff=160, vocab=512,
+                               seq_len=128, norm="rmsnorm", ffn="swiglu", bias="none", positions="rotary",
+                               norm_position="pre"), "")
+    d, kv, ff, world = 64, 32, 160, 4
+    linear = d * d + 2 * kv * d + d * d + 3 * ff * d  # q, k, v, o, gate, up, down: dims multiples of 16 and of 4
+    norms = 2 * d
+    plain = fsdp_collectives(cfg, "bp", "fsdp", world, "bf16")
+    fp8 = fsdp_collectives(cfg, "bp", "fsdp", world, "bf16", gather_fp8=True)
+    assert [(c.op, c.phase) for c in plain] == [(c.op, c.phase) for c in fp8]
+    for a, b in zip(plain, fp8):
+        if b.op == "reduce_scatter" or a.bytes != plain[1].bytes:  # the scatters, and the root's gathers
+            assert b.bytes == a.bytes and b.dtype == "bf16"
+        else:
+            assert (a.bytes, b.bytes, b.dtype) == (2 * (linear + norms), linear + 2 * norms, "fp8")
+    gathers = [c for c in fp8 if c.op == "all_gather"]
+    assert len(gathers) == 6 and sum(c.bytes != plain[0].bytes for c in gathers) == 4  # 2 blocks, forward and backward
+    # the plan's listing passes it through, the fp32 reduce-scatters of torchtitan unchanged by it
+    ops = plan_collectives(cfg, "bp", "fsdp", world, "bf16", reduce_dtype="fp32", gather_fp8=True)
+    assert [c.bytes for c in ops.micro_batch] == [c.bytes * (2 if c.op == "reduce_scatter" else 1) for c in fp8]
+    # the framework catalogue: torchtitan gathers tensor-parallel inputs in fp8, FSDP's weights only when asked;
+    # NeMo's fp8 parameters are gathered as they are kept
+    assert framework("torchtitan").fp8_tp_gather and not framework("torchtitan").fp8_gather
+    assert framework("torchtitan+fp8-all-gather").fp8_gather and framework("nemo").fp8_gather
+    assert not framework("megatron-core").fp8_gather and not framework("fsdp2").fp8_tp_gather
+    from trainingcost.config.frameworks import parse_framework
+    entry = dict(dp_overlap=1.0, tp_overlap=0.0, zero3_granularity="block", zero3_gather="block", attention="flash",
+                 sharding="fsdp", dp_rails=True, fp8_tp_gather=1,
+                 can=dict(shardings=["fsdp"], tensor=False, pipeline=False, interleave=False, sequence_parallel=False,
+                          uneven=False))
+    with pytest.raises(ConfigError, match=r"^x\.fp8_tp_gather: true or false \(got 1\)$"):
+        parse_framework("x", entry, {}, "x")
+
+    # tensor parallelism with sequence parallelism: 2 pairs per block per pass, 2 backward, full recompute 2 more
+    big = canonical_model({**preset_entry("llama-2-7b"), "layers": 4})
+    h100 = device("h100-sxm")
+    base = dict(gpus=8, tp=8, global_batch=8, micro_batch=1, sequence_parallel=True, precision="fp8-mixed",
+                recompute="full", host_block_s=(0.0, 0.0))
+    off = predict_step(big, Layout(**base), h100, "bp").parts["comm_tp"]
+    on = predict_step(big, Layout(**base, fp8_tp_gather=True), h100, "bp").parts["comm_tp"]
+    net = Network.of(DeviceModel.of(h100, "bf16", "fp8").params)
+    b = 1 * big.seq_len * big.d_model * 2
+    pairs = 4 * (2 + 2 + 2) * Layout(**base).accumulation  # blocks x (forward, backward, recomputed) x 8 micro-batches
+    assert Layout(**base).accumulation == 8
+    assert off - on == pytest.approx(pairs * (net.all_gather(b, 8, 1) - net.all_gather(b // 2, 8, 1)), rel=1e-9)
+    for same in (dict(base, precision="bf16-mixed"), dict(base, sequence_parallel=False)):
+        assert predict_step(big, Layout(**same, fp8_tp_gather=True), h100, "bp").parts["comm_tp"] == \
+            predict_step(big, Layout(**same), h100, "bp").parts["comm_tp"]
+
+
 def test_the_h100_pcie_is_a_hopper_with_its_own_sms_and_the_generic_network_said():
     """The H100 PCIe: 114 SMs (the H100 architecture whitepaper), SM90 tiles, Hopper's fused-attention shares of its
     own peak (an assumption, cited as such), FlashAttention-3 allowed; its network keeps the stated generic defaults."""

@@ -347,7 +347,8 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
                 dp_rails=fw.dp_rails, gpus_per_node=per_node, nic_gbps=nic, pipeline_split=fw.pipeline_split,
                 tp_backward_overlap=fw.tp_backward_overlap, gather_prefetch=fw.gather_prefetch,
                 grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync, fp8_weight_cache=fw.fp8_weight_cache,
-                fp8_params=fw.fp8_params, elementwise=elementwise, shard_copies=fw.shard_copies)
+                fp8_params=fw.fp8_params, elementwise=elementwise, shard_copies=fw.shard_copies,
+                fp8_gather=fw.fp8_gather, fp8_tp_gather=fw.fp8_tp_gather)
 
 
 def spec_from_args(args, cfg, gpu) -> PlanSpec:

@@ -322,7 +322,7 @@ def ddp_buckets(cfg, name: str, dtype: str, first_cap: int = FIRST_BUCKET_BYTES,
 
 
 def fsdp_collectives(cfg, name: str, parallel: str, world: int, dtype: str, scale: float = 1.0,
-                     blocks: int | None = None) -> list[Collective]:
+                     blocks: int | None = None, gather_fp8: bool = False) -> list[Collective]:
     """FSDP2's collectives of one step (every step alike) under ``zero2`` (``reshard_after_forward=False``) or
     ``fsdp`` (``True``), one rank's, in the order it issues them (docs/distributed.md):
 
@@ -343,18 +343,31 @@ def fsdp_collectives(cfg, name: str, parallel: str, world: int, dtype: str, scal
 
     ``scale`` and ``blocks`` (the plan under tensor or pipeline parallelism, :func:`plan_collectives`): the GPU
     holds the root and the first ``blocks`` block units, their bytes scaled so that they sum to ``scale`` times
-    the whole model's padded bytes; 1 and None (every unit, exact) by default."""
+    the whole model's padded bytes; 1 and None (every unit, exact) by default.
+
+    ``gather_fp8`` (the plan under fp8-mixed where the framework gathers fp8 weights: torchao's
+    ``enable_fsdp_float8_all_gather``, Transformer Engine's fp8 parameters; config/frameworks.yaml ``fp8_gather``):
+    the all-gathers carry the blocks' linear weights in fp8, one byte each (:func:`fp8_linear_weight`), and the
+    rest of each unit in ``dtype`` (dtype ``"fp8"`` on the listing); the reduce-scatters are unchanged. Not measured:
+    this project's trainer runs no fp8."""
     units = _parameter_units(cfg, name)
     nbytes = dict(_unit_bytes(cfg, name, world, dtype))
+    gbytes = dict(_unit_bytes(cfg, name, world, dtype, True)) if gather_fp8 else nbytes
     root, kept = units[0][0], [unit for unit, tensors in units[1:] if tensors]
     if scale != 1.0 or blocks is not None:
         kept = kept[:blocks] if blocks is not None else kept
-        factor = scale * sum(nbytes.values()) / (nbytes[root] + sum(nbytes[u] for u in kept))
-        nbytes = {u: round(b * factor) for u, b in nbytes.items()}
+
+        def scaled(listed):
+            factor = scale * sum(listed.values()) / (listed[root] + sum(listed[u] for u in kept))
+            return {u: round(b * factor) for u, b in listed.items()}
+        gbytes = scaled(gbytes) if gather_fp8 else None
+        nbytes = scaled(nbytes)
+        gbytes = gbytes if gather_fp8 else nbytes
     blocks = kept
+    gdtype = "fp8" if gather_fp8 else dtype
 
     def gather(unit, phase):
-        return Collective("all_gather", nbytes[unit], world, dtype, phase)
+        return Collective("all_gather", gbytes[unit], world, gdtype if unit != root else dtype, phase)
 
     def scatter(unit):
         return Collective("reduce_scatter", nbytes[unit], world, dtype, "backward")
@@ -372,11 +385,26 @@ def fsdp_collectives(cfg, name: str, parallel: str, world: int, dtype: str, scal
 
 
 @lru_cache(maxsize=1024)
-def _unit_bytes(cfg, name: str, world: int, dtype: str) -> tuple:
-    """(unit, its padded bytes) of :func:`parameter_units`, dim 0 padded to a multiple of ``world``."""
+def _unit_bytes(cfg, name: str, world: int, dtype: str, fp8: bool = False) -> tuple:
+    """(unit, its padded bytes) of :func:`parameter_units`, dim 0 padded to a multiple of ``world``; ``fp8``: the
+    blocks' linear weights (:func:`fp8_linear_weight`) one byte per element, the rest in ``dtype``."""
     size = DTYPE_BYTES[dtype]
-    return tuple((unit, sum(padded_numel(shape, world) for _, shape in tensors) * size)
+    return tuple((unit, sum(padded_numel(shape, world) * (FP8_BYTES if fp8 and unit and fp8_linear_weight(n, shape)
+                                                          else size) for n, shape in tensors))
                  for unit, tensors in _parameter_units(cfg, name))
+
+
+FP8_BYTES = 1
+
+
+def fp8_linear_weight(tensor: str, shape: tuple[int, ...]) -> bool:
+    """Whether a block's parameter is a linear layer's weight that fp8 training converts (torchtitan's
+    ``module_filter_fn``, torchtitan/components/quantization/utils.py: an ``nn.Linear`` whose two dims are multiples
+    of 16): a 2-d ``.weight`` whose dims are multiples of 16, not a mixture's router or its shared expert's gate
+    (they stay in the compute dtype, as the step model prices them; analytic/steptime/step.py)."""
+    last = tensor.rsplit(".", 2)
+    return (len(shape) == 2 and tensor.endswith(".weight") and shape[0] % 16 == 0 and shape[1] % 16 == 0
+            and last[-2] not in ("router", "shared_expert_gate"))
 
 
 @lru_cache(maxsize=64)
@@ -433,7 +461,8 @@ def replica_all_reduces(listed, replicate: int) -> tuple:
 
 
 def plan_collectives(cfg, name: str, sharding: str, world: int, dtype: str, passes: int = 1, backward: bool = True,
-                     scale: float = 1.0, blocks: int | None = None, reduce_dtype: str | None = None) -> PlanCollectives:
+                     scale: float = 1.0, blocks: int | None = None, reduce_dtype: str | None = None,
+                     gather_fp8: bool = False) -> PlanCollectives:
     """The collectives a plan's data-parallel axis of ``world`` ranks issues for rule ``name`` under the plan's
     ``sharding`` (none, zero1, zero2, zero3, fsdp), built by the functions the meter is checked against:
 
@@ -458,12 +487,16 @@ def plan_collectives(cfg, name: str, sharding: str, world: int, dtype: str, pass
     ``reduce_dtype``: the dtype the framework reduces gradients in where it is not the weights' ``dtype``
     (torchtitan's fp32 ``reduce_dtype``, Megatron-LM's fp32 all-reduce under bf16; config/frameworks.yaml,
     ``grad_reduce``): DDP's buckets are cut from the gradients in that dtype, and every reduce-scatter carries the
-    same elements at its size; the all-gathers keep ``dtype``."""
+    same elements at its size; the all-gathers keep ``dtype``.
+
+    ``gather_fp8``: the units' all-gathers carry the blocks' linear weights in fp8 (:func:`fsdp_collectives`);
+    the explicit rules' flat buffer under ZeRO-1/2 and their trained feedback stay in ``dtype``."""
     if world <= 1:
         return PlanCollectives((), ())
     parallel = PLAN_PARALLEL[sharding]
     if reduce_dtype is not None and reduce_dtype != dtype:
-        ops = plan_collectives(cfg, name, sharding, world, dtype, passes, backward, scale, blocks)
+        ops = plan_collectives(cfg, name, sharding, world, dtype, passes, backward, scale, blocks,
+                               gather_fp8=gather_fp8)
         if parallel == "ddp":
             return PlanCollectives((), tuple(step_collectives(cfg, name, "ddp", world, reduce_dtype, 3, scale,
                                                               blocks)))
@@ -476,7 +509,7 @@ def plan_collectives(cfg, name: str, sharding: str, world: int, dtype: str, pass
     if parallel == "ddp":
         return PlanCollectives((), tuple(step_collectives(cfg, name, "ddp", world, dtype, 3, scale, blocks)))
     if mechanism(name) == "hooks":
-        ops = fsdp_collectives(cfg, name, parallel, world, dtype, scale, blocks)
+        ops = fsdp_collectives(cfg, name, parallel, world, dtype, scale, blocks, gather_fp8)
         if parallel == "fsdp":
             return PlanCollectives(tuple(ops), ())
         return PlanCollectives((), tuple(c if c.op != "all_gather" else
@@ -487,7 +520,7 @@ def plan_collectives(cfg, name: str, sharding: str, world: int, dtype: str, pass
     scatter = Collective("reduce_scatter", flat, world, dtype, "optimizer_step")
     if parallel == "zero2":
         return PlanCollectives((), (scatter, Collective("all_gather", flat, world, dtype, "optimizer_step")))
-    units = fsdp_collectives(cfg, "bp", "zero2", world, dtype, scale, blocks)  # the model's units, gathered
+    units = fsdp_collectives(cfg, "bp", "zero2", world, dtype, scale, blocks, gather_fp8)  # the model's units
     gathers = [c for c in units if c.op == "all_gather"]
     micro = gathers * passes + ([Collective(c.op, c.bytes, c.group, c.dtype, "backward") for c in gathers]
                                 if backward else [])

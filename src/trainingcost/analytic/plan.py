@@ -125,6 +125,8 @@ class PlanSpec:
     fp8_params: bool = False  # fp8-mixed: its weights are kept in fp8 (config/frameworks.yaml)
     elementwise: str = "fused"  # the blocks' norms, rotary and gated activations (config/frameworks.yaml, --compile)
     shard_copies: bool = False  # its sharded collectives copy through flat buffers (config/frameworks.yaml)
+    fp8_gather: bool = False  # fp8-mixed: its parameter all-gathers carry fp8 linear weights (config/frameworks.yaml)
+    fp8_tp_gather: bool = False  # fp8-mixed: its sequence-parallel all-gathers carry fp8 (config/frameworks.yaml)
     attention: str = "flash"
     # The plan at equal quality: (rule, compute multiplier against BP) pairs, NaN where the rule never reaches the
     # target; a rule absent trains on ``tokens``. Each rule then gets the tokens that buy M x BP's compute at its
@@ -631,7 +633,7 @@ def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None
                   nic_gbps=spec.nic_gbps, tp_overlap=spec.tp_overlap, tp_backward_overlap=spec.tp_backward_overlap, fabric=spec.fabric, dp_rails=spec.dp_rails,
                   gather_prefetch=spec.gather_prefetch, grad_reduce=spec.grad_reduce, zero1_sync=spec.zero1_sync,
                   fp8_weight_cache=spec.fp8_weight_cache, elementwise=spec.elementwise,
-                  shard_copies=spec.shard_copies,
+                  shard_copies=spec.shard_copies, fp8_gather=spec.fp8_gather, fp8_tp_gather=spec.fp8_tp_gather,
                   zero3_granularity=spec.zero3_granularity, attention=spec.attention,
                   pipeline_split=spec.pipeline_split, optimizer_slots=OPTIMIZER_SLOTS[spec.optimizer] if slots is None else slots)
 

@@ -51,6 +51,11 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "un
 # float8 training); default false
 # fp8_params: under fp8-mixed, whether its weights are kept in fp8 (NeMo's fp8_params: the fp8 copy and its transpose
 # replace the bf16 working weights, so the cache costs no memory beyond bf16-mixed's); default false
+# fp8_gather: under fp8-mixed, whether its ZeRO / FSDP parameter all-gathers carry the blocks' linear weights in fp8
+# (torchao's enable_fsdp_float8_all_gather; Megatron-Core's fp8_param_gather, which NeMo's fp8_params implies: the
+# weights gathered are the fp8 ones); default false
+# fp8_tp_gather: under fp8-mixed, whether its sequence-parallel all-gathers carry fp8 (torchao's float8 tensor
+# parallelism: the forward's inputs and the backward's output gradients cast before the gather); default false
 # elementwise: how the blocks' norms, rotary embeddings and gated activations run: fused (one kernel each: Megatron's,
 # Transformer Engine's, apex's or Triton kernels, or torch.compile's) or eager (the model's own PyTorch code op by op,
 # RMSNorm and rotary through fp32 copies: torchtitan's and Hugging Face transformers' models without torch.compile);
@@ -62,7 +67,7 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "un
 # buffers, XLA)
 OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefetch": True, "grad_reduce": "compute",
             "zero1_sync": "overlapped", "fp8_weight_cache": False, "fp8_params": False, "elementwise": "fused",
-            "shard_copies": False}
+            "shard_copies": False, "fp8_gather": False, "fp8_tp_gather": False}
 ELEMENTWISE = ("fused", "eager")
 ZERO1_SYNC = ("overlapped", "after_backward")
 GRAD_REDUCE = ("compute", "fp32", "fp32-if-bf16")
@@ -96,6 +101,8 @@ class Framework:
     fp8_params: bool = False  # fp8-mixed weights kept in fp8 (OPTIONAL)
     elementwise: str = "fused"  # the blocks' norms, rotary and gated activations: fused or eager (OPTIONAL)
     shard_copies: bool = False  # its sharded collectives copy through flat buffers on the compute stream (OPTIONAL)
+    fp8_gather: bool = False  # fp8-mixed: parameter all-gathers carry the linear weights in fp8 (OPTIONAL)
+    fp8_tp_gather: bool = False  # fp8-mixed: sequence-parallel all-gathers carry fp8 (OPTIONAL)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -166,6 +173,10 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     copies = entry.get("shard_copies", OPTIONAL["shard_copies"])
     if not isinstance(copies, bool):
         raise ConfigError(f"{where}.shard_copies: true or false (got {copies!r})")
+    gathers = {k: entry.get(k, OPTIONAL[k]) for k in ("fp8_gather", "fp8_tp_gather")}
+    for k, v in gathers.items():
+        if not isinstance(v, bool):
+            raise ConfigError(f"{where}.{k}: true or false (got {v!r})")
     for key, allowed in CHOICES.items():
         if entry[key] not in allowed:
             raise ConfigError(f"{where}.{key}: {entry[key]!r} is not allowed (allowed: {', '.join(allowed)})")
@@ -189,7 +200,8 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      entry["sharding"], entry["dp_rails"],
                      {**can, "shardings": tuple(can["shardings"]), "replicate": tuple(can["replicate"])},
                      {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce, zero1_sync, cache,
-                     fp8_params, elementwise, copies)
+                     fp8_params, elementwise, copies, gathers["fp8_gather"] or fp8_params,
+                     gathers["fp8_tp_gather"])
 
 
 def _date(value, where: str) -> datetime.date:

@@ -87,7 +87,7 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
                   dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap, tp_backward_overlap=fw.tp_backward_overlap, zero3_granularity=fw.zero3_granularity, dp_rails=fw.dp_rails,
                   gather_prefetch=fw.gather_prefetch, grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync,
                   fp8_weight_cache=fw.fp8_weight_cache, elementwise=elementwise_of(row, fw),
-                  shard_copies=fw.shard_copies,
+                  shard_copies=fw.shard_copies, fp8_gather=fw.fp8_gather, fp8_tp_gather=fw.fp8_tp_gather,
                   pipeline_split=fw.pipeline_split,
                   gpus_per_node=system.gpus_per_node if system else None, nic_gbps=system.nic_gbps if system else None,
                   fabric=tuple(sorted(system.latencies.items())) if system else None)

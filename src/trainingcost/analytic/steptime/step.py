@@ -118,6 +118,8 @@ class Layout:
     fabric: tuple | None = None  # ((key, value), ...) of the cluster's fabric latencies (config/clusters.yaml)
     optimizer_slots: int = 2
     fp8_weight_cache: bool = False  # fp8-mixed: the framework casts the weights to fp8 once per step, not per micro-batch
+    fp8_gather: bool = False  # fp8-mixed: the parameter all-gathers (ZeRO, FSDP) carry the linear weights in fp8
+    fp8_tp_gather: bool = False  # fp8-mixed: the sequence-parallel all-gathers carry fp8 activations and gradients
     ep: int = 1  # expert-parallel degree (a mixture of experts), inside the data-parallel replicas
     etp: int | None = None  # the experts' tensor-parallel degree; None: tp (Megatron-Core's default; MoE folding)
     cp: int = 1  # context-parallel degree: each of cp GPUs holds s / cp of every sequence (Megatron-Core's CP)
@@ -693,7 +695,7 @@ def micro_batch(cfg, lay: Layout, device, rule: str = "bp", work: dict | None = 
     key = ("micro", rule, device.name, device.power_w, lay.precision, lay.tp, lay.micro_batch, lay.sequence_parallel, lay.attention,
            lay.ep, lay.host_block_s, lay.cp, lay.elementwise, lay.expert_tp, lay.pp, lay.pipeline_split, lay.recompute,
            lay.checkpoint_every, lay.fp8_weight_cache, lay.tp_overlap, lay.tp_backward_overlap, lay.gpus_per_node,
-           lay.nic_gbps, lay.fabric)
+           lay.nic_gbps, lay.fabric, lay.fp8_tp_gather)
     if key not in memo:
         memo[key] = _micro_batch(cfg, lay, device, rule, work, memo)
     return memo[key]
@@ -789,13 +791,17 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
         rec_pairs = (1 if present & {"q", "k", "v", "o"} else 0) + (1 if present & {"gate", "up", "down"} else 0)
         rec_core = "core" in ops
     rec = {c: per_stage * rec_block[c] for c in cats}
-    # Tensor parallel: all-reduces (or all-gather + reduce-scatter pairs) of b s d activations per block
+    # Tensor parallel: all-reduces (or all-gather + reduce-scatter pairs) of b s d activations per block; under
+    # fp8-mixed a framework whose sequence-parallel linears gather fp8 (torchao's Float8ColwiseParallel and
+    # Float8RowwiseParallel: the forward's inputs and the backward's output gradients cast before the all-gather,
+    # the reduce-scatters in the compute dtype; Layout.fp8_tp_gather) gathers one byte per element
     tp_bytes = lay.micro_batch * cfg.seq_len // lay.cp * cfg.d_model * e
+    gathered = tp_bytes // e if (lay.fp8_tp_gather and prec.linear and lay.sequence_parallel) else tp_bytes
     one = net.all_reduce(tp_bytes, t, 1) if not lay.sequence_parallel else \
-        net.all_gather(tp_bytes, t, 1) + net.reduce_scatter(tp_bytes, t, 1)
+        net.all_gather(gathered, t, 1) + net.reduce_scatter(tp_bytes, t, 1)
     if cfg.moe and lay.expert_tp != t:  # MoE folding: the mixture's pair runs over its etp GPUs (none at etp 1), on
         et = lay.expert_tp               # the etp / t of the tokens they gather; the attention's pair over t
-        ffn_pair = 0.0 if et == 1 else net.all_gather(tp_bytes * et // t, et, 1) + \
+        ffn_pair = 0.0 if et == 1 else net.all_gather(gathered * et // t, et, 1) + \
             net.reduce_scatter(tp_bytes * et // t, et, 1)
         one = (one + ffn_pair) / 2  # the mean of a block's two pairs (the counts below are two per block)
     ar_fwd = 2 * w["passes"] * per_stage
@@ -964,7 +970,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         collectives, sums, (micro_bytes, step_bytes), (copy_micro, copy_step) = once(
             ("dp", rule, device.name, prec.compute, lay.precision, t, p, dp, lay.cp, lay.ep, lay.expert_tp,
              lay.sharding, lay.dp_rails, lay.replicate, lay.shard_copies, lay.grad_reduce, lay.zero1_sync, pp_split,
-             lay.gpus_per_node, lay.nic_gbps, lay.fabric), collectives_priced)
+             lay.gpus_per_node, lay.nic_gbps, lay.fabric, lay.fp8_gather), collectives_priced)
         dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, lay.dp_overlap, lay.gather_prefetch)
         dp_bytes = M * micro_bytes + step_bytes
         dp_count = M * len(collectives.micro_batch) + len(collectives.step)
@@ -1005,7 +1011,8 @@ def data_parallel_collectives(cfg, lay: Layout, rule: str, w: dict | None = None
     dtype = PLAN_DTYPE[lay.precision]
     ops = plan_collectives(cfg, rule, lay.sharding, lay.shard, dtype, passes, backward,
                            1.0 if (lay.tp == 1 and lay.pp == 1) else share, stage_blocks,
-                           reduce_dtype(lay.grad_reduce, dtype))
+                           reduce_dtype(lay.grad_reduce, dtype),
+                           gather_fp8=lay.fp8_gather and PRECISIONS[lay.precision].linear is not None)
     if lay.sharding == "zero1" and lay.zero1_sync == "after_backward":
         return synced_after_backward(ops)
     return replicated(ops, lay.replicate)
