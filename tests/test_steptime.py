@@ -1393,6 +1393,17 @@ def test_fp8_gathers_carry_the_blocks_linear_weights_and_the_tensor_parallel_inp
     with pytest.raises(ConfigError, match=r"^x\.fp8_tp_gather: true or false \(got 1\)$"):
         parse_framework("x", entry, {}, "x")
 
+    # the memory of the unit FSDP holds gathered: its weights at one byte, its gradients at two
+    from trainingcost.analytic.plan import Efficiency, PlanSpec, memory_per_gpu
+    facts = model_facts(cfg, ["bp"], "adam")
+    spec = dict(tokens=1e9, gpus=4, tp=1, pp=1, sharding="fsdp", precision="fp8-mixed", zero3_gather="block",
+                efficiency=Efficiency("mfu", 0.4, "given"))
+    bf16_gathers = memory_per_gpu(facts, PlanSpec(**spec), "bp", 0)["gathered"]
+    fp8_gathers = memory_per_gpu(facts, PlanSpec(**spec, fp8_gather=True), "bp", 0)["gathered"]
+    assert (bf16_gathers, fp8_gathers) == (4 * facts.largest_block, 3 * facts.largest_block)
+    assert memory_per_gpu(facts, PlanSpec(**{**spec, "precision": "bf16-mixed"}, fp8_gather=True), "bp", 0)[
+        "gathered"] == bf16_gathers
+
     # tensor parallelism with sequence parallelism: 2 pairs per block per pass, 2 backward, full recompute 2 more
     big = canonical_model({**preset_entry("llama-2-7b"), "layers": 4})
     h100 = device("h100-sxm")

@@ -470,8 +470,10 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
         "master_weights": shard(trained * p.master, 1),
         "optimizer_state": shard(trained * p.state * OPTIMIZER_SLOTS[spec.optimizer], 1),
         # ZeRO-3 gathers each layer whole before using it: its working weights and gradients (DeepSpeed's
-        # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16)
-        "gathered": (p.weights + p.grads) * unit / spec.tp if stage == 3 and dp > 1 else 0.0,
+        # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16); the weights
+        # gathered in fp8 where the framework gathers fp8 (fp8_gather: the unit's linear weights, one byte each)
+        "gathered": ((1 if (p.linear and spec.fp8_gather) else p.weights) + p.grads) * unit / spec.tp
+        if stage == 3 and dp > 1 else 0.0,
         "activations": (activations * p.activations * _in_flight(facts, spec.pp, split)
                         + unfused_scores(facts, spec, row)) / (spec.tp * spec.cp),
     }
