@@ -1377,6 +1377,11 @@ def test_fp8_gathers_carry_the_blocks_linear_weights_and_the_tensor_parallel_inp
             assert (a.bytes, b.bytes, b.dtype) == (2 * (linear + norms), linear + 2 * norms, "fp8")
     gathers = [c for c in fp8 if c.op == "all_gather"]
     assert len(gathers) == 6 and sum(c.bytes != plain[0].bytes for c in gathers) == 4  # 2 blocks, forward and backward
+    # a pipeline stage (scale, blocks): each unit keeps its own mix, the root's gathers its reduce-scatter's bytes
+    staged = fsdp_collectives(cfg, "bp", "fsdp", world, "bf16", 0.6, 1, gather_fp8=True)
+    staged_bf16 = fsdp_collectives(cfg, "bp", "fsdp", world, "bf16", 0.6, 1)
+    assert staged[0].bytes == staged[-1].bytes == staged_bf16[0].bytes  # the root's gather and reduce-scatter
+    assert staged[1].bytes == round(staged_bf16[1].bytes * (linear + 2 * norms) / (2 * (linear + norms)))
     # the plan's listing passes it through, the fp32 reduce-scatters of torchtitan unchanged by it
     ops = plan_collectives(cfg, "bp", "fsdp", world, "bf16", reduce_dtype="fp32", gather_fp8=True)
     assert [c.bytes for c in ops.micro_batch] == [c.bytes * (2 if c.op == "reduce_scatter" else 1) for c in fp8]
@@ -1392,17 +1397,28 @@ def test_fp8_gathers_carry_the_blocks_linear_weights_and_the_tensor_parallel_inp
                           uneven=False))
     with pytest.raises(ConfigError, match=r"^x\.fp8_tp_gather: true or false \(got 1\)$"):
         parse_framework("x", entry, {}, "x")
+    with pytest.raises(ConfigError, match=r"^x\.fp8_gather: false contradicts fp8_params: true"):
+        parse_framework("x", {**entry, "fp8_tp_gather": False, "fp8_params": True, "fp8_gather": False}, {}, "x")
 
-    # the memory of the unit FSDP holds gathered: its weights at one byte, its gradients at two
+    # the memory of the unit FSDP holds gathered: a block's weights at one byte and its gradients at two, the root
+    # (embeddings, head, final norm) at two and two; the larger of them. Here the root is larger (a 512-token
+    # vocabulary, untied): nothing changes; with 32 tokens the block is, and its weights shrink to one byte
     from trainingcost.analytic.plan import Efficiency, PlanSpec, memory_per_gpu
-    facts = model_facts(cfg, ["bp"], "adam")
     spec = dict(tokens=1e9, gpus=4, tp=1, pp=1, sharding="fsdp", precision="fp8-mixed", zero3_gather="block",
                 efficiency=Efficiency("mfu", 0.4, "given"))
-    bf16_gathers = memory_per_gpu(facts, PlanSpec(**spec), "bp", 0)["gathered"]
-    fp8_gathers = memory_per_gpu(facts, PlanSpec(**spec, fp8_gather=True), "bp", 0)["gathered"]
-    assert (bf16_gathers, fp8_gathers) == (4 * facts.largest_block, 3 * facts.largest_block)
-    assert memory_per_gpu(facts, PlanSpec(**{**spec, "precision": "bf16-mixed"}, fp8_gather=True), "bp", 0)[
-        "gathered"] == bf16_gathers
+    block = linear + norms
+    for vocab, root in ((512, 2 * 512 * d + d), (32, 2 * 32 * d + d)):
+        small = canonical_model(dict(arch="decoder", layers=2, d_model=64, heads=4, kv_heads=2, d_ff=160, vocab=vocab,
+                                     seq_len=128, norm="rmsnorm", ffn="swiglu", bias="none", positions="rotary",
+                                     norm_position="pre", tie_embeddings=False), "")
+        facts = model_facts(small, ["bp"], "adam")
+        assert (facts.one_block, facts.parameters - facts.blocks_parameters) == (block, root)
+        as_bf16 = memory_per_gpu(facts, PlanSpec(**spec), "bp", 0)["gathered"]
+        as_fp8 = memory_per_gpu(facts, PlanSpec(**spec, fp8_gather=True), "bp", 0)["gathered"]
+        assert as_bf16 == 4 * max(block, root) and as_fp8 == max(3 * block, 4 * root)
+        assert memory_per_gpu(facts, PlanSpec(**{**spec, "precision": "bf16-mixed"}, fp8_gather=True), "bp", 0)[
+            "gathered"] == as_bf16
+    assert as_fp8 == 3 * block < as_bf16  # the 32-token vocabulary's
 
     # tensor parallelism with sequence parallelism: 2 pairs per block per pass, 2 backward, full recompute 2 more
     big = canonical_model({**preset_entry("llama-2-7b"), "layers": 4})
@@ -1416,6 +1432,13 @@ def test_fp8_gathers_carry_the_blocks_linear_weights_and_the_tensor_parallel_inp
     pairs = 4 * (2 + 2 + 2) * Layout(**base).accumulation  # blocks x (forward, backward, recomputed) x 8 micro-batches
     assert Layout(**base).accumulation == 8
     assert off - on == pytest.approx(pairs * (net.all_gather(b, 8, 1) - net.all_gather(b // 2, 8, 1)), rel=1e-9)
+    # a mixture of experts: its pair gathers bf16 (torchtitan's plain PrepareModuleInputOutput), the attention's fp8
+    moe = canonical_model({**preset_entry("mixtral-8x7b"), "layers": 2})
+    m_off = predict_step(moe, Layout(**base), h100, "bp").parts["comm_tp"]
+    m_on = predict_step(moe, Layout(**base, fp8_tp_gather=True), h100, "bp").parts["comm_tp"]
+    bm = 1 * moe.seq_len * moe.d_model * 2
+    assert m_off - m_on == pytest.approx(2 * (2 + 2 + 2) * 8 / 2 * (net.all_gather(bm, 8, 1) -
+                                                                    net.all_gather(bm // 2, 8, 1)), rel=1e-9)
     for same in (dict(base, precision="bf16-mixed"), dict(base, sequence_parallel=False)):
         assert predict_step(big, Layout(**same, fp8_tp_gather=True), h100, "bp").parts["comm_tp"] == \
             predict_step(big, Layout(**same), h100, "bp").parts["comm_tp"]

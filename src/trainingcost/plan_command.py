@@ -327,6 +327,10 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
                      "the step, neither overlapped"
     if not fw.gather_prefetch:
         fw_source += BLOCKING_GATHERS
+    if fw.fp8_gather or fw.fp8_tp_gather:  # config/frameworks.yaml: fp8_gather, fp8_tp_gather
+        fw_source += "; under fp8-mixed it gathers " + " and ".join(
+            x for x, on in (("the parameters' linear weights", fw.fp8_gather),
+                            ("the sequence-parallel activations and gradients", fw.fp8_tp_gather)) if on) + " in fp8"
     per_node, nic, network = gpus_per_node, nic_gbps, f"{gpu.name}'s usual system (config/hardware.yaml)"
     fabric_latencies = None
     if cluster_name is not None:

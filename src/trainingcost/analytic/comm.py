@@ -356,13 +356,10 @@ def fsdp_collectives(cfg, name: str, parallel: str, world: int, dtype: str, scal
     root, kept = units[0][0], [unit for unit, tensors in units[1:] if tensors]
     if scale != 1.0 or blocks is not None:
         kept = kept[:blocks] if blocks is not None else kept
-
-        def scaled(listed):
-            factor = scale * sum(listed.values()) / (listed[root] + sum(listed[u] for u in kept))
-            return {u: round(b * factor) for u, b in listed.items()}
-        gbytes = scaled(gbytes) if gather_fp8 else None
-        nbytes = scaled(nbytes)
-        gbytes = gbytes if gather_fp8 else nbytes
+        # one factor from the units' bytes in the dtype, applied to their fp8 gathers too: each unit keeps its own
+        # mix (the root's gathers its reduce-scatter's bytes)
+        factor = scale * sum(nbytes.values()) / (nbytes[root] + sum(nbytes[u] for u in kept))
+        nbytes, gbytes = ({u: round(b * factor) for u, b in listed.items()} for listed in (nbytes, gbytes))
     blocks = kept
     gdtype = "fp8" if gather_fp8 else dtype
 
@@ -401,10 +398,12 @@ def fp8_linear_weight(tensor: str, shape: tuple[int, ...]) -> bool:
     """Whether a block's parameter is a linear layer's weight that fp8 training converts (torchtitan's
     ``module_filter_fn``, torchtitan/components/quantization/utils.py: an ``nn.Linear`` whose two dims are multiples
     of 16): a 2-d ``.weight`` whose dims are multiples of 16, not a mixture's router or its shared expert's gate
-    (they stay in the compute dtype, as the step model prices them; analytic/steptime/step.py)."""
+    (they stay in the compute dtype, as the step model prices them; analytic/steptime/step.py), nor a routed
+    expert's (torchao's float8 all-gather covers its ``Float8Linear`` layers, which torchtitan's grouped experts are
+    not: priced in the compute dtype, also where a framework's fp8 weights would gather them in fp8)."""
     last = tensor.rsplit(".", 2)
     return (len(shape) == 2 and tensor.endswith(".weight") and shape[0] % 16 == 0 and shape[1] % 16 == 0
-            and last[-2] not in ("router", "shared_expert_gate"))
+            and last[-2] not in ("router", "shared_expert_gate") and ".experts." not in tensor)
 
 
 @lru_cache(maxsize=64)

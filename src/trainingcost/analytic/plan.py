@@ -454,7 +454,6 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     # dp / ep replicas of each (DeepSpeed-MoE, Rajbhandari et al. 2022), the rest over dp: 1 / dp of all either way.
     held = model_share(facts, spec.tp, spec.pp, spec.ep * expert_tp(spec) / spec.tp, split) / share if share else 1.0
     shard = lambda value, from_stage: value / dp if stage >= from_stage else value * held  # noqa: E731
-    unit = {"module": facts.largest_module, "sublayer": facts.largest_layer, "block": facts.largest_block}[spec.zero3_gather]
     # DeepSpeed's ZeRO-3 keeps its gradient partition in fp32 for the optimizer (its estimator's 18 bytes per parameter:
     # fp16 weights 2, fp32 weights, gradients and Adam's two moments 16, as its offload branches split them)
     grads = max(p.grads, 4) if stage == 3 and spec.zero3_gather == "module" else p.grads
@@ -470,13 +469,28 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
         "master_weights": shard(trained * p.master, 1),
         "optimizer_state": shard(trained * p.state * OPTIMIZER_SLOTS[spec.optimizer], 1),
         # ZeRO-3 gathers each layer whole before using it: its working weights and gradients (DeepSpeed's
-        # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16); the weights
-        # gathered in fp8 where the framework gathers fp8 (fp8_gather: the unit's linear weights, one byte each)
-        "gathered": ((1 if (p.linear and spec.fp8_gather) else p.weights) + p.grads) * unit / spec.tp
-        if stage == 3 and dp > 1 else 0.0,
+        # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16)
+        "gathered": gathered_unit_bytes(facts, spec, p) / spec.tp if stage == 3 and dp > 1 else 0.0,
         "activations": (activations * p.activations * _in_flight(facts, spec.pp, split)
                         + unfused_scores(facts, spec, row)) / (spec.tp * spec.cp),
     }
+
+
+def gathered_unit_bytes(facts: ModelFacts, spec: PlanSpec, p) -> float:
+    """Bytes of the unit ZeRO-3 / FSDP holds gathered at a time (before tensor parallelism): the largest unit's
+    weights and gradients. Where the framework gathers fp8 weights (``fp8_gather`` under fp8-mixed, FSDP's block
+    units), a block's weights count one byte each but its routed experts' (torchao's float8 all-gather covers its
+    Float8Linear layers, not grouped experts; the block's norms, a few thousandths of it, counted at one byte too),
+    and the root unit (embeddings, head, final norm: gathered in bf16) keeps its bytes; the larger of the two."""
+    unit = {"module": facts.largest_module, "sublayer": facts.largest_layer,
+            "block": facts.largest_block}[spec.zero3_gather]
+    if not (p.linear and spec.fp8_gather and spec.zero3_gather == "block"):
+        return (p.weights + p.grads) * unit
+    root = facts.parameters - facts.blocks_parameters
+    moe_blocks = sum(facts.moe_layers.values()) if facts.moe_layers else 0
+    experts = facts.expert_parameters / moe_blocks if moe_blocks else 0.0  # one block's routed experts
+    block = (facts.one_block - experts) * (1 + p.grads) + experts * (p.weights + p.grads)
+    return max(root * (p.weights + p.grads), block)
 
 
 def _in_flight(facts: ModelFacts, pp: int, split: tuple) -> float:

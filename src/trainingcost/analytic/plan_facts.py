@@ -74,6 +74,7 @@ class ModelFacts:
     depth: dict  # stack -> blocks
     largest_module: int = 0  # parameters of the largest torch module (its own: DeepSpeed ZeRO-3's unit)
     largest_block: int = 0  # parameters of the largest block, or of the ends outside the blocks (FSDP's units)
+    one_block: int = 0  # parameters of the largest block alone (FSDP's block unit; the ends are the root unit)
     expert_parameters: int = 0  # a mixture of experts' routed experts (split over the expert-parallel degree)
     moe_layers: dict = None  # stack -> blocks with a mixture of experts (each: two all-to-alls per pass)
     scores: dict = None  # stack -> attention score elements of one block per sequence (heads x queries x keys)
@@ -141,7 +142,8 @@ def _model_facts(cfg, rules: tuple, optimizer: str) -> ModelFacts:
     experts = int(((params[moe] - s.d * s.E - shared) * t.count[moe]).sum())
     return ModelFacts(total, in_blocks, stage_end, total - in_blocks, int(params.max()), per_rule, block_saved,
                       block_input, depth, largest_module=int(np.where(model_layer, modules, 0).max()),
-                      largest_block=max(one_block, total - in_blocks), expert_parameters=experts,
+                      largest_block=max(one_block, total - in_blocks), one_block=one_block,
+                      expert_parameters=experts,
                       moe_layers={stack: depth[stack] if cfg.moe else 0 for stack in cfg.stacks},
                       scores={stack: cfg.heads * (cfg.seq_len ** 2 if stack != "decoder" or not cfg.encdec else
                                                   cfg.tgt_len ** 2 + cfg.tgt_len * cfg.seq_len)

@@ -177,6 +177,9 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     for k, v in gathers.items():
         if not isinstance(v, bool):
             raise ConfigError(f"{where}.{k}: true or false (got {v!r})")
+    if fp8_params and entry.get("fp8_gather") is False:
+        raise ConfigError(f"{where}.fp8_gather: false contradicts fp8_params: true (weights kept in fp8 are gathered "
+                          f"in fp8; leave fp8_gather out)")
     for key, allowed in CHOICES.items():
         if entry[key] not in allowed:
             raise ConfigError(f"{where}.{key}: {entry[key]!r} is not allowed (allowed: {', '.join(allowed)})")

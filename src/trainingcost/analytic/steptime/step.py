@@ -795,15 +795,18 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
     # fp8-mixed a framework whose sequence-parallel linears gather fp8 (torchao's Float8ColwiseParallel and
     # Float8RowwiseParallel: the forward's inputs and the backward's output gradients cast before the all-gather,
     # the reduce-scatters in the compute dtype; Layout.fp8_tp_gather) gathers one byte per element
+    # (torchtitan's mixture of experts gathers its input through a plain PrepareModuleInputOutput: bf16)
     tp_bytes = lay.micro_batch * cfg.seq_len // lay.cp * cfg.d_model * e
     gathered = tp_bytes // e if (lay.fp8_tp_gather and prec.linear and lay.sequence_parallel) else tp_bytes
     one = net.all_reduce(tp_bytes, t, 1) if not lay.sequence_parallel else \
         net.all_gather(gathered, t, 1) + net.reduce_scatter(tp_bytes, t, 1)
     if cfg.moe and lay.expert_tp != t:  # MoE folding: the mixture's pair runs over its etp GPUs (none at etp 1), on
         et = lay.expert_tp               # the etp / t of the tokens they gather; the attention's pair over t
-        ffn_pair = 0.0 if et == 1 else net.all_gather(gathered * et // t, et, 1) + \
+        ffn_pair = 0.0 if et == 1 else net.all_gather(tp_bytes * et // t, et, 1) + \
             net.reduce_scatter(tp_bytes * et // t, et, 1)
         one = (one + ffn_pair) / 2  # the mean of a block's two pairs (the counts below are two per block)
+    elif cfg.moe and gathered != tp_bytes:  # the mixture's pair in bf16 beside the attention's fp8 gather
+        one = (one + net.all_gather(tp_bytes, t, 1) + net.reduce_scatter(tp_bytes, t, 1)) / 2
     ar_fwd = 2 * w["passes"] * per_stage
     ar_bwd = 2 * per_stage if w["backward"] else 0  # the column-parallel layers' input gradients
     ar_rec = rec_pairs * per_stage  # the recomputed forwards', inside the backward
