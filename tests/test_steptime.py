@@ -1444,6 +1444,38 @@ def test_fp8_gathers_carry_the_blocks_linear_weights_and_the_tensor_parallel_inp
             predict_step(big, Layout(**same), h100, "bp").parts["comm_tp"]
 
 
+def test_the_plan_prices_fp8_parameter_gathers_where_the_framework_gathers_fp8(capsys):
+    """From the command line: torchtitan's FSDP with float8 all-gathers moves fewer data-parallel bytes per step than
+    torchtitan's default (bf16 gathers), by the blocks' linear weights' second byte on each of their gathers; the
+    framework line says which gathers run in fp8; under bf16-mixed the two frameworks price the same step."""
+    import csv as csv_module
+    import io
+
+    from trainingcost import cli
+
+    def row(framework, precision="fp8-mixed"):
+        assert cli.main(["plan", "--preset", "llama-3-8b", "--tokens", "1e11", "--gpu", "h100-sxm", "--gpus", "64",
+                         "--rule", "bp", "--precision", precision, "--framework", framework, "--format", "csv"]) == 0
+        return next(csv_module.DictReader(io.StringIO(capsys.readouterr().out)))
+
+    plain, fp8 = row("torchtitan"), row("torchtitan+fp8-all-gather")
+    cfg = canonical_model(preset_entry("llama-3-8b"))
+    d, kv, ff, blocks = cfg.d_model, cfg.kv_width, cfg.d_ff, cfg.layers
+    linear = blocks * (2 * d * d + 2 * kv * d + 3 * ff * d)  # q, o; k, v; gate, up, down (all multiples of 64)
+    micro_batches = int(plain["grad_accumulation"])
+    assert (micro_batches, plain["sharding"]) == (8, "fsdp")  # 512 sequences over 64 ranks, one at a time
+    # every block gathered for its forward and again for its backward, its linear weights one byte lighter each
+    assert float(plain["step_dp_bytes"]) - float(fp8["step_dp_bytes"]) == micro_batches * 2 * linear
+    from trainingcost.plan_command import system_fields
+    said = {name: system_fields(name, None, None, None, device("h100-sxm"), {})["framework_source"]
+            for name in ("torchtitan", "torchtitan+fp8-all-gather", "fsdp2")}
+    assert said["torchtitan"].endswith("under fp8-mixed it gathers the sequence-parallel activations and gradients "
+                                       "in fp8")
+    assert "gathers the parameters' linear weights and the sequence-parallel" in said["torchtitan+fp8-all-gather"]
+    assert "in fp8" not in said["fsdp2"]
+    assert row("torchtitan", "bf16-mixed")["step_time_s"] == row("torchtitan+fp8-all-gather", "bf16-mixed")["step_time_s"]
+
+
 def test_the_h100_pcie_is_a_hopper_with_its_own_sms_and_the_generic_network_said():
     """The H100 PCIe: 114 SMs (the H100 architecture whitepaper), SM90 tiles, Hopper's fused-attention shares of its
     own peak (an assumption, cited as such), FlashAttention-3 allowed; its network keeps the stated generic defaults."""
