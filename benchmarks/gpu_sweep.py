@@ -218,7 +218,8 @@ def findings(config: dict, out: Path, measured: Path) -> None:
     torch.set_num_threads(train["resources"]["threads"])  # as the training jobs ran (the workflow's calibrate does too)
     settings = train["calibration"]
     calibration = calibrate(device, train["dtype"], pd.read_parquet(out / "trace.parquet"), tolerance=settings["tolerance"],
-                            time_cap_s=settings["time_cap"], probe=settings["probe"])
+                            time_cap_s=settings["time_cap"], probe=settings["probe"],
+                            keep_untrusted=True)  # as the workflow's calibrate: kept, flagged untrusted, on a busy host
     write_calibration(calibration, out / "calibration.json")
     write_comparison(out / "analytic.parquet", out / "memory.parquet", measured, out / "comparison.parquet",
                      out / "rule_ratios.parquet", trace_path=out / "trace.parquet", calibration_path=out / "calibration.json")

@@ -187,7 +187,7 @@ def test_the_calibrate_command_writes_nothing_when_busy(small_trace, tmp_path, m
 
 def test_a_real_calibration_times_every_kernel_and_prices_its_trace_exactly(small_trace):
     torch.set_num_threads(1)
-    result = C.calibrate(torch.device("cpu"), "fp32", small_trace, tolerance=0.5, time_cap_s=60)
+    result = C.calibrate(torch.device("cpu"), "fp32", small_trace, tolerance=0.5, time_cap_s=60, keep_untrusted=True)
     timed = pd.DataFrame(result["kernels"])
     assert (timed["seconds"] > 0).all() and len(timed) == len(C.kernels(small_trace))
     assert set(timed["cls"]) == {"matmul", "attention", "elementwise"}
@@ -254,7 +254,7 @@ def test_probes_add_the_host_overhead_to_the_kernel_bodies():
     from trainingcost.measure.run import traced
 
     trace = traced(spec(tiny(layers=1, d_model=16, seq_len=8, batch=2), "dfa"), torch.device("cpu"))
-    cal = C.calibrate(torch.device("cpu"), "fp32", trace, tolerance=0.5, probe=True)
+    cal = C.calibrate(torch.device("cpu"), "fp32", trace, tolerance=0.5, probe=True, keep_untrusted=True)
     probes = pd.DataFrame(cal["probes"])
     assert {"forward", "backward", "error_projection", "optimizer_step"} <= set(probes["phase"])
     phases = predict_phases(trace, cal).set_index("phase")
@@ -277,7 +277,7 @@ def test_on_a_gpu_a_probed_phase_is_the_longer_of_host_and_kernels():
     from trainingcost.measure.run import traced
 
     trace = traced(spec(tiny(layers=1, d_model=16, seq_len=8, batch=2), "bp"), torch.device("cpu"))
-    cal = C.calibrate(torch.device("cpu"), "fp32", trace, tolerance=0.5, probe=True)
+    cal = C.calibrate(torch.device("cpu"), "fp32", trace, tolerance=0.5, probe=True, keep_untrusted=True)
     priced = price(trace, cal)
     kernel = priced[priced["cls"].isin(["matmul", "attention", "elementwise"])]
     bodies = {phase: float(np.maximum(g["op_seconds"] - g["count"] * cal["launch_overhead_s"], 0).sum())
@@ -398,7 +398,7 @@ def test_the_calibration_records_each_probes_displacement_and_the_cache():
     from trainingcost.measure.run import traced
 
     trace = traced(spec(tiny(layers=1, d_model=16, seq_len=8, batch=2), "bp"), torch.device("cpu"))
-    cal = C.calibrate(torch.device("cpu"), "fp32", trace, tolerance=0.5, probe=True)
+    cal = C.calibrate(torch.device("cpu"), "fp32", trace, tolerance=0.5, probe=True, keep_untrusted=True)
     probes = pd.DataFrame(cal["probes"]).set_index("phase")
     assert probes.at["optimizer_step", "displaced_bytes"] == displaced_bytes(trace)["optimizer_step"] > 0
     assert (probes.drop(index="optimizer_step")["displaced_bytes"] == 0).all()
