@@ -29,25 +29,34 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from trainingcost.analytic.steptime import predict_step, runs  # noqa: E402
 from trainingcost.analytic.steptime.step import rule_work  # noqa: E402
+from trainingcost.config.errors import ConfigError  # noqa: E402
 from trainingcost.config.hardware import device  # noqa: E402
 
 GOALS = {"spearman": 0.7, "regret": 5.0}
 
 
-def evaluate(path: Path, min_rows: int) -> pd.DataFrame:
+def evaluate(path: Path, min_rows: int, refused: list | None = None) -> pd.DataFrame:
+    """One row per timed layout; a layout the model refuses is left out, its one line appended to ``refused``."""
     rows, works, memos = [], {}, {}
     for row in runs.load(path):
-        cfg, lay = runs.model_of(row), runs.layout_of(row)
-        dev = device(row["gpu"])
-        work = works.setdefault(cfg.config_id, rule_work(cfg, ["bp"]))
-        memo = memos.setdefault((cfg.config_id, row["gpu"]), {})
-        pred = predict_step(cfg, lay, dev, "bp", work, memo)
-        measured = runs.measured_step_time(row)
+        try:
+            cfg, lay = runs.model_of(row), runs.layout_of(row)
+            dev = device(row["gpu"])
+            work = works.setdefault(cfg.config_id, rule_work(cfg, ["bp"]))
+            memo = memos.setdefault((cfg.config_id, dev.name), {})
+            pred = predict_step(cfg, lay, dev, "bp", work, memo)
+            measured = runs.measured_step_time(row)
+        except (ConfigError, ValueError) as err:
+            if refused is not None:
+                refused.append(f"{row.get('sweep', '?')} / {row.get('run', '?')}: {err}")
+            continue
         G = lay.global_batch
         rows.append({"sweep": row["sweep"], "source": row["source"], "run": row["run"], "gpus": lay.gpus,
                      "layout": f"tp{lay.tp} pp{lay.pp} dp{lay.dp} mb{lay.micro_batch} {lay.sharding}",
                      "measured_per_seq": measured / G, "predicted_per_seq": pred.step_time_s / G})
     table = pd.DataFrame(rows)
+    if table.empty:
+        return table
     counts = table.groupby("sweep")["run"].transform("count")
     return table[counts >= min_rows]
 
@@ -73,7 +82,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", action="store_true", help="print every layout")
     args = ap.parse_args(argv)
     start = time.perf_counter()
-    table = evaluate(args.csv, args.min_rows)
+    refused: list[str] = []
+    table = evaluate(args.csv, args.min_rows, refused)
+    if table.empty:
+        print(f"no layout of {args.csv} could be priced ({len(refused)} refused):", *refused, sep="\n  ")
+        return 1
     result = per_sweep(table)
     if args.rows:
         print(table.to_string(index=False))
@@ -91,6 +104,8 @@ def main(argv=None) -> int:
     for source, part in result.groupby("source"):
         print(f"  {source}: {len(part)} sweeps, Spearman median {part['spearman'].median():.2f}, regret median "
               f"{part['regret_pct'].median():.1f}%, max {part['regret_pct'].max():.1f}%")
+    if refused:
+        print(f"{len(refused)} layouts refused (not in the figures above):", *refused, sep="\n  ")
     return 0
 
 

@@ -26,6 +26,7 @@ from trainingcost.analytic.plan import PRECISIONS  # noqa: E402
 from trainingcost.analytic.steptime import predict_step, runs  # noqa: E402
 from trainingcost.analytic.steptime.device import GENERIC  # noqa: E402
 from trainingcost.analytic.steptime.step import rule_work  # noqa: E402
+from trainingcost.config.errors import ConfigError  # noqa: E402
 from trainingcost.config.hardware import device  # noqa: E402
 
 FLAT_MFU = 0.40
@@ -35,20 +36,27 @@ BLACKWELL = ("b200", "gb200")
 GOALS = {"overall": 8.0, "left out": 12.0, "FSDP / ZeRO-3": 10.0, "H100 or newer": 10.0, "bias": 5.0}
 
 
-def evaluate(path: Path, efficiency: float | None = None) -> list[dict]:
-    """One dict per row; ``efficiency``: the kernel efficiency in place of the catalogue's (the refit)."""
+def evaluate(path: Path, efficiency: float | None = None, refused: list | None = None) -> list[dict]:
+    """One dict per row; ``efficiency``: the kernel efficiency in place of the catalogue's (the refit). A row the
+    model refuses (a value it does not know, a layout it cannot run) is left out and its one line appended to
+    ``refused``, so that one bad row does not stop the others."""
     out, works = [], {}
     for row in runs.load(path):
-        cfg, lay = runs.model_of(row), runs.layout_of(row)
-        dev = device(row["gpu"])
-        if efficiency is not None:
-            dev = dataclasses.replace(dev, steptime={**dev.steptime, "kernel_efficiency": efficiency})
-        work = works.setdefault(cfg.config_id, rule_work(cfg, ["bp"]))
-        pred = predict_step(cfg, lay, dev, "bp", work)
+        try:
+            cfg, lay = runs.model_of(row), runs.layout_of(row)
+            dev = device(row["gpu"])
+            if efficiency is not None:
+                dev = dataclasses.replace(dev, steptime={**dev.steptime, "kernel_efficiency": efficiency})
+            work = works.setdefault(cfg.config_id, rule_work(cfg, ["bp"]))
+            pred = predict_step(cfg, lay, dev, "bp", work)
+            measured = runs.measured_step_time(row)
+        except (ConfigError, ValueError) as err:
+            if refused is not None:
+                refused.append(f"{row.get('source', '?')} / {row.get('run', '?')}: {err}")
+            continue
         peak = dev.peak(PRECISIONS[lay.precision].peak_dtype)
         flat = lay.global_batch * work["bp"]["total"] / (lay.gpus * peak * FLAT_MFU)
-        measured = runs.measured_step_time(row)
-        out.append({"source": row["source"], "run": row["run"], "gpu": row["gpu"], "sharding": row["sharding"],
+        out.append({"source": row["source"], "run": row["run"], "gpu": dev.name, "sharding": lay.sharding,
                     "framework": row["framework"], "measured": measured, "predicted": pred.step_time_s,
                     "flat": flat, "err_pred": 100 * (pred.step_time_s / measured - 1),
                     "err_flat": 100 * (flat / measured - 1), "parts": pred.parts})
@@ -81,7 +89,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-loso", action="store_true", help="skip the leave-one-source-out refits (one more pass per source)")
     args = ap.parse_args(argv)
     start = time.perf_counter()
-    results = evaluate(args.csv)
+    refused: list[str] = []
+    results = evaluate(args.csv, refused=refused)
+    if not results:
+        print(f"no row of {args.csv} could be planned ({len(refused)} refused):", *refused, sep="\n  ")
+        return 1
     if args.rows:
         print(f"{'source':24} {'run':40} {'measured s':>10} {'predicted s':>11} {'err %':>7} {'flat s':>9} {'err %':>7}")
         for r in results:
@@ -112,6 +124,8 @@ def main(argv=None) -> int:
     print(f"{len(results)} rows from {sources} source tables in {time.perf_counter() - start:.1f} s "
           f"(goals: overall <= {GOALS['overall']:g}%, every source left out <= {GOALS['left out']:g}%, FSDP/ZeRO-3 "
           f"and H100 <= 10%, mean signed error within +-{GOALS['bias']:g}% per source)")
+    if refused:
+        print(f"{len(refused)} rows refused (not in the figures above):", *refused, sep="\n  ")
     return 0
 
 

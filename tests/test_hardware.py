@@ -111,11 +111,18 @@ def test_a_device_answers_to_other_spellings_of_its_names():
 
     spelled = {"h100_80gb": "h100-sxm", "H100 SXM": "h100-sxm", "A100_80GB": "a100-80gb", "a100_40gb": "a100-40gb",
                "A100-SXM4-40GB": "a100-40gb", "H100 PCIe": "h100-pcie", "MI300X": "mi300x", "h200": "h200",
-               "a100-sxm4-80gb": "a100-80gb"}
+               "a100-sxm4-80gb": "a100-80gb",
+               # the names torch and nvidia-smi print, the vendor's name aside
+               "NVIDIA H100 80GB HBM3": "h100-sxm", "NVIDIA A100-SXM4-40GB": "a100-40gb",
+               "AMD Instinct MI300X": "mi300x", "NVIDIA H100 PCIe": "h100-pcie", "NVIDIA GB200": "gb200"}
     assert {name: device(name).name for name in spelled} == spelled
-    for ambiguous in ("h100", "A100"):
-        with pytest.raises(ConfigError, match=rf"^gpu: '{ambiguous}' is not in the hardware catalogue \(allowed: "):
+    for ambiguous, could in (("h100", "h100-sxm, h100-pcie, h100-hbm2e"), ("A100", "a100-40gb, a100-80gb"),
+                             ("NVIDIA A100", "a100-40gb, a100-80gb")):
+        with pytest.raises(ConfigError, match=rf"^gpu: '{ambiguous}' names more than one catalogue entry \({could}\): "
+                                              "give one$"):
             device(ambiguous)
+    with pytest.raises(ConfigError, match=r"^gpu: 'nvidia' is not in the hardware catalogue \(allowed: "):
+        device("nvidia")
 
 
 def test_a_user_device_may_give_its_attention_share_per_sequence_length():

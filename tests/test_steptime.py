@@ -4,6 +4,8 @@ a tensor-parallel block; monotonicity properties; every published run loads and 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -275,6 +277,8 @@ def test_rules_own_products_are_priced_at_their_own_shapes(gpt2):
     (dict(gpus=4, cp=3), "--gpus: 4 GPUs do not split into tensor x pipeline x context groups of 1 x 1 x 3"),
     (dict(gpus=2, cp=0), "--cp: a positive integer (got 0)"),
     (dict(gpus=4, cp=2, attention="unfused"), "--cp: context parallelism 2 runs inside a fused attention kernel"),
+    (dict(sharding="FULL_SHARD"), "sharding: 'FULL_SHARD' is not allowed (allowed: none, zero1, zero2, zero3, fsdp)"),
+    (dict(precision="tf32"), "precision: 'tf32' is not allowed (allowed: fp32, bf16-mixed, fp16-mixed, fp8-mixed)"),
 ])
 def test_impossible_values_are_one_line(gpt2, change, message):
     lay = Layout(**{**dict(gpus=2, global_batch=8, micro_batch=1), **change})
@@ -328,6 +332,64 @@ def test_every_published_run_loads_and_plans():
         assert runs.measured_step_time(row) > 0
         pred = predict_step(cfg, lay, device(row["gpu"]))
         assert pred.step_time_s > 0 and 0 < pred.mfu < 1
+
+
+def test_fp8_on_a_device_without_fp8_is_one_line(gpt2, work):
+    """predict_step itself refuses a precision the device cannot run (the published-runs benchmarks call it without
+    the plan's checks): one line naming what the device lacks, not a TypeError on its missing peak."""
+    lay = Layout(gpus=2, global_batch=8, micro_batch=1, precision="fp8-mixed")
+    with pytest.raises(ConfigError, match=r"^precision: fp8-mixed needs bf16 and fp8 arithmetic, which a100-80gb has "
+                                          r"not, no fp8 \(allowed on a100-80gb: fp32, bf16-mixed, fp16-mixed\)$"):
+        predict_step(gpt2, lay, A100, "bp", work)
+
+
+def test_a_published_rows_columns_in_other_spellings_plan_as_ours():
+    """How other tables write a run (FSDP's FULL_SHARD, ZeRO-3, BF16, sdpa, RoPE, RMSNorm, nvidia-smi's device name,
+    AWS's instance type) reads as this project's names: the same model, layout and step as the row written our way;
+    a name that could mean two things (HYBRID_SHARD without its replica groups, a bare A100) is refused in one line."""
+    row = next(r for r in runs.load(ROOT / "benchmarks" / "published_runs.csv")
+               if r["sharding"] == "fsdp" and r["framework"] == "torchtitan" and r["attention"] in ("", "flash"))
+    theirs = {**row, "sharding": "FULL_SHARD", "precision": "BF16", "attention": "sdpa", "positions": "RoPE",
+              "norm": "RMSNorm", "ffn": "SwiGLU", "arch": "decoder-only", "recompute": row["recompute"].upper()
+              if not row["recompute"].startswith("ops:") else row["recompute"],
+              "gpu": {"a100-80gb": "NVIDIA A100-SXM4-80GB", "h100-sxm": "NVIDIA H100 80GB HBM3"}.get(row["gpu"], row["gpu"])}
+    assert runs.model_of(theirs) == runs.model_of(row)
+    assert runs.layout_of(theirs) == runs.layout_of({**row, "attention": "flash"})
+    mine = predict_step(runs.model_of(row), runs.layout_of({**row, "attention": "flash"}), device(row["gpu"]))
+    assert predict_step(runs.model_of(theirs), runs.layout_of(theirs), device(theirs["gpu"])).step_time_s \
+        == mine.step_time_s
+    assert runs.spelled({"sharding": "ZeRO-3", "precision": "bfloat16", "recompute": "true", "bias": "False"}) == \
+        {"sharding": "zero3", "precision": "bf16-mixed", "recompute": "full", "bias": "none"}
+    assert runs.spelled({"sharding": "HYBRID_SHARD", "replicate": "4"})["sharding"] == "fsdp"
+    with pytest.raises(ConfigError, match=r"^sharding: 'hybrid_shard' is not allowed"):
+        check_layout(runs.model_of(row), runs.layout_of({**row, "sharding": "HYBRID_SHARD"}))
+    with pytest.raises(ConfigError, match=r"^gpu: 'A100' names more than one catalogue entry \(a100-40gb, a100-80gb\)"):
+        device("A100")
+    from trainingcost.config.frameworks import cluster
+
+    assert cluster("p5").name == "aws-p5" and cluster("p4d.24xlarge").name == "aws-p4d" \
+        and cluster("a3-mega").name == "gcp-a3-mega"
+
+
+def test_the_accuracy_bench_leaves_a_refused_row_out_and_says_so(tmp_path):
+    """One row the model cannot take (a GPU outside the catalogue) does not stop the others: the bench scores the
+    rest and lists the refused row with its one line."""
+    import csv
+
+    rows = runs.load(ROOT / "benchmarks" / "published_runs.csv")
+    keep = [r for r in rows if r["source"] == "narayanan2021-table1"]
+    bad = {**keep[0], "run": "on a made-up GPU", "gpu": "h900"}
+    path = tmp_path / "rows.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows([*keep, bad])
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_plan_accuracy.py"), "--csv", str(path),
+                           "--no-loso"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"{len(keep)} rows from 1 source tables" in done.stdout
+    assert "1 rows refused (not in the figures above):\n  narayanan2021-table1 / on a made-up GPU: gpu: 'h900' is " \
+           "not in the hardware catalogue" in done.stdout
 
 
 @pytest.mark.parametrize("sharding, parallel", [("none", "ddp"), ("fsdp", "fsdp")])

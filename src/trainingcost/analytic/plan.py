@@ -39,7 +39,7 @@ from .registry import cost_model
 from ..config.errors import ConfigError
 
 
-from .plan_facts import PRECISIONS, SHARDINGS, ZERO_STAGE, ModelFacts, Precision, _configs, fullest_stage, model_facts, model_share, facts_split, stage_split, stages  # noqa: F401
+from .plan_facts import PRECISIONS, SHARDINGS, ZERO_STAGE, ModelFacts, Precision, _configs, check_precision, fullest_stage, model_facts, model_share, facts_split, stage_split, stages  # noqa: F401
 
 CHECKPOINTING = ("none", "selective", "full")
 # What ZeRO-3 (and FSDP's FULL_SHARD) gathers whole at a time, and the framework that does so (docs/planning.md):
@@ -145,20 +145,6 @@ class PlanSpec:
 
 
 MAX_MIRROR_STEPS = 1000  # weight-mirror steps per training step (WM): Akrout et al. 2019 use a handful
-
-
-def check_precision(name: str, device) -> None:
-    """One line where ``device`` lacks the arithmetic the precision needs (fp8-mixed: bf16 and fp8)."""
-    if name not in PRECISIONS:
-        raise ConfigError(f"precision: {name!r} is not allowed (allowed: {', '.join(PRECISIONS)})")
-    precision = PRECISIONS[name]
-    needed = [d for d in (precision.compute, precision.linear) if d]
-    lacking = [d for d in needed if device.peak(d) is None]
-    if lacking:
-        allowed = [p for p, q in PRECISIONS.items() if all(device.peak(d) is not None for d in (q.compute, q.linear) if d)]
-        missing = f", no {' or '.join(lacking)}" if len(needed) > 1 else ""
-        raise ConfigError(f"precision: {name} needs {' and '.join(needed)} arithmetic, which {device.name} has not"
-                          f"{missing} (allowed on {device.name}: {', '.join(allowed)})")
 
 
 def check_spec(spec: PlanSpec, cfg, device) -> None:

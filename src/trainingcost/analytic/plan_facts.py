@@ -15,6 +15,7 @@ import pandas as pd
 
 from . import templates as T
 from .catalogue import rule
+from ..config.errors import ConfigError
 from .layers import HEAD_KINDS, KINDS
 from .memory import _per_layer, memory_table, shapes_namespace
 
@@ -57,6 +58,20 @@ PRECISIONS = {
 }
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")  # fsdp: FULL_SHARD, ZeRO-3's sharding (Zhao et al. 2023)
 ZERO_STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}
+
+
+def check_precision(name: str, device) -> None:
+    """One line where ``device`` lacks the arithmetic the precision needs (fp8-mixed: bf16 and fp8)."""
+    if name not in PRECISIONS:
+        raise ConfigError(f"precision: {name!r} is not allowed (allowed: {', '.join(PRECISIONS)})")
+    precision = PRECISIONS[name]
+    needed = [d for d in (precision.compute, precision.linear) if d]
+    lacking = [d for d in needed if device.peak(d) is None]
+    if lacking:
+        allowed = [p for p, q in PRECISIONS.items() if all(device.peak(d) is not None for d in (q.compute, q.linear) if d)]
+        missing = f", no {' or '.join(lacking)}" if len(needed) > 1 else ""
+        raise ConfigError(f"precision: {name} needs {' and '.join(needed)} arithmetic, which {device.name} has not"
+                          f"{missing} (allowed on {device.name}: {', '.join(allowed)})")
 
 
 @dataclass

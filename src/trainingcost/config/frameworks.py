@@ -407,6 +407,10 @@ def cluster(name: str, flag: str = "--cluster") -> Cluster:
     table = _clusters()
     key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
     found = table.get(name) or next((c for n, c in table.items() if n.lower() == key), None)
+    if found is None:  # a cloud's instance type without the cloud's name: p5, p4d.24xlarge, a3-mega, nd-h100-v5
+        key = key.split(".")[0]
+        clouds = [c for n, c in table.items() if n.split("-", 1)[0] in ("aws", "gcp", "azure") and n.split("-", 1)[1] == key]
+        found = clouds[0] if len(clouds) == 1 else None
     if found is None:
         raise ConfigError(f"{flag}: {name!r} is not in the cluster catalogue (allowed: {', '.join(table)})")
     return found

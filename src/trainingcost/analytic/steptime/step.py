@@ -40,7 +40,7 @@ import numpy as np
 
 from ...config.errors import ConfigError
 from ...config.frameworks import GRAD_REDUCE, ZERO1_SYNC
-from ..plan_facts import PRECISIONS, ZERO_STAGE, model_facts, model_share, stage_split
+from ..plan_facts import PRECISIONS, ZERO_STAGE, check_precision, model_facts, model_share, stage_split
 from .device import DeviceModel
 from .network import Network
 
@@ -239,6 +239,10 @@ def hsdp_problem(replicate, dp: int, cp: int, sharding: str, zero1_sync: str = "
 def check_layout(cfg, lay: Layout) -> None:
     """One line per impossible value, naming the flag and what is allowed."""
 
+    if lay.sharding not in ZERO_STAGE:
+        raise ConfigError(f"sharding: {lay.sharding!r} is not allowed (allowed: {', '.join(ZERO_STAGE)})")
+    if lay.precision not in PRECISIONS:
+        raise ConfigError(f"precision: {lay.precision!r} is not allowed (allowed: {', '.join(PRECISIONS)})")
     if lay.interleave < 1 or int(lay.interleave) != lay.interleave:
         raise ConfigError(f"--interleave: a positive integer (got {lay.interleave!r})")
     if isinstance(lay.cp, bool) or not isinstance(lay.cp, int) or lay.cp < 1:
@@ -937,6 +941,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
         return memo[key]
 
     check_layout(cfg, lay)
+    check_precision(lay.precision, device)
     work = work if work is not None else rule_work(cfg, [rule])
     w = work[rule]
     one_micro = micro_batch(cfg, lay, device, rule, work, memo)
