@@ -371,6 +371,30 @@ def test_a_published_rows_columns_in_other_spellings_plan_as_ours():
         and cluster("a3-mega").name == "gcp-a3-mega"
 
 
+def test_a_published_row_without_optional_columns_takes_the_plans_defaults():
+    """A row from a table with fewer columns: what it leaves out is the plan's default (the framework's sharding and
+    attention, tp = pp = 1, no recompute, the device's best mixed precision, a model entry's defaults), the same step
+    as the row with those values written; a required column missing is one line naming it."""
+    row = next(r for r in runs.load(ROOT / "benchmarks" / "published_runs.csv")
+               if r["source"] == "torchtitan" and r["recompute"] == "none" and r["sharding"] == "fsdp")
+    optional = ("tp", "pp", "cp", "replicate", "interleave", "sequence_parallel", "sharding", "attention", "precision",
+                "cluster", "elementwise")
+    short = {k: v for k, v in row.items() if k not in optional}
+    assert row["tp"] == row["pp"] == "1" and row["precision"] == "bf16-mixed" and not row["cluster"]
+    assert runs.layout_of(short) == runs.layout_of({**row, "attention": "", "elementwise": ""})
+    empty = {**row, **{k: "" for k in optional}}
+    assert runs.layout_of(empty) == runs.layout_of(short)
+    model = {k: v for k, v in row.items() if k not in ("kv_heads", "d_ff", "norm", "ffn", "positions", "bias")}
+    assert runs.model_of(model) == runs.model_of({**row, "kv_heads": row["heads"], "d_ff": 4 * int(row["d_model"]),
+                                                   "norm": "layernorm", "ffn": "gelu", "positions": "sinusoidal",
+                                                   "bias": "all"})
+    for key in ("micro_batch", "d_model", "measured_value"):
+        with pytest.raises(ConfigError, match=rf"^published run '{row['run']}': {key}: required \(the column is "
+                                              r"missing or empty\)$"):
+            broken = {k: v for k, v in row.items() if k != key}
+            runs.model_of(broken), runs.layout_of(broken), runs.measured_step_time(broken)
+
+
 def test_the_accuracy_bench_leaves_a_refused_row_out_and_says_so(tmp_path):
     """One row the model cannot take (a GPU outside the catalogue) does not stop the others: the bench scores the
     rest and lists the refused row with its one line."""

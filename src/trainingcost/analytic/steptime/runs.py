@@ -15,7 +15,10 @@ table; benchmarks/plan_accuracy.md lists what was left out and why).
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
+
+from ...config.errors import ConfigError
 
 from .step import Layout
 
@@ -23,8 +26,11 @@ FIGURES = ("tflops_per_gpu", "step_time_s", "tokens_per_s", "tokens_per_s_per_gp
 
 
 def measured_step_time(row: dict) -> float:
-    figure, value = row["measured_figure"], float(row["measured_value"])
-    B, s, n = int(row["global_batch"]), int(row["seq_len"]), int(row["gpus"])
+    _required(row, "measured_figure", "measured_value", "global_batch", "seq_len", "gpus")
+    figure, value = row["measured_figure"].strip(), float(row["measured_value"])
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"published run {row.get('run', '?')!r}: measured_value: a positive number (got {value!r})")
+    B, s, n = _integer(row, "global_batch"), _integer(row, "seq_len"), _integer(row, "gpus")
     if figure == "tflops_per_gpu":
         l, h, V = int(row["layers"]), int(row["d_model"]), int(row["vocab"])
         flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
@@ -36,7 +42,6 @@ def measured_step_time(row: dict) -> float:
     if figure == "tokens_per_s_per_gpu":
         return B * s / (value * n)
     if figure == "neox_flops_per_gpu":
-        import math
 
         from ..comm import parameter_tensors
 
@@ -46,17 +51,50 @@ def measured_step_time(row: dict) -> float:
     raise ValueError(f"measured_figure: {figure!r} is not known (allowed: {', '.join(FIGURES)})")
 
 
+def _given(row: dict, key: str) -> bool:
+    return str(row.get(key) if row.get(key) is not None else "").strip() != ""
+
+
+def _required(row: dict, *keys: str) -> None:
+    """One line naming the first column a row must give and does not (absent or empty)."""
+    for key in keys:
+        if not _given(row, key):
+            raise ConfigError(f"published run {row.get('run', '?')!r}: {key}: required (the column is missing or empty)")
+
+
+def _integer(row: dict, key: str, default: int | None = None) -> int:
+    if not _given(row, key) and default is not None:
+        return default
+    try:
+        value = float(str(row[key]).strip())
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value == int(value)):
+        raise ConfigError(f"published run {row.get('run', '?')!r}: {key}: an integer (got {row[key]!r})")
+    return int(value)
+
+
 def model_of(row: dict):
+    """The row's model. Columns it leaves out or empty take the plan's defaults for a model entry
+    (config/model.py: kv_heads = heads, d_ff = 4 d, layernorm, gelu, sinusoidal positions, biases), as a user's
+    model entry would; the blocks are pre-norm, as every published run's are."""
     from ...config.model import canonical_model
 
     row = spelled(row)
-    entry = dict(arch=row["arch"], layers=int(row["layers"]), d_model=int(row["d_model"]), heads=int(row["heads"]),
-                 kv_heads=int(row["kv_heads"]), d_ff=int(row["d_ff"]), vocab=int(row["vocab"]),
-                 seq_len=int(row["seq_len"]), norm=row["norm"], norm_position="pre", ffn=row["ffn"],
-                 positions=row["positions"], bias=row["bias"])
-    for key in ("head_dim", "experts", "experts_per_token", "shared_expert_ff"):  # optional columns (a mixture of
-        if row.get(key):                                                        # experts, a head wider than d / heads)
-            entry[key] = int(row[key])
+    _required(row, "arch", "layers", "d_model", "heads", "vocab", "seq_len")
+    entry = dict(arch=row["arch"], layers=_integer(row, "layers"), d_model=_integer(row, "d_model"),
+                 heads=_integer(row, "heads"), vocab=_integer(row, "vocab"), seq_len=_integer(row, "seq_len"),
+                 norm_position="pre")
+    if _given(row, "d_ff"):
+        entry["d_ff"] = _integer(row, "d_ff")
+    else:
+        entry["ff_mult"] = 4
+    for key in ("norm", "ffn", "positions", "bias"):
+        if _given(row, key):
+            entry[key] = row[key]
+    for key in ("kv_heads", "head_dim", "experts", "experts_per_token", "shared_expert_ff"):  # optional columns (a
+        if _given(row, key):                                             # mixture of experts, a head wider than d / heads)
+            entry[key] = _integer(row, key)
     return canonical_model(entry, f"published run {row['run']!r}")
 
 
@@ -75,7 +113,7 @@ ALIASES = {
     # FSDP's ShardingStrategy names (torch.distributed.fsdp), DeepSpeed's stage spelled out, plain DDP
     "sharding": {"zero-1": "zero1", "zero_1": "zero1", "zero-2": "zero2", "zero_2": "zero2", "zero-3": "zero3",
                  "zero_3": "zero3", "full_shard": "fsdp", "fsdp2": "fsdp", "fsdp1": "fsdp",
-                 "shard_grad_op": "zero2", "no_shard": "none", "ddp": "none", "": "none"},
+                 "shard_grad_op": "zero2", "no_shard": "none", "ddp": "none"},
     # flash-attn 2 and torch's SDPA (whose flash backend is FlashAttention-2 on Ampere and Hopper in bf16/fp16),
     # FlashAttention-3, eager / math attention (the scores written out)
     "attention": {"fa2": "flash", "flash2": "flash", "flash-attn": "flash", "flash_attn": "flash",
@@ -122,16 +160,25 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
     from ...config.hardware import device
 
     row = spelled(row)
-    fw = framework(framework_name or row["framework"] or None, f"published run {row['run']!r}: framework")
-    attention = row["attention"] or device(row["gpu"]).attention_kernel(fw.attention)
+    _required(row, "gpu", "gpus", "global_batch", "micro_batch")
+    fw = framework(framework_name or row.get("framework") or None, f"published run {row['run']!r}: framework")
+    gpu = device(row["gpu"])
+    attention = row.get("attention") or gpu.attention_kernel(fw.attention)
     system = cluster(row["cluster"], f"published run {row['run']!r}: cluster") if row.get("cluster") else None
-    return Layout(gpus=int(row["gpus"]), global_batch=int(row["global_batch"]), micro_batch=int(row["micro_batch"]),
-                  tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row.get("cp") or 1),
-                  replicate=int(row.get("replicate") or 1), interleave=int(row["interleave"]),
-                  ep=int(row.get("ep") or 1), etp=int(row["etp"]) if row.get("etp") else None,
-                  sequence_parallel=bool(int(row["sequence_parallel"])), sharding=row["sharding"],
-                  recompute=row["recompute"], attention=attention,
-                  precision=row["precision"],
+    precision = row["precision"] if _given(row, "precision") else \
+        ("bf16-mixed" if gpu.peak("bf16") is not None else "fp16-mixed")  # the plan's default: the best mixed one
+    sequence_parallel = str(row.get("sequence_parallel") or "0").strip().lower()
+    if sequence_parallel not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+        raise ConfigError(f"published run {row['run']!r}: sequence_parallel: 0 or 1 (got {row['sequence_parallel']!r})")
+    return Layout(gpus=_integer(row, "gpus"), global_batch=_integer(row, "global_batch"),
+                  micro_batch=_integer(row, "micro_batch"), tp=_integer(row, "tp", 1), pp=_integer(row, "pp", 1),
+                  cp=_integer(row, "cp", 1), replicate=_integer(row, "replicate", 1),
+                  interleave=_integer(row, "interleave", 1), ep=_integer(row, "ep", 1),
+                  etp=_integer(row, "etp") if _given(row, "etp") else None,
+                  sequence_parallel=sequence_parallel in ("1", "true", "yes", "on"),
+                  sharding=row["sharding"] if _given(row, "sharding") else fw.sharding,
+                  recompute=row.get("recompute") or "none", attention=attention,
+                  precision=precision,
                   dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap, tp_backward_overlap=fw.tp_backward_overlap, zero3_granularity=fw.zero3_granularity, dp_rails=fw.dp_rails,
                   gather_prefetch=fw.gather_prefetch, grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync,
                   fp8_weight_cache=fw.fp8_weight_cache, elementwise=elementwise_of(row, fw),
