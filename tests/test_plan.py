@@ -327,6 +327,21 @@ def test_csv_and_json_carry_the_sources(capsys):
     assert capsys.readouterr().out.splitlines()[0].startswith("config_id,rule,cost_model")
 
 
+def test_the_plans_flags_take_other_tables_spellings(capsys):
+    """--sharding FULL_SHARD, --precision BF16, --attention sdpa, --gpu as nvidia-smi names it and --norm RMSNorm
+    plan exactly as fsdp, bf16-mixed, flash, h100-sxm and rmsnorm; a name that could mean two things stays refused."""
+    base = ["plan", "--preset", "gpt2-small", "--chinchilla", "--gpus", "16", "--rule", "bp", "--format", "json"]
+    assert cli.main([*base, "--gpu", "h100-sxm", "--sharding", "fsdp", "--precision", "bf16-mixed", "--attention",
+                     "flash", "--norm", "rmsnorm", "--positions", "rotary"]) == 0
+    ours = json.loads(capsys.readouterr().out)
+    assert cli.main([*base, "--gpu", "NVIDIA H100 80GB HBM3", "--sharding", "FULL_SHARD", "--precision", "BF16",
+                     "--attention", "sdpa", "--norm", "RMSNorm", "--positions", "RoPE"]) == 0
+    assert json.loads(capsys.readouterr().out) == ours
+    assert cli.main([*base, "--gpu", "H100", "--sharding", "fsdp"]) == 2
+    assert "gpu: 'H100' names more than one catalogue entry (h100-sxm, h100-pcie, h100-hbm2e): give one" in \
+        capsys.readouterr().err
+
+
 def test_a_calibration_and_an_hf_config_through_the_cli(tmp_path, capsys):
     from trainingcost.findings.plan_rate import calibrated_rate
 

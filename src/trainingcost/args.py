@@ -12,6 +12,7 @@ import re
 from .config import PRESETS, ConfigError, canonical_model, preset_entry
 from .config.hf import SUPPORTED as HF_MODEL_TYPES
 from .config.hf import check_window, drop_lm_head, drop_short_table, read_hf_config
+from .config.choices import spelling
 from .config.model import OPTIONS
 
 # Model flags; each flag's dest is its config field (--d-model -> d_model). The architecture options' flags come
@@ -97,9 +98,19 @@ def gpu_counts(text: str) -> list[int]:
     return sorted(set(counts))
 
 
+def spelled_as(field: str):
+    """An argparse ``type`` that reads a value as this project spells it (config/choices.py ``spelling``: letter case
+    aside, and other tables' names such as FULL_SHARD, BF16, sdpa or RoPE), before argparse checks its choices."""
+    def convert(value: str) -> str:
+        return spelling(field, value)
+
+    convert.__name__ = field
+    return convert
+
+
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", help=f"a named shape: {', '.join(PRESETS)}")
-    parser.add_argument("--arch", help="encoder, decoder or encoder-decoder")
+    parser.add_argument("--arch", type=spelled_as("arch"), help="encoder, decoder or encoder-decoder")
     parser.add_argument("--layers", type=integer, help="blocks (encoder-only, decoder-only; both stacks of encoder-decoder)")
     parser.add_argument("--enc-layers", type=integer, help="encoder blocks (encoder-decoder)")
     parser.add_argument("--dec-layers", type=integer, help="decoder blocks (encoder-decoder)")
@@ -118,7 +129,7 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     for name, meta in OPTIONS.items():
         flag, text = "--" + name.replace("_", "-"), meta["help"].replace("%", "%%")
         if meta["kind"] == "str":
-            arch.add_argument(flag, choices=meta["choices"], help=text)
+            arch.add_argument(flag, type=spelled_as(name), choices=meta["choices"], help=text)
         elif meta["kind"] == "bool":
             arch.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:

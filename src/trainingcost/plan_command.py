@@ -25,7 +25,8 @@ from .analytic.plan import (
     CHECKPOINTING, PRECISIONS, PREDICTED_SOURCE, SHARDINGS, STEP_PARTS, ZERO3_GATHER, Efficiency, PlanSpec, plan_table,
     tokens_per_sequence,
 )
-from .args import add_model_flags, count, count_max_or_auto, count_or_auto, gpu_counts, model_entry, number, rule_list
+from .args import (add_model_flags, count, count_max_or_auto, count_or_auto, gpu_counts, model_entry, number, rule_list,
+                   spelled_as)
 from .plan_search import OBJECTIVES, fixed_args, free_fields
 from .analytic.steptime.device import below_full_power, generic_numbers, power_label
 from .analytic.steptime.step import ATTENTION
@@ -99,7 +100,7 @@ def add_parser(sub) -> None:
                         f"{default_framework()}), or a family ({', '.join(families())}) for its newest entry, or "
                         "FAMILY@YEAR (or @YYYY-MM[-DD]) for the entry of that time: what it overlaps, what a ZeRO-3 "
                         "gather moves, its attention kernel and its default sharding")
-    p.add_argument("--attention", default=None, choices=list(ATTENTION),
+    p.add_argument("--attention", default=None, type=spelled_as("attention"), choices=list(ATTENTION),
                    help="the attention kernel: flash (FlashAttention-2), flash3 (FlashAttention-3, Hopper only: "
                         "FlashAttention-2 elsewhere), cudnn (cuDNN's fused attention, TransformerEngine's on Hopper) or "
                         "unfused (batched products, softmax in memory); default: the framework's")
@@ -110,18 +111,18 @@ def add_parser(sub) -> None:
     p.add_argument("--cluster", default=None, metavar="NAME",
                    help=f"a named system (config/clusters.yaml: {', '.join(clusters())}): its GPU (unless --gpu), "
                         "GPUs per node and NIC bandwidth per GPU")
-    p.add_argument("--sharding", default=None, choices=[*SHARDINGS, "auto"],
+    p.add_argument("--sharding", default=None, type=spelled_as("sharding"), choices=[*SHARDINGS, "auto"],
                    help="data-parallel sharding: none (DDP), ZeRO stage 1-3, fsdp (FULL_SHARD = ZeRO-3); default: "
                         "the framework's")
     p.add_argument("--zero3-gather", default=None, choices=list(ZERO3_GATHER),
                    help="what ZeRO-3/FSDP gathers whole at a time: module (DeepSpeed ZeRO-3, its estimator's accounting), "
                         "sublayer (FSDP wrapping attention and FFN modules) or block (FSDP wrapping each block); "
                         "default: the framework's")
-    p.add_argument("--precision", choices=list(PRECISIONS),
+    p.add_argument("--precision", type=spelled_as("precision"), choices=list(PRECISIONS),
                    help="default: the device's best mixed precision (bf16-mixed where it has bf16 arithmetic, else "
                         "fp16-mixed, as GPT-3 was trained on V100s); fp8-mixed: bf16-mixed with the blocks' linear "
                         "products in fp8 (devices with fp8 tensor cores: Ada, Hopper, Blackwell, MI300X)")
-    p.add_argument("--checkpointing", default="none", choices=[*CHECKPOINTING, "auto"],
+    p.add_argument("--checkpointing", default="none", type=str.lower, choices=[*CHECKPOINTING, "auto"],
                    help="activation checkpointing: selective checkpoints every --checkpoint-every-th block")
     p.add_argument("--checkpoint-every", type=count, default=2)
     p.add_argument("--optimizer", default="adam", choices=list(OPTIMIZER_SLOTS))

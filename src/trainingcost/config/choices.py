@@ -30,3 +30,45 @@ TRAIN_DTYPES = ("fp32", "bf16")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 PARALLEL = ("ddp", "zero2", "fsdp")  # data-parallel runs (docs/distributed.md)
 BACKENDS = ("auto", "gloo", "nccl")
+
+# How other tables, configs and command lines spell these values, as this project's names; letter case aside
+# (:func:`spelling`). The published-runs reader (analytic/steptime/runs.py) and the plan's flags read them. A name
+# that means more than one thing is not guessed: HYBRID_SHARD (HSDP) needs its replica groups (the reader takes it
+# where a row's ``replicate`` gives them), and xformers' or Triton's attention kernels are not priced.
+SPELLINGS = {
+    # mixed precision keeps fp32 master weights whatever a table calls it (MosaicML's amp_bf16 / amp_fp8, NVIDIA's
+    # BF16 / FP8, torch's dtype names bfloat16 / float16)
+    "precision": {"bf16": "bf16-mixed", "amp_bf16": "bf16-mixed", "fp16": "fp16-mixed", "amp_fp16": "fp16-mixed",
+                  "fp8": "fp8-mixed", "amp_fp8": "fp8-mixed", "bfloat16": "bf16-mixed", "float16": "fp16-mixed",
+                  "bf16_mixed": "bf16-mixed", "fp16_mixed": "fp16-mixed", "fp8_mixed": "fp8-mixed",
+                  "float32": "fp32"},
+    # FSDP's ShardingStrategy names (torch.distributed.fsdp), DeepSpeed's stage spelled out, plain DDP
+    "sharding": {"zero-1": "zero1", "zero_1": "zero1", "zero-2": "zero2", "zero_2": "zero2", "zero-3": "zero3",
+                 "zero_3": "zero3", "full_shard": "fsdp", "fsdp2": "fsdp", "fsdp1": "fsdp",
+                 "shard_grad_op": "zero2", "no_shard": "none", "ddp": "none"},
+    # flash-attn 2 and torch's SDPA (whose flash backend is FlashAttention-2 on Ampere and Hopper in bf16/fp16),
+    # FlashAttention-3, eager / math attention (the scores written out)
+    "attention": {"fa2": "flash", "flash2": "flash", "flash-attn": "flash", "flash_attn": "flash",
+                  "flash-attention": "flash", "flash_attention_2": "flash", "flash-attention-2": "flash",
+                  "sdpa": "flash", "fa3": "flash3", "flash-attention-3": "flash3", "flash_attention_3": "flash3",
+                  "eager": "unfused", "math": "unfused"},
+    # a table's yes/no for activation checkpointing is whole blocks (Megatron's --checkpoint-activations)
+    "recompute": {"": "none", "false": "none", "no": "none", "0": "none", "true": "full", "yes": "full",
+                  "1": "full", "block": "full", "layer": "full", "full_layer": "full"},
+    "positions": {"rope": "rotary", "alibi": "none"},  # ALiBi adds a bias to the scores, no position parameters
+    "ffn": {"gated-gelu": "geglu", "gated_gelu": "geglu"},
+    "norm": {"rms": "rmsnorm", "rms_norm": "rmsnorm", "layer_norm": "layernorm"},
+    "arch": {"decoder-only": "decoder", "encoder-only": "encoder", "causal": "decoder"},
+    "bias": {"true": "all", "false": "none"},
+}
+
+
+def spelling(field: str, value) -> str:
+    """``value`` of ``field`` in this project's spelling: letter case and surrounding spaces aside, and the names
+    :data:`SPELLINGS` lists for it; anything else comes back folded, for the caller's check to refuse. A recompute
+    policy naming its products (``ops:...``) keeps its own case."""
+    text = str(value).strip()
+    if field == "recompute" and text.lower().startswith("ops:"):
+        return text
+    folded = text.lower()
+    return SPELLINGS.get(field, {}).get(folded, folded)

@@ -18,6 +18,7 @@ import csv
 import math
 from pathlib import Path
 
+from ...config.choices import SPELLINGS, spelling
 from ...config.errors import ConfigError
 
 from .step import Layout
@@ -98,55 +99,16 @@ def model_of(row: dict):
     return canonical_model(entry, f"published run {row['run']!r}")
 
 
-# How sources print a run's precision, as the plan's precisions (analytic/plan_facts.py PRECISIONS): mixed precision
-# keeps fp32 master weights whatever the table calls it (MosaicML's amp_bf16 / amp_fp8, NVIDIA's BF16 / FP8, torch's
-# dtype names bfloat16 / float16)
-PRECISION_ALIASES = {"bf16": "bf16-mixed", "amp_bf16": "bf16-mixed", "fp16": "fp16-mixed", "amp_fp16": "fp16-mixed",
-                     "fp8": "fp8-mixed", "amp_fp8": "fp8-mixed", "bfloat16": "bf16-mixed", "float16": "fp16-mixed",
-                     "bf16_mixed": "bf16-mixed", "fp16_mixed": "fp16-mixed", "fp8_mixed": "fp8-mixed",
-                     "float32": "fp32"}
-
-# How tables and configs spell the other categorical columns, as this project's names; letter case aside. A name that
-# means more than one thing here is not guessed: hybrid_shard (HSDP) needs the replica groups in ``replicate``, so it
-# is taken as fsdp only where that column gives them; xformers and Triton attention kernels are not priced.
-ALIASES = {
-    # FSDP's ShardingStrategy names (torch.distributed.fsdp), DeepSpeed's stage spelled out, plain DDP
-    "sharding": {"zero-1": "zero1", "zero_1": "zero1", "zero-2": "zero2", "zero_2": "zero2", "zero-3": "zero3",
-                 "zero_3": "zero3", "full_shard": "fsdp", "fsdp2": "fsdp", "fsdp1": "fsdp",
-                 "shard_grad_op": "zero2", "no_shard": "none", "ddp": "none"},
-    # flash-attn 2 and torch's SDPA (whose flash backend is FlashAttention-2 on Ampere and Hopper in bf16/fp16),
-    # FlashAttention-3, eager / math attention (the scores written out)
-    "attention": {"fa2": "flash", "flash2": "flash", "flash-attn": "flash", "flash_attn": "flash",
-                  "flash-attention": "flash", "flash_attention_2": "flash", "flash-attention-2": "flash",
-                  "sdpa": "flash", "fa3": "flash3", "flash-attention-3": "flash3", "flash_attention_3": "flash3",
-                  "eager": "unfused", "math": "unfused"},
-    "recompute": {"": "none", "false": "none", "no": "none", "0": "none", "true": "full", "yes": "full",
-                  "1": "full", "block": "full", "layer": "full", "full_layer": "full"},
-    "positions": {"rope": "rotary", "alibi": "none"},  # ALiBi adds a bias to the scores, no position parameters
-    "ffn": {"gated-gelu": "geglu", "gated_gelu": "geglu"},
-    "norm": {"rms": "rmsnorm", "rms_norm": "rmsnorm", "layer_norm": "layernorm"},
-    "arch": {"decoder-only": "decoder", "encoder-only": "encoder", "causal": "decoder"},
-    "bias": {"true": "all", "false": "none"},
-}
-
-
 def spelled(row: dict) -> dict:
-    """``row`` with its categorical columns in this project's spelling (:data:`ALIASES`, :data:`PRECISION_ALIASES`,
-    letter case aside); what is not known is left for the model's own checks to refuse in one line."""
+    """``row`` with its categorical columns in this project's spelling (config/choices.py :data:`SPELLINGS`, letter
+    case aside); what is not known is left for the model's own checks to refuse in one line. HYBRID_SHARD (HSDP) is
+    fsdp where the row's ``replicate`` column gives its replica groups, and refused where it does not."""
     out = dict(row)
-    for column, names in ALIASES.items():
-        if column in out and out[column] is not None:
-            value = str(out[column]).strip()
-            folded = value.lower()
-            if column == "recompute" and folded.startswith("ops:"):
-                out[column] = value
-                continue
-            out[column] = names.get(folded, folded)
+    for column in SPELLINGS:
+        if out.get(column) is not None:
+            out[column] = spelling(column, out[column])
     if out.get("sharding") in ("hybrid_shard", "hsdp", "_hybrid_shard_zero2") and int(out.get("replicate") or 1) > 1:
         out["sharding"] = "fsdp" if out["sharding"] != "_hybrid_shard_zero2" else "zero2"
-    if out.get("precision") is not None:
-        folded = str(out["precision"]).strip().lower()
-        out["precision"] = PRECISION_ALIASES.get(folded, folded)
     return out
 
 
