@@ -76,6 +76,31 @@ def test_a_mesh_node_gives_a_group_of_k_gpus_k_minus_1_links():
     assert four.all_to_all(S, 8, stride=2) == pytest.approx(max(S * 4 / 8 / 200e9, S * 3 / 8 / (3 * link)))
 
 
+def test_a_quad_gh200_node_is_a_mesh_of_nvlink_pairs_and_its_cluster_says_so():
+    """The GH200 of JUPITER (JSC's configuration page): 4 GPUs per node, each pair at 150 GB/s per direction, no
+    switch, 200 Gb/s NDR200 per GPU. Its network from the catalogue: a pair reaches one link (150 GB/s at the share
+    of the link rate 8 H100 reach on NVSwitch, 370 of 450), the 4 GPUs three; between nodes the NICs; the plan on the
+    cluster names it, and its GEMMs run at the GH200's own measured ceiling (83.8% of 989 TFLOP/s)."""
+    from trainingcost.config.frameworks import cluster
+
+    dev, node = device("gh200"), cluster("jupiter")
+    assert node.gpu == "gh200" and node.gpus_per_node == 4 and node.nic_gbps == 200
+    assert device("NVIDIA GH200 480GB").name == "gh200" and device("gh200-141gb").name == "gh200-144gb"
+    assert (dev.memory_bytes, dev.bandwidth_bytes_per_s, device("gh200-144gb").memory_bytes) == (96e9, 4000e9, 141e9)
+    net = Network.of(dev.steptime, node.gpus_per_node, node.nic_gbps)
+    link = 150e9 * 370 / 450
+    assert net.intra_link_bw == pytest.approx(123e9, rel=1e-3) and link == pytest.approx(123e9, rel=0.003)
+    S = 1e9
+    alpha = dev.steptime["intra_latency_us"] * 1e-6
+    assert net.all_gather(S, 2) == pytest.approx(alpha + 1 / 2 * S / 123e9)
+    assert net.all_reduce(S, 4) == pytest.approx(alpha + 2 * 3 / 4 * S / min(370e9, 3 * 123e9))
+    assert net.inter_bw == pytest.approx(200 / 8 * 1e9 * 0.9)
+    model = DeviceModel.of(dev, "bf16")
+    big = 8192
+    tiles = (big // 128) * (big // 256)  # the H100's 128 x 256 x 64 tile, 132 SMs: 2048 tiles in 16 waves
+    assert model.gemm_efficiency(big, big, big) == pytest.approx(0.838 * tiles / (16 * 132) * big / (big + 64), rel=1e-9)
+
+
 def test_one_zero3_step_moves_three_times_the_parameters(gpt2, work):
     """Per FSDP unit (the root and each block, analytic/comm.py): gathered in forward and again in backward, its
     gradients reduce-scattered, each a collective of its own with one latency: 3 x (alpha + 15/16 S_u / B) per
