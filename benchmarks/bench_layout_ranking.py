@@ -46,7 +46,7 @@ def evaluate(path: Path, min_rows: int, refused: list | None = None) -> pd.DataF
             memo = memos.setdefault((cfg.config_id, dev.name), {})
             pred = predict_step(cfg, lay, dev, "bp", work, memo)
             measured = runs.measured_step_time(row)
-        except (ConfigError, ValueError) as err:
+        except ConfigError as err:
             if refused is not None:
                 refused.append(f"{row.get('sweep', '?')} / {row.get('run', '?')}: {err}")
             continue

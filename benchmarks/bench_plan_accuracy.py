@@ -50,7 +50,7 @@ def evaluate(path: Path, efficiency: float | None = None, refused: list | None =
             work = works.setdefault(cfg.config_id, rule_work(cfg, ["bp"]))
             pred = predict_step(cfg, lay, dev, "bp", work)
             measured = runs.measured_step_time(row)
-        except (ConfigError, ValueError) as err:
+        except ConfigError as err:
             if refused is not None:
                 refused.append(f"{row.get('source', '?')} / {row.get('run', '?')}: {err}")
             continue

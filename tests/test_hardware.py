@@ -123,6 +123,20 @@ def test_a_device_answers_to_other_spellings_of_its_names():
             device(ambiguous)
     with pytest.raises(ConfigError, match=r"^gpu: 'nvidia' is not in the hardware catalogue \(allowed: "):
         device("nvidia")
+    # a PCIe A100 is not the catalogue's SXM part (torch's name for it is a match string, not an alias)
+    with pytest.raises(ConfigError, match=r"^gpu: 'NVIDIA A100-PCIE-40GB' is not in the hardware catalogue"):
+        device("NVIDIA A100-PCIE-40GB")
+    assert device("NVIDIA GH200 144G HBM3e").name == "gh200-144gb" and device("NVIDIA GH200 480GB").name == "gh200"
+
+
+def test_a_user_device_named_with_a_vendor_word_keeps_its_name():
+    """The vendor's name is dropped only where the whole name finds nothing: a user's tesla-t4 answers to
+    "Tesla T4" and tesla_t4."""
+    from trainingcost.config.hardware import device, with_user_devices
+
+    table = with_user_devices({"tesla-t4": {"peak_tflops": {"fp16": 65}, "memory_gb": 16, "bandwidth_gbs": 320,
+                                            "power_w": 70, "source": "NVIDIA T4 datasheet"}})
+    assert device("Tesla T4", table).name == device("tesla_t4", table).name == "tesla-t4"
 
 
 def test_a_user_device_may_give_its_attention_share_per_sequence_length():

@@ -386,8 +386,18 @@ def test_a_published_rows_columns_in_other_spellings_plan_as_ours():
     assert runs.spelled({"sharding": "ZeRO-3", "precision": "bfloat16", "recompute": "true", "bias": "False"}) == \
         {"sharding": "zero3", "precision": "bf16-mixed", "recompute": "full", "bias": "none"}
     assert runs.spelled({"sharding": "HYBRID_SHARD", "replicate": "4"})["sharding"] == "fsdp"
-    with pytest.raises(ConfigError, match=r"^sharding: 'hybrid_shard' is not allowed"):
-        check_layout(runs.model_of(row), runs.layout_of({**row, "sharding": "HYBRID_SHARD"}))
+    with pytest.raises(ConfigError, match=r"^published run '.*': sharding: 'HYBRID_SHARD' \(HSDP\) needs its replica "
+                                          r"groups in the replicate column \(2 or more\), or give fsdp$"):
+        runs.layout_of({**row, "sharding": "HYBRID_SHARD"})
+    assert runs.spelled({"recompute": "OPS:k+o"})["recompute"] == "ops:k+o"
+    # a row's attention kernel is the one its GPU runs: sdpa (FlashAttention-2) on a V100 is unfused, fa3 on an A100
+    # FlashAttention-2, as the plan's --attention falls back
+    assert runs.layout_of({**row, "gpu": "v100", "attention": "sdpa", "precision": "fp16"}).attention == "unfused"
+    assert runs.layout_of({**row, "gpu": "a100-80gb", "attention": "fa3"}).attention == "flash"
+    with pytest.raises(ConfigError, match=r"^published run '.*': measured_value: a number \(got 'n/a'\)$"):
+        runs.measured_step_time({**row, "measured_value": "n/a"})
+    blank = runs.layout_of({**row, "sequence_parallel": " ", "cluster": " ", "framework": " torchtitan "})
+    assert blank == runs.layout_of({**row, "sequence_parallel": "0", "cluster": "", "framework": "torchtitan"})
     with pytest.raises(ConfigError, match=r"^gpu: 'A100' names more than one catalogue entry \(a100-40gb, a100-80gb\)"):
         device("A100")
     from trainingcost.config.frameworks import cluster
@@ -418,6 +428,20 @@ def test_a_published_row_without_optional_columns_takes_the_plans_defaults():
                                               r"missing or empty\)$"):
             broken = {k: v for k, v in row.items() if k != key}
             runs.model_of(broken), runs.layout_of(broken), runs.measured_step_time(broken)
+
+
+@pytest.mark.parametrize("table", ["published_runs_blackwell.csv", "published_runs_moe.csv", "published_runs_amd.csv",
+                                   "layout_sweeps.csv"])
+def test_every_row_of_the_tables_scored_apart_plans(table):
+    """The benches leave a refused row out of their figures (and list it): so every row they ship must plan, or a
+    figure would silently stand on fewer rows. The ranking's 1,794 layouts are read, the other tables priced."""
+    rows = runs.load(ROOT / "benchmarks" / table)
+    assert rows
+    for row in rows:
+        cfg, lay = runs.model_of(row), runs.layout_of(row)
+        assert runs.measured_step_time(row) > 0 and lay.dp == int(row["dp"])
+        if table != "layout_sweeps.csv":
+            assert predict_step(cfg, lay, device(row["gpu"])).step_time_s > 0
 
 
 def test_the_accuracy_bench_leaves_a_refused_row_out_and_says_so(tmp_path):
@@ -672,7 +696,8 @@ def test_the_framework_decides_the_split_in_time_and_memory():
 def test_a_device_without_flashattention_runs_the_frameworks_attention_unfused(capsys):
     """FlashAttention does not run on Volta (config/hardware.yaml, flash_attention: false): a framework that uses it
     elsewhere (FSDP2, torchtitan) prices a V100's attention unfused, with its kept scores in memory; an A100 keeps the
-    fused kernel; an explicit row (a published run's own attention column) is taken as stated."""
+    fused kernel; a published row's own attention column falls back the same way (the kernel its GPU can run), as
+    the plan's --attention does."""
     import json
 
     from trainingcost import cli
@@ -695,7 +720,8 @@ def test_a_device_without_flashattention_runs_the_frameworks_attention_unfused(c
     row = {k: v for k, v in runs.load(ROOT / "benchmarks" / "published_runs.csv")[0].items()}
     assert runs.layout_of({**row, "gpu": "v100", "attention": ""}).attention == "unfused"
     assert runs.layout_of({**row, "gpu": "a100-80gb", "attention": ""}, "fsdp2").attention == "flash"
-    assert runs.layout_of({**row, "gpu": "v100", "attention": "flash"}).attention == "flash"
+    assert runs.layout_of({**row, "gpu": "v100", "attention": "flash"}).attention == "unfused"
+    assert runs.layout_of({**row, "gpu": "v100", "attention": "unfused"}).attention == "unfused"
     assert cli.main([*common[:-4], "--micro-batch", "8", "--gpu", "v100"]) == 0
     assert "attention unfused: neither FlashAttention nor cuDNN's fused attention runs on v100" in " ".join(capsys.readouterr().out.split())
 

@@ -69,6 +69,6 @@ def spelling(field: str, value) -> str:
     policy naming its products (``ops:...``) keeps its own case."""
     text = str(value).strip()
     if field == "recompute" and text.lower().startswith("ops:"):
-        return text
+        return "ops:" + text[4:]
     folded = text.lower()
     return SPELLINGS.get(field, {}).get(folded, folded)

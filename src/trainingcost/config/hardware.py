@@ -210,26 +210,25 @@ VENDOR_WORDS = ("nvidia", "amd", "instinct", "tesla", "geforce")  # "NVIDIA H100
 
 
 def device(name: str, table: dict[str, Device] | None = None) -> Device:
-    """A device by its catalogue name, one of its ``aliases`` or the name torch and nvidia-smi give it (its ``match``
-    strings: "NVIDIA H100 80GB HBM3"), letter case, spaces, underscores and the vendor's name aside (A100_80GB,
-    "H100 SXM", h100_80gb, A100-SXM4-40GB); an ambiguous name (H100: SXM or PCIe?) is refused, naming the entries
-    it could be."""
+    """A device by its catalogue name or one of its ``aliases``, letter case, spaces and underscores aside
+    (A100_80GB, "H100 SXM", h100_80gb, A100-SXM4-40GB), and the vendor's name aside where the name alone finds
+    nothing ("NVIDIA H100 80GB HBM3", nvidia-smi's name, an alias of the H100 SXM; "AMD Instinct MI300X"); an
+    ambiguous name (H100: SXM or PCIe?) is refused, naming the entries it could be."""
     table = table if table is not None else devices()
     if name in table:
         return table[name]
     words = _spelled(str(name)).split("-")
+    tried = ["-".join(words)]
     while len(words) > 1 and words[0] in VENDOR_WORDS:
         words = words[1:]
-    spelled = "-".join(words)
-    for d in table.values():
-        if spelled in (_spelled(d.name), *map(_spelled, d.aliases)):
-            return d
-    could = [n for n in table if _spelled(n).startswith(spelled + "-")]
+        tried.append("-".join(words))
+    for spelled in tried:
+        for d in table.values():
+            if spelled in (_spelled(d.name), *map(_spelled, d.aliases)):
+                return d
+    could = [n for n in table if _spelled(n).startswith(tried[-1] + "-")]
     if len(could) > 1:
         raise ConfigError(f"gpu: {name!r} names more than one catalogue entry ({', '.join(could)}): give one")
-    for d in table.values():
-        if spelled in map(_spelled, d.match):
-            return d
     raise ConfigError(f"gpu: {name!r} is not in the hardware catalogue (allowed: {', '.join(table)})")
 
 

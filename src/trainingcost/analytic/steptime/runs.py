@@ -28,8 +28,8 @@ FIGURES = ("tflops_per_gpu", "step_time_s", "tokens_per_s", "tokens_per_s_per_gp
 
 def measured_step_time(row: dict) -> float:
     _required(row, "measured_figure", "measured_value", "global_batch", "seq_len", "gpus")
-    figure, value = row["measured_figure"].strip(), float(row["measured_value"])
-    if not (math.isfinite(value) and value > 0):
+    figure, value = row["measured_figure"].strip(), _number(row, "measured_value")
+    if not value > 0:
         raise ConfigError(f"published run {row.get('run', '?')!r}: measured_value: a positive number (got {value!r})")
     B, s, n = _integer(row, "global_batch"), _integer(row, "seq_len"), _integer(row, "gpus")
     if figure == "tflops_per_gpu":
@@ -49,7 +49,8 @@ def measured_step_time(row: dict) -> float:
         l, h = int(row["layers"]), int(row["d_model"])
         params = sum(math.prod(shape) for _, shape in parameter_tensors(model_of(row), "bp"))
         return B * s * (6 * params + 60 * s * h * l) / (n * value * 1e12)
-    raise ValueError(f"measured_figure: {figure!r} is not known (allowed: {', '.join(FIGURES)})")
+    raise ConfigError(f"published run {row.get('run', '?')!r}: measured_figure: {figure!r} is not known (allowed: "
+                      f"{', '.join(FIGURES)})")
 
 
 def _given(row: dict, key: str) -> bool:
@@ -61,6 +62,16 @@ def _required(row: dict, *keys: str) -> None:
     for key in keys:
         if not _given(row, key):
             raise ConfigError(f"published run {row.get('run', '?')!r}: {key}: required (the column is missing or empty)")
+
+
+def _number(row: dict, key: str) -> float:
+    try:
+        value = float(str(row[key]).strip())
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ConfigError(f"published run {row.get('run', '?')!r}: {key}: a number (got {row[key]!r})")
+    return value
 
 
 def _integer(row: dict, key: str, default: int | None = None) -> int:
@@ -96,18 +107,21 @@ def model_of(row: dict):
     for key in ("kv_heads", "head_dim", "experts", "experts_per_token", "shared_expert_ff"):  # optional columns (a
         if _given(row, key):                                             # mixture of experts, a head wider than d / heads)
             entry[key] = _integer(row, key)
-    return canonical_model(entry, f"published run {row['run']!r}")
+    return canonical_model(entry, f"published run {row.get('run', '?')!r}")
 
 
 def spelled(row: dict) -> dict:
     """``row`` with its categorical columns in this project's spelling (config/choices.py :data:`SPELLINGS`, letter
     case aside); what is not known is left for the model's own checks to refuse in one line. HYBRID_SHARD (HSDP) is
     fsdp where the row's ``replicate`` column gives its replica groups, and refused where it does not."""
-    out = dict(row)
+    out = {key: value.strip() if isinstance(value, str) else value for key, value in row.items()}
     for column in SPELLINGS:
         if out.get(column) is not None:
             out[column] = spelling(column, out[column])
-    if out.get("sharding") in ("hybrid_shard", "hsdp", "_hybrid_shard_zero2") and int(out.get("replicate") or 1) > 1:
+    if out.get("sharding") in ("hybrid_shard", "hsdp", "_hybrid_shard_zero2"):
+        if _integer(out, "replicate", 1) < 2:
+            raise ConfigError(f"published run {out.get('run', '?')!r}: sharding: {row['sharding']!r} (HSDP) needs its "
+                              "replica groups in the replicate column (2 or more), or give fsdp")
         out["sharding"] = "fsdp" if out["sharding"] != "_hybrid_shard_zero2" else "zero2"
     return out
 
@@ -123,15 +137,16 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
 
     row = spelled(row)
     _required(row, "gpu", "gpus", "global_batch", "micro_batch")
-    fw = framework(framework_name or row.get("framework") or None, f"published run {row['run']!r}: framework")
+    run = row.get("run", "?")
+    fw = framework(framework_name or row.get("framework") or None, f"published run {run!r}: framework")
     gpu = device(row["gpu"])
-    attention = row.get("attention") or gpu.attention_kernel(fw.attention)
-    system = cluster(row["cluster"], f"published run {row['run']!r}: cluster") if row.get("cluster") else None
+    attention = gpu.attention_kernel(row.get("attention") or fw.attention)  # the kernel the row's GPU can run
+    system = cluster(row["cluster"], f"published run {run!r}: cluster") if row.get("cluster") else None
     precision = row["precision"] if _given(row, "precision") else \
         ("bf16-mixed" if gpu.peak("bf16") is not None else "fp16-mixed")  # the plan's default: the best mixed one
-    sequence_parallel = str(row.get("sequence_parallel") or "0").strip().lower()
+    sequence_parallel = str(row.get("sequence_parallel") or "0").lower()
     if sequence_parallel not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
-        raise ConfigError(f"published run {row['run']!r}: sequence_parallel: 0 or 1 (got {row['sequence_parallel']!r})")
+        raise ConfigError(f"published run {run!r}: sequence_parallel: 0 or 1 (got {row['sequence_parallel']!r})")
     return Layout(gpus=_integer(row, "gpus"), global_batch=_integer(row, "global_batch"),
                   micro_batch=_integer(row, "micro_batch"), tp=_integer(row, "tp", 1), pp=_integer(row, "pp", 1),
                   cp=_integer(row, "cp", 1), replicate=_integer(row, "replicate", 1),
@@ -162,7 +177,7 @@ def elementwise_of(row: dict, fw) -> str:
     try:
         eager_ops(given or "fused")
     except ValueError:
-        raise ConfigError(f"published run {row['run']!r}: elementwise: {given!r} is not allowed (allowed: fused, "
+        raise ConfigError(f"published run {row.get('run', '?')!r}: elementwise: {given!r} is not allowed (allowed: fused, "
                           f"eager, or some of {', '.join(EAGER_OPS)} joined by '+', or empty)") from None
     return given or fw.elementwise
 
