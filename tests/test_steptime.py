@@ -404,6 +404,10 @@ def test_a_published_rows_columns_in_other_spellings_plan_as_ours():
 
     assert cluster("p5").name == "aws-p5" and cluster("p4d.24xlarge").name == "aws-p4d" \
         and cluster("a3-mega").name == "gcp-a3-mega"
+    # the providers' own names for their machines, as each cluster's aliases list them
+    assert cluster("a3-megagpu-8g").name == "gcp-a3-mega" and cluster("A3-HIGHGPU-8G").name == "gcp-a3-high"
+    assert cluster("Standard_ND96isr_H100_v5").name == "azure-nd-h100-v5"
+    assert cluster("p5e.48xlarge").name == "aws-p5e" and cluster("Standard_ND96amsr_A100_v4").name == "azure-ndm-a100-v4"
 
 
 def test_a_published_row_without_optional_columns_takes_the_plans_defaults():
@@ -746,6 +750,8 @@ def test_a_clusters_measured_nic_efficiency_prices_its_links_by_hand():
     entry = dict(gpu="v100", gpus_per_node=4, nic_gbps=100, fabric="infiniband", cite="s", nic_efficiency=1.5)
     with pytest.raises(ConfigError, match=r"^c\.nic_efficiency: a fraction above 0 and at most 1 \(got 1\.5\)$"):
         parse_cluster("x", entry, {"s": "a document"}, "c", fabrics)
+    with pytest.raises(ConfigError, match=r"^c\.aliases: a list of names$"):
+        parse_cluster("x", {**entry, "nic_efficiency": 0.5, "aliases": "p5.48xlarge"}, {"s": "a document"}, "c", fabrics)
 
 
 @pytest.mark.parametrize("recompute, kept", [("none", 2 / 4), ("full", 4 / 6)])

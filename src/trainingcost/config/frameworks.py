@@ -120,6 +120,7 @@ class Cluster:
     latencies: dict = field(default_factory=dict)  # the fabric's FABRIC_FIELDS (analytic/steptime/network.py) and
     # the cluster's measured nic_efficiency where its source gives one
     latency_source: str = ""
+    aliases: tuple = ()  # the provider's own names for it (AWS's p5.48xlarge, Google's a3-megagpu-8g, Azure's VM sizes)
 
 
 def _fraction(value, where: str) -> float:
@@ -346,10 +347,13 @@ def parse_fabric(name: str, entry, sources: dict, where: str) -> tuple[dict, str
 def parse_cluster(name: str, entry, sources: dict, where: str, fabrics: dict | None = None) -> Cluster:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a mapping of {', '.join(CLUSTER_FIELDS)}")
-    unknown = sorted(set(entry) - {"label", "cite", "nic_efficiency", *CLUSTER_FIELDS})
+    unknown = sorted(set(entry) - {"label", "cite", "nic_efficiency", "aliases", *CLUSTER_FIELDS})
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: label, cite, nic_efficiency, "
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: label, cite, nic_efficiency, aliases, "
                           f"{', '.join(CLUSTER_FIELDS)})")
+    aliases = entry.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
+        raise ConfigError(f"{where}.aliases: a list of names")
     missing = [k for k in CLUSTER_FIELDS if k not in entry]
     if missing:
         raise ConfigError(f"{where}.{missing[0]}: missing (every cluster states {', '.join(CLUSTER_FIELDS)})")
@@ -371,7 +375,7 @@ def parse_cluster(name: str, entry, sources: dict, where: str, fabrics: dict | N
         latency_source += f"; NIC efficiency {value:g} as measured there ({entry['cite']})"
     return Cluster(name, str(entry.get("label", name)), str(entry["gpu"]), per_node,
                    _positive(entry["nic_gbps"], f"{where}.nic_gbps"), sources[entry["cite"]], entry["fabric"],
-                   latencies, latency_source)
+                   latencies, latency_source, tuple(aliases))
 
 
 @lru_cache(maxsize=1)
@@ -407,6 +411,8 @@ def cluster(name: str, flag: str = "--cluster") -> Cluster:
     table = _clusters()
     key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
     found = table.get(name) or next((c for n, c in table.items() if n.lower() == key), None)
+    if found is None:  # the provider's own name (an entry's aliases: a3-megagpu-8g, Standard_ND96isr_H100_v5)
+        found = next((c for c in table.values() if key in (a.lower().replace("_", "-") for a in c.aliases)), None)
     if found is None:  # a cloud's instance type without the cloud's name: p5, p4d.24xlarge, a3-mega, nd-h100-v5
         key = key.split(".")[0]
         clouds = [c for n, c in table.items() if n.split("-", 1)[0] in ("aws", "gcp", "azure") and n.split("-", 1)[1] == key]
