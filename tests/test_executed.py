@@ -168,6 +168,8 @@ OPTION_CASES = {
     "logit-softcap": dict(logit_softcap=5.0),
     "window-period": dict(sliding_window=3, window_period=2, positions="rotary"),
     "query-scale": dict(query_scale=9),
+    # Qwen3's and Gemma 3's RMSNorm on each head of q and k (every attention, cross-attention too)
+    "qk-norm": dict(qk_norm=True, positions="rotary", kv_heads=2),
 }
 # Models of today, whole: Llama/Mistral (pre-RMSNorm, SwiGLU, GQA, rotary, no biases), Qwen2 (and q/k/v biases,
 # tied), GPT-2 (pre-LN, learned positions, tied, no head bias), BERT (post-LN, token types, embedding norm).
@@ -188,6 +190,13 @@ MODERN = {
                    logit_softcap=5.0, sliding_window=3, window_period=2),
     "qwen-moe": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="qkv", experts=4,
                      experts_per_token=3, shared_expert_ff=12, router_norm=False),
+    # Qwen3 (Llama's block, heads wider than d / heads, q and k normalised per head) and Gemma 3 (Gemma 2's block
+    # without soft-capping, q and k normalised, one global layer in three here)
+    "qwen3": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", kv_heads=2, head_dim=6, positions="rotary",
+                  bias="none", qk_norm=True),
+    "gemma3": dict(norm="rmsnorm", norm_position="pre", ffn="geglu", kv_heads=1, head_dim=6, positions="rotary",
+                   bias="none", embedding_scale=True, tie_embeddings=True, post_norms=True, qk_norm=True,
+                   sliding_window=3, window_period=3),
 }
 OPTION_ARCHES = {
     "encoder": dict(arch=E, layers=2, d_model=16, heads=4, d_ff=24, vocab=11, seq_len=6, batch=3),

@@ -143,7 +143,10 @@ def _ffn(cfg, layer: str, width: int, feedback: bool) -> list[tuple[str, tuple[i
 
 def _layer_tensors(cfg, layer: str, kind: str, stack: str, feedback: bool) -> list[tuple[str, tuple[int, ...]]]:
     d = cfg.d_model
-    norm = [(f"{layer}.norm.weight" if kind == "add_norm" else f"{layer}.weight", (d,))]
+    # a block's norms are AddNorm modules (train/model.py: the branch norms, and Gemma 2's post norms of kind norm),
+    # holding the norm as .norm; a stack's final and embedding norms are the norm module itself
+    in_block = len(layer.split(".")) > 2 and layer.split(".")[1].isdigit()
+    norm = [(f"{layer}.norm.weight" if kind == "add_norm" or in_block else f"{layer}.weight", (d,))]
     if cfg.norm == "layernorm":  # LayerNorm: gamma and beta; RMSNorm: gamma; OLMo's non-parametric norm: none
         norm.append((norm[0][0].replace(".weight", ".bias"), (d,)))
     if kind in ("add_norm", "norm"):
@@ -161,7 +164,9 @@ def _layer_tensors(cfg, layer: str, kind: str, stack: str, feedback: bool) -> li
         return (_linear(f"{layer}.q", d, a, cfg.qkv_bias, feedback)
                 + _linear(f"{layer}.k", d, kv, cfg.qkv_bias, feedback)
                 + _linear(f"{layer}.v", d, kv, cfg.qkv_bias, feedback)
-                + _linear(f"{layer}.o", a, d, cfg.o_bias, feedback))
+                + _linear(f"{layer}.o", a, d, cfg.o_bias, feedback)
+                + ([(f"{layer}.q_norm.weight", (cfg.head_dim,)), (f"{layer}.k_norm.weight", (cfg.head_dim,))]
+                   if cfg.qk_norm else []))
     if kind == "ffn":
         return _ffn(cfg, layer, cfg.d_ff, feedback)
     if kind == "moe":  # train/model.py's MixtureOfExperts: the router, each expert, the shared expert and its gate

@@ -123,6 +123,10 @@ class ModelConfig:
                                 "windowed", minimum=2)
     query_scale: int = option(0, "scores scaled by query_scale^-1/2 instead of head_dim^-1/2 (Gemma 2's "
                               "query_pre_attn_scalar): a number, no cost; 0: head_dim", hf=("query_pre_attn_scalar",))
+    # Qwen3 and Gemma 3 (transformers' modeling_qwen3.py, modeling_gemma3.py: q_norm and k_norm)
+    qk_norm: bool = option(False, "an RMSNorm on each head of the queries and of the keys, after their projections and "
+                           "before rotary positions, one weight of head_dim per norm shared by the heads (Qwen3's and "
+                           "Gemma 3's q_norm and k_norm)", tape=True)
 
     def __post_init__(self):
         if self.kv_heads == 0:

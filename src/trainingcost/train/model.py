@@ -111,14 +111,22 @@ class Attention(nn.Module):
         self.global_layer = False  # ... but for a global layer among windowed ones (window_period: Block sets it)
         self.softcap = cfg.attention_softcap  # Gemma 2: c tanh(scores / c), attention written out
         self.scale = cfg.query_scale ** -0.5 if cfg.query_scale else None  # Gemma 2's query_pre_attn_scalar
+        if cfg.qk_norm:  # Qwen3, Gemma 3: an RMSNorm over each head of q and of k, one head_dim weight each
+            self.q_norm = nn.RMSNorm(cfg.head_dim, eps=1e-6)
+            self.k_norm = nn.RMSNorm(cfg.head_dim, eps=1e-6)
+        else:
+            self.q_norm = self.k_norm = None
         if self.rotary:
             cos, sin = rotary_tables(rotary_rows, cfg.head_dim, turned=cfg.rotary_width)
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
 
-    def _heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+    def _heads(self, x: torch.Tensor, heads: int, norm: nn.Module | None = None) -> torch.Tensor:
+        """[batch, rows, heads x head_dim] as [batch, heads, rows, head_dim]; with ``norm`` (qk_norm), each head
+        normalised first, on the [batch, rows, heads, head_dim] view, as transformers' Qwen3 and Gemma 3 do."""
         batch, rows, _ = x.shape
-        return x.view(batch, rows, heads, self.head_dim).transpose(1, 2)
+        x = x.view(batch, rows, heads, self.head_dim)
+        return (x if norm is None else norm(x)).transpose(1, 2)
 
     def _capped(self, q, k, v, mask):
         return capped_attention(self, q, k, v, mask)
@@ -133,8 +141,8 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
         source = x if memory is None else memory  # cross-attention reads keys and values from the encoder
         batch, rows, _ = x.shape
-        q = self._heads(self.q(x), self.heads)
-        k = self._heads(self.k(source), self.kv_heads)
+        q = self._heads(self.q(x), self.heads, self.q_norm)
+        k = self._heads(self.k(source), self.kv_heads, self.k_norm)
         v = self._heads(self.v(source), self.kv_heads)
         if self.rotary:
             q = rotate(q, self.cos[:rows].to(q.dtype), self.sin[:rows].to(q.dtype), self.turned)

@@ -118,6 +118,7 @@ def _attention(s: Shapes, turned: int, causal_half: bool = False):
         products = np.where(w > 0, 4 * keys * s.dh * h, products // 2)
     biases = s.bq * (M * a + 2 * N * kv) + s.ba * M * d
     rotary = turned * s.rotary * ROTARY * (M * a + N * kv)  # rotary and relative positions act on self-attention
+    qk = s.qk_norm * (M * a + N * kv)  # Qwen3's and Gemma 3's RMSNorm on each head of q and k (all attentions)
     # A relative position bias that needs its gradient takes torch off the fused kernels: the math path's four
     # batched products backward (8 M N a) instead of the fused backward's 10 M N a; the bias added to every score.
     biased = turned * s.relative
@@ -126,18 +127,18 @@ def _attention(s: Shapes, turned: int, causal_half: bool = False):
     capped = s.attention_softcap
     backward_products = np.where((biased > 0) | (capped > 0), products * 2, products * 5 // 2)
     forward = _matmul(weights + products, BIAS * biases + (SOFTMAX + SCALE + biased + capped * (SOFTCAP + RESIDUAL))
-                      * scores + rotary)
+                      * scores + rotary + RMS_NORM * qk)
     expand_backward = 2 * N * (a - kv)  # the expanded keys' and values' gradients summed per group
     return {
         "forward": forward,
         "forward_modulated": forward,
         # Input gradients inside the layer: o's (2 M a d) and the fused attention backward.
         "backward": _matmul(2 * M * a * d + backward_products, (SDPA_BACKWARD + capped * SOFTCAP_BACKWARD) * scores
-                            + rotary + expand_backward),
+                            + rotary + expand_backward + RMS_NORM_BACKWARD * qk),
         # q's input gradient; k's and v's (absent under DFA where their input is detached).
         "backward_q": _matmul(2 * M * d * a),
         "backward_kv": _matmul(4 * N * d * kv, RESIDUAL * N * d),
-        "weight_grad": _matmul(weights, BIAS * biases),
+        "weight_grad": _matmul(weights, BIAS * biases + RMS_NORM_PARAMS * qk),
         "linear_forward": _matmul(weights),
         "linear_weight_grad": _matmul(weights),
         "feedback_copy": _matmul(s.zero),

@@ -60,6 +60,23 @@ class AttentionOps:
         self.t.drop(with_cos.buf, with_sin.buf, cat.buf)
         return out
 
+    def head_norm(self, x: Value) -> Value:
+        """``Attention._heads`` with qk_norm (Qwen3, Gemma 3): the projection's output viewed as rows x heads rows of
+        head_dim (a view: autograd's view node makes nothing), an RMSNorm on each (:meth:`rms_norm`: its weight's
+        gradient head_dim wide), its output viewed back as rows of heads x head_dim; the projection's output goes
+        when the caller rebinds it, kept only where the norm saves it. Without qk_norm, ``x`` itself."""
+        if not self.g.qk_norm:
+            return x
+        heads = x.width // self.g.head_dim
+        self.t.hold(x.buf)
+        per_head = self.passing(Value(x.buf, x.rows * heads, self.g.head_dim, False), x)
+        normed = self.rms_norm(per_head)
+        self.t.drop(per_head.buf, x.buf)
+        self.t.hold(normed.buf)
+        out = self.passing(Value(normed.buf, x.rows, x.width, False), normed)
+        self.t.drop(normed.buf)
+        return out
+
     def capped_attention(self, q: Value, k: Value, v: Value, causal: bool) -> Value:
         """``capped_attention`` (Gemma 2's soft-capped scores, as transformers' eager attention): q and k^T copied
         contiguous for the batched product (k not, where grouped-query attention repeated it into a copy); the
@@ -126,8 +143,8 @@ class AttentionOps:
         """q, k, v projections, (rotary: q and k turned), fused attention (output and float32 log-sum-exp), o
         projection."""
         width, kv_width = self.g.q_width, self.g.kv_width
-        q = self.linear(x, width, "q", bias=self.g.qkv_bias)
-        k = self.linear(source, kv_width, "k", bias=self.g.qkv_bias)
+        q = self.head_norm(self.linear(x, width, "q", bias=self.g.qkv_bias))
+        k = self.head_norm(self.linear(source, kv_width, "k", bias=self.g.qkv_bias))
         v = self.linear(source, kv_width, "v", bias=self.g.qkv_bias)
         if rotary:  # q = rotate(q, ...); k = rotate(k, ...): the projections' outputs go as each is rebound
             for name in ("q", "k"):
