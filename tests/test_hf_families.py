@@ -93,6 +93,16 @@ MODELS = {
     "gemma2:uncapped:window": _model("Gemma2Config", "Gemma2ForCausalLM", **PHI, num_key_value_heads=1, head_dim=8,
                                      sliding_window=4, attn_logit_softcapping=None, final_logit_softcapping=None,
                                      attention_bias=True, attn_implementation="eager"),
+    # Qwen3: Llama's block with an RMSNorm on each head of q and k (q_norm, k_norm), heads 12 wide beside d 32, the
+    # four products of attention biased where attention_bias
+    "qwen3": _model("Qwen3Config", "Qwen3ForCausalLM", **PHI, num_key_value_heads=2, head_dim=12),
+    "qwen3:attention_bias": _model("Qwen3Config", "Qwen3ForCausalLM", **PHI, num_key_value_heads=1, head_dim=8,
+                                   attention_bias=True, tie_word_embeddings=True),
+    # Gemma 3's text model: Gemma 2's block with q and k normalised per head, no soft-capping, one global layer in
+    # three here (sliding_window_pattern 6 by default), SDPA
+    "gemma3_text:window": _model("Gemma3TextConfig", "Gemma3ForCausalLM", **{**PHI, "num_hidden_layers": 3},
+                                 num_key_value_heads=2, head_dim=12, sliding_window=4, query_pre_attn_scalar=16,
+                                 layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
 }
 ENCODER_DECODER = {  # T5 v1.1: gated GELU, the stacks sharing one table, the head its own
     "t5:v1.1": lambda: (lambda c: (c, transformers.T5ForConditionalGeneration(c)))(transformers.T5Config(
@@ -186,6 +196,17 @@ PUBLISHED = {  # the presets' config.json keys (the hub's files; older key names
     "gemma-7b": dict(model_type="gemma", hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
                      num_attention_heads=16, num_key_value_heads=16, head_dim=256, vocab_size=256000,
                      max_position_embeddings=8192, hidden_act="gelu_pytorch_tanh"),
+    # Qwen/Qwen3-8B's and Qwen/Qwen3-30B-A3B's config.json (the keys that matter; num_experts as the hub writes it)
+    "qwen3-8b": dict(model_type="qwen3", hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                     max_position_embeddings=40960, tie_word_embeddings=False, attention_bias=False,
+                     use_sliding_window=False, sliding_window=None, max_window_layers=36, hidden_act="silu"),
+    "qwen3-30b-a3b": dict(model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, num_hidden_layers=48,
+                          num_attention_heads=32, num_key_value_heads=4, head_dim=128, vocab_size=151936,
+                          max_position_embeddings=40960, tie_word_embeddings=False, attention_bias=False,
+                          use_sliding_window=False, sliding_window=None, max_window_layers=48, hidden_act="silu",
+                          decoder_sparse_step=1, moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8,
+                          norm_topk_prob=True, mlp_only_layers=[]),
     # google/gemma-2-2b and google/gemma-2-9b's config.json (the keys that matter; layer_types absent: alternating)
     "gemma-2-2b": dict(model_type="gemma2", hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
                        num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=256000,
@@ -214,6 +235,8 @@ def test_a_published_config_json_reads_as_its_preset(name):
     (dict(PUBLISHED["gemma-2-2b"], layer_types=["full_attention", "sliding_attention"] * 13),
      "layer_types: global layers other than every n-th are not supported"),
     (dict(PUBLISHED["gemma-2-2b"], attn_logit_softcapping="50"), "attn_logit_softcapping: '50' is not a positive number"),
+    (dict(PUBLISHED["qwen3-30b-a3b"], mlp_only_layers=[0]), "mlp_only_layers: dense MLP layers among the sparse ones"),
+    (dict(PUBLISHED["gemma-2-2b"], model_type="gemma3"), "model_type: 'gemma3' is Gemma 3's multimodal model"),
 ])
 def test_unsupported_variants_get_one_line(data, message):
     with pytest.raises(ConfigError) as err:

@@ -22,7 +22,7 @@ from .errors import ConfigError, regular_file
 from .model import HF_OPTIONS
 
 SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
-             "starcoder2", "phi3", "gemma", "gemma2", "mixtral", "qwen2_moe")
+             "starcoder2", "phi3", "gemma", "gemma2", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe", "gemma3_text")
 # Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
 UNSUPPORTED_KEYS = {
     "num_local_experts": "mixture of experts",
@@ -149,6 +149,9 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
     if model_type is None:
         raise ConfigError(f"{where}: model_type: missing; give one of the {len(SUPPORTED)} supported "
                           "(`trainingcost estimate --help` lists them)")
+    if model_type == "gemma3":  # Gemma 3 4B-27B: a vision tower beside the language model, which is text_config
+        raise ConfigError(f"{where}: model_type: 'gemma3' is Gemma 3's multimodal model, whose vision tower is not "
+                          "costed; give its text_config (model_type gemma3_text) as the config.json")
     if model_type not in SUPPORTED:
         raise ConfigError(f"{where}: model_type: {str(model_type)[:30]!r} is not supported (`trainingcost estimate --help` "
                           f"lists the {len(SUPPORTED)} supported)")
@@ -158,7 +161,8 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
     keys = _Keys(data, where, model_type)
     entry = {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
             "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo,
-            "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma, "gemma2": _gemma2, "mixtral": _moe, "qwen2_moe": _moe}[model_type](keys)
+            "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma, "gemma2": _gemma2, "mixtral": _moe, "qwen2_moe": _moe,
+            "qwen3": _llama, "qwen3_moe": _moe, "gemma3_text": _gemma2}[model_type](keys)
     return _declared_keys(entry, keys)
 
 
@@ -255,7 +259,9 @@ def _llama(k: _Keys) -> dict:
     # Llama, Mistral, Qwen2 (modeling_llama.py, modeling_mistral.py, modeling_qwen2.py): pre-RMSNorm with a final
     # norm, a SwiGLU MLP (hidden_act silu), grouped-query attention (num_key_value_heads), rotary positions, an
     # untied head without bias unless tie_word_embeddings. Biases: Llama's attention_bias (q, k, v, o) and mlp_bias;
-    # Qwen2's q, k, v always; Mistral none.
+    # Qwen2's q, k, v always; Mistral none. Qwen3 (modeling_qwen3.py, modeling_qwen3_moe.py): Llama's block with an
+    # RMSNorm of head_dim on each head of q and of k (q_norm, k_norm: qk_norm), q, k, v and o biased where
+    # attention_bias, Qwen2's window keys.
     model_type = k.model_type
     heads = k.int("num_attention_heads")
     d = k.int("hidden_size")
@@ -280,9 +286,12 @@ def _llama(k: _Keys) -> dict:
         entry["bias"] = ("all" if mlp else "attention") if attention else "none"
     elif model_type == "qwen2_moe":  # Qwen2MoeAttention: q, k and v biased where qkv_bias (the default)
         entry["bias"] = "qkv" if k.bool("qkv_bias", True) else "none"
+    elif model_type in ("qwen3", "qwen3_moe"):  # Qwen3Attention: q, k, v and o biased where attention_bias
+        entry["bias"] = "attention" if k.bool("attention_bias", False) else "none"
+        entry["qk_norm"] = True
     else:
         entry["bias"] = "qkv" if model_type == "qwen2" else "none"
-    if model_type in ("qwen2", "qwen2_moe"):
+    if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
         _qwen2_window(entry, k)
     if model_type == "mistral":
         _window(entry, k, MISTRAL_SLIDING_WINDOW)  # absent: MistralConfig's default, as transformers loads the file
@@ -505,7 +514,11 @@ def _gemma(k: _Keys) -> dict:
 
 
 GEMMA2_DEFAULTS = dict(attn_logit_softcapping=50.0, final_logit_softcapping=30.0, query_pre_attn_scalar=256,
-                      sliding_window=4096)  # configuration_gemma2.py's, for a file without the key
+                      sliding_window=4096, sliding_window_pattern=2)  # configuration_gemma2.py's, for a file without the key
+# configuration_gemma3.py's Gemma3TextConfig: no soft-capping, five local layers to one global (sliding_window_pattern,
+# written _sliding_window_pattern by transformers 5)
+GEMMA3_DEFAULTS = dict(attn_logit_softcapping=None, final_logit_softcapping=None, query_pre_attn_scalar=256,
+                      sliding_window=4096, sliding_window_pattern=6)
 
 
 def _gemma2(k: _Keys) -> dict:
@@ -515,6 +528,11 @@ def _gemma2(k: _Keys) -> dict:
     # by query_pre_attn_scalar^-1/2, the logits soft-capped (final_logit_softcapping), and local and global layers
     # alternating (layer_types; absent: sliding_attention where (i + 1) % 2, that is layers 0, 2, 4 ...). The keys
     # the options declare (config/model.py) are read there; a file without them gets Gemma2Config's defaults here.
+    # Gemma 3's text model (gemma3_text: modeling_gemma3.py; Gemma Team 2025, arXiv 2503.19786) is Gemma 2's block with
+    # an RMSNorm of head_dim on each head of q and of k (q_norm, k_norm: qk_norm), no soft-capping by default, and one
+    # global layer in sliding_window_pattern (6); its local and global layers' rotary bases differ, at no cost.
+    gemma3 = k.model_type == "gemma3_text"
+    defaults = GEMMA3_DEFAULTS if gemma3 else GEMMA2_DEFAULTS
     if k.data.get("use_bidirectional_attention"):
         k._fail("use_bidirectional_attention", "bidirectional attention is not supported")
     act = k.str("hidden_activation", "gelu_pytorch_tanh")
@@ -524,17 +542,22 @@ def _gemma2(k: _Keys) -> dict:
                                   bias="attention" if k.bool("attention_bias", False) else "none",
                                   tie_embeddings=k.bool("tie_word_embeddings", True)), k)
     layers = entry["layers"]
+    if gemma3:
+        entry["qk_norm"] = True
     for key, option in (("attn_logit_softcapping", "attention_softcap"), ("final_logit_softcapping", "logit_softcap")):
-        value = k.data.get(key, GEMMA2_DEFAULTS[key])
+        value = k.data.get(key, defaults[key])
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 k._fail(key, f"{value!r} is not a positive number (or null: none)")
             entry[option] = float(value)
-    entry["query_scale"] = k.int("query_pre_attn_scalar", GEMMA2_DEFAULTS["query_pre_attn_scalar"])
-    window = k.int("sliding_window", GEMMA2_DEFAULTS["sliding_window"], minimum=0) or 0
+    entry["query_scale"] = k.int("query_pre_attn_scalar", defaults["query_pre_attn_scalar"])
+    window = k.int("sliding_window", defaults["sliding_window"], minimum=0) or 0
     types = k.data.get("layer_types")
     if types is None:
-        types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+        pattern_key = next((key for key in ("sliding_window_pattern", "_sliding_window_pattern")
+                            if k.data.get(key) is not None), "sliding_window_pattern")
+        pattern = k.int(pattern_key, defaults["sliding_window_pattern"]) if gemma3 else 2
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
     if not isinstance(types, list) or not set(types) <= {"full_attention", "sliding_attention"} or len(types) != layers:
         k._fail("layer_types", f"{types!r} is not a list of {layers} full_attention and sliding_attention")
     full = [i for i, kind in enumerate(types) if kind == "full_attention"]
@@ -567,7 +590,8 @@ def _window(entry: dict, k: _Keys, default: int | None) -> None:
 
 
 # The keys of a mixture of experts that each MoE model_type maps (hf_entry refuses them elsewhere).
-MOE_KEYS = {"mixtral": ("num_local_experts",), "qwen2_moe": ("num_experts", "moe_intermediate_size")}
+MOE_KEYS = {"mixtral": ("num_local_experts",), "qwen2_moe": ("num_experts", "moe_intermediate_size"),
+            "qwen3_moe": ("num_experts", "num_local_experts", "moe_intermediate_size")}
 
 
 def _moe(k: _Keys) -> dict:
@@ -577,8 +601,11 @@ def _moe(k: _Keys) -> dict:
     # intermediate_size, the top-k weights renormalised; its sliding_window defaults to none. Qwen-MoE: num_experts
     # of moe_intermediate_size, renormalised only where norm_topk_prob, and a shared expert of
     # shared_expert_intermediate_size gated by sigmoid(x w); every layer sparse (decoder_sparse_step 1, no
-    # mlp_only_layers), the dense layers of other settings being refused.
+    # mlp_only_layers), the dense layers of other settings being refused. Qwen3-MoE (modeling_qwen3_moe.py,
+    # Qwen3MoeSparseMoeBlock): Qwen3's attention (q_norm, k_norm), Qwen-MoE's experts (num_experts, written
+    # num_local_experts by transformers 5; default 128 of moe_intermediate_size 768, top 8) without a shared expert.
     mixtral = k.model_type == "mixtral"
+    qwen3 = k.model_type == "qwen3_moe"
     entry = _llama(k)
     if mixtral:
         _window(entry, k, None)  # absent or null: MixtralConfig's default, no window
@@ -589,11 +616,17 @@ def _moe(k: _Keys) -> dict:
             key = "decoder_sparse_step" if k.int("decoder_sparse_step", 1) != 1 else "mlp_only_layers"
             k._fail(key, "dense MLP layers among the sparse ones are not supported (every layer a mixture of experts: "
                     "decoder_sparse_step 1, mlp_only_layers empty)")
-    experts = k.int("num_local_experts" if mixtral else "num_experts", 8 if mixtral else 60)
-    entry.update(experts=experts, experts_per_token=k.int("num_experts_per_tok", 2 if mixtral else 4))
+    if qwen3:
+        key = "num_experts" if k.data.get("num_experts") is not None else "num_local_experts"
+        experts, top_k = k.int(key, 128), k.int("num_experts_per_tok", 8)
+    else:
+        experts = k.int("num_local_experts" if mixtral else "num_experts", 8 if mixtral else 60)
+        top_k = k.int("num_experts_per_tok", 2 if mixtral else 4)
+    entry.update(experts=experts, experts_per_token=top_k)
     if not mixtral:
-        entry["d_ff"] = k.int("moe_intermediate_size", 1408)
-        entry["shared_expert_ff"] = k.int("shared_expert_intermediate_size", 5632, minimum=0)
+        entry["d_ff"] = k.int("moe_intermediate_size", 768 if qwen3 else 1408)
+        if not qwen3:
+            entry["shared_expert_ff"] = k.int("shared_expert_intermediate_size", 5632, minimum=0)
         entry["router_norm"] = k.bool("norm_topk_prob", False)
     return entry
 

@@ -160,6 +160,18 @@ PRESETS: dict[str, dict] = {
     "qwen1.5-moe-a2.7b": dict(arch="decoder", layers=24, d_model=2048, heads=16, d_ff=1408, vocab=151936,
                               seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
                               bias="qkv", experts=60, experts_per_token=4, shared_expert_ff=5632, router_norm=False),
+    # Qwen team 2025 (Qwen3, arXiv 2505.09388), Qwen/Qwen3-8B: Llama's block with q and k normalised per head (an
+    # RMSNorm of 128 on each), 32 heads of 128 and 8 key/value heads, no biases, an untied head, a 40,960-token
+    # context. 8,190,735,360 parameters (the model card's 8.2B, 6.95B without the embeddings).
+    "qwen3-8b": dict(arch="decoder", layers=36, d_model=4096, heads=32, kv_heads=8, head_dim=128, d_ff=12288,
+                     vocab=151936, seq_len=40960, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
+                     bias="none", qk_norm=True),
+    # Qwen/Qwen3-30B-A3B: Qwen3's attention (32 heads of 128 beside d_model 2048, 4 key/value heads) and 128 SwiGLU
+    # experts of 768 per block, 8 per token (renormalised: norm_topk_prob), no shared expert. 30,532,122,624
+    # parameters (the model card's 30.5B, 3.3B used per token).
+    "qwen3-30b-a3b": dict(arch="decoder", layers=48, d_model=2048, heads=32, kv_heads=4, head_dim=128, d_ff=768,
+                          vocab=151936, seq_len=40960, norm="rmsnorm", norm_position="pre", ffn="swiglu",
+                          positions="rotary", bias="none", qk_norm=True, experts=128, experts_per_token=8),
 }
 
 # The parameter count each preset's source publishes (Hugging Face's num_parameters() of the named model class),
@@ -191,5 +203,7 @@ PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
     "gemma-2-9b": (9_241_705_984, "Gemma2ForCausalLM"),
     "mixtral-8x7b": (46_702_792_704, "MixtralForCausalLM"),
     "qwen1.5-moe-a2.7b": (14_315_784_192, "Qwen2MoeForCausalLM"),
+    "qwen3-8b": (8_190_735_360, "Qwen3ForCausalLM"),
+    "qwen3-30b-a3b": (30_532_122_624, "Qwen3MoeForCausalLM"),
 }
 MLM_TRANSFORM = {"bert-base": 768 * 768 + 768 + 2 * 768}  # what a preset leaves out of its source's count
