@@ -390,6 +390,14 @@ def test_a_published_rows_columns_in_other_spellings_plan_as_ours():
                                           r"groups in the replicate column \(2 or more\), or give fsdp$"):
         runs.layout_of({**row, "sharding": "HYBRID_SHARD"})
     assert runs.spelled({"recompute": "OPS:k+o"})["recompute"] == "ops:k+o"
+    assert [runs.spelled({"attention": a})["attention"] for a in ("xformers", "Triton", "cudnn_flash_te", "TE",
+                                                                  "dot_product")] == \
+        ["flash", "flash", "cudnn", "cudnn", "unfused"]
+    # any other declared architecture option as a column of its kind; a bool that is neither is one line
+    qwen3 = {**row, "qk_norm": "TRUE", "head_dim": "256", "sliding_window": "1024"}
+    assert runs.model_of(qwen3) == runs.model_of(row).replace(qk_norm=True, head_dim=256, sliding_window=1024)
+    with pytest.raises(ConfigError, match=r"^published run '.*': qk_norm: true or false \(got 'perhaps'\)$"):
+        runs.model_of({**row, "qk_norm": "perhaps"})
     # a row's attention kernel is the one its GPU runs: sdpa (FlashAttention-2) on a V100 is unfused, fa3 on an A100
     # FlashAttention-2, as the plan's --attention falls back
     assert runs.layout_of({**row, "gpu": "v100", "attention": "sdpa", "precision": "fp16"}).attention == "unfused"

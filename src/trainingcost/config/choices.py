@@ -34,7 +34,7 @@ BACKENDS = ("auto", "gloo", "nccl")
 # How other tables, configs and command lines spell these values, as this project's names; letter case aside
 # (:func:`spelling`). The published-runs reader (analytic/steptime/runs.py) and the plan's flags read them. A name
 # that means more than one thing is not guessed: HYBRID_SHARD (HSDP) needs its replica groups (the reader takes it
-# where a row's ``replicate`` gives them), and xformers' or Triton's attention kernels are not priced.
+# where a row's ``replicate`` gives them).
 SPELLINGS = {
     # mixed precision keeps fp32 master weights whatever a table calls it (MosaicML's amp_bf16 / amp_fp8, NVIDIA's
     # BF16 / FP8, torch's dtype names bfloat16 / float16)
@@ -47,11 +47,17 @@ SPELLINGS = {
                  "zero_3": "zero3", "full_shard": "fsdp", "fsdp2": "fsdp", "fsdp1": "fsdp",
                  "shard_grad_op": "zero2", "no_shard": "none", "ddp": "none"},
     # flash-attn 2 and torch's SDPA (whose flash backend is FlashAttention-2 on Ampere and Hopper in bf16/fp16),
-    # FlashAttention-3, eager / math attention (the scores written out)
+    # FlashAttention-3, eager / math attention (the scores written out). xformers' memory_efficient_attention, which
+    # dispatches to flash-attn's kernels where the inputs allow, and the Triton FlashAttention of llm-foundry
+    # (attn_impl triton) are priced as FlashAttention-2, as the development set's MosaicML rows are (no per-length
+    # measurement of either kernel is published: benchmarks/plan_accuracy.md). Transformer Engine's fused attention
+    # (MaxText's cudnn_flash_te, NeMo's fused_attn) is cuDNN's; MaxText's dot_product writes the scores out.
     "attention": {"fa2": "flash", "flash2": "flash", "flash-attn": "flash", "flash_attn": "flash",
                   "flash-attention": "flash", "flash_attention_2": "flash", "flash-attention-2": "flash",
                   "sdpa": "flash", "fa3": "flash3", "flash-attention-3": "flash3", "flash_attention_3": "flash3",
-                  "eager": "unfused", "math": "unfused"},
+                  "eager": "unfused", "math": "unfused", "xformers": "flash", "triton": "flash",
+                  "triton_flash": "flash", "te": "cudnn", "transformer_engine": "cudnn", "fused_attn": "cudnn",
+                  "cudnn_flash_te": "cudnn", "cudnn_flash": "cudnn", "dot_product": "unfused"},
     # a table's yes/no for activation checkpointing is whole blocks (Megatron's --checkpoint-activations)
     "recompute": {"": "none", "false": "none", "no": "none", "0": "none", "true": "full", "yes": "full",
                   "1": "full", "block": "full", "layer": "full", "full_layer": "full"},

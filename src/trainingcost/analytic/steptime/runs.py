@@ -90,7 +90,7 @@ def model_of(row: dict):
     """The row's model. Columns it leaves out or empty take the plan's defaults for a model entry
     (config/model.py: kv_heads = heads, d_ff = 4 d, layernorm, gelu, sinusoidal positions, biases), as a user's
     model entry would; the blocks are pre-norm, as every published run's are."""
-    from ...config.model import canonical_model
+    from ...config.model import OPTIONS, canonical_model
 
     row = spelled(row)
     _required(row, "arch", "layers", "d_model", "heads", "vocab", "seq_len")
@@ -107,7 +107,28 @@ def model_of(row: dict):
     for key in ("kv_heads", "head_dim", "experts", "experts_per_token", "shared_expert_ff"):  # optional columns (a
         if _given(row, key):                                             # mixture of experts, a head wider than d / heads)
             entry[key] = _integer(row, key)
+    for key, meta in OPTIONS.items():  # any other architecture option a table gives a column (qk_norm, sliding_window ...)
+        if key not in entry and key not in ("norm_position",) and _given(row, key):
+            entry[key] = _option_value(row, key, meta["kind"])
     return canonical_model(entry, f"published run {row.get('run', '?')!r}")
+
+
+TRUE, FALSE = ("true", "yes", "1"), ("false", "no", "0")
+
+
+def _option_value(row: dict, key: str, kind: str):
+    """A declared option's cell as its kind: a bool written true/false, yes/no or 1/0; an integer; a number; a string
+    (the option's own check refuses a value it does not allow)."""
+    text = str(row[key]).strip()
+    if kind == "bool":
+        if text.lower() not in TRUE + FALSE:
+            raise ConfigError(f"published run {row.get('run', '?')!r}: {key}: true or false (got {row[key]!r})")
+        return text.lower() in TRUE
+    if kind == "int":
+        return _integer(row, key)
+    if kind == "float":
+        return _number(row, key)
+    return text
 
 
 def spelled(row: dict) -> dict:
