@@ -98,7 +98,8 @@ def test_sharded_model_equals_meter(sharded):
          shared_expert_ff=8),
     dict(shared_embedding=True, ffn="geglu", norm="rmsnorm", norm_position="pre"),
     # Qwen3's and Gemma 3's q and k norms (a head_dim weight each, after o in registration order)
-    dict(qk_norm=True, norm="rmsnorm", norm_position="pre", kv_heads=2, head_dim=6, post_norms=True)], ids=str)
+    dict(qk_norm="head", norm="rmsnorm", norm_position="pre", kv_heads=2, head_dim=6, post_norms=True),
+    dict(qk_norm="projection", norm="rmsnorm", norm_position="pre", kv_heads=2)], ids=str)
 @pytest.mark.parametrize("arch", list(SHARDED_ARCHS))
 @pytest.mark.parametrize("rule", ["bp", "kp"])
 def test_parameter_listing_is_the_models(arch, options, rule):

@@ -169,7 +169,8 @@ OPTION_CASES = {
     "window-period": dict(sliding_window=3, window_period=2, positions="rotary"),
     "query-scale": dict(query_scale=9),
     # Qwen3's and Gemma 3's RMSNorm on each head of q and k (every attention, cross-attention too)
-    "qk-norm": dict(qk_norm=True, positions="rotary", kv_heads=2),
+    "qk-norm": dict(qk_norm="head", positions="rotary", kv_heads=2),
+    "qk-norm-projection": dict(qk_norm="projection", positions="rotary", kv_heads=2),  # OLMo 2's, on q's and k's widths
 }
 # Models of today, whole: Llama/Mistral (pre-RMSNorm, SwiGLU, GQA, rotary, no biases), Qwen2 (and q/k/v biases,
 # tied), GPT-2 (pre-LN, learned positions, tied, no head bias), BERT (post-LN, token types, embedding norm).
@@ -193,9 +194,9 @@ MODERN = {
     # Qwen3 (Llama's block, heads wider than d / heads, q and k normalised per head) and Gemma 3 (Gemma 2's block
     # without soft-capping, q and k normalised, one global layer in three here)
     "qwen3": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", kv_heads=2, head_dim=6, positions="rotary",
-                  bias="none", qk_norm=True),
+                  bias="none", qk_norm="head"),
     "gemma3": dict(norm="rmsnorm", norm_position="pre", ffn="geglu", kv_heads=1, head_dim=6, positions="rotary",
-                   bias="none", embedding_scale=True, tie_embeddings=True, post_norms=True, qk_norm=True,
+                   bias="none", embedding_scale=True, tie_embeddings=True, post_norms=True, qk_norm="head",
                    sliding_window=3, window_period=3),
 }
 OPTION_ARCHES = {

@@ -252,13 +252,19 @@ FAMILY_CASES = {
     # heads; Gemma 3 likewise with Gemma 2's block; in an encoder-decoder (cross-attention's q and k too) and a
     # soft-capped classifier
     "qwen3": ("decoder", dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
-                              kv_heads=2, head_dim=6, qk_norm=True, head_bias=False), (2, 16, 4, 32, 6, 2, 24)),
+                              kv_heads=2, head_dim=6, qk_norm="head", head_bias=False), (2, 16, 4, 32, 6, 2, 24)),
     "gemma3": ("decoder", dict(norm="rmsnorm", norm_position="pre", ffn="geglu", positions="rotary", bias="none",
                                kv_heads=1, head_dim=6, embedding_scale=True, tie_embeddings=True, head_bias=False,
-                               post_norms=True, qk_norm=True, sliding_window=3, window_period=3, query_scale=9),
+                               post_norms=True, qk_norm="head", sliding_window=3, window_period=3, query_scale=9),
                (3, 16, 4, 40, 6, 2, 24)),
-    "qk-norm-encoder-decoder": ("encoder-decoder", dict(qk_norm=True, kv_heads=2), (1, 16, 4, 32, 7, 2, 40)),
-    "qk-norm-softcap-classifier": ("encoder", dict(norm_position="pre", qk_norm=True, attention_softcap=20.0,
+    "qk-norm-encoder-decoder": ("encoder-decoder", dict(qk_norm="head", kv_heads=2), (1, 16, 4, 32, 7, 2, 40)),
+    # OLMo 2's norm on each whole projection, grouped-query, and in an encoder-decoder
+    "qk-norm-projection": ("decoder", dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
+                                           bias="none", kv_heads=2, qk_norm="projection", head_bias=False),
+                           (2, 16, 4, 32, 6, 2, 24)),
+    "qk-norm-projection-encoder-decoder": ("encoder-decoder", dict(qk_norm="projection", kv_heads=1),
+                                           (1, 16, 4, 32, 7, 2, 40)),
+    "qk-norm-softcap-classifier": ("encoder", dict(norm_position="pre", qk_norm="head", attention_softcap=20.0,
                                                    kv_heads=1, head_dim=8), (1, 16, 2, 32, 6, 2, 16)),
 }
 

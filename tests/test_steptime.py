@@ -394,10 +394,11 @@ def test_a_published_rows_columns_in_other_spellings_plan_as_ours():
                                                                   "dot_product")] == \
         ["flash", "flash", "cudnn", "cudnn", "unfused"]
     # any other declared architecture option as a column of its kind; a bool that is neither is one line
-    qwen3 = {**row, "qk_norm": "TRUE", "head_dim": "256", "sliding_window": "1024"}
-    assert runs.model_of(qwen3) == runs.model_of(row).replace(qk_norm=True, head_dim=256, sliding_window=1024)
-    with pytest.raises(ConfigError, match=r"^published run '.*': qk_norm: true or false \(got 'perhaps'\)$"):
-        runs.model_of({**row, "qk_norm": "perhaps"})
+    qwen3 = {**row, "qk_norm": "head", "head_dim": "256", "sliding_window": "1024", "tie_embeddings": "yes"}
+    assert runs.model_of(qwen3) == runs.model_of(row).replace(qk_norm="head", head_dim=256, sliding_window=1024,
+                                                              tie_embeddings=True)
+    with pytest.raises(ConfigError, match=r"^published run '.*': tie_embeddings: true or false \(got 'perhaps'\)$"):
+        runs.model_of({**row, "tie_embeddings": "perhaps"})
     # a row's attention kernel is the one its GPU runs: sdpa (FlashAttention-2) on a V100 is unfused, fa3 on an A100
     # FlashAttention-2, as the plan's --attention falls back
     assert runs.layout_of({**row, "gpu": "v100", "attention": "sdpa", "precision": "fp16"}).attention == "unfused"

@@ -166,7 +166,9 @@ def _layer_tensors(cfg, layer: str, kind: str, stack: str, feedback: bool) -> li
                 + _linear(f"{layer}.v", d, kv, cfg.qkv_bias, feedback)
                 + _linear(f"{layer}.o", a, d, cfg.o_bias, feedback)
                 + ([(f"{layer}.q_norm.weight", (cfg.head_dim,)), (f"{layer}.k_norm.weight", (cfg.head_dim,))]
-                   if cfg.qk_norm else []))
+                   if cfg.qk_norm == "head" else [])
+                + ([(f"{layer}.q_norm.weight", (a,)), (f"{layer}.k_norm.weight", (kv,))]
+                   if cfg.qk_norm == "projection" else []))
     if kind == "ffn":
         return _ffn(cfg, layer, cfg.d_ff, feedback)
     if kind == "moe":  # train/model.py's MixtureOfExperts: the router, each expert, the shared expert and its gate

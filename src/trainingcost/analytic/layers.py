@@ -37,17 +37,19 @@ def _kinds(*kinds: LayerKind) -> dict[str, LayerKind]:
 def _attention(name: str, description: str) -> LayerKind:
     # a = heads x head_dim (queries, attention output), kv = kv_heads x head_dim (keys, values). Grouped-query
     # attention expands k and v to every head before the fused kernel, which keeps the expanded copies. With qk_norm
-    # (Qwen3, Gemma 3) an RMSNorm of head_dim on each head of q and of k: two weights of dh, and each norm saves its
-    # input and one statistic per head and row.
+    # an RMSNorm on q and on k: on each head (Qwen3, Gemma 3: s.qk_norm 1, two weights of dh, a statistic per head and
+    # row) or on each whole projection (OLMo 2: 2, weights of a and kv, a statistic per row); each saves its input.
     return LayerKind(
         name, "attention", description,
-        params=lambda s: 2 * s.d * s.a + 2 * s.d * s.kv + s.bq * (s.a + 2 * s.kv) + s.ba * s.d + s.qk_norm * 2 * s.dh,
+        params=lambda s: 2 * s.d * s.a + 2 * s.d * s.kv + s.bq * (s.a + 2 * s.kv) + s.ba * s.d
+        + (s.qk_norm == 1) * 2 * s.dh + (s.qk_norm == 2) * (s.a + s.kv),
         weights=lambda s: 2 * s.d * s.a + 2 * s.d * s.kv,
         saved=lambda s: s.M * s.d + 2 * s.M * s.a + 2 * s.N * s.a + s.M * s.h
-        + s.qk_norm * (s.M * s.a + s.N * s.kv + s.M * s.h + s.N * s.kvh),
-        working=lambda s: 2 * s.M * s.d + 2 * s.M * s.a + 2 * s.N * s.a + s.qk_norm * (s.M * s.a + s.N * s.kv),
+        + (s.qk_norm > 0) * (s.M * s.a + s.N * s.kv) + (s.qk_norm == 1) * (s.M * s.h + s.N * s.kvh)
+        + (s.qk_norm == 2) * (s.M + s.N),
+        working=lambda s: 2 * s.M * s.d + 2 * s.M * s.a + 2 * s.N * s.a + (s.qk_norm > 0) * (s.M * s.a + s.N * s.kv),
         kept=lambda s: s.M * s.a + 2 * s.N * s.kv + s.M * s.d,
-        param_tensors=lambda s: 4 + 3 * s.bq + s.ba + 2 * s.qk_norm,
+        param_tensors=lambda s: 4 + 3 * s.bq + s.ba + 2 * (s.qk_norm > 0),
         # train/model.py's Attention: q, k, v and o are one Linear each
         module_params=lambda s: np.maximum(np.maximum(s.d * s.a + s.bq * s.a, s.d * s.kv + s.bq * s.kv), s.a * s.d + s.ba * s.d),
     )

@@ -45,7 +45,7 @@ SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": 
                  "bo": "out_bias", "ba": "o_bias", "bh": "head_bias", "learned": "learned", "rotary": "rotary", "tv": "type_vocab",
                  "max_pos": "max_positions", "relative": "relative", "rb": "relative_buckets",
                  "w": "sliding_window", "es": "embedding_scale", "default_arch": "default_arch",
-                 "E": "experts", "k": "experts_per_token", "sff": "shared_expert_ff"}
+                 "E": "experts", "k": "experts_per_token", "sff": "shared_expert_ff", "qk_norm": "qk_norm"}
 TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows", "shared")
 
 
@@ -97,6 +97,9 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
         "relative": i64(positions == "relative"),
         "added_positions": i64(np.isin(positions, ("sinusoidal", "learned"))),
         "parallel_block": column("parallel_block").astype(str),
+        # qk_norm: 1 on each head (head_dim wide), 2 on each whole projection (heads x head_dim), 0 none
+        "qk_norm": i64(np.select([column("qk_norm").astype(str) == "head", column("qk_norm").astype(str) == "projection"],
+                                 [1, 2], 0)),
         # features of a head that rotary positions turn (rotary_dim; 0: the whole head)
         "rotary_dim": np.where(i64(column("rotary_dim")) > 0, i64(column("rotary_dim")), head_dim),
     }

@@ -18,6 +18,9 @@ POSITIONS = ("sinusoidal", "learned", "rotary", "relative", "none")
 # qkv: biases on the query, key and value projections only (Qwen2); attention: on q, k, v and o, none in the FFN
 # (Llama's attention_bias without mlp_bias); ffn: on the FFN's matrices only (GPT-J; GPT-NeoX without attention_bias)
 BIASES = ("all", "none", "qkv", "attention", "ffn")
+# qk_norm: an RMSNorm on the queries and keys after their projections, over each head's head_dim (Qwen3, Gemma 3) or
+# over each whole projection, heads x head_dim wide (OLMo 2)
+QK_NORMS = ("none", "head", "projection")
 # Parallel attention and FFN (GPT-J, GPT-NeoX, Phi-1/2, Falcon): x + attn(norm(x)) + ffn(norm(x)) with one norm
 # read by both branches (one_norm), or a norm each (two_norms); none: the branches in sequence.
 PARALLEL_BLOCKS = ("none", "one_norm", "two_norms")

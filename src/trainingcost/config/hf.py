@@ -288,7 +288,7 @@ def _llama(k: _Keys) -> dict:
         entry["bias"] = "qkv" if k.bool("qkv_bias", True) else "none"
     elif model_type in ("qwen3", "qwen3_moe"):  # Qwen3Attention: q, k, v and o biased where attention_bias
         entry["bias"] = "attention" if k.bool("attention_bias", False) else "none"
-        entry["qk_norm"] = True
+        entry["qk_norm"] = "head"
     else:
         entry["bias"] = "qkv" if model_type == "qwen2" else "none"
     if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
@@ -543,7 +543,7 @@ def _gemma2(k: _Keys) -> dict:
                                   tie_embeddings=k.bool("tie_word_embeddings", True)), k)
     layers = entry["layers"]
     if gemma3:
-        entry["qk_norm"] = True
+        entry["qk_norm"] = "head"
     for key, option in (("attn_logit_softcapping", "attention_softcap"), ("final_logit_softcapping", "logit_softcap")):
         value = k.data.get(key, defaults[key])
         if value is not None:

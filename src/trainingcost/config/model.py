@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 
-from .choices import ARCHES, BIASES, FFNS, NORM_POSITIONS, NORMS, PARALLEL_BLOCKS, POSITIONS  # noqa: F401
+from .choices import ARCHES, BIASES, FFNS, NORM_POSITIONS, NORMS, PARALLEL_BLOCKS, POSITIONS, QK_NORMS  # noqa: F401
 from .errors import ConfigError
 from .presets import PRESETS
 from .schema import declare_options, validate
@@ -123,10 +123,11 @@ class ModelConfig:
                                 "windowed", minimum=2)
     query_scale: int = option(0, "scores scaled by query_scale^-1/2 instead of head_dim^-1/2 (Gemma 2's "
                               "query_pre_attn_scalar): a number, no cost; 0: head_dim", hf=("query_pre_attn_scalar",))
-    # Qwen3 and Gemma 3 (transformers' modeling_qwen3.py, modeling_gemma3.py: q_norm and k_norm)
-    qk_norm: bool = option(False, "an RMSNorm on each head of the queries and of the keys, after their projections and "
-                           "before rotary positions, one weight of head_dim per norm shared by the heads (Qwen3's and "
-                           "Gemma 3's q_norm and k_norm)", tape=True)
+    # Qwen3, Gemma 3 and OLMo 2 (transformers' modeling_qwen3.py, modeling_gemma3.py, modeling_olmo2.py: q_norm, k_norm)
+    qk_norm: str = option("none", "an RMSNorm on the queries and on the keys, after their projections and before rotary "
+                          "positions: head, on each head (one head_dim weight per norm shared by the heads: Qwen3, "
+                          "Gemma 3); projection, on each whole projection (heads x head_dim wide: OLMo 2); none",
+                          choices=QK_NORMS)
 
     def __post_init__(self):
         if self.kv_heads == 0:

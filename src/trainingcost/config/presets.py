@@ -165,13 +165,13 @@ PRESETS: dict[str, dict] = {
     # context. 8,190,735,360 parameters (the model card's 8.2B, 6.95B without the embeddings).
     "qwen3-8b": dict(arch="decoder", layers=36, d_model=4096, heads=32, kv_heads=8, head_dim=128, d_ff=12288,
                      vocab=151936, seq_len=40960, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
-                     bias="none", qk_norm=True),
+                     bias="none", qk_norm="head"),
     # Qwen/Qwen3-30B-A3B: Qwen3's attention (32 heads of 128 beside d_model 2048, 4 key/value heads) and 128 SwiGLU
     # experts of 768 per block, 8 per token (renormalised: norm_topk_prob), no shared expert. 30,532,122,624
     # parameters (the model card's 30.5B, 3.3B used per token).
     "qwen3-30b-a3b": dict(arch="decoder", layers=48, d_model=2048, heads=32, kv_heads=4, head_dim=128, d_ff=768,
                           vocab=151936, seq_len=40960, norm="rmsnorm", norm_position="pre", ffn="swiglu",
-                          positions="rotary", bias="none", qk_norm=True, experts=128, experts_per_token=8),
+                          positions="rotary", bias="none", qk_norm="head", experts=128, experts_per_token=8),
 }
 
 # The parameter count each preset's source publishes (Hugging Face's num_parameters() of the named model class),

@@ -111,9 +111,15 @@ class Attention(nn.Module):
         self.global_layer = False  # ... but for a global layer among windowed ones (window_period: Block sets it)
         self.softcap = cfg.attention_softcap  # Gemma 2: c tanh(scores / c), attention written out
         self.scale = cfg.query_scale ** -0.5 if cfg.query_scale else None  # Gemma 2's query_pre_attn_scalar
-        if cfg.qk_norm:  # Qwen3, Gemma 3: an RMSNorm over each head of q and of k, one head_dim weight each
+        # qk_norm: an RMSNorm over each head of q and of k (Qwen3, Gemma 3: one head_dim weight each), or over each
+        # whole projection before it is split into heads (OLMo 2)
+        self.qk_norm = cfg.qk_norm
+        if cfg.qk_norm == "head":
             self.q_norm = nn.RMSNorm(cfg.head_dim, eps=1e-6)
             self.k_norm = nn.RMSNorm(cfg.head_dim, eps=1e-6)
+        elif cfg.qk_norm == "projection":
+            self.q_norm = nn.RMSNorm(a, eps=1e-6)
+            self.k_norm = nn.RMSNorm(kv, eps=1e-6)
         else:
             self.q_norm = self.k_norm = None
         if self.rotary:
@@ -122,11 +128,14 @@ class Attention(nn.Module):
             self.register_buffer("sin", sin, persistent=False)
 
     def _heads(self, x: torch.Tensor, heads: int, norm: nn.Module | None = None) -> torch.Tensor:
-        """[batch, rows, heads x head_dim] as [batch, heads, rows, head_dim]; with ``norm`` (qk_norm), each head
-        normalised first, on the [batch, rows, heads, head_dim] view, as transformers' Qwen3 and Gemma 3 do."""
+        """[batch, rows, heads x head_dim] as [batch, heads, rows, head_dim]; with ``norm`` (qk_norm), normalised first:
+        the whole projection (OLMo 2), or each head on the [batch, rows, heads, head_dim] view (Qwen3, Gemma 3), as
+        transformers' models do."""
         batch, rows, _ = x.shape
+        if norm is not None and self.qk_norm == "projection":
+            x = norm(x)
         x = x.view(batch, rows, heads, self.head_dim)
-        return (x if norm is None else norm(x)).transpose(1, 2)
+        return (x if norm is None or self.qk_norm == "projection" else norm(x)).transpose(1, 2)
 
     def _capped(self, q, k, v, mask):
         return capped_attention(self, q, k, v, mask)

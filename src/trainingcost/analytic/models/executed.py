@@ -118,7 +118,7 @@ def _attention(s: Shapes, turned: int, causal_half: bool = False):
         products = np.where(w > 0, 4 * keys * s.dh * h, products // 2)
     biases = s.bq * (M * a + 2 * N * kv) + s.ba * M * d
     rotary = turned * s.rotary * ROTARY * (M * a + N * kv)  # rotary and relative positions act on self-attention
-    qk = s.qk_norm * (M * a + N * kv)  # Qwen3's and Gemma 3's RMSNorm on each head of q and k (all attentions)
+    qk = (s.qk_norm > 0) * (M * a + N * kv)  # an RMSNorm on q and k (qk_norm: per head or per projection)
     # A relative position bias that needs its gradient takes torch off the fused kernels: the math path's four
     # batched products backward (8 M N a) instead of the fused backward's 10 M N a; the bias added to every score.
     biased = turned * s.relative

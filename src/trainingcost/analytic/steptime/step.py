@@ -468,15 +468,15 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
         acts = kernels("gated", gated and "gated" in ops, routed, (2 + gated) * e)
         rot = kernels("rotary", "rotary" in ops, m * (a + kv), 2 * e) if cfg.positions == "rotary" else \
             {"fwd": [], "bwd": []}
-        # qk_norm (Qwen3, Gemma 3): an RMSNorm over each head of q and of k, op by op where the block's norms are
-        qk = kernels("rmsnorm", "norm" in ops, m * (a + kv), 2 * e) if cfg.qk_norm else {"fwd": [], "bwd": []}
+        # qk_norm (Qwen3, Gemma 3, OLMo 2): an RMSNorm over q and over k, op by op where the block's norms are
+        qk = kernels("rmsnorm", "norm" in ops, m * (a + kv), 2 * e) if cfg.qk_norm != "none" else {"fwd": [], "bwd": []}
         fwd_mem = 2 * norms["fwd"] + adds + acts["fwd"] + rot["fwd"] + qk["fwd"] + fwd_att_mem
         bwd_mem = 2 * norms["bwd"] + [2 * x for x in adds] + acts["bwd"] + rot["bwd"] + qk["bwd"] + bwd_att_mem
     else:
         norm_res = [dev.memory(2 * rows / sp)] * 2 + [dev.memory(3 * rows / sp)] * 2  # two norms, two residual adds
         act = [dev.memory((2 + gated) * routed * e)]
         rotary = [dev.memory(2 * m * (a + kv) * e)] if cfg.positions == "rotary" else []
-        rotary += [dev.memory(2 * m * (a + kv) * e)] if cfg.qk_norm else []  # qk_norm: q's and k's heads normalised
+        rotary += [dev.memory(2 * m * (a + kv) * e)] if cfg.qk_norm != "none" else []  # qk_norm: q's and k's heads normalised
         fwd_mem = norm_res + act + rotary + fwd_att_mem
         bwd_mem = [2 * x for x in norm_res + act + rotary] + bwd_att_mem
     weight_cast = 0.0

@@ -48,6 +48,7 @@ class GroupKey:
     expert_count: int = 0  # ... of this many experts ...
     shared_expert: bool = False  # ... with Qwen-MoE's shared expert and its gate ...
     router_norm: bool = False  # ... its top-k weights renormalised to sum to 1 (Mixtral)
+    qk_norm: int = 0  # an RMSNorm on q and k: 1 on each head (Qwen3, Gemma 3), 2 on each projection (OLMo 2)
     # The declared options that change which ops run (config/model.py's option(tape=True)), as (name, column value):
     # read as key.<name> (and g.<name>), so a new option needs no field here.
     options: tuple = ()
@@ -85,7 +86,7 @@ def group_keys(configs) -> list[GroupKey]:
         partial_rotary=(o["rotary"] > 0) & (o["rotary_dim"] < o["head_dim"]), plain_norm=o["norm_vectors"] == 0,
         embedding_scale=o["embedding_scale"] > 0, shared_table=o["shared_embedding"] > 0, experts=o["experts"] > 0,
         expert_count=o["experts"], shared_expert=(o["experts"] > 0) & (o["shared_expert_ff"] > 0),
-        router_norm=(o["experts"] > 0) & (o["router_norm"] > 0),
+        router_norm=(o["experts"] > 0) & (o["router_norm"] > 0), qk_norm=o["qk_norm"],
     )
     columns["options"] = np.empty(len(heads), dtype=object)
     columns["options"][:] = [tuple((name, int(o[name][i])) for name in TAPE_OPTIONS) for i in range(len(heads))]

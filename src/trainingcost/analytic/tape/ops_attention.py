@@ -61,12 +61,17 @@ class AttentionOps:
         return out
 
     def head_norm(self, x: Value) -> Value:
-        """``Attention._heads`` with qk_norm (Qwen3, Gemma 3): the projection's output viewed as rows x heads rows of
-        head_dim (a view: autograd's view node makes nothing), an RMSNorm on each (:meth:`rms_norm`: its weight's
-        gradient head_dim wide), its output viewed back as rows of heads x head_dim; the projection's output goes
-        when the caller rebinds it, kept only where the norm saves it. Without qk_norm, ``x`` itself."""
+        """``Attention._heads`` with qk_norm: on each whole projection (OLMo 2), an RMSNorm of its width; on each head
+        (Qwen3, Gemma 3), the projection's output viewed as rows x heads rows of head_dim (a view: autograd's view node
+        makes nothing), an RMSNorm on each (:meth:`rms_norm`: its weight's gradient head_dim wide), its output viewed
+        back as rows of heads x head_dim. The projection's output goes when the caller rebinds it, kept only where the
+        norm saves it. Without qk_norm, ``x`` itself."""
         if not self.g.qk_norm:
             return x
+        if self.g.qk_norm == 2:
+            normed = self.rms_norm(x)
+            self.t.drop(x.buf)
+            return normed
         heads = x.width // self.g.head_dim
         self.t.hold(x.buf)
         per_head = self.passing(Value(x.buf, x.rows * heads, self.g.head_dim, False), x)
