@@ -238,7 +238,7 @@ TINY_STUDY = {
                           "vocab": 256, "seq_len": 8, "batch": 2}]},
     "memory": {"dtypes": ["fp32"], "optimizers": ["adam"]},
     "plan": {"select": ["m"], "gpu": "a100-80gb", "gpus": 1, "tokens": 1e9},
-    "scaling": {"rules": ["bp", "pepita", "kp"], "widths": [16, 32], "depths": [1, 2], "heads": 4, "seq_len": 16,
+    "scaling": {"rules": ["bp", "kp"], "widths": [16, 32], "depths": [1, 2], "heads": 4, "seq_len": 16,
                 "batch": 4, "seeds": [0, 1], "steps": 12, "evals": 5, "eval_batches": 1, "lrs": [0.001, 0.01],
                 "search_steps": 4, "bootstrap": 10},
 }
@@ -251,12 +251,12 @@ def test_the_tiny_scaling_study_runs_through_the_workflow(tmp_path):
                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert result.returncode == 0, result.stderr[-3000:]
     scaling = pd.read_parquet(tmp_path / "results/tables/scaling.parquet")
-    assert set(scaling.rule) == {"bp", "pepita", "kp"} and set(scaling.seed) == {0, 1} and scaling.config_id.nunique() == 4
+    assert set(scaling.rule) == {"bp", "kp"} and set(scaling.seed) == {0, 1} and scaling.config_id.nunique() == 4
     assert (scaling.flops == scaling.step * scaling.flops_per_step).all()
     assert (scaling.flops_per_step == scaling.executed_flops_per_step).all()
     assert set(scaling.step) == set(eval_steps(12, 5))
     lr = pd.read_parquet(tmp_path / "results/tables/scaling_lr.parquet")
-    assert len(lr) == 3 * 2 and lr.groupby("rule").chosen.sum().eq(1).all()
+    assert len(lr) == 2 * 2 and lr.groupby("rule").chosen.sum().eq(1).all()
     chosen = lr[lr.chosen].set_index("rule").lr.sort_index()
     assert (scaling.groupby("rule").lr.first().sort_index() == chosen).all()  # runs use the searched lr
     frontiers = pd.read_parquet(tmp_path / "results/tables/frontiers.parquet")

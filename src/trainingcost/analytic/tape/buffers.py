@@ -37,7 +37,9 @@ class Tape:
         self.events: list[tuple[str, np.ndarray, str, str]] | None = None  # (+/-, bytes, label, phase) to debug
 
     def new(self, nbytes, label: str = "") -> Buf:
-        buf = Buf(np.broadcast_to(np.asarray(nbytes, dtype=np.int64), self.live.shape), label)
+        if not (type(nbytes) is np.ndarray and nbytes.dtype == np.int64 and nbytes.shape == self.live.shape):
+            nbytes = np.broadcast_to(np.asarray(nbytes, dtype=np.int64), self.live.shape)  # (read-only: never
+        buf = Buf(nbytes, label)  # changed in place, so one array may be shared by buffers of one size)
         self.live = self.live + buf.nbytes
         self._mark()
         if self.events is not None:
