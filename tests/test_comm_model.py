@@ -66,7 +66,8 @@ def sharded_spec(arch, dtype, rule):
                      dtype=dtype, eval_batches=1)
 
 
-@pytest.fixture(scope="module", params=[("zero2", 2), ("zero2", 3), ("fsdp", 2), ("fsdp", 3)], ids=str)
+# zero2 in groups of 2 is the hybrid fixture's (below: 3 replica groups of 2 ranks each)
+@pytest.fixture(scope="module", params=[("zero2", 3), ("fsdp", 2), ("fsdp", 3)], ids=str)
 def sharded(request):
     parallel, world = request.param
     runs = launch_each([sharded_spec(*case) for case in SHARDED], world, parallel)
@@ -99,7 +100,9 @@ def test_sharded_model_equals_meter(sharded):
     dict(shared_embedding=True, ffn="geglu", norm="rmsnorm", norm_position="pre"),
     # Qwen3's and Gemma 3's q and k norms (a head_dim weight each, after o in registration order)
     dict(qk_norm="head", norm="rmsnorm", norm_position="pre", kv_heads=2, head_dim=6, post_norms=True),
-    dict(qk_norm="projection", norm="rmsnorm", norm_position="pre", kv_heads=2)], ids=str)
+    dict(qk_norm="projection", norm="rmsnorm", norm_position="pre", kv_heads=2),
+    # OLMo 2's norm on each branch's output (the post-LN names, <branch>_norm.norm.weight) and a final norm
+    dict(qk_norm="projection", norm="rmsnorm", norm_position="output", ffn="swiglu")], ids=str)
 @pytest.mark.parametrize("arch", list(SHARDED_ARCHS))
 @pytest.mark.parametrize("rule", ["bp", "kp"])
 def test_parameter_listing_is_the_models(arch, options, rule):

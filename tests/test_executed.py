@@ -179,6 +179,7 @@ OPTION_CASES = {
     # Qwen3's and Gemma 3's RMSNorm on each head of q and k (every attention, cross-attention too)
     "qk-norm": dict(qk_norm="head", positions="rotary", kv_heads=2),
     "qk-norm-projection": dict(qk_norm="projection", positions="rotary", kv_heads=2),  # OLMo 2's, on q's and k's widths
+    "output-norm": dict(norm_position="output"),  # OLMo 2's x + norm(f(x)), and a final norm
 }
 # Models of today, whole: Llama/Mistral (pre-RMSNorm, SwiGLU, GQA, rotary, no biases), Qwen2 (and q/k/v biases,
 # tied), GPT-2 (pre-LN, learned positions, tied, no head bias), BERT (post-LN, token types, embedding norm).
@@ -206,6 +207,9 @@ MODERN = {
     "gemma3": dict(norm="rmsnorm", norm_position="pre", ffn="geglu", kv_heads=1, head_dim=6, positions="rotary",
                    bias="none", embedding_scale=True, tie_embeddings=True, post_norms=True, qk_norm="head",
                    sliding_window=3, window_period=3),
+    # OLMo 2: the norm on each branch's output (none on its input), q and k normalised over each whole projection
+    "olmo2": dict(norm="rmsnorm", norm_position="output", ffn="swiglu", positions="rotary", bias="none",
+                  qk_norm="projection"),
 }
 OPTION_ARCHES = {
     "encoder": dict(arch=E, layers=2, d_model=16, heads=4, d_ff=24, vocab=11, seq_len=6, batch=3),

@@ -100,6 +100,10 @@ MODELS = {
                                    attention_bias=True, tie_word_embeddings=True),
     # Gemma 3's text model: Gemma 2's block with q and k normalised per head, no soft-capping, one global layer in
     # three here (sliding_window_pattern 6 by default), SDPA
+    # OLMo 2: the norm on each branch's output and none on its input, q and k normalised over each whole projection
+    "olmo2": _model("Olmo2Config", "Olmo2ForCausalLM", **PHI, num_key_value_heads=2),
+    "olmo2:attention_bias": _model("Olmo2Config", "Olmo2ForCausalLM", **PHI, attention_bias=True,
+                                   tie_word_embeddings=True),
     "gemma3_text:window": _model("Gemma3TextConfig", "Gemma3ForCausalLM", **{**PHI, "num_hidden_layers": 3},
                                  num_key_value_heads=2, head_dim=12, sliding_window=4, query_pre_attn_scalar=16,
                                  layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
@@ -207,6 +211,15 @@ PUBLISHED = {  # the presets' config.json keys (the hub's files; older key names
                           use_sliding_window=False, sliding_window=None, max_window_layers=48, hidden_act="silu",
                           decoder_sparse_step=1, moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8,
                           norm_topk_prob=True, mlp_only_layers=[]),
+    # allenai/OLMo-2-1124-7B's and -13B's config.json (the keys that matter)
+    "olmo2-7b": dict(model_type="olmo2", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                     num_attention_heads=32, num_key_value_heads=32, vocab_size=100352, max_position_embeddings=4096,
+                     rms_norm_eps=1e-6, attention_bias=False, tie_word_embeddings=False, hidden_act="silu",
+                     rope_theta=500000),
+    "olmo2-13b": dict(model_type="olmo2", hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+                      num_attention_heads=40, num_key_value_heads=40, vocab_size=100352, max_position_embeddings=4096,
+                      rms_norm_eps=1e-6, attention_bias=False, tie_word_embeddings=False, hidden_act="silu",
+                      rope_theta=500000),
     # google/gemma-2-2b and google/gemma-2-9b's config.json (the keys that matter; layer_types absent: alternating)
     "gemma-2-2b": dict(model_type="gemma2", hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
                        num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=256000,

@@ -266,6 +266,14 @@ FAMILY_CASES = {
                                            (1, 16, 4, 32, 7, 2, 40)),
     "qk-norm-softcap-classifier": ("encoder", dict(norm_position="pre", qk_norm="head", attention_softcap=20.0,
                                                    kv_heads=1, head_dim=8), (1, 16, 2, 32, 6, 2, 16)),
+    # OLMo 2: the norm on each branch's output, none on its input, and a final norm (DFA: a block's segment starts
+    # at a constant that no norm reads); output-LN in an encoder-decoder (cross-attention's output normalised too)
+    # and a LayerNorm classifier
+    "olmo2": ("decoder", dict(norm="rmsnorm", norm_position="output", ffn="swiglu", positions="rotary", bias="none",
+                              qk_norm="projection", head_bias=False), (2, 16, 4, 40, 6, 2, 24)),
+    "output-norm-encoder-decoder": ("encoder-decoder", dict(norm_position="output", kv_heads=2),
+                                    (1, 16, 4, 32, 7, 2, 40)),
+    "output-norm-classifier": ("encoder", dict(norm_position="output", ffn="geglu"), (2, 16, 2, 32, 5, 2, 16)),
 }
 
 

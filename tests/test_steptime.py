@@ -399,6 +399,11 @@ def test_a_published_rows_columns_in_other_spellings_plan_as_ours():
                                                               tie_embeddings=True)
     with pytest.raises(ConfigError, match=r"^published run '.*': tie_embeddings: true or false \(got 'perhaps'\)$"):
         runs.model_of({**row, "tie_embeddings": "perhaps"})
+    # OLMo 2's blocks (pre-norm without the column); a position the option does not know is its one line
+    olmo2 = {**row, "norm_position": "output", "qk_norm": "projection"}
+    assert runs.model_of(olmo2) == runs.model_of(row).replace(norm_position="output", qk_norm="projection")
+    with pytest.raises(ConfigError, match=r"norm_position: 'sandwich' is not allowed"):
+        runs.model_of({**row, "norm_position": "sandwich"})
     # a row's attention kernel is the one its GPU runs: sdpa (FlashAttention-2) on a V100 is unfused, fa3 on an A100
     # FlashAttention-2, as the plan's --attention falls back
     assert runs.layout_of({**row, "gpu": "v100", "attention": "sdpa", "precision": "fp16"}).attention == "unfused"

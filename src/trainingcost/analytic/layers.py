@@ -140,8 +140,9 @@ KINDS: dict[str, LayerKind] = _kinds(
         module_params=lambda s: np.maximum(np.maximum(s.d * s.ff + s.bo * s.ff, s.ff * s.d + s.bo * s.d),
                                            np.maximum(s.d * s.E, (s.sff > 0) * (s.d * s.sff + s.bo * np.maximum(s.sff, s.d)))),
     ),
-    _norm_kind("add_norm", "a residual and its norm: post-LN norm(x + f(x)), or pre-LN x + f(norm(x))", True),
-    _norm_kind("norm", "a norm alone: a stack's final norm (pre-LN), or the embedding's norm (BERT)", False),
+    _norm_kind("add_norm", "a residual and its norm: post-LN norm(x + f(x)), pre-LN x + f(norm(x)), or output-LN "
+               "x + norm(f(x))", True),
+    _norm_kind("norm", "a norm alone: a stack's final norm (pre-LN, output-LN), or the embedding's norm (BERT)", False),
     _head("lm_head", "linear layer over the vocabulary, softmax cross-entropy"),
     _head("classifier_head", "linear layer over C classes on one mean-pooled row per sequence"),
     LayerKind(
@@ -196,7 +197,7 @@ class Sublayer:
 class Branch:
     """One residual branch of a block: the sublayer that computes it and the norm that goes with it.
 
-    Post-LN: norm(x + f(x)); pre-LN: x + f(norm(x)).
+    Post-LN: norm(x + f(x)); pre-LN: x + f(norm(x)); output-LN: x + norm(f(x)).
     """
 
     name: str  # the branch's sublayer: self_attention, cross_attention, ffn
@@ -213,7 +214,8 @@ class BlockDescription:
     (``train/model.py``'s ``Block``) and the memory tape (``analytic/tape``) all read.
 
     ``branches`` run in order, each on the output of the one before; ``sublayers`` are the layers of the tables,
-    in forward order (pre-LN: each norm before its branch; post-LN: after it). ``parallel``: the branches all read
+    in forward order (pre-LN: each norm before its branch; post-LN and ``output``-LN: after it, output-LN's on the
+    branch's output alone, x + norm(f(x)), OLMo 2's). ``parallel``: the branches all read
     the block input and their outputs are added to it, x + attn(norm(x)) + ffn(norm(x)); branches that name the
     same norm share it (``parallel_block`` one_norm: one ``input_norm``).
     """
@@ -224,6 +226,7 @@ class BlockDescription:
     branches: tuple[Branch, ...]
     sublayers: tuple[Sublayer, ...]
     parallel: bool = False
+    output: bool = False
 
     def sublayer(self, name: str) -> Sublayer:
         return next(sub for sub in self.sublayers if sub.name == name)
@@ -238,11 +241,12 @@ SHARED_NORM = "input_norm"  # a parallel block's one norm (parallel_block one_no
 
 @lru_cache(maxsize=None)
 def describe_block(arch: str, stack: str, pre: bool = False, parallel: str = "none", moe: bool = False,
-                   post_norms: bool = False) -> BlockDescription:
+                   post_norms: bool = False, output: bool = False) -> BlockDescription:
     """The block of ``stack`` ('encoder' or 'decoder') in ``arch``, post-LN or ``pre``-LN, its branches in sequence
     or ``parallel`` (``ModelConfig.parallel_block``: one_norm, two_norms; pre-LN, no cross-attention); with ``moe``, a
     mixture of experts (kind ``moe``) in the FFN's place, under the FFN's name; with ``post_norms`` (pre-LN, in
-    sequence), a norm (kind ``norm``, ``<branch>_post_norm``) on each branch's output before its residual (Gemma 2)."""
+    sequence), a norm (kind ``norm``, ``<branch>_post_norm``) on each branch's output before its residual (Gemma 2);
+    with ``output`` (not ``pre``), each branch's own norm on its output, x + norm(f(x)), as post-LN orders them."""
     if stack == "encoder":
         pairs = _ENCODER
     elif arch == "encoder-decoder":
@@ -269,18 +273,19 @@ def describe_block(arch: str, stack: str, pre: bool = False, parallel: str = "no
                 subs.append(Sublayer(post, "norm", False, role="norm"))
         else:
             subs += [Sublayer(name, kind, entry, attention and (entry or cross)), norm]
-    return BlockDescription(arch, stack, pre, tuple(branches), tuple(subs), parallel != "none")
+    return BlockDescription(arch, stack, pre, tuple(branches), tuple(subs), parallel != "none", output and not pre)
 
 
 def block_sublayers(arch: str, stack: str, pre: bool = False, parallel: str = "none", moe: bool = False,
                     post_norms: bool = False) -> tuple[Sublayer, ...]:
-    """The sublayers of one block of ``stack`` in ``arch``, in forward order (:func:`describe_block`)."""
+    """The sublayers of one block of ``stack`` in ``arch``, in forward order (:func:`describe_block`; output-LN's
+    are post-LN's)."""
     return describe_block(arch, stack, pre, parallel, moe, post_norms).sublayers
 
 
 def config_block(cfg, stack: str) -> BlockDescription:
     """The block of ``stack`` of one model (a :class:`~trainingcost.config.ModelConfig`)."""
-    return describe_block(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block, cfg.moe, cfg.post_norms)
+    return describe_block(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block, cfg.moe, cfg.post_norms, cfg.output_norm)
 
 
 def stack_ends(cfg) -> tuple[tuple[str, str], ...]:
@@ -335,7 +340,7 @@ def layer_plan(cfg) -> list[tuple[str, str]]:
         for index in range(cfg.depth(stack)):
             for sub in config_block(cfg, stack).sublayers:
                 plan.append((block_layer_name(stack, index, sub.name), sub.kind))
-        if cfg.pre_norm:
+        if cfg.final_norm:
             plan.append((end_layer_name(stack, FINAL_NORM), "norm"))
     plan.append((HEAD, head_kind(cfg.classes)))
     return plan

@@ -91,6 +91,9 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
         "rms": i64(norm == "rmsnorm"), "norm_vectors": i64(np.select([norm == "rmsnorm", norm == "nonparametric"], [1, 0], 2)),
         "norm_stats": i64(np.where(norm == "rmsnorm", 1, 2)),  # saved per row: LayerNorm's mean and rstd, RMSNorm's rstd
         "pre": i64(column("norm_position").astype(str) == "pre"), "tied": i64(column("tie_embeddings").astype(bool)),
+        # output-LN (OLMo 2): post-LN's sublayers, x + norm(f(x)); it and pre-LN end each stack with a norm
+        "output_norm": i64(column("norm_position").astype(str) == "output"),
+        "final_norm": i64(np.isin(column("norm_position").astype(str), ("pre", "output"))),
         "qkv_bias": i64(np.isin(bias, ("all", "qkv", "attention"))), "out_bias": i64(np.isin(bias, ("all", "ffn"))),
         "o_bias": i64(np.isin(bias, ("all", "attention"))), "head_bias": i64(column("head_bias").astype(bool)),
         "learned": i64(positions == "learned"), "rotary": i64(positions == "rotary"),
@@ -308,7 +311,7 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
                     kv_rows = cols["seq_len"] if sub.kind == "cross_attention" else rows
                     add(mask, sub.kind, stack, sub.name, depth, True, sub.block_entry, BLOCK_SUB_OFFSET + position,
                         rows, kv_rows, kv_entry=sub.kv_entry)
-            add(has & (cols["pre"] > 0), "norm", stack, L.FINAL_NORM, 1, False, False, TAIL_RANK, rows)
+            add(has & (cols["final_norm"] > 0), "norm", stack, L.FINAL_NORM, 1, False, False, TAIL_RANK, rows)
             # DFA: the output error reaches each block through its own projection. The error has
             # one row per output position for an LM head whose positions are the block's own;
             # otherwise (a pooled classifier error, or encoder blocks of an encoder-decoder, whose

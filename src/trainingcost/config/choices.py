@@ -12,7 +12,7 @@ ARCHES = ("encoder", "decoder", "encoder-decoder")
 # Architecture options. Each has a default that is the 2017 transformer (Vaswani et al. 2017), which trainingcost
 # costed first (config/model.py's option declarations; a new option may write its values there instead).
 NORMS = ("layernorm", "rmsnorm", "nonparametric")  # nonparametric: LayerNorm without gain or bias (OLMo)
-NORM_POSITIONS = ("post", "pre")
+NORM_POSITIONS = ("post", "pre", "output")
 FFNS = ("gelu", "relu", "swiglu", "geglu")
 POSITIONS = ("sinusoidal", "learned", "rotary", "relative", "none")
 # qkv: biases on the query, key and value projections only (Qwen2); attention: on q, k, v and o, none in the FFN

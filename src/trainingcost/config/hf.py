@@ -22,7 +22,8 @@ from .errors import ConfigError, regular_file
 from .model import HF_OPTIONS
 
 SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
-             "starcoder2", "phi3", "gemma", "gemma2", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe", "gemma3_text")
+             "olmo2", "starcoder2", "phi3", "gemma", "gemma2", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe",
+             "gemma3_text")
 # Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
 UNSUPPORTED_KEYS = {
     "num_local_experts": "mixture of experts",
@@ -160,7 +161,7 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
             raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")
     keys = _Keys(data, where, model_type)
     entry = {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
-            "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo,
+            "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo, "olmo2": _olmo2,
             "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma, "gemma2": _gemma2, "mixtral": _moe, "qwen2_moe": _moe,
             "qwen3": _llama, "qwen3_moe": _moe, "gemma3_text": _gemma2}[model_type](keys)
     return _declared_keys(entry, keys)
@@ -472,6 +473,19 @@ def _olmo(k: _Keys) -> dict:
     # work, not modelled); an untied head without bias.
     entry = _decoder(k, norm="nonparametric", ffn=_silu(k), tie_embeddings=k.bool("tie_word_embeddings", False),
                      bias="attention" if k.bool("attention_bias", False) else "none")
+    return _full_rotary(entry, k)
+
+
+def _olmo2(k: _Keys) -> dict:
+    # OLMo 2 (modeling_olmo2.py; Team OLMo 2024, "2 OLMo 2 Furious", arXiv 2501.00656): the norm on each branch's
+    # output and none on its input, x + norm(f(x)) (post_attention_layernorm, post_feedforward_layernorm:
+    # norm_position output), a final RMSNorm; an RMSNorm over the whole q and k projections before rotary (q_norm of
+    # heads x head_dim, k_norm of kv_heads x head_dim: qk_norm projection); a SwiGLU MLP without biases, q, k, v and o
+    # biased where attention_bias, grouped-query attention, an untied head without bias.
+    entry = _decoder(k, norm="rmsnorm", ffn=_silu(k), qk_norm="projection",
+                     tie_embeddings=k.bool("tie_word_embeddings", False),
+                     bias="attention" if k.bool("attention_bias", False) else "none")
+    entry["norm_position"] = "output"
     return _full_rotary(entry, k)
 
 

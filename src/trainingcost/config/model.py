@@ -66,7 +66,9 @@ class ModelConfig:
     norm: str = option("layernorm", "LayerNorm, RMSNorm, or nonparametric: a LayerNorm without gain or bias (OLMo, "
                        "Groeneveld et al. 2024)", choices=NORMS, late=False)
     norm_position: str = option("post", "post: norm(x + f(x)) as in Vaswani et al. 2017; pre: x + f(norm(x)), and a "
-                                "final norm per stack", choices=NORM_POSITIONS, late=False)
+                                "final norm per stack; output: x + norm(f(x)), the norm on each branch's output before "
+                                "its residual, none on its input, and a final norm per stack (OLMo 2: Team OLMo 2024, "
+                                "arXiv 2501.00656)", choices=NORM_POSITIONS, late=False)
     ffn: str = option("gelu", "gelu and relu have two matrices; swiglu and geglu three (d_ff is the gated width)",
                       choices=FFNS, late=False)
     kv_heads: int = option(0, "key/value heads (grouped-query attention); must divide heads (default: heads)",
@@ -179,7 +181,18 @@ class ModelConfig:
 
     @property
     def pre_norm(self) -> bool:
+        """The norm on each branch's input: x + f(norm(x))."""
         return self.norm_position == "pre"
+
+    @property
+    def output_norm(self) -> bool:
+        """The norm on each branch's output, none on its input: x + norm(f(x)) (OLMo 2)."""
+        return self.norm_position == "output"
+
+    @property
+    def final_norm(self) -> bool:
+        """A norm after each stack's last block (pre-LN and output-LN: the residual stream is never normalised)."""
+        return self.norm_position in ("pre", "output")
 
     @property
     def gated(self) -> bool:

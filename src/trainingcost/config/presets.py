@@ -172,6 +172,16 @@ PRESETS: dict[str, dict] = {
     "qwen3-30b-a3b": dict(arch="decoder", layers=48, d_model=2048, heads=32, kv_heads=4, head_dim=128, d_ff=768,
                           vocab=151936, seq_len=40960, norm="rmsnorm", norm_position="pre", ffn="swiglu",
                           positions="rotary", bias="none", qk_norm="head", experts=128, experts_per_token=8),
+    # Team OLMo 2024 ("2 OLMo 2 Furious", arXiv 2501.00656), allenai/OLMo-2-1124-7B and -13B: the norm on each
+    # branch's output, none on its input (norm_position output), q and k normalised over each whole projection
+    # (qk_norm projection), SwiGLU, no biases, an untied head, 4,096 tokens of context, the 100,352-token vocabulary.
+    # 7,298,617,344 and 13,716,198,400 parameters (the model card's 7B and 13B).
+    "olmo2-7b": dict(arch="decoder", layers=32, d_model=4096, heads=32, d_ff=11008, vocab=100352, seq_len=4096,
+                     norm="rmsnorm", norm_position="output", ffn="swiglu", positions="rotary", bias="none",
+                     qk_norm="projection"),
+    "olmo2-13b": dict(arch="decoder", layers=40, d_model=5120, heads=40, d_ff=13824, vocab=100352, seq_len=4096,
+                      norm="rmsnorm", norm_position="output", ffn="swiglu", positions="rotary", bias="none",
+                      qk_norm="projection"),
 }
 
 # The parameter count each preset's source publishes (Hugging Face's num_parameters() of the named model class),
@@ -205,5 +215,7 @@ PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
     "qwen1.5-moe-a2.7b": (14_315_784_192, "Qwen2MoeForCausalLM"),
     "qwen3-8b": (8_190_735_360, "Qwen3ForCausalLM"),
     "qwen3-30b-a3b": (30_532_122_624, "Qwen3MoeForCausalLM"),
+    "olmo2-7b": (7_298_617_344, "Olmo2ForCausalLM"),
+    "olmo2-13b": (13_716_198_400, "Olmo2ForCausalLM"),
 }
 MLM_TRANSFORM = {"bert-base": 768 * 768 + 768 + 2 * 768}  # what a preset leaves out of its source's count

@@ -299,16 +299,19 @@ NORMS = (nn.LayerNorm, nn.RMSNorm)
 
 class AddNorm(nn.Module):
     """A residual and its norm. Post-LN: ``add_norm(x, f_out)`` is norm(x + f_out). Pre-LN: ``add_norm(x)`` is the
-    branch's normalised input, norm(x), and ``add_norm(x, f_out)`` the residual, x + f_out."""
+    branch's normalised input, norm(x), and ``add_norm(x, f_out)`` the residual, x + f_out. Output-LN (OLMo 2):
+    ``add_norm(x, f_out)`` is x + norm(f_out)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.pre = cfg.pre_norm
+        self.pre, self.output = cfg.pre_norm, cfg.output_norm
         self.norm = make_norm(cfg)
 
     def forward(self, x: torch.Tensor, branch: torch.Tensor | None = None) -> torch.Tensor:
         if branch is None:
             return self.norm(x)
+        if self.output:
+            return x + self.norm(branch)
         return x + branch if self.pre else self.norm(x + branch)
 
 
@@ -324,8 +327,8 @@ BLOCK_MODULES: dict[str, Callable[[str, ModelConfig, int], nn.Module]] = {
 
 class Block(nn.Module):
     """One block, as :func:`layers.describe_block` describes it: a module per sublayer under its name, and the
-    branches run in order, each with its norm: after the residual (post-LN) or on the branch's input (pre-LN);
-    or, ``parallel``, each on the normalised block input, their outputs added to it."""
+    branches run in order, each with its norm: after the residual (post-LN), on the branch's input (pre-LN) or on
+    its output (output-LN: ``AddNorm``); or, ``parallel``, each on the normalised block input, their outputs added to it."""
 
     def __init__(self, description: L.BlockDescription, cfg: ModelConfig, rows: int, index: int = 0):
         super().__init__()
@@ -483,7 +486,7 @@ class Stack(nn.Module):
         self.depth = cfg.depth(stack)
         for index in range(self.depth):
             self.add_module(str(index), Block(description, cfg, cfg.rows(stack), index))
-        self.final_norm = make_norm(cfg) if cfg.pre_norm else None
+        self.final_norm = make_norm(cfg) if cfg.final_norm else None
 
     def blocks(self) -> list[Block]:
         return [getattr(self, str(i)) for i in range(self.depth)]

@@ -89,14 +89,15 @@ def _integer(row: dict, key: str, default: int | None = None) -> int:
 def model_of(row: dict):
     """The row's model. Columns it leaves out or empty take the plan's defaults for a model entry
     (config/model.py: kv_heads = heads, d_ff = 4 d, layernorm, gelu, sinusoidal positions, biases), as a user's
-    model entry would; the blocks are pre-norm, as every published run's are."""
+    model entry would; the blocks are pre-norm, as nearly every published run's are, unless a norm_position column
+    says otherwise (OLMo 2's output)."""
     from ...config.model import OPTIONS, canonical_model
 
     row = spelled(row)
     _required(row, "arch", "layers", "d_model", "heads", "vocab", "seq_len")
     entry = dict(arch=row["arch"], layers=_integer(row, "layers"), d_model=_integer(row, "d_model"),
                  heads=_integer(row, "heads"), vocab=_integer(row, "vocab"), seq_len=_integer(row, "seq_len"),
-                 norm_position="pre")
+                 norm_position=str(row["norm_position"]).strip() if _given(row, "norm_position") else "pre")
     if _given(row, "d_ff"):
         entry["d_ff"] = _integer(row, "d_ff")
     else:
@@ -108,7 +109,7 @@ def model_of(row: dict):
         if _given(row, key):                                             # mixture of experts, a head wider than d / heads)
             entry[key] = _integer(row, key)
     for key, meta in OPTIONS.items():  # any other architecture option a table gives a column (qk_norm, sliding_window ...)
-        if key not in entry and key not in ("norm_position",) and _given(row, key):
+        if key not in entry and _given(row, key):
             entry[key] = _option_value(row, key, meta["kind"])
     return canonical_model(entry, f"published run {row.get('run', '?')!r}")
 

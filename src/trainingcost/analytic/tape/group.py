@@ -36,6 +36,8 @@ class GroupKey:
     types: bool  # BERT's token-type table
     embedding_norm: bool  # a norm after the embedding's tables (BERT)
     pre: bool  # pre-LN: x + branch(norm(x)), and a final norm per stack
+    output: bool  # output-LN (OLMo 2): x + norm(branch(x)), post-LN's order, and a final norm per stack
+    final: bool  # a final norm per stack (pre-LN, output-LN)
     rms: bool  # RMSNorm (a weight, no bias) instead of LayerNorm
     rotary: bool  # rotary positions: q and k of every self-attention turned before SDPA
     relative: bool  # T5's relative bias
@@ -81,7 +83,8 @@ def group_keys(configs) -> list[GroupKey]:
         grouped=o["kv_heads"] < heads, single_kv=(o["kv_heads"] == 1) & (heads > 1), relu=o["relu"] > 0,
         gated=o["gated"] > 0,
         positions=np.where(o["learned"] > 0, "learned", np.where(o["added_positions"] > 0, "sinusoidal", "none")),
-        types=o["type_vocab"] > 0, embedding_norm=o["embedding_norm"] > 0, pre=o["pre"] > 0, rms=o["rms"] > 0,
+        types=o["type_vocab"] > 0, embedding_norm=o["embedding_norm"] > 0, pre=o["pre"] > 0,
+        output=o["output_norm"] > 0, final=o["final_norm"] > 0, rms=o["rms"] > 0,
         rotary=o["rotary"] > 0, relative=o["relative"] > 0, parallel=o["parallel_block"],
         partial_rotary=(o["rotary"] > 0) & (o["rotary_dim"] < o["head_dim"]), plain_norm=o["norm_vectors"] == 0,
         embedding_scale=o["embedding_scale"] > 0, shared_table=o["shared_embedding"] > 0, experts=o["experts"] > 0,
@@ -283,7 +286,7 @@ class Group:
                             linear(self.d, 1, False)
                     else:
                         add(*self.norm_parameters)
-            if self.pre:
+            if self.final:
                 add(*self.norm_parameters)  # the stack's final norm
         if self.tied:  # the head's weight is the table: only its bias (and KP's B) are its own
             add(*([self.out] if self.head_bias else []), *([self.d * self.out] if feedback_parameters else []))

@@ -91,18 +91,18 @@ class ModelOps:
     def branches(self, stack: str) -> tuple[L.Branch, ...]:
         """The branches of one block of ``stack`` (``Block.branches``: :func:`layers.describe_block`)."""
         return L.describe_block(self.g.arch, stack, self.g.pre, self.g.parallel, self.g.experts,
-                              bool(self.g.post_norms)).branches
+                              bool(self.g.post_norms), self.g.output).branches
 
     def sublayer(self, branch: L.Branch, x: Value, memory: Value | None) -> Value:
-        """``Block.sublayer``: post-LN norm(x + branch(x)), pre-LN x + branch(norm(x)); the branch's output (and
-        the normalised input) go when it returns."""
+        """``Block.sublayer``: post-LN norm(x + branch(x)), pre-LN x + branch(norm(x)), output-LN x + norm(branch(x));
+        the branch's output (and the normalised input) go when it returns."""
         h = self.norm(x) if self.g.pre else x
         out = self.branch(branch, h, memory)
-        if branch.post_norm:  # Gemma 2: the branch's output normalised (the branch's output goes when rebound)
-            normed = self.norm(out)
+        if branch.post_norm or self.g.output:  # Gemma 2's post-norm, output-LN's norm: the branch's output
+            normed = self.norm(out)  # normalised (the branch's output goes when rebound)
             self.t.drop(out.buf)
             out = normed
-        y = self.add(x, out) if self.g.pre else self.add_norm(x, out)
+        y = self.add(x, out) if self.g.pre or self.g.output else self.add_norm(x, out)
         self.t.drop(out.buf)
         if h is not x:
             self.t.drop(h.buf)
@@ -213,7 +213,7 @@ class ModelOps:
                     out += [("sublayer", stack, branch) for branch in self.branches(stack)]
                 else:
                     out.append(("block", stack, None))
-            if self.g.pre:
+            if self.g.final:
                 out.append(("norm", stack, None))  # the stack's final norm
         return out
 

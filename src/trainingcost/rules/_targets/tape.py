@@ -243,7 +243,7 @@ def train_inverses(t: Tape, g: Group, units) -> None:
             ops.bias = unit.bias  # (it requires a gradient: SDPA's math path, even without a graph)
             t.hold(noisy.buf)  # the runner's stream.x
             out = ops.run_block(stack, noisy, memory)
-            if g.pre and unit is last:  # the unit's stages end with the stack's final norm
+            if g.final and unit is last:  # the unit's stages end with the stack's final norm
                 normed = ops.norm(out)
                 t.drop(out.buf)
                 out = normed

@@ -29,7 +29,7 @@ def program(t: Tape, g: Group, run: Run) -> None:
                 out = ops.run_block(stack, x, memory)
                 points.append((stack, out))
                 x = ops.detach(out)
-            if g.pre:  # the final norm ends the last block's segment; the step's local `out` keeps the block's output
+            if g.final:  # the final norm ends the last block's segment; the step's local `out` keeps the block's output
                 _, out = points.pop()
                 t.drop(x.buf)  # stream.x = out, normalised
                 normed = ops.norm(out)
