@@ -276,3 +276,35 @@ def test_estimate_names_the_attention_kernel_where_transformers_runs_another(tmp
     # 2 B M N a per layer: 2 x 1 x 2048^2 x 4544 x 32 fewer FLOPs in transformers' step
     assert f"its BP step has {2 * 2048 * 2048 * 4544 * 32:.3g} fewer FLOPs" in outputs["falcon-7b"]
     assert not any("attention: priced as" in outputs[name] for name in ("gemma-2b", "starcoder2-3b"))
+
+
+def test_olmo2_computes_transformers_function():
+    """norm_position output and qk_norm projection are OLMo 2's block, not only its costs: with transformers' weights
+    (the norms' gains moved off 1), trainingcost's model gives Olmo2ForCausalLM's logits (eps as ours, 1e-6)."""
+    import torch
+
+    from trainingcost.train.model import Transformer
+
+    torch.manual_seed(0)
+    config = transformers.Olmo2Config(**{**PHI, "vocab_size": 61}, num_key_value_heads=2, rms_norm_eps=1e-6,
+                                      eos_token_id=None, pad_token_id=None, attn_implementation="sdpa")
+    theirs = transformers.Olmo2ForCausalLM(config).eval()
+    ours = Transformer(canonical_model({**hf_entry(config.to_dict()), "batch": 2, "seq_len": 7}, "")).eval()
+    own = {"decoder.embedding.weight": "model.embed_tokens.weight", "decoder.final_norm.weight": "model.norm.weight",
+           "head.weight": "lm_head.weight"}
+    renamed = [("self_attention_norm.norm", "post_attention_layernorm"), ("ffn_norm.norm", "post_feedforward_layernorm"),
+               ("self_attention.", "self_attn."), ("ffn.", "mlp.")] + \
+        [(f"self_attn.{p}.", f"self_attn.{p}_proj.") for p in "qkvo"] + [(f"mlp.{p}.", f"mlp.{p}_proj.") for p in ("gate", "up", "down")]
+    source = dict(theirs.named_parameters())
+    with torch.no_grad():
+        for name, parameter in ours.named_parameters():
+            if name not in own:
+                _, index, rest = name.split(".", 2)
+                for old, new in renamed:
+                    rest = rest.replace(old, new)
+                own[name] = f"model.layers.{index}.{rest}"
+            parameter.copy_(source[own[name]] + 0.1 * torch.randn_like(parameter))
+            source[own[name]].copy_(parameter)
+        assert len(own) == len(source)
+        tokens = torch.randint(0, 61, (2, 7))
+        assert torch.allclose(ours({"decoder": tokens}), theirs(input_ids=tokens).logits, atol=1e-5, rtol=0)
