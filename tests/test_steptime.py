@@ -1094,7 +1094,11 @@ def test_a_framework_is_named_by_its_family_and_the_time_of_the_run():
                 "deepspeed@2021-06": "deepspeed@2021", "deepspeed@2022": "deepspeed", "composer@2023": "composer@2023",
                 "llm-foundry@2023-12": "composer", "nemo@2020": "nemo", "Megatron-Core": "megatron-core",
                 "megatron-lm@2021+torch-ddp": "megatron-lm@2021+torch-ddp", "pytorch-ddp": "ddp",
-                "torch-ddp@2020": "ddp", "DDP": "ddp", "olmo-core@2024-11": "olmo-core"}
+                "torch-ddp@2020": "ddp", "DDP": "ddp", "olmo-core@2024-11": "olmo-core",
+                # as tables write them: spaces and underscores, a vendor's name before the framework's
+                "PyTorch FSDP2": "fsdp2", "Megatron LM@2021": "megatron-lm@2021", "NVIDIA NeMo": "nemo",
+                "megatron_core": "megatron-core", "torch FSDP@2023": "fsdp1", "Microsoft DeepSpeed@2022": "deepspeed",
+                "AllenAI OLMo-core": "olmo-core"}
     for name, entry in expected.items():
         assert resolve_framework(name)[0].name == entry, name
     assert resolve_framework("deepspeed@2021") == (resolve_framework("deepspeed@2021-01")[0], "")  # the entry itself

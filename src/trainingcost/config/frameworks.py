@@ -308,9 +308,10 @@ def resolve_framework(name: str | None, flag: str = "--framework") -> tuple[Fram
     name = default if name is None else name
     if name in table:
         return table[name], ""
-    if name.lower() in table:  # Megatron-Core, FSDP2: the names as people write them
-        return table[name.lower()], "the entry of that name"
-    base, at, when = name.lower().rpartition("@") if "@" in name else (name.lower(), "", "")
+    key = _spelled(name, set(table) | set(named))
+    if key in table:  # Megatron-Core, FSDP2, "PyTorch FSDP2": the names as people write them
+        return table[key], "the entry of that name"
+    base, at, when = key.rpartition("@") if "@" in key else (key, "", "")
     if base not in named:
         raise ConfigError(f"{flag}: {name!r} is not in the framework catalogue (allowed: {', '.join(table)}; or a "
                           f"family, alone for its newest entry or with @YEAR for the entry of that time: "
@@ -328,6 +329,21 @@ def resolve_framework(name: str | None, flag: str = "--framework") -> tuple[Fram
         return table[entry], (f"the {family} family's earliest entry, the catalogue's reading until "
                               f"{versions[1][0].isoformat()}")
     return table[entry], f"the {family} family's entry current on {date.isoformat()}"
+
+
+VENDORS = ("pytorch-", "torch-", "nvidia-", "microsoft-", "huggingface-", "hf-", "google-", "allenai-", "ai2-", "mosaicml-")
+
+
+def _spelled(name: str, known: set[str]) -> str:
+    """A framework's name as the catalogue writes its names: letter case, spaces and underscores aside (``PyTorch
+    FSDP2``, ``Megatron_LM``), and a vendor's name before a name the catalogue knows (``NVIDIA NeMo``, ``torch FSDP``)."""
+    key = "-".join(part for part in str(name).strip(" ").lower().replace("_", " ").split(" ") if part)
+    base, at, when = key.partition("@")
+    for vendor in VENDORS:
+        if base.startswith(vendor) and base not in known and base[len(vendor):] in known:
+            base = base[len(vendor):]
+            break
+    return base + at + when
 
 
 def framework(name: str | None, flag: str = "--framework") -> Framework:
