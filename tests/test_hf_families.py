@@ -220,6 +220,11 @@ PUBLISHED = {  # the presets' config.json keys (the hub's files; older key names
                       num_attention_heads=40, num_key_value_heads=40, vocab_size=100352, max_position_embeddings=4096,
                       rms_norm_eps=1e-6, attention_bias=False, tie_word_embeddings=False, hidden_act="silu",
                       rope_theta=500000),
+    # allenai/OLMoE-1B-7B-0924's config.json (the keys that matter)
+    "olmoe-1b-7b": dict(model_type="olmoe", hidden_size=2048, intermediate_size=1024, num_hidden_layers=16,
+                        num_attention_heads=16, num_key_value_heads=16, num_experts=64, num_experts_per_tok=8,
+                        norm_topk_prob=False, vocab_size=50304, max_position_embeddings=4096, rms_norm_eps=1e-5,
+                        attention_bias=False, tie_word_embeddings=False, hidden_act="silu", clip_qkv=None),
     # google/gemma-2-2b and google/gemma-2-9b's config.json (the keys that matter; layer_types absent: alternating)
     "gemma-2-2b": dict(model_type="gemma2", hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
                        num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=256000,

@@ -126,6 +126,9 @@ def _hf(model_type: str, implementation: str):
         config = transformers.Qwen3MoeConfig(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
                                              norm_topk_prob=True, head_dim=12, **common)
         return config, transformers.Qwen3MoeForCausalLM(config)
+    if model_type == "olmoe":  # q and k normalised over each whole projection, experts of intermediate_size, top-2
+        config = transformers.OlmoeConfig(num_experts=4, num_experts_per_tok=2, **common)
+        return config, transformers.OlmoeForCausalLM(config)
     config = transformers.Qwen2MoeConfig(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
                                          shared_expert_intermediate_size=40, **common)
     return config, transformers.Qwen2MoeForCausalLM(config)
@@ -143,7 +146,7 @@ def _hf_step(model, config, batch: int, length: int) -> int:
     return counter.get_total_flops()
 
 
-@pytest.mark.parametrize("model_type", ["mixtral", "qwen2_moe", "qwen3_moe"])
+@pytest.mark.parametrize("model_type", ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe"])
 @pytest.mark.parametrize("length", [12, 20])
 def test_parameters_and_executed_flops_equal_the_hugging_face_model(model_type, length):
     """transformers' experts_implementation "eager" runs each expert on its gathered rows (modeling_mixtral.py's

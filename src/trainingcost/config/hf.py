@@ -23,7 +23,7 @@ from .model import HF_OPTIONS
 
 SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
              "olmo2", "starcoder2", "phi3", "gemma", "gemma2", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe",
-             "gemma3_text")
+             "gemma3_text", "olmoe")
 # Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
 UNSUPPORTED_KEYS = {
     "num_local_experts": "mixture of experts",
@@ -163,7 +163,7 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
     entry = {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
             "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo, "olmo2": _olmo2,
             "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma, "gemma2": _gemma2, "mixtral": _moe, "qwen2_moe": _moe,
-            "qwen3": _llama, "qwen3_moe": _moe, "gemma3_text": _gemma2}[model_type](keys)
+            "qwen3": _llama, "qwen3_moe": _moe, "gemma3_text": _gemma2, "olmoe": _olmoe}[model_type](keys)
     return _declared_keys(entry, keys)
 
 
@@ -605,7 +605,8 @@ def _window(entry: dict, k: _Keys, default: int | None) -> None:
 
 # The keys of a mixture of experts that each MoE model_type maps (hf_entry refuses them elsewhere).
 MOE_KEYS = {"mixtral": ("num_local_experts",), "qwen2_moe": ("num_experts", "moe_intermediate_size"),
-            "qwen3_moe": ("num_experts", "num_local_experts", "moe_intermediate_size")}
+            "qwen3_moe": ("num_experts", "num_local_experts", "moe_intermediate_size"),
+            "olmoe": ("num_experts", "num_local_experts")}
 
 
 def _moe(k: _Keys) -> dict:
@@ -643,6 +644,25 @@ def _moe(k: _Keys) -> dict:
             entry["shared_expert_ff"] = k.int("shared_expert_intermediate_size", 5632, minimum=0)
         entry["router_norm"] = k.bool("norm_topk_prob", False)
     return entry
+
+
+def _olmoe(k: _Keys) -> dict:
+    # OLMoE (modeling_olmoe.py; Muennighoff et al. 2024, "OLMoE: Open Mixture-of-Experts Language Models", arXiv
+    # 2409.02060): Llama's pre-RMSNorm block with an RMSNorm over the whole q and k projections (q_norm of
+    # hidden_size, k_norm of the keys' width: qk_norm projection) and a mixture of experts in place of the MLP: a router
+    # (hidden_size x num_experts, no bias), softmax, top num_experts_per_tok (default 8 of 64), renormalised only where
+    # norm_topk_prob (default false), SwiGLU experts of intermediate_size without biases (one fused gate_up product:
+    # the same FLOPs), no shared expert; q, k, v and o biased where attention_bias; clip_qkv clamps q, k, v in place
+    # (elementwise, not modelled); an untied head without bias.
+    entry = _decoder(k, norm="rmsnorm", ffn=_silu(k), qk_norm="projection",
+                     tie_embeddings=k.bool("tie_word_embeddings", False),
+                     bias="attention" if k.bool("attention_bias", False) else "none")
+    if k.data.get("router_jitter_noise", 0):
+        k._fail("router_jitter_noise", "multiplicative noise on the router's input in training is not supported")
+    key = "num_experts" if k.data.get("num_experts") is not None else "num_local_experts"
+    entry.update(experts=k.int(key, 64), experts_per_token=k.int("num_experts_per_tok", 8),
+                 router_norm=k.bool("norm_topk_prob", False))
+    return _full_rotary(entry, k)
 
 
 def check_window(entry: dict, where: str) -> dict:

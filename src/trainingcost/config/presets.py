@@ -182,6 +182,12 @@ PRESETS: dict[str, dict] = {
     "olmo2-13b": dict(arch="decoder", layers=40, d_model=5120, heads=40, d_ff=13824, vocab=100352, seq_len=4096,
                       norm="rmsnorm", norm_position="output", ffn="swiglu", positions="rotary", bias="none",
                       qk_norm="projection"),
+    # Muennighoff et al. 2024 (OLMoE, arXiv 2409.02060), allenai/OLMoE-1B-7B-0924: Llama's pre-RMSNorm block with q and
+    # k normalised over each whole projection, 64 SwiGLU experts of 1,024 per block, 8 per token (not renormalised:
+    # norm_topk_prob false), no shared expert. 6,919,161,856 parameters (the model card's 7B, 1B used per token).
+    "olmoe-1b-7b": dict(arch="decoder", layers=16, d_model=2048, heads=16, d_ff=1024, vocab=50304, seq_len=4096,
+                        norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
+                        qk_norm="projection", experts=64, experts_per_token=8, router_norm=False),
 }
 
 # The parameter count each preset's source publishes (Hugging Face's num_parameters() of the named model class),
@@ -217,5 +223,6 @@ PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
     "qwen3-30b-a3b": (30_532_122_624, "Qwen3MoeForCausalLM"),
     "olmo2-7b": (7_298_617_344, "Olmo2ForCausalLM"),
     "olmo2-13b": (13_716_198_400, "Olmo2ForCausalLM"),
+    "olmoe-1b-7b": (6_919_161_856, "OlmoeForCausalLM"),
 }
 MLM_TRANSFORM = {"bert-base": 768 * 768 + 768 + 2 * 768}  # what a preset leaves out of its source's count
