@@ -118,7 +118,8 @@ def test_the_framework_says_eager_or_fused_and_compile_overrides_it(capsys):
     default, compiled, eager = (row("--framework", "torchtitan", *f) for f in ([], ["--compile"], ["--no-compile"]))
     assert default["step_time_s"] == eager["step_time_s"] > compiled["step_time_s"]
     assert default["step_memory_s"] > compiled["step_memory_s"]
-    assert default["step_matmul_s"] == compiled["step_matmul_s"]
+    # (torchtitan's checkpoint repeats the whole block; compiled, its backward graph leaves out the down projection)
+    assert default["step_matmul_s"] > compiled["step_matmul_s"]
     assert "--compile given" in compiled["source_framework"]
     assert "op by op" in default["source_framework"] and "--no-compile given" in eager["source_framework"]
     nemo, nemo_eager = row("--framework", "nemo"), row("--framework", "nemo", "--no-compile")

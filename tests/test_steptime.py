@@ -373,7 +373,7 @@ def test_a_published_rows_columns_in_other_spellings_plan_as_ours():
     AWS's instance type) reads as this project's names: the same model, layout and step as the row written our way;
     a name that could mean two things (HYBRID_SHARD without its replica groups, a bare A100) is refused in one line."""
     row = next(r for r in runs.load(ROOT / "benchmarks" / "published_runs.csv")
-               if r["sharding"] == "fsdp" and r["framework"] == "torchtitan" and r["attention"] in ("", "flash"))
+               if r["sharding"] == "fsdp" and r["framework"].startswith("torchtitan") and r["attention"] in ("", "flash"))
     theirs = {**row, "sharding": "FULL_SHARD", "precision": "BF16", "attention": "sdpa", "positions": "RoPE",
               "norm": "RMSNorm", "ffn": "SwiGLU", "arch": "decoder-only", "recompute": row["recompute"].upper()
               if not row["recompute"].startswith("ops:") else row["recompute"],

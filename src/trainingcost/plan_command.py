@@ -34,7 +34,7 @@ from .plan_search import run as search_plan
 from .config import ConfigError
 from .config.errors import regular_file
 from .config.frameworks import (cluster, clusters, default_framework, families, framework, frameworks,
-                                resolve_framework)
+                                recompute_tail_of, resolve_framework)
 from .text import _duration, _si, describe_config, grid, wrapped
 
 CHINCHILLA_TOKENS_PER_PARAMETER = 20  # Hoffmann et al. 2022: compute-optimal D ~ 20 N
@@ -321,6 +321,11 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
                       "norms, rotary and gated activations run op by op")
     elif elementwise == "eager":
         fw_source += "; its model's norms, rotary and gated activations run op by op in eager PyTorch (--compile fuses them)"
+    tail = recompute_tail_of(fw, elementwise)
+    if tail != "repeated":
+        fw_source += ("; its checkpointed blocks' recompute stops before their last product (the FFN's down "
+                      "projection: " + ("torch's non-reentrant checkpoint stops early; not before fp8 linears)"
+                                        if tail == "early-stop" else "torch.compile's backward graph)"))
     if fw.grad_reduce != "compute":
         fw_source += "; gradients reduced in fp32" + (" under bf16" if fw.grad_reduce == "fp32-if-bf16" else "")
     if fw.zero1_sync == "after_backward":
@@ -353,7 +358,8 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
                 tp_backward_overlap=fw.tp_backward_overlap, gather_prefetch=fw.gather_prefetch,
                 grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync, fp8_weight_cache=fw.fp8_weight_cache,
                 fp8_params=fw.fp8_params, elementwise=elementwise, shard_copies=fw.shard_copies,
-                fp8_gather=fw.fp8_gather, fp8_tp_gather=fw.fp8_tp_gather)
+                fp8_gather=fw.fp8_gather, fp8_tp_gather=fw.fp8_tp_gather,
+                recompute_tail=tail)
 
 
 def spec_from_args(args, cfg, gpu) -> PlanSpec:

@@ -127,6 +127,7 @@ class PlanSpec:
     shard_copies: bool = False  # its sharded collectives copy through flat buffers (config/frameworks.yaml)
     fp8_gather: bool = False  # fp8-mixed: its parameter all-gathers carry fp8 linear weights (config/frameworks.yaml)
     fp8_tp_gather: bool = False  # fp8-mixed: its sequence-parallel all-gathers carry fp8 (config/frameworks.yaml)
+    recompute_tail: str = "repeated"  # what its recompute leaves out (config/frameworks.yaml, --compile)
     attention: str = "flash"
     # The plan at equal quality: (rule, compute multiplier against BP) pairs, NaN where the rule never reaches the
     # target; a rule absent trains on ``tokens``. Each rule then gets the tokens that buy M x BP's compute at its
@@ -387,13 +388,24 @@ def activations_per_sequence(facts: ModelFacts, rule_name: str, checkpointing: s
 # FLOPs per sequence
 
 
+def tail_flops_per_sequence(cfg) -> dict:
+    """Per stack, the FLOPs per sequence of one block's last product, the FFN's down projection (2 x rows x d_ff x
+    d_model, as torch's FlopCounterMode counts a product), which a recompute that stops early leaves out
+    (analytic/steptime/step.py, tail_skipped)."""
+    return {s: 2 * cfg.rows(s) * cfg.d_ff * cfg.d_model for s in cfg.stacks}
+
+
 def flops_per_sequence(cfg, rules, cost_models, checkpointing: str = "none", every: int = 2,
-                       mirror_steps: int = 1, facts: ModelFacts | None = None) -> pd.DataFrame:
+                       mirror_steps: int = 1, facts: ModelFacts | None = None, tail: bool = False) -> pd.DataFrame:
     """One row per (rule, cost model) in scope: model FLOPs per sequence (the rule's phases summed) and the
-    recompute FLOPs of checkpointing (the checkpointed blocks' forward; rules with a backward only)."""
+    recompute FLOPs of checkpointing (the checkpointed blocks' forward; rules with a backward only). ``tail``: the
+    recompute leaves out each checkpointed block's down projection (step.tail_skipped), the same FLOPs under
+    every cost model (what the hardware does not run)."""
     configs = _configs(cfg)
     depth = {s: cfg.depth(s) for s in cfg.stacks}
     counts = checkpointed(facts, checkpointing, every) if facts else {s: 0 for s in depth}
+    tails = tail_flops_per_sequence(cfg)
+    left_out = sum(c * tails[s] for s, c in counts.items()) if tail else 0
     rows = []
     for name in cost_models:
         model = cost_model(name)
@@ -408,6 +420,7 @@ def flops_per_sequence(cfg, rules, cost_models, checkpointing: str = "none", eve
         else:
             recompute = sum(c * int(forward[templates.is_block & (templates.stack == s)].sum())
                             for s, c in counts.items())
+        recompute = max(0, recompute - left_out)
         for r in rules:
             total = sum(int((flops * count).sum()) for _, _, _, flops, _ in phase_costs(q, r, mirror_steps))
             backward = bool(rule(r).recipe.get("backward"))
@@ -636,6 +649,7 @@ def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None
                   gather_prefetch=spec.gather_prefetch, grad_reduce=spec.grad_reduce, zero1_sync=spec.zero1_sync,
                   fp8_weight_cache=spec.fp8_weight_cache, elementwise=spec.elementwise,
                   shard_copies=spec.shard_copies, fp8_gather=spec.fp8_gather, fp8_tp_gather=spec.fp8_tp_gather,
+                  recompute_tail=spec.recompute_tail,
                   zero3_granularity=spec.zero3_granularity, attention=spec.attention,
                   pipeline_split=spec.pipeline_split, optimizer_slots=OPTIMIZER_SLOTS[spec.optimizer] if slots is None else slots)
 
@@ -653,8 +667,11 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
              if r in rule_names()]
     needed = list(dict.fromkeys(rules + extra))
     facts = model_facts(cfg, needed, spec.optimizer)
+    from .steptime.step import tail_skipped
+
+    tail = tail_skipped(cfg, spec.recompute_tail, PRECISIONS[spec.precision].linear is not None)
     flops = flops_per_sequence(cfg, needed, cost_models, spec.checkpointing, spec.checkpoint_every, spec.mirror_steps,
-                               facts)
+                               facts, tail)
     if flops.empty:
         raise ConfigError(f"cost_model: none of {', '.join(cost_models)} defines this architecture (the paper cost model "
                           "defines the 2017 transformer only)")

@@ -65,13 +65,23 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "un
 # to the reduce dtype; docs/planning.md, "Copies of FSDP2's collectives"); default false (the collectives read and
 # write the parameters' and gradients' own buffers: FSDP1's flat parameters, Megatron's and DeepSpeed's contiguous
 # buffers, XLA)
+# recompute_tail: what its activation checkpointing's recompute leaves out (docs/planning.md, "What a recompute
+# repeats"): repeated (the whole checkpointed forward again: Megatron's and DeepSpeed's CheckpointFunction, torch's
+# reentrant checkpoint, torch before 2.1), early-stop (torch's non-reentrant checkpoint, early stop on by default
+# since torch 2.1: the recompute halts once the last tensor the backward reads is rebuilt, so a pre-norm dense
+# block's last product, whose output only joins the residual, is not repeated; a product run as a custom autograd
+# Function, as fp8 linears are, packs its saved tensors after its GEMM and is repeated), traced (torch.compile: the
+# backward graph recomputes only what it reads, fp8 products too); default repeated. A framework whose blocks run
+# op by op in eager PyTorch (elementwise eager) and is compiled (--compile, a published run's fused) traces.
 OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefetch": True, "grad_reduce": "compute",
             "zero1_sync": "overlapped", "fp8_weight_cache": False, "fp8_params": False, "elementwise": "fused",
-            "shard_copies": False, "fp8_gather": False, "fp8_tp_gather": False}
+            "shard_copies": False, "fp8_gather": False, "fp8_tp_gather": False,
+            "recompute_tail": "repeated"}
 ELEMENTWISE = ("fused", "eager")
 ZERO1_SYNC = ("overlapped", "after_backward")
 GRAD_REDUCE = ("compute", "fp32", "fp32-if-bf16")
 PIPELINE_SPLITS = ("even", "balanced")
+RECOMPUTE_TAILS = ("repeated", "early-stop", "traced")
 CHOICES = {"zero3_granularity": ("block", "tensor"), "zero3_gather": ("module", "sublayer", "block"),
            "attention": ("flash", "flash3", "cudnn", "unfused"), "sharding": ("none", "zero1", "zero2", "zero3", "fsdp")}
 CLUSTER_FIELDS = ("gpu", "gpus_per_node", "nic_gbps", "fabric")
@@ -103,6 +113,7 @@ class Framework:
     shard_copies: bool = False  # its sharded collectives copy through flat buffers on the compute stream (OPTIONAL)
     fp8_gather: bool = False  # fp8-mixed: parameter all-gathers carry the linear weights in fp8 (OPTIONAL)
     fp8_tp_gather: bool = False  # fp8-mixed: sequence-parallel all-gathers carry fp8 (OPTIONAL)
+    recompute_tail: str = "repeated"  # what its recompute leaves out: RECOMPUTE_TAILS (OPTIONAL)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -178,6 +189,9 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     for k, v in gathers.items():
         if not isinstance(v, bool):
             raise ConfigError(f"{where}.{k}: true or false (got {v!r})")
+    tail = entry.get("recompute_tail", OPTIONAL["recompute_tail"])
+    if tail not in RECOMPUTE_TAILS:
+        raise ConfigError(f"{where}.recompute_tail: {tail!r} is not allowed (allowed: {', '.join(RECOMPUTE_TAILS)})")
     if fp8_params and entry.get("fp8_gather") is False:
         raise ConfigError(f"{where}.fp8_gather: false contradicts fp8_params: true (weights kept in fp8 are gathered "
                           f"in fp8; leave fp8_gather out)")
@@ -205,7 +219,18 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      {**can, "shardings": tuple(can["shardings"]), "replicate": tuple(can["replicate"])},
                      {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce, zero1_sync, cache,
                      fp8_params, elementwise, copies, gathers["fp8_gather"] or fp8_params,
-                     gathers["fp8_tp_gather"])
+                     gathers["fp8_tp_gather"], tail)
+
+
+def recompute_tail_of(fw: Framework, elementwise: str) -> str:
+    """What ``fw``'s recompute leaves out (RECOMPUTE_TAILS) with its blocks' elementwise kernels ``elementwise``: a
+    framework that runs its blocks op by op in eager PyTorch, compiled (fused), traces its checkpointed blocks; one
+    that compiles them (traced), run eagerly, stops its non-reentrant checkpoint early (OLMo-core's)."""
+    if fw.elementwise == "eager" and elementwise == "fused":
+        return "traced"
+    if fw.recompute_tail == "traced" and elementwise != "fused":
+        return "early-stop"
+    return fw.recompute_tail
 
 
 def _date(value, where: str) -> datetime.date:

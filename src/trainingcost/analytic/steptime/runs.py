@@ -153,7 +153,7 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
     moves, its attention kernel where the row names none) from the framework catalogue (the row's ``framework``,
     or ``framework_name``), the network from the cluster catalogue where the row names its cluster (else the
     device's usual system). No per-row overlap or link assumption."""
-    from ...config.frameworks import cluster, framework
+    from ...config.frameworks import cluster, framework, recompute_tail_of
 
     from ...config.hardware import device
 
@@ -182,7 +182,7 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
                   gather_prefetch=fw.gather_prefetch, grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync,
                   fp8_weight_cache=fw.fp8_weight_cache, elementwise=elementwise_of(row, fw),
                   shard_copies=fw.shard_copies, fp8_gather=fw.fp8_gather, fp8_tp_gather=fw.fp8_tp_gather,
-                  pipeline_split=fw.pipeline_split,
+                  pipeline_split=fw.pipeline_split, recompute_tail=recompute_tail_of(fw, elementwise_of(row, fw)),
                   gpus_per_node=system.gpus_per_node if system else None, nic_gbps=system.nic_gbps if system else None,
                   fabric=tuple(sorted(system.latencies.items())) if system else None)
 

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ...config.errors import ConfigError
-from ...config.frameworks import GRAD_REDUCE, ZERO1_SYNC
+from ...config.frameworks import GRAD_REDUCE, RECOMPUTE_TAILS, ZERO1_SYNC
 from ..plan_facts import PRECISIONS, ZERO_STAGE, check_precision, model_facts, model_share, stage_split
 from .device import DeviceModel
 from .network import Network
@@ -59,6 +59,21 @@ def recompute_ops(recompute: str):
     if not named <= set(OP_PRODUCTS):
         raise ValueError(recompute)
     return named
+
+
+def tail_skipped(cfg, recompute_tail: str, fp8_products: bool) -> bool:
+    """Whether a checkpointed block's recompute leaves out its last product, the FFN's down projection, and what
+    follows it (its tensor-parallel reduction, the residual add): nothing in the backward reads its output where the
+    block is pre-norm and dense (post-norm, an output norm or a post-branch norm reads it, and a mixture's combine
+    keeps its experts' outputs for the router's gradient). torch's non-reentrant checkpoint stops early before an
+    aten product, not before a custom autograd Function (fp8 linears); torch.compile's backward graph leaves it out
+    either way (config/frameworks.py, recompute_tail; docs/planning.md, "What a recompute repeats")."""
+    dense_tail = cfg.pre_norm and not cfg.post_norms and not cfg.moe
+    if not dense_tail or recompute_tail == "repeated":
+        return False
+    return recompute_tail == "traced" or not fp8_products
+
+
 ATTENTION = ("flash", "flash3", "cudnn", "unfused")  # flash: FlashAttention-2; flash3: FlashAttention-3 (Hopper);
 # cudnn: cuDNN's fused attention (TransformerEngine's FusedAttention)
 GRANULARITY = ("block", "tensor")  # ZeRO-3 gathers per wrapped block (FSDP) or per parameter tensor (DeepSpeed)
@@ -127,6 +142,7 @@ class Layout:
     pipeline_split: str = "even"  # how the blocks are split over the stages (the framework's; plan_facts.stages)
     host_block_s: tuple | None = None  # the host's seconds to issue one block's forward and backward (HOST_BLOCK_S)
     elementwise: str = "fused"  # the blocks' norms, rotary and gated activations: fused, eager or some (eager_ops)
+    recompute_tail: str = "repeated"  # what the recompute leaves out (config/frameworks.py RECOMPUTE_TAILS)
 
     def __post_init__(self):
         if self.host_block_s is None:
@@ -296,6 +312,8 @@ def check_layout(cfg, lay: Layout) -> None:
     if not known:
         raise ConfigError(f"recompute: {lay.recompute!r} is not allowed (allowed: {', '.join(RECOMPUTE)}, or ops: and "
                           f"the recomputed products joined by '+', of {', '.join(OP_PRODUCTS)})")
+    if lay.recompute_tail not in RECOMPUTE_TAILS:
+        raise ConfigError(f"recompute_tail: {lay.recompute_tail!r} is not allowed (allowed: {', '.join(RECOMPUTE_TAILS)})")
     if lay.attention not in ATTENTION:
         raise ConfigError(f"attention: {lay.attention!r} is not allowed (allowed: {', '.join(ATTENTION)})")
     if lay.zero3_granularity not in GRANULARITY:
@@ -524,6 +542,11 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     out["ops_fwd"] = {x: (n * dev.products.gemm(M, N, K), 2.0 * M * N * K * n) for x, (M, N, K, n) in
                       ((x, v) for x, v in products.items() if v is not None)}
     out["ops_fwd"]["core"] = (out["core_fwd"], core)  # QK^T and PV on this GPU's heads
+    # A dense block's tail, which a recompute may leave out (tail_skipped): the down projection's seconds, the
+    # memory-bound seconds after it (the residual add; under fp8 the cast of its input), its FLOPs on this GPU
+    out["tail_fwd"] = (0.0, 0.0, 0.0) if cfg.moe else \
+        (fwd_mm[3], dev.memory(3 * rows / sp) + (dev.memory((e + 2) * m * ff) if dev.linear is not None else 0.0),
+         2.0 * m * d * ff)
     out["weight_cast"] = weight_cast  # seconds to cast one block's weights to fp8 (0 unless fp8 products)
     return out
 
@@ -702,7 +725,7 @@ def micro_batch(cfg, lay: Layout, device, rule: str = "bp", work: dict | None = 
     key = ("micro", rule, device.name, device.power_w, lay.precision, lay.tp, lay.micro_batch, lay.sequence_parallel, lay.attention,
            lay.ep, lay.host_block_s, lay.cp, lay.elementwise, lay.expert_tp, lay.pp, lay.pipeline_split, lay.recompute,
            lay.checkpoint_every, lay.fp8_weight_cache, lay.tp_overlap, lay.tp_backward_overlap, lay.gpus_per_node,
-           lay.nic_gbps, lay.fabric, lay.fp8_tp_gather)
+           lay.nic_gbps, lay.fabric, lay.fp8_tp_gather, lay.recompute_tail)
     if key not in memo:
         memo[key] = _micro_batch(cfg, lay, device, rule, work, memo)
     return memo[key]
@@ -781,9 +804,23 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
     if w["backward"] and lay.recompute == "attention":
         rec_block["attention"] = bt["core_fwd"]
     recomputed_blocks = recomputed_share * per_stage
+    rec_ring_blocks = recomputed_blocks  # blocks whose attention (and context-parallel ring) the recompute repeats
     rec_pairs = 2 * recomputed_share  # tensor-parallel pairs (all-reduces) per block in the recomputed forwards
     rec_core = w["backward"] and lay.recompute == "attention"  # the recompute repeats the attention core alone
     ops = recompute_ops(lay.recompute)
+    # A recompute that stops before the block's last product (tail_skipped) leaves out its seconds, the memory-bound
+    # work after it and its tensor-parallel reduction (the all-reduce, or the reduce-scatter under sequence
+    # parallelism; rec_tp_one below), per block whose forward is recomputed
+    tail = w["backward"] and tail_skipped(cfg, lay.recompute_tail, prec.linear is not None)
+    flops = {x: f for x, (_, f) in bt["ops_fwd"].items()}
+    rec_tail_blocks = 0.0  # per block, the tails left out of the recomputed forwards
+    down_s, after_s, down_flops = bt["tail_fwd"]
+    if tail and lay.recompute in ("full", "selective"):
+        rec_tail_blocks = recomputed_share
+        recomputed_blocks *= 1.0 - down_flops / sum(flops.values())
+    elif tail and ops is not None:
+        ops = ops - {"down"}  # its output is never read: the recompute stops (or the backward graph ends) before it
+        rec_tail_blocks = 1.0 if ops & {"gate", "up"} else 0.0  # the FFN's side recomputed, up to its tail
     if w["backward"] and ops is not None:  # per-operation: the named products, the core if named, every elementwise
         # kernel (their memory-bound passes and launches); each side's tensor-parallel pair where one of its products
         # repeats; its share of the block's forward FLOPs (the hardware FLOPs below)
@@ -791,12 +828,14 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
         rec_block = {"matmul": sum(bt["ops_fwd"][x][0] for x in ops if x != "core" and x in bt["ops_fwd"]),
                      "attention": bt["fwd"]["attention"] if "core" in ops else 0.0,
                      "memory": bt["fwd"]["memory"], "launch": bt["fwd"]["launch"]}
-        flops = {x: f for x, (_, f) in bt["ops_fwd"].items()}
         recomputed_share = sum(flops.get(x, 0.0) for x in ops) / sum(flops.values())
         recomputed_blocks = recomputed_share * per_stage
         present = ops & set(bt["ops_fwd"])
         rec_pairs = (1 if present & {"q", "k", "v", "o"} else 0) + (1 if present & {"gate", "up", "down"} else 0)
         rec_core = "core" in ops
+    if rec_tail_blocks:
+        rec_block["matmul"] -= (rec_tail_blocks if ops is None else 0.0) * down_s  # (ops: down already dropped)
+        rec_block["memory"] -= rec_tail_blocks * after_s
     rec = {c: per_stage * rec_block[c] for c in cats}
     # Tensor parallel: all-reduces (or all-gather + reduce-scatter pairs) of b s d activations per block; under
     # fp8-mixed a framework whose sequence-parallel linears gather fp8 (torchao's Float8ColwiseParallel and
@@ -816,7 +855,9 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
         one = (one + net.all_gather(tp_bytes, t, 1) + net.reduce_scatter(tp_bytes, t, 1)) / 2
     ar_fwd = 2 * w["passes"] * per_stage
     ar_bwd = 2 * per_stage if w["backward"] else 0  # the column-parallel layers' input gradients
-    ar_rec = rec_pairs * per_stage  # the recomputed forwards', inside the backward
+    # the recomputed forwards', inside the backward, per block: their pairs less the reductions of the tails left out
+    rec_tp_one = rec_pairs * one - rec_tail_blocks * (net.reduce_scatter(tp_bytes, t, 1) if lay.sequence_parallel
+                                                      else net.all_reduce(tp_bytes, t, 1))
     tp_fwd_all = ar_fwd * one
 
     # Expert parallelism: two all-to-alls per mixture-of-experts block and pass (dispatch, combine), two backward,
@@ -847,7 +888,7 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
         cp_bwd_one = max(0.0, 2 * ring - bt["bwd"]["attention"])
     cp_fwd = w["passes"] * per_stage * cp_fwd_one
     # the recomputed forwards' rings: whole blocks', or the attention core's alone (Korthikanti's selective)
-    cp_rec_blocks = per_stage if rec_core else (0.0 if ops is not None else recomputed_blocks)
+    cp_rec_blocks = per_stage if rec_core else (0.0 if ops is not None else rec_ring_blocks)
     cp_bwd = (per_stage * cp_bwd_one if w["backward"] else 0.0) + cp_rec_blocks * cp_fwd_one
 
     compute_fwd = sum(fwd.values())
@@ -867,14 +908,14 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
             return _exposed(grads + recomputed, window, lay.tp_overlap)
         return _exposed(grads, window, hidden) + _exposed(recomputed, window, lay.tp_overlap)
 
-    tp_bwd = tp_backward_exposed(ar_bwd * one, ar_rec * one, compute_bwd)
+    tp_bwd = tp_backward_exposed(ar_bwd * one, per_stage * rec_tp_one, compute_bwd)
     per_micro = compute_fwd + compute_bwd + tp_fwd + tp_bwd + ep_fwd + ep_bwd + cp_fwd + cp_bwd
 
     # The pipeline's fill and drain: every stage other than the critical one once, each at its serialised
     # seconds per micro-batch (predict_step's bubble)
     per_block = head_seq = 0.0
     if p > 1:
-        def serialised(kt, alone, rec_one, passes, back, recomputed):
+        def serialised(kt, alone, rec_one, passes, back, recomputed, rec_tp):
             """One block's (or the head's) serialised seconds per micro-batch, as the stage's micro-batch is composed."""
             fwd_one = alone[0] + f_ratio * (kt["fwd"]["memory"] + kt["fwd"]["launch"]) + \
                 (kt.get("weight_cast", 0.0) if not lay.fp8_weight_cache else 0.0)  # fp8 weights cast per micro-batch
@@ -883,7 +924,7 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
             if w["through"]:
                 bwd_one = alone[1] + (chain_ratio + local_ratio) * (kt["bwd"]["memory"] + kt["bwd"]["launch"]) + \
                     sum(rec_one.values())
-                out += bwd_one + tp_backward_exposed(back * one, recomputed * one, bwd_one)
+                out += bwd_one + tp_backward_exposed(back * one, rec_tp, bwd_one)
                 if ring:
                     rec_rings = 1.0 if (back and rec_core) else (0.0 if ops is not None else recomputed / 2)
                     out += (cp_bwd_one if back else 0.0) + rec_rings * cp_fwd_one
@@ -894,8 +935,8 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
         block_priced = once(("price-block", rule, *kernels), lambda: priced_alone((1, False)))
         head_priced = once(("price-head", rule, *kernels), lambda: priced_alone((0, True)))
         per_block = serialised(bt, block_priced, rec_block, 2 * w["passes"], 2 if w["backward"] else 0,
-                               rec_pairs if w["backward"] else 0)
-        head_seq = serialised(ht, head_priced, {}, 0, 0, 0)
+                               rec_pairs if w["backward"] else 0, rec_tp_one if w["backward"] else 0.0)
+        head_seq = serialised(ht, head_priced, {}, 0, 0, 0, 0.0)
     return MicroBatch(dev, net, per_stage, ends, split, fwd, bwd, rec, compute_fwd, compute_bwd, tp_fwd, tp_bwd,
                       ep_fwd, ep_bwd, cp_fwd, cp_bwd, per_micro, tp_bytes, weight_cast, recomputed_blocks,
                       per_block, head_seq)
