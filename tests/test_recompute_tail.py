@@ -245,3 +245,32 @@ def test_the_plan_states_it_and_prices_it(capsys):
         pytest.approx(per_sequence * sequences, rel=1e-9)
     assert rows["megatron"]["hfu"] > rows["megatron"]["mfu"] and rows["fsdp2"]["hardware_flops"] == \
         pytest.approx(rows["fsdp2"]["model_flops"] + rows["fsdp2"]["recompute_flops"], rel=1e-12)
+
+
+def test_the_user_may_say_what_the_recompute_repeats(capsys):
+    """--recompute-tail (the API's recompute_tail, the workflow's plan.recompute_tail) replaces the framework's: a
+    Hugging Face Trainer of transformers 4 on FSDP2 checkpoints reentrantly (its default use_reentrant=True): repeated."""
+    import trainingcost
+    from trainingcost.pipeline import load, plan_configs, plan_gpu, section_spec
+
+    base = ["plan", "--preset", "llama-2-7b", "--gpu", "h100-sxm", "--gpus", "8", "--tokens", "1e9", "--rule", "bp",
+            "--checkpointing", "full", "--micro-batch", "1", "--format", "json"]
+    rows = {}
+    for flags in ([], ["--recompute-tail", "repeated"], ["--framework", "megatron"]):
+        assert cli.main([*base, *flags]) == 0
+        rows[tuple(flags)] = json.loads(capsys.readouterr().out)[0]
+    given = rows[("--recompute-tail", "repeated")]
+    assert given["recompute_flops"] == rows[("--framework", "megatron")]["recompute_flops"] > rows[()]["recompute_flops"]
+    assert "recompute repeated (--recompute-tail given)" in given["source_framework"]
+    api = trainingcost.plan(preset="llama-2-7b", gpu="h100-sxm", gpus=8, tokens=1e9, rule="bp", checkpointing="full",
+                            micro_batch=1, recompute_tail="repeated")
+    assert api.table["step_time_s"].iloc[0] == given["step_time_s"]
+    with pytest.raises(trainingcost.Error, match=r"argument --recompute-tail: invalid choice: 'sometimes'"):
+        trainingcost.plan(preset="llama-2-7b", gpu="h100-sxm", gpus=8, tokens=1e9, recompute_tail="sometimes")
+    plan = {"gpu": "h100-sxm", "gpus": 8, "tokens": 1e9, "checkpointing": "full", "recompute_tail": "traced"}
+    filled = load({"sweep": {"presets": ["gpt2-small"]}, "plan": plan})
+    (_, cfg), = plan_configs(filled)
+    assert section_spec(filled["plan"], cfg, plan_gpu(filled)).recompute_tail == "traced"
+    with pytest.raises(ConfigError, match=r"^plan.recompute_tail: 'sometimes' is not allowed \(allowed: repeated, "
+                                          r"early-stop, traced\)$"):
+        load({"sweep": {"presets": ["gpt2-small"]}, "plan": {**plan, "recompute_tail": "sometimes"}})

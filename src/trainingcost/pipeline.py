@@ -640,8 +640,8 @@ def section_spec(section: dict, cfg, gpu, where: str = "plan", count: bool = Tru
                           f"{where}.efficiency.{kind} the step's rate is given, so drop one")
     system = system_fields(section.get("framework"), section.get("cluster"), None, None, gpu,
                            {"framework": f"{where}.framework", "attention": f"{where}.attention",
-                            "compile": f"{where}.compile"},
-                           section.get("attention"), section.get("compile"))
+                            "compile": f"{where}.compile", "recompute_tail": f"{where}.recompute_tail"},
+                           section.get("attention"), section.get("compile"), section.get("recompute_tail"))
     fw = framework(section.get("framework"), f"{where}.framework")
     return PlanSpec(
         tokens=tokens, tokens_source=source, gpus=section["gpus"], tp=section["tp"], pp=section["pp"], cp=section["cp"],

@@ -33,8 +33,8 @@ from .analytic.steptime.step import ATTENTION
 from .plan_search import run as search_plan
 from .config import ConfigError
 from .config.errors import regular_file
-from .config.frameworks import (cluster, clusters, default_framework, families, framework, frameworks,
-                                recompute_tail_of, resolve_framework)
+from .config.frameworks import (RECOMPUTE_TAILS, cluster, clusters, default_framework, families, framework,
+                                frameworks, recompute_tail_of, resolve_framework)
 from .text import _duration, _si, describe_config, grid, wrapped
 
 CHINCHILLA_TOKENS_PER_PARAMETER = 20  # Hoffmann et al. 2022: compute-optimal D ~ 20 N
@@ -108,6 +108,11 @@ def add_parser(sub) -> None:
                    help="torch.compile on the blocks: their norms, rotary embeddings and gated activations fused into "
                         "few kernels (docs/planning.md, 'Eager and fused elementwise kernels'); --no-compile: run "
                         "them op by op as the model's PyTorch code writes them; default: the framework's")
+    p.add_argument("--recompute-tail", default=None, choices=list(RECOMPUTE_TAILS),
+                   help="what the checkpointed blocks' recompute leaves out (docs/planning.md, 'What a recompute "
+                        "repeats'): repeated (the whole block again: Megatron's, DeepSpeed's, torch's reentrant "
+                        "checkpoint, Hugging Face transformers 4's default), early-stop (torch's non-reentrant "
+                        "checkpoint, transformers 5's default: not the block's last product) or traced (torch.compile); default: the framework's")
     p.add_argument("--cluster", default=None, metavar="NAME",
                    help=f"a named system (config/clusters.yaml: {', '.join(clusters())}): its GPU (unless --gpu), "
                         "GPUs per node and NIC bandwidth per GPU")
@@ -295,12 +300,13 @@ BLOCKING_GATHERS = "; parameter all-gathers not prefetched (they block the compu
 
 def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per_node: int | None,
                   nic_gbps: float | None, gpu, names: dict, attention_name: str | None = None,
-                  compiled: bool | None = None) -> dict:
+                  compiled: bool | None = None, recompute_tail: str | None = None) -> dict:
     """The PlanSpec fields that the framework (config/frameworks.yaml) and the cluster (config/clusters.yaml) decide,
     each with its source: the command line's --framework/--cluster and the workflow's plan.framework/plan.cluster
     (``names`` maps framework, gpus_per_node and nic_gbps to how the caller calls them); ``attention_name`` (the
     command line's --attention, the workflow's plan.attention) replaces the framework's attention kernel;
-    ``compiled`` (--compile / --no-compile, plan.compile) the framework's eager or fused elementwise kernels."""
+    ``compiled`` (--compile / --no-compile, plan.compile) the framework's eager or fused elementwise kernels;
+    ``recompute_tail`` (--recompute-tail, plan.recompute_tail) what its recompute leaves out."""
     fw, read_as = resolve_framework(framework_name)
     given = f"given; {read_as}" if read_as else "given"  # e.g. "the fsdp family's newest entry"
     named = f"{fw.name} for {framework_name!r}" if read_as else fw.name  # a family or another spelling
@@ -321,8 +327,10 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
                       "norms, rotary and gated activations run op by op")
     elif elementwise == "eager":
         fw_source += "; its model's norms, rotary and gated activations run op by op in eager PyTorch (--compile fuses them)"
-    tail = recompute_tail_of(fw, elementwise)
-    if tail != "repeated":
+    tail = recompute_tail_of(fw, elementwise) if recompute_tail is None else recompute_tail
+    if recompute_tail is not None:
+        fw_source += f"; recompute {recompute_tail} ({names.get('recompute_tail', '--recompute-tail')} given)"
+    elif tail != "repeated":
         fw_source += ("; its checkpointed blocks' recompute stops before their last product (the FFN's down "
                       "projection: " + ("torch's non-reentrant checkpoint stops early; not before fp8 linears)"
                                         if tail == "early-stop" else "torch.compile's backward graph)"))
@@ -393,7 +401,7 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
     system = system_fields(args.framework, args.cluster, args.gpus_per_node, args.nic_gbps, gpu,
                            {"framework": "--framework", "gpus_per_node": "--gpus-per-node", "nic_gbps": "--nic-gbps",
                             "attention": "--attention", "compile": "--compile" if args.compile else "--no-compile"},
-                           args.attention, args.compile)
+                           args.attention, args.compile, args.recompute_tail)
     fw = framework(args.framework)
     efficiency = efficiency_of(args, cfg, precision, args.tp, gpu)
     if args.compile is not None and efficiency.kind != "predicted":
