@@ -1690,3 +1690,22 @@ def test_a_published_row_may_name_its_precision_as_its_source_prints_it():
     for printed in ("FP8", "fp8", "amp_fp8"):
         assert runs.layout_of({**row, "precision": printed}).precision == "fp8-mixed"
     assert runs.layout_of({**row, "precision": "BF16"}).precision == "bf16-mixed"
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_a_parallel_block_reduces_its_branches_once_per_forward(sp):
+    """GPT-NeoX's gpt_j_residual sums the attention's and the FFN's partial outputs before one all-reduce (a
+    reduce-scatter under sequence parallelism) per block forward; each branch's column-parallel input still
+    all-reduces its gradient: forward pairs 1 (a sequential block: 2), backward 2. Without overlap the tensor-parallel
+    seconds are in the ratio (1 + 2) / (2 + 2)."""
+    base = canonical_model({**preset_entry("pythia-1.4b"), "seq_len": 2048})
+    assert base.parallel
+    sequential = base.replace(parallel_block="none")
+    lay = Layout(gpus=8, global_batch=8, micro_batch=1, tp=8, sequence_parallel=sp)
+    a100 = device("a100-80gb")
+    par, seq = (predict_step(c, lay, a100).parts["comm_tp"] for c in (base, sequential))
+    assert par == pytest.approx(seq * 3 / 4, rel=1e-12)
+    # recomputed, the forward's pair repeats once more: (1 + 2 + 1) / (2 + 2 + 2)
+    full = dataclasses.replace(lay, recompute="full")
+    par, seq = (predict_step(c, full, a100).parts["comm_tp"] for c in (base, sequential))
+    assert par == pytest.approx(seq * 4 / 6, rel=1e-12)

@@ -805,7 +805,12 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
         rec_block["attention"] = bt["core_fwd"]
     recomputed_blocks = recomputed_share * per_stage
     rec_ring_blocks = recomputed_blocks  # blocks whose attention (and context-parallel ring) the recompute repeats
-    rec_pairs = 2 * recomputed_share  # tensor-parallel pairs (all-reduces) per block in the recomputed forwards
+    # A parallel block (x + attn(norm x) + ffn(norm' x)) sums its branches' partial outputs before one reduction
+    # (GPT-NeoX's gpt_j_residual: reduce_from_model_parallel_region once per layer, or its reduce-scatter under
+    # sequence parallelism); its backward still all-reduces each branch's input gradient (each column-parallel
+    # layer's own copy_to_model_parallel_region): one pair per block forward, two backward
+    fwd_pairs = 1 if cfg.parallel else 2
+    rec_pairs = fwd_pairs * recomputed_share  # tensor-parallel pairs (all-reduces) per block in the recomputed forwards
     rec_core = w["backward"] and lay.recompute == "attention"  # the recompute repeats the attention core alone
     ops = recompute_ops(lay.recompute)
     # A recompute that stops before the block's last product (tail_skipped) leaves out its seconds, the memory-bound
@@ -831,7 +836,8 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
         recomputed_share = sum(flops.get(x, 0.0) for x in ops) / sum(flops.values())
         recomputed_blocks = recomputed_share * per_stage
         present = ops & set(bt["ops_fwd"])
-        rec_pairs = (1 if present & {"q", "k", "v", "o"} else 0) + (1 if present & {"gate", "up", "down"} else 0)
+        rec_pairs = min(fwd_pairs, (1 if present & {"q", "k", "v", "o"} else 0) +
+                        (1 if present & {"gate", "up", "down"} else 0))
         rec_core = "core" in ops
     if rec_tail_blocks:
         rec_block["matmul"] -= (rec_tail_blocks if ops is None else 0.0) * down_s  # (ops: down already dropped)
@@ -853,7 +859,7 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
         one = (one + ffn_pair) / 2  # the mean of a block's two pairs (the counts below are two per block)
     elif cfg.moe and gathered != tp_bytes:  # the mixture's pair in bf16 beside the attention's fp8 gather
         one = (one + net.all_gather(tp_bytes, t, 1) + net.reduce_scatter(tp_bytes, t, 1)) / 2
-    ar_fwd = 2 * w["passes"] * per_stage
+    ar_fwd = fwd_pairs * w["passes"] * per_stage
     ar_bwd = 2 * per_stage if w["backward"] else 0  # the column-parallel layers' input gradients
     # the recomputed forwards', inside the backward, per block: their pairs less the reductions of the tails left out
     rec_tp_one = rec_pairs * one - rec_tail_blocks * (net.reduce_scatter(tp_bytes, t, 1) if lay.sequence_parallel
@@ -934,7 +940,7 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
 
         block_priced = once(("price-block", rule, *kernels), lambda: priced_alone((1, False)))
         head_priced = once(("price-head", rule, *kernels), lambda: priced_alone((0, True)))
-        per_block = serialised(bt, block_priced, rec_block, 2 * w["passes"], 2 if w["backward"] else 0,
+        per_block = serialised(bt, block_priced, rec_block, fwd_pairs * w["passes"], 2 if w["backward"] else 0,
                                rec_pairs if w["backward"] else 0, rec_tp_one if w["backward"] else 0.0)
         head_seq = serialised(ht, head_priced, {}, 0, 0, 0, 0.0)
     return MicroBatch(dev, net, per_stage, ends, split, fwd, bwd, rec, compute_fwd, compute_bwd, tp_fwd, tp_bwd,
