@@ -47,6 +47,7 @@ def spec_of(row: dict) -> PlanSpec:
                     gather_prefetch=fw.gather_prefetch, zero1_sync=fw.zero1_sync, grad_reduce=fw.grad_reduce,
                     fp8_weight_cache=fw.fp8_weight_cache, fp8_params=fw.fp8_params, fp8_gather=fw.fp8_gather,
                     fp8_tp_gather=fw.fp8_tp_gather, shard_copies=fw.shard_copies, elementwise=lay.elementwise,
+                    recompute_tail=lay.recompute_tail,
                     can=tuple(sorted(fw.can.items())),
                     gpus_per_node=system.gpus_per_node if system else None, nic_gbps=system.nic_gbps if system else None,
                     fabric=tuple(sorted(system.latencies.items())) if system else None)

@@ -274,3 +274,58 @@ def test_the_user_may_say_what_the_recompute_repeats(capsys):
     with pytest.raises(ConfigError, match=r"^plan.recompute_tail: 'sometimes' is not allowed \(allowed: repeated, "
                                           r"early-stop, traced\)$"):
         load({"sweep": {"presets": ["gpt2-small"]}, "plan": {**plan, "recompute_tail": "sometimes"}})
+
+
+@pytest.mark.parametrize("tp,sp,recompute,share", [(1, False, "full", 1.0), (4, True, "full", 1.0),
+                                                    (4, False, "selective", 0.5)])
+def test_what_the_recompute_leaves_out_is_one_down_projection_per_recomputed_block(tp, sp, recompute, share):
+    """By hand from the device model: per recomputed block, one product of (b s) x d_ff / tp by d on this GPU, one
+    residual add (3 b s d / sp elements read and written), and, under tensor parallelism, one reduction (the
+    all-reduce, or the reduce-scatter under sequence parallelism)."""
+    from trainingcost.analytic.steptime import DeviceModel, Network
+    from trainingcost.analytic.steptime.step import micro_batch
+
+    cfg, _ = _llama()
+    a100 = device("a100-80gb")
+    lay = Layout(gpus=64, global_batch=64, micro_batch=1, tp=tp, sequence_parallel=sp, recompute=recompute,
+                 sharding="fsdp")
+    whole, early = (micro_batch(cfg, dataclasses.replace(lay, recompute_tail=t), a100) for t in ("repeated", "early-stop"))
+    dev = DeviceModel.of(a100, "bf16", None)
+    rows = lay.micro_batch * cfg.seq_len
+    blocks = whole.per_stage * share  # the blocks recomputed on this stage
+    assert whole.rec["matmul"] - early.rec["matmul"] == pytest.approx(
+        blocks * dev.products.gemm(rows, cfg.d_model, cfg.d_ff // tp), rel=1e-12)
+    assert whole.rec["memory"] - early.rec["memory"] == pytest.approx(
+        blocks * dev.memory(3 * rows * cfg.d_model * 2 / (tp if sp else 1)), rel=1e-12)
+    assert whole.rec["attention"] == early.rec["attention"] and whole.compute_fwd == early.compute_fwd
+    net = Network.of(dev.params, None, None, None)
+    tp_bytes = rows * cfg.d_model * 2
+    reduction = 0.0 if tp == 1 else (net.reduce_scatter(tp_bytes, tp, 1) if sp else net.all_reduce(tp_bytes, tp, 1))
+    assert whole.tp_bwd - early.tp_bwd == pytest.approx(whole.per_stage * share * reduction, rel=1e-9, abs=1e-15)
+
+
+def test_a_product_the_model_lacks_leaves_nothing_out_and_rings_count_per_pass():
+    """ops:gate on a model without a gated FFN repeats nothing, so no tail reduction is left out (none was counted);
+    a parallel block's pipeline bubble holds one context-parallel ring per pass and per recomputed forward, as a
+    sequential block's does (its tensor-parallel pairs differ, its rings do not)."""
+    pythia = canonical_model({**PRESETS["pythia-1.4b"], "seq_len": 2048})
+    assert pythia.parallel and not pythia.gated
+    a100 = device("a100-80gb")
+    lay = Layout(gpus=8, global_batch=8, micro_batch=1, tp=4, recompute="ops:gate")
+    whole, early = (predict_step(pythia, dataclasses.replace(lay, recompute_tail=t), a100)
+                    for t in ("repeated", "early-stop"))
+    assert early.parts == whole.parts
+    piped = Layout(gpus=8, global_batch=16, micro_batch=1, tp=1, pp=2, cp=2, recompute="full")
+    sequential = pythia.replace(parallel_block="none")
+    for tail in ("repeated", "early-stop"):
+        lay = dataclasses.replace(piped, recompute_tail=tail)
+        assert predict_step(pythia, lay, a100).parts["bubble"] == \
+            pytest.approx(predict_step(sequential, lay, a100).parts["bubble"], rel=1e-12)
+
+
+def test_compile_traces_only_a_non_reentrant_checkpoint():
+    assert recompute_tail_of(framework("fsdp1"), "fused") == "repeated"  # a reentrant checkpoint is not traced
+    assert recompute_tail_of(framework("fsdp2"), "fused") == "traced"
+    assert recompute_tail_of(framework("torchtitan"), "eager") == "repeated"  # non-reentrant, early_stop=False
+    assert recompute_tail_of(framework("torchtitan"), "fused") == "traced"
+    assert recompute_tail_of(framework("composer"), "fused") == "early-stop"  # its blocks are fused, not compiled

@@ -72,11 +72,14 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "un
 # block's last product, whose output only joins the residual, is not repeated; a product run as a custom autograd
 # Function, as fp8 linears are, packs its saved tensors after its GEMM and is repeated), traced (torch.compile: the
 # backward graph recomputes only what it reads, fp8 products too); default repeated. A framework whose blocks run
-# op by op in eager PyTorch (elementwise eager) and is compiled (--compile, a published run's fused) traces.
+# op by op in eager PyTorch (elementwise eager) and is compiled (--compile, a published run's fused) traces where its
+# checkpoint is torch's non-reentrant one (compiled_traces: default, recompute_tail early-stop or traced; torchtitan's
+# since 2025-08-29 is non-reentrant with early_stop=False, so repeats eagerly and traces compiled); a reentrant
+# checkpoint (an autograd.Function) is not traced and repeats the whole block either way.
 OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefetch": True, "grad_reduce": "compute",
             "zero1_sync": "overlapped", "fp8_weight_cache": False, "fp8_params": False, "elementwise": "fused",
             "shard_copies": False, "fp8_gather": False, "fp8_tp_gather": False,
-            "recompute_tail": "repeated"}
+            "recompute_tail": "repeated", "compiled_traces": None}
 ELEMENTWISE = ("fused", "eager")
 ZERO1_SYNC = ("overlapped", "after_backward")
 GRAD_REDUCE = ("compute", "fp32", "fp32-if-bf16")
@@ -114,6 +117,7 @@ class Framework:
     fp8_gather: bool = False  # fp8-mixed: parameter all-gathers carry the linear weights in fp8 (OPTIONAL)
     fp8_tp_gather: bool = False  # fp8-mixed: sequence-parallel all-gathers carry fp8 (OPTIONAL)
     recompute_tail: str = "repeated"  # what its recompute leaves out: RECOMPUTE_TAILS (OPTIONAL)
+    compiled_traces: bool = False  # compiled, its checkpointed blocks are traced (OPTIONAL; default: not repeated)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -192,6 +196,11 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     tail = entry.get("recompute_tail", OPTIONAL["recompute_tail"])
     if tail not in RECOMPUTE_TAILS:
         raise ConfigError(f"{where}.recompute_tail: {tail!r} is not allowed (allowed: {', '.join(RECOMPUTE_TAILS)})")
+    traces = entry.get("compiled_traces", OPTIONAL["compiled_traces"])
+    if traces is None:
+        traces = tail != "repeated"
+    if not isinstance(traces, bool):
+        raise ConfigError(f"{where}.compiled_traces: true or false (got {traces!r})")
     if fp8_params and entry.get("fp8_gather") is False:
         raise ConfigError(f"{where}.fp8_gather: false contradicts fp8_params: true (weights kept in fp8 are gathered "
                           f"in fp8; leave fp8_gather out)")
@@ -219,14 +228,15 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      {**can, "shardings": tuple(can["shardings"]), "replicate": tuple(can["replicate"])},
                      {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce, zero1_sync, cache,
                      fp8_params, elementwise, copies, gathers["fp8_gather"] or fp8_params,
-                     gathers["fp8_tp_gather"], tail)
+                     gathers["fp8_tp_gather"], tail, traces)
 
 
 def recompute_tail_of(fw: Framework, elementwise: str) -> str:
     """What ``fw``'s recompute leaves out (RECOMPUTE_TAILS) with its blocks' elementwise kernels ``elementwise``: a
-    framework that runs its blocks op by op in eager PyTorch, compiled (fused), traces its checkpointed blocks; one
+    framework that runs its blocks op by op in eager PyTorch, compiled (fused), traces its checkpointed blocks
+    where its checkpoint is torch's non-reentrant one (compiled_traces); one
     that compiles them (traced), run eagerly, stops its non-reentrant checkpoint early (OLMo-core's)."""
-    if fw.elementwise == "eager" and elementwise == "fused":
+    if fw.elementwise == "eager" and elementwise == "fused" and fw.compiled_traces:
         return "traced"
     if fw.recompute_tail == "traced" and elementwise != "fused":
         return "early-stop"

@@ -67,7 +67,9 @@ def tail_skipped(cfg, recompute_tail: str, fp8_products: bool) -> bool:
     block is pre-norm and dense (post-norm, an output norm or a post-branch norm reads it, and a mixture's combine
     keeps its experts' outputs for the router's gradient). torch's non-reentrant checkpoint stops early before an
     aten product, not before a custom autograd Function (fp8 linears); torch.compile's backward graph leaves it out
-    either way (config/frameworks.py, recompute_tail; docs/planning.md, "What a recompute repeats")."""
+    either way (config/frameworks.py, recompute_tail; docs/planning.md, "What a recompute repeats"). Assumed: no
+    dropout after the FFN (this project's models have none; a run with residual dropout rebuilds its mask from the
+    down projection's output, so repeats it: plan --recompute-tail repeated)."""
     dense_tail = cfg.pre_norm and not cfg.post_norms and not cfg.moe
     if not dense_tail or recompute_tail == "repeated":
         return False
@@ -825,7 +827,8 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
         recomputed_blocks *= 1.0 - down_flops / sum(flops.values())
     elif tail and ops is not None:
         ops = ops - {"down"}  # its output is never read: the recompute stops (or the backward graph ends) before it
-        rec_tail_blocks = 1.0 if ops & {"gate", "up"} else 0.0  # the FFN's side recomputed, up to its tail
+        rec_tail_blocks = 1.0 if ops & set(bt["ops_fwd"]) & {"gate", "up"} else 0.0  # the FFN's side recomputed,
+        # up to its tail (a product the model lacks repeats nothing, so counts no pair to leave out)
     if w["backward"] and ops is not None:  # per-operation: the named products, the core if named, every elementwise
         # kernel (their memory-bound passes and launches); each side's tensor-parallel pair where one of its products
         # repeats; its share of the block's forward FLOPs (the hardware FLOPs below)
@@ -862,8 +865,8 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
     ar_fwd = fwd_pairs * w["passes"] * per_stage
     ar_bwd = 2 * per_stage if w["backward"] else 0  # the column-parallel layers' input gradients
     # the recomputed forwards', inside the backward, per block: their pairs less the reductions of the tails left out
-    rec_tp_one = rec_pairs * one - rec_tail_blocks * (net.reduce_scatter(tp_bytes, t, 1) if lay.sequence_parallel
-                                                      else net.all_reduce(tp_bytes, t, 1))
+    rec_tp_one = max(0.0, rec_pairs * one - rec_tail_blocks * (net.reduce_scatter(tp_bytes, t, 1)
+                                                               if lay.sequence_parallel else net.all_reduce(tp_bytes, t, 1)))
     tp_fwd_all = ar_fwd * one
 
     # Expert parallelism: two all-to-alls per mixture-of-experts block and pass (dispatch, combine), two backward,
@@ -926,13 +929,14 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
             fwd_one = alone[0] + f_ratio * (kt["fwd"]["memory"] + kt["fwd"]["launch"]) + \
                 (kt.get("weight_cast", 0.0) if not lay.fp8_weight_cache else 0.0)  # fp8 weights cast per micro-batch
             ring = kt is bt  # the head has no attention, so no context-parallel ring
-            out = fwd_one + _exposed(passes * one, fwd_one, lay.tp_overlap) + (passes / 2 * cp_fwd_one if ring else 0)
+            out = fwd_one + _exposed(passes * one, fwd_one, lay.tp_overlap) + \
+                (passes / fwd_pairs * cp_fwd_one if ring else 0)  # (a ring per pass, fwd_pairs pairs per pass)
             if w["through"]:
                 bwd_one = alone[1] + (chain_ratio + local_ratio) * (kt["bwd"]["memory"] + kt["bwd"]["launch"]) + \
                     sum(rec_one.values())
                 out += bwd_one + tp_backward_exposed(back * one, rec_tp, bwd_one)
                 if ring:
-                    rec_rings = 1.0 if (back and rec_core) else (0.0 if ops is not None else recomputed / 2)
+                    rec_rings = 1.0 if (back and rec_core) else (0.0 if ops is not None else recomputed / fwd_pairs)
                     out += (cp_bwd_one if back else 0.0) + rec_rings * cp_fwd_one
             elif w["chain"]:
                 out += alone[2] + chain_ratio * (kt["bwd"]["memory"] + kt["bwd"]["launch"])
