@@ -253,6 +253,52 @@ def test_token_balanced_routing_spreads_the_remainder_over_the_first_experts():
     assert [int(n) for n in Routing.balanced(1, 2, 8)] == [1, 1, 0, 0, 0, 0, 0, 0]
 
 
+# Mixtures wide enough that experts with the same rows come in runs of five or more (token-balanced: 36 rows over 13
+# experts, 3 rows for the first 10; a shared expert; two stacks; an encoder; experts with no rows at all).
+WIDE_CASES = [dict(MIXTRAL_LIKE, experts=13), dict(QWEN_LIKE, experts=17), dict(SWITCH_LIKE, experts=11),
+              dict(PARALLEL_LIKE, experts=9), dict(QWEN_LIKE, arch="encoder", classes=3, positions="none", kv_heads=4,
+                                                   experts=12), dict(MIXTRAL_LIKE, experts=40, experts_per_token=1,
+                                                                     batch=1)]
+
+
+def test_the_fast_replay_of_experts_and_of_adam_equals_the_op_by_op_replay(monkeypatch):
+    """tape/moe.py replays a run of experts with the same rows by its two first and two last experts, and
+    programs.optimizer_step takes AdamW's loop at its highest point; with the tape's event log on, both replay op by
+    op. Every peak, every phase's and the step's start equal to the byte under every rule that trains a mixture,
+    token-balanced and with a recorded routing of uneven runs."""
+    from trainingcost.analytic.tape import buffers, moe
+
+    skipped = []
+    original = moe._skipped
+    monkeypatch.setattr(moe, "_skipped", lambda *a: skipped.append(a[2:]) or original(*a))
+    frame = configs_frame([("", canonical_model(entry)) for entry in WIDE_CASES])
+    uneven = canonical_model(dict(MIXTRAL_LIKE, experts=16, experts_per_token=2))  # 36 rows: runs of 6, 1, 5, 4
+    layers = [name for name, _ in cfg_layers(uneven) if name.endswith(".ffn")]
+    record = [(layer, [3] * 6 + [1] + [2] * 5 + [1, 1, 0, 0]) for layer in layers]
+
+    def tables():
+        return [memory_table(frame, TRAINING, [dtype], [optimizer]) for dtype, optimizer in
+                [("fp32", "sgd"), ("bf16", "adam"), ("fp32", "momentum")]] + \
+            [memory_table(configs_frame([("", uneven)]), [rule], ["fp32"], ["adam"], routing=record)
+             for rule in ("bp", "dfa")]  # (one call per mixture: TP's and DTP's reruns call it again)
+
+    fast = tables()
+    assert len(skipped) > 100 and {(first, last) for first, last in skipped} >= {(0, 9), (0, 5), (7, 11)}
+    init = buffers.Tape.__init__
+
+    def logged(self, start):
+        init(self, start)
+        self.events = []
+
+    monkeypatch.setattr(buffers.Tape, "__init__", logged)
+    skipped.clear()
+    slow = tables()
+    assert not skipped
+    for a, b in zip(fast, slow):
+        columns = [c for c in a.columns if c.startswith("peak") or c == "step_start"]
+        assert (a[columns] >= -1).all().all() and a[columns].equals(b[columns])
+
+
 MOE_CASES = {"mixtral": MIXTRAL_LIKE, "qwen-moe": QWEN_LIKE, "switch": SWITCH_LIKE,
              # a pre-LN classifier without rotary: DFA's per-sequence error reaches a mixture's output through the
              # residual, expanded, and the mixture's reshape copies it; every allocation checked equal while written

@@ -237,7 +237,14 @@ class Group:
 
     def parameter_owners(self, feedback_parameters: bool = False) -> list[tuple[np.ndarray, tuple[str, int] | None]]:
         """(elements, owner) of every parameter tensor of the model, in the order of ``model.parameters()`` (KP: W, b,
-        B per linear), every expert's included: the owner is (mixture layer, expert) for an expert's, else None."""
+        B per linear), every expert's included: the owner is (mixture layer, expert) for an expert's, else None.
+        Kept per group (the rules' programs read it twice a step)."""
+        kept = self.__dict__.setdefault("_owners", {})
+        if feedback_parameters not in kept:
+            kept[feedback_parameters] = self._parameter_owners(feedback_parameters)
+        return kept[feedback_parameters]
+
+    def _parameter_owners(self, feedback_parameters: bool) -> list[tuple[np.ndarray, tuple[str, int] | None]]:
         sizes: list[tuple[np.ndarray, tuple[str, int] | None]] = []
         owner: tuple[str, int] | None = None
 
@@ -277,10 +284,12 @@ class Group:
                     elif family == "moe":  # the router, each expert, the shared expert and its gate
                         linear(self.d, self.expert_count, False)
                         layer = L.block_layer_name(stack, index, sub.name)
+                        start = len(sizes)
+                        expert(self.ff)  # the first expert's tensors, then the others' of the same sizes
+                        one = [n for n, _ in sizes[start:]]
+                        del sizes[start:]
                         for e in range(self.expert_count):
-                            owner = (layer, e)
-                            expert(self.ff)
-                        owner = None
+                            sizes.extend((n, (layer, e)) for n in one)
                         if self.shared_expert:
                             expert(self.sff)
                             linear(self.d, 1, False)

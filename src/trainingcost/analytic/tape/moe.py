@@ -71,7 +71,8 @@ class Routing:
         """``rows`` tokens, ``k`` experts each, over ``experts`` experts: ``floor(rows k / E)`` rows per expert, and the
         first ``rows k mod E`` experts one more."""
         total = np.asarray(rows, dtype=np.int64) * np.asarray(k, dtype=np.int64)
-        return [total // experts + (e < total % experts) for e in range(experts)]
+        order = np.arange(experts).reshape((experts,) + (1,) * total.ndim)
+        return list(total // experts + (order < total % experts))
 
     def next(self, g, rows) -> list:
         """The rows of each expert in the next call (arrays over the group)."""
@@ -177,25 +178,33 @@ def mixture(ops, x):
     t.drop(probabilities.buf, weights.buf if weights is not returned else None)  # route returns: its locals go
     weights = returned
 
-    # the experts, each on its rows
-    y = ops.value(M, d, "zeros_like")
-    where = None
-    for e in range(E):
+    # the experts, each on its rows; a run of experts with the same rows, fast-forwarded (_runs, _skipped)
+    state = {"y": ops.value(M, d, "zeros_like"), "where": None}
+
+    def expert(e):
         n = counts[e]
         mask = t.new(bytes_(M * k, BOOL), "chosen == e")
         found = t.new(bytes_(n * 2, INT64), "nonzero") if np.any(n > 0) else None  # rows, slot: its columns
-        t.drop(mask, where)
-        where = found
+        t.drop(mask, state["where"])
+        state["where"] = found
         if not np.any(n > 0):
-            continue
-        gathered = _index(ops, x, n, d, where, M * d, "x[rows]")
+            return
+        gathered = _index(ops, x, n, d, found, M * d, "x[rows]")
         hidden = _ffn(ops, gathered, g.ff, n)
         t.drop(gathered.buf)
-        weight = _index(ops, weights, n, 1, where, M * k, "weights[rows, slot]")
+        weight = _index(ops, weights, n, 1, found, M * k, "weights[rows, slot]")
         product = _broadcast_mul(ops, hidden, weight, n, d)
         t.drop(hidden.buf, weight.buf)
-        y = _index_add(ops, y, product, n, d, where)
+        state["y"] = _index_add(ops, state["y"], product, n, d, found)
         t.drop(product.buf)
+
+    for first, last in _runs(counts):
+        if FAST_FORWARD and last - first >= 4 and t.events is None and np.all(counts[first] > 0):
+            _skipped(ops, expert, first, last)
+        else:
+            for e in range(first, last + 1):
+                expert(e)
+    y, where = state["y"], state["where"]
     if g.shared_expert:  # y + sigmoid(gate(x)) * shared_expert(x)
         gate = ops.linear(x, 1, "shared_expert_gate", bias=False)
         sigmoid = ops.value(M, 1, "sigmoid")
@@ -209,6 +218,60 @@ def mixture(ops, x):
         y = out
     t.drop(x.buf, where, chosen, weights.buf)  # forward's locals go when it returns
     return _output_view(ops, y)
+
+
+# Replay a run of experts that get the same rows by its two first and two last experts only (exact; tests/test_moe.py
+# checks it against the expert-by-expert replay under every rule). Such experts run the same ops, so expert j of
+# the run starts with L + j D bytes alive (D: what one expert's forward leaves, its saved tensors) and reaches
+# L + j D + f(t) inside: over the run the maximum, of the step and of each phase, is at its first or its last
+# expert. The middle experts change the bytes alive by D each and are not replayed: the tape shifts by their
+# count times D, measured on the run's second expert (the first of the mixture drops no earlier indices), and
+# their backward, which autograd runs between the last two experts' and the first two's, shifts by their count
+# times what the second-to-last expert's backward left (the last expert of a mixture gets the first gradient of
+# its input, and of the routing weights, which later ones add to). A token-balanced mixture has two such runs
+# (Routing.balanced): 128 experts replay as 8.
+FAST_FORWARD = True
+
+
+class _Mark:
+    """The output of a bookkeeping node (nothing flows into it)."""
+
+    __slots__ = ("grad",)
+
+    def __init__(self):
+        self.grad = None
+
+
+def _runs(counts) -> list[tuple[int, int]]:
+    """(first, last) of each run of consecutive experts that get the same rows."""
+    out, first = [], 0
+    for e in range(1, len(counts) + 1):
+        if e == len(counts) or not np.array_equal(counts[e], counts[first]):
+            out.append((first, e - 1))
+            first = e
+    return out
+
+
+def _skipped(ops, expert, first: int, last: int) -> None:
+    """Experts ``first`` to ``last`` (at least five, the same rows each), the middle ones fast-forwarded."""
+    t = ops.t
+    middle = last - first - 3
+    expert(first)
+    before = t.live
+    expert(first + 1)
+    t.live = t.live + middle * (t.live - before)  # (no event: the peaks are reached by the experts replayed)
+    backward = {}
+    if ops.graph:
+        def skipped(grad, saved):
+            t.live = t.live + middle * (backward["after"] - backward["before"])
+
+        ops.nodes.append((_Mark(), skipped, ()))
+        # run after the second-to-last expert's backward, then before it (autograd runs the nodes last first)
+        ops.nodes.append((_Mark(), lambda grad, saved: backward.__setitem__("after", t.live), ()))
+    expert(last - 1)
+    if ops.graph:
+        ops.nodes.append((_Mark(), lambda grad, saved: backward.__setitem__("before", t.live), ()))
+    expert(last)
 
 
 def _passing(ops, out, x):

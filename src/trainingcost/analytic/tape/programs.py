@@ -41,6 +41,8 @@ def optimizer_step(t: Tape, g: Group, run: Run) -> None:
     reached it in any step before) gets it here, where torch.optim makes it: AdamW's ``_init_group``, before its loop,
     a float32 ``step`` scalar, ``exp_avg`` and ``exp_avg_sq`` per parameter; SGD with momentum, in its loop,
     ``momentum_buffer`` as a clone of the gradient (after weight decay)."""
+    if not (run.optimizer == "adam" or run.weight_decay or run.optimizer == "momentum"):
+        return  # plain SGD: p.add_(grad, alpha=-lr) in place, nothing allocated
     parameters = [(bytes_(elements, g.z), owner) for elements, owner in g.parameter_owners(run.feedback_parameters)]
     if g.experts:
         from .moe import held_experts, used_experts
@@ -56,6 +58,11 @@ def optimizer_step(t: Tape, g: Group, run: Run) -> None:
                 t.new(np.full_like(t.live, FLOAT32), "step")
                 t.new(size, "exp_avg")
                 t.new(size, "exp_avg_sq")
+        if t.events is None and stepped:  # the loop's highest point at once: the last denominator, then
+            sizes = np.stack([np.broadcast_to(size, t.live.shape) for size, _ in stepped])  # this parameter's root and denominator (below)
+            before = np.concatenate([np.zeros_like(sizes[:1]), sizes[:-1]])
+            t.drop(t.new((before + 2 * sizes).max(axis=0), "sqrt, div"))
+            return
         previous = None
         for size, _ in stepped:
             root = t.new(size, "sqrt")
