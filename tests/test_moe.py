@@ -632,3 +632,34 @@ def test_the_predicted_step_prices_the_all_to_alls_and_the_plan_reports_their_by
     per_all_to_all = micro * 4096 * 2 * 4096 * 2 * 7 / 8  # tokens x k x d x bf16 x (ep - 1) / ep
     assert one["ep_all_to_all_bytes"] == pytest.approx(accumulation * 4 * 32 * per_all_to_all)  # 4 per layer, 32 layers
     assert one["step_comm_ep_s"] > 0 and one["mem_parameters"] == pytest.approx(rows[1]["mem_parameters"])  # ZeRO-3
+
+
+@pytest.mark.parametrize("extra", [[], ["--cost-model", "all"], ["--layout", "search"],
+                                   ["--layout", "search", "--gpus", "16,32"]])
+def test_the_plan_marks_the_rules_that_price_a_mixture_but_do_not_train_it(capsys, extra):
+    """PEPITA and MEMPEPITA refuse to train a mixture of experts (docs/learning_rules.md); the plan still prices them,
+    so every view of it marks them (``pepita*`` and a footnote) and its table says so (``trains_model``); a dense
+    model marks none."""
+    from trainingcost import cli
+    from trainingcost.analytic.plan import plan_table
+
+    args = ["plan", "--preset", "mixtral-8x7b", "--seq-len", "2048", "--gpu", "h100-sxm", "--gpus", "16",
+            "--rule", "bp,pepita,mempepita", "--tokens", "1e9", "--global-batch", "32", *extra]
+    if "16,32" in extra:
+        args[args.index("--gpus") + 1:args.index("--gpus") + 2] = []
+        args.remove("--gpus")
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "pepita*" in out and "mempepita*" in out and "bp*" not in out
+    assert "* pepita, mempepita: priced, not trained: they do not train a mixture of experts" in out
+    cfg = canonical_model(PRESETS["mixtral-8x7b"]).replace(seq_len=2048)
+    spec = PlanSpec(tokens=1e9, gpus=16, efficiency=Efficiency("predicted", 0.0, "predicted"), global_batch=32)
+    table = plan_table(cfg, spec, hardware_device("h100-sxm"), ["bp", "pepita", "mempepita"], ["executed"])
+    assert table.set_index("rule")["trains_model"].to_dict() == {"bp": True, "pepita": False, "mempepita": False}
+    dense = plan_table(canonical_model(PRESETS["llama-2-7b"]), spec, hardware_device("h100-sxm"), ["pepita"],
+                       ["executed"])
+    assert dense["trains_model"].all()
+    assert cli.main(["plan", "--preset", "llama-2-7b", "--gpu", "h100-sxm", "--gpus", "16", "--rule", "bp,pepita",
+                     "--tokens", "1e9"]) == 0
+    out = capsys.readouterr().out
+    assert "pepita*" not in out and "priced, not trained" not in out

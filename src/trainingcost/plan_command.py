@@ -27,7 +27,7 @@ from .analytic.plan import (
 )
 from .args import (add_model_flags, count, count_max_or_auto, count_or_auto, gpu_counts, model_entry, number, rule_list,
                    spelled_as)
-from .plan_search import OBJECTIVES, fixed_args, free_fields
+from .plan_search import OBJECTIVES, fixed_args, free_fields, marked, untrained, untrained_note
 from .analytic.steptime.device import below_full_power, generic_numbers, power_label
 from .analytic.steptime.step import ATTENTION
 from .plan_search import run as search_plan
@@ -510,8 +510,9 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
     header = ["rule", "cost model", "FLOPs", "x BP", "recompute", "step", "wall-clock", "GPU-hours", "MFU", "HFU",
               "MWh", "tCO2e", *(["cost"] if money else [])]
     rows = []
+    refused = untrained(cfg, table["rule"])
     for _, r in table.iterrows():
-        rows.append([r["rule"], r["cost_model"], "never" if math.isnan(r["model_flops"]) else f"{r['model_flops']:.3g}",
+        rows.append([marked(r["rule"], refused), r["cost_model"], "never" if math.isnan(r["model_flops"]) else f"{r['model_flops']:.3g}",
                      "" if math.isnan(r["flops_vs_bp"]) else f"{r['flops_vs_bp']:.2f}",
                      "-" if math.isnan(r["recompute_flops"]) else f"{r['recompute_flops']:.3g}" if r["recompute_flops"]
                      else "0", _duration(r["step_time_s"]),
@@ -520,6 +521,7 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
     out.append("What the run costs, per rule and cost model (FLOPs: the model's; recompute: checkpointing's extra forward; "
                "MWh: GPU energy x PUE)")
     out.append(grid(header, rows))
+    out.extend(untrained_note(refused))
     out.append("")
     if table[f"step_{STEP_PARTS[0]}_s"].notna().any():
         labels = {"matmul": "matmul", "attention": "attention", "memory": "memory", "launch": "launch",
@@ -623,13 +625,15 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     money = table["cost"].notna().any()
     header = ["rule", "", "FLOPs", "x BP", "step", "time", "GPU-h", "MFU", "MWh", "tCO2e", *(["cost"] if money else []),
               "GiB/GPU", "fits", "micro"]
-    rows = [[r["rule"], "", "never" if math.isnan(r["model_flops"]) else f"{r['model_flops']:.3g}".replace("e+", "e"),
+    refused = untrained(cfg, table["rule"])
+    rows = [[marked(r["rule"], refused), "", "never" if math.isnan(r["model_flops"]) else f"{r['model_flops']:.3g}".replace("e+", "e"),
              "" if math.isnan(r["flops_vs_bp"]) else f"{r['flops_vs_bp']:.2f}", _duration(r["step_time_s"]),
              _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), f"{r['mfu']:.3f}", _short(r["energy_kwh"] / 1e3),
              _short(r["co2e_t"]), *([_si(r["cost"])] if money else []), f"{r['mem_total'] / 2**30:.1f}",
              "yes" if r["fits"] else "NO", r["micro_batch"]] for _, r in table.iterrows()]
     out.append(f"The run under the {first['cost_model']} cost model (time: wall-clock; GiB/GPU: the most loaded GPU)")
     out.append(grid(header, rows))
+    out += [wrapped(line, SCREEN_WIDTH) for line in untrained_note(refused)]
     if verdict:  # what does not fit, then what would, each on its own lines
         out += ["", *(wrapped(part.strip(), SCREEN_WIDTH) for part in verdict.replace(". The smallest", ".\nThe smallest")
                       .replace(". No layout", ".\nNo layout").splitlines())]

@@ -163,6 +163,27 @@ def _compact(row) -> str:
 # Rendering
 
 
+def untrained(cfg, rules) -> list[str]:
+    """The rules of ``rules`` that the plan prices but that do not train ``cfg``: a mixture of experts under a rule
+    whose spec says ``trains_experts=False`` (PEPITA, MEMPEPITA; docs/learning_rules.md)."""
+    from .analytic.catalogue import rule as catalogue_rule
+
+    return [r for r in dict.fromkeys(rules) if cfg.moe and not catalogue_rule(r).trains_experts]
+
+
+def marked(rule: str, refused: list[str]) -> str:
+    """A rule's name in a table, with * where it is priced but does not train the model."""
+    return f"{rule}*" if rule in refused else rule
+
+
+def untrained_note(refused: list[str]) -> list[str]:
+    """The footnote of :func:`marked`: none where every rule trains the model."""
+    if not refused:
+        return []
+    return [f"* {', '.join(refused)}: priced, not trained: {'they do' if len(refused) > 1 else 'it does'} not train a "
+            "mixture of experts (docs/learning_rules.md)"]
+
+
 def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bool, width: int) -> str:
     from .text import _duration, _si, grid, wrapped
 
@@ -170,6 +191,7 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
     if "executed" in set(t["cost_model"]):  # the screen shows the executed model (the table has every one asked)
         t = t[t["cost_model"] == "executed"]
     first = t.iloc[0]
+    refused = untrained(cfg, t["rule"])
     out = [wrapped(describe(cfg).replace(f", batch {cfg.batch} (", " ("), width), ""]
     fields = ", ".join(sorted(result.free)) if result.free else "none (the layout given)"
     out.append(wrapped(f"Run: {first['tokens']:.3g} tokens in steps of {first['global_batch']} sequences of "
@@ -186,7 +208,7 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
                                f"{sum(rs.priced for rs in found.rules.values()):,} priced (the rest proved slower), in "
                                f"{found.seconds:.2f} s; objective: step time, ties to the smaller memory", width))
         out.append("")
-        rows = [[r["rule"], r["layout"], _duration(r["step_time_s"]), _duration(r["wall_clock_s"]),
+        rows = [[marked(r["rule"], refused), r["layout"], _duration(r["step_time_s"]), _duration(r["wall_clock_s"]),
                  _si(r["gpu_hours"]), f"{r['mfu']:.3f}", f"{r['mem_total'] / 2**30:.1f}",
                  "yes" if r["fits"] else "NO"] for _, r in t.drop_duplicates("rule").iterrows()]
         out.append(grid(["rule", "layout", "step", "time", "GPU-h", "MFU", "GiB/GPU", "fits"], rows))
@@ -218,11 +240,12 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
                                                                     if c.name == "rule" else c)
         for _, r in by_rule.iterrows():
             mark = "*" if result.best_count.get(r["rule"]) == r["gpus"] else ""
-            rows.append([r["rule"], f"{r['gpus']}{mark}", r["layout"], _duration(r["step_time_s"]),
+            rows.append([marked(r["rule"], refused), f"{r['gpus']}{mark}", r["layout"], _duration(r["step_time_s"]),
                          _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), *([_si(r["cost"])] if money else []),
                          f"{r['mfu']:.3f}", "yes" if r["fits"] else "NO"])
         out.append(grid(["rule", "GPUs", "layout", "step", "time", "GPU-h", *(["cost"] if money else []), "MFU",
                          "fits"], rows))
+    out += [wrapped(line, width) for line in untrained_note(refused)]
     if explain:
         lines = [line for s in result.searches.values() for line in s.rejected]
         out += ["", "Left out of the space:" if lines else "Nothing was left out of the space."]

@@ -610,6 +610,7 @@ PLAN_COLUMNS = (
     *(f"step_{k}_s" for k in STEP_PARTS), "step_dp_bytes", "step_dp_collectives",
     "compute_multiplier", "token_multiplier", "source_quality",
     "ep", "etp", "ep_all_to_all_bytes", "interleave", "sequence_parallel", "goodput", "source_goodput", "framework", "source_framework", "attention", "cp", "replicate", "source_network", "pipeline_split",
+    "trains_model",
 )
 
 
@@ -764,6 +765,8 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         bp = hw.loc[("bp", name), "model_flops_per_sequence"] if ("bp", name) in hw.index else math.nan
         total_memory = fixed + parts["activations"]
         rows.append({
+            # False: priced, but the rule does not train this model (a mixture of experts under PEPITA or MEMPEPITA)
+            "trains_model": not (cfg.moe and not rule(r).trains_experts),
             "config_id": cfg.config_id, "rule": r, "cost_model": name, "gpu": device.name, "gpus": spec.gpus, "dp": dp, "cp": spec.cp,
             "replicate": spec.replicate,
             "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "zero3_gather": spec.zero3_gather,
