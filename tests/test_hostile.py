@@ -150,13 +150,48 @@ def default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def reached(pid: int, stage: str, timeout: float = 300.0) -> None:
+    """Wait, however busy the machine, until process ``pid`` has reached ``stage``: "importing" (numpy's extension is
+    loaded: the command line's own imports are under way) or "training" (torch is loaded, and the process has spent
+    two more CPU-seconds since, in the steps or just before them). A signal sent at either must give the same one
+    line (issue 66: the program handles its signals from its first line)."""
+    library = {"importing": "_multiarray_umath", "training": "libtorch_cpu"}[stage]
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu() -> float:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    end = time.monotonic() + timeout
+    while library not in open(f"/proc/{pid}/maps").read():
+        assert time.monotonic() < end, f"process {pid} never loaded {library}"
+        time.sleep(0.02)
+    if stage == "training":
+        start = cpu()
+        while cpu() - start < 2.0:
+            assert time.monotonic() < end, f"process {pid} did not run"
+            time.sleep(0.1)
+
+
+def python_child(pid: int, timeout: float = 60.0) -> int:
+    import psutil
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = [p.pid for p in psutil.Process(pid).children(recursive=True) if "python" in p.name()]
+        if found:
+            return found[0]
+        time.sleep(0.02)
+    raise AssertionError("no python process started")
+
+
 def test_a_shell_sees_130_and_stops(tmp_path):
     """`trainingcost train ... || fallback`: the fallback must not run after Ctrl-C (the workflow's train rule)."""
     script = (f"{sys.executable} -m trainingcost train --steps 100000 --threads 1 || touch {tmp_path}/fallback; "
               f"echo after > {tmp_path}/after")
     process = subprocess.Popen(["bash", "-c", script], stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True,
                                preexec_fn=default_sigint)
-    time.sleep(8)
+    reached(python_child(process.pid), "training")
     os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group
     _, stderr = process.communicate(timeout=60)
     assert stderr == "trainingcost train: interrupted; nothing written\n"
@@ -182,12 +217,13 @@ def test_an_interrupted_write_removes_what_the_command_had_written(tmp_path, cap
     assert len(calls) == 2 and not (tmp_path / "deep").exists()
 
 
+@pytest.mark.parametrize("stage", ["importing", "training"])
 @pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
-def test_a_signal_during_training_exits_with_one_line_and_no_file(tmp_path, sig, code, word):
+def test_a_signal_during_training_exits_with_one_line_and_no_file(tmp_path, sig, code, word, stage):
     out = tmp_path / "run"
     process = subprocess.Popen([sys.executable, "-m", "trainingcost", "train", "--steps", "100000", "--out-dir", str(out),
                                 "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, preexec_fn=default_sigint)
-    time.sleep(8)  # past torch's import, into the steps
+    reached(process.pid, stage)
     process.send_signal(sig)
     stdout, stderr = process.communicate(timeout=60)
     # After cleaning up it dies of the same signal, as a program must for its shell to stop too: a shell

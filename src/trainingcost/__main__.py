@@ -1,5 +1,5 @@
 """``python -m trainingcost``: the command line, without relying on PATH."""
 
-from .cli import run
+from .entry import run
 
 run()

@@ -784,7 +784,13 @@ def main(argv: list[str] | None = None) -> int:
                          "steps per training step\n")
         return 2
     mark = created_count()
-    previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if on_main else None
+    # Ctrl-C raises KeyboardInterrupt from here on, so that what the command writes is undone (entry.py's handler,
+    # which only says so and dies, covers the imports before); an ignored SIGINT stays ignored.
+    previous_int = signal.getsignal(signal.SIGINT) if on_main else None
+    if previous_int not in (None, signal.SIG_IGN):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         for name, directory in OUTPUTS:
             if getattr(args, name, None):
@@ -822,6 +828,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if previous_int not in (None, signal.SIG_IGN):
+            signal.signal(signal.SIGINT, previous_int)
 
 
 FULL_OR_READ_ONLY = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
@@ -846,6 +854,9 @@ def run() -> None:
     would record an interrupted run as a failed one. Shells report the status as 130 (SIGINT) or 143 (SIGTERM).
     """
     status = main()
+    for signum in INTERRUPT_STATUS.values():  # the command is over: a late signal ends the process, says nothing
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
     if status in INTERRUPT_STATUS:
         sys.stderr.flush()
         signal.signal(INTERRUPT_STATUS[status], signal.SIG_DFL)

@@ -10,9 +10,17 @@ Python thread; see :func:`preload`). The child runs the command line's own ``run
 exit status, or the signal it died of, becomes the client's, so the shell's ``|| --record-failure`` fallback and
 Snakemake see exactly what a fresh process would give them.
 
-- One server per Snakemake process (``TRAININGCOST_WORKFLOW_PID``, :mod:`.lifeline`), on a Linux abstract socket
-  named after that pid: the first job starts it; it exits when that Snakemake process is gone, or after IDLE_S
-  seconds without a job. A cluster job's own Snakemake gets its own.
+- One server per Snakemake process (``TRAININGCOST_WORKFLOW_PID``, :mod:`.lifeline`), on a Unix socket file named
+  after that pid, ``warm-PID.sock``, in a folder only this user can enter (:func:`_directory`): the first job starts
+  it; it exits when that Snakemake process is gone, or after IDLE_S seconds without a job. A cluster job's own
+  Snakemake gets its own.
+- **Trust** (issue 66, N1 and N2; docs/failures.md): only a process of this user may use the server, and a client
+  sends nothing to a server of another user. The folder is created mode 0700 and refused unless it is a real folder
+  owned by this user that nobody else can enter (a folder another user made first, or a link, makes every job run
+  the ordinary way, with one line saying why); the socket itself is mode 0600. Both ends also check the other's
+  kernel-given credentials (``SO_PEERCRED``, unix(7)) before reading or sending a byte: a peer of another uid is
+  closed unread. A Linux abstract socket, used before, has no permissions at all: any local user could ask the
+  server to fork a job as this user, or bind the predictable name first and receive every job's environment.
 - Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the client are passed to its child; the client dies with its
   parent (the job's shell) and the child with its client (a watch on the client's pid), so a killed job leaves no
   trainer behind.
@@ -25,14 +33,17 @@ Snakemake see exactly what a fresh process would give them.
 from __future__ import annotations
 
 import array
+import fcntl
 import json
 import os
 import selectors
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -45,8 +56,46 @@ CONNECT_S = 30.0  # how long a client waits for a server it started before runni
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
-def _address(workflow_pid: int) -> str:
-    return f"\0trainingcost-warm-{os.getuid()}-{workflow_pid}"  # Linux's abstract namespace: no file to clean up
+SUN_PATH_MAX = 107  # unix(7): sun_path holds 108 bytes with its terminating NUL
+
+
+def _directory() -> str | None:
+    """This user's private folder for the servers' sockets (``$TMPDIR/trainingcost-UID``, mode 0700), created if
+    missing; None, with the reason on stderr, when the folder there cannot be trusted: not a folder (a link is not
+    followed), owned by another user, or open to others. Nothing is then served or connected to."""
+    uid = os.getuid()
+    path = os.path.join(tempfile.gettempdir(), f"trainingcost-{uid}")
+    if len(path) + len("/warm-4294967295.lock") > SUN_PATH_MAX:  # a long $TMPDIR: the socket's name would not fit
+        path = f"/tmp/trainingcost-{uid}"
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        sys.stderr.write(f"trainingcost: cannot create {path} ({exc.strerror}); the job runs without the warm server\n")
+        return None
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid or info.st_mode & 0o077:
+        sys.stderr.write(f"trainingcost: {path} is not a folder only this user (uid {uid}) can enter; "
+                         "the job runs without the warm server\n")
+        return None
+    return path
+
+
+def _address(workflow_pid: int) -> str | None:
+    """The socket of the server for workflow ``workflow_pid``; None when no private folder is at hand."""
+    folder = _directory()
+    return None if folder is None else os.path.join(folder, f"warm-{workflow_pid}.sock")
+
+
+def _peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end, as the kernel recorded it at connect() or listen() (unix(7),
+    SO_PEERCRED: struct ucred {pid, uid, gid}); the peer cannot forge it."""
+    pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return uid
 
 
 def _send(conn: socket.socket, message: dict, fds: list[int] | None = None) -> None:
@@ -85,14 +134,22 @@ def _recv(conn: socket.socket, with_fds: int = 0) -> tuple[dict | None, list[int
 
 # -- the client -------------------------------------------------------------------------------------------------------
 
-def _connect(workflow_pid: int) -> socket.socket | None:
+def _connect(address: str) -> socket.socket | None:
+    """A connection to a server of this user at ``address``; None when none answers there. A server of another uid
+    is left at once, before anything is sent, with one line on stderr."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(_address(workflow_pid))
-        return sock
+        sock.connect(address)
     except OSError:
         sock.close()
         return None
+    uid = _peer_uid(sock)
+    if uid != os.getuid():
+        sock.close()
+        sys.stderr.write(f"trainingcost: the warm server at {address} runs as uid {uid}, not {os.getuid()}; "
+                         "the job runs without it\n")
+        return None
+    return sock
 
 
 def _start_server(workflow_pid: int) -> None:
@@ -113,16 +170,28 @@ def client(argv: list[str]) -> None:
     if not sys.platform.startswith("linux") or not value.isdigit() or os.environ.get(ENV_OFF) == "0":
         _exec_plain(argv)
     workflow_pid = int(value)
-    sock = _connect(workflow_pid)
+    address = _address(workflow_pid)
+    if address is None:
+        _exec_plain(argv)
+    sock = _connect(address)
+    if sock is None and os.path.exists(address) and not _owned(address):
+        _exec_plain(argv)  # a socket this user did not make: never wait on it
     if sock is None:
         _start_server(workflow_pid)
         deadline = time.monotonic() + CONNECT_S
         while sock is None and time.monotonic() < deadline and lifeline._alive(workflow_pid):
             time.sleep(0.05)
-            sock = _connect(workflow_pid)
+            sock = _connect(address)
     if sock is None:
         _exec_plain(argv)
     _relay(sock, argv)
+
+
+def _owned(path: str) -> bool:
+    try:
+        return os.lstat(path).st_uid == os.getuid()
+    except OSError:
+        return True
 
 
 def _relay(sock: socket.socket, argv: list[str]) -> None:
@@ -192,13 +261,41 @@ def preload() -> bool:
 
 
 def serve(workflow_pid: int) -> None:
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    address = _address(workflow_pid)
+    if address is None:
+        return
+    lock = os.open(address[: -len(".sock")] + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        listener.bind(_address(workflow_pid))
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # one server per workflow; released when this one ends
     except OSError:  # another server of this workflow is up
+        os.close(lock)
         return
-    if not preload():  # a fork copies one thread of many: refuse, and let the clients run the command themselves
-        return
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_mask = os.umask(0o177)  # the socket is created mode 0600, never briefly open to others
+    try:
+        try:
+            os.unlink(address)  # a socket left by a server that was killed
+        except FileNotFoundError:
+            pass
+        listener.bind(address)
+    finally:
+        os.umask(old_mask)
+    inode = os.stat(address).st_ino
+    try:
+        if preload():  # a fork copies one thread of many: refuse, and let the clients run the command themselves
+            _serve(workflow_pid, listener, lock)
+    finally:
+        listener.close()
+        try:
+            if os.stat(address).st_ino == inode:
+                os.unlink(address)
+                os.unlink(address[: -len(".sock")] + ".lock")
+        except OSError:
+            pass
+        os.close(lock)
+
+
+def _serve(workflow_pid: int, listener: socket.socket, lock: int) -> None:
     listener.listen(64)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
@@ -213,7 +310,10 @@ def serve(workflow_pid: int) -> None:
         for key, _ in selector.select(timeout=1.0):
             if key.fileobj is listener:
                 conn, _ = listener.accept()
-                pid = _fork_job(conn, listener, selector, wake_read, wake_write)
+                if _peer_uid(conn) != os.getuid():  # another user: not a byte read, nothing forked
+                    conn.close()
+                    continue
+                pid = _fork_job(conn, listener, selector, wake_read, wake_write, lock)
                 if pid:
                     jobs[pid] = conn
                 last = time.monotonic()
@@ -237,7 +337,7 @@ def serve(workflow_pid: int) -> None:
                 last = time.monotonic()
 
 
-def _fork_job(conn, listener, selector, wake_read, wake_write) -> int:
+def _fork_job(conn, listener, selector, wake_read, wake_write, lock) -> int:
     request, fds = _recv(conn, with_fds=3)
     if request is None or len(fds) != 3:
         for fd in fds:
@@ -253,6 +353,7 @@ def _fork_job(conn, listener, selector, wake_read, wake_write) -> int:
             signal.set_wakeup_fd(-1)
             os.close(wake_read)
             os.close(wake_write)
+            os.close(lock)
             _child(request, fds)
         finally:
             os._exit(1)
