@@ -36,6 +36,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_cli.py
 	$(BIN)/python benchmarks/bench_analytic.py
 	$(BIN)/python benchmarks/bench_predictor.py
+	$(BIN)/python benchmarks/bench_tracing.py
 	$(BIN)/python benchmarks/bench_plan_accuracy.py
 	$(BIN)/python benchmarks/bench_plan_accuracy.py --csv benchmarks/published_runs_blackwell.csv --no-loso
 	$(BIN)/python benchmarks/bench_plan_accuracy.py --csv benchmarks/published_runs_moe.csv --no-loso

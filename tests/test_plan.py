@@ -407,7 +407,6 @@ GPT2 = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb
     (["--global-batch", "8", "--micro-batch", "3"], "--micro-batch: 3 does not divide the 8 sequences"),
     (["--pue", "0.9"], "--pue: power usage effectiveness is 1 or more"),
     (["--batch", "4"], "--batch: plan takes --global-batch"),
-    (["--gpus", "0"], "--gpus: must be a positive integer"),
     (["--tokens", "-1"], "--tokens: must be a positive number"),
     (["--calibration", "/nonexistent.json"], "--calibration: no such file: /nonexistent.json"),
 ])

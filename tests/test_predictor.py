@@ -82,13 +82,11 @@ def test_tracing_needs_no_arithmetic():
     cfg = canonical_model(dict(arch="decoder", layers=32, d_model=4096, heads=32, d_ff=16384, seq_len=4096, batch=1,
                                vocab=50257), "")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    began = time.perf_counter()
     trace = trace_step(TrainSpec(cfg=cfg, task="lm", rule="bp", steps=2, seed=0, options=RuleOptions(optimizer="adam")))
-    seconds = time.perf_counter() - began
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
     flops = int((trace["flops"] * trace["count"]).sum())
     assert flops > 1.9e14  # 6 x 6.4e9 parameters x 4096 tokens, and attention
-    assert seconds < 60 and grown < 2 * 2**30, (seconds, grown)
+    assert grown < 2 * 2**30, grown  # its time: benchmarks/bench_tracing.py (a test bounds memory, never wall time)
 
 
 def calibration(kernels, launch=1e-6, view=5e-7, ladder=((1_000, 1e-6 + 1e-6), (1_000_000, 1e-6 + 1e-4))):

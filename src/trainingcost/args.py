@@ -73,28 +73,52 @@ def count_max_or_auto(text: str):
     return "auto" if text == "auto" else count_or_max(text)
 
 
+MAX_GPUS = 2**20  # 1,048,576: five times the largest clusters built (about 200,000 GPUs in 2025); more is not a plan
+MAX_GPU_COUNTS = 64  # counts in one --gpus: each is a whole layout search
+
+
 def gpu_counts(text: str) -> list[int]:
-    """``N``, ``N,N,...`` or ``LO-HIxF`` (LO, LO*F, ... up to HI): GPU counts, each positive, at most 64 of them."""
+    """``N``, ``N,N,...`` or ``LO-HIxF`` (LO, LO*F, ... up to HI): GPU counts, each 1 to MAX_GPUS, at most
+    MAX_GPU_COUNTS of them; the work is bounded before any is done (issue 66, N13 and N27)."""
     text = text.strip()
-    try:
-        if "-" in text:
-            low, rest = text.split("-", 1)
-            high, _, factor = rest.partition("x")
-            low, high, factor = int(low), int(high), int(factor or 2)
-            if low < 1 or high < low or factor < 2:
-                raise ValueError
-            counts = []
-            while low <= high:
-                counts.append(low)
-                low *= factor
+    form = f"expected N, N,N,... or LO-HIxF (e.g. 64-1024x2), got {text[:40]!r}"
+
+    def number(part: str) -> int:
+        part = part.strip()
+        if not part.isdigit():
+            value = count(part)  # 1e3; a negative or a fraction: its own message
         else:
-            counts = [count(part) for part in text.split(",")]
-    except (ValueError, argparse.ArgumentTypeError):
-        raise argparse.ArgumentTypeError(f"expected N, N,N,... or LO-HIxF (e.g. 64-1024x2), got {text!r}") from None
+            value = int(part) if len(part) <= 30 else MAX_GPUS + 1
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be a positive integer (got {part[:40]})")
+        if value > MAX_GPUS:
+            raise argparse.ArgumentTypeError(f"{part[:40]} GPUs is more than {MAX_GPUS:,}, the most this tool plans "
+                                             "(the largest clusters built hold about 200,000)")
+        return value
+
+    if text.count("-") == 1 and not text.startswith("-"):
+        low, rest = text.split("-", 1)
+        high, _, factor = rest.partition("x")
+        low, high = number(low), number(high)
+        try:
+            factor = int(factor or 2)
+        except ValueError:
+            raise argparse.ArgumentTypeError(form) from None
+        if high < low or factor < 2:
+            raise argparse.ArgumentTypeError(f"{form}: LO at most HI, and F at least 2")
+        counts = []
+        while low <= high:
+            counts.append(low)
+            low *= factor
+    else:
+        parts = text.split(",")
+        if len(parts) > MAX_GPU_COUNTS:
+            raise argparse.ArgumentTypeError(f"at most {MAX_GPU_COUNTS} GPU counts (got {len(parts)})")
+        counts = [number(part) for part in parts if part.strip()]
     if not counts:
-        raise argparse.ArgumentTypeError(f"expected N, N,N,... or LO-HIxF (e.g. 64-1024x2), got {text!r}")
-    if len(counts) > 64:
-        raise argparse.ArgumentTypeError(f"at most 64 GPU counts (got {len(counts)} from {text!r})")
+        raise argparse.ArgumentTypeError(form)
+    if len(counts) > MAX_GPU_COUNTS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_GPU_COUNTS} GPU counts (got {len(counts)} from {text!r})")
     return sorted(set(counts))
 
 

@@ -745,13 +745,16 @@ def _terminate(signum, frame):
 
 
 # Outputs each command writes: (argument, whether it names a directory).
-OUTPUTS = (("out", False), ("out_dir", True), ("memory_out", False))
+OUTPUTS = (("out", False), ("out_dir", True), ("memory_out", False), ("figure", False))
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")  # what plan --figure writes (matplotlib's savefig, by the name's suffix)
 
 
 def check_output(path: str, field: str, directory: bool) -> None:
     """Refuse an output path that cannot be written, before any work: a directory where a file goes (or the
     reverse), a file in the way of its parent, or a place this process may not create files in."""
     target = Path(path)
+    if field == "figure" and target.suffix.lower() not in FIGURE_SUFFIXES:
+        raise ConfigError(f"{field}: {path} must end in {', '.join(FIGURE_SUFFIXES)} (the figure's format)")
     if directory and target.exists() and not target.is_dir():
         raise ConfigError(f"{field}: {path} is a file, not a directory")
     if not directory and target.is_dir():
@@ -767,6 +770,26 @@ def check_output(path: str, field: str, directory: bool) -> None:
         os.unlink(probe)
     except OSError as exc:
         raise ConfigError(f"{field}: cannot create files in {parent} ({exc.strerror})") from None
+
+
+COMMAND_NEEDS = {"train": ("torch", "pyarrow"), "calibrate": ("torch", "pyarrow"), "curves": ("torch", "pyarrow"),
+                 "configs": ("pyarrow",), "analytic": ("pyarrow",)}  # src/trainingcost/extras.py: the install's layers
+FLAG_NEEDS = {"figure": ("matplotlib", "seaborn"), "frontiers": ("pyarrow",), "measured_run": ("pyarrow",)}
+
+
+def require_extras(args: argparse.Namespace) -> None:
+    """What this command and its flags import beyond the light install, checked before any work (extras.py)."""
+    from .extras import require
+
+    for module in COMMAND_NEEDS.get(args.command, ()):
+        require(module)
+    for name, modules in FLAG_NEEDS.items():
+        if getattr(args, name, None):
+            for module in modules:
+                require(module, name)
+    for name in ("out", "memory_out"):
+        if str(getattr(args, name, None) or "").endswith(".parquet"):
+            require("pyarrow", name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -792,6 +815,7 @@ def main(argv: list[str] | None = None) -> int:
     if previous_int not in (None, signal.SIG_IGN):
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        require_extras(args)  # the light install: one line naming the extra, before any work
         for name, directory in OUTPUTS:
             if getattr(args, name, None):
                 check_output(getattr(args, name), name, directory)
@@ -804,7 +828,13 @@ def main(argv: list[str] | None = None) -> int:
         if sys.stdout is not None:
             sys.stdout.flush()  # a full or closed stdout fails here, inside the handlers below, not at exit
         return status
-    except ConfigError as exc:  # (a SizeOverflowError too)
+    except (ConfigError, ModuleNotFoundError) as exc:  # (a SizeOverflowError too)
+        from .extras import MissingExtra, is_missing_extra, message
+
+        if isinstance(exc, ModuleNotFoundError):
+            if not is_missing_extra(exc):
+                raise  # a bug, not a missing extra
+            exc = MissingExtra(message(exc.name))
         # Commands that read a config file name its fields; the others name their flags.
         text = str(exc) if args.command in ("configs", "analytic", "check") else flag_message(str(exc))
         sys.stderr.write(f"trainingcost {args.command}: error: {text}\n")

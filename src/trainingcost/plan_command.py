@@ -76,7 +76,7 @@ def add_parser(sub) -> None:
                         "ranks layouts by step time")
     p.add_argument("--explain", action="store_true", help="say why the search left parts of the space out")
     p.add_argument("--tp-across-nodes", action="store_true", help="let the search put tensor parallelism across nodes")
-    p.add_argument("--figure", metavar="PATH", help="with several --gpus: write the strong-scaling figure (png, pdf)")
+    p.add_argument("--figure", metavar="PATH", help="with several --gpus: write the strong-scaling figure (.png, .pdf or .svg)")
     p.add_argument("--tp", type=count_or_auto, default=1, metavar="N|auto", help="tensor-parallel degree")
     p.add_argument("--pp", type=count_or_auto, default=1, metavar="N|auto", help="pipeline-parallel degree")
     p.add_argument("--cp", type=count, default=1, metavar="N",
@@ -328,6 +328,10 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
     elif elementwise == "eager":
         fw_source += "; its model's norms, rotary and gated activations run op by op in eager PyTorch (--compile fuses them)"
     tail = recompute_tail_of(fw, elementwise) if recompute_tail is None else recompute_tail
+    if recompute_tail == "traced" and elementwise == "eager":  # issue 66, N24: torch.compile's backward graph
+        how = f"{names.get('compile', '--no-compile')} given" if compiled is False else f"{fw.name} runs eager"
+        raise ConfigError(f"{names.get('recompute_tail', '--recompute-tail')}: traced is torch.compile's recompute, "
+                          f"and this plan runs without torch.compile ({how}); give repeated or early-stop, or --compile")
     if recompute_tail is not None:
         fw_source += f"; recompute {recompute_tail} ({names.get('recompute_tail', '--recompute-tail')} given)"
     elif tail != "repeated":
@@ -786,13 +790,10 @@ def measured_device(args: argparse.Namespace, gpu, spec):
     if spec.efficiency.kind != "predicted":
         raise ConfigError("--device-model: feeds the predicted step time; leave out --mfu, --hfu, --tokens-per-s, "
                           "--calibration and --measured-run")
+    from .config.errors import read_json
+
     path = Path(args.device_model)
-    if not path.is_file():
-        raise ConfigError(f"--device-model: {path} is not a file")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"--device-model: {path} is not JSON ({err})") from None
+    data = read_json(path, "--device-model", "a device measurement JSON (benchmarks/gpu)")
     return with_measurement(gpu, data, PRECISIONS[spec.precision].compute, str(path))
 
 

@@ -686,6 +686,9 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
     if sequences < 1:
         raise ConfigError(f"tokens: {spec.tokens:g} tokens make less than one sequence of {n} tokens; a run trains "
                           "on at least one")
+    if steps < 1:  # issue 66, D15: no "0 steps", no run shorter than its one step
+        raise ConfigError(f"tokens: {spec.tokens:g} tokens are less than one optimizer step of {G} sequences of {n} "
+                          f"tokens ({G * n:,}); give more tokens or a smaller global batch")
     capacity = float(device.memory_bytes)
     peak = float(device.peak(p.peak_dtype))  # fp8-mixed: the fp8 peak (NVIDIA's MFU convention)
     fp8_note = ""

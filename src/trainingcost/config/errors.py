@@ -55,3 +55,55 @@ def read_table(path, where: str, columns=(), what: str = "a parquet table"):
         named = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         raise ConfigError(f"{where}: {path} lacks the column{'s' if len(missing) > 1 else ''} {named}; give {what}")
     return table
+
+
+MAX_JSON_BYTES = 64 * 2**20  # a config.json, calibration or device file is kilobytes; this bounds the memory a read takes
+MAX_JSON_DEPTH = 64  # the deepest real config.json nests 3 levels (rope_scaling, text_config); calibrations 4
+
+
+def read_json(path, where: str, what: str = "a JSON file"):
+    """The parsed JSON of a user's file, or one line naming it: missing, not a file, too large, not UTF-8, invalid,
+    nested too deep, or holding an integer too long to convert (Python refuses over 4,300 digits)."""
+    path = regular_file(path, where, what)
+    try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise ConfigError(f"{where}: {path} is {size:,} bytes, more than the {MAX_JSON_BYTES:,} read; give {what}")
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: {path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: {path}: cannot be read ({exc.strerror})") from None
+    return parse_json(text, f"{where}: {path}")
+
+
+def parse_json(text: str, where: str):
+    """``json.loads`` with every failure a ConfigError of one line (issue 66, N5): deep nesting is refused before the
+    parser recurses, and an over-long integer is named rather than raised as Python's ValueError."""
+    import json
+
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:  # a linear scan: brackets outside strings
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise ConfigError(f"{where}: nested more than {MAX_JSON_DEPTH} levels deep; not a configuration")
+        elif char in "]}":
+            depth -= 1
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where}: invalid JSON at line {exc.lineno}, column {exc.colno}") from None
+    except (ValueError, RecursionError) as exc:  # ValueError: an integer of more than 4,300 digits
+        reason = "an integer too long to read (over 4,300 digits)" if "digits" in str(exc) else "cannot be parsed"
+        raise ConfigError(f"{where}: {reason}") from None

@@ -15,10 +15,9 @@ layers carry biases, which heads are tied, which blocks are parallel, how much o
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .errors import ConfigError, regular_file
+from .errors import ConfigError, read_json, regular_file
 from .model import HF_OPTIONS
 
 SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
@@ -49,20 +48,18 @@ def config_path(path: str | Path, where: str) -> Path:
 def read_hf_config(path: str | Path, where: str = "--hf-config") -> dict:
     """The model entry of a ``config.json`` (or of a folder holding one)."""
     file = config_path(path, where)
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{where}: {file}: not UTF-8 text (byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{where}: {file}: invalid JSON at line {exc.lineno}, column {exc.colno}") from None
-    except OSError as exc:
-        raise ConfigError(f"{where}: {file}: cannot be read ({exc.strerror})") from None
+    data = read_json(file, where, "a config.json")
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: {file}: expected a JSON object, not {type(data).__name__}")
     return hf_entry(data, f"{where} {file}")
 
 
-def transformers_attention(data: dict) -> str | None:
+# transformers 5.25.0 moved modeling_falcon.py onto its attention interface (SDPA with the key/value heads repeated,
+# no mask: the fused kernel); every earlier version hands SDPA one key/value head and a mask (the math path).
+FALCON_FUSED_FROM = (5, 25)
+
+
+def transformers_attention(data: dict, version: tuple[int, int] | None = None) -> str | None:
     """How transformers' own model of this ``config.json`` runs attention, where that is not the fused kernel that
     trainingcost's executed model prices (torch's scaled_dot_product_attention, whose backward recomputes the scores:
     10 M N a FLOPs per layer and batch element); None where it is the same. The two families that differ
@@ -78,7 +75,10 @@ def transformers_attention(data: dict) -> str | None:
     model_type = data.get("model_type")
     if model_type == "falcon" and not data.get("new_decoder_architecture", False) and data.get("multi_query", True) \
             and (data.get("num_attention_heads") or 0) > 1:
-        return "torch's math path (falcon's multi-query attention hands SDPA one key/value head and a mask)"
+        if version is not None and version >= FALCON_FUSED_FROM:
+            return None
+        return ("torch's math path in versions before 5.25 (falcon's multi-query attention hands SDPA one key/value "
+                "head and a mask)")
     if model_type == "gemma2" and not data.get("attn_logit_softcapping", 50.0):
         return "its eager attention (transformers' Gemma 2 has no SDPA path)"
     return None
@@ -89,8 +89,8 @@ def attention_note(path: str | Path, cfg, step_flops: int | None = None) -> str 
     model of the same file runs another, and the FLOPs by which its training step differs (2 M N a per attention
     layer and batch element: the fused backward's recomputed scores)."""
     try:
-        data = json.loads(config_path(path, "--hf-config").read_text(encoding="utf-8"))
-    except (OSError, ValueError, ConfigError):
+        data = read_json(config_path(path, "--hf-config"), "--hf-config")
+    except ConfigError:
         return None
     path_taken = transformers_attention(data) if isinstance(data, dict) else None
     if path_taken is None:

@@ -535,6 +535,12 @@ def _gemma2(out: dict, where: str, *, positions: str, head_dim: int, window_give
         del out["query_scale"]  # head_dim: the default scale, one config_id
 
 
+# The most routed experts per block priced: 2.7x Kimi K2's 384 (Kimi Team 2025, "Kimi K2: Open Agentic Intelligence",
+# arXiv 2507.20534), the most of any published model we know; `estimate` of qwen3-30b-a3b at 1,024 takes about 10 s
+# on a quiet 2-core machine, and its time grows with the count (4,096: 72 s on a busy one).
+MAX_EXPERTS = 1024
+
+
 def _experts(out: dict, where: str) -> None:
     """Mixture-of-experts options, checked against each other; zero experts is the dense FFN (the default)."""
     experts = out.get("experts", 0)
@@ -544,6 +550,9 @@ def _experts(out: dict, where: str) -> None:
             if out.get(name, OPTION_DEFAULTS[name]) != OPTION_DEFAULTS[name]:
                 raise ConfigError(f"{_field(where, name)}: applies only to a mixture of experts (give experts)")
         return
+    if experts > MAX_EXPERTS:  # bounded before any work: a plan's rows and time grow with the count (issue 66, N6)
+        raise ConfigError(f"{_field(where, 'experts')}: {experts} is more than {MAX_EXPERTS}, the most experts per block "
+                          "this tool prices (published models route among up to 384)")
     top_k = out.get("experts_per_token")
     if top_k is None:
         raise ConfigError(f"{_field(where, 'experts_per_token')}: required with experts (the top-k experts each token "

@@ -107,6 +107,9 @@ RULE_OPTION_HELP = {
 RULE_OPTION_FLOATS = tuple(RULE_OPTION_HELP)
 
 
+MAX_SEED = 2**32 - 1  # a seed of 32 bits, as numpy's and most tools' seeds are; torch takes 64, with room for offsets
+
+
 @dataclass(frozen=True)
 class TrainSpec:
     """One training run, as asked for: a model, a task, a rule and how to run it."""
@@ -129,6 +132,8 @@ class TrainSpec:
     def check(self) -> None:
         """One-line errors naming the field, before anything runs."""
         check_task(self.task, self.cfg)
+        if not 0 <= self.seed <= MAX_SEED:  # the run seeds torch with seed + 7919 (train/data.py): 64 bits in all
+            raise ConfigError(f"seed: must be 0 to {MAX_SEED:,} (got {str(self.seed)[:30]})")
         if self.steps <= 0:
             raise ConfigError(f"steps: must be a positive number of steps (got {self.steps})")
         if not 0 < self.eval_batches <= MAX_EVAL_BATCHES:

@@ -30,15 +30,29 @@ def _number_at_least_0(value, where: str) -> None:
         raise ConfigError(f"{where} must be a finite number of at least 0 (got {str(value)[:20]!r})")
 
 
+MAX_KERNEL_S = 3600.0  # one timed kernel of a calibration takes micro- to milliseconds; an hour is not a timing
+MAX_FLOPS_PER_S = 1e17  # 100 PFLOP/s: above any one device's dense peak at any precision (B300's FP4: 15 PFLOP/s)
+
+
+def _physical(kernel: dict, where: str) -> None:
+    """A timed kernel a device could have run (issue 66, N11): no zero time for work, no time beyond an hour, and no
+    rate above any device's peak. A zero or absurd time otherwise gives an efficiency far above 1, or a division by
+    zero, in the plan."""
+    from ..config.errors import ConfigError
+
+    seconds, flops = kernel["seconds"], kernel["flops"]
+    if seconds > MAX_KERNEL_S:
+        raise ConfigError(f"{where}: {seconds:.3g} s is more than {MAX_KERNEL_S:.0f} s for one kernel; not a timing")
+    if flops > 0 and (seconds <= 0 or flops / seconds > MAX_FLOPS_PER_S):
+        raise ConfigError(f"{where}: {seconds:.3g} s for {flops:.3g} FLOPs is faster than any device "
+                          f"({MAX_FLOPS_PER_S:.0e} FLOP/s); not a timing")
+
+
 def read_calibration(path) -> dict:
     """A calibration file, or a ConfigError naming ``--calibration``."""
-    from ..config.errors import ConfigError, regular_file
+    from ..config.errors import ConfigError, read_json
 
-    regular_file(path, "calibration", "a calibration JSON (trainingcost calibrate)")
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"calibration: cannot read {path} as a calibration JSON ({exc.__class__.__name__})") from None
+    data = read_json(path, "calibration", "a calibration JSON (trainingcost calibrate)")
     if not isinstance(data, dict):
         raise ConfigError(f"calibration: {path} is not a calibration (a JSON object; write one with trainingcost "
                           "calibrate)")
@@ -58,6 +72,7 @@ def read_calibration(path) -> dict:
                                   "trainingcost calibrate)")
             for key in ("flops", "bytes_read", "bytes_written", "seconds"):
                 _number_at_least_0(kernel[key], f"calibration: {path}: kernels[{i}].{key}")
+            _physical(kernel, f"calibration: {path}: kernels[{i}].seconds")
             for key in ("op", "cls", "signature"):
                 if not isinstance(kernel[key], str):
                     raise ConfigError(f"calibration: {path}: kernels[{i}].{key} must be text (got {str(kernel[key])[:20]!r})")

@@ -325,7 +325,7 @@ def multiplier_at(frontiers: pd.DataFrame, rule: str, target: float) -> float:
     if not np.isfinite(need_bp):
         raise ValueError(f"BP's frontier reaches losses from {np.nanmax(l_bp):.4g} down to {np.nanmin(l_bp):.4g}; "
                          f"{target:g} is below them")
-    if target >= np.nanmax(l_bp):
+    if target > np.nanmax(l_bp):  # equal: reached at the first evaluation, which is a compute to reach it
         raise ValueError(f"BP's frontier reaches losses from {np.nanmax(l_bp):.4g} down to {np.nanmin(l_bp):.4g}; "
                          f"{target:g} is above them (reached at the study's first evaluation)")
     c_r, l_r = front(rule)

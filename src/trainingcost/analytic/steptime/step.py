@@ -217,7 +217,7 @@ def check_context_parallel(cfg, cp: int, attention: str, flag: str = "--cp") -> 
                           f"{'a classifier' if cfg.classes else 'an ' + cfg.arch})")
     if cfg.seq_len % (2 * cp):
         raise ConfigError(f"{flag}: context parallelism {cp} needs the sequence of {cfg.seq_len} tokens divisible by "
-                          f"2 x {cp} = {2 * cp} (each GPU holds two of 2 cp chunks)")
+                          f"2 x {cp} = {2 * cp} (the sequence is cut into {2 * cp} chunks, two on each of the {cp} GPUs)")
     if attention == "unfused":
         raise ConfigError(f"{flag}: context parallelism {cp} runs inside a fused attention kernel (flash, flash3 or "
                           "cudnn), which the layout does not run (attention unfused)")

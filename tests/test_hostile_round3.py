@@ -1,0 +1,164 @@
+"""Issue 66, the hostile review's third round: each defect's reproduction, as the review ran it, gives a correct
+result or one line (exit status 2, no traceback, at most 200 characters) before any work, with nothing written.
+(N1 and N2, the warm server, are in tests/test_warm.py; the signal and the input properties in test_hostile.py and
+test_input_properties.py.)"""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trainingcost import cli
+from test_train import run_here
+
+PLAN = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "h100-sxm", "--rule", "bp"]
+
+
+def one_line(stderr: str, command: str, field: str) -> str:
+    """The one line; at most 200 characters besides the paths the user gave (pytest's folders are long)."""
+    import re
+
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    assert lines[0].startswith(f"trainingcost {command}: error: {field}"), lines[0]
+    assert len(re.sub(r"/tmp/pytest-of-[^/]+/pytest-[0-9]+/[^/ ]+", "T", lines[0])) <= 200, lines[0]
+    return lines[0]
+
+
+# -- N3: plan --figure is checked before the search -----------------------------------------------------------
+@pytest.mark.parametrize("figure, message", [
+    ("plan.txt", "must end in .png, .pdf, .svg"),
+    ("DIR.png", "is a directory; give a file name"),
+    ("/proc/x.png", "cannot create files in /proc"),
+    ("FILE/x.png", "is a file, so"),
+])
+def test_a_figure_that_cannot_be_written_is_refused_before_the_search(tmp_path, capsys, monkeypatch, figure, message):
+    (tmp_path / "DIR.png").mkdir()
+    (tmp_path / "FILE").write_text("x")
+    from trainingcost import plan_command
+
+    def never(*args, **kwargs):
+        raise AssertionError("the search ran")
+
+    monkeypatch.setattr(plan_command, "search_plan", never)
+    figure = figure if figure.startswith("/") else str(tmp_path / figure)
+    status, stdout, stderr = run_here(capsys, *PLAN, "--gpus", "64-256x2", "--figure", figure)
+    assert status == 2 and message in one_line(stderr, "plan", "--figure")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR.png", "FILE"]
+
+
+def test_a_figure_is_written_in_the_format_its_name_gives(tmp_path, capsys):
+    path = tmp_path / "scaling.svg"
+    status, stdout, stderr = run_here(capsys, *PLAN, "--gpus", "8,16", "--figure", str(path))
+    assert status == 0, stderr
+    assert path.read_text().lstrip().startswith("<?xml") and "<svg" in path.read_text()[:2000]
+
+
+# -- N5: a hostile config.json ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, message", [
+    ('{"a":' * 100_000 + "1" + "}" * 100_000, "nested more than 64 levels deep"),
+    ('{"model_type": "llama", "hidden_size": ' + "9" * 5000 + "}", "an integer too long to read"),
+    ('{"model_type": "llama", "note": "' + "[" * 1000 + '"}', "num_attention_heads: missing"),  # brackets in a string
+])
+def test_a_hostile_config_json_is_one_line(tmp_path, capsys, text, message):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    status, stdout, stderr = run_here(capsys, "estimate", "--hf-config", str(path))
+    assert status == 2 and message in one_line(stderr, "estimate", "--hf-config")
+
+
+def test_a_hostile_device_measurement_or_calibration_is_one_line(tmp_path, capsys):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 10_000 + "]" * 10_000)
+    status, _, stderr = run_here(capsys, *PLAN, "--calibration", str(path))
+    assert status == 2 and "nested more than 64 levels deep" in one_line(stderr, "plan", "--calibration")
+    status, _, stderr = run_here(capsys, *PLAN, "--device-model", str(path))
+    assert status == 2 and "nested more than 64 levels deep" in one_line(stderr, "plan", "--device-model")
+
+
+# -- N6, N13, N27: work bounded before it is done -----------------------------------------------------------
+def test_the_expert_count_is_bounded_before_any_work(tmp_path, capsys):
+    status, _, stderr = run_here(capsys, "estimate", "--preset", "qwen3-30b-a3b", "--experts", "4096")
+    assert status == 2 and "4096 is more than 1024" in one_line(stderr, "estimate", "--experts")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2,
+                                "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 128,
+                                "vocab_size": 1000, "num_local_experts": 10**9, "num_experts_per_tok": 2,
+                                "max_position_embeddings": 128}))
+    status, _, stderr = run_here(capsys, "estimate", "--hf-config", str(path))
+    assert status == 2 and "1000000000 is more than 1024" in stderr and stderr.count("\n") == 1
+    status, _, stderr = run_here(capsys, "estimate", "--preset", "qwen3-30b-a3b", "--experts", "1024")
+    assert status == 0, stderr  # the bound itself is priced
+
+
+@pytest.mark.parametrize("gpus, message", [
+    ("1-1000000000000x2", "1000000000000 GPUs is more than 1,048,576"),
+    ("1000000000000", "1000000000000 GPUs is more than 1,048,576"),
+    ("99999999999999999999", "99999999999999999999 GPUs is more than 1,048,576"),  # an integer: not "expected N"
+    ("0", "must be a positive integer (got 0)"),
+    ("1-100000x1", "F at least 2"),
+    (",".join(str(n) for n in range(1, 100)), "at most 64 GPU counts"),
+])
+def test_gpu_counts_are_bounded_before_any_work(capsys, gpus, message):
+    status, _, stderr = run_here(capsys, *PLAN, f"--gpus={gpus}")
+    assert status == 2 and message in one_line(stderr, "plan", "argument --gpus")
+
+
+# -- N11: a calibration no device could have made ------------------------------------------------------------
+@pytest.mark.parametrize("seconds, message", [
+    (0.0, "is faster than any device"),
+    (1e-30, "is faster than any device"),
+    (1e300, "is more than 3600 s for one kernel"),
+])
+def test_a_calibration_with_impossible_kernel_times_is_one_line(tmp_path, capsys, seconds, message):
+    sig = json.dumps([[{"t": [[512, 768], [768, 1], "bfloat16"]}, {"t": [[768, 768], [1, 768], "bfloat16"]}], {"kw": {}}])
+    calibration = {"launch_overhead_s": 1e-6, "view_overhead_s": 1e-7, "copy_ladder": [{"bytes": 1, "seconds": 1e-6}],
+                   "kernels": [{"op": "aten.mm.default", "signature": sig, "cls": "matmul", "flops": 2 * 512 * 768 * 768,
+                                "bytes_read": 0, "bytes_written": 0, "seconds": seconds}]}
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(calibration))
+    status, stdout, stderr = run_here(capsys, *PLAN, "--calibration", str(path))
+    assert status == 2 and message in one_line(stderr, "plan", "--calibration") and stdout == ""
+
+
+# -- N20: a seed out of range --------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", ["99999999999999999999", "-1", "4294967296"])
+def test_a_seed_out_of_range_is_refused_before_training(tmp_path, capsys, seed):
+    status, _, stderr = run_here(capsys, "train", "--steps", "3", "--seed", seed, "--out-dir", str(tmp_path / "run"))
+    assert status == 2 and one_line(stderr, "train", "--seed")
+    assert not (tmp_path / "run").exists()
+
+
+# -- N23: a target loss equal to the frontier's first loss ---------------------------------------------------
+def test_a_target_at_the_frontiers_first_loss_is_reached_at_its_first_compute():
+    from trainingcost.findings.scaling import multiplier_at
+
+    rows = [{"kind": "frontier", "rule": rule, "compute": c, "loss": l}
+            for rule, scale in (("bp", 1.0), ("kp", 2.0)) for c, l in ((1e9 * scale, 3.0), (1e10 * scale, 2.0))]
+    frontiers = pd.DataFrame(rows)
+    assert multiplier_at(frontiers, "kp", 3.0) == pytest.approx(2.0)  # both reach 3.0 at their first point
+    with pytest.raises(ValueError, match="above them"):
+        multiplier_at(frontiers, "kp", 3.0 + 1e-9)
+
+
+# -- N24, N26, D15 -----------------------------------------------------------------------------------------------
+def test_a_traced_recompute_without_torch_compile_is_refused(capsys):
+    status, _, stderr = run_here(capsys, *PLAN, "--gpus", "8", "--recompute-tail", "traced", "--no-compile")
+    assert status == 2 and "--no-compile given" in one_line(stderr, "plan", "--recompute-tail")
+    status, _, stderr = run_here(capsys, *PLAN, "--gpus", "8", "--recompute-tail", "traced", "--compile")
+    assert status == 0, stderr
+
+
+def test_the_context_parallel_message_says_what_each_gpu_holds(capsys):
+    status, _, stderr = run_here(capsys, "plan", "--preset", "llama-3-8b", "--tokens", "1e9", "--gpu", "h100-sxm",
+                                 "--gpus", "8", "--rule", "bp", "--seq-len", "8190", "--cp", "2")
+    line = one_line(stderr, "plan", "--cp")
+    assert "cut into 4 chunks, two on each of the 2 GPUs" in line and "two of 2" not in line
+
+
+def test_a_token_budget_below_one_step_is_refused(capsys):
+    status, _, stderr = run_here(capsys, *PLAN, "--gpus", "8", "--tokens", "100000", "--global-batch", "512")
+    assert status == 2 and "less than one optimizer step of 512 sequences" in one_line(stderr, "plan", "--tokens")
+    status, stdout, stderr = run_here(capsys, *PLAN, "--gpus", "8", "--tokens", str(512 * 1024), "--global-batch", "512")
+    assert status == 0 and " 1 steps" in stdout.replace(" 1 step ", " 1 steps "), stdout
