@@ -33,6 +33,7 @@ test: install
 	$(BIN)/pytest -q -n 2 --dist loadfile
 
 bench: install
+	$(BIN)/python benchmarks/bench_install.py
 	$(BIN)/python benchmarks/bench_cli.py
 	$(BIN)/python benchmarks/bench_analytic.py
 	$(BIN)/python benchmarks/bench_predictor.py
