@@ -6,17 +6,19 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 CORES ?= 2
 BIN := $(VENV)/bin
+# The full install's mark: a light install in .venv (README, "Try it") is completed by the first make target.
+STAMP := $(VENV)/.installed-dev
 
 .PHONY: install run scaling dry-run test bench clean
 
-$(BIN)/trainingcost: pyproject.toml
+$(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "$(TORCH)"
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $@
 
-install: $(BIN)/trainingcost
+install: $(STAMP)
 
 run: install
 	$(BIN)/snakemake --cores $(CORES)

@@ -55,8 +55,8 @@ COMMANDS = shown_commands()
 
 
 def readme_llama_json() -> dict:
-    """The config.json the README shows beside its --hf-config examples."""
-    text = (ROOT / "README.md").read_text()
+    """The config.json the guide (docs/guide.md, the README's long form) shows beside its --hf-config examples."""
+    text = (ROOT / "docs" / "guide.md").read_text()
     return json.loads(re.search(r"^```json\n(.*?)^```", text, flags=re.S | re.M).group(1))
 
 

@@ -19,7 +19,7 @@ FLOPs so far and the validation loss; :mod:`trainingcost.measure.curve`). Per ru
   are the 5th and 95th percentiles, and ``never_share`` the share of replicates in which the rule never
   reaches the target.
 - **depth at equal compute**: each depth's own frontier (over the widths) at one compute that every rule's
-  frontier at every depth reaches: seed 003's claims that KP tracks BP at every depth and that FA fails
+  frontier at every depth reaches: Franceschi's (Backpropagation Free Transformers) claims that KP tracks BP at every depth and that FA fails
   beyond 2 layers.
 
 The plan (``plan --target-loss --frontiers``) reads the frontier rows back through :func:`multiplier_at`.
@@ -346,7 +346,7 @@ def _span(lo: float, hi: float, fmt=_x) -> str:
 
 def summary_section(frontiers: pd.DataFrame, scaling: pd.DataFrame, lr: pd.DataFrame | None, labels: dict) -> str:
     """Markdown: the study's protocol in one paragraph, then per rule its multiplier at the stated target,
-    whether any target in range makes it cheaper than BP, its fit, and the depth claims of seed 003."""
+    whether any target in range makes it cheaper than BP, its fit, and the depth claims of Franceschi (Backpropagation Free Transformers)."""
     runs = scaling.drop_duplicates(["config_id", "rule", "seed"])
     seeds = sorted(scaling["seed"].unique())
     points = scaling.drop_duplicates("config_id")
@@ -416,11 +416,11 @@ def summary_section(frontiers: pd.DataFrame, scaling: pd.DataFrame, lr: pd.DataF
 
 
 def depth_lines(frontiers: pd.DataFrame, labels: dict) -> list[str]:
-    """Seed 003's depth claims, tested: the loss gap to BP at each depth, at one compute."""
+    """Franceschi's (Backpropagation Free Transformers) depth claims, tested: the loss gap to BP at each depth, at one compute."""
     depth = frontiers[frontiers["kind"] == "depth"]
     layers = sorted(depth["layers"].dropna().unique())
     if len(layers) < 2:
-        return ["Depth: the study has one depth; seed 003's depth claims need two or more."]
+        return ["Depth: the study has one depth; Franceschi's (Backpropagation Free Transformers) depth claims need two or more."]
     compute = float(depth["compute"].iloc[0])
     out = [f"Loss gap to BP at equal compute ({compute:.3g} FLOPs), by depth (positive: worse than BP):", "",
            "| rule | " + " | ".join(f"{d} layer{'s' if d != 1 else ''}" for d in layers) + " |", "|---|" + "---|" * len(layers)]
@@ -441,7 +441,7 @@ def depth_lines(frontiers: pd.DataFrame, labels: dict) -> list[str]:
         worst = max(abs(gaps[("kp", d)]["gap_to_bp"]) for d in layers)
         within = all(gaps[("kp", d)]["gap_lo"] <= 0 <= gaps[("kp", d)]["gap_hi"] for d in layers
                      if np.isfinite(gaps[("kp", d)]["gap_lo"]))
-        out.append(f"- Seed 003: KP tracks BP at every depth. Here its largest gap is {worst:.3f} nats"
+        out.append(f"- Franceschi (Backpropagation Free Transformers): KP tracks BP at every depth. Here its largest gap is {worst:.3f} nats"
                    + ("; one seed gives no spread to judge it by." if not spread else
                       " and every interval contains 0: it tracks BP." if within else
                       "; not every interval contains 0: it does not track BP at every depth."))
@@ -451,11 +451,11 @@ def depth_lines(frontiers: pd.DataFrame, labels: dict) -> list[str]:
         g2, gd = gaps[("fa", shallow)], gaps[("fa", deep)]
         grows = gd["gap_to_bp"] > g2["gap_to_bp"]
         separated = np.isfinite(gd["gap_lo"]) and np.isfinite(g2["gap_hi"]) and gd["gap_lo"] > g2["gap_hi"]
-        out.append(f"- Seed 003: FA fails beyond 2 layers. Its gap to BP goes from {g2['gap_to_bp']:+.3f} at {shallow} "
+        out.append(f"- Franceschi (Backpropagation Free Transformers): FA fails beyond 2 layers. Its gap to BP goes from {g2['gap_to_bp']:+.3f} at {shallow} "
                    f"layers to {gd['gap_to_bp']:+.3f} at {deep}: "
                    + ("it degrades with depth (one seed: no spread to judge it by)." if grows and not spread else
                       "it degrades with depth, beyond the spread." if grows and separated else
                       "it degrades with depth, within the spread." if grows else "it does not degrade with depth here."))
     elif hi <= 2:
-        out.append("- Seed 003's FA claim (beyond 2 layers) needs a depth above 2.")
+        out.append("- Franceschi's (Backpropagation Free Transformers) FA claim (beyond 2 layers) needs a depth above 2.")
     return out

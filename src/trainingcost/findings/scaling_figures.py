@@ -140,7 +140,7 @@ def multiplier_figure(frontiers: pd.DataFrame):
 
 
 def depth_figure(frontiers: pd.DataFrame):
-    """Each rule's lowest loss at one compute, per depth, with its bootstrap interval (seed 003's depth claims)."""
+    """Each rule's lowest loss at one compute, per depth, with its bootstrap interval (Franceschi's (Backpropagation Free Transformers) depth claims)."""
     style()
     depth = frontiers[frontiers["kind"] == "depth"]
     fig, ax = plt.subplots(figsize=(FULL / 2 + 0.4, 2.9))
