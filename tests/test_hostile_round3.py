@@ -36,12 +36,12 @@ def one_line(stderr: str, command: str, field: str) -> str:
 def test_a_figure_that_cannot_be_written_is_refused_before_the_search(tmp_path, capsys, monkeypatch, figure, message):
     (tmp_path / "DIR.png").mkdir()
     (tmp_path / "FILE").write_text("x")
-    from trainingcost import plan_command
+    from trainingcost import planning
 
     def never(*args, **kwargs):
         raise AssertionError("the search ran")
 
-    monkeypatch.setattr(plan_command, "search_plan", never)
+    monkeypatch.setattr(planning, "search_plan", never)
     figure = figure if figure.startswith("/") else str(tmp_path / figure)
     status, stdout, stderr = run_here(capsys, *PLAN, "--gpus", "64-256x2", "--figure", figure)
     assert status == 2 and message in one_line(stderr, "plan", "--figure")
@@ -157,8 +157,16 @@ def test_the_context_parallel_message_says_what_each_gpu_holds(capsys):
     assert "cut into 4 chunks, two on each of the 2 GPUs" in line and "two of 2" not in line
 
 
-def test_a_token_budget_below_one_step_is_refused(capsys):
+def test_a_token_budget_below_one_step_is_one_step_or_refused(capsys):
+    """D15: "0 steps" and a run shorter than its step. A given global batch larger than the run is refused; the
+    default one (about 4M tokens) shrinks to the run's sequences, in one step."""
     status, _, stderr = run_here(capsys, *PLAN, "--gpus", "8", "--tokens", "100000", "--global-batch", "512")
     assert status == 2 and "less than one optimizer step of 512 sequences" in one_line(stderr, "plan", "--tokens")
     status, stdout, stderr = run_here(capsys, *PLAN, "--gpus", "8", "--tokens", str(512 * 1024), "--global-batch", "512")
-    assert status == 0 and " 1 steps" in stdout.replace(" 1 step ", " 1 steps "), stdout
+    assert status == 0 and " in 1 step of 512 sequences" in stdout, stdout
+    status, _, stderr = run_here(capsys, *PLAN, "--gpus", "8", "--tokens", "100000", "--format", "json")
+    row = json.loads(_)[0]
+    assert status == 0 and row["global_batch"] == 96 and 1 <= row["optimizer_steps"] < 2
+    assert row["wall_clock_s"] >= row["step_time_s"]  # no run shorter than its one step
+    status, _, stderr = run_here(capsys, *PLAN, "--gpus", "8", "--tokens", "5000")
+    assert status == 2 and "less than one optimizer step of 8 sequences" in one_line(stderr, "plan", "--tokens")

@@ -24,7 +24,8 @@ def test_the_first_screen_prints_what_the_readme_shows(tmp_path):
     script, shown = re.search(r"^```bash\n(.*?)^```\n\s*^```\n(.*?)^```", README, flags=re.S | re.M).groups()
     assert "pip install" in script and ".venv/bin/trainingcost" in script
     clone = tmp_path / "trainingcost"
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, text=True)
     if tracked.returncode == 0 and tracked.stdout.strip():
         for name in tracked.stdout.splitlines():
             if (ROOT / name).is_file():

@@ -267,10 +267,15 @@ def test_the_user_may_say_what_the_recompute_repeats(capsys):
     assert api.table["step_time_s"].iloc[0] == given["step_time_s"]
     with pytest.raises(trainingcost.Error, match=r"argument --recompute-tail: invalid choice: 'sometimes'"):
         trainingcost.plan(preset="llama-2-7b", gpu="h100-sxm", gpus=8, tokens=1e9, recompute_tail="sometimes")
-    plan = {"gpu": "h100-sxm", "gpus": 8, "tokens": 1e9, "checkpointing": "full", "recompute_tail": "traced"}
+    plan = {"gpu": "h100-sxm", "gpus": 8, "tokens": 1e9, "checkpointing": "full", "recompute_tail": "traced",
+            "compile": True}
     filled = load({"sweep": {"presets": ["gpt2-small"]}, "plan": plan})
     (_, cfg), = plan_configs(filled)
     assert section_spec(filled["plan"], cfg, plan_gpu(filled)).recompute_tail == "traced"
+    # traced is torch.compile's recompute: refused where the plan runs eager (issue 66, N24)
+    with pytest.raises(ConfigError, match=r"^plan.recompute_tail: traced is torch.compile's recompute.*turn on "
+                                          r"plan.compile$"):
+        load({"sweep": {"presets": ["gpt2-small"]}, "plan": {**plan, "compile": False}})
     with pytest.raises(ConfigError, match=r"^plan.recompute_tail: 'sometimes' is not allowed \(allowed: repeated, "
                                           r"early-stop, traced\)$"):
         load({"sweep": {"presets": ["gpt2-small"]}, "plan": {**plan, "recompute_tail": "sometimes"}})

@@ -1142,7 +1142,7 @@ def test_the_plan_says_which_entry_a_family_name_became(capsys):
           "--framework", "fsdp@2023"])
     out = " ".join(capsys.readouterr().out.split())
     assert "framework: fsdp1 for 'fsdp@2023': PyTorch FSDP1" in out
-    from trainingcost.plan_command import system_fields
+    from trainingcost.planning import system_fields
     from trainingcost.config.hardware import device
 
     source = system_fields("fsdp@2023", None, None, None, device("a100-80gb"), {})["framework_source"]
@@ -1627,7 +1627,7 @@ def test_the_plan_prices_fp8_parameter_gathers_where_the_framework_gathers_fp8(c
     assert (micro_batches, plain["sharding"]) == (8, "fsdp")  # 512 sequences over 64 ranks, one at a time
     # every block gathered for its forward and again for its backward, its linear weights one byte lighter each
     assert float(plain["step_dp_bytes"]) - float(fp8["step_dp_bytes"]) == micro_batches * 2 * linear
-    from trainingcost.plan_command import system_fields
+    from trainingcost.planning import system_fields
     said = {name: system_fields(name, None, None, None, device("h100-sxm"), {})["framework_source"]
             for name in ("torchtitan", "torchtitan+fp8-all-gather", "fsdp2")}
     assert said["torchtitan"].endswith("under fp8-mixed it gathers the sequence-parallel activations and gradients "

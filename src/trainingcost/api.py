@@ -1,10 +1,13 @@
-"""The Python API: :func:`plan` and :func:`estimate`, the commands as functions that return DataFrames.
+"""The Python API, the core that the command line sits on: :func:`plan` and :func:`estimate` return DataFrames.
 
-Each takes the command line's flags as keywords (``--gpus 64-1024x2`` is ``gpus="64-1024x2"`` or
-``gpus=[64, 128]``; ``--rule bp,dfa`` is ``rule=["bp", "dfa"]``; a flag without a value, such as ``--explain``, is
-``explain=True``), parses them with the command line's own parser, and runs the same code. A mistake raises
-:class:`trainingcost.Error` (the configuration error the command line reports), whose message is the command
-line's one line::
+Each function takes its inputs as keyword arguments, with the names, defaults and meaning of the command line's
+flags (flags.py declares them once for both): ``--gpus 64-1024x2`` is ``gpus="64-1024x2"`` or ``gpus=[64, 128]``,
+``--rule bp,dfa`` is ``rule=["bp", "dfa"]``, ``--explain``-style switches are ``True``. Python objects go where the
+command line takes a file: a model as a ``dict`` in the ``config.json`` format or a ``transformers`` config
+(``hf_config=``), a frontiers table as a DataFrame (``frontiers=``). A misspelled keyword raises ``TypeError``; a
+value the tool refuses raises :class:`trainingcost.Error`, whose message is the command line's one line. Numbers
+are used as given (no rounding). The command line parses its flags into the same inputs and calls the same
+computations (planning.py, estimating.py); nothing here builds or parses a command line::
 
     import trainingcost
     result = trainingcost.plan(preset="llama-2-70b", tokens=2e12, gpu="h100-sxm", gpus=512, layout="search",
@@ -16,30 +19,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import os
+from collections.abc import Mapping, Sequence
+from typing import Literal
 
 import pandas as pd
 
-from .args import Parser, flag_message
+from .args import flag_message, gpu_counts, rule_list
 from .config import ConfigError
 
-Error = ConfigError
-
-
-class _RaisingParser(Parser):
-    """The command line's parser, raising :class:`Error` with its one line instead of exiting."""
-
-    def error(self, message: str):  # noqa: D401 - argparse API
-        raise Error(f"{self.prog}: error: {message}")
-
-    def exit(self, status: int = 0, message: str | None = None):  # --help, --version
-        raise Error((message or "").strip() or f"{self.prog}: exited")
+Error = ConfigError  # a user mistake: its message is one line naming the input
 
 
 @dataclasses.dataclass
 class PlanResult:
     """``table``: the plan's rows (one per rule and cost model; per GPU count with several); ``layouts``: with a
     search, every rule's best few layouts per GPU count (rank 1 the best); ``at_bp_layout``: each rule at BP's best
-    layout; ``memory``: the memory per GPU by part, per rule (and GPU count)."""
+    layout; ``memory``: the memory per GPU by part (bytes), per rule (and GPU count); ``verdict``: for a given layout
+    that does not fit, which rules do not and the smallest change that fits."""
 
     table: pd.DataFrame
     layouts: pd.DataFrame
@@ -50,52 +48,413 @@ class PlanResult:
 
 @dataclasses.dataclass
 class EstimateResult:
-    """``table``: FLOPs per phase (per layer with ``per_layer=True``), rule and cost model; ``memory``: the memory
-    model's parts and peaks per rule."""
+    """``table``: FLOPs and MACCs per phase (per layer with ``per_layer=True``), rule and cost model; ``memory``: the
+    memory model's parts and peaks per rule (bytes); ``notes``: what the table leaves out and why."""
 
     table: pd.DataFrame
     memory: pd.DataFrame
+    notes: list
 
 
-def _argv(command: str, kwargs: dict, negatable: frozenset = frozenset()) -> list[str]:
-    """The command line of ``kwargs``: True a flag, False its ``--no-`` form where the flag has one (``negatable``:
-    those flags, e.g. ``--compile``, ``--tie-embeddings``) and nothing otherwise, lists joined by commas."""
-    argv = [command]
-    for key, value in kwargs.items():
-        flag = "--" + key.replace("_", "-")
-        if value is False and flag in negatable:
-            argv.append("--no-" + flag[2:])
-            continue
-        if value is None or value is False:
-            continue
-        if value is True:
-            argv.append(flag)
-        elif isinstance(value, (list, tuple)):
-            argv += [flag, ",".join(str(v) for v in value)]
-        else:
-            argv += [flag, format(value, "g") if isinstance(value, float) else str(value)]
-    return argv
+# -- from keywords to the computations' inputs ---------------------------------------------------------------------
+
+CLI_ONLY = {"help", "format", "explain", "require_fit", "metric", "memory"}  # how the command line prints
 
 
-def _parse(command: str, kwargs: dict) -> argparse.Namespace:
-    from .cli import build_parser
+@functools.cache
+def _declared(command: str) -> tuple[dict, list]:
+    """{dest: action} of ``command``'s declared inputs (flags.py) and its mutually exclusive groups."""
+    from . import flags
 
-    parser = build_parser(_RaisingParser)
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
-    negatable = frozenset(o for a in sub._actions if isinstance(a, argparse.BooleanOptionalAction)
-                          for o in a.option_strings if not o.startswith("--no-"))
-    return parser.parse_args(_argv(command, kwargs, negatable))
+    table = argparse.ArgumentParser(add_help=False)
+    {"plan": flags.plan_flags, "estimate": flags.estimate_flags}[command](table)
+    actions = {a.dest: a for a in table._actions}
+    groups = [[a.dest for a in group._group_actions] for group in table._mutually_exclusive_groups]
+    return actions, groups
 
 
-def plan(**kwargs) -> PlanResult:
-    """``trainingcost plan`` with the flags as keywords; see the module's doc."""
-    from .plan_command import plan_outcome
+def _given(action: argparse.Action, value) -> bool:
+    return value is not None and not (value is False and isinstance(action, argparse._StoreTrueAction))
 
-    args = _parse("plan", kwargs)
+
+def _value(command: str, action: argparse.Action, value):
+    """``value`` checked and converted as the command line converts the flag's text, without making text of it
+    (a float stays the float given)."""
+    flag = action.option_strings[0]
+
+    def refuse(message: str):
+        raise Error(f"trainingcost {command}: error: argument {flag}: {message}")
+
+    if isinstance(action, (argparse._StoreTrueAction, argparse.BooleanOptionalAction)):
+        if not isinstance(value, bool):
+            refuse(f"expected True or False, got {value!r}")
+        return value
+    convert = action.type
     try:
-        out = plan_outcome(args)
+        if convert is gpu_counts and not isinstance(value, str):
+            values = list(value) if isinstance(value, Sequence) else [value]
+            if not values or any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+                refuse(f"expected GPU counts (integers), got {value!r}")
+            value = gpu_counts(",".join(str(v) for v in values))
+        elif convert is rule_list and not isinstance(value, str):
+            if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+                refuse(f"expected a rule name or a list of them, got {value!r}")
+            value = rule_list(",".join(value))
+        elif isinstance(value, str) and convert is not None:
+            value = convert(value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and convert is not None:
+            checked = convert(repr(value))  # the flag's own checks (range, finiteness, integrality)
+            value = checked if isinstance(checked, str) or checked is None else type(checked)(value)
+        elif convert is not None and not (action.dest in ("hf_config", "frontiers") or isinstance(value, os.PathLike)):
+            refuse(f"expected {convert.__name__}, got {type(value).__name__} {value!r}")
+        elif isinstance(value, os.PathLike):
+            value = os.fspath(value)
+    except argparse.ArgumentTypeError as exc:
+        refuse(str(exc))
+    if action.choices is not None and value not in action.choices:
+        refuse(f"invalid choice: {value!r} (choose from {', '.join(map(str, action.choices))})")
+    return value
+
+
+def _inputs(command: str, given: dict) -> argparse.Namespace:
+    """The computations' inputs: every declared input, the given ones checked and converted, the rest defaulted."""
+    actions, groups = _declared(command)
+    for group in groups:
+        chosen = [dest for dest in group if _given(actions[dest], given.get(dest))]
+        if len(chosen) > 1:
+            raise Error(f"trainingcost {command}: error: argument {actions[chosen[1]].option_strings[0]}: not allowed "
+                        f"with argument {actions[chosen[0]].option_strings[0]}")
+    values = {"command": command}
+    for dest, action in actions.items():
+        if dest in CLI_ONLY:
+            values[dest] = action.default if dest != "format" else "table"
+            continue
+        value = given.get(dest)
+        values[dest] = _value(command, action, value) if _given(action, value) else action.default
+    return argparse.Namespace(**values)
+
+
+def _run(command: str, compute, inputs: argparse.Namespace):
+    try:
+        return compute(inputs)
     except ConfigError as err:
-        raise Error(f"trainingcost plan: error: {flag_message(str(err))}") from None
+        text = str(err)
+        raise Error(text if text.startswith("trainingcost ") else
+                    f"trainingcost {command}: error: {flag_message(text)}") from None
+
+
+# -- the functions -------------------------------------------------------------------------------------------------
+
+def plan(
+    *,
+    preset: str | None = None,
+    arch: str | None = None,
+    layers: int | None = None,
+    enc_layers: int | None = None,
+    dec_layers: int | None = None,
+    d_model: int | None = None,
+    heads: int | None = None,
+    d_ff: int | None = None,
+    vocab: int | None = None,
+    seq_len: int | None = None,
+    tgt_len: int | None = None,
+    batch: int | None = None,
+    classes: int | None = None,
+    hf_config: str | os.PathLike | Mapping | None = None,
+    norm: str | None = None,
+    norm_position: str | None = None,
+    ffn: str | None = None,
+    kv_heads: int | None = None,
+    head_dim: int | None = None,
+    positions: str | None = None,
+    max_positions: int | None = None,
+    tie_embeddings: bool | None = None,
+    bias: str | None = None,
+    head_bias: bool | None = None,
+    type_vocab: int | None = None,
+    embedding_norm: bool | None = None,
+    relative_buckets: int | None = None,
+    relative_max_distance: int | None = None,
+    parallel_block: str | None = None,
+    rotary_dim: int | None = None,
+    sliding_window: int | None = None,
+    embedding_scale: bool | None = None,
+    shared_embedding: bool | None = None,
+    experts: int | None = None,
+    experts_per_token: int | None = None,
+    shared_expert_ff: int | None = None,
+    router_norm: bool | None = None,
+    post_norms: bool | None = None,
+    attention_softcap: float | None = None,
+    logit_softcap: float | None = None,
+    window_period: int | None = None,
+    query_scale: int | None = None,
+    qk_norm: str | None = None,
+    rule: str | Sequence[str] = 'all',
+    cost_model: str = 'executed',
+    tokens: float | None = None,
+    epochs: float | None = None,
+    chinchilla: bool = False,
+    dataset_tokens: float | None = None,
+    global_batch: int | None = None,
+    global_batch_tokens: float | None = None,
+    micro_batch: int | Literal["max", "auto"] | None = None,
+    gpu: str | None = None,
+    gpus: int | str | Sequence[int] = 1,
+    layout: str = 'given',
+    objective: str = 'time',
+    tp_across_nodes: bool = False,
+    figure: str | None = None,
+    tp: int | Literal["auto"] = 1,
+    pp: int | Literal["auto"] = 1,
+    cp: int = 1,
+    replicate: int | Literal["auto"] = 1,
+    ep: int | Literal["auto"] = 1,
+    etp: str | None = None,
+    framework: str | None = None,
+    attention: str | None = None,
+    compile: bool | None = None,
+    recompute_tail: str | None = None,
+    cluster: str | None = None,
+    sharding: str | None = None,
+    zero3_gather: str | None = None,
+    precision: str | None = None,
+    checkpointing: str = 'none',
+    checkpoint_every: int = 2,
+    optimizer: str = 'adam',
+    interleave: int | Literal["auto"] = 1,
+    sequence_parallel: str | None = None,
+    gpus_per_node: int | None = None,
+    nic_gbps: float | None = None,
+    dp_overlap: float | None = None,
+    tp_overlap: float | None = None,
+    mfu: float | None = None,
+    hfu: float | None = None,
+    tokens_per_s: float | None = None,
+    calibration: str | None = None,
+    measured_run: str | None = None,
+    device_model: str | None = None,
+    measured_rule: str = 'bp',
+    joules_per_token: float | None = None,
+    power_utilisation: float = 1.0,
+    power_limit: float | None = None,
+    goodput: float = 1.0,
+    pue: float | None = None,
+    carbon_intensity: float | None = None,
+    price: float | None = None,
+    mirror_steps: int = 1,
+    target_loss: float | None = None,
+    frontiers: str | os.PathLike | pd.DataFrame | None = None,
+) -> PlanResult:
+    """What a whole training run costs on named GPUs: time, GPU-hours, money, energy, CO2e and memory, per rule and
+    cost model (``trainingcost plan``; docs/planning.md has every formula and source).
+
+    Give a model (``preset``, ``hf_config`` or the shape's fields), a token budget (``tokens``, ``epochs`` with
+    ``dataset_tokens``, or ``chinchilla``) and a device (``gpu`` or ``cluster``). Every input:
+
+        preset (--preset): a named shape: paper-example, vaswani-base, bert-base, distilbert, gpt2-small,
+            gpt2-xl, gpt3-175b, t5-small, llama-2-7b, llama-2-13b, llama-2-70b, llama-3-8b, mistral-7b,
+            qwen2.5-0.5b, pythia-1.4b, gpt-j-6b, phi-2, falcon-7b, olmo-1b, starcoder2-3b, phi-3-mini-4k,
+            stablelm-2-1.6b, t5-v1.1-small, gemma-2b, gemma-7b, gemma-2-2b, gemma-2-9b, mixtral-8x7b,
+            qwen1.5-moe-a2.7b, qwen3-8b, qwen3-30b-a3b, olmo2-7b, olmo2-13b, olmoe-1b-7b
+        arch (--arch): encoder, decoder or encoder-decoder
+        layers (--layers): blocks (encoder-only, decoder-only; both stacks of encoder-decoder)
+        enc_layers (--enc-layers): encoder blocks (encoder-decoder)
+        dec_layers (--dec-layers): decoder blocks (encoder-decoder)
+        d_model (--d-model): d model
+        heads (--heads): heads
+        d_ff (--d-ff): d ff
+        vocab (--vocab): vocab
+        seq_len (--seq-len): sequence length (the source length of encoder-decoder)
+        tgt_len (--tgt-len): target length (encoder-decoder only; default --seq-len)
+        batch (--batch): sequences per step
+        classes (--classes): a classification head of C classes instead of the LM head
+        hf_config (--hf-config): a model's own config.json, or a folder holding one (gpt2, bert, t5, llama,
+            mistral, qwen2, gpt_neox, gptj, phi, falcon, stablelm, olmo, olmo2, starcoder2, phi3, gemma, gemma2,
+            mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, olmoe); the other flags override its fields
+        norm (--norm): LayerNorm, RMSNorm, or nonparametric: a LayerNorm without gain or bias (OLMo, Groeneveld
+            et al. 2024); one of layernorm, rmsnorm, nonparametric
+        norm_position (--norm-position): post: norm(x + f(x)) as in Vaswani et al. 2017; pre: x + f(norm(x)),
+            and a final norm per stack; output: x + norm(f(x)), the norm on each branch's output before its
+            residual, none on its input, and a final norm per stack (OLMo 2: Team OLMo 2024, arXiv 2501.00656);
+            one of post, pre, output
+        ffn (--ffn): gelu and relu have two matrices; swiglu and geglu three (d_ff is the gated width); one of
+            gelu, relu, swiglu, geglu
+        kv_heads (--kv-heads): key/value heads (grouped-query attention); must divide heads (default: heads)
+        head_dim (--head-dim): the width of one head (default d_model / heads)
+        positions (--positions): sinusoidal, learned (a table), rotary (on q and k), relative (T5's bucketed
+            bias on the attention scores, one table per stack: Raffel et al. 2020) or none; one of sinusoidal,
+            learned, rotary, relative, none
+        max_positions (--max-positions): rows of a learned position table (default: the sequence length)
+        tie_embeddings (--tie-embeddings): the head (and an encoder-decoder's two embeddings) share one V x d
+            table
+        bias (--bias): biases of the blocks' linear layers: all, none, qkv (q, k, v only), attention (q, k, v
+            and o, none in the FFN) or ffn (the FFN's matrices only); one of all, none, qkv, attention, ffn
+        head_bias (--head-bias): the head's bias (default: as the blocks', bias all)
+        type_vocab (--type-vocab): token types added to the token embedding (BERT: 2)
+        embedding_norm (--embedding-norm): a norm on the embedding output (BERT)
+        relative_buckets (--relative-buckets): positions relative: T5's buckets of relative distance
+        relative_max_distance (--relative-max-distance): positions relative: the distance from which all share
+            the last bucket
+        parallel_block (--parallel-block): parallel attention and FFN, x + attn(norm(x)) + ffn(norm(x)):
+            one_norm read by both branches (GPT-J, Phi-1/2, Falcon-7B) or two_norms (GPT-NeoX, Falcon-40B); pre-
+            LN, encoder or decoder; none: the branches in sequence; one of none, one_norm, two_norms
+        rotary_dim (--rotary-dim): positions rotary: features of each head turned (GPT-NeoX's rotary_pct, Phi's
+            partial_rotary_factor, GPT-J's rotary_dim; default all)
+        sliding_window (--sliding-window): a decoder's queries attend to the last N positions only (Mistral,
+            Qwen2, StarCoder2, Phi-3); executed: SDPA with a mask, the dense product
+        embedding_scale (--embedding-scale): the token embedding's output times sqrt(d_model) (Gemma)
+        shared_embedding (--shared-embedding): encoder-decoder: both stacks read one table, the head its own (T5
+            v1.1); tie_embeddings shares it with the head too
+        experts (--experts): mixture of experts: routed FFNs per block, each d_ff wide; 0: a dense FFN
+        experts_per_token (--experts-per-token): mixture of experts: the top-k experts each token runs through
+        shared_expert_ff (--shared-expert-ff): mixture of experts: a shared expert this wide that every token
+            runs, gated by sigmoid(x w) (Qwen-MoE)
+        router_norm (--router-norm): mixture of experts: the top-k weights renormalised to sum to 1 (Mixtral);
+            false: the softmax's (Qwen-MoE)
+        post_norms (--post-norms): a norm on each branch's output too, before its residual: x +
+            norm'(f(norm(x))) (Gemma 2's post_attention_layernorm, post_feedforward_layernorm); pre-LN, in
+            sequence
+        attention_softcap (--attention-softcap): attention scores soft-capped, c tanh(scores / c) (Gemma 2's
+            attn_logit_softcapping); executed: attention written out (two batched products and a softmax, as
+            transformers' eager path), since fused kernels cannot cap; 0: none
+        logit_softcap (--logit-softcap): the head's logits soft-capped, c tanh(logits / c) (Gemma 2's
+            final_logit_softcapping); 0: none
+        window_period (--window-period): sliding_window on some layers only: a decoder's layer i (from 0)
+            attends to every earlier position where i + 1 is a multiple of this period, within the window
+            elsewhere (Gemma 2: 2, local and global layers alternating); 0: every layer windowed
+        query_scale (--query-scale): scores scaled by query_scale^-1/2 instead of head_dim^-1/2 (Gemma 2's
+            query_pre_attn_scalar): a number, no cost; 0: head_dim
+        qk_norm (--qk-norm): an RMSNorm on the queries and on the keys, after their projections and before
+            rotary positions: head, on each head (one head_dim weight per norm shared by the heads: Qwen3, Gemma
+            3); projection, on each whole projection (heads x head_dim wide: OLMo 2); none; one of none, head,
+            projection
+        rule (--rule): one rule, several separated by commas, or all (default): bp, pepita, mempepita, fa, kp,
+            wm, dfa, tp, dtp, lra
+        cost_model (--cost-model): default executed, one row per rule in one screen; all: every cost model, the
+            predicted step's parts, the memory parts and every source; one of paper, executed, causal, kaplan,
+            textbook, survey, all
+        tokens (--tokens): training tokens (e.g. 2e12)
+        epochs (--epochs): passes over --dataset-tokens
+        chinchilla (--chinchilla): 20 tokens per parameter (Hoffmann et al. 2022)
+        dataset_tokens (--dataset-tokens): tokens in the dataset (with --epochs)
+        global_batch (--global-batch): sequences per optimizer step (default: about 4M tokens)
+        global_batch_tokens (--global-batch-tokens): tokens per optimizer step
+        micro_batch (--micro-batch): sequences per GPU per forward-backward (default max: the largest that fits
+            and divides the replica's batch; the rest is gradient accumulation; auto: searched)
+        gpu (--gpu): a device of the hardware catalogue (trainingcost hardware); required without --cluster
+        gpus (--gpus): GPUs; several (64,128,256) or a range (64-1024x2: 64 to 1024, times 2 each) give a
+            strong-scaling table, each count at its best layout with --layout search
+        layout (--layout): search: every layout field not given is searched per rule (docs/planning.md, 'The
+            layout search'); a single field is searched with auto; one of given, search
+        objective (--objective): what the best GPU count minimises over --gpus (default time); at one count
+            every objective ranks layouts by step time; one of time, gpu-hours, cost, energy
+        tp_across_nodes (--tp-across-nodes): let the search put tensor parallelism across nodes
+        figure (--figure): with several --gpus: write the strong-scaling figure (.png, .pdf or .svg)
+        tp (--tp): tensor-parallel degree
+        pp (--pp): pipeline-parallel degree
+        cp (--cp): context-parallel degree: each of N GPUs holds 1/N of every sequence and the attention passes
+            keys and values around a ring (Megatron-Core's context parallelism; a decoder, a fused attention
+            kernel); gpus = tp x cp x pp x dp; not searched
+        replicate (--replicate): hybrid sharded data parallelism (HSDP): the data-parallel replicas in N groups,
+            ZeRO/FSDP sharding inside each, the gradient shards all-reduced across them (FSDP's HYBRID_SHARD,
+            torchtitan's data_parallel_replicate_degree, MaxText's dcn_data_parallelism); N divides dp, needs a
+            --sharding; default 1; auto: searched (every N the framework's hybrid sharding allows, with each
+            layout; --layout search alone keeps it as given)
+        ep (--ep): expert-parallel degree (a mixture of experts; divides the experts and the data-parallel
+            degree)
+        etp (--etp): the experts' tensor-parallel degree (a mixture of experts; default tp); below tp the
+            expert-parallel groups fold over the tensor-parallel GPUs too (Megatron-Core's MoE parallel
+            folding): ep x etp divides tp x cp x dp; not searched
+        framework (--framework): the training framework (config/frameworks.yaml: megatron-lm@2021, megatron-
+            lm@2021+torch-ddp, megatron-lm@2022, megatron-core, nemo, megatron-deepspeed, deepspeed@2021,
+            deepspeed, fsdp1, fsdp2, torchtitan@2024, torchtitan, torchtitan+fp8-all-gather, nanotron, composer,
+            composer@2023, gpt-neox@2022, olmo-core, maxtext, paxml, ddp; default fsdp2), or a family (megatron,
+            deepspeed, fsdp, composer, nemo, torchtitan, nanotron, megatron-deepspeed, gpt-neox, olmo-core,
+            maxtext, paxml, ddp) for its newest entry, or FAMILY@YEAR (or @YYYY-MM[-DD]) for the entry of that
+            time: what it overlaps, what a ZeRO-3 gather moves, its attention kernel and its default sharding
+        attention (--attention): the attention kernel: flash (FlashAttention-2), flash3 (FlashAttention-3,
+            Hopper only: FlashAttention-2 elsewhere), cudnn (cuDNN's fused attention, TransformerEngine's on
+            Hopper) or unfused (batched products, softmax in memory); default: the framework's; one of flash,
+            flash3, cudnn, unfused
+        compile (--compile): torch.compile on the blocks: their norms, rotary embeddings and gated activations
+            fused into few kernels (docs/planning.md, 'Eager and fused elementwise kernels'); --no-compile: run
+            them op by op as the model's PyTorch code writes them; default: the framework's
+        recompute_tail (--recompute-tail): what the checkpointed blocks' recompute leaves out (docs/planning.md,
+            'What a recompute repeats'): repeated (the whole block again: Megatron's, DeepSpeed's, torch's
+            reentrant checkpoint, Hugging Face transformers 4's default), early-stop (torch's non-reentrant
+            checkpoint, transformers 5's default: not the block's last product) or traced (torch.compile);
+            default: the framework's; one of repeated, early-stop, traced
+        cluster (--cluster): a named system (config/clusters.yaml: dgx-a100, dgx-a100-40gb, selene, dgx-h100,
+            dgx-h200, aws-p4d, aws-p4de, aws-p5, aws-p5e, azure-nd-a100-v4, azure-ndm-a100-v4, azure-nd-h100-v5,
+            azure-nd-mi300x-v5, databricks-mi250, mosaicml-a100, gcp-a3-high, gcp-a3-mega, jean-zay, dgx-b200,
+            dgx-gb200, gpt-neox-20b, jean-zay-v100, meta-grand-teton, jupiter): its GPU (unless --gpu), GPUs per
+            node and NIC bandwidth per GPU
+        sharding (--sharding): data-parallel sharding: none (DDP), ZeRO stage 1-3, fsdp (FULL_SHARD = ZeRO-3);
+            default: the framework's; one of none, zero1, zero2, zero3, fsdp, auto
+        zero3_gather (--zero3-gather): what ZeRO-3/FSDP gathers whole at a time: module (DeepSpeed ZeRO-3, its
+            estimator's accounting), sublayer (FSDP wrapping attention and FFN modules) or block (FSDP wrapping
+            each block); default: the framework's; one of module, sublayer, block
+        precision (--precision): default: the device's best mixed precision (bf16-mixed where it has bf16
+            arithmetic, else fp16-mixed, as GPT-3 was trained on V100s); fp8-mixed: bf16-mixed with the blocks'
+            linear products in fp8 (devices with fp8 tensor cores: Ada, Hopper, Blackwell, MI300X); one of fp32,
+            bf16-mixed, fp16-mixed, fp8-mixed
+        checkpointing (--checkpointing): activation checkpointing: selective checkpoints every --checkpoint-
+            every-th block; one of none, selective, full, auto
+        checkpoint_every (--checkpoint-every): checkpoint every
+        optimizer (--optimizer): one of sgd, momentum, adam
+        interleave (--interleave): virtual pipeline stages per GPU (interleaved 1F1B)
+        sequence_parallel (--sequence-parallel): sequence parallelism with --tp (Korthikanti 2022); auto:
+            searched; one of on, off, auto
+        gpus_per_node (--gpus-per-node): GPUs per node (default: the device's usual system)
+        nic_gbps (--nic-gbps): network between nodes, Gb/s per GPU (default: the device's system)
+        dp_overlap (--dp-overlap): share of data-parallel communication hidden behind compute, the parameter
+            all-gathers included (default: the framework's)
+        tp_overlap (--tp-overlap): share of tensor-parallel communication hidden behind compute, the backward's
+            input-gradient collectives included (default: the framework's)
+        mfu (--mfu): model FLOPs utilisation, end to end (default: predicted by the step-time model)
+        hfu (--hfu): hardware FLOPs utilisation (recompute counted), end to end
+        tokens_per_s (--tokens-per-s): a measured run's tokens per second per GPU
+        calibration (--calibration): a calibration of this GPU (trainingcost calibrate): the predictor prices
+            the model's matrix products
+        measured_run (--measured-run): a measured run (train --out-dir DIR, or its measured.parquet): its
+            achieved FLOP/s, and its joules per FLOP where it measured energy
+        device_model (--device-model): the device's own numbers for the predicted step time (trainingcost
+            calibrate --device-model, run on that GPU): they replace the catalogue's GEMM ceiling, bandwidth,
+            attention and launch
+        measured_rule (--measured-rule): the rule --tokens-per-s and --joules-per-token were measured under
+            (default bp); one of bp, pepita, mempepita, fa, kp, wm, dfa, tp, dtp, lra
+        joules_per_token (--joules-per-token): measured energy per token per GPU (default: TDP)
+        power_utilisation (--power-utilisation): share of the TDP drawn (default 1.0)
+        power_limit (--power-limit): the GPUs' power limit in watts (nvidia-smi -pl), for a device with a
+            published power curve (h100-sxm, h100-hbm2e): its predicted compute slows along the curve, its
+            energy is counted at the limit (default: the catalogue's power, e.g. 700 W for h100-sxm, 500 W for
+            h100-hbm2e)
+        goodput (--goodput): share of the wall-clock spent in training steps (default 1.0: step time only; Llama
+            3's 405B run kept more than 90% through 466 interruptions, Dubey et al. 2024, section 3.3.4)
+        pue (--pue): power usage effectiveness (default 1.1)
+        carbon_intensity (--carbon-intensity): kg CO2e per kWh (default 0.429)
+        price (--price): money per GPU-hour (no default: money is left out)
+        mirror_steps (--mirror-steps): weight-mirror steps per training step (WM)
+        target_loss (--target-loss): plan at equal quality: each rule gets the compute its frontier needs to
+            reach this validation loss, as a multiple of BP's (with --frontiers; docs/planning.md)
+        frontiers (--frontiers): the scaling study's frontiers (results/tables/frontiers.parquet) that --target-
+            loss reads
+
+    Returns a :class:`PlanResult`. Raises :class:`Error` (one line naming the input) for a value the tool refuses,
+    and ``TypeError`` for a keyword it does not take.
+    """
+    from .io import check_output
+    from .planning import plan_outcome
+
+    inputs = _inputs("plan", locals())
+    if inputs.figure:
+        _run("plan", lambda _: check_output(inputs.figure, "figure", False), inputs)
+    out = _run("plan", plan_outcome, inputs)
+    if out.search is not None and inputs.figure:
+        from . import plan_search
+
+        plan_search.figure(out.search, inputs.figure)
     table = out.table
     keys = [c for c in ("gpus", "rule") if c in table.columns]
     memory = table.drop_duplicates(keys)[[*keys, *(c for c in table.columns if c.startswith("mem_")), "fits"]]
@@ -105,16 +464,153 @@ def plan(**kwargs) -> PlanResult:
                       out.verdict)
 
 
-def estimate(per_layer: bool = False, **kwargs) -> EstimateResult:
-    """``trainingcost estimate`` with the flags as keywords: every cost model's FLOPs per phase (``per_layer``:
-    per layer) unless ``cost_model`` names one, and the memory model."""
-    from .cli import estimate_outcome
+def estimate(
+    *,
+    preset: str | None = None,
+    arch: str | None = None,
+    layers: int | None = None,
+    enc_layers: int | None = None,
+    dec_layers: int | None = None,
+    d_model: int | None = None,
+    heads: int | None = None,
+    d_ff: int | None = None,
+    vocab: int | None = None,
+    seq_len: int | None = None,
+    tgt_len: int | None = None,
+    batch: int | None = None,
+    classes: int | None = None,
+    hf_config: str | os.PathLike | Mapping | None = None,
+    norm: str | None = None,
+    norm_position: str | None = None,
+    ffn: str | None = None,
+    kv_heads: int | None = None,
+    head_dim: int | None = None,
+    positions: str | None = None,
+    max_positions: int | None = None,
+    tie_embeddings: bool | None = None,
+    bias: str | None = None,
+    head_bias: bool | None = None,
+    type_vocab: int | None = None,
+    embedding_norm: bool | None = None,
+    relative_buckets: int | None = None,
+    relative_max_distance: int | None = None,
+    parallel_block: str | None = None,
+    rotary_dim: int | None = None,
+    sliding_window: int | None = None,
+    embedding_scale: bool | None = None,
+    shared_embedding: bool | None = None,
+    experts: int | None = None,
+    experts_per_token: int | None = None,
+    shared_expert_ff: int | None = None,
+    router_norm: bool | None = None,
+    post_norms: bool | None = None,
+    attention_softcap: float | None = None,
+    logit_softcap: float | None = None,
+    window_period: int | None = None,
+    query_scale: int | None = None,
+    qk_norm: str | None = None,
+    rule: str | Sequence[str] = 'all',
+    cost_model: str | None = None,
+    dtype: str = 'fp32',
+    optimizer: str = 'sgd',
+    mirror_steps: int = 1,
+    per_layer: bool = False,
+) -> EstimateResult:
+    """One model's analytic costs per phase (per layer with ``per_layer``), rule and cost model, and its memory
+    (``trainingcost estimate``; docs/cost_models.md has every formula). ``cost_model=None`` gives the executed model
+    (what our PyTorch code runs), as the command line's table does; ``"all"`` every cost model. Every input:
 
-    kwargs.setdefault("cost_model", "all")
-    args = _parse("estimate", {**kwargs, "per_layer": per_layer, "format": "json"})
-    args.format = "table" if not per_layer else args.format  # phase totals unless per layer (no printing here)
-    try:
-        out = estimate_outcome(args)
-    except ConfigError as err:
-        raise Error(f"trainingcost estimate: error: {flag_message(str(err))}") from None
-    return EstimateResult(out.table, out.memory)
+        preset (--preset): a named shape: paper-example, vaswani-base, bert-base, distilbert, gpt2-small,
+            gpt2-xl, gpt3-175b, t5-small, llama-2-7b, llama-2-13b, llama-2-70b, llama-3-8b, mistral-7b,
+            qwen2.5-0.5b, pythia-1.4b, gpt-j-6b, phi-2, falcon-7b, olmo-1b, starcoder2-3b, phi-3-mini-4k,
+            stablelm-2-1.6b, t5-v1.1-small, gemma-2b, gemma-7b, gemma-2-2b, gemma-2-9b, mixtral-8x7b,
+            qwen1.5-moe-a2.7b, qwen3-8b, qwen3-30b-a3b, olmo2-7b, olmo2-13b, olmoe-1b-7b
+        arch (--arch): encoder, decoder or encoder-decoder
+        layers (--layers): blocks (encoder-only, decoder-only; both stacks of encoder-decoder)
+        enc_layers (--enc-layers): encoder blocks (encoder-decoder)
+        dec_layers (--dec-layers): decoder blocks (encoder-decoder)
+        d_model (--d-model): d model
+        heads (--heads): heads
+        d_ff (--d-ff): d ff
+        vocab (--vocab): vocab
+        seq_len (--seq-len): sequence length (the source length of encoder-decoder)
+        tgt_len (--tgt-len): target length (encoder-decoder only; default --seq-len)
+        batch (--batch): sequences per step
+        classes (--classes): a classification head of C classes instead of the LM head
+        hf_config (--hf-config): a model's own config.json, or a folder holding one (gpt2, bert, t5, llama,
+            mistral, qwen2, gpt_neox, gptj, phi, falcon, stablelm, olmo, olmo2, starcoder2, phi3, gemma, gemma2,
+            mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, olmoe); the other flags override its fields
+        norm (--norm): LayerNorm, RMSNorm, or nonparametric: a LayerNorm without gain or bias (OLMo, Groeneveld
+            et al. 2024); one of layernorm, rmsnorm, nonparametric
+        norm_position (--norm-position): post: norm(x + f(x)) as in Vaswani et al. 2017; pre: x + f(norm(x)),
+            and a final norm per stack; output: x + norm(f(x)), the norm on each branch's output before its
+            residual, none on its input, and a final norm per stack (OLMo 2: Team OLMo 2024, arXiv 2501.00656);
+            one of post, pre, output
+        ffn (--ffn): gelu and relu have two matrices; swiglu and geglu three (d_ff is the gated width); one of
+            gelu, relu, swiglu, geglu
+        kv_heads (--kv-heads): key/value heads (grouped-query attention); must divide heads (default: heads)
+        head_dim (--head-dim): the width of one head (default d_model / heads)
+        positions (--positions): sinusoidal, learned (a table), rotary (on q and k), relative (T5's bucketed
+            bias on the attention scores, one table per stack: Raffel et al. 2020) or none; one of sinusoidal,
+            learned, rotary, relative, none
+        max_positions (--max-positions): rows of a learned position table (default: the sequence length)
+        tie_embeddings (--tie-embeddings): the head (and an encoder-decoder's two embeddings) share one V x d
+            table
+        bias (--bias): biases of the blocks' linear layers: all, none, qkv (q, k, v only), attention (q, k, v
+            and o, none in the FFN) or ffn (the FFN's matrices only); one of all, none, qkv, attention, ffn
+        head_bias (--head-bias): the head's bias (default: as the blocks', bias all)
+        type_vocab (--type-vocab): token types added to the token embedding (BERT: 2)
+        embedding_norm (--embedding-norm): a norm on the embedding output (BERT)
+        relative_buckets (--relative-buckets): positions relative: T5's buckets of relative distance
+        relative_max_distance (--relative-max-distance): positions relative: the distance from which all share
+            the last bucket
+        parallel_block (--parallel-block): parallel attention and FFN, x + attn(norm(x)) + ffn(norm(x)):
+            one_norm read by both branches (GPT-J, Phi-1/2, Falcon-7B) or two_norms (GPT-NeoX, Falcon-40B); pre-
+            LN, encoder or decoder; none: the branches in sequence; one of none, one_norm, two_norms
+        rotary_dim (--rotary-dim): positions rotary: features of each head turned (GPT-NeoX's rotary_pct, Phi's
+            partial_rotary_factor, GPT-J's rotary_dim; default all)
+        sliding_window (--sliding-window): a decoder's queries attend to the last N positions only (Mistral,
+            Qwen2, StarCoder2, Phi-3); executed: SDPA with a mask, the dense product
+        embedding_scale (--embedding-scale): the token embedding's output times sqrt(d_model) (Gemma)
+        shared_embedding (--shared-embedding): encoder-decoder: both stacks read one table, the head its own (T5
+            v1.1); tie_embeddings shares it with the head too
+        experts (--experts): mixture of experts: routed FFNs per block, each d_ff wide; 0: a dense FFN
+        experts_per_token (--experts-per-token): mixture of experts: the top-k experts each token runs through
+        shared_expert_ff (--shared-expert-ff): mixture of experts: a shared expert this wide that every token
+            runs, gated by sigmoid(x w) (Qwen-MoE)
+        router_norm (--router-norm): mixture of experts: the top-k weights renormalised to sum to 1 (Mixtral);
+            false: the softmax's (Qwen-MoE)
+        post_norms (--post-norms): a norm on each branch's output too, before its residual: x +
+            norm'(f(norm(x))) (Gemma 2's post_attention_layernorm, post_feedforward_layernorm); pre-LN, in
+            sequence
+        attention_softcap (--attention-softcap): attention scores soft-capped, c tanh(scores / c) (Gemma 2's
+            attn_logit_softcapping); executed: attention written out (two batched products and a softmax, as
+            transformers' eager path), since fused kernels cannot cap; 0: none
+        logit_softcap (--logit-softcap): the head's logits soft-capped, c tanh(logits / c) (Gemma 2's
+            final_logit_softcapping); 0: none
+        window_period (--window-period): sliding_window on some layers only: a decoder's layer i (from 0)
+            attends to every earlier position where i + 1 is a multiple of this period, within the window
+            elsewhere (Gemma 2: 2, local and global layers alternating); 0: every layer windowed
+        query_scale (--query-scale): scores scaled by query_scale^-1/2 instead of head_dim^-1/2 (Gemma 2's
+            query_pre_attn_scalar): a number, no cost; 0: head_dim
+        qk_norm (--qk-norm): an RMSNorm on the queries and on the keys, after their projections and before
+            rotary positions: head, on each head (one head_dim weight per norm shared by the heads: Qwen3, Gemma
+            3); projection, on each whole projection (heads x head_dim wide: OLMo 2); none; one of none, head,
+            projection
+        rule (--rule): one rule, several separated by commas, or all (default): bp, pepita, mempepita, fa, kp,
+            wm, dfa, tp, dtp, lra
+        cost_model (--cost-model): default: executed (what our PyTorch code runs), one row per rule; all: every
+            cost model, per phase, and the memory tables (csv, json and --per-layer default to all); one of
+            paper, executed, causal, kaplan, textbook, survey, all
+        dtype (--dtype): for the memory model; one of fp32, bf16, fp16, fp64
+        optimizer (--optimizer): for the memory model; one of sgd, momentum, adam
+        mirror_steps (--mirror-steps): mirror steps per training step (wm)
+        per_layer (--per-layer): the table: every layer of every rule and cost model
+
+    Returns an :class:`EstimateResult`. Raises :class:`Error` (one line naming the input) for a value the tool
+    refuses, and ``TypeError`` for a keyword it does not take.
+    """
+    from .estimating import estimate_outcome
+
+    out = _run("estimate", estimate_outcome, _inputs("estimate", locals()))
+    return EstimateResult(out.table, out.memory, out.notes)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 
 from .config import PRESETS, ConfigError, canonical_model, preset_entry
 from .config.hf import SUPPORTED as HF_MODEL_TYPES
-from .config.hf import check_window, drop_lm_head, drop_short_table, read_hf_config
+from .config.hf import check_window, drop_lm_head, drop_short_table, hf_entry, read_hf_config
 from .config.choices import spelling
 from .config.model import OPTIONS
 
@@ -169,8 +170,15 @@ def model_entry(args: argparse.Namespace, defaults: dict | None = None):
     given = {field: getattr(args, field) for field in MODEL_FIELDS if getattr(args, field) is not None}
     if args.preset and getattr(args, "hf_config", None):
         raise ConfigError("--hf-config: give either --preset or --hf-config, not both")
-    if getattr(args, "hf_config", None):
-        entry = read_hf_config(args.hf_config)
+    hf = getattr(args, "hf_config", None)
+    if hf is not None and not isinstance(hf, (str, os.PathLike)):  # the Python API: the config itself
+        data = hf.to_dict() if hasattr(hf, "to_dict") else hf  # a transformers PretrainedConfig, or a dict
+        if not isinstance(data, dict):
+            raise ConfigError(f"hf_config: a path, a dict in the config.json format or a transformers config, not "
+                              f"{type(hf).__name__}")
+        entry = hf_entry(dict(data), "hf_config")
+    elif hf:
+        entry = read_hf_config(hf)
     else:
         entry = preset_entry(args.preset, "--preset") if args.preset else {}
     drop_short_table(entry, given)

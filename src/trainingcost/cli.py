@@ -8,13 +8,11 @@ User mistakes end with one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import errno
 import json
 import os
 import signal
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -22,11 +20,10 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
-from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals, rule_names, rules
+from .analytic import PHASES, rule_names, rules
 from .analytic.catalogue import REFERENCE_RULE
 from .analytic.catalogue import rule as catalogue_rule
-from .analytic.engine import out_of_scope
-from .analytic.memory import COMPONENTS, DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
+from .analytic.memory import COMPONENTS
 from .analytic.tape import MAX_TAPE_BLOCKS, PEAK_PHASE_COLUMNS, replays
 from .config.errors import read_table
 from .config import (
@@ -38,14 +35,15 @@ from .config import (
     ConfigError,
     RuleOptions,
     TrainSpec,
-    configs_frame,
     task_defaults,
 )
 from .config.training import RULE_OPTION_FLOATS, RULE_OPTION_HELP
-from .io import created_count, undo_since
-from .args import Parser, add_model_flags, flag_message, integer, model_entry, number, rule_list
+from .io import check_output, created_count, undo_since
+from .args import Parser, add_model_flags, flag_message, integer, model_entry, number
 from .analytic.comm import BACKENDS, PARALLEL, sharded_rules
 from .curves import add_parser as add_curves_parser  # trainingcost curves (curves.py; the scaling study)
+from .estimating import estimate_outcome
+from .flags import ESTIMATE_HELP, estimate_flags, mirror_steps_help
 from .plan_command import add_parser as add_plan_parser  # trainingcost plan (plan_command.py; docs/planning.md)
 from .text import describe_config, grid, human, human_bytes, wrapped
 
@@ -189,67 +187,6 @@ def render_memory(memory: pd.DataFrame, moe: bool = False) -> str:
 
 # ---------------------------------------------------------------------------
 # Commands
-
-
-# The most rows --per-layer, csv and json may print: a per-layer table of a million rows is about 300 MB
-# in memory and unreadable on a terminal; the phase totals (the default view) have no such limit.
-MAX_TABLE_ROWS = 1_000_000
-
-
-def phase_table(configs: pd.DataFrame, rules: list[str], models: list[str], mirror_steps: int) -> pd.DataFrame:
-    """The per-phase totals of one configuration, without building its per-layer table."""
-    totals = phase_totals(configs, rules, models, mirror_steps)
-    rows = [{"rule": rule, "cost_model": model, "phase": phase, "maccs": int(totals[(model, rule, phase)][0][0]),
-             "flops": int(totals[(model, rule, phase)][1][0])}
-            for rule in rules for model in models for phase in PHASES if (model, rule, phase) in totals]
-    return pd.DataFrame(rows)
-
-
-@dataclasses.dataclass
-class EstimateOutcome:
-    """What ``estimate`` computed, before printing."""
-
-    cfg: object
-    table: "pd.DataFrame"  # per phase (or per layer), rule and cost model
-    memory: "pd.DataFrame"  # per rule: the memory model's parts and peaks
-    models: list
-    notes: list
-
-
-def estimate_outcome(args: argparse.Namespace) -> EstimateOutcome:
-    """``trainingcost estimate``'s computation (the command line prints it; trainingcost.estimate() returns it)."""
-    cfg = model_entry(args)
-    configs = configs_frame([(args.preset or "", cfg)])
-    rules = args.rule if isinstance(args.rule, list) else rule_list(args.rule)
-    compact = args.cost_model is None and args.format == "table" and not args.per_layer and not args.memory
-    chosen = args.cost_model or ("executed" if compact else "all")
-    models = list(cost_model_names()) if chosen == "all" else [chosen]
-    declined = [model for model in models if not out_of_scope(model, configs).empty]
-    notes = [f"{model}: out of scope: the {model} cost model defines the 2017 transformer only, and this model sets "
-             f"{', '.join(f'{k}={v}' for k, v in cfg.options().items())}; its rows are absent" for model in declined]
-    if len(declined) == len(models):
-        raise ConfigError("--cost-model " + notes[0])
-    models = [model for model in models if model not in declined]
-    memory = memory_table(configs, rules, [args.dtype], [args.optimizer])
-    per_layer = args.per_layer or (args.format != "table" and not args.memory)
-    if per_layer:
-        rows = layer_rows(configs, rules, models)
-        if rows > MAX_TABLE_ROWS:
-            flag = "--per-layer" if args.per_layer else f"--format {args.format}"
-            raise ConfigError(f"{flag}: the per-layer table would have {rows:,} rows, more than {MAX_TABLE_ROWS:,}; "
-                              "name one --rule and one --cost-model, or fewer layers (the default table view prints the "
-                              "totals per phase at any size)")
-        table = layer_table(configs, rules, models, args.mirror_steps)
-    else:
-        table = phase_table(configs, rules, models, args.mirror_steps)
-    if getattr(args, "hf_config", None):  # transformers' own model may run another attention kernel: say which
-        from .config.hf import attention_note
-
-        ref = (table[(table["rule"] == REFERENCE_RULE) & (table["cost_model"] == "executed")] if "executed" in models
-               else None)
-        note = attention_note(args.hf_config, cfg, int(ref["flops"].sum()) if ref is not None and len(ref) else None)
-        notes = notes + ([note] if note else [])
-    return EstimateOutcome(cfg, table, memory, models, notes)
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -602,34 +539,14 @@ def rule_default_help(option: str) -> str:
     return f"{', '.join(declared)}: {what} (default {_grouped(declared, form)})"
 
 
-def mirror_steps_help() -> str:
-    """The rules whose recipe repeats a phase per mirror step (the recipe's ``mirror_steps`` multiplicity)."""
-    takers = [spec.name for spec in rules()
-              if any(times == "mirror_steps" for recipe in (spec.recipe, *spec.recipe_overrides.values())
-                     for parts in recipe.values() for _, times in parts)]
-    return f"mirror steps per training step ({', '.join(takers) or 'no rule takes them'})"
-
-
 def build_parser(parser_class=Parser) -> Parser:
     """The command line's parser; ``parser_class`` (the Python API's) may raise instead of exiting on an error."""
     parser = parser_class(prog="trainingcost", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"trainingcost {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=parser_class)
 
-    est = sub.add_parser("estimate", help="analytic costs and memory of one model, per layer and phase")
-    add_model_flags(est)
-    est.add_argument("--rule", default="all", type=rule_list, metavar="RULE[,RULE...]|all",
-                     help=f"one rule, several separated by commas, or all (default): {', '.join(rule_names())}")
-    est.add_argument("--cost-model", choices=[*cost_model_names(), "all"],
-                     help="default: executed (what our PyTorch code runs), one row per rule; all: every cost model, "
-                          "per phase, and the memory tables (csv, json and --per-layer default to all)")
-    est.add_argument("--dtype", default="fp32", choices=list(DTYPE_BYTES), help="for the memory model")
-    est.add_argument("--optimizer", default="sgd", choices=list(OPTIMIZER_SLOTS), help="for the memory model")
-    est.add_argument("--mirror-steps", type=integer, default=1, help=mirror_steps_help())
-    est.add_argument("--metric", default="flops", choices=["flops", "maccs"], help="what the table shows")
-    est.add_argument("--memory", action="store_true", help="with csv/json: print the memory table instead of costs")
-    est.add_argument("--per-layer", action="store_true", help="the table: every layer of every rule and cost model")
-    est.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    est = sub.add_parser("estimate", help=ESTIMATE_HELP)
+    estimate_flags(est)
     est.set_defaults(func=cmd_estimate)
 
     trn = sub.add_parser("train", help="train one model under one learning rule on a built-in task")
@@ -746,32 +663,6 @@ def _terminate(signum, frame):
 
 # Outputs each command writes: (argument, whether it names a directory).
 OUTPUTS = (("out", False), ("out_dir", True), ("memory_out", False), ("figure", False))
-FIGURE_SUFFIXES = (".png", ".pdf", ".svg")  # what plan --figure writes (matplotlib's savefig, by the name's suffix)
-
-
-def check_output(path: str, field: str, directory: bool) -> None:
-    """Refuse an output path that cannot be written, before any work: a directory where a file goes (or the
-    reverse), a file in the way of its parent, or a place this process may not create files in."""
-    target = Path(path)
-    if field == "figure" and target.suffix.lower() not in FIGURE_SUFFIXES:
-        raise ConfigError(f"{field}: {path} must end in {', '.join(FIGURE_SUFFIXES)} (the figure's format)")
-    if directory and target.exists() and not target.is_dir():
-        raise ConfigError(f"{field}: {path} is a file, not a directory")
-    if not directory and target.is_dir():
-        raise ConfigError(f"{field}: {path} is a directory; give a file name")
-    parent = target if directory and target.is_dir() else target.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ConfigError(f"{field}: {parent} is a file, so {path} cannot be created")
-    try:  # the one reliable test (root passes os.access, /proc refuses files): create and remove a file
-        fd, probe = tempfile.mkstemp(prefix=".trainingcost-probe.", dir=parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise ConfigError(f"{field}: cannot create files in {parent} ({exc.strerror})") from None
-
-
 COMMAND_NEEDS = {"train": ("torch", "pyarrow"), "calibrate": ("torch", "pyarrow"), "curves": ("torch", "pyarrow"),
                  "configs": ("pyarrow",), "analytic": ("pyarrow",)}  # src/trainingcost/extras.py: the install's layers
 FLAG_NEEDS = {"figure": ("matplotlib", "seaborn"), "frontiers": ("pyarrow",), "measured_run": ("pyarrow",)}

@@ -94,3 +94,31 @@ def read_metadata(path: str | Path) -> dict:
 
 def write_text(text: str, path: str | Path) -> Path:
     return atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")  # what plan --figure writes (matplotlib's savefig, by the name's suffix)
+
+
+def check_output(path: str, field: str, directory: bool) -> None:
+    """Refuse an output path that cannot be written, before any work: a directory where a file goes (or the
+    reverse), a file in the way of its parent, or a place this process may not create files in."""
+    from .config.errors import ConfigError
+
+    target = Path(path)
+    if field == "figure" and target.suffix.lower() not in FIGURE_SUFFIXES:
+        raise ConfigError(f"{field}: {path} must end in {', '.join(FIGURE_SUFFIXES)} (the figure's format)")
+    if directory and target.exists() and not target.is_dir():
+        raise ConfigError(f"{field}: {path} is a file, not a directory")
+    if not directory and target.is_dir():
+        raise ConfigError(f"{field}: {path} is a directory; give a file name")
+    parent = target if directory and target.is_dir() else target.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{field}: {parent} is a file, so {path} cannot be created")
+    try:  # the one reliable test (root passes os.access, /proc refuses files): create and remove a file
+        fd, probe = tempfile.mkstemp(prefix=".trainingcost-probe.", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"{field}: cannot create files in {parent} ({exc.strerror})") from None

@@ -39,7 +39,7 @@ from .config import (
 from .analytic.plan import Efficiency, PlanSpec, memory_curve, plan_table
 from .io import read_metadata, write_parquet, write_text
 from .config.frameworks import cluster, framework
-from .plan_command import DEFAULT_MFU, PREDICTED_SOURCE, system_fields, token_budget
+from .planning import DEFAULT_MFU, PREDICTED_SOURCE, system_fields, token_budget
 
 FIGURES = {
     "flops": "1_flops_predicted_vs_measured",

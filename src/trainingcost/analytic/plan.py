@@ -347,7 +347,13 @@ def global_batch(spec: PlanSpec, cfg) -> tuple[int, str]:
     if spec.global_batch is not None:
         return spec.global_batch, "given"
     dp = replicas(spec)
-    target = max(1, round(DEFAULT_BATCH_TOKENS / tokens_per_sequence(cfg)))
+    n = tokens_per_sequence(cfg)
+    target = max(1, round(DEFAULT_BATCH_TOKENS / n))
+    sequences = spec.tokens // n if spec.tokens and math.isfinite(spec.tokens) else math.inf
+    if sequences < target:  # a run shorter than one default step: one step of what the run has (issue 66, D15)
+        batch = dp * max(1, int(sequences) // dp)
+        return batch, (f"default: the run's {int(sequences):,} sequences in one step (a 4M-token batch is more "
+                       f"than the run), a multiple of the data-parallel degree {dp}")
     batch = dp * max(1, math.ceil(target / dp))
     return batch, (f"default: about {DEFAULT_BATCH_TOKENS:,} tokens (Touvron et al. 2023, Table 1: a 4M-token batch), "
                    f"a multiple of the data-parallel degree {dp}")

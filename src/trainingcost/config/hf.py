@@ -88,10 +88,13 @@ def attention_note(path: str | Path, cfg, step_flops: int | None = None) -> str 
     """One line for ``estimate --hf-config``: which attention kernel the executed model prices, where transformers'
     model of the same file runs another, and the FLOPs by which its training step differs (2 M N a per attention
     layer and batch element: the fused backward's recomputed scores)."""
-    try:
-        data = read_json(config_path(path, "--hf-config"), "--hf-config")
-    except ConfigError:
-        return None
+    if isinstance(path, dict) or hasattr(path, "to_dict"):  # the Python API: the config itself
+        data = path.to_dict() if hasattr(path, "to_dict") else path
+    else:
+        try:
+            data = read_json(config_path(path, "--hf-config"), "--hf-config")
+        except ConfigError:
+            return None
     path_taken = transformers_attention(data) if isinstance(data, dict) else None
     if path_taken is None:
         return None

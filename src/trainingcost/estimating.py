@@ -1,0 +1,76 @@
+"""``trainingcost estimate``'s computation: one model's FLOPs per phase (or per layer), rule and cost model, and the
+memory model's parts (the command line, cli.py, prints them; the Python API, api.py, returns them). No torch."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pandas as pd
+
+from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals
+from .analytic.catalogue import REFERENCE_RULE
+from .analytic.engine import out_of_scope
+from .analytic.memory import memory_table
+from .args import model_entry, rule_list
+from .config import ConfigError, configs_frame
+
+# The most rows --per-layer, csv and json may print: a per-layer table of a million rows is about 300 MB
+# in memory and unreadable on a terminal; the phase totals (the default view) have no such limit.
+MAX_TABLE_ROWS = 1_000_000
+
+
+def phase_table(configs: pd.DataFrame, rules: list[str], models: list[str], mirror_steps: int) -> pd.DataFrame:
+    """The per-phase totals of one configuration, without building its per-layer table."""
+    totals = phase_totals(configs, rules, models, mirror_steps)
+    rows = [{"rule": rule, "cost_model": model, "phase": phase, "maccs": int(totals[(model, rule, phase)][0][0]),
+             "flops": int(totals[(model, rule, phase)][1][0])}
+            for rule in rules for model in models for phase in PHASES if (model, rule, phase) in totals]
+    return pd.DataFrame(rows)
+
+
+@dataclasses.dataclass
+class EstimateOutcome:
+    """What ``estimate`` computed, before printing."""
+
+    cfg: object
+    table: "pd.DataFrame"  # per phase (or per layer), rule and cost model
+    memory: "pd.DataFrame"  # per rule: the memory model's parts and peaks
+    models: list
+    notes: list
+
+
+def estimate_outcome(args: argparse.Namespace) -> EstimateOutcome:
+    """``trainingcost estimate``'s computation (the command line prints it; trainingcost.estimate() returns it)."""
+    cfg = model_entry(args)
+    configs = configs_frame([(args.preset or "", cfg)])
+    rules = args.rule if isinstance(args.rule, list) else rule_list(args.rule)
+    compact = args.cost_model is None and args.format == "table" and not args.per_layer and not args.memory
+    chosen = args.cost_model or ("executed" if compact else "all")
+    models = list(cost_model_names()) if chosen == "all" else [chosen]
+    declined = [model for model in models if not out_of_scope(model, configs).empty]
+    notes = [f"{model}: out of scope: the {model} cost model defines the 2017 transformer only, and this model sets "
+             f"{', '.join(f'{k}={v}' for k, v in cfg.options().items())}; its rows are absent" for model in declined]
+    if len(declined) == len(models):
+        raise ConfigError("--cost-model " + notes[0])
+    models = [model for model in models if model not in declined]
+    memory = memory_table(configs, rules, [args.dtype], [args.optimizer])
+    per_layer = args.per_layer or (args.format != "table" and not args.memory)
+    if per_layer:
+        rows = layer_rows(configs, rules, models)
+        if rows > MAX_TABLE_ROWS:
+            flag = "--per-layer" if args.per_layer else f"--format {args.format}"
+            raise ConfigError(f"{flag}: the per-layer table would have {rows:,} rows, more than {MAX_TABLE_ROWS:,}; "
+                              "name one --rule and one --cost-model, or fewer layers (the default table view prints the "
+                              "totals per phase at any size)")
+        table = layer_table(configs, rules, models, args.mirror_steps)
+    else:
+        table = phase_table(configs, rules, models, args.mirror_steps)
+    if getattr(args, "hf_config", None):  # transformers' own model may run another attention kernel: say which
+        from .config.hf import attention_note
+
+        ref = (table[(table["rule"] == REFERENCE_RULE) & (table["cost_model"] == "executed")] if "executed" in models
+               else None)
+        note = attention_note(args.hf_config, cfg, int(ref["flops"].sum()) if ref is not None and len(ref) else None)
+        notes = notes + ([note] if note else [])
+    return EstimateOutcome(cfg, table, memory, models, notes)
