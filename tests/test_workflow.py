@@ -345,15 +345,43 @@ def test_repair_results_removes_cut_tables_and_marks_missing_runs(tmp_path):
         (tmp_path / table).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / table).write_bytes(data)
     retries = tmp_path / RETRIES
-    assert repair_results(jobs, root=tmp_path) == [] and retries.read_text() == ""  # a finished sweep stays finished
+    assert repair_results(jobs, root=tmp_path) == [] and not retries.exists()  # a finished sweep stays finished
 
     (tmp_path / jobs[1].run_dir / "steps.parquet").write_bytes(data[:-3])  # a run's table cut short
     dry = repair_results(jobs, remove=False, root=tmp_path)
     assert len(dry) == 2 and all("without -n" in line for line in dry), dry
-    assert (tmp_path / jobs[1].run_dir / "steps.parquet").exists()
+    assert (tmp_path / jobs[1].run_dir / "steps.parquet").exists() and not retries.exists()  # a dry run writes nothing
     done = repair_results(jobs, root=tmp_path)
     assert done[0].startswith("results/runs/abc/dfa/seed0/steps.parquet: not a whole parquet file")
     assert done[1].startswith("1 training run(s) missing (e.g. results/runs/abc/dfa/seed0)")
     assert not (tmp_path / jobs[1].run_dir / "steps.parquet").exists()
     assert (tmp_path / jobs[0].run_dir / "steps.parquet").read_bytes() == data  # the whole run is kept
-    assert len(retries.read_text().splitlines()) == 2  # the gathering's input changed: Snakemake gathers again
+    assert len(retries.read_text().splitlines()) == 1  # the gathering's input changed: Snakemake gathers again
+
+
+def test_a_dry_run_writes_nothing_and_reads_the_config_as_check_does(tmp_path):
+    """Issue 66, N4/N16: every parse wrote results/runs/retries.txt, so `snakemake -n` failed on a read-only
+    results/ and wrote into a finished one; D12/D20: Snakemake read `lr: 1e-3` as text and took a key given twice
+    silently, where `trainingcost check` reads a number and refuses the key."""
+    from trainingcost.pipeline import GATHERED
+
+    config = {**TINY, "train": {**TINY["train"], "rules": ["bp"]}}
+    for table in GATHERED:  # a sweep gathered earlier, whose runs were since deleted
+        (tmp_path / table).parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"a": [1]}).to_parquet(tmp_path / table)
+    before = sorted(p for p in (tmp_path / "results").rglob("*"))
+    result = snakemake(tmp_path, config, "-n")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "gathered again by a run without -n" in result.stderr
+    assert sorted(p for p in (tmp_path / "results").rglob("*")) == before  # nothing written, not even retries.txt
+
+    text = yaml.safe_dump(config).replace("steps: 5", "steps: 5\n  lr: 1e-3")
+    (tmp_path / "lr.yaml").write_text(text)
+    command = [str(SNAKEMAKE), "-n", "-q", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+               str(tmp_path / "lr.yaml"), "--cores", "1"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    (tmp_path / "twice.yaml").write_text(text.replace("steps: 5", "steps: 5\n  steps: 7"))
+    done = subprocess.run([*command[:-3], str(tmp_path / "twice.yaml"), "--cores", "1"], capture_output=True, text=True)
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode != 0 and len(lines) == 1 and "steps: given twice in one mapping" in lines[0], lines

@@ -195,6 +195,26 @@ def load_file(path: str | Path) -> dict:
     return load(read_config(path))
 
 
+def as_check_reads(config: dict, files, overrides: dict | None = None) -> dict:
+    """The workflow's config as ``trainingcost check`` reads it: each of Snakemake's config ``files`` read again by
+    :func:`read_config` (a key given twice refused, not the last one taken silently; ``1e-3`` a number, as the
+    schema wants), merged in order as Snakemake merges them, then the command line's ``--config`` ``overrides``.
+    Without files (a config given as a dict), ``config`` itself."""
+    if not files:
+        return config
+
+    def merge(base: dict, top: dict) -> dict:
+        out = dict(base)
+        for key, value in top.items():
+            out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        return out
+
+    merged: dict = {}
+    for path in files:
+        merged = merge(merged, read_config(path))
+    return merge(merged, overrides or {})
+
+
 def write_schema(path: str | Path) -> str:
     """The schema with the catalogue's rules and cost models, written out (for snakemake.utils.validate)."""
     import yaml
@@ -319,10 +339,7 @@ def repair_results(jobs: list, remove: bool = True, root: str | Path = ".") -> l
     """
     root = Path(root)
     lines = []
-    retries = root / RETRIES
-    if jobs and not retries.exists():
-        retries.parent.mkdir(parents=True, exist_ok=True)
-        retries.write_text("")
+    retries = root / RETRIES  # an input of the gathering rule only once it exists (train.smk): a parse creates nothing
     cut = set()
     for path in sorted((root / "results").rglob("*.parquet")):
         if path.is_file() and not complete_parquet(path):
@@ -337,9 +354,14 @@ def repair_results(jobs: list, remove: bool = True, root: str | Path = ".") -> l
                                                       and Path(job.run_dir, name) not in cut for name in RUN_FILES)]
     gathered = [table for table in GATHERED if (root / table).is_file() or Path(table) in cut]
     if gathered and (missing or any(Path(table) in cut for table in gathered)):
-        with open(retries, "a") as f:
-            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} gathered again: {len(missing)} run(s) missing "
-                    f"{' '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}\n")
+        if remove:  # a dry run (-n) writes nothing (issue 66, N4)
+            try:
+                retries.parent.mkdir(parents=True, exist_ok=True)
+                with open(retries, "a") as f:
+                    f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} gathered again: {len(missing)} run(s) missing "
+                            f"{' '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}\n")
+            except OSError as exc:
+                lines.append(f"{RETRIES}: cannot be written ({exc.strerror}); the gathered tables are not remade")
         if missing:
             lines.append(f"{len(missing)} training run(s) missing (e.g. {missing[0]}): they are trained"
                          + (" and gathered again" if remove else " and gathered again by a run without -n"))

@@ -10,18 +10,21 @@ from snakemake.utils import validate
 
 from trainingcost.config import ConfigError
 from trainingcost.pipeline import FIGURES as FIGURE_FILES
-from trainingcost.pipeline import RETRIES, config_hash, figure_names, load, repair_results, train_command, train_jobs, write_schema
+from trainingcost.pipeline import RETRIES, as_check_reads, config_hash, figure_names, load, repair_results, train_command, train_jobs, write_schema
 from trainingcost.pipeline import step_comm, step_comparison, step_measured, step_plan, step_scaling_table, step_strong_scaling, step_summary
 
 try:
-    FILLED = load(config)  # the config with every default filled in
+    # The config files read as `trainingcost check` reads them (issue 66, D12 and D20): a key given twice refused,
+    # numbers as written (1e-3 is a number, not YAML 1.1's string); then --config's overrides on top, as Snakemake
+    # applies them.
+    FILLED = load(as_check_reads(config, workflow.configfiles, dict(workflow.config_settings.config)))
     TRAIN_JOBS = train_jobs(FILLED)
     FIGURE_NAMES = figure_names(FILLED)
 except ConfigError as error:
     sys.stderr.write(f"config error: {error}\n")
     sys.exit(1)
 
-validate(config, write_schema(".snakemake/trainingcost/config.schema.yaml"))
+validate(FILLED, write_schema(".snakemake/trainingcost/config.schema.yaml"))
 
 # The config's hash reaches every job's tables as metadata through the environment, not as a job
 # parameter: editing, say, the figures section must not make the training jobs run again.

@@ -76,8 +76,9 @@ rule measured:
         measured=[f"{job.run_dir}/measured.parquet" for job in TRAIN_JOBS],
         steps=[f"{job.run_dir}/steps.parquet" for job in TRAIN_JOBS],
         traces=[f"{job.run_dir}/trace.parquet" for job in TRAIN_JOBS],
-        # a line is added when a run's files went missing after gathering (repair_results in common.smk)
-        retries=RETRIES,
+        # a line is added when a run's files went missing after gathering (repair_results in common.smk); an input
+        # only once it exists, so that a parse, and a dry run above all, writes nothing (issue 66, N4)
+        retries=[RETRIES] if os.path.exists(RETRIES) else [],
     output:
         measured="results/tables/measured.parquet",
         steps="results/tables/steps.parquet",
