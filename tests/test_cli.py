@@ -51,7 +51,7 @@ BAD = [
     (["--preset", "bert-base", "--layers", "0"], "layers: 0 is less than the minimum of 1"),
     (["--preset", "bert-base", "--d-model", "-8"], "--d-model: -8 is less than the minimum of 1"),
     (["--preset", "bert-base", "--rule", "backprop"], "argument --rule: 'backprop' is not a rule (allowed: bp, pepita"),
-    (["--preset", "bert-large"], "--preset: unknown preset 'bert-large' (allowed: paper-example"),
+    (["--preset", "bert-large"], "--preset: 'bert-large' is not a preset (closest: bert-base"),
     (["--preset", "bert-base", "--arch", "rnn"], "arch: 'rnn' is not allowed (allowed: encoder, decoder, encoder-decoder)"),
     (["--preset", "bert-base", "--cost-model", "chinchilla"], "argument --cost-model: invalid choice: 'chinchilla'"),
     (["--arch", "encoder-decoder", "--enc-layers", "2", "--d-model", "64", "--heads", "4", "--d-ff", "64", "--vocab", "9", "--seq-len", "8"],

@@ -170,3 +170,27 @@ def test_a_token_budget_below_one_step_is_one_step_or_refused(capsys):
     assert row["wall_clock_s"] >= row["step_time_s"]  # no run shorter than its one step
     status, _, stderr = run_here(capsys, *PLAN, "--gpus", "8", "--tokens", "5000")
     assert status == 2 and "less than one optimizer step of 8 sequences" in one_line(stderr, "plan", "--tokens")
+
+
+# -- N12: the workflow's plan efficiency checked with the rest of the config ---------------------------------
+def test_an_impossible_plan_rate_in_the_workflow_config_is_refused_before_any_job():
+    from trainingcost.config import ConfigError
+    from trainingcost.pipeline import load
+
+    config = {"sweep": {"presets": ["gpt2-small"]},
+              "plan": {"gpu": "h100-sxm", "gpus": 8, "tokens": 1e10, "efficiency": {"tokens_per_s": 1.0e30}}}
+    with pytest.raises(ConfigError, match=r"tokens_per_s: 1e\+30 tokens/s per GPU would run bp's work at .* peak"):
+        load(config)
+
+
+# -- N18: a name not in a catalogue is one short line ----------------------------------------------------------
+@pytest.mark.parametrize("flag, value, close", [
+    ("--gpu", "h900", "h200"), ("--preset", "bert-large", "bert-base"), ("--framework", "jax@2023", "composer@2023"),
+    ("--cluster", "aws-p9", "aws-p5"), ("--framework", "x" * 500, "e.g."),
+])
+def test_a_name_not_in_a_catalogue_is_one_short_line(capsys, flag, value, close):
+    given = dict(zip(PLAN[1::2], PLAN[2::2]))  # PLAN's flags and values
+    given[flag] = value
+    status, _, stderr = run_here(capsys, "plan", *[w for pair in given.items() for w in pair], "--gpus", "8")
+    line = one_line(stderr, "plan", flag)
+    assert status == 2 and close in line and "(allowed:" not in line

@@ -396,7 +396,7 @@ GPT2 = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb
     (["--gpus", "8", "--tp", "3"], "--gpus: 8 GPUs do not divide into tensor-parallel 3 x pipeline-parallel 1"),
     (["--gpus", "10", "--tp", "5"], "--tp: tensor-parallel degree 5 does not divide heads 12"),
     (["--gpus", "13", "--pp", "13"], "--pp: pipeline-parallel degree 13 exceeds the 12 blocks (each stage holds at least one block)"),
-    (["--gpu", "h900"], "--gpu: 'h900' is not in the hardware catalogue (allowed: h100-sxm"),
+    (["--gpu", "h900"], "--gpu: 'h900' is not in the hardware catalogue (closest: h200"),
     (["--gpu", "v100", "--precision", "bf16-mixed"], "--precision: bf16-mixed needs bf16 arithmetic, which v100 has not"),
     (["--mfu", "1.5"], "--mfu: a share of the device peak, between 0 and 1"),
     # issue 40: a throughput above the peak, less than one step of tokens, unbounded mirror steps
@@ -448,7 +448,7 @@ def config(**plan):
 
 
 @pytest.mark.parametrize("plan, extra, message", [
-    (dict(gpu="h900"), {}, "plan.gpu: 'h900' is not in the hardware catalogue (allowed: "),
+    (dict(gpu="h900"), {}, "plan.gpu: 'h900' is not in the hardware catalogue (closest: "),
     (dict(efficiency={"mfu": 0.4, "hfu": 0.5}), {}, "plan.efficiency: give at most one of mfu, hfu, tokens_per_s"),
     (dict(tokens="lots"), {}, "plan.tokens: 'lots' is not allowed (allowed: a positive number of tokens, or chinchilla)"),
     (dict(micro_batch="most"), {}, "plan.micro_batch: 'most' is not allowed (allowed: a positive integer, or max)"),

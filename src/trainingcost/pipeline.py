@@ -706,7 +706,12 @@ def check_plan(config: dict) -> None:
     for name, cfg in plan_configs(config):
         names |= {name, cfg.config_id}
         try:
-            check_spec(section_spec(section, cfg, gpu, count=False), cfg, gpu)
+            spec = section_spec(section, cfg, gpu, count=False)
+            check_spec(spec, cfg, gpu)
+            if spec.efficiency.kind == "tokens_per_s":  # the rate against the device's peak, as the command line
+                from .analytic.plan import plan_table  # checks it, not after every other job (issue 66, N12)
+
+                plan_table(cfg, spec, gpu, [spec.efficiency.rule], ["executed"])
         except ConfigError as exc:
             text = str(exc)
             raise ConfigError(text if text.startswith("plan") else f"plan: configuration {name or cfg.config_id!r}: "

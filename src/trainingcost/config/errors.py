@@ -82,7 +82,7 @@ def parse_json(text: str, where: str):
     parser recurses, and an over-long integer is named rather than raised as Python's ValueError."""
     import json
 
-    depth = deepest = 0
+    depth = 0
     in_string = escaped = False
     for char in text:  # a linear scan: brackets outside strings
         if in_string:
@@ -107,3 +107,14 @@ def parse_json(text: str, where: str):
     except (ValueError, RecursionError) as exc:  # ValueError: an integer of more than 4,300 digits
         reason = "an integer too long to read (over 4,300 digits)" if "digits" in str(exc) else "cannot be parsed"
         raise ConfigError(f"{where}: {reason}") from None
+
+
+def not_in(field: str, name, what: str, allowed, listed_by: str, more: str = "") -> ConfigError:
+    """A name that is not in a catalogue, in one short line (issue 66, N18: the whole catalogue ran past 500
+    characters): the closest names, and the command that lists them all."""
+    import difflib
+
+    names = list(dict.fromkeys(allowed))
+    close = difflib.get_close_matches(str(name).lower(), names, n=2, cutoff=0.4)
+    shown = f"closest: {', '.join(close)}" if close else f"e.g. {', '.join(names[:2])}"
+    return ConfigError(f"{field}: {str(name)[:30]!r} is not {what} ({shown}; all {len(names)}: {listed_by}{more})")

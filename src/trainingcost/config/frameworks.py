@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 
-from .errors import ConfigError
+from .errors import ConfigError, not_in
 from .shipped import load_shipped
 
 WHEN = re.compile(r"(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?")  # FAMILY@WHEN: a year, a month or a day
@@ -348,9 +348,8 @@ def resolve_framework(name: str | None, flag: str = "--framework") -> tuple[Fram
         return table[key], "the entry of that name"
     base, at, when = key.rpartition("@") if "@" in key else (key, "", "")
     if base not in named:
-        raise ConfigError(f"{flag}: {name!r} is not in the framework catalogue (allowed: {', '.join(table)}; or a "
-                          f"family, alone for its newest entry or with @YEAR for the entry of that time: "
-                          f"{', '.join(families())})")
+        raise not_in(flag, name, "in the framework catalogue", [*families(), *table], "`trainingcost plan --help`",
+                     "; a family alone or @YEAR")
     family, versions = named[base]
     if len(versions) == 1:
         return table[versions[0][1]], f"the {family} family's one entry"
@@ -469,5 +468,5 @@ def cluster(name: str, flag: str = "--cluster") -> Cluster:
         clouds = [c for n, c in table.items() if n.split("-", 1)[0] in ("aws", "gcp", "azure") and n.split("-", 1)[1] == key]
         found = clouds[0] if len(clouds) == 1 else None
     if found is None:
-        raise ConfigError(f"{flag}: {name!r} is not in the cluster catalogue (allowed: {', '.join(table)})")
+        raise not_in(flag, name, "in the cluster catalogue", table, "`trainingcost plan --help`")
     return found

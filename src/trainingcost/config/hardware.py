@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 
-from .errors import ConfigError
+from .errors import ConfigError, not_in
 from .shipped import load_shipped
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
@@ -229,7 +229,7 @@ def device(name: str, table: dict[str, Device] | None = None) -> Device:
     could = [n for n in table if _spelled(n).startswith(tried[-1] + "-")]
     if len(could) > 1:
         raise ConfigError(f"gpu: {name!r} names more than one catalogue entry ({', '.join(could)}): give one")
-    raise ConfigError(f"gpu: {name!r} is not in the hardware catalogue (allowed: {', '.join(table)})")
+    raise not_in("gpu", name, "in the hardware catalogue", table, "`trainingcost hardware`")
 
 
 def match_device(torch_name: str, multiprocessors: int | None = None) -> Device | None:

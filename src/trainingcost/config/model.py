@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 
 from .choices import ARCHES, BIASES, FFNS, NORM_POSITIONS, NORMS, PARALLEL_BLOCKS, POSITIONS, QK_NORMS  # noqa: F401
-from .errors import ConfigError
+from .errors import ConfigError, not_in
 from .presets import PRESETS
 from .schema import declare_options, validate
 
@@ -565,7 +565,7 @@ def _experts(out: dict, where: str) -> None:
 
 def preset_entry(name: str, where: str = "preset") -> dict:
     if name not in PRESETS:
-        raise ConfigError(f"{where}: unknown preset {name!r} (allowed: {', '.join(PRESETS)})")
+        raise not_in(where, name, "a preset", PRESETS, "`trainingcost estimate --help`")
     return dict(PRESETS[name])
 
 
