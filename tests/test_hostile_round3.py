@@ -194,3 +194,57 @@ def test_a_name_not_in_a_catalogue_is_one_short_line(capsys, flag, value, close)
     status, _, stderr = run_here(capsys, "plan", *[w for pair in given.items() for w in pair], "--gpus", "8")
     line = one_line(stderr, "plan", flag)
     assert status == 2 and close in line and "(allowed:" not in line
+
+
+# -- N7, N8: a training run's memory, checked before any work ---------------------------------------------------
+def test_train_on_the_command_line_is_checked_against_this_machines_memory(tmp_path, capsys):
+    status, _, stderr = run_here(capsys, "train", "--preset", "llama-2-7b", "--steps", "4", "--device", "cpu",
+                                 "--out-dir", str(tmp_path / "run"))
+    line = one_line(stderr, "train", "--batch, --seq-len")
+    assert status == 2 and "this model under bp needs" in line and "over 80% of the" in line
+    assert not (tmp_path / "run").exists()
+    from trainingcost.config import ConfigError, canonical_model
+    from trainingcost.pipeline import check_command_train_memory
+
+    cfg = canonical_model(dict(arch="decoder", layers=1, d_model=16, heads=2, d_ff=32, vocab=256, seq_len=16, batch=4))
+    check_command_train_memory(cfg, "bp", "fp32", "sgd", 1, "cpu", memory=8 * 2**30)  # fits
+    with pytest.raises(ConfigError, match="over 80% of the"):
+        check_command_train_memory(cfg, "bp", "fp32", "sgd", 1, "cpu", memory=2**20)
+    text = tmp_path / "corpus.txt"
+    text.write_bytes(b"x" * 4096)
+    with pytest.raises(ConfigError, match="the corpus\\): over 80%"):  # the corpus counts (read whole, twice)
+        check_command_train_memory(cfg, "bp", "fp32", "sgd", 1, "cpu", str(text), memory=int(625 * 2**20 * 1.0))
+
+
+def test_a_corpus_larger_than_the_task_reads_is_refused_and_kept_as_bytes(tmp_path, capsys):
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:  # sparse: no disk used
+        f.truncate(2**30 + 1)
+    status, _, stderr = run_here(capsys, "train", "--steps", "3", "--corpus", str(big))
+    assert status == 2 and "more than the 1 GiB read" in one_line(stderr, "train", "--corpus")
+    torch = pytest.importorskip("torch")
+    from trainingcost.config import canonical_model
+    from trainingcost.train.data import make_task
+
+    text = tmp_path / "small.txt"
+    text.write_bytes(bytes(range(1, 256)) * 64)
+    cfg = canonical_model(dict(arch="decoder", layers=1, d_model=16, heads=2, d_ff=32, vocab=256, seq_len=16, batch=4))
+    task = make_task("lm", cfg, str(text))
+    assert task.splits["train"].dtype == torch.uint8  # one byte per byte, not an int64 copy (8 per byte)
+    batch = task.batch(torch.Generator().manual_seed(0))
+    assert batch.targets.dtype == torch.int64
+
+
+# -- N19: a stale workflow pid ---------------------------------------------------------------------------------
+def test_a_stale_workflow_pid_is_one_clear_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    done = subprocess.run([sys.executable, "-m", "trainingcost", "train", "--steps", "4", "--out-dir",
+                           str(tmp_path / "run")], capture_output=True, text=True,
+                          env={**os.environ, "TRAININGCOST_WORKFLOW_PID": str(gone.pid)})
+    line = one_line(done.stderr, "train", "TRAININGCOST_WORKFLOW_PID")
+    assert done.returncode == 2 and f"process {gone.pid} is not running" in line and not (tmp_path / "run").exists()

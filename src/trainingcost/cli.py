@@ -287,6 +287,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         warmup=args.warmup,
     )
     spec.check()  # every mistake is reported before torch is imported
+    if args.record_failure is None:  # what the run needs, against this machine, before any work (issue 66, N8)
+        from .pipeline import check_command_train_memory
+
+        check_command_train_memory(cfg, args.rule, args.dtype, optimizer, args.nproc, args.device, args.corpus)
     from .analytic.catalogue import check_architecture
 
     check_architecture(args.rule, cfg, "--rule")

@@ -54,7 +54,8 @@ def _watch(pid: int, period: float) -> None:
 def hold(period: float = 1.0) -> bool:
     """Tie this process's life to the workflow's, if ``TRAININGCOST_WORKFLOW_PID`` names it. Returns whether it did.
 
-    Called by ``trainingcost train`` before any work: a workflow already gone is noticed at once."""
+    Called by ``trainingcost train`` before any work: a workflow already gone (or a stale variable) is refused at
+    once, in one line (ConfigError)."""
     value = os.environ.get(ENV, "")
     if not value.isdigit() or int(value) <= 1:
         return False
@@ -67,7 +68,10 @@ def hold(period: float = 1.0) -> bool:
             pass
         if os.getppid() == 1:  # the parent died before prctl took effect (prctl(2)): as if the signal came
             os.kill(os.getpid(), signal.SIGTERM)
-    if not _alive(pid):
-        os.kill(os.getpid(), signal.SIGTERM)
+    if not _alive(pid):  # a workflow already gone, or a variable left from one (issue 66, N19): say which, do nothing
+        from .config.errors import ConfigError
+
+        raise ConfigError(f"{ENV}: process {pid} is not running, so the workflow that started this command has "
+                          f"ended; nothing was run (by hand: unset {ENV})")
     threading.Thread(target=_watch, args=(pid, period), name="trainingcost-lifeline", daemon=True).start()
     return True

@@ -145,6 +145,28 @@ def check_train_memory(jobs: list, train: dict, memory: int | None = None) -> No
                           f"): over 80% of the {memory / 1e9:.3g} GB here")
 
 
+def check_command_train_memory(cfg, rule: str, dtype: str, optimizer: str, nproc: int, device: str,
+                               corpus: str | None = None, memory: int | None = None) -> None:
+    """``trainingcost train`` on the command line, checked as the workflow checks its jobs (issue 66, N8): on the CPU,
+    the run's tensors (the executed memory model's peak, per rank), the process and the corpus (read whole, twice
+    while loading) against 80% of this machine's memory, before torch is imported."""
+    if not (device == "cpu" or (device == "auto" and not _nvidia_gpu_here())):
+        return
+    memory = machine_memory() if memory is None else memory
+    if not memory:
+        return
+    from .config import configs_frame as frame_of
+
+    table = memory_table(frame_of([("", cfg)]), [rule], [dtype], [optimizer])
+    text = 2 * Path(corpus).stat().st_size if corpus else 0
+    need = (float(table["peak"].iloc[0]) + TRAIN_PROCESS_BYTES) * nproc + text
+    if need > 0.8 * memory:
+        raise ConfigError(f"batch, seq_len: this model under {rule} needs {need / 1e9:.4g} GB (batch {cfg.batch}, seq_len "
+                          f"{cfg.seq_len}, layers {cfg.enc_layers + cfg.dec_layers}, d_model {cfg.d_model}"
+                          f"{', ' + str(nproc) + ' ranks' if nproc > 1 else ''}{', the corpus' if text else ''}): over "
+                          f"80% of the {memory / 1e9:.3g} GB here")
+
+
 # The most FLOP/s one CPU core could do: 5 GHz x 64 fp32 FLOPs a cycle (two AVX-512 FMA units of 16 lanes, 2 FLOPs
 # each; Intel 64 and IA-32 Architectures Optimization Reference Manual, "Intel AVX-512"). No CPU core reaches it: a
 # run's time at it is a lower bound.

@@ -174,9 +174,16 @@ MAX_EVAL_BATCHES = 10_000  # validation batches, drawn before the first step and
 MAX_LR = 3.4028234663852886e38  # float32's largest: torch's optimizers multiply float32 tensors by the rate
 
 
+MAX_CORPUS_BYTES = 2**30  # 1 GiB: the byte-level task reads it whole (two copies while loading); its runs are small
+
+
 def check_corpus(path: str) -> None:
-    """A corpus must be a readable, non-empty file."""
+    """A corpus must be a readable, non-empty file of at most MAX_CORPUS_BYTES (read whole into memory, twice)."""
     p = regular_file(path, "corpus", "a text file")
+    size = p.stat().st_size
+    if size > MAX_CORPUS_BYTES:
+        raise ConfigError(f"corpus: {path} is {size / 2**30:.3g} GiB, more than the {MAX_CORPUS_BYTES / 2**30:.0f} GiB "
+                          "read (the byte-level task holds the whole text in memory); give a part of it")
     try:
         with p.open("rb") as handle:
             empty = not handle.read(1)
