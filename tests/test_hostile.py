@@ -609,6 +609,8 @@ def test_a_trainer_dies_with_its_workflow_and_with_its_job_shell(tmp_path):
         if victim == "workflow":
             stderr = shell.communicate(timeout=60)[1]
             assert "trainingcost train: terminated; nothing written" in stderr, stderr
+            # the fallback meets the dead workflow: one line, no traceback in the run's log (issue 66, N22)
+            assert "Traceback" not in stderr and "TRAININGCOST_WORKFLOW_PID: process" in stderr, stderr
         workflow.kill()
         workflow.wait()
         shell.wait(timeout=60)

@@ -248,3 +248,25 @@ def test_a_stale_workflow_pid_is_one_clear_line(tmp_path):
                           env={**os.environ, "TRAININGCOST_WORKFLOW_PID": str(gone.pid)})
     line = one_line(done.stderr, "train", "TRAININGCOST_WORKFLOW_PID")
     assert done.returncode == 2 and f"process {gone.pid} is not running" in line and not (tmp_path / "run").exists()
+
+
+# -- N10: a run table damaged in the middle ---------------------------------------------------------------------
+def test_a_run_table_damaged_in_the_middle_is_removed_for_a_retrain(tmp_path):
+    pytest.importorskip("pyarrow")
+    from trainingcost.config import ConfigError
+    from trainingcost.pipeline import RUN_FILES, complete_parquet, gather_runs
+
+    run = tmp_path / "results/runs/abc/bp/seed0"
+    run.mkdir(parents=True)
+    frame = pd.DataFrame({"status": ["ok"] * 200, "flops": np.arange(200), "layer": ["x"] * 200})
+    for name in RUN_FILES:
+        frame.to_parquet(run / name)
+    data = bytearray((run / "measured.parquet").read_bytes())
+    middle = len(data) // 3
+    data[middle:middle + 64] = b"\xff" * 64  # the footer (and its magic) intact
+    (run / "measured.parquet").write_bytes(bytes(data))
+    assert complete_parquet(run / "measured.parquet")  # the cheap check at parse time does not see it
+    with pytest.raises(ConfigError, match=r"measured.parquet: not a readable parquet table .*run the workflow again"):
+        gather_runs([run / "measured.parquet"], [run / "steps.parquet"], tmp_path / "m.parquet", tmp_path / "s.parquet")
+    assert not any((run / name).exists() for name in RUN_FILES)
+    assert not (tmp_path / "m.parquet").exists()

@@ -481,21 +481,35 @@ def config_hash(config: dict) -> str:
 def gather_runs(measured: list, steps: list, measured_out: str | Path, steps_out: str | Path,
                 traces: list = (), trace_out: str | Path | None = None) -> tuple[int, dict]:
     """Concatenate every run's tables into one each; returns (runs, {status: count})."""
-    frames = [pd.read_parquet(p) for p in measured]
+    frames = [read_run_table(p) for p in measured]
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    step_frames = [pd.read_parquet(p) for p in steps]
+    step_frames = [read_run_table(p) for p in steps]
     step_table = pd.concat([f for f in step_frames if len(f)], ignore_index=True) if step_frames else pd.DataFrame()
     metadata = _gathered_metadata(measured)
     write_parquet(table, measured_out, metadata)
     write_parquet(step_table, steps_out, metadata)
     if trace_out is not None:
-        trace_frames = [f for f in (pd.read_parquet(p) for p in traces) if len(f)]
+        trace_frames = [f for f in (read_run_table(p) for p in traces) if len(f)]
         write_parquet(pd.concat(trace_frames, ignore_index=True) if trace_frames else pd.DataFrame(), trace_out, metadata)
     statuses = {}
     for frame in frames:
         status = str(frame["status"].iloc[0])
         statuses[status] = statuses.get(status, 0) + 1
     return len(frames), statuses
+
+
+def read_run_table(path) -> pd.DataFrame:
+    """One run's table; a table that cannot be read although its footer is whole (corrupted in the middle, issue 66,
+    N10: repair_results catches only a cut-short file) takes its run's tables with it, so that the next run of the
+    workflow trains it again, and stops the gathering with one line saying so."""
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for a damaged file
+        folder = Path(path).parent
+        for name in RUN_FILES:
+            (folder / name).unlink(missing_ok=True)
+        raise ConfigError(f"{path}: not a readable parquet table ({type(exc).__name__}); its run's tables are removed: "
+                          "run the workflow again to train it") from None
 
 
 def _gathered_metadata(paths: list) -> dict:
