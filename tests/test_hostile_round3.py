@@ -270,3 +270,16 @@ def test_a_run_table_damaged_in_the_middle_is_removed_for_a_retrain(tmp_path):
         gather_runs([run / "measured.parquet"], [run / "steps.parquet"], tmp_path / "m.parquet", tmp_path / "s.parquet")
     assert not any((run / name).exists() for name in RUN_FILES)
     assert not (tmp_path / "m.parquet").exists()
+
+
+# -- N25: the objective's number is on the screen ------------------------------------------------------------------
+def test_the_energy_objective_shows_the_energy_it_picks_by(capsys):
+    status, stdout, stderr = run_here(capsys, "plan", "--preset", "gpt2-small", "--tokens", "1e10", "--gpu", "a100-80gb",
+                                      "--gpus", "8-32x2", "--rule", "bp", "--objective", "energy")
+    assert status == 0, stderr
+    header = next(line for line in stdout.splitlines() if line.startswith("rule "))
+    assert "kWh" in header.split()
+    rows = [line.split() for line in stdout.splitlines() if line.startswith("bp ")]
+    column = header.split().index("kWh")
+    best = next(row for row in rows if row[1].endswith("*"))
+    assert float(best[column]) == min(float(row[column]) for row in rows)

@@ -234,6 +234,7 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
                            f"{result.objective} marked *", width))
         out.append("")
         money = t["cost"].notna().any()
+        energy = result.objective == "energy"  # the column the best count is picked by (issue 66, N25)
         rows = []
         order = {rule: i for i, rule in enumerate(dict.fromkeys(t["rule"]))}
         by_rule = t.drop_duplicates(["rule", "gpus"]).sort_values(["rule", "gpus"], key=lambda c: c.map(order)
@@ -242,9 +243,9 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
             mark = "*" if result.best_count.get(r["rule"]) == r["gpus"] else ""
             rows.append([marked(r["rule"], refused), f"{r['gpus']}{mark}", r["layout"], _duration(r["step_time_s"]),
                          _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), *([_si(r["cost"])] if money else []),
-                         f"{r['mfu']:.3f}", "yes" if r["fits"] else "NO"])
-        out.append(grid(["rule", "GPUs", "layout", "step", "time", "GPU-h", *(["cost"] if money else []), "MFU",
-                         "fits"], rows))
+                         *([_si(r["energy_kwh"])] if energy else []), f"{r['mfu']:.3f}", "yes" if r["fits"] else "NO"])
+        out.append(grid(["rule", "GPUs", "layout", "step", "time", "GPU-h", *(["cost"] if money else []),
+                         *(["kWh"] if energy else []), "MFU", "fits"], rows))
     out += [wrapped(line, width) for line in untrained_note(refused)]
     if explain:
         lines = [line for s in result.searches.values() for line in s.rejected]
