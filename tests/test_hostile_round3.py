@@ -280,6 +280,6 @@ def test_the_energy_objective_shows_the_energy_it_picks_by(capsys):
     header = next(line for line in stdout.splitlines() if line.startswith("rule "))
     assert "kWh" in header.split()
     rows = [line.split() for line in stdout.splitlines() if line.startswith("bp ")]
-    column = header.split().index("kWh")
+    column = header.split().index("kWh") - len(header.split())  # from the end: the layout holds spaces
     best = next(row for row in rows if row[1].endswith("*"))
     assert float(best[column]) == min(float(row[column]) for row in rows)
