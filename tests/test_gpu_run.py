@@ -136,3 +136,14 @@ def test_repredict_prices_the_committed_calls():
     assert len(lines) == 4
     then, now = (float(line.split("%")[0].split()[-1]) for line in lines[:2])
     assert then == pytest.approx(17.3, abs=0.05) and now != then
+
+
+@pytest.mark.parametrize("variable, value", [("GPU_BUDGET_3", "abc"), ("GPU_BUDGET_1", "-5"), ("GPU_TOTAL", "nan"),
+                                             ("GPU_BUDGET_2", "inf"), ("GPU_TOTAL", "1e300"), ("GPU_BUDGET_7", "0")])
+def test_an_odd_budget_is_one_line_before_any_stage(tmp_path, variable, value):
+    """Issue 66, N21: a budget that is not a number of seconds gave a traceback, or ran a stage forever."""
+    done = run(tmp_path, GPU_DRY_RUN="1", **{variable: value})
+    assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr
+    assert done.stdout.strip().splitlines() == [f"run.sh: {variable}={value!r}: give seconds, more than 0 and at most "
+                                                "3600"], done.stdout
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())

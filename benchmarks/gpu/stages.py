@@ -73,12 +73,29 @@ def one_line(text: str, limit: int = 200) -> str:
 
 
 # -- the driver ------------------------------------------------------------------------------------------------
+MAX_BUDGET_S = 3600.0  # a device session is minutes; an hour for one stage or the whole is a typo
+
+
+def budget_seconds(variable: str, default: float) -> float:
+    """A budget from the environment: seconds, finite, above 0 and at most MAX_BUDGET_S; else one line and exit 2,
+    before any stage runs (issue 66, N21)."""
+    value = os.environ.get(variable)
+    if value in (None, ""):
+        return float(default)
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not 0 < number <= MAX_BUDGET_S:  # NaN fails too
+        print(f"run.sh: {variable}={value[:30]!r}: give seconds, more than 0 and at most {MAX_BUDGET_S:.0f}")
+        raise SystemExit(2)
+    return number
+
+
 def budgets() -> list[tuple[int, str, float, float]]:
     out = []
     for number, name, budget, minimum in STAGES:
-        value = os.environ.get(f"GPU_BUDGET_{number}")
-        out.append((number, name, float(value) if value not in (None, "") else float(budget),
-                    DRY_MINIMUM if dry() else float(minimum)))
+        out.append((number, name, budget_seconds(f"GPU_BUDGET_{number}", budget), DRY_MINIMUM if dry() else float(minimum)))
     return out
 
 
@@ -137,7 +154,7 @@ def driver() -> int:
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     plan = budgets()
-    total = float(os.environ.get("GPU_TOTAL") or sum(b for _, _, b, _ in plan))
+    total = budget_seconds("GPU_TOTAL", sum(b for _, _, b, _ in plan))
     print(f"GPU evidence{' (DRY RUN on the CPU: tiny shapes, no CUDA)' if dry() else ''}: {len(plan)} stages, "
           f"{total:.0f} s in all; tables under {work}, archives in {out}", flush=True)
     began = time.monotonic()
