@@ -227,6 +227,8 @@ def corruptions(draw, kind: str, valid: bytes, typed: bool = True):
     choices = [*SPECIAL, "truncated"]
     if kind in ("json", "yaml"):
         choices += ["key", "top level"] + (["type"] if typed else [])
+    if kind == "json":
+        choices += ["deep", "huge integer"]  # issue 66, N5: a RecursionError and a ValueError traceback
     elif kind == "parquet":
         choices += ["column"] + (["type"] if typed else [])
     how = draw(st.sampled_from(choices))
@@ -238,6 +240,14 @@ def corruptions(draw, kind: str, valid: bytes, typed: bool = True):
         return how, draw(st.binary(min_size=1, max_size=64))
     if how == "truncated":
         return how, valid[: int(len(valid) * draw(st.floats(0, 1, exclude_max=True)))]
+    if how == "deep":
+        depth = draw(st.integers(65, 200_000))
+        return f"deep {depth}", ("[" * depth + "]" * depth).encode()
+    if how == "huge integer":
+        data = json.loads(valid)
+        key = draw(st.sampled_from(sorted(data)))
+        digits = draw(st.integers(20, 6000))
+        return f"huge integer {key} {digits}", json.dumps(data).replace(json.dumps(data[key]), "9" * digits, 1).encode()
     if kind in ("json", "yaml"):
         data = json.loads(valid) if kind == "json" else yaml.safe_load(valid)
         dump = (lambda d: json.dumps(d).encode()) if kind == "json" else (lambda d: yaml.safe_dump(d).encode())
@@ -340,9 +350,10 @@ BASES = {"estimate": ESTIMATE, "plan": PLAN, "train": [*TRAIN, "--steps", "2"]}
 NUMBERS = {"estimate": number_flags("estimate"), "plan": number_flags("plan"),
            "train": [f for f in number_flags("train") if f in TRAIN_SAFE]}
 SPECIAL_VALUES = [0, "-0", -1, -3.5, "nan", "inf", "-inf", "1e308", "1e-308", "5e-324", "1e30", 2**63, 10**30, 0.001,
-                  "1e-3", "1e10", "1_000", "0.5", 1]
+                  "1e-3", "1e10", "1_000", "0.5", 1, 10**9, 10**12, "1e12"]
+# every count up to 10^12 (issue 66, N6 and N13: experts and GPU ranges whose work grew with the number)
 VALUE_TEXT = st.one_of(st.sampled_from(SPECIAL_VALUES), st.floats(), st.integers(-(2**70), 2**70),
-                       st.integers(-3, 100)).map(str)
+                       st.integers(-3, 100), st.integers(0, 10**12)).map(str)
 
 
 @st.composite
@@ -361,6 +372,8 @@ def test_the_number_flags_are_found():
 @settings(max_examples=N)
 @given(number_cases())
 @example(("plan", {"--tokens": "1e308"}))
+@example(("plan", {"--gpus": "1000000000000"}))  # N13
+@example(("estimate", {"--experts": "4096", "--experts-per-token": "2"}))  # N6: bounded before the work
 @example(("estimate", {"--attention-softcap": "5e-324"}))
 @example(("estimate", {"--mirror-steps": "9223372036854775808"}))
 @example(("estimate", {"--kv-heads": "0"}))
@@ -440,3 +453,51 @@ def test_every_number_of_a_config_fails_in_one_line_or_passes_the_check(edits):
         names += ["d_ff" for p, _ in edits if "ff_mult" in p]  # a grid's ff_mult makes each model's d_ff
         check_outcome(argv, status, stdout, stderr, names)
         assert path.read_text() == text
+
+
+# -- the outputs (issue 66, N3: plan --figure was checked only after the whole search) ---------------------------
+
+OUTPUTS = {  # (command line with {target}, the flag, whether it names a folder, the file's suffix)
+    "configs --out": (["configs", "--config", "{base}/tiny.yaml", "--out", "{target}"], "--out", False, ".parquet"),
+    "analytic --out": (["analytic", "--config", "{base}/tiny.yaml", "--configs", "{base}/configs.parquet", "--out",
+                        "{target}", "--memory-out", "{ok}/m.parquet"], "--out", False, ".parquet"),
+    "analytic --memory-out": (["analytic", "--config", "{base}/tiny.yaml", "--configs", "{base}/configs.parquet",
+                               "--out", "{ok}/a.parquet", "--memory-out", "{target}"], "--memory-out", False, ".parquet"),
+    "train --out": ([*TRAIN, "--steps", "300", "--out", "{target}"], "--out", False, ".parquet"),
+    "train --out-dir": ([*TRAIN, "--steps", "300", "--out-dir", "{target}"], "--out-dir", True, ""),
+    "calibrate --out": (["calibrate", "--trace", "{base}/run/trace.parquet", "--threads", "1", "--out", "{target}"],
+                        "--out", False, ".json"),
+    "plan --figure": ([*PLAN, "--gpus", "64-1024x2", "--layout", "search", "--figure", "{target}"], "--figure", False,
+                      ".png"),
+}
+PLACES = ["a directory", "a file in the way", "/proc", "under a file", "a wrong suffix"]
+
+
+@settings(max_examples=N)
+@given(st.sampled_from(sorted(OUTPUTS)), st.sampled_from(PLACES))
+@example("plan --figure", "a wrong suffix")
+@example("plan --figure", "/proc")
+@example("plan --figure", "a directory")
+def test_every_output_that_cannot_be_written_is_one_line_before_any_work(bases, target, place):
+    argv, flag, folder, suffix = OUTPUTS[target]
+    if place == "a wrong suffix" and target != "plan --figure":
+        place = "a directory"  # only a figure's format is read from its name
+    if place == "a file in the way" and not folder:
+        place = "under a file"
+    if place == "a directory" and folder:  # a folder's output may well exist
+        place = "a file in the way"
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        (scratch / "ok").mkdir()
+        (scratch / "FILE").write_text("x")
+        (scratch / f"DIR{suffix}").mkdir()
+        target_path = {"a directory": scratch / f"DIR{suffix}", "a file in the way": scratch / "FILE",
+                       "/proc": Path(f"/proc/trainingcost-test/out{suffix}"), "under a file": scratch / f"FILE/out{suffix}",
+                       "a wrong suffix": scratch / "out.txt"}[place]
+        line = [a.replace("{target}", str(target_path)).replace("{base}", str(bases)).replace("{ok}", str(scratch / "ok"))
+                for a in argv]
+        before = sorted(p.name for p in scratch.rglob("*"))
+        status, stdout, stderr = run_cli(line, seconds=10)  # refused before the work: seconds, not the 300 steps
+        assert status == 2, (line, stdout[-300:], stderr)
+        check_outcome(line, status, stdout, stderr, [flag])
+        assert sorted(p.name for p in scratch.rglob("*")) == before, line

@@ -713,7 +713,7 @@ def main(argv: list[str] | None = None) -> int:
         require_extras(args)  # the light install: one line naming the extra, before any work
         for name, directory in OUTPUTS:
             if getattr(args, name, None):
-                check_output(getattr(args, name), name, directory)
+                check_output(getattr(args, name), "--" + name.replace("_", "-"), directory)  # the flag, whatever the command
         if getattr(args, "out", None) and getattr(args, "out_dir", None):
             out, folder = Path(args.out).resolve(), Path(args.out_dir).resolve()
             if out == folder or folder in out.parents:

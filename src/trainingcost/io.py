@@ -105,7 +105,7 @@ def check_output(path: str, field: str, directory: bool) -> None:
     from .config.errors import ConfigError
 
     target = Path(path)
-    if field == "figure" and target.suffix.lower() not in FIGURE_SUFFIXES:
+    if field.lstrip("-") == "figure" and target.suffix.lower() not in FIGURE_SUFFIXES:
         raise ConfigError(f"{field}: {path} must end in {', '.join(FIGURE_SUFFIXES)} (the figure's format)")
     if directory and target.exists() and not target.is_dir():
         raise ConfigError(f"{field}: {path} is a file, not a directory")

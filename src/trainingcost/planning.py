@@ -246,6 +246,12 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
             raise ConfigError(f"global_batch_tokens: {args.global_batch_tokens:g} tokens make {global_batch} sequences of "
                               f"{n} tokens, which do not divide over the data-parallel degree {dp}; give a multiple "
                               f"of {dp * n:,} tokens")
+    n = tokens_per_sequence(cfg)
+    for name, given, per_step in (("global_batch_tokens", args.global_batch_tokens, (global_batch or 0) * n),
+                                  ("global_batch", args.global_batch, (args.global_batch or 0) * n)):
+        if given is not None and math.isfinite(tokens) and per_step > tokens:  # issue 66, D15: no run below one step
+            raise ConfigError(f"{name}: {given:g} makes steps of {per_step:.4g} tokens, more than the run's {tokens:.4g}; "
+                              "give a smaller global batch or more tokens")
     defaults = PlanSpec(tokens=1, gpus=1, efficiency=Efficiency("mfu", DEFAULT_MFU, ""))
     joules_per_flop, flop_source = measured_run(args.measured_run, gpu)[1:] if args.measured_run else (None, "")
     if args.joules_per_token is not None:

@@ -81,6 +81,7 @@ def parse_json(text: str, where: str):
     """``json.loads`` with every failure a ConfigError of one line (issue 66, N5): deep nesting is refused before the
     parser recurses, and an over-long integer is named rather than raised as Python's ValueError."""
     import json
+    import math
 
     depth = 0
     in_string = escaped = False
@@ -100,13 +101,30 @@ def parse_json(text: str, where: str):
                 raise ConfigError(f"{where}: nested more than {MAX_JSON_DEPTH} levels deep; not a configuration")
         elif char in "]}":
             depth -= 1
+    def integer(digits: str) -> int:  # every count this tool reads fits 64 bits; a longer one is a typo or an attack
+        if len(digits.lstrip("-")) > 19 or abs(int(digits)) > 2**63 - 1:
+            raise _Refused(f"the number {digits[:20]}{'...' if len(digits) > 20 else ''} is beyond 64-bit integers")
+        return int(digits)
+
+    def real(digits: str) -> float:
+        value = float(digits)
+        if math.isinf(value):  # 1e400: beyond float64, read as infinity
+            raise _Refused(f"the number {digits[:20]} is beyond 64-bit floating point")
+        return value
+
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=integer, parse_float=real)
+    except _Refused as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{where}: invalid JSON at line {exc.lineno}, column {exc.colno}") from None
     except (ValueError, RecursionError) as exc:  # ValueError: an integer of more than 4,300 digits
         reason = "an integer too long to read (over 4,300 digits)" if "digits" in str(exc) else "cannot be parsed"
         raise ConfigError(f"{where}: {reason}") from None
+
+
+class _Refused(Exception):
+    """A number parse_json refuses (not a ValueError, which json.loads would turn into its own message)."""
 
 
 def not_in(field: str, name, what: str, allowed, listed_by: str, more: str = "") -> ConfigError:

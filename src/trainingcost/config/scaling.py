@@ -144,11 +144,9 @@ class ScalingStudy:
     @classmethod
     def from_json(cls, text: str) -> "ScalingStudy":
         """A study as the workflow wrote it, each field checked for its type first (one line naming it)."""
-        try:
-            raw = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"scaling study: not JSON ({exc.msg} at line {getattr(exc, 'lineno', '?')}); the "
-                              "workflow writes results/scaling/study.json") from None
+        from .errors import parse_json
+
+        raw = parse_json(text, "scaling study")
         if not isinstance(raw, dict):
             raise ConfigError("scaling study: a JSON object of the study's fields (results/scaling/study.json)")
         names = {f.name for f in fields(cls)}
