@@ -154,3 +154,23 @@ def test_no_module_the_api_imports_imports_the_command_line():
         todo += sorted(graph.get(module, ()))
     assert not seen & CLI_MODULES, sorted(seen & CLI_MODULES)
     assert "trainingcost.planning" in seen and "trainingcost.estimating" in seen
+
+
+LLAMA_31 = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+            "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+            "rope_scaling": {"factor": 8.0, "original_max_position_embeddings": 8192, "rope_type": "llama3",
+                             "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+            "rope_theta": 500000.0, "hidden_act": "silu", "tie_word_embeddings": False}  # meta-llama/Llama-3.1-8B
+
+
+def test_the_training_length_is_never_taken_silently_from_the_served_context():
+    """Issue 63: Llama 3.1's config.json planned 131,072-token sequences (1.72 TiB per step at batch 1)."""
+    result = trainingcost.plan(hf_config=LLAMA_31, tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp")
+    assert (result.table["tokens_per_sequence"] == 8192).all()
+    assert len(result.notes) == 1 and "original_max_position_embeddings" in result.notes[0]
+    no_scaling = {k: v for k, v in LLAMA_31.items() if k != "rope_scaling"}
+    result = trainingcost.plan(hf_config=no_scaling, tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp")
+    assert (result.table["tokens_per_sequence"] == 8192).all() and "pretraining length" in result.notes[0]
+    given = trainingcost.plan(hf_config=LLAMA_31, tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp", seq_len=4096)
+    assert (given.table["tokens_per_sequence"] == 4096).all() and given.notes == []
+    assert "original_max_position_embeddings" in " ".join(trainingcost.estimate(hf_config=LLAMA_31, rule="bp").notes)

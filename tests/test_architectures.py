@@ -188,8 +188,11 @@ def test_a_sliding_window_over_a_longer_sequence_is_an_option(tmp_path, capsys):
     """Mistral's 4096-token window over 32768 positions: the option sliding_window; over 4096 it masks nothing (the
     preset's configuration, no option)."""
     (tmp_path / "config.json").write_text(json.dumps(MISTRAL))
-    status, out, err = run_here(capsys, "estimate", "--hf-config", str(tmp_path), "--rule", "bp")
+    status, out, err = run_here(capsys, "estimate", "--hf-config", str(tmp_path), "--rule", "bp", "--seq-len", "32768")
     assert status == 0 and "32768 tokens" in out, err
+    # without --seq-len: a pretraining length, not the 32768 positions it serves, and a note saying so (issue 63)
+    status, out, err = run_here(capsys, "estimate", "--hf-config", str(tmp_path), "--rule", "bp")
+    assert status == 0 and "8192 tokens" in out and "not max_position_embeddings 32768" in " ".join(out.split()), err
     assert canonical_model(hf_entry(MISTRAL)).sliding_window == 4096
     assert canonical_model(dict(hf_entry(MISTRAL), seq_len=4096)).config_id == canonical_model(PRESETS["mistral-7b"]).config_id
 

@@ -37,13 +37,15 @@ class PlanResult:
     """``table``: the plan's rows (one per rule and cost model; per GPU count with several); ``layouts``: with a
     search, every rule's best few layouts per GPU count (rank 1 the best); ``at_bp_layout``: each rule at BP's best
     layout; ``memory``: the memory per GPU by part (bytes), per rule (and GPU count); ``verdict``: for a given layout
-    that does not fit, which rules do not and the smallest change that fits."""
+    that does not fit, which rules do not and the smallest change that fits; ``notes``: what the plan assumed about the
+    model (a config.json's training length)."""
 
     table: pd.DataFrame
     layouts: pd.DataFrame
     at_bp_layout: pd.DataFrame
     memory: pd.DataFrame
     verdict: str | None = None
+    notes: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -461,7 +463,7 @@ def plan(
     search = out.search
     return PlanResult(table, search.layouts if search is not None else pd.DataFrame(),
                       search.at_bp_layout if search is not None else pd.DataFrame(), memory.reset_index(drop=True),
-                      out.verdict)
+                      out.verdict, out.notes)
 
 
 def estimate(

@@ -12,7 +12,7 @@ import re
 
 from .config import PRESETS, ConfigError, canonical_model, preset_entry
 from .config.hf import SUPPORTED as HF_MODEL_TYPES
-from .config.hf import check_window, drop_lm_head, drop_short_table, hf_entry, read_hf_config
+from .config.hf import check_window, drop_lm_head, drop_short_table, hf_entry, read_hf_data, training_length
 from .config.choices import spelling
 from .config.model import OPTIONS
 
@@ -178,8 +178,13 @@ def model_entry(args: argparse.Namespace, defaults: dict | None = None):
                               f"{type(hf).__name__}")
         entry = hf_entry(dict(data), "hf_config")
     elif hf:
-        entry = read_hf_config(hf)
-    else:
+        data, file = read_hf_data(hf)
+        entry = hf_entry(data, f"--hf-config {file}")
+    if hf and "seq_len" not in given:  # the length its training ran, not the context it serves (issue 63)
+        length, _ = training_length(data, entry.get("seq_len"), entry.get("positions"))
+        if length is not None:
+            entry["seq_len"] = length
+    if not hf:
         entry = preset_entry(args.preset, "--preset") if args.preset else {}
     drop_short_table(entry, given)
     drop_lm_head(entry, given)

@@ -67,8 +67,9 @@ def estimate_outcome(args: argparse.Namespace) -> EstimateOutcome:
     else:
         table = phase_table(configs, rules, models, args.mirror_steps)
     if getattr(args, "hf_config", None):  # transformers' own model may run another attention kernel: say which
-        from .config.hf import attention_note
+        from .config.hf import attention_note, length_note
 
+        notes = notes + [note for note in [length_note(args.hf_config, args.seq_len)] if note]
         ref = (table[(table["rule"] == REFERENCE_RULE) & (table["cost_model"] == "executed")] if "executed" in models
                else None)
         note = attention_note(args.hf_config, cfg, int(ref["flops"].sum()) if ref is not None and len(ref) else None)

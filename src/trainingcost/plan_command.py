@@ -256,6 +256,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write(render_compact(table, cfg, describe_config, gpu, verdict))
     else:
         sys.stdout.write(render(table, cfg, describe_config, gpu))
+    for note in out.notes:  # what the plan assumed about the model
+        print(wrapped(f"Note: {note}", SCREEN_WIDTH), file=sys.stdout if args.format == "table" else sys.stderr)
     if out.search is not None:
         return 1 if (args.require_fit and not table["fits"].astype(bool).all()) else 0
     if verdict:

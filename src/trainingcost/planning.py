@@ -358,6 +358,7 @@ class PlanOutcome:
     spec: PlanSpec | None = None  # the given layout's spec (None under a search)
     verdict: str | None = None  # what does not fit and the smallest change that does (the given layout)
     search: object = None  # plan_search.SearchPlan under --layout search, auto fields or several --gpus
+    notes: list = dataclasses.field(default_factory=list)  # assumptions about the model (a config.json's length)
 
 
 def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
@@ -367,6 +368,9 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
     if args.batch is not None:
         raise ConfigError("--batch: plan takes --global-batch (sequences per optimizer step) and --micro-batch")
     cfg = model_entry(args)
+    from .config.hf import length_note
+
+    notes = [note for note in [length_note(getattr(args, "hf_config", None), args.seq_len)] if note]
     if args.gpu is None and args.cluster is None:
         raise ConfigError("--gpu: required (a device of the hardware catalogue: trainingcost hardware), or give --cluster")
     gpu = device(args.gpu if args.gpu is not None else cluster(args.cluster).gpu)
@@ -387,7 +391,7 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
         if args.figure and len(args.gpus) == 1:
             raise ConfigError("--figure: the strong-scaling figure needs several --gpus (e.g. --gpus 64-1024x2)")
         result = search_plan(args, cfg, gpu, rules, models, lambda a: spec_from_args(a, cfg, gpu))
-        return PlanOutcome(result.table, cfg, gpu, search=result)
+        return PlanOutcome(result.table, cfg, gpu, search=result, notes=notes)
     if args.figure:
         raise ConfigError("--figure: the strong-scaling figure needs several --gpus (e.g. --gpus 64-1024x2)")
     args = fixed_args(args, args.gpus[0])
@@ -402,7 +406,7 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
                           "--tokens-per-s, --calibration or --measured-run already holds its own power (give one or "
                           "the other)")
     table = plan_table(cfg, spec, gpu, rules, models)
-    return PlanOutcome(table, cfg, gpu, spec, fit_verdict(table, cfg, spec, gpu))
+    return PlanOutcome(table, cfg, gpu, spec, fit_verdict(table, cfg, spec, gpu), notes=notes)
 
 
 def measured_device(args: argparse.Namespace, gpu, spec):

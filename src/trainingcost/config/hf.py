@@ -47,11 +47,17 @@ def config_path(path: str | Path, where: str) -> Path:
 
 def read_hf_config(path: str | Path, where: str = "--hf-config") -> dict:
     """The model entry of a ``config.json`` (or of a folder holding one)."""
+    data, file = read_hf_data(path, where)
+    return hf_entry(data, f"{where} {file}")
+
+
+def read_hf_data(path: str | Path, where: str = "--hf-config") -> tuple[dict, Path]:
+    """A ``config.json`` (or a folder holding one), parsed, and the file read."""
     file = config_path(path, where)
     data = read_json(file, where, "a config.json")
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: {file}: expected a JSON object, not {type(data).__name__}")
-    return hf_entry(data, f"{where} {file}")
+    return data, file
 
 
 # transformers 5.25.0 moved modeling_falcon.py onto its attention interface (SDPA with the key/value heads repeated,
@@ -168,6 +174,52 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
             "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma, "gemma2": _gemma2, "mixtral": _moe, "qwen2_moe": _moe,
             "qwen3": _llama, "qwen3_moe": _moe, "gemma3_text": _gemma2, "olmoe": _olmoe}[model_type](keys)
     return _declared_keys(entry, keys)
+
+
+# The longest sequence the pretraining of the families read here ran before any long-context stage: Llama 3's 8,192
+# (Dubey et al. 2024, "The Llama 3 Herd of Models", section 3.4.1: pretrained at 8K, extended to 128K at the end).
+# A config.json's max_position_embeddings is the context the model serves after such a stage (131,072 for Llama 3.1),
+# not the length its training steps ran: planning a run at it prices 16x longer sequences (issue 63).
+PRETRAINING_LENGTH = 8192
+
+
+def training_length(data: dict, served: int | None, positions: str | None) -> tuple[int | None, str]:
+    """The sequence length a plan of this config.json trains at, and why, where it is not the context the model
+    serves (``served``, the family's max_position_embeddings or n_positions): rope_scaling's
+    original_max_position_embeddings (the length before the context was extended), else PRETRAINING_LENGTH for a
+    longer context; (None, "") where the served length stands (a learned position table is its training length)."""
+    if not served or positions == "learned":
+        return None, ""
+    scaling = data.get("rope_scaling")
+    original = scaling.get("original_max_position_embeddings") if isinstance(scaling, dict) else None
+    if isinstance(original, int) and not isinstance(original, bool) and 0 < original < served:
+        return original, (f"seq_len {original}: rope_scaling.original_max_position_embeddings, the length before the "
+                          f"context was extended to max_position_embeddings {served} (--seq-len to change)")
+    if served > PRETRAINING_LENGTH:
+        return PRETRAINING_LENGTH, (f"seq_len {PRETRAINING_LENGTH}: a pretraining length (Llama 3's, Dubey et al. 2024), "
+                                    f"not max_position_embeddings {served}, the context the model serves (--seq-len "
+                                    "to change)")
+    return None, ""
+
+
+def length_note(path, seq_len_given) -> str | None:
+    """The assumption behind a config.json's training length, for estimate's and plan's notes; None where the flag
+    --seq-len was given or the file's own length stands."""
+    if seq_len_given is not None or path is None:
+        return None
+    if isinstance(path, dict) or hasattr(path, "to_dict"):
+        data = path.to_dict() if hasattr(path, "to_dict") else path
+    else:
+        try:
+            data = read_json(config_path(path, "--hf-config"), "--hf-config")
+        except ConfigError:
+            return None
+    try:
+        entry = hf_entry(dict(data))
+    except (ConfigError, TypeError, ValueError):
+        return None
+    served = next((data.get(k) for k in ("max_position_embeddings", "n_positions") if isinstance(data.get(k), int)), None)
+    return training_length(data, served, entry.get("positions"))[1] or None
 
 
 def _declared_keys(entry: dict, k: _Keys) -> dict:
