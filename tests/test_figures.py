@@ -49,3 +49,37 @@ def test_energy_quality_counts_the_counters_advances():
     assert ok == {"energy_advances": ENERGY_ADVANCES, "energy_quality": "ok"}
     coarse = energy_quality(pd.Series([0.0] * 5 + [1.2, 1.3]))
     assert coarse["energy_advances"] == 2 and coarse["energy_quality"].startswith("coarse: ") and "2 of 7" in coarse["energy_quality"]
+
+
+def test_a_step_time_figure_with_no_trusted_run_says_so_in_words():
+    """Issue 63: on a busy machine every run is flagged, and figure 5's title read "by nan% ... Spearman nan"."""
+    import pandas as pd
+
+    from trainingcost.findings.figures import step_time
+
+    rows = [dict(granularity="step", cost_model="executed", rule=rule, device_name="cpu", predicted_time_s=0.01 * k,
+                 measured_time_s=0.012 * k, timing_quality="contended") for k, rule in enumerate(["bp", "dfa"], 1)]
+    fig = step_time(pd.DataFrame(rows))
+    texts = [fig._suptitle.get_text(), *(ax.get_title() for ax in fig.axes)]
+    assert "no trusted" in texts[0].lower() and not any("nan" in t.lower() for t in texts), texts
+    one = step_time(pd.DataFrame([{**rows[0], "timing_quality": "ok"}]))  # one trusted run: no rank correlation
+    assert not any("nan" in t.lower() for t in [one._suptitle.get_text() if one._suptitle else "",
+                                                *(ax.get_title() for ax in one.axes)])
+
+
+def test_figure_numbers_are_unique():
+    """Issue 63: two figures were numbered 12_ (the scaling study's and the plan's strong scaling)."""
+    import re
+    from pathlib import Path
+
+    from trainingcost.findings.scaling import SCALING_FIGURES
+    from trainingcost.pipeline import FIGURES
+
+    root = Path(__file__).resolve().parents[1]
+    names = [*FIGURES.values(), *SCALING_FIGURES.values()]
+    for rules in (root / "workflow" / "rules").glob("*.smk"):
+        names += re.findall(r'"(?:results/figures/)?([0-9]+_[a-z_]+)', rules.read_text())
+    numbers = {}
+    for name in set(names):
+        numbers.setdefault(name.split("_")[0], set()).add(name)
+    assert all(len(found) == 1 for found in numbers.values()), {k: v for k, v in numbers.items() if len(v) > 1}

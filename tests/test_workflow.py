@@ -102,7 +102,7 @@ def test_tiny_sweep_end_to_end(tmp_path):
                              str(tmp_path / "config.yaml"), "--report", "results/report.html"], capture_output=True, text=True)
     assert report.returncode == 0, report.stderr[-2000:]
     assert (tmp_path / "results/report.html").stat().st_size > 100_000
-    assert "12_plan_strong_scaling.png" in (tmp_path / "results/report.html").read_text(errors="replace")
+    assert "16_plan_strong_scaling.png" in (tmp_path / "results/report.html").read_text(errors="replace")
     scaling = pd.read_parquet(tmp_path / "results/tables/plan_scaling.parquet")
     assert set(scaling.gpus) == {1, 4} and set(scaling.rule) == RULES and scaling.layout.str.contains("dp").all()
 

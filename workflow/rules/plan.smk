@@ -32,11 +32,11 @@ rule plan_scaling:
         table="results/tables/plan_scaling.parquet",
         layouts="results/tables/plan_layouts.parquet",
         figure=report(
-            "results/figures/12_plan_strong_scaling.png",
+            "results/figures/16_plan_strong_scaling.png",
             caption="../report/plan_scaling.rst",
             category="Figures",
         ),
-        pdf="results/figures/12_plan_strong_scaling.pdf",
+        pdf="results/figures/16_plan_strong_scaling.pdf",
     log:
         "results/logs/plan_scaling.log",
     localrule: True

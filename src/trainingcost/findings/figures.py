@@ -330,15 +330,22 @@ def step_time(comparison: pd.DataFrame):
             ax.scatter(mine.loc[bad, "measured_ms"], mine.loc[bad, "predicted_ms"], facecolors="none",
                        edgecolors=RULE_COLORS[rule], marker=RULE_MARKERS[rule], s=18, linewidths=0.8)  # hollow: flagged
         left_out = int(flagged_all.loc[part.index].sum())
+        rank = f"{score['spearman']:.2f}" if np.isfinite(score["spearman"]) else "n/a"
+        scored = (f"MAPE {score['mape']:.0%}, Spearman {rank} ({score['n']} run{'s' * (score['n'] != 1)}"
+                  + (f"; {left_out} noisy or contended, hollow, left out)" if left_out else ")")
+                  if score["n"] and np.isfinite(score["mape"]) else
+                  f"no trusted run ({left_out} flagged, hollow)")
         ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured step time (ms, median)",
-               ylabel="predicted step time (ms)",
-               title=f"{device}\nMAPE {score['mape']:.0%}, Spearman {score['spearman']:.2f} ({score['n']} runs"
-                     + (f"; {left_out} noisy or contended, hollow, left out)" if left_out else ")"))
+               ylabel="predicted step time (ms)", title=f"{device}\n{scored}")
         _log_ticks(ax)
-    worst = max(scores, key=lambda s: s["mape"]) if scores else {"mape": np.nan, "spearman": np.nan}
-    fig.suptitle(f"The trace-driven predictor, calibrated on the device and never fitted to training steps,\n"
-                 f"misses the measured step time by {worst['mape']:.0%} on average and ranks runs at "
-                 f"Spearman {worst['spearman']:.2f}")
+    scored = [s for s in scores if s["n"] and np.isfinite(s["mape"]) and np.isfinite(s["spearman"])]
+    if scored:
+        worst = max(scored, key=lambda s: s["mape"])
+        fig.suptitle(f"The trace-driven predictor, calibrated on the device and never fitted to training steps,\n"
+                     f"misses the measured step time by {worst['mape']:.0%} on average and ranks runs at "
+                     f"Spearman {worst['spearman']:.2f}")
+    else:  # every run flagged (a busy machine): say so in words, never "nan%" (issue 63)
+        fig.suptitle("No trusted step time to score the predictor:\nevery run was noisy or contended (a busy machine)")
     handles = [plt.Line2D([], [], color=RULE_COLORS[r], marker=RULE_MARKERS[r], linestyle="", markersize=5) for r in rules]
     fig.legend(handles, [RULE_LABELS[r] for r in rules], ncol=4, frameon=False, loc="lower center", bbox_to_anchor=(0.5, 0))
     fig.tight_layout(rect=(0, 0.1, 1, 1))
