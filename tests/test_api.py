@@ -174,3 +174,30 @@ def test_the_training_length_is_never_taken_silently_from_the_served_context():
     given = trainingcost.plan(hf_config=LLAMA_31, tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp", seq_len=4096)
     assert (given.table["tokens_per_sequence"] == 4096).all() and given.notes == []
     assert "original_max_position_embeddings" in " ".join(trainingcost.estimate(hf_config=LLAMA_31, rule="bp").notes)
+
+
+MI355X = {"label": "AMD Instinct MI355X", "peak_tflops": {"fp32": 157.3, "tf32": None, "bf16": 2500, "fp16": 2500,
+                                                          "fp8": 5000},
+          "memory_gb": 288, "bandwidth_gbs": 8000, "power_w": 1400, "source": "AMD Instinct MI355X data sheet (2025)"}
+
+
+def test_a_device_from_a_file_or_a_dict_is_checked_as_the_catalogues_own(tmp_path, capsys):
+    """Issue 63: `plan --gpu mi355x` was refused and no flag read a hardware file."""
+    import yaml
+
+    path = tmp_path / "devices.yaml"
+    path.write_text(yaml.safe_dump({"mi355x": MI355X}))
+    base = ["plan", "--preset", "llama-3-8b", "--tokens", "1e12", "--gpus", "64", "--rule", "bp", "--format", "json"]
+    assert cli.main([*base, "--gpu", "mi355x", "--hardware", str(path)]) == 0
+    shown = json.loads(capsys.readouterr().out)[0]
+    from_file = trainingcost.plan(preset="llama-3-8b", tokens=1e12, gpus=64, rule="bp", gpu="mi355x", hardware=path)
+    from_dict = trainingcost.plan(preset="llama-3-8b", tokens=1e12, gpus=64, rule="bp", gpu={"name": "mi355x", **MI355X})
+    assert shown["step_time_s"] == from_file.table["step_time_s"].iloc[0] == from_dict.table["step_time_s"].iloc[0]
+    assert shown["gpu"] == "mi355x" and shown["fits"]
+    # checked as the catalogue's entries are: one line naming the field
+    path.write_text(yaml.safe_dump({"mi355x": {k: v for k, v in MI355X.items() if k != "memory_gb"}}))
+    assert cli.main([*base, "--gpu", "mi355x", "--hardware", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--hardware: hardware.mi355x.memory_gb: missing" in err
+    with pytest.raises(trainingcost.Error, match=r"gpu: hardware.x.peak_tflops: must map dtypes"):
+        trainingcost.plan(preset="llama-3-8b", tokens=1e12, gpus=64, gpu={"name": "x", **MI355X, "peak_tflops": 5})

@@ -201,7 +201,8 @@ def plan(
     global_batch: int | None = None,
     global_batch_tokens: float | None = None,
     micro_batch: int | Literal["max", "auto"] | None = None,
-    gpu: str | None = None,
+    gpu: str | Mapping | None = None,
+    hardware: str | os.PathLike | Mapping | None = None,
     gpus: int | str | Sequence[int] = 1,
     layout: str = 'given',
     objective: str = 'time',
@@ -344,7 +345,11 @@ def plan(
         global_batch_tokens (--global-batch-tokens): tokens per optimizer step
         micro_batch (--micro-batch): sequences per GPU per forward-backward (default max: the largest that fits
             and divides the replica's batch; the rest is gradient accumulation; auto: searched)
-        gpu (--gpu): a device of the hardware catalogue (trainingcost hardware); required without --cluster
+        gpu (--gpu): a device of the hardware catalogue (trainingcost hardware) or of --hardware; required
+            without --cluster
+        hardware (--hardware): your own devices, a YAML or JSON file in the catalogue's format: {name: {label,
+            peak_tflops: {fp32, tf32, bf16, fp16, fp8}, memory_gb, bandwidth_gbs, power_w, source}}
+            (config/README.md, 'hardware'); --gpu names one
         gpus (--gpus): GPUs; several (64,128,256) or a range (64-1024x2: 64 to 1024, times 2 each) give a
             strong-scaling table, each count at its best layout with --layout search
         layout (--layout): search: every layout field not given is searched per rule (docs/planning.md, 'The

@@ -69,7 +69,12 @@ def plan_flags(p) -> None:
     p.add_argument("--micro-batch", type=count_max_or_auto, default=None, metavar="N|max|auto",
                    help="sequences per GPU per forward-backward (default max: the largest that fits and divides the "
                         "replica's batch; the rest is gradient accumulation; auto: searched)")
-    p.add_argument("--gpu", help="a device of the hardware catalogue (trainingcost hardware); required without --cluster")
+    p.add_argument("--gpu", help="a device of the hardware catalogue (trainingcost hardware) or of --hardware; required "
+                                 "without --cluster")
+    p.add_argument("--hardware", metavar="FILE",
+                   help="your own devices, a YAML or JSON file in the catalogue's format: {name: {label, peak_tflops: "
+                        "{fp32, tf32, bf16, fp16, fp8}, memory_gb, bandwidth_gbs, power_w, source}} (config/README.md, "
+                        "'hardware'); --gpu names one")
     p.add_argument("--gpus", type=gpu_counts, default=[1], metavar="N|N,N,...|LO-HIxF",
                    help="GPUs; several (64,128,256) or a range (64-1024x2: 64 to 1024, times 2 each) give a "
                         "strong-scaling table, each count at its best layout with --layout search")

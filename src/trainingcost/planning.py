@@ -373,7 +373,19 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
     notes = [note for note in [length_note(getattr(args, "hf_config", None), args.seq_len)] if note]
     if args.gpu is None and args.cluster is None:
         raise ConfigError("--gpu: required (a device of the hardware catalogue: trainingcost hardware), or give --cluster")
-    gpu = device(args.gpu if args.gpu is not None else cluster(args.cluster).gpu)
+    table = None
+    if getattr(args, "hardware", None) is not None:  # one's own devices (a file, or the API's mapping)
+        from .config.hardware import user_devices
+
+        table = user_devices(args.hardware)
+    if isinstance(args.gpu, dict):  # the API: one device, in the catalogue's format
+        from .config.hardware import user_devices
+
+        spec = dict(args.gpu)
+        name = str(spec.pop("name", "custom"))
+        table = user_devices({name: spec}, "gpu")
+        args.gpu = name
+    gpu = device(args.gpu if args.gpu is not None else cluster(args.cluster).gpu, table)
     if getattr(args, "power_limit", None) is not None:
         if args.device_model is not None:
             raise ConfigError("--power-limit: a device measurement (--device-model) ran under its own power limit; give "

@@ -202,6 +202,47 @@ def with_user_devices(entries: dict | None) -> dict[str, Device]:
     return table
 
 
+MAX_USER_DEVICES = 1000  # a file of one's own devices holds a few; this bounds the work of checking them
+
+
+def user_devices(given, where: str = "--hardware") -> dict[str, Device]:
+    """The catalogue plus one's own devices (issue 63): ``given`` a YAML or JSON file, or a mapping, of ``{name:
+    {label?, peak_tflops: {fp32, tf32, bf16, fp16, fp8}, memory_gb, bandwidth_gbs, power_w, source, steptime?}}``, the
+    workflow's ``hardware:`` section; each entry checked as the catalogue's own (one line naming the field)."""
+    if isinstance(given, dict):
+        entries = given
+    else:
+        import yaml
+
+        from .errors import MAX_JSON_BYTES, regular_file
+        from .sweep import _Loader, check_size
+
+        path = regular_file(given, where, "a YAML or JSON file of devices")
+        try:
+            if path.stat().st_size > MAX_JSON_BYTES:
+                raise ConfigError(f"{where}: {path} is larger than {MAX_JSON_BYTES:,} bytes; not a file of devices")
+            entries = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # JSON is YAML too
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{where}: {path}: not UTF-8 text (byte {exc.start})") from None
+        except OSError as exc:
+            raise ConfigError(f"{where}: {path}: cannot be read ({exc.strerror})") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            raise ConfigError(f"{where}: {path}: invalid YAML{f' at line {mark.line + 1}' if mark else ''}") from None
+        except ConfigError as exc:  # a key given twice
+            text = str(exc)
+            raise ConfigError(text if text.startswith(where) else f"{where}: {path}: {text}") from None
+        check_size(entries, where)
+    if not isinstance(entries, dict) or not entries:
+        raise ConfigError(f"{where}: must map device names to their specifications")
+    if len(entries) > MAX_USER_DEVICES:
+        raise ConfigError(f"{where}: {len(entries)} devices, more than the {MAX_USER_DEVICES} read")
+    try:
+        return with_user_devices({str(name): entry for name, entry in entries.items()})
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def _spelled(name: str) -> str:
     return "-".join(name.lower().replace("_", " ").replace("-", " ").split())
 
