@@ -201,3 +201,42 @@ def test_a_device_from_a_file_or_a_dict_is_checked_as_the_catalogues_own(tmp_pat
     assert err.count("\n") == 1 and "--hardware: hardware.mi355x.memory_gb: missing" in err
     with pytest.raises(trainingcost.Error, match=r"gpu: hardware.x.peak_tflops: must map dtypes"):
         trainingcost.plan(preset="llama-3-8b", tokens=1e12, gpus=64, gpu={"name": "x", **MI355X, "peak_tflops": 5})
+
+
+def _hub_cache(root, repo_id: str, config: dict) -> None:
+    """A Hugging Face Hub cache holding one model's config.json, laid out as huggingface_hub writes it
+    (models--ORG--NAME/refs/main, snapshots/COMMIT/config.json): no network, no weights."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    folder = root / f"models--{repo_id.replace('/', '--')}"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(commit)
+    (folder / "snapshots" / commit).mkdir(parents=True)
+    (folder / "snapshots" / commit / "config.json").write_text(json.dumps(config))
+
+
+def test_a_hub_name_reads_its_config_json_from_the_hub_cache(tmp_path, monkeypatch, capsys):
+    """Issue 63: --hf-config takes a Hub name, fetching only its config.json through huggingface_hub and its cache,
+    honouring HF_HUB_OFFLINE; tested on a cache built here (no network)."""
+    pytest.importorskip("huggingface_hub")
+    cache = tmp_path / "hub"
+    _hub_cache(cache, "meta-llama/Llama-3.1-8B", LLAMA_31)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import importlib
+
+    import huggingface_hub.constants
+
+    importlib.reload(huggingface_hub.constants)  # it reads the environment at import
+    try:
+        monkeypatch.chdir(tmp_path)
+        assert cli.main(["plan", "--hf-config", "meta-llama/Llama-3.1-8B", "--tokens", "1e12", "--gpu", "h100-sxm",
+                         "--gpus", "64", "--rule", "bp", "--format", "json"]) == 0
+        by_name = json.loads(capsys.readouterr().out)[0]
+        by_dict = trainingcost.plan(hf_config=LLAMA_31, tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp").table
+        assert by_name["step_time_s"] == by_dict["step_time_s"].iloc[0] and by_name["tokens_per_sequence"] == 8192
+        assert cli.main(["estimate", "--hf-config", "meta-llama/Llama-3.1-70B", "--rule", "bp"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "could not be fetched from the Hugging Face Hub" in err, err
+    finally:
+        monkeypatch.undo()
+        importlib.reload(huggingface_hub.constants)

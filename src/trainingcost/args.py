@@ -147,9 +147,10 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tgt-len", type=integer, help="target length (encoder-decoder only; default --seq-len)")
     parser.add_argument("--batch", type=integer, help="sequences per step")
     parser.add_argument("--classes", type=integer, help="a classification head of C classes instead of the LM head")
-    parser.add_argument("--hf-config", metavar="PATH",
-                        help=f"a model's own config.json, or a folder holding one ({', '.join(HF_MODEL_TYPES)}); "
-                             "the other flags override its fields")
+    parser.add_argument("--hf-config", metavar="PATH|NAME",
+                        help=f"a model's own config.json, a folder holding one, or its Hugging Face Hub name "
+                             f"(meta-llama/Llama-3.1-8B: its config.json alone is fetched, through the Hub's cache; "
+                             f"the hf extra) ({', '.join(HF_MODEL_TYPES)}); the other flags override its fields")
     arch = parser.add_argument_group("architecture options (defaults: the 2017 transformer)")
     for name, meta in OPTIONS.items():
         flag, text = "--" + name.replace("_", "-"), meta["help"].replace("%", "%%")

@@ -8,6 +8,7 @@ extra      adds                                             for
 ========== ================================================ ==============================================
 tables     pyarrow                                          parquet tables: --out, --frontiers, --measured-run
 figures    seaborn (matplotlib)                             plan --figure
+hf         huggingface_hub                                  --hf-config with a Hub name (meta-llama/Llama-3.1-8B)
 train      torch, pyarrow, NVML                             train, calibrate, curves
 workflow   Snakemake, its SLURM plugin, pyarrow, seaborn    the workflow (make run)
 dev        all of the above, transformers and the test tools make test
@@ -21,9 +22,9 @@ import importlib.util
 from .config.errors import ConfigError
 
 EXTRA_OF = {"torch": "train", "pynvml": "train", "pyarrow": "tables", "matplotlib": "figures", "seaborn": "figures",
-            "snakemake": "workflow", "transformers": "dev"}
+            "snakemake": "workflow", "transformers": "dev", "huggingface_hub": "hf"}
 NEEDED_FOR = {"train": "training", "tables": "a parquet table", "figures": "a figure", "workflow": "the workflow",
-              "dev": "this"}
+              "hf": "a Hugging Face Hub name", "dev": "this"}
 
 
 class MissingExtra(ConfigError):
