@@ -123,7 +123,7 @@ def test_a_stale_example_fails_the_runner(tmp_path, monkeypatch, capsys):
 
 # The repository root holds the project's own files only: a work note committed there by a merge (NOTE_FROM_LEAD.md,
 # removed in 515eef3 and back with 79998ac) is the kind of stray this catches.
-ROOT_FILES = {".ci", ".gitignore", "Makefile", "README.md", "Snakefile", "benchmarks", "config", "docs",
+ROOT_FILES = {".ci", ".gitignore", "Makefile", "README.md", "Snakefile", "benchmarks", "config", "docs", "mkdocs.yml",
               "environment.yml", "profiles", "pyproject.toml", "results", "src", "tests", "workflow"}
 
 
