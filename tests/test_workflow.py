@@ -385,3 +385,32 @@ def test_a_dry_run_writes_nothing_and_reads_the_config_as_check_does(tmp_path):
     done = subprocess.run([*command[:-3], str(tmp_path / "twice.yaml"), "--cores", "1"], capture_output=True, text=True)
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert done.returncode != 0 and len(lines) == 1 and "steps: given twice in one mapping" in lines[0], lines
+
+
+def test_a_sweep_whose_runs_all_fail_reports_its_failures(tmp_path):
+    """Issue 66, N9: when every training run failed, the workflow stopped in calibrate ("trace.parquet lacks the
+    columns") and wrote no findings. Each run's process is made to die at start (status 3, as a crash), through a
+    sitecustomize on the jobs' path; the sweep must end with its summary and report naming the failures."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os\n"
+        "args = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
+        "if b'train' in args and b'--record-failure' not in args and any(a.endswith(b'trainingcost') or "
+        "a == b'trainingcost.warm' for a in args):\n"
+        "    os._exit(3)\n")
+    config = {**TINY, "train": {**TINY["train"], "rules": ["bp", "dfa"]}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PYTHONPATH": str(site), "TRAININGCOST_WARM": "0", "PYTHONWARNINGS": "ignore"}
+    base = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+            str(tmp_path / "config.yaml"), "--cores", "2"]
+    done = subprocess.run(base, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = (tmp_path / "results/summary.md").read_text()
+    assert "2 measured runs (2 failed)" in summary and "No run finished" in summary
+    calibration = json.loads((tmp_path / "results/device/auto-fp32.json").read_text())
+    assert calibration["trusted"] is False and "every training run failed" in calibration["untrusted"]
+    assert (tmp_path / "results/figures/5_step_time_predicted_vs_measured.png").exists()
+    report = subprocess.run([*base, "--report", str(tmp_path / "results/report.html")], capture_output=True, text=True,
+                            env=env)
+    assert report.returncode == 0 and (tmp_path / "results/report.html").exists(), report.stderr[-2000:]

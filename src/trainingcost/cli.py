@@ -403,6 +403,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from .measure.trace import TRACE_COLUMNS
 
     trace = read_table(args.trace, "--trace", TRACE_COLUMNS, "a run's trace.parquet (train --out-dir)")
+    if trace.empty and args.keep_untrusted:  # the workflow's sweep of runs that all failed (issue 66, N9)
+        from .findings.calibration import untraced_calibration, write_calibration
+
+        write_calibration(untraced_calibration(args.dtype, "no traced operations: every training run failed"), args.out)
+        print(f"no traced operations in {args.trace} (every training run failed): a calibration marked untrusted, with "
+              f"no kernels -> {args.out}")
+        return 0
     if trace.empty:
         raise ConfigError(f"--trace: {args.trace} holds no traced operations (train with --out-dir writes trace.parquet)")
     check_trace_values(trace, args.trace)

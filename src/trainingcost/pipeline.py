@@ -489,8 +489,11 @@ def gather_runs(measured: list, steps: list, measured_out: str | Path, steps_out
     write_parquet(table, measured_out, metadata)
     write_parquet(step_table, steps_out, metadata)
     if trace_out is not None:
-        trace_frames = [f for f in (read_run_table(p) for p in traces) if len(f)]
-        write_parquet(pd.concat(trace_frames, ignore_index=True) if trace_frames else pd.DataFrame(), trace_out, metadata)
+        every = [read_run_table(p) for p in traces]
+        trace_frames = [f for f in every if len(f)]
+        # no run traced a step (all failed): an empty table that keeps the columns, which calibrate reads (issue 66, N9)
+        empty = every[0].iloc[:0] if every else pd.DataFrame()
+        write_parquet(pd.concat(trace_frames, ignore_index=True) if trace_frames else empty, trace_out, metadata)
     statuses = {}
     for frame in frames:
         status = str(frame["status"].iloc[0])
@@ -631,7 +634,8 @@ def write_figures(config: dict, analytic_path, comparison_path, measured_path, o
     def save(fig, key):
         written.extend(F.save(fig, out_dir / f"{FIGURES[key]}.png"))
 
-    save(F.predicted_vs_measured_flops(comparison), "flops")
+    save(F.predicted_vs_measured_flops(comparison) if len(runs) else
+         F.nothing_measured("FLOPs, every cost model against the measurement"), "flops")
     breakdown = entry_config(config, settings["breakdown"], "figures.breakdown")
     breakdown_rows = analytic[analytic["config_id"] == breakdown.config_id]
     if breakdown_rows.empty:
@@ -642,8 +646,12 @@ def write_figures(config: dict, analytic_path, comparison_path, measured_path, o
     curves = F.scaling_curves(base, axes)
     save(F.scaling(curves, runs, base, describe(base)), "scaling")
     save(F.ratio_to_bp(curves, runs, base, describe(base)), "ratios")
-    save(F.step_time(comparison), "step_time")
-    save(F.peak_memory(comparison, runs), "memory")
+    if len(runs):
+        save(F.step_time(comparison), "step_time")
+        save(F.peak_memory(comparison, runs), "memory")
+    else:  # every run failed: the figures say so, and the report still has them (issue 66, N9)
+        save(F.nothing_measured("step time, predicted against measured"), "step_time")
+        save(F.nothing_measured("peak memory, the executed model against the meter"), "memory")
     trained = runs if len(runs) else pd.DataFrame({"dtype": ["fp32"], "optimizer": ["sgd"]})
     depth_base = entry_config(config, settings["depth"][0], "figures.depth") if settings["depth"] else base
     depths = sorted({*range(1, 9), int(depth_base.enc_layers or depth_base.dec_layers)})
@@ -659,9 +667,12 @@ def write_figures(config: dict, analytic_path, comparison_path, measured_path, o
     unfinished = measured.loc[measured["status"] != "ok", ["rule", "status"]].drop_duplicates() if len(measured) else None
     unfinished = {} if unfinished is None else unfinished.groupby("rule")["status"].agg(lambda s: "/".join(sorted(set(s))))
     unfinished = {rule: status for rule, status in dict(unfinished).items() if rule not in set(depth_runs["rule"])}
-    save(F.loss_by_depth(depth_runs, int(runs["steps"].max()) if len(runs) else 0, unfinished), "depth")
+    if len(runs):
+        save(F.loss_by_depth(depth_runs, int(runs["steps"].max()), unfinished), "depth")
+    else:
+        save(F.nothing_measured("validation loss by depth"), "depth")
     if settings["energy"]:
-        save(F.energy(runs), "energy")
+        save(F.energy(runs) if len(runs) else F.nothing_measured("energy per step"), "energy")
     return written
 
 

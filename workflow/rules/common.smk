@@ -25,6 +25,7 @@ except ConfigError as error:
     sys.exit(1)
 
 validate(FILLED, write_schema(".snakemake/trainingcost/config.schema.yaml"))
+config.update(FILLED)  # the report's captions read the config with its defaults, as the jobs do
 
 # The config's hash reaches every job's tables as metadata through the environment, not as a job
 # parameter: editing, say, the figures section must not make the training jobs run again.

@@ -394,6 +394,15 @@ def _replayable(op: str, signature: str, device):
                           "that train --out-dir wrote") from None
 
 
+def untraced_calibration(dtype: str, why: str) -> dict:
+    """What calibrate writes for a sweep with nothing to time (every run failed): untrusted, with no kernels, so that
+    the findings say why the step time is not predicted instead of stopping (issue 66, N9)."""
+    return {"dtype": dtype, "method": "none", "kernels": [], "copy_ladder": [], "launch_overhead_s": math.nan,
+            "view_overhead_s": math.nan, "probes": [], "host": {"coefficients": {}, "segments": []}, "rounds": 0,
+            "trusted": False, "untrusted": why, "round_agreement": math.nan, "tolerance": math.nan,
+            "seconds_spent": 0.0, "load": {}, "provenance": {"device_name": "none (no run traced a step)"}}
+
+
 def write_calibration(calibration: dict, path) -> Path:
     return write_text(json.dumps(calibration, indent=1), path)
 

@@ -299,6 +299,15 @@ def ratio_to_bp(curves: pd.DataFrame, runs: pd.DataFrame, base: dict, describe: 
     return fig
 
 
+def nothing_measured(what: str):
+    """A figure of measured points when no training run finished: it says so in words (issue 66, N9)."""
+    fig, ax = plt.subplots(figsize=(COLUMN, 2.0))
+    ax.axis("off")
+    ax.text(0.5, 0.5, f"{what}:\nno training run finished, so nothing was measured\n(results/summary.md lists the "
+            "runs and why)", ha="center", va="center", wrap=True)
+    return fig
+
+
 # ---------------------------------------------------------------------------
 # 5. Step time
 
