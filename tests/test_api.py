@@ -240,3 +240,15 @@ def test_a_hub_name_reads_its_config_json_from_the_hub_cache(tmp_path, monkeypat
     finally:
         monkeypatch.undo()
         importlib.reload(huggingface_hub.constants)
+
+
+def test_money_carries_its_currency(capsys):
+    """Issue 63: `cost` had no currency."""
+    table = trainingcost.plan(**BASE, price=2.1, currency="eur").table
+    assert (table["currency"] == "EUR").all() and table["cost"].gt(0).all()
+    assert (trainingcost.plan(**BASE).table["currency"] == "USD").all()
+    assert cli.main(["plan", "--preset", "gpt2-small", "--tokens", "1e10", "--gpu", "a100-80gb", "--gpus", "8",
+                     "--rule", "bp", "--price", "2"]) == 0
+    assert "cost USD" in capsys.readouterr().out
+    with pytest.raises(trainingcost.Error, match="argument --currency: expected an ISO 4217 currency code"):
+        trainingcost.plan(**BASE, currency="dollars")

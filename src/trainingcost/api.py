@@ -245,6 +245,7 @@ def plan(
     pue: float | None = None,
     carbon_intensity: float | None = None,
     price: float | None = None,
+    currency: str = 'USD',
     mirror_steps: int = 1,
     target_loss: float | None = None,
     frontiers: str | os.PathLike | pd.DataFrame | None = None,
@@ -272,9 +273,11 @@ def plan(
         tgt_len (--tgt-len): target length (encoder-decoder only; default --seq-len)
         batch (--batch): sequences per step
         classes (--classes): a classification head of C classes instead of the LM head
-        hf_config (--hf-config): a model's own config.json, or a folder holding one (gpt2, bert, t5, llama,
-            mistral, qwen2, gpt_neox, gptj, phi, falcon, stablelm, olmo, olmo2, starcoder2, phi3, gemma, gemma2,
-            mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, olmoe); the other flags override its fields
+        hf_config (--hf-config): a model's own config.json, a folder holding one, or its Hugging Face Hub name
+            (meta-llama/Llama-3.1-8B: its config.json alone is fetched, through the Hub's cache; the hf extra)
+            (gpt2, bert, t5, llama, mistral, qwen2, gpt_neox, gptj, phi, falcon, stablelm, olmo, olmo2,
+            starcoder2, phi3, gemma, gemma2, mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, olmoe); the
+            other flags override its fields
         norm (--norm): LayerNorm, RMSNorm, or nonparametric: a LayerNorm without gain or bias (OLMo, Groeneveld
             et al. 2024); one of layernorm, rmsnorm, nonparametric
         norm_position (--norm-position): post: norm(x + f(x)) as in Vaswani et al. 2017; pre: x + f(norm(x)),
@@ -441,7 +444,8 @@ def plan(
             3's 405B run kept more than 90% through 466 interruptions, Dubey et al. 2024, section 3.3.4)
         pue (--pue): power usage effectiveness (default 1.1)
         carbon_intensity (--carbon-intensity): kg CO2e per kWh (default 0.429)
-        price (--price): money per GPU-hour (no default: money is left out)
+        price (--price): money per GPU-hour, in --currency (no default: money is left out)
+        currency (--currency): the currency of --price and of the cost column, an ISO 4217 code (default USD)
         mirror_steps (--mirror-steps): weight-mirror steps per training step (WM)
         target_loss (--target-loss): plan at equal quality: each rule gets the compute its frontier needs to
             reach this validation loss, as a multiple of BP's (with --frontiers; docs/planning.md)
@@ -544,9 +548,11 @@ def estimate(
         tgt_len (--tgt-len): target length (encoder-decoder only; default --seq-len)
         batch (--batch): sequences per step
         classes (--classes): a classification head of C classes instead of the LM head
-        hf_config (--hf-config): a model's own config.json, or a folder holding one (gpt2, bert, t5, llama,
-            mistral, qwen2, gpt_neox, gptj, phi, falcon, stablelm, olmo, olmo2, starcoder2, phi3, gemma, gemma2,
-            mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, olmoe); the other flags override its fields
+        hf_config (--hf-config): a model's own config.json, a folder holding one, or its Hugging Face Hub name
+            (meta-llama/Llama-3.1-8B: its config.json alone is fetched, through the Hub's cache; the hf extra)
+            (gpt2, bert, t5, llama, mistral, qwen2, gpt_neox, gptj, phi, falcon, stablelm, olmo, olmo2,
+            starcoder2, phi3, gemma, gemma2, mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, olmoe); the
+            other flags override its fields
         norm (--norm): LayerNorm, RMSNorm, or nonparametric: a LayerNorm without gain or bias (OLMo, Groeneveld
             et al. 2024); one of layernorm, rmsnorm, nonparametric
         norm_position (--norm-position): post: norm(x + f(x)) as in Vaswani et al. 2017; pre: x + f(norm(x)),

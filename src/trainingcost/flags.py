@@ -29,6 +29,15 @@ def mirror_steps_help() -> str:
     return f"mirror steps per training step ({', '.join(takers) or 'no rule takes them'})"
 
 
+def currency(text: str) -> str:
+    """An ISO 4217 currency code: three letters (USD, EUR, CNY), in capitals."""
+    code = text.strip().upper()
+    if not (len(code) == 3 and code.isascii() and code.isalpha()):
+        raise argparse.ArgumentTypeError(f"expected an ISO 4217 currency code of three letters (USD, EUR), got "
+                                         f"{text[:20]!r}")
+    return code
+
+
 def estimate_flags(p) -> None:
     """Declare ``estimate``'s inputs on the parser ``p``."""
     add_model_flags(p)
@@ -179,7 +188,9 @@ def plan_flags(p) -> None:
                         "405B run kept more than 90%% through 466 interruptions, Dubey et al. 2024, section 3.3.4)")
     p.add_argument("--pue", type=number, help="power usage effectiveness (default 1.1)")
     p.add_argument("--carbon-intensity", type=number, help="kg CO2e per kWh (default 0.429)")
-    p.add_argument("--price", type=number, help="money per GPU-hour (no default: money is left out)")
+    p.add_argument("--price", type=number, help="money per GPU-hour, in --currency (no default: money is left out)")
+    p.add_argument("--currency", type=currency, default="USD", metavar="CODE",
+                   help="the currency of --price and of the cost column, an ISO 4217 code (default USD)")
     p.add_argument("--mirror-steps", type=count, default=1, help="weight-mirror steps per training step (WM)")
     p.add_argument("--target-loss", type=number,
                    help="plan at equal quality: each rule gets the compute its frontier needs to reach this validation "

@@ -898,6 +898,8 @@ def build_plan(config: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
         raise ConfigError(f"plan.figure: {figure!r} is not a planned configuration (plan.select's entries or their "
                           "config_ids)")
     plan = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if len(plan):
+        plan = plan.assign(currency=section.get("currency", "USD"))  # the currency of the cost column
     return plan, curves if curves is not None else pd.DataFrame()
 
 

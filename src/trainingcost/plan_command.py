@@ -52,7 +52,7 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
     out.append("")
     money = table["cost"].notna().any()
     header = ["rule", "cost model", "FLOPs", "x BP", "recompute", "step", "wall-clock", "GPU-hours", "MFU", "HFU",
-              "MWh", "tCO2e", *(["cost"] if money else [])]
+              "MWh", "tCO2e", *([f"cost ({table['currency'].iloc[0]})"] if money else [])]
     rows = []
     refused = untrained(cfg, table["rule"])
     for _, r in table.iterrows():
@@ -168,7 +168,8 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
         out.append("Tokens: equal for every rule; no learning-quality data (--target-loss with --frontiers)")
     out.append("")
     money = table["cost"].notna().any()
-    header = ["rule", "", "FLOPs", "x BP", "step", "time", "GPU-h", "MFU", "MWh", "tCO2e", *(["cost"] if money else []),
+    header = ["rule", "", "FLOPs", "x BP", "step", "time", "GPU-h", "MFU", "MWh", "tCO2e",
+              *([f"cost {table['currency'].iloc[0]}"] if money else []),
               "GiB/GPU", "fits", "micro"]
     refused = untrained(cfg, table["rule"])
     rows = [[marked(r["rule"], refused), "", "never" if math.isnan(r["model_flops"]) else f"{r['model_flops']:.3g}".replace("e+", "e"),

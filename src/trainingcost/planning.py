@@ -361,6 +361,11 @@ class PlanOutcome:
     notes: list = dataclasses.field(default_factory=list)  # assumptions about the model (a config.json's length)
 
 
+def with_currency(table: pd.DataFrame, args) -> pd.DataFrame:
+    """The plan's rows with the currency of their ``cost`` (issue 63: money carries its currency)."""
+    return table.assign(currency=getattr(args, "currency", None) or "USD")
+
+
 def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
     """``trainingcost plan``'s computation (the command line prints it; trainingcost.plan() returns it)."""
     from .config.hardware import device
@@ -403,6 +408,7 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
         if args.figure and len(args.gpus) == 1:
             raise ConfigError("--figure: the strong-scaling figure needs several --gpus (e.g. --gpus 64-1024x2)")
         result = search_plan(args, cfg, gpu, rules, models, lambda a: spec_from_args(a, cfg, gpu))
+        result.table = with_currency(result.table, args)
         return PlanOutcome(result.table, cfg, gpu, search=result, notes=notes)
     if args.figure:
         raise ConfigError("--figure: the strong-scaling figure needs several --gpus (e.g. --gpus 64-1024x2)")
@@ -417,7 +423,7 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
         raise ConfigError("--power-limit: slows the predicted step (the step-time model); a given --mfu, --hfu, "
                           "--tokens-per-s, --calibration or --measured-run already holds its own power (give one or "
                           "the other)")
-    table = plan_table(cfg, spec, gpu, rules, models)
+    table = with_currency(plan_table(cfg, spec, gpu, rules, models), args)
     return PlanOutcome(table, cfg, gpu, spec, fit_verdict(table, cfg, spec, gpu), notes=notes)
 
 
