@@ -257,6 +257,9 @@ def test_the_tiny_scaling_study_runs_through_the_workflow(tmp_path):
     assert set(scaling.step) == set(eval_steps(12, 5))
     lr = pd.read_parquet(tmp_path / "results/tables/scaling_lr.parquet")
     assert len(lr) == 2 * 2 and lr.groupby("rule").chosen.sum().eq(1).all()
+    from test_workflow import undocumented
+
+    assert undocumented(tmp_path / "results") == []  # every column of the study's tables: docs/columns.md
     chosen = lr[lr.chosen].set_index("rule").lr.sort_index()
     assert (scaling.groupby("rule").lr.first().sort_index() == chosen).all()  # runs use the searched lr
     frontiers = pd.read_parquet(tmp_path / "results/tables/frontiers.parquet")

@@ -72,14 +72,22 @@ METADATA_PREFIX = "trainingcost."
 
 
 def write_parquet(frame: pd.DataFrame, path: str | Path, metadata: dict | None = None) -> Path:
-    """Write ``frame`` atomically; ``metadata`` becomes the file's key-value metadata (keys prefixed ``trainingcost.``)."""
-    if not metadata:
-        return atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
+    """Write ``frame`` atomically; ``metadata`` becomes the file's key-value metadata (keys prefixed ``trainingcost.``),
+    and each column's field carries its unit and description (config/columns.py, docs/columns.md)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from .config.columns import field_metadata
+
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    extra = {f"{METADATA_PREFIX}{key}".encode(): ("" if value is None else str(value)).encode() for key, value in metadata.items()}
+    schema = table.schema
+    for i, field in enumerate(schema):
+        described = field_metadata(field.name)
+        if described:
+            schema = schema.set(i, field.with_metadata({**(field.metadata or {}), **described}))
+    table = table.cast(schema)
+    extra = {f"{METADATA_PREFIX}{key}".encode(): ("" if value is None else str(value)).encode()
+             for key, value in (metadata or {}).items()}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **extra})
     return atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
