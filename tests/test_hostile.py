@@ -606,7 +606,7 @@ def test_a_trainer_dies_with_its_workflow_and_with_its_job_shell(tmp_path):
         shell = subprocess.Popen(["bash", "-c", command], env={**ENV, "TRAININGCOST_WORKFLOW_PID": str(workflow.pid)},
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         trainer = _trainer_of(shell.pid)
-        time.sleep(1)
+        reached(trainer, "training")  # past its tie to the workflow (lifeline.hold), into the steps, however busy
         (workflow if victim == "workflow" else shell).kill()
         if victim == "workflow":
             workflow.wait()  # reaped, as Snakemake's own parent (a shell) reaps it; a zombie still answers kill(pid, 0)

@@ -77,8 +77,8 @@ MAX_BUDGET_S = 3600.0  # a device session is minutes; an hour for one stage or t
 
 
 def budget_seconds(variable: str, default: float) -> float:
-    """A budget from the environment: seconds, finite, above 0 and at most MAX_BUDGET_S; else one line and exit 2,
-    before any stage runs (issue 66, N21)."""
+    """A budget from the environment: seconds, finite, from 0 (the stage skipped) to MAX_BUDGET_S; else one line and
+    exit 2, before any stage runs (issue 66, N21)."""
     value = os.environ.get(variable)
     if value in (None, ""):
         return float(default)
@@ -86,8 +86,8 @@ def budget_seconds(variable: str, default: float) -> float:
         number = float(value)
     except ValueError:
         number = float("nan")
-    if not 0 < number <= MAX_BUDGET_S:  # NaN fails too
-        print(f"run.sh: {variable}={value[:30]!r}: give seconds, more than 0 and at most {MAX_BUDGET_S:.0f}")
+    if not 0 <= number <= MAX_BUDGET_S:  # NaN fails too
+        print(f"run.sh: {variable}={value[:30]!r}: give seconds, from 0 (skip) to {MAX_BUDGET_S:.0f}")
         raise SystemExit(2)
     return number
 
