@@ -249,6 +249,8 @@ def test_money_carries_its_currency(capsys):
     assert (trainingcost.plan(**BASE).table["currency"] == "USD").all()
     assert cli.main(["plan", "--preset", "gpt2-small", "--tokens", "1e10", "--gpu", "a100-80gb", "--gpus", "8",
                      "--rule", "bp", "--price", "2"]) == 0
-    assert "cost USD" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "USD" in next(line for line in out.splitlines() if line.startswith("rule ")).split()  # the column's title
+    assert "money: USD (--price, --currency)" in out
     with pytest.raises(trainingcost.Error, match="argument --currency: expected an ISO 4217 currency code"):
         trainingcost.plan(**BASE, currency="dollars")

@@ -169,7 +169,7 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     out.append("")
     money = table["cost"].notna().any()
     header = ["rule", "", "FLOPs", "x BP", "step", "time", "GPU-h", "MFU", "MWh", "tCO2e",
-              *([f"cost {table['currency'].iloc[0]}"] if money else []),
+              *([str(table["currency"].iloc[0])] if money else []),  # the cost column, titled by its currency
               "GiB/GPU", "fits", "micro"]
     refused = untrained(cfg, table["rule"])
     rows = [[marked(r["rule"], refused), "", "never" if math.isnan(r["model_flops"]) else f"{r['model_flops']:.3g}".replace("e+", "e"),
@@ -200,7 +200,7 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
              "--tokens-per-s, --calibration)",
              f"energy: {power_label(gpu)} {gpu.power_w:g} W x {first['source_power'].split(' (')[0].removeprefix('TDP x ')}, PUE "
              f"{first['source_pue'].split(' (')[0].removeprefix('default ')}, {first['source_carbon'].split(' (')[0].removeprefix('default ')} "
-             f"CO2e{'' if money else '; money: --price'}",
+             f"CO2e{'; money: ' + str(first['currency']) + ' (--price, --currency)' if money else '; money: --price'}",
              f"memory: ZeRO's bytes per parameter, activations of analytic/memory.py{gathered}",
              f"framework: {first['source_framework'].split(' (')[0]} (--framework){fallback}; network: "
              f"{first['source_network'].split(' (')[0]} (--cluster, --nic-gbps)",

@@ -244,8 +244,8 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
             rows.append([marked(r["rule"], refused), f"{r['gpus']}{mark}", r["layout"], _duration(r["step_time_s"]),
                          _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), *([_si(r["cost"])] if money else []),
                          *([_si(r["energy_kwh"])] if energy else []), f"{r['mfu']:.3f}", "yes" if r["fits"] else "NO"])
-        unit = f" {t['currency'].iloc[0]}" if "currency" in t else ""
-        out.append(grid(["rule", "GPUs", "layout", "step", "time", "GPU-h", *([f"cost{unit}"] if money else []),
+        unit = str(t["currency"].iloc[0]) if "currency" in t else "cost"
+        out.append(grid(["rule", "GPUs", "layout", "step", "time", "GPU-h", *([unit] if money else []),
                          *(["kWh"] if energy else []), "MFU", "fits"], rows))
     out += [wrapped(line, width) for line in untrained_note(refused)]
     if explain:
