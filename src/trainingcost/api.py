@@ -38,7 +38,8 @@ class PlanResult:
     search, every rule's best few layouts per GPU count (rank 1 the best); ``at_bp_layout``: each rule at BP's best
     layout; ``memory``: the memory per GPU by part (bytes), per rule (and GPU count); ``verdict``: for a given layout
     that does not fit, which rules do not and the smallest change that fits; ``notes``: what the plan assumed about the
-    model (a config.json's training length)."""
+    model (a config.json's training length); ``text``: the plan as ``trainingcost plan`` prints it (its table format,
+    the view the cost model asks for); ``cells``: the main table of ``text``, cell for cell, as text."""
 
     table: pd.DataFrame
     layouts: pd.DataFrame
@@ -46,6 +47,8 @@ class PlanResult:
     memory: pd.DataFrame
     verdict: str | None = None
     notes: list = dataclasses.field(default_factory=list)
+    text: str = ""
+    cells: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
 
 
 @dataclasses.dataclass
@@ -114,7 +117,11 @@ def _value(command: str, action: argparse.Action, value):
     except argparse.ArgumentTypeError as exc:
         refuse(str(exc))
     if action.choices is not None and value not in action.choices:
-        refuse(f"invalid choice: {value!r} (choose from {', '.join(map(str, action.choices))})")
+        try:  # argparse's own words, as the command line says them
+            argparse.ArgumentParser()._check_value(action, value)
+        except argparse.ArgumentError as err:
+            refuse(err.message)
+        refuse(f"invalid choice: {value!r}")
     return value
 
 
@@ -456,6 +463,7 @@ def plan(
     and ``TypeError`` for a keyword it does not take.
     """
     from .io import check_output
+    from .plan_text import plan_cells, plan_text
     from .planning import plan_outcome
 
     inputs = _inputs("plan", locals())
@@ -472,7 +480,7 @@ def plan(
     search = out.search
     return PlanResult(table, search.layouts if search is not None else pd.DataFrame(),
                       search.at_bp_layout if search is not None else pd.DataFrame(), memory.reset_index(drop=True),
-                      out.verdict, out.notes)
+                      out.verdict, out.notes, plan_text(out, inputs.cost_model == "all"), plan_cells(out))
 
 
 def estimate(

@@ -45,6 +45,7 @@ from .curves import add_parser as add_curves_parser  # trainingcost curves (curv
 from .estimating import estimate_outcome
 from .flags import ESTIMATE_HELP, estimate_flags, mirror_steps_help
 from .plan_command import add_parser as add_plan_parser  # trainingcost plan (plan_command.py; docs/planning.md)
+from .web.command import add_parser as add_serve_parser  # trainingcost serve (web/; docs/page.md)
 from .text import describe_config, grid, human, human_bytes, wrapped
 
 # ---------------------------------------------------------------------------
@@ -645,6 +646,7 @@ def build_parser(parser_class=Parser) -> Parser:
 
     add_plan_parser(sub)
     add_curves_parser(sub)
+    add_serve_parser(sub)
 
     cfg = sub.add_parser("configs", help="enumerate a sweep into a parquet table")
     cfg.add_argument("--config", required=True, help="a config YAML file")
@@ -675,7 +677,7 @@ def _terminate(signum, frame):
 # Outputs each command writes: (argument, whether it names a directory).
 OUTPUTS = (("out", False), ("out_dir", True), ("memory_out", False), ("figure", False))
 COMMAND_NEEDS = {"train": ("torch", "pyarrow"), "calibrate": ("torch", "pyarrow"), "curves": ("torch", "pyarrow"),
-                 "configs": ("pyarrow",), "analytic": ("pyarrow",)}  # src/trainingcost/extras.py: the install's layers
+                 "configs": ("pyarrow",), "analytic": ("pyarrow",), "serve": ("fastapi", "uvicorn")}  # src/trainingcost/extras.py: the install's layers
 FLAG_NEEDS = {"figure": ("matplotlib", "seaborn"), "frontiers": ("pyarrow",), "measured_run": ("pyarrow",)}
 
 

@@ -11,6 +11,7 @@ figures    seaborn (matplotlib)                             plan --figure
 hf         huggingface_hub                                  --hf-config with a Hub name (meta-llama/Llama-3.1-8B)
 train      torch, pyarrow, NVML                             train, calibrate, curves
 workflow   Snakemake, its SLURM plugin, pyarrow, seaborn    the workflow (make run)
+web        FastAPI, uvicorn                                 the planner page: trainingcost serve
 dev        all of the above, transformers and the test tools make test
 ========== ================================================ ==============================================
 """
@@ -22,9 +23,10 @@ import importlib.util
 from .config.errors import ConfigError
 
 EXTRA_OF = {"torch": "train", "pynvml": "train", "pyarrow": "tables", "matplotlib": "figures", "seaborn": "figures",
-            "snakemake": "workflow", "transformers": "dev", "huggingface_hub": "hf"}
+            "snakemake": "workflow", "transformers": "dev", "huggingface_hub": "hf",
+            "fastapi": "web", "uvicorn": "web"}
 NEEDED_FOR = {"train": "training", "tables": "a parquet table", "figures": "a figure", "workflow": "the workflow",
-              "hf": "a Hugging Face Hub name", "dev": "this"}
+              "hf": "a Hugging Face Hub name", "web": "the planner page", "dev": "this"}
 
 
 class MissingExtra(ConfigError):

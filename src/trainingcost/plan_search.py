@@ -184,8 +184,38 @@ def untrained_note(refused: list[str]) -> list[str]:
             "mixture of experts (docs/learning_rules.md)"]
 
 
+def search_cells(result: SearchPlan, cfg) -> tuple[list[str], list[list]]:
+    """The search's table as :func:`render` prints it: its header and rows of cells (each rule at its best layout; per
+    GPU count with several, the best count by the objective marked *)."""
+    from .text import _duration, _si
+
+    t = result.table
+    if "executed" in set(t["cost_model"]):
+        t = t[t["cost_model"] == "executed"]
+    refused = untrained(cfg, t["rule"])
+    if len(result.counts) == 1:
+        rows = [[marked(r["rule"], refused), r["layout"], _duration(r["step_time_s"]), _duration(r["wall_clock_s"]),
+                 _si(r["gpu_hours"]), f"{r['mfu']:.3f}", f"{r['mem_total'] / 2**30:.1f}",
+                 "yes" if r["fits"] else "NO"] for _, r in t.drop_duplicates("rule").iterrows()]
+        return ["rule", "layout", "step", "time", "GPU-h", "MFU", "GiB/GPU", "fits"], rows
+    money = t["cost"].notna().any()
+    energy = result.objective == "energy"  # the column the best count is picked by (issue 66, N25)
+    rows = []
+    order = {rule: i for i, rule in enumerate(dict.fromkeys(t["rule"]))}
+    by_rule = t.drop_duplicates(["rule", "gpus"]).sort_values(["rule", "gpus"], key=lambda c: c.map(order)
+                                                                if c.name == "rule" else c)
+    for _, r in by_rule.iterrows():
+        mark = "*" if result.best_count.get(r["rule"]) == r["gpus"] else ""
+        rows.append([marked(r["rule"], refused), f"{r['gpus']}{mark}", r["layout"], _duration(r["step_time_s"]),
+                     _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), *([_si(r["cost"])] if money else []),
+                     *([_si(r["energy_kwh"])] if energy else []), f"{r['mfu']:.3f}", "yes" if r["fits"] else "NO"])
+    unit = str(t["currency"].iloc[0]) if "currency" in t else "cost"
+    return ["rule", "GPUs", "layout", "step", "time", "GPU-h", *([unit] if money else []),
+            *(["kWh"] if energy else []), "MFU", "fits"], rows
+
+
 def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bool, width: int) -> str:
-    from .text import _duration, _si, grid, wrapped
+    from .text import _duration, grid, wrapped
 
     t = result.table
     if "executed" in set(t["cost_model"]):  # the screen shows the executed model (the table has every one asked)
@@ -208,10 +238,7 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
                                f"{sum(rs.priced for rs in found.rules.values()):,} priced (the rest proved slower), in "
                                f"{found.seconds:.2f} s; objective: step time, ties to the smaller memory", width))
         out.append("")
-        rows = [[marked(r["rule"], refused), r["layout"], _duration(r["step_time_s"]), _duration(r["wall_clock_s"]),
-                 _si(r["gpu_hours"]), f"{r['mfu']:.3f}", f"{r['mem_total'] / 2**30:.1f}",
-                 "yes" if r["fits"] else "NO"] for _, r in t.drop_duplicates("rule").iterrows()]
-        out.append(grid(["rule", "layout", "step", "time", "GPU-h", "MFU", "GiB/GPU", "fits"], rows))
+        out.append(grid(*search_cells(result, cfg)))
         out.append(wrapped("layout: tp, pp, v (interleaved stages), dp, mb (micro-batch), ep; sel/full: "
                            "checkpointing; sp: sequence parallel; z1-z3: ZeRO stage" +
                            ("; r: HSDP replica groups" if int(t["replicate"].iloc[0]) > 1 else ""), width))
@@ -233,20 +260,7 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
         out.append(wrapped(f"Strong scaling: each rule at its best layout per GPU count; best count by "
                            f"{result.objective} marked *", width))
         out.append("")
-        money = t["cost"].notna().any()
-        energy = result.objective == "energy"  # the column the best count is picked by (issue 66, N25)
-        rows = []
-        order = {rule: i for i, rule in enumerate(dict.fromkeys(t["rule"]))}
-        by_rule = t.drop_duplicates(["rule", "gpus"]).sort_values(["rule", "gpus"], key=lambda c: c.map(order)
-                                                                    if c.name == "rule" else c)
-        for _, r in by_rule.iterrows():
-            mark = "*" if result.best_count.get(r["rule"]) == r["gpus"] else ""
-            rows.append([marked(r["rule"], refused), f"{r['gpus']}{mark}", r["layout"], _duration(r["step_time_s"]),
-                         _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), *([_si(r["cost"])] if money else []),
-                         *([_si(r["energy_kwh"])] if energy else []), f"{r['mfu']:.3f}", "yes" if r["fits"] else "NO"])
-        unit = str(t["currency"].iloc[0]) if "currency" in t else "cost"
-        out.append(grid(["rule", "GPUs", "layout", "step", "time", "GPU-h", *([unit] if money else []),
-                         *(["kWh"] if energy else []), "MFU", "fits"], rows))
+        out.append(grid(*search_cells(result, cfg)))
     out += [wrapped(line, width) for line in untrained_note(refused)]
     if explain:
         lines = [line for s in result.searches.values() for line in s.rejected]

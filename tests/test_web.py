@@ -1,0 +1,216 @@
+"""The planner page's server (`trainingcost serve`, issue 64) over HTTP: its answers equal the Python API's and the
+command line's, it reads no path a visitor names, it keeps out whoever lacks the token, and its limits hold. The
+page itself, in a real browser, is tests/test_page_browser.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pandas as pd
+import pytest
+
+import trainingcost
+from trainingcost.web import compute
+from web_server import TOKEN, get, plan, served
+
+README = {"preset": "llama-3-8b", "tokens": "1e12", "gpu": "h100-sxm", "gpus": "64",
+          "rule": "bp,fa,dfa,pepita,mempepita"}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainingcost", *args], capture_output=True, text=True, timeout=300)
+
+
+def flags(query: dict) -> list[str]:
+    return [word for k, v in query.items() for word in ("--" + k.replace("_", "-"), v)]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with served("--workers", "2", "--time-limit", "60") as base:
+        yield base
+
+
+def test_the_page_and_its_answers_need_the_token(server):
+    for path in ("/", "/page.js", "/api/options", "/api/plan"):
+        status, _, body = get(server, path, README, token=None)
+        assert status == 403 and body.count("\n") == 0 and "token" in body, (path, status, body)
+        status, _, _ = get(server, path, README, token="wrong-" + TOKEN)
+        assert status == 403
+    # The printed address: the token goes into a cookie (HttpOnly, SameSite=Strict) and out of the address bar.
+    status, headers, _ = get(server, "/", {"preset": "gpt2-small"})
+    assert status == 303 and headers["location"] == "/?preset=gpt2-small"
+    cookie = headers["set-cookie"]
+    assert f"trainingcost_token={TOKEN}" in cookie and "HttpOnly" in cookie and "samesite=strict" in cookie.lower()
+    status, headers, body = get(server, "/page.js")
+    assert status == 200 and "script-src 'self'" in headers["content-security-policy"] and "fetch(" in body
+
+
+def test_the_readme_plan_equals_the_api_and_the_command_line_cell_for_cell(server):
+    status, answer = plan(server, README)
+    assert status == 200 and answer["ok"], answer
+    api = trainingcost.plan(preset="llama-3-8b", tokens=1e12, gpu="h100-sxm", gpus=64,
+                            rule=["bp", "fa", "dfa", "pepita", "mempepita"])
+    assert answer["header"] == list(api.cells.columns) and answer["rows"] == api.cells.values.tolist()
+    printed = cli("plan", *flags(README))
+    assert printed.returncode == 0, printed.stderr
+    assert answer["text"] == printed.stdout == api.text
+    for row in answer["rows"]:  # each row of the page's table is a line of the printed table, cell for cell
+        assert any(re.split(r"\s{2,}", line.strip()) == row for line in printed.stdout.splitlines()), row
+    assert answer["cli"] == "trainingcost plan " + " ".join(flags(README))
+    assert "rule=['bp', 'fa', 'dfa', 'pepita', 'mempepita']" in answer["python"] and "tokens=1e12" in answer["python"]
+    namespace = {}
+    exec(answer["python"].replace("print(result.text)", ""), namespace)  # the Python call shown runs as written
+    assert namespace["result"].cells.equals(api.cells)
+    memory = {r["rule"]: r for r in answer["memory"]["rows"]}
+    for _, row in api.memory.iterrows():
+        assert memory[row["rule"]]["total"] == row["mem_total"]
+        assert sum(memory[row["rule"]]["parts"]) == pytest.approx(row["mem_total"], rel=1e-12)
+    assert answer["memory"]["capacity"] == api.table["memory_capacity"].iloc[0] == 80e9
+    assert dict(answer["assumptions"])["peak FLOP/s"].startswith("NVIDIA H100")
+
+
+def test_downloads_equal_the_command_lines_csv_and_json(server):
+    status, headers, body = get(server, "/api/plan.csv", README)
+    assert status == 200 and headers["content-type"].startswith("text/csv")
+    assert 'filename="plan.csv"' in headers["content-disposition"]
+    assert body == cli("plan", *flags(README), "--format", "csv").stdout
+    status, _, body = get(server, "/api/plan.json", README)
+    assert status == 200
+    assert json.loads(body) == json.loads(cli("plan", *flags(README), "--format", "json").stdout)
+
+
+QUERIES = [
+    {"preset": "gpt2-small", "tokens": "1e10", "gpu": "a100-80gb", "gpus": "8"},
+    {"preset": "llama-2-7b", "tokens": "2e12", "gpu": "h100-sxm", "gpus": "32-128x2", "layout": "search",
+     "rule": "bp,dfa"},
+    {"preset": "mistral-7b", "chinchilla": "true", "gpu": "h200", "gpus": "16", "rule": "pepita"},
+    {"preset": "bert-base", "tokens": "3e9", "gpu": "v100", "gpus": "4", "precision": "fp16-mixed"},
+    {"preset": "qwen2.5-0.5b", "tokens": "5e10", "cluster": "dgx-h100", "gpus": "64", "price": "2.5",
+     "rule": "bp,fa,kp"},
+    {"preset": "mixtral-8x7b", "tokens": "1e12", "gpu": "h100-sxm", "gpus": "256", "ep": "8", "rule": "bp"},
+]
+
+
+def keywords(query: dict) -> dict:
+    return {k: (v == "true" if k == "chinchilla" else v) for k, v in query.items()}
+
+
+def test_concurrent_visitors_each_get_their_own_answer(server):
+    """Six different plans asked at once (two computed at a time): each answer is the API's for its own query."""
+    with ThreadPoolExecutor(len(QUERIES)) as pool:
+        answers = list(pool.map(lambda q: plan(server, q), QUERIES * 2))
+    for query, (status, answer) in zip(QUERIES * 2, answers):
+        assert status == 200 and answer["ok"], (query, answer)
+        expected = trainingcost.plan(**keywords(query))
+        assert answer["rows"] == expected.cells.values.tolist(), query
+        assert answer["text"] == expected.text
+
+
+@pytest.mark.parametrize("query, field", [
+    ({**README, "gpus": "0"}, "gpus"),
+    ({**README, "gpu": "h100"}, "gpu"),
+    ({**README, "rule": "bp,sgd"}, "rule"),
+    ({**README, "tokens": "lots"}, "tokens"),
+    ({**README, "layout": "best"}, "layout"),
+    ({**README, "tp": "3"}, None),
+])
+def test_a_bad_value_gets_the_command_lines_one_line_and_its_field(server, query, field):
+    status, answer = plan(server, query)
+    assert status == 422 and not answer["ok"], answer
+    printed = cli("plan", *flags(query))
+    assert printed.returncode == 2
+    assert answer["error"] == printed.stderr.strip() and "\n" not in answer["error"]
+    assert len(answer["error"]) <= 200 and "Traceback" not in answer["error"]
+    if field:
+        assert answer["field"] == field
+
+
+@pytest.mark.parametrize("query", [
+    {**README, "hardware": "/etc/passwd"},
+    {**README, "calibration": "/etc/passwd"},
+    {**README, "frontiers": "results/tables/frontiers.parquet", "target_loss": "3"},
+    {**README, "figure": "/tmp/x.png", "gpus": "8,16"},
+    {"hf_config": "/etc/passwd", "tokens": "1e9", "gpu": "h100-sxm"},
+    {"hf_config": "../../config.json", "tokens": "1e9", "gpu": "h100-sxm"},
+    {"hf_config": "tests", "tokens": "1e9", "gpu": "h100-sxm"},
+])
+def test_no_path_on_the_server_is_read(server, query):
+    status, answer = plan(server, query)
+    assert status == 422 and not answer["ok"] and "\n" not in answer["error"]
+    assert "server" in answer["error"], answer["error"]
+    assert "root:" not in json.dumps(answer)
+
+
+def test_a_pasted_model_and_device_equal_the_files(server, tmp_path):
+    model = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8,
+             "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000,
+             "max_position_embeddings": 2048, "tie_word_embeddings": False}
+    device = {"name": "lab-gpu", "label": "a lab GPU", "peak_tflops": {"fp32": 60, "tf32": 400, "bf16": 800,
+              "fp16": 800, "fp8": None}, "memory_gb": 96, "bandwidth_gbs": 3000, "power_w": 600,
+              "source": "our own measurement"}
+    query = {"hf_config": json.dumps(model), "tokens": "1e10", "gpu": json.dumps(device), "gpus": "8",
+             "rule": "bp,dfa"}
+    status, answer = plan(server, query)
+    assert status == 200 and answer["ok"], answer
+    (tmp_path / "config.json").write_text(json.dumps(model))
+    name = device.pop("name")
+    (tmp_path / "devices.json").write_text(json.dumps({name: device}))
+    printed = cli("plan", "--hf-config", str(tmp_path / "config.json"), "--tokens", "1e10", "--hardware",
+                  str(tmp_path / "devices.json"), "--gpu", name, "--gpus", "8", "--rule", "bp,dfa")
+    assert printed.returncode == 0, printed.stderr
+    assert answer["text"] == printed.stdout
+    assert answer["cli"].startswith("trainingcost plan --hf-config config.json") and "--hardware device.json --gpu lab-gpu" \
+        in answer["cli"]
+
+
+def test_requests_over_the_size_limit_and_unknown_inputs_get_one_line(server):
+    status, _, body = get(server, "/api/plan", {**README, "hf_config": "{" + " " * 20_000 + "}"})
+    assert status in (413, 431) and "\n" not in body.strip()
+    status, answer = plan(server, {**README, "gpux": "8"})
+    assert status == 422 and "'gpux' is not an input of the page (closest: gpu, gpus)" in answer["error"]
+
+
+def test_a_search_past_the_time_limit_is_one_line_and_the_server_lives_on():
+    with served("--time-limit", "0.3", "--workers", "1") as base:
+        status, answer = plan(base, {"preset": "llama-2-70b", "tokens": "2e12", "gpu": "h100-sxm",
+                                     "gpus": "64-16384x2", "layout": "search"})
+        assert status == 504 and "longer than 0.3 s" in answer["error"] and "\n" not in answer["error"]
+        status, answer = plan(base, {"preset": "gpt2-small", "tokens": "1e9", "gpu": "a100-80gb"})
+        assert status in (200, 504)  # the next query gets its own process: answered, or timed out on a slow machine
+
+
+def test_the_page_fields_are_the_apis_keywords_without_the_server_files():
+    names = set(compute.fields())
+    assert names <= set(trainingcost.plan.__kwdefaults__)
+    assert not names & set(compute.SERVER_FILES)
+    assert {"preset", "hf_config", "tokens", "chinchilla", "gpu", "gpus", "framework", "cluster", "precision", "rule",
+            "layout", "objective", "tp", "pp"} <= names
+
+
+def test_serve_refuses_a_bad_flag_and_a_used_port_in_one_line():
+    with served() as base:
+        port = base.rsplit(":", 1)[1]
+        taken = cli("serve", "--port", port)
+        assert taken.returncode == 2 and taken.stderr.count("\n") == 1
+        assert taken.stderr.startswith(f"trainingcost serve: error: --port: cannot listen on 127.0.0.1:{port}")
+    for args, word in ((["--port", "70000"], "--port"), (["--token", "short"], "--token"),
+                       (["--time-limit", "0"], "--time-limit"), (["--host", "192.0.2.1"], "--host")):
+        out = cli("serve", "--port", "0", *args) if "--port" not in args else cli("serve", *args)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1 and word in out.stderr, (args, out.stderr)
+
+
+def test_the_table_of_a_range_is_the_searchs_table():
+    query = {"preset": "llama-3-8b", "tokens": "1e12", "gpu": "h100-sxm", "gpus": "64-256x2", "layout": "search",
+             "rule": "bp,dfa"}
+    answer = compute.answer(query)
+    assert answer["header"][:3] == ["rule", "GPUs", "layout"]
+    assert len(answer["rows"]) == 6 and sum(row[1].endswith("*") for row in answer["rows"]) == 2
+    assert {p["gpus"] for p in answer["scaling"]} == {64, 128, 256}
+    table = pd.DataFrame(answer["scaling"])
+    api = trainingcost.plan(**query).table
+    assert table["gpu_hours"].tolist() == api.drop_duplicates(["rule", "gpus"])["gpu_hours"].tolist()
