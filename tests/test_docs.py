@@ -51,7 +51,15 @@ def shown_commands() -> list[tuple[str, str]]:
     return found
 
 
-COMMANDS = shown_commands()
+def unique(commands: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Each command once (the guide and docs/distributed.md show some of the same), where it is first shown."""
+    seen = {}
+    for document, command in commands:
+        seen.setdefault(" ".join(command.split()), (document, command))
+    return list(seen.values())
+
+
+COMMANDS = unique(shown_commands())
 
 
 def readme_llama_json() -> dict:

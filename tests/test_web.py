@@ -4,16 +4,18 @@ page itself, in a real browser, is tests/test_page_browser.py."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 import pytest
 
 import trainingcost
+from trainingcost.cli import main
 from trainingcost.web import compute
 from web_server import TOKEN, get, plan, served
 
@@ -22,7 +24,14 @@ README = {"preset": "llama-3-8b", "tokens": "1e12", "gpu": "h100-sxm", "gpus": "
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainingcost", *args], capture_output=True, text=True, timeout=300)
+    """The command line, in this process (as a reader's shell would run it; tests/test_cli.py runs it as a process)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(list(args))
+        except SystemExit as exc:  # argparse's refusals
+            status = exc.code
+    return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
 
 
 def flags(query: dict) -> list[str]:
@@ -31,7 +40,7 @@ def flags(query: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def server():
-    with served("--workers", "2", "--time-limit", "60") as base:
+    with served("--workers", "2", "--time-limit", "600") as base:  # generous: the suite may run beside burners
         yield base
 
 

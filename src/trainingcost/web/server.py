@@ -134,7 +134,7 @@ def create_app(token: str, planner: Planner | None = None):
 
     @app.get("/api/options")
     def options():
-        return JSONResponse(compute.options())
+        return JSONResponse({**compute.options(), "token": token})  # for the page's shareable link
 
     def reply(kind: str, request: Request, media: str | None = None, filename: str | None = None):
         answer = planner.run(kind, query_of(request))

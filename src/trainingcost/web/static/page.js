@@ -86,7 +86,8 @@ async function ask() {
   const q = query();
   const text = q.toString();
   history.replaceState(null, "", text ? `?${text}` : location.pathname);
-  $("share").value = location.href;
+  // The shareable link carries the server's token, as the address `trainingcost serve` printed does.
+  $("share").value = `${location.origin}/?${text ? text + "&" : ""}token=${encodeURIComponent(options.token)}`;
   $("csv").href = `/api/plan.csv?${text}`;
   $("json").href = `/api/plan.json?${text}`;
   const mine = ++asked;
@@ -198,46 +199,68 @@ function memory(m) {
   $("memory").replaceChildren(svg);
 }
 
+function tick(v) {
+  if (v >= 1e6) return `${(v / 1e6).toPrecision(3)}M`;
+  if (v >= 1e3) return `${(v / 1e3).toPrecision(3)}k`;
+  return v >= 10 ? v.toFixed(0) : v.toPrecision(2);
+}
+
 // Two panels: wall-clock against GPUs, and GPU-hours against wall-clock (both logarithmic), one line per rule.
 function scaling(points) {
   const counts = [...new Set(points.map((p) => p.gpus))];
   $("scaling-block").hidden = counts.length < 2;
   if (counts.length < 2) { $("scaling").replaceChildren(); return; }
   const rules = [...new Set(points.map((p) => p.rule))];
-  const panel = (xs, ys, xLabel, yLabel) => {
-    const width = 380, height = 260, l = 58, b = 40, t = 10, r = 10;
+  const panel = (xs, ys, xLabel, yLabel, xTicks) => {
+    const width = 400, height = 270, l = 62, b = 42, t = 22, r = 26;
     const lx = xs.map(Math.log), ly = ys.map(Math.log);
-    const [x0, x1] = [Math.min(...lx), Math.max(...lx)], [y0, y1] = [Math.min(...ly), Math.max(...ly)];
-    const sx = (v) => l + (width - l - r) * (x1 > x0 ? (Math.log(v) - x0) / (x1 - x0) : 0.5);
-    const sy = (v) => height - b - (height - b - t) * (y1 > y0 ? (Math.log(v) - y0) / (y1 - y0) : 0.5);
-    const svg = node("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": yLabel });
+    let [x0, x1] = [Math.min(...lx), Math.max(...lx)], [y0, y1] = [Math.min(...ly), Math.max(...ly)];
+    if (y1 - y0 < 0.05) { y0 -= 0.05; y1 += 0.05; }  // a flat line: a visible band around it
+    if (x1 - x0 < 0.05) { x0 -= 0.05; x1 += 0.05; }
+    const sx = (v) => l + (width - l - r) * (Math.log(v) - x0) / (x1 - x0);
+    const sy = (v) => height - b - (height - b - t) * (Math.log(v) - y0) / (y1 - y0);
+    const svg = node("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+                              "aria-label": `${yLabel} against ${xLabel}` });
+    svg.appendChild(node("text", { x: l, y: 12 }, `${yLabel} against ${xLabel} (log scales)`));
     svg.appendChild(node("line", { x1: l, x2: width - r, y1: height - b, y2: height - b, stroke: "#888" }));
     svg.appendChild(node("line", { x1: l, x2: l, y1: t, y2: height - b, stroke: "#888" }));
-    svg.appendChild(node("text", { x: (l + width) / 2 - 40, y: height - 4 }, xLabel));
-    svg.appendChild(node("text", { x: 2, y: t + 8 }, yLabel));
-    return { svg, sx, sy, height, b, l };
+    svg.appendChild(node("text", { x: (l + width - r) / 2 - 14, y: height - 6 }, xLabel));
+    for (let i = 0; i <= 3; i++) {
+      const v = Math.exp(y0 + (y1 - y0) * i / 3);
+      svg.appendChild(node("line", { x1: l - 4, x2: l, y1: sy(v), y2: sy(v), stroke: "#888" }));
+      svg.appendChild(node("text", { x: l - 6, y: sy(v) + 4, "text-anchor": "end" }, tick(v)));
+    }
+    const xs2 = xTicks || [0, 1, 2, 3].map((i) => Math.exp(x0 + (x1 - x0) * i / 3));
+    for (const v of xs2) {
+      svg.appendChild(node("line", { x1: sx(v), x2: sx(v), y1: height - b, y2: height - b + 4, stroke: "#888" }));
+      svg.appendChild(node("text", { x: sx(v), y: height - b + 16, "text-anchor": "middle" }, tick(v)));
+    }
+    return { svg, sx, sy };
   };
   const days = (p) => p.wall_clock_s / 86400;
-  const a = panel(points.map((p) => p.gpus), points.map(days), "GPUs", "days");
+  const a = panel(points.map((p) => p.gpus), points.map(days), "GPUs", "days", counts);
   const c = panel(points.map(days), points.map((p) => p.gpu_hours), "days", "GPU-hours");
-  for (const n of counts) a.svg.appendChild(node("text", { x: a.sx(n) - 8, y: a.height - a.b + 14 }, String(n)));
+  const legend = node("svg", { width: 800, height: 22, role: "img", "aria-label": "rules" });
   rules.forEach((rule, i) => {
+    const colour = COLOURS[i % 10];
     const mine = points.filter((p) => p.rule === rule).sort((p, q) => p.gpus - q.gpus);
     for (const [pn, fx, fy] of [[a, (p) => p.gpus, days], [c, days, (p) => p.gpu_hours]]) {
       pn.svg.appendChild(node("polyline", { points: mine.map((p) => `${pn.sx(fx(p))},${pn.sy(fy(p))}`).join(" "),
-                                            fill: "none", stroke: COLOURS[i % 10], "stroke-width": 2 }));
+                                            fill: "none", stroke: colour, "stroke-width": 2 }));
       for (const p of mine) {
-        const dot = node("circle", { cx: pn.sx(fx(p)), cy: pn.sy(fy(p)), r: 3, fill: p.fits ? COLOURS[i % 10] : "#fff",
-                                     stroke: COLOURS[i % 10] });
+        const dot = node("circle", { cx: pn.sx(fx(p)), cy: pn.sy(fy(p)), r: 3.5, fill: p.fits ? colour : "#fff",
+                                     stroke: colour });
         dot.appendChild(node("title", {}, `${rule} on ${p.gpus} GPUs: ${days(p).toFixed(1)} days, ` +
                                            `${Math.round(p.gpu_hours)} GPU-hours${p.fits ? "" : " (does not fit)"}`));
         pn.svg.appendChild(dot);
       }
     }
-    c.svg.appendChild(node("text", { x: c.l + 8 + 52 * (i % 6), y: 22 + 14 * Math.floor(i / 6), fill: COLOURS[i % 10] },
-                           rule));
+    legend.appendChild(node("line", { x1: 62 + 90 * i, x2: 82 + 90 * i, y1: 11, y2: 11, stroke: colour,
+                                      "stroke-width": 3 }));
+    legend.appendChild(node("text", { x: 86 + 90 * i, y: 15 }, rule));
   });
-  $("scaling").replaceChildren(a.svg, c.svg);
+  legend.appendChild(node("text", { x: 62 + 90 * rules.length, y: 15 }, "(an open dot: does not fit)"));
+  $("scaling").replaceChildren(a.svg, c.svg, legend);
 }
 
 function copy(event) {
