@@ -36,6 +36,8 @@ test: install
 
 bench: install
 	$(BIN)/python benchmarks/bench_install.py
+	$(BIN)/python benchmarks/bench_install.py --extras web
+	$(BIN)/python benchmarks/bench_page.py
 	$(BIN)/python benchmarks/bench_cli.py
 	$(BIN)/python benchmarks/bench_analytic.py
 	$(BIN)/python benchmarks/bench_predictor.py

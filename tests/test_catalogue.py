@@ -231,7 +231,10 @@ ALLOWED = {
     "measure": {"config", "analytic", "train", "measure", "io"},
     "findings": {"config", "analytic", "train", "measure", "findings", "io"},
     "io": {"config"},  # io.check_output refuses with the config layer's ConfigError
-    "top": {"config", "analytic", "train", "measure", "findings", "io", "top", "rules.spec"},
+    "top": {"config", "analytic", "train", "measure", "findings", "io", "top", "rules.spec",
+            "web"},  # the command line registers `serve` (web/command.py), as it registers `plan`
+    # The planner page sits on the Python API (top's api.py, plan_text.py) as the command line does.
+    "web": {"config", "analytic", "io", "top", "rules.spec", "web"},
 }
 
 

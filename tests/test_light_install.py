@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "snakemake", "pyarrow", "matplotlib", "seaborn", "transformers", "pynvml")
+HEAVY = ("torch", "snakemake", "pyarrow", "matplotlib", "seaborn", "transformers", "pynvml", "fastapi", "uvicorn")
 
 LIGHT = f"""
 import importlib.abc, sys
@@ -60,6 +60,8 @@ def test_the_python_api_needs_no_extra():
       "OUT/s.png"], "trainingcost plan: error: --figure: matplotlib is not installed; a figure needs the figures extra"),
     (["plan", "--preset", "gpt2-small", "--tokens", "1e10", "--gpu", "a100-80gb", "--target-loss", "3",
       "--frontiers", "OUT/f.parquet"], "trainingcost plan: error: --frontiers: pyarrow is not installed"),
+    (["serve", "--port", "0"], "trainingcost serve: error: fastapi is not installed; the planner page needs the web "
+                               "extra: pip install '.[web]'"),
 ])
 def test_a_command_that_needs_an_extra_names_it_in_one_line(tmp_path, argv, line):
     argv = [a.replace("OUT", str(tmp_path)) for a in argv]
