@@ -98,7 +98,8 @@ def create_app(token: str, planner: Planner | None = None):
     @app.middleware("http")
     async def guard(request: Request, call_next):
         size = len(request.url.query.encode())
-        if size > MAX_QUERY_BYTES or int(request.headers.get("content-length") or 0) > MAX_QUERY_BYTES:
+        body = request.headers.get("content-length") or "0"
+        if size > MAX_QUERY_BYTES or not body.isdigit() or int(body) > MAX_QUERY_BYTES:
             return PlainTextResponse(f"trainingcost serve: error: the request is more than the {MAX_QUERY_BYTES:,} "
                                      "bytes the page reads", status_code=413)
         if request.method not in ("GET", "HEAD"):
