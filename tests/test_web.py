@@ -223,3 +223,17 @@ def test_the_table_of_a_range_is_the_searchs_table():
     table = pd.DataFrame(answer["scaling"])
     api = trainingcost.plan(**query).table
     assert table["gpu_hours"].tolist() == api.drop_duplicates(["rule", "gpus"])["gpu_hours"].tolist()
+
+
+def test_a_hub_name_is_fetched_through_the_hub_cache_and_its_failure_is_the_command_lines_line(tmp_path, monkeypatch):
+    """A Hub name that is also a folder beside the server is still a Hub name (no server path is read); offline and
+    uncached, the one line is the command line's."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    (tmp_path / "meta-llama" / "Llama-3.1-8B").mkdir(parents=True)
+    (tmp_path / "meta-llama" / "Llama-3.1-8B" / "config.json").write_text('{"model_type": "gpt2"}')
+    monkeypatch.chdir(tmp_path)
+    answer = compute.answer({"hf_config": "meta-llama/Llama-3.1-8B", "tokens": "1e12", "gpu": "h100-sxm"})
+    assert not answer["ok"] and answer["field"] == "hf_config"
+    assert answer["error"].startswith("trainingcost plan: error: --hf-config: meta-llama/Llama-3.1-8B: ")
+    assert "HF_HUB_OFFLINE" in answer["error"] and "\n" not in answer["error"]

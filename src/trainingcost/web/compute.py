@@ -80,7 +80,16 @@ def _hub(text: str) -> dict:
 
 def plan_kwargs(query: Mapping[str, str]) -> dict:
     """``trainingcost.plan``'s keywords from a page's query (text values): booleans as true/false, a pasted JSON
-    object for ``hf_config`` or ``gpu``, every other value as its flag's text. Raises :class:`Error` (one line)."""
+    object for ``hf_config`` or ``gpu``, every other value as its flag's text. Raises :class:`Error`, the command
+    line's one line."""
+    try:
+        return _kwargs(query)
+    except Error as err:
+        text = str(err)
+        raise Error(text if text.startswith("trainingcost ") else PREFIX + text) from None
+
+
+def _kwargs(query: Mapping[str, str]) -> dict:
     import argparse
 
     actions = _actions()
