@@ -63,17 +63,24 @@ def hub_config(repo_id: str, where: str = "--hf-config") -> Path:
         raise ConfigError(f"{where}: huggingface_hub is not installed; a Hugging Face Hub name needs the hf extra: pip "
                           "install '.[hf]' in the trainingcost folder") from None
 
+    import logging
+
+    quiet = logging.getLogger("huggingface_hub")  # its retries log a line each: the failure gets one line, below
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         return Path(hf_hub_download(repo_id, "config.json"))
     except Exception as exc:  # noqa: BLE001 - offline, not cached, gated, missing: one line whatever the kind
         kind = type(exc).__name__
-        why = {"LocalEntryNotFoundError": "not in the Hub cache, and the Hub is out of reach or HF_HUB_OFFLINE is set",
+        why = {"LocalEntryNotFoundError": "not cached; the Hub is out of reach or HF_HUB_OFFLINE is set",
                "RepositoryNotFoundError": "no such model on the Hub (or a private one: set HF_TOKEN)",
                "GatedRepoError": "a gated model: accept its licence on the Hub and set HF_TOKEN",
                "EntryNotFoundError": "the model has no config.json",
-               "OfflineModeIsEnabled": "not in the Hub cache, and HF_HUB_OFFLINE is set"}.get(kind, kind)
-        raise ConfigError(f"{where}: {repo_id}: no such file here, and its config.json could not be fetched from the "
-                          f"Hugging Face Hub ({why})") from None
+               "OfflineModeIsEnabled": "not cached, and HF_HUB_OFFLINE is set"}.get(kind, kind)
+        raise ConfigError(f"{where}: {repo_id[:60]}: no such file here, and the Hub did not give its config.json "
+                          f"({why})") from None
+    finally:
+        quiet.setLevel(level)
 
 
 def read_hf_config(path: str | Path, where: str = "--hf-config") -> dict:
