@@ -92,6 +92,8 @@ def main(argv=None) -> int:
     groups["across nodes"] = [r for r in rows if r["inter"]]
     for op in sorted({r["op"] for r in rows}):
         groups[f"op {op}"] = [r for r in rows if r["op"] == op]
+    for n in sorted({int(r["gpus"]) for r in rows}):
+        groups[f"{n} GPUs"] = [r for r in rows if int(r["gpus"]) == n]
     groups["overall"] = rows
     for name, part in groups.items():
         if not part:

@@ -93,7 +93,7 @@ def plan_flags(p) -> None:
     p.add_argument("--objective", default="time", choices=list(OBJECTIVES),
                    help="what the best GPU count minimises over --gpus (default time); at one count every objective "
                         "ranks layouts by step time")
-    p.add_argument("--explain", action="store_true", help="say why the search left parts of the space out")
+    p.add_argument("--explain", action="store_true", help="say why the search left parts of the space out, and name the published runs behind the error bar")
     p.add_argument("--tp-across-nodes", action="store_true", help="let the search put tensor parallelism across nodes")
     p.add_argument("--figure", metavar="PATH", help="with several --gpus: write the strong-scaling figure (.png, .pdf or .svg)")
     p.add_argument("--tp", type=count_or_auto, default=1, metavar="N|auto", help="tensor-parallel degree")

@@ -187,14 +187,17 @@ def untrained_note(refused: list[str]) -> list[str]:
 def search_cells(result: SearchPlan, cfg) -> tuple[list[str], list[list]]:
     """The search's table as :func:`render` prints it: its header and rows of cells (each rule at its best layout; per
     GPU count with several, the best count by the objective marked *)."""
-    from .text import _duration, _si
+    from .text import _duration, _duration_range, _si
+
+    def days(r):
+        return _duration_range(r["wall_clock_s"], r["wall_clock_days_low"] * 86400, r["wall_clock_days_high"] * 86400)
 
     t = result.table
     if "executed" in set(t["cost_model"]):
         t = t[t["cost_model"] == "executed"]
     refused = untrained(cfg, t["rule"])
     if len(result.counts) == 1:
-        rows = [[marked(r["rule"], refused), r["layout"], _duration(r["step_time_s"]), _duration(r["wall_clock_s"]),
+        rows = [[marked(r["rule"], refused), r["layout"], _duration(r["step_time_s"]), days(r),
                  _si(r["gpu_hours"]), f"{r['mfu']:.3f}", f"{r['mem_total'] / 2**30:.1f}",
                  "yes" if r["fits"] else "NO"] for _, r in t.drop_duplicates("rule").iterrows()]
         return ["rule", "layout", "step", "time", "GPU-h", "MFU", "GiB/GPU", "fits"], rows
@@ -207,7 +210,7 @@ def search_cells(result: SearchPlan, cfg) -> tuple[list[str], list[list]]:
     for _, r in by_rule.iterrows():
         mark = "*" if result.best_count.get(r["rule"]) == r["gpus"] else ""
         rows.append([marked(r["rule"], refused), f"{r['gpus']}{mark}", r["layout"], _duration(r["step_time_s"]),
-                     _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), *([_si(r["cost"])] if money else []),
+                     days(r), _si(r["gpu_hours"]), *([_si(r["cost"])] if money else []),
                      *([_si(r["energy_kwh"])] if energy else []), f"{r['mfu']:.3f}", "yes" if r["fits"] else "NO"])
     unit = str(t["currency"].iloc[0]) if "currency" in t else "cost"
     return ["rule", "GPUs", "layout", "step", "time", "GPU-h", *([unit] if money else []),
@@ -274,7 +277,35 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
     out += ["", wrapped(f"framework: {first['source_framework'].split(' (')[0]}; network: "
                         f"{first['source_network'].split(' (')[0]}; precision {first['precision']}; step time "
                         f"predicted (docs/planning.md){limit}", width)]
+    if first["source_interval"]:  # the largest GPU count's (the least measured)
+        out.append(wrapped(f"time (low-high): {interval_note(t.iloc[-1])}", width))
+        if explain:
+            out += error_bar_rows(t.iloc[-1], width)
     return "\n".join(out) + "\n"
+
+
+def interval_note(row) -> str:
+    """The error bar in one short line: its multiples and where they come from (``--explain`` names the rows)."""
+    head, _, rest = row["source_interval"].partition(": ")
+    return (f"{head.removeprefix('80% interval ')}: an 80% interval from {rest.split(' on ', 1)[1].split(' (')[0]} "
+            "(docs/planning.md; GPU-h and money alike; --explain names them)")
+
+
+def error_bar_rows(row, width: int) -> list[str]:
+    """``--explain``: the published runs the row's interval was read from (steptime/intervals.py)."""
+    from .analytic.steptime.intervals import interval, regime
+    from .text import wrapped
+
+    fields = row["source_interval"].rsplit(" (", 1)[1].rstrip(")").split(", ")
+    bar = interval(dict(zip(("sharding", "generation", "scale", "size"), fields)))
+    runs = {}
+    for name in bar.rows:
+        source, run = name.split(" / ", 1)
+        runs.setdefault(source, []).append(run)
+    out = ["", wrapped(f"The error bar's {len(bar.rows)} published runs (measured / predicted step, each source's "
+                       f"model fitted without it; the regime: {', '.join(fields)}):", width)]
+    out += [wrapped(f"- {source} ({len(names)}): {'; '.join(names)}", width) for source, names in runs.items()]
+    return out
 
 
 def figure(result: SearchPlan, path: str) -> None:

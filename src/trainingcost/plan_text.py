@@ -11,8 +11,8 @@ import pandas as pd
 
 from .analytic.plan import PRECISIONS, STEP_PARTS, ZERO3_GATHER
 from .analytic.steptime.device import below_full_power, generic_numbers, power_label
-from .plan_search import marked, untrained, untrained_note
-from .text import _duration, _si, describe_config, grid, wrapped
+from .plan_search import error_bar_rows, interval_note, marked, untrained, untrained_note
+from .text import _duration, _duration_range, _si, describe_config, grid, wrapped
 
 
 def _gib(value: float) -> str:
@@ -176,6 +176,7 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     notes = [f"precision: {precision}",
              f"step time: {first['source_efficiency'].split(' (')[0]}{measured} (docs/planning.md; --mfu, "
              "--tokens-per-s, --calibration)",
+             *([f"time (low-high): {interval_note(first)}"] if first["source_interval"] else []),
              f"energy: {power_label(gpu)} {gpu.power_w:g} W x {first['source_power'].split(' (')[0].removeprefix('TDP x ')}, PUE "
              f"{first['source_pue'].split(' (')[0].removeprefix('default ')}, {first['source_carbon'].split(' (')[0].removeprefix('default ')} "
              f"CO2e{'; money: ' + str(first['currency']) + ' (--price, --currency)' if money else '; money: --price'}",
@@ -204,7 +205,8 @@ def compact_cells(table: pd.DataFrame, cfg) -> tuple[list[str], list[list]]:
     refused = untrained(cfg, table["rule"])
     rows = [[marked(r["rule"], refused), "", "never" if math.isnan(r["model_flops"]) else f"{r['model_flops']:.3g}".replace("e+", "e"),
              "" if math.isnan(r["flops_vs_bp"]) else f"{r['flops_vs_bp']:.2f}", _duration(r["step_time_s"]),
-             _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), f"{r['mfu']:.3f}", _short(r["energy_kwh"] / 1e3),
+             _duration_range(r["wall_clock_s"], r["wall_clock_days_low"] * 86400, r["wall_clock_days_high"] * 86400),
+             _si(r["gpu_hours"]), f"{r['mfu']:.3f}", _short(r["energy_kwh"] / 1e3),
              _short(r["co2e_t"]), *([_si(r["cost"])] if money else []), f"{r['mem_total'] / 2**30:.1f}",
              "yes" if r["fits"] else "NO", r["micro_batch"]] for _, r in table.iterrows()]
     return header, rows
@@ -231,6 +233,8 @@ def plan_text(out, cost_model_all: bool = False, explain: bool = False) -> str:
         text = plan_search.render(out.search, out.cfg, describe_config, out.gpu, cost_model_all, explain, SCREEN_WIDTH)
     elif not cost_model_all:
         text = render_compact(out.table, out.cfg, describe_config, out.gpu, out.verdict)
+        if explain and out.table["source_interval"].iloc[0]:
+            text += "\n".join(error_bar_rows(out.table.iloc[0], SCREEN_WIDTH)) + "\n"
     else:
         text = render(out.table, out.cfg, describe_config, out.gpu)
     text += "".join(wrapped(f"Note: {note}", SCREEN_WIDTH) + "\n" for note in out.notes)

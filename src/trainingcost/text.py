@@ -70,6 +70,20 @@ def _si(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def _duration_range(seconds: float, low: float, high: float) -> str:
+    """A duration and its interval in the same unit, compact: ``25.0 d (23-30)``, its ends to two figures; the duration alone where the
+    interval is NaN (a step given, not predicted)."""
+    text = _duration(seconds)
+    if math.isnan(seconds) or math.isnan(low) or math.isnan(high) or seconds >= 86400 * 1e6:
+        return text
+    unit = text.split(" ")[-1]
+    scale = {"d": 86400, "h": 3600, "min": 60, "s": 1, "ms": 1e-3}[unit]
+    def short(x):  # two significant figures: the interval is itself good to a few percent
+        return f"{x:.0f}" if x >= 10 else f"{x:.1f}" if x >= 1 else f"{x:.2g}"
+
+    return f"{text} ({short(low / scale)}-{short(high / scale)})"
+
+
 def _duration(seconds: float) -> str:
     if math.isnan(seconds):
         return "-"  # a rule that never reaches the target loss: no run to time

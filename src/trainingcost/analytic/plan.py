@@ -609,6 +609,8 @@ PLAN_COLUMNS = (
     "model_flops_per_token", "model_flops", "recompute_flops", "hardware_flops", "flops_vs_bp",
     "step_time_s", "wall_clock_s", "wall_clock_days", "gpu_hours", "mfu", "hfu", "peak_flops_per_gpu",
     "energy_kwh", "co2e_t", "cost",
+    "step_time_low_s", "step_time_high_s", "wall_clock_days_low", "wall_clock_days_high", "gpu_hours_low",
+    "gpu_hours_high", "cost_low", "cost_high", "source_interval",
     *(f"mem_{p}" for p in MEMORY_PARTS), "mem_total", "memory_capacity", "fits", "max_micro_batch",
     "checkpoint_applies",
     "source_tokens", "source_batch", "source_efficiency", "source_precision", "source_peak", "source_memory_capacity",
@@ -719,10 +721,14 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
     # A rule that does not fit at micro-batch 1 is still priced at micro-batch 1, its row marked fits False
     # (the command line names the smallest change that fits: smallest_fit)
 
-    predicted = {}
+    predicted, bar = {}, None
     if e.kind == "predicted":
         from .steptime import Layout, predict_step
+        from .steptime.intervals import interval, regime
         from .steptime.step import check_layout, rule_work
+
+        # the error bar: the model's misses on published runs like this one (steptime/intervals.py)
+        bar = interval(regime(device.name, spec.sharding, spec.gpus, facts.parameters))
 
         work = rule_work(cfg, rules)
         for r in rules:
@@ -793,6 +799,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "hfu": G * hw_seq / (spec.gpus * peak * step), "peak_flops_per_gpu": peak, "energy_kwh": kwh,
             "co2e_t": kwh * spec.carbon_intensity / 1000,
             "cost": gpu_hours * spec.price if spec.price is not None else math.nan,
+            **interval_columns(bar, step, wall, gpu_hours, spec.price),
             **{f"mem_{k}": float(v) for k, v in parts.items()}, "mem_total": float(total_memory),
             "memory_capacity": capacity, "fits": bool(total_memory <= capacity), "max_micro_batch": most,
             "checkpoint_applies": bool(facts.per_rule.loc[r, "backward"]),
@@ -820,6 +827,18 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
     models = {m: i for i, m in enumerate(cost_models)}
     table = table.sort_values(["rule", "cost_model"], key=lambda s: s.map(order if s.name == "rule" else models))
     return table.reset_index(drop=True)
+
+
+def interval_columns(bar, step: float, wall: float, gpu_hours: float, price) -> dict:
+    """The predicted step's 80% interval carried to the run (steptime/intervals.py): every figure proportional to the
+    step (wall-clock, GPU-hours, money) gets the same multiples; NaN where the step was given, not predicted."""
+    low, high = (bar.low, bar.high) if bar is not None else (math.nan, math.nan)
+    cost = gpu_hours * price if price is not None else math.nan
+    return {"step_time_low_s": step * low, "step_time_high_s": step * high,
+            "wall_clock_days_low": wall / 86400 * low, "wall_clock_days_high": wall / 86400 * high,
+            "gpu_hours_low": gpu_hours * low, "gpu_hours_high": gpu_hours * high,
+            "cost_low": cost * low, "cost_high": cost * high,
+            "source_interval": bar.describe() if bar is not None else ""}
 
 
 def token_multipliers(cfg, spec: PlanSpec, rules, facts) -> dict[str, float]:
