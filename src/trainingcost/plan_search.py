@@ -285,10 +285,11 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
 
 
 def interval_note(row) -> str:
-    """The error bar in one short line: its multiples and where they come from (``--explain`` names the rows)."""
+    """The error bar in one short line: its multiples and how many runs it comes from (``--explain`` names them)."""
     head, _, rest = row["source_interval"].partition(": ")
-    return (f"{head.removeprefix('80% interval ')}: an 80% interval from {rest.split(' on ', 1)[1].split(' (')[0]} "
-            "(docs/planning.md; GPU-h and money alike; --explain names them)")
+    runs = rest.split(" on ", 1)[1].split(" published runs")[0]
+    return (f"{head.removeprefix('80% interval ')}, an 80% "
+            f"interval from the model's misses on {runs} published runs like this one (--explain names them)")
 
 
 def error_bar_rows(row, width: int) -> list[str]:

@@ -154,7 +154,7 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     out.append("")
     header, rows = compact_cells(table, cfg)
     refused = untrained(cfg, table["rule"])
-    out.append(f"The run under the {first['cost_model']} cost model (time: wall-clock; GiB/GPU: the most loaded GPU)")
+    out.append(f"The run under the {first['cost_model']} cost model (time: wall-clock, 80% interval; GiB: most loaded GPU)")
     out.append(grid(header, rows))
     out += [wrapped(line, SCREEN_WIDTH) for line in untrained_note(refused)]
     if verdict:  # what does not fit, then what would, each on its own lines
@@ -199,11 +199,11 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
 def compact_cells(table: pd.DataFrame, cfg) -> tuple[list[str], list[list]]:
     """The default view's table: its header and, per row of ``table``, its cells as printed."""
     money = table["cost"].notna().any()
-    header = ["rule", "", "FLOPs", "x BP", "step", "time", "GPU-h", "MFU", "MWh", "tCO2e",
+    header = ["rule", "FLOPs", "x BP", "step", "time", "GPU-h", "MFU", "MWh", "tCO2e",
               *([str(table["currency"].iloc[0])] if money else []),  # the cost column, titled by its currency
-              "GiB/GPU", "fits", "micro"]
+              "GiB", "fits", "mb"]
     refused = untrained(cfg, table["rule"])
-    rows = [[marked(r["rule"], refused), "", "never" if math.isnan(r["model_flops"]) else f"{r['model_flops']:.3g}".replace("e+", "e"),
+    rows = [[marked(r["rule"], refused), "never" if math.isnan(r["model_flops"]) else f"{r['model_flops']:.3g}".replace("e+", "e"),
              "" if math.isnan(r["flops_vs_bp"]) else f"{r['flops_vs_bp']:.2f}", _duration(r["step_time_s"]),
              _duration_range(r["wall_clock_s"], r["wall_clock_days_low"] * 86400, r["wall_clock_days_high"] * 86400),
              _si(r["gpu_hours"]), f"{r['mfu']:.3f}", _short(r["energy_kwh"] / 1e3),
@@ -219,7 +219,7 @@ def plan_cells(out) -> pd.DataFrame:
 
     header, rows = (plan_search.search_cells(out.search, out.cfg) if out.search is not None
                     else compact_cells(out.table, out.cfg))
-    keep = [i for i, title in enumerate(header) if title]  # the default view's spacer column holds nothing
+    keep = [i for i, title in enumerate(header) if title]  # no column without a title
     return pd.DataFrame([[str(row[i]) for i in keep] for row in rows], columns=[header[i] for i in keep])
 
 
