@@ -12,6 +12,13 @@ cluster, analytic/steptime), and per sweep this prints:
 
 Goals (issue 38): Spearman >= 0.7 on every sweep; the pick within 5% of the measured best.
 
+What limits each sweep (issue 65): the measurement's own noise, from layouts a sweep timed more than once (the spread
+of their log times, the median over the source's repeated layouts), gives the Spearman a perfect model
+would reach against one noisy timing of each layout (the median of 400 draws of the measured times, each times
+exp(sigma x a normal draw), ranked against the measured times themselves). A sweep whose ceiling is under the goal is
+limited by noise; one whose model falls more than 0.1 short of its ceiling, by the model; a source without repeats
+has no noise figure, and its sweeps say so.
+
     python benchmarks/bench_layout_ranking.py [--csv PATH] [--min-rows 5] [--rows]
 """
 
@@ -22,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +61,7 @@ def evaluate(path: Path, min_rows: int, refused: list | None = None) -> pd.DataF
         G = lay.global_batch
         rows.append({"sweep": row["sweep"], "source": row["source"], "run": row["run"], "gpus": lay.gpus,
                      "layout": f"tp{lay.tp} pp{lay.pp} dp{lay.dp} mb{lay.micro_batch} {lay.sharding}",
+                     "same": (cfg.config_id, repr(lay)),  # every field of the model and the layout: a repeat
                      "measured_per_seq": measured / G, "predicted_per_seq": pred.step_time_s / G})
     table = pd.DataFrame(rows)
     if table.empty:
@@ -75,6 +84,41 @@ def per_sweep(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def noise(table: pd.DataFrame) -> dict:
+    """source -> (the median over layouts timed more than once of the standard deviation of their log times, how many
+    such layouts, the largest ratio of two timings of one layout); (None, 0, None) where the source repeats none. The
+    median, not a pooled figure: one layout timed 4.7x apart (the Playbook's 8.86B at tp8 dp2) would set a pooled one
+    alone."""
+    out = {}
+    for source, part in table.groupby("source"):
+        logs = np.log(part["measured_per_seq"])
+        groups = [g for _, g in logs.groupby([part["sweep"], part["same"]]) if len(g) > 1]
+        if not groups:
+            out[source] = (None, 0, None)
+            continue
+        out[source] = (float(np.median([g.std(ddof=1) for g in groups])), len(groups),
+                       float(max(np.exp(g.max() - g.min()) for g in groups)))
+    return out
+
+
+def ceiling(measured: pd.Series, sigma: float | None, draws: int = 400) -> float:
+    """The median Spearman of the measured times against noisy copies of themselves (a perfect model's score)."""
+    if sigma is None:
+        return float("nan")
+    rng = np.random.default_rng(0)
+    ranks = measured.rank()
+    values = [ranks.corr((measured * np.exp(sigma * rng.standard_normal(len(measured)))).rank()) for _ in range(draws)]
+    return float(np.median(values))
+
+
+def limit(rho: float, top: float) -> str:
+    if np.isnan(top):
+        return "noise unknown (no repeats)"
+    if top < GOALS["spearman"]:
+        return "noise"
+    return "model" if rho < top - 0.1 else "noise"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=ROOT / "benchmarks" / "layout_sweeps.csv")
@@ -88,13 +132,19 @@ def main(argv=None) -> int:
         print(f"no layout of {args.csv} could be priced ({len(refused)} refused):", *refused, sep="\n  ")
         return 1
     result = per_sweep(table)
+    sigma = noise(table)
+    result["ceiling"] = [ceiling(table.loc[table["sweep"] == r["sweep"], "measured_per_seq"], sigma[r["source"]][0])
+                         for _, r in result.iterrows()]
+    result["limit"] = [limit(r["spearman"], r["ceiling"]) for _, r in result.iterrows()]
     if args.rows:
         print(table.to_string(index=False))
         print()
-    print(f"{'sweep':42} {'n':>4} {'Spearman':>8} {'regret':>7} {'best@':>5}  model's pick / measured best")
+    print(f"{'sweep':42} {'n':>4} {'Spearman':>8} {'ceiling':>7} {'limit':>8} {'regret':>7} {'best@':>5}  model's pick / "
+          "measured best")
     for _, r in result.iterrows():
-        print(f"{r['sweep'][:42]:42} {r['layouts']:4d} {r['spearman']:8.2f} {r['regret_pct']:6.1f}% {r['rank_of_best']:5d}  "
-              f"{r['pick']} / {r['measured_best']}")
+        top = "-" if np.isnan(r["ceiling"]) else f"{r['ceiling']:.2f}"
+        print(f"{r['sweep'][:42]:42} {r['layouts']:4d} {r['spearman']:8.2f} {top:>7} {r['limit'].split(' ')[0]:>8} "
+              f"{r['regret_pct']:6.1f}% {r['rank_of_best']:5d}  {r['pick']} / {r['measured_best']}")
     met_rho = (result["spearman"] >= GOALS["spearman"]).sum()
     met_regret = (result["regret_pct"] <= GOALS["regret"]).sum()
     print(f"\n{len(result)} sweeps, {len(table)} layouts in {time.perf_counter() - start:.1f} s: Spearman median "
@@ -104,6 +154,13 @@ def main(argv=None) -> int:
     for source, part in result.groupby("source"):
         print(f"  {source}: {len(part)} sweeps, Spearman median {part['spearman'].median():.2f}, regret median "
               f"{part['regret_pct'].median():.1f}%, max {part['regret_pct'].max():.1f}%")
+    for source, (value, repeats, worst) in sigma.items():
+        part = result[result["source"] == source]
+        print(f"  {source}: measurement noise " + (f"{100 * value:.1f}% (median sd of log time over {repeats} layouts "
+                                                   f"timed more than once; the widest {worst:.2f}x apart); limited by "
+                                                   f"the model on {(part['limit'] == 'model').sum()}, by noise on "
+                                                   f"{(part['limit'] == 'noise').sum()} of {len(part)} sweeps"
+                                                   if value is not None else "unknown: no layout timed twice"))
     if refused:
         print(f"{len(refused)} layouts refused (not in the figures above):", *refused, sep="\n  ")
     return 0
