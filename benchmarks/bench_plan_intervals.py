@@ -100,7 +100,7 @@ def main(argv=None) -> int:
             print(f"{r['source'][:26]:26} {r['run'][:44]:44} ratio {r['ratio']:.3f}  [{iv.low:.3f}, {iv.high:.3f}] "
                   f"{'in' if c else 'OUT'}  ({len(iv.rows)} rows, {iv.shared} fields)")
         print()
-    print("80% intervals (5th-95th percentile of the most alike rows' measured/predicted, leave-one-source-out)")
+    print(f"80% intervals ({100 * I.TAIL:g}th-{100 - 100 * I.TAIL:g}th percentile of the most alike rows' measured/predicted, leave-one-source-out)")
     print(f"{'rows scored':34} {'rows':>4} {'covered':>9} {'below':>6} {'above':>6} {'median hi/lo':>9}")
     groups = {}
     for item in scored:
