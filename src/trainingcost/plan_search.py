@@ -272,11 +272,13 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
     from .analytic.steptime.device import below_full_power
 
     speed = below_full_power(gpu)
+    schedule = next((x for x in t["schedule"] if x not in ("", "1f1b")), "") if "schedule" in t else ""
     limit = (f"; compute at {speed:.3g} of full power at the {gpu.power_w:g} W power limit (the part's published "
              "power curve; --power-limit)" if speed < 1 else "")
     out += ["", wrapped(f"framework: {first['source_framework'].split(' (')[0]}; network: "
-                        f"{first['source_network'].split(' (')[0]}; precision {first['precision']}; step time "
-                        f"predicted (docs/planning.md){limit}", width)]
+                        f"{first['source_network'].split(' (')[0]}; precision {first['precision']}; "
+                        + (f"pipeline schedule {schedule} where pp > 1; " if schedule else "")
+                        + f"step time predicted (docs/planning.md){limit}", width)]
     if first["source_interval"]:  # the largest GPU count's (the least measured)
         out.append(wrapped(f"time (low-high): {interval_note(t.iloc[-1])}", width))
         if explain:

@@ -107,11 +107,14 @@ SCREEN_WIDTH = 100  # the compact view (the default: one cost model) fits 100 co
 
 
 def _degrees(row) -> str:
-    """``data x tensor x pipeline = 4 x 8 x 2``, with context parallelism where the plan has it."""
+    """``data x tensor x pipeline = 4 x 8 x 2``, with context parallelism where the plan has it, and the pipeline's
+    schedule where it is not 1F1B."""
+    schedule = row.get("schedule") or ""
+    tail = f" ({schedule} schedule)" if schedule not in ("", "1f1b") else ""
     if row.get("cp", 1) > 1:
-        return (f"data x context x tensor x pipeline = {row['dp']} x {row['cp']} x {row['tp']} x {row['pp']} (each "
-                f"sequence split over {row['cp']} GPUs)")
-    return f"data x tensor x pipeline = {row['dp']} x {row['tp']} x {row['pp']}"
+        return (f"data x context x tensor x pipeline = {row['dp']} x {row['cp']} x {row['tp']} x {row['pp']}{tail} "
+                f"(each sequence split over {row['cp']} GPUs)")
+    return f"data x tensor x pipeline = {row['dp']} x {row['tp']} x {row['pp']}{tail}"
 
 
 def _sharding(row) -> str:

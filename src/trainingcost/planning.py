@@ -293,6 +293,7 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         carbon_source=defaults.carbon_source if args.carbon_intensity is None else "given",
         price=args.price, price_source="given" if args.price is not None else defaults.price_source,
         mirror_steps=args.mirror_steps, interleave=args.interleave, sequence_parallel=args.sequence_parallel,
+        schedule=args.schedule or "",
         ep=args.ep, etp=args.etp, cp=args.cp, replicate=args.replicate, dp_overlap=fw.dp_overlap if args.dp_overlap is None else args.dp_overlap,
         **quality_of(args),
     )
@@ -400,6 +401,8 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
         gpu = power_limited(gpu, args.power_limit)
     rules = args.rule if isinstance(args.rule, list) else rule_list(args.rule)
     models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
+    if args.schedule not in (None, "1f1b") and args.pp == 1 and "pp" not in free_fields(args):  # needs a pipeline
+        raise ConfigError(f"--schedule: {args.schedule} needs pipeline stages (--pp 2 or more, or --pp auto; got --pp 1)")
     if free_fields(args) or len(args.gpus) > 1:
         if any(n < 1 for n in args.gpus):
             raise ConfigError(f"--gpus: must be a positive integer (got {min(args.gpus)})")

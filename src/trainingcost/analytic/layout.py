@@ -287,7 +287,7 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                 sps = tuple(sp for sp in sps if sp)
             if "interleave" in free:
                 vs = [v for v in divisors(interleave_blocks(blocks, p)) if not interleave_problem(blocks, p, v)] \
-                    if (p > 1 and spec.pipeline_split == "even") else [1]
+                    if (p > 1 and spec.pipeline_split == "even" and spec.schedule in ("", "interleaved")) else [1]
             else:
                 vs = [spec.interleave]
             mbs = divisors(per_replica) if "micro_batch" in free else [spec.micro_batch]
@@ -341,7 +341,10 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                 key = (t, p, dp, ep, ckpt, mb, sp, max(v for _, v in items))
                 if key not in bounds:
                     lay = step_layout(fits[items[0][0]][0], G, mb, interleave=1, sequence_parallel=sp, slots=slots)
-                    bounds[key] = _lower_bound(cfg, lay, device, r, work, memo, key[-1])
+                    try:
+                        bounds[key] = _lower_bound(cfg, lay, device, r, work, memo, key[-1])
+                    except ConfigError:  # priced below, where the layout's own line is kept
+                        bounds[key] = 0.0
                 bounded.append((bounds[key], i))
             bounded.sort()
             order = [i for _, i in bounded]
@@ -356,7 +359,11 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                 memory = fixed + per_seq * mb
                 lay = step_layout(s_spec, G, mb, interleave=v, sequence_parallel=sp, slots=slots)
                 priced += 1
-                pred = predict_step(cfg, lay, device, r, work, memo if prune else {})
+                try:
+                    pred = predict_step(cfg, lay, device, r, work, memo if prune else {})
+                except ConfigError as err:  # a schedule this layout cannot run (DualPipe's micro-batches)
+                    rejected.append(str(err))
+                    continue
                 ranked = _insert(ranked, (pred.step_time_s, memory, (i, j),
                                           Candidate(t, p, v, mb, ckpt, sh, sp, ep, dp, pred.step_time_s, memory,
                                                     spec.cp, spec.etp, R)), top)

@@ -36,6 +36,7 @@ from .catalogue import rule, rule_names
 from .engine import build_for, evaluate, phase_costs
 from .memory import OPTIMIZER_SLOTS
 from .registry import cost_model
+from .steptime import schedules
 from ..config.errors import ConfigError
 
 
@@ -139,6 +140,7 @@ class PlanSpec:
     cp: int = 1  # context-parallel degree: s / cp tokens of every sequence per GPU (Megatron-Core's CP)
     replicate: int = 1  # HSDP: the dp replicas in this many groups, ZeRO sharding inside each (--replicate)
     pipeline_split: str = "even"  # how the blocks are split over pipeline stages (the framework's; plan_facts.stages)
+    schedule: str = ""  # the pipeline schedule (steptime/schedules.py); "": 1F1B, interleaved with interleave > 1
 
 
 # ---------------------------------------------------------------------------
@@ -165,6 +167,8 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
         raise ConfigError(f"precision: {spec.precision!r} is not allowed (allowed: {', '.join(PRECISIONS)})")
     if spec.zero3_gather not in ZERO3_GATHER:
         raise ConfigError(f"zero3_gather: {spec.zero3_gather!r} is not allowed (allowed: {', '.join(ZERO3_GATHER)})")
+    if spec.schedule not in ("", *schedules.SCHEDULES):
+        raise ConfigError(f"--schedule: {spec.schedule!r} is not allowed (allowed: {', '.join(schedules.SCHEDULES)})")
     if spec.sharding not in SHARDINGS:
         raise ConfigError(f"sharding: {spec.sharding!r} is not allowed (allowed: {', '.join(SHARDINGS)})")
     if spec.checkpointing not in CHECKPOINTING:
@@ -467,16 +471,20 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     # weights are kept in fp8 (NeMo's fp8_params: the copy and its transpose then replace the bf16 weights)
     fp8_cache = 2.0 * params * held * facts.blocks_parameters / facts.parameters \
         if (p.linear and spec.fp8_weight_cache and not spec.fp8_params and stage < 3 and facts.parameters) else 0.0
+    # DualPipe holds two stages per GPU, one per direction: its parameters, their gradients and optimizer state twice
+    schedule = schedules.effective(spec.schedule, spec.interleave) if spec.pp > 1 else "1f1b"
+    copies = schedules.parameter_copies(schedule)
     return {
-        "parameters": shard(params * p.weights, 3) + fp8_cache,
-        "feedback": shard(feedback * p.weights, 3),
-        "gradients": shard(trained * grads, 2),
-        "master_weights": shard(trained * p.master, 1),
-        "optimizer_state": shard(trained * p.state * OPTIMIZER_SLOTS[spec.optimizer], 1),
+        "parameters": copies * shard(params * p.weights, 3) + fp8_cache,
+        "feedback": copies * shard(feedback * p.weights, 3),
+        "gradients": copies * shard(trained * grads, 2),
+        "master_weights": copies * shard(trained * p.master, 1),
+        "optimizer_state": copies * shard(trained * p.state * OPTIMIZER_SLOTS[spec.optimizer], 1),
         # ZeRO-3 gathers each layer whole before using it: its working weights and gradients (DeepSpeed's
         # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16)
         "gathered": gathered_unit_bytes(facts, spec, p) / spec.tp if stage == 3 and dp > 1 else 0.0,
         "activations": (activations * p.activations * _in_flight(facts, spec.pp, split)
+                        * schedules.in_flight(schedule, spec.pp)
                         + unfused_scores(facts, spec, row)) / (spec.tp * spec.cp),
     }
 
@@ -618,7 +626,7 @@ PLAN_COLUMNS = (
     *(f"step_{k}_s" for k in STEP_PARTS), "step_dp_bytes", "step_dp_collectives",
     "compute_multiplier", "token_multiplier", "source_quality",
     "ep", "etp", "ep_all_to_all_bytes", "interleave", "sequence_parallel", "goodput", "source_goodput", "framework", "source_framework", "attention", "cp", "replicate", "source_network", "pipeline_split",
-    "trains_model",
+    "trains_model", "schedule",
 )
 
 
@@ -658,7 +666,7 @@ def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None
                   gather_prefetch=spec.gather_prefetch, grad_reduce=spec.grad_reduce, zero1_sync=spec.zero1_sync,
                   fp8_weight_cache=spec.fp8_weight_cache, elementwise=spec.elementwise,
                   shard_copies=spec.shard_copies, fp8_gather=spec.fp8_gather, fp8_tp_gather=spec.fp8_tp_gather,
-                  recompute_tail=spec.recompute_tail,
+                  recompute_tail=spec.recompute_tail, schedule=spec.schedule if spec.pp > 1 else "",
                   zero3_granularity=spec.zero3_granularity, attention=spec.attention,
                   pipeline_split=spec.pipeline_split, optimizer_slots=OPTIMIZER_SLOTS[spec.optimizer] if slots is None else slots)
 
@@ -787,6 +795,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "zero3_gather": spec.zero3_gather,
             "framework": spec.framework, "source_framework": spec.framework_source, "attention": spec.attention,
             "pipeline_split": pipeline_split(cfg, spec.pp, spec.pipeline_split, spec.interleave),
+            "schedule": schedules.effective(spec.schedule, spec.interleave) if spec.pp > 1 else "",
             "interleave": spec.interleave,
             "sequence_parallel": bool(spec.sequence_parallel),
             "source_network": spec.network_source, "precision": spec.precision,

@@ -42,6 +42,7 @@ from ...config.errors import ConfigError
 from ...config.frameworks import GRAD_REDUCE, RECOMPUTE_TAILS, ZERO1_SYNC
 from ..plan_facts import PRECISIONS, ZERO_STAGE, check_precision, model_facts, model_share, stage_split
 from .device import DeviceModel
+from . import schedules
 from .network import Network
 
 RECOMPUTE = ("none", "selective", "full", "attention")  # attention: Korthikanti et al. 2022's selective recompute
@@ -145,6 +146,7 @@ class Layout:
     host_block_s: tuple | None = None  # the host's seconds to issue one block's forward and backward (HOST_BLOCK_S)
     elementwise: str = "fused"  # the blocks' norms, rotary and gated activations: fused, eager or some (eager_ops)
     recompute_tail: str = "repeated"  # what the recompute leaves out (config/frameworks.py RECOMPUTE_TAILS)
+    schedule: str = ""  # the pipeline schedule (schedules.SCHEDULES); "": 1F1B, interleaved with interleave > 1
 
     def __post_init__(self):
         if self.host_block_s is None:
@@ -289,6 +291,8 @@ def check_layout(cfg, lay: Layout) -> None:
         if lay.accumulation % lay.pp:
             raise ConfigError(f"--interleave: the interleaved schedule needs the {lay.accumulation} micro-batches per step "
                               f"to be a multiple of --pp {lay.pp}")
+    schedules.check_schedule(schedules.effective(lay.schedule, lay.interleave), lay.pp, lay.interleave,
+                             lay.accumulation, True)
     if lay.sequence_parallel and lay.tp < 2:
         raise ConfigError("--sequence-parallel: needs tensor parallelism (--tp 2 or more)")
     if lay.gpus_per_node is not None and (lay.gpus_per_node < 1 or int(lay.gpus_per_node) != lay.gpus_per_node):
@@ -368,7 +372,7 @@ def rule_work(cfg, rules) -> dict:
                   "sweeps": 2 if modulated else 1, "backward": bool(backward), "through": through,
                   "broadcast": "error_projection" in parts and not through and bool(backward),
                   "changes_feedback": changes_feedback, "total": sum(phases.values()), "entries": entries,
-                  "families": {k: L.kind(k).family for _, _, k, _ in entries}}
+                  "families": {k: L.kind(k).family for _, _, k, _ in entries}, "rule": r}
     return out
 
 
@@ -715,6 +719,8 @@ class MicroBatch(NamedTuple):
     recomputed_blocks: float  # blocks' worth of forward recomputed in the backward
     per_block: float  # one block's serialised seconds (the pipeline's fill and drain); 0 without a pipeline
     head_seq: float  # the head's
+    fw_block: tuple = (0.0, 0.0)  # of per_block: the forward's seconds and the weight-gradient products' (schedules)
+    fw_head: tuple = (0.0, 0.0)  # of head_seq: the same
 
 
 def micro_batch(cfg, lay: Layout, device, rule: str = "bp", work: dict | None = None,
@@ -931,6 +937,7 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
             ring = kt is bt  # the head has no attention, so no context-parallel ring
             out = fwd_one + _exposed(passes * one, fwd_one, lay.tp_overlap) + \
                 (passes / fwd_pairs * cp_fwd_one if ring else 0)  # (a ring per pass, fwd_pairs pairs per pass)
+            forward = out
             if w["through"]:
                 bwd_one = alone[1] + (chain_ratio + local_ratio) * (kt["bwd"]["memory"] + kt["bwd"]["launch"]) + \
                     sum(rec_one.values())
@@ -940,16 +947,21 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
                     out += (cp_bwd_one if back else 0.0) + rec_rings * cp_fwd_one
             elif w["chain"]:
                 out += alone[2] + chain_ratio * (kt["bwd"]["memory"] + kt["bwd"]["launch"])
-            return out
+            wgrad = sum(c["matmul"] for (_, kind), c in kt["classes"].items() if kind == "wgrad") \
+                if w["through"] and w["backward"] else 0.0  # the weight-gradient products (a split backward's W)
+            return out, (forward, min(wgrad, out - forward))
 
         block_priced = once(("price-block", rule, *kernels), lambda: priced_alone((1, False)))
         head_priced = once(("price-head", rule, *kernels), lambda: priced_alone((0, True)))
-        per_block = serialised(bt, block_priced, rec_block, fwd_pairs * w["passes"], 2 if w["backward"] else 0,
-                               rec_pairs if w["backward"] else 0, rec_tp_one if w["backward"] else 0.0)
-        head_seq = serialised(ht, head_priced, {}, 0, 0, 0, 0.0)
+        per_block, fw_block = serialised(bt, block_priced, rec_block, fwd_pairs * w["passes"],
+                                         2 if w["backward"] else 0, rec_pairs if w["backward"] else 0,
+                                         rec_tp_one if w["backward"] else 0.0)
+        head_seq, fw_head = serialised(ht, head_priced, {}, 0, 0, 0, 0.0)
+    else:
+        fw_block = fw_head = (0.0, 0.0)
     return MicroBatch(dev, net, per_stage, ends, split, fwd, bwd, rec, compute_fwd, compute_bwd, tp_fwd, tp_bwd,
                       ep_fwd, ep_bwd, cp_fwd, cp_bwd, per_micro, tp_bytes, weight_cast, recomputed_blocks,
-                      per_block, head_seq)
+                      per_block, head_seq, fw_block, fw_head)
 
 
 def pipeline_seconds(cfg, lay: Layout, one: MicroBatch, w: dict, interleave: int | None = None) -> tuple:
@@ -973,8 +985,22 @@ def pipeline_seconds(cfg, lay: Layout, one: MicroBatch, w: dict, interleave: int
     # stages' t_i (with v interleaved chunks per GPU, a fill and drain of 1 / v of that). The stages other than
     # the critical one hold the remaining blocks, and the head unless the critical stage holds it: a head that
     # makes the last stage the slowest does not lengthen the fill and drain of the others.
+    # Another schedule idles each other stage at its own rate (schedules.rate: the forward F, the weight gradients W
+    # and the rest of the backward B of a stage's micro-batch), DualPipe fewer of them from both ends
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
-    bubble = ((blocks - one.per_stage) * one.per_block + (1.0 - one.ends) * one.head_seq) / v
+    schedule = schedules.effective(lay.schedule, lay.interleave)
+    if schedule in ("1f1b", "interleaved"):
+        bubble = ((blocks - one.per_stage) * one.per_block + (1.0 - one.ends) * one.head_seq) / v
+        return pp_comm, bubble
+    schedules.check_schedule(schedule, p, v, M, w["through"] and w["backward"], w.get("rule", "this rule"))
+
+    def at_rate(total, fw):
+        f, wg = fw
+        return schedules.rate(schedule, f, total - f - wg, wg)
+
+    pp_comm *= schedules.sends(schedule)
+    bubble = schedules.others_scale(schedule, p) * ((blocks - one.per_stage) * at_rate(one.per_block, one.fw_block)
+                                                    + (1.0 - one.ends) * at_rate(one.head_seq, one.fw_head))
     return pp_comm, bubble
 
 
@@ -1000,7 +1026,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     w = work[rule]
     one_micro = micro_batch(cfg, lay, device, rule, work, memo)
     (dev, net, _, _, split, fwd, bwd, rec, compute_fwd, compute_bwd, tp_fwd, tp_bwd, ep_fwd, ep_bwd, cp_fwd, cp_bwd,
-     per_micro, _, weight_cast, recomputed_blocks, _, _) = one_micro
+     per_micro, _, weight_cast, recomputed_blocks, _, _, _, _) = one_micro
     prec = PRECISIONS[lay.precision]
     t, p, dp = lay.tp, lay.pp, lay.dp
     M = lay.accumulation
