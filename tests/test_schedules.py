@@ -177,3 +177,25 @@ def test_dualpipe_needs_twice_the_stages_in_micro_batches():
                 global_batch=32, micro_batch=1)
     assert math.isfinite(tc.plan(preset="llama-2-7b", tokens=1e11, gpu="h100-sxm", gpus=64, tp=2, pp=4, rule="bp",
                                  schedule="dualpipe", global_batch=64, micro_batch=1).table.iloc[0]["step_time_s"])
+
+
+def test_schedule_auto_searches_every_schedule_and_keeps_each_rules_own():
+    """--schedule auto: each rule's best layout is the best of the searches at each schedule it can run, and a rule
+    without a stage-by-stage backward (DFA) keeps 1F1B or interleaved."""
+    import dataclasses
+
+    from trainingcost.analytic import layout
+    from trainingcost.analytic.plan import PlanSpec, Efficiency
+
+    cfg, dev = _llama(), device("h100-sxm")
+    spec = PlanSpec(tokens=1e11, gpus=64, efficiency=Efficiency("predicted", 0.0, ""), global_batch=64, sharding="zero1",
+                    pp=4)
+    free = {"tp", "interleave", "micro_batch"}
+    auto = layout.search(cfg, spec, dev, ["bp", "dfa"], free | {"schedule"})
+    each = {s: layout.search(cfg, dataclasses.replace(spec, schedule=s), dev, ["bp"],
+                             free if s == "" else free - {"interleave"}) for s in ("", *schedules.SPLIT)}
+    best = min(each.values(), key=lambda f: f.rules["bp"].best.step_s)
+    assert auto.rules["bp"].best.step_s == pytest.approx(best.rules["bp"].best.step_s)
+    assert auto.rules["bp"].best.schedule in schedules.SPLIT  # 4 stages, few micro-batches: a zero-bubble one wins
+    assert all(c.schedule == "" for c in auto.rules["dfa"].top)
+    assert auto.rules["bp"].best.compact().endswith(auto.rules["bp"].best.schedule)

@@ -424,8 +424,8 @@ def plan(
         interleave (--interleave): virtual pipeline stages per GPU (interleaved 1F1B)
         schedule (--schedule): the pipeline schedule with --pp: 1f1b, interleaved (with --interleave), zb-h1 and
             zb-h2 (Qi et al. 2024's zero-bubble), zb-v (two chunks per GPU in a V) or dualpipe (DeepSeek-V3's,
-            both ends); default: 1f1b, interleaved with --interleave; one of 1f1b, interleaved, zb-h1, zb-h2,
-            zb-v, dualpipe
+            both ends); default: 1f1b, interleaved with --interleave; auto: searched; one of 1f1b,
+            interleaved, zb-h1, zb-h2, zb-v, dualpipe, auto
         sequence_parallel (--sequence-parallel): sequence parallelism with --tp (Korthikanti 2022); auto:
             searched; one of on, off, auto
         gpus_per_node (--gpus-per-node): GPUs per node (default: the device's usual system)

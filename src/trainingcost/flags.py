@@ -153,10 +153,10 @@ def plan_flags(p) -> None:
     p.add_argument("--optimizer", default="adam", choices=list(OPTIMIZER_SLOTS))
     p.add_argument("--interleave", type=count_or_auto, default=1, metavar="N|auto",
                    help="virtual pipeline stages per GPU (interleaved 1F1B)")
-    p.add_argument("--schedule", default=None, type=str.lower, choices=list(SCHEDULES),
+    p.add_argument("--schedule", default=None, type=str.lower, choices=[*SCHEDULES, "auto"],
                    help="the pipeline schedule with --pp: 1f1b, interleaved (with --interleave), zb-h1 and zb-h2 (Qi et "
                         "al. 2024's zero-bubble), zb-v (two chunks per GPU in a V) or dualpipe (DeepSeek-V3's, both "
-                        "ends); default: 1f1b, interleaved with --interleave")
+                        "ends); default: 1f1b, interleaved with --interleave; auto: searched")
     p.add_argument("--sequence-parallel", nargs="?", const="on", default=None, choices=["on", "off", "auto"],
                    help="sequence parallelism with --tp (Korthikanti 2022); auto: searched")
     p.add_argument("--gpus-per-node", type=count, help="GPUs per node (default: the device's usual system)")

@@ -21,9 +21,9 @@ from .config import ConfigError
 OBJECTIVES = {"time": "wall_clock_s", "gpu-hours": "gpu_hours", "cost": "cost", "energy": "energy_kwh"}
 AUTO_FIELDS = {"tp": "tp", "pp": "pp", "interleave": "interleave", "ep": "ep", "micro_batch": "micro_batch",
                "checkpointing": "checkpointing", "sharding": "sharding", "sequence_parallel": "sequence_parallel",
-               "replicate": "replicate"}
+               "replicate": "replicate", "schedule": "schedule"}
 PLACEHOLDER = {"tp": 1, "pp": 1, "interleave": 1, "ep": 1, "micro_batch": None, "checkpointing": "none",
-               "sharding": None, "sequence_parallel": None, "replicate": 1}
+               "sharding": None, "sequence_parallel": None, "replicate": 1, "schedule": None}
 
 
 @dataclasses.dataclass
@@ -118,7 +118,7 @@ def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
             tables.append(part)
         if free and "bp" in found.rules and found.rules["bp"].best is not None:
             bp_spec = dataclasses.replace(spec, **found.rules["bp"].best.spec_fields())
-            one = plan_table(cfg, bp_spec, gpu, rules, ["executed" if "executed" in models else models[0]])  # one
+            one = _at_layout(cfg, bp_spec, gpu, rules, ["executed" if "executed" in models else models[0]])
             for r in rules:  # layout for every rule: one table (its model facts and FLOPs computed once)
                 row = one[one["rule"] == r].iloc[0]
                 at_bp.append({"gpus": n, "rule": r, "layout": _compact(row), "step_time_s": row["step_time_s"],
@@ -149,6 +149,23 @@ def _check_groups(args, counts, free, spec_of) -> None:
             raise ConfigError(f"--gpus {n}: replicate: {problem}")
 
 
+def _at_layout(cfg, spec, gpu, rules, models) -> pd.DataFrame:
+    """Every rule priced at one layout: one table, but a rule that sends no backward stage by stage (DFA ...) runs a
+    zero-bubble or DualPipe layout's pipeline as 1F1B (steptime/schedules.py)."""
+    from .analytic.plan import plan_table
+    from .analytic.steptime.schedules import SPLIT
+    from .analytic.steptime.step import rule_work
+
+    if spec.schedule not in SPLIT:
+        return plan_table(cfg, spec, gpu, rules, models)
+    work = rule_work(cfg, list(rules))
+    split = [r for r in rules if work[r]["through"] and work[r]["backward"]]
+    rest = [r for r in rules if r not in split]
+    parts = [plan_table(cfg, spec, gpu, split, models)] if split else []
+    parts += [plan_table(cfg, dataclasses.replace(spec, schedule=""), gpu, rest, models)] if rest else []
+    return pd.concat(parts, ignore_index=True)
+
+
 def _compact(row) -> str:
     """The layout of a plan row, compact: ``tp8 pp4 v2 dp32 mb1 sel sp z1``."""
     from .analytic.layout import Candidate
@@ -156,7 +173,7 @@ def _compact(row) -> str:
     return Candidate(int(row["tp"]), int(row["pp"]), int(row["interleave"]), int(row["micro_batch"]),
                      row["checkpointing"], row["sharding"], bool(row["sequence_parallel"]), int(row["ep"]),
                      int(row["dp"]), 0.0, 0.0, int(row.get("cp", 1)), int(row.get("etp", row["tp"])),
-                     int(row.get("replicate", 1))).compact()
+                     int(row.get("replicate", 1)), str(row.get("schedule") or "")).compact()
 
 
 # ---------------------------------------------------------------------------

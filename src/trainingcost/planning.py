@@ -401,7 +401,7 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
         gpu = power_limited(gpu, args.power_limit)
     rules = args.rule if isinstance(args.rule, list) else rule_list(args.rule)
     models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
-    if args.schedule not in (None, "1f1b") and args.pp == 1 and "pp" not in free_fields(args):  # needs a pipeline
+    if args.schedule not in (None, "1f1b", "auto") and args.pp == 1 and "pp" not in free_fields(args):  # needs a pipeline
         raise ConfigError(f"--schedule: {args.schedule} needs pipeline stages (--pp 2 or more, or --pp auto; got --pp 1)")
     if free_fields(args) or len(args.gpus) > 1:
         if any(n < 1 for n in args.gpus):

@@ -45,10 +45,12 @@ from dataclasses import dataclass, field
 
 from ..config import ConfigError
 
-FIELDS = ("tp", "pp", "interleave", "micro_batch", "checkpointing", "sharding", "sequence_parallel", "ep", "replicate")
-# What ``--layout search`` leaves to the search: every field but the HSDP replica groups, searched only when asked for
-# (``--replicate auto``): hybrid sharding multiplies the sharded layouts by the divisors of dp
-SEARCH_ALL = FIELDS[:-1]
+FIELDS = ("tp", "pp", "interleave", "micro_batch", "checkpointing", "sharding", "sequence_parallel", "ep", "replicate",
+          "schedule")
+# What ``--layout search`` leaves to the search: every field but the HSDP replica groups and the pipeline schedule,
+# searched only when asked for (``--replicate auto``: hybrid sharding multiplies the sharded layouts by the divisors
+# of dp; ``--schedule auto``: each schedule is a search of its own)
+SEARCH_ALL = FIELDS[:-2]
 SHARDINGS = ("none", "zero1", "zero2", "zero3")
 CHECKPOINTING = ("none", "selective", "full")
 SHORT = {"none": "", "selective": "sel", "full": "full", "zero1": "z1", "zero2": "z2", "zero3": "z3", "fsdp": "fsdp"}
@@ -72,6 +74,7 @@ class Candidate:
     cp: int = 1  # context parallelism, as given (not searched)
     etp: int | None = None  # the experts' tensor parallelism where it is not tp (MoE folding; as given)
     replicate: int = 1  # HSDP replica groups (as given, or searched with --replicate auto)
+    schedule: str = ""  # the pipeline schedule (steptime/schedules.py; as given, or searched with --schedule auto)
 
     def compact(self) -> str:
         """e.g. ``tp8 pp4 v2 dp32 mb1 sel sp z1``."""
@@ -88,12 +91,15 @@ class Candidate:
         parts += [SHORT[self.checkpointing], "sp" if self.sequence_parallel else "", SHORT[self.sharding]]
         if self.replicate > 1:
             parts.append(f"r{self.replicate}")
+        if self.pp > 1 and self.schedule not in ("", "1f1b", "interleaved"):
+            parts.append(self.schedule)
         return " ".join(p for p in parts if p)
 
     def spec_fields(self) -> dict:
         return {"tp": self.tp, "pp": self.pp, "interleave": self.interleave, "micro_batch": self.micro_batch,
                 "checkpointing": self.checkpointing, "sharding": self.sharding,
-                "sequence_parallel": self.sequence_parallel, "ep": self.ep, "replicate": self.replicate}
+                "sequence_parallel": self.sequence_parallel, "ep": self.ep, "replicate": self.replicate,
+                "schedule": self.schedule}
 
 
 @dataclass
@@ -194,6 +200,36 @@ def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool
 def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: int = 5, prune: bool = True,
            memo: dict | None = None) -> Search:
     """Every rule's best layout over the fields ``free`` (the rest as ``spec`` gives them); see the module's doc.
+    With ``schedule`` among them, a search per pipeline schedule (1F1B or interleaved as the interleave field says,
+    then each zero-bubble schedule and DualPipe for the rules whose backward runs stage by stage), each rule's best
+    layouts then merged across them."""
+    if "schedule" not in free:
+        return _search(cfg, spec, device, rules, frozenset(free), tp_across_nodes, top, prune, memo)
+    from .steptime.schedules import SPLIT
+    from .steptime.step import rule_work
+
+    start, rest = time.perf_counter(), frozenset(free) - {"schedule"}
+    through = {r for r, w in rule_work(cfg, list(rules)).items() if w["through"] and w["backward"]}
+    found = [(s, _search(cfg, dataclasses.replace(spec, schedule=s), device, rules if s == "" else
+                         [r for r in rules if r in through], rest if s == "" else rest - {"interleave"},
+                         tp_across_nodes, top, prune, memo))
+             for s in ("", *SPLIT) if s == "" or through & set(rules)]
+    out = {}
+    for r in rules:
+        parts = [(s, f.rules[r]) for s, f in found if r in f.rules]
+        ranked = sorted(((c.step_s, c.memory_bytes, k, dataclasses.replace(c, schedule=s))
+                         for s, rs in parts for k, c in enumerate(rs.top) if s == "" or c.pp > 1),
+                        key=lambda x: x[:3])
+        top_ = [c for *_, c in ranked[:top]]
+        out[r] = RuleSearch(r, top_[0] if top_ else None, top_, sum(rs.space for _, rs in parts),
+                            sum(rs.fitting for _, rs in parts), sum(rs.priced for _, rs in parts))
+    rejected = list(dict.fromkeys(line for _, f in found for line in f.rejected))
+    return Search(found[0][1].gpus, found[0][1].global_batch, out, rejected, time.perf_counter() - start)
+
+
+def _search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: int = 5, prune: bool = True,
+            memo: dict | None = None) -> Search:
+    """:func:`search` at the schedule ``spec`` gives.
 
     ``prune`` False and a fresh ``memo`` per call: brute force, every layout priced from scratch (the test's
     reference)."""
@@ -366,7 +402,7 @@ def search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: i
                     continue
                 ranked = _insert(ranked, (pred.step_time_s, memory, (i, j),
                                           Candidate(t, p, v, mb, ckpt, sh, sp, ep, dp, pred.step_time_s, memory,
-                                                    spec.cp, spec.etp, R)), top)
+                                                    spec.cp, spec.etp, R, spec.schedule)), top)
         ranked = [c for *_, c in ranked]
         out[r] = RuleSearch(r, ranked[0] if ranked else None, ranked, space, fitting, priced)
     return Search(spec.gpus, G, out, list(dict.fromkeys(rejected)), time.perf_counter() - start)

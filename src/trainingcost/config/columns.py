@@ -213,6 +213,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "framework": ("text", "the training framework (config/frameworks.yaml)"),
     "attention": ("text", "the attention kernel: flash, flash3, cudnn or unfused"),
     "pipeline_split": ("text", "the blocks of each pipeline stage, where they are not even"),
+    "schedule": ("text", "the pipeline schedule where pp > 1: 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipe (empty "
+                         "without a pipeline)"),
     "trains_model": ("bool", "whether the rule trains this model (False: priced, not trainable here)"),
     "layout": ("text", "the layout, compact: tp, pp, v, dp, mb, ep, checkpointing, sequence parallel, ZeRO stage"),
     "rank": ("count", "the layout's place among the rule's best (1 the best)"),
