@@ -313,7 +313,7 @@ def interval_note(row) -> str:
 
 def error_bar_rows(row, width: int) -> list[str]:
     """``--explain``: the published runs the row's interval was read from (steptime/intervals.py)."""
-    from .analytic.steptime.intervals import interval, regime
+    from .analytic.steptime.intervals import interval
     from .text import wrapped
 
     fields = row["source_interval"].rsplit(" (", 1)[1].rstrip(")").split(", ")

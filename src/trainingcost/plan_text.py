@@ -88,11 +88,12 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
     for key, label in (("source_precision", "precision"), ("source_peak", "peak FLOP/s"),
                        ("source_memory_capacity", "memory"), ("source_power", "power"), ("source_pue", "PUE"),
                        ("source_carbon", "carbon intensity"), ("source_price", "price"),
-                       ("source_efficiency", "step time"), ("source_framework", "framework"),
-                       ("source_network", "network")):
-        out.append(f"- {label}: {first[key]}")
+                       ("source_efficiency", "step time"), ("source_interval", "error bar"),
+                       ("source_framework", "framework"), ("source_network", "network")):
+        if first[key]:
+            out.append(f"- {label}: {first[key]}")
     out.append("- memory model: docs/planning.md (activations: analytic/memory.py's per-rule accounting; "
-               "sequence parallelism with tp; 1F1B with pp)")
+               f"sequence parallelism with tp; {first.get('schedule') or '1F1B'} with pp)")
     if first["source_efficiency"].startswith("predicted") and generic_numbers(gpu):
         out.append(f"- device model: {_generic_note(gpu)}")
     return "\n".join(out) + "\n"

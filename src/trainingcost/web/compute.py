@@ -198,8 +198,9 @@ MEMORY_PARTS = (("mem_parameters", "weights"), ("mem_feedback", "feedback"), ("m
                 ("mem_activations", "activations"))
 ASSUMPTIONS = (("source_precision", "precision"), ("source_peak", "peak FLOP/s"), ("source_memory_capacity", "memory"),
                ("source_power", "power"), ("source_pue", "PUE"), ("source_carbon", "carbon intensity"),
-               ("source_price", "price"), ("source_efficiency", "step time"), ("source_framework", "framework"),
-               ("source_network", "network"), ("source_tokens", "tokens"), ("source_batch", "global batch"))
+               ("source_price", "price"), ("source_efficiency", "step time"), ("source_interval", "error bar"),
+               ("source_framework", "framework"), ("source_network", "network"), ("source_tokens", "tokens"),
+               ("source_batch", "global batch"))
 
 
 def answer(query: Mapping[str, str]) -> dict:
@@ -230,7 +231,8 @@ def answer(query: Mapping[str, str]) -> dict:
         "scaling": [{"rule": r["rule"], "gpus": int(r["gpus"]), "wall_clock_s": _number(r["wall_clock_s"]),
                      "gpu_hours": _number(r["gpu_hours"]), "fits": bool(r["fits"])}
                     for _, r in shown.drop_duplicates(["rule", "gpus"]).iterrows()],
-        "assumptions": [[label, str(first[key])] for key, label in ASSUMPTIONS if key in table.columns],
+        "assumptions": [[label, str(first[key])] for key, label in ASSUMPTIONS
+                        if key in table.columns and str(first[key])],
         "notes": list(result.notes) + ([result.verdict] if result.verdict else []),
         "cli": command_line(query),
         "python": python_call(query),

@@ -28,7 +28,7 @@ function setUp(opts) {
   fill($("gpu"), ["(pasted)"], ["a device of your own"]);
   fill($("cluster"), opts.clusters);
   fill($("framework"), opts.frameworks);
-  for (const name of ["precision", "sharding"]) fill($(name), opts.choices[name]);
+  for (const name of ["precision", "sharding", "schedule"]) fill($(name), opts.choices[name]);
   for (const name of ["cost_model", "layout", "checkpointing", "objective"]) {
     fill($(name), opts.choices[name]);
     $(name).value = opts.defaults[name];
