@@ -233,6 +233,7 @@ def plan(
     checkpoint_every: int = 2,
     optimizer: str = 'adam',
     interleave: int | Literal["auto"] = 1,
+    offload: str = 'none',
     schedule: str | None = None,
     sequence_parallel: str | None = None,
     gpus_per_node: int | None = None,
@@ -422,6 +423,9 @@ def plan(
         checkpoint_every (--checkpoint-every): checkpoint every
         optimizer (--optimizer): one of sgd, momentum, adam
         interleave (--interleave): virtual pipeline stages per GPU (interleaved 1F1B)
+        offload (--offload): keep the optimizer (ZeRO-Offload), or the parameters too (ZeRO-3's offload_param,
+            FSDP's CPU offload), in the host's memory: the GPU's memory it frees, the PCIe copies and the CPU's
+            optimizer step it costs; one of none, optimizer, parameters
         schedule (--schedule): the pipeline schedule with --pp: 1f1b, interleaved (with --interleave), zb-h1 and
             zb-h2 (Qi et al. 2024's zero-bubble), zb-v (two chunks per GPU in a V) or dualpipe (DeepSeek-V3's,
             both ends); default: 1f1b, interleaved with --interleave; auto: searched; one of 1f1b,

@@ -12,6 +12,7 @@ import argparse
 from .analytic import cost_model_names, rule_names, rules
 from .analytic.memory import DTYPE_BYTES, OPTIMIZER_SLOTS
 from .analytic.plan import CHECKPOINTING, PRECISIONS, SHARDINGS, ZERO3_GATHER
+from .analytic.steptime.offload import OFFLOADS
 from .analytic.steptime.schedules import SCHEDULES
 from .analytic.steptime.step import ATTENTION
 from .args import (add_model_flags, count, count_max_or_auto, count_or_auto, gpu_counts, integer, number, rule_list,
@@ -153,6 +154,10 @@ def plan_flags(p) -> None:
     p.add_argument("--optimizer", default="adam", choices=list(OPTIMIZER_SLOTS))
     p.add_argument("--interleave", type=count_or_auto, default=1, metavar="N|auto",
                    help="virtual pipeline stages per GPU (interleaved 1F1B)")
+    p.add_argument("--offload", default="none", type=str.lower, choices=list(OFFLOADS),
+                   help="keep the optimizer (ZeRO-Offload), or the parameters too (ZeRO-3's offload_param, FSDP's CPU "
+                        "offload), in the host's memory: the GPU's memory it frees, the PCIe copies and the CPU's "
+                        "optimizer step it costs")
     p.add_argument("--schedule", default=None, type=str.lower, choices=[*SCHEDULES, "auto"],
                    help="the pipeline schedule with --pp: 1f1b, interleaved (with --interleave), zb-h1 and zb-h2 (Qi et "
                         "al. 2024's zero-bubble), zb-v (two chunks per GPU in a V) or dualpipe (DeepSeek-V3's, both "

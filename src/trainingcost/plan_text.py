@@ -148,8 +148,10 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     out.append(wrapped(f"Run: {first['tokens']:.3g} tokens ({first['source_tokens'].split(' (')[0]}) in "
                        f"{first['optimizer_steps']:,.0f} step{'' if round(first['optimizer_steps']) == 1 else 's'} of {first['global_batch']} sequences of "
                        f"{first['tokens_per_sequence']} tokens (global batch {batch})", SCREEN_WIDTH))
+    offloaded = (f" (offload {first['offload']}: {first['host_memory_per_node'] / 2**30:.0f} GiB in each node's host)"
+                 if first.get("offload", "none") != "none" else "")
     out.append(wrapped(f"On {first['gpus']} x {gpu.name} ({gpu.memory_bytes / 1e9:g} GB): {_degrees(first)}, "
-                       f"{_sharding(first)}, {first['precision']}, "
+                       f"{_sharding(first)}{offloaded}, {first['precision']}, "
                        f"checkpointing {first['checkpointing']}, {first['optimizer']}" + _experts(first), SCREEN_WIDTH))
     if table["compute_multiplier"].notna().any() and table["source_quality"].iloc[0].startswith("to reach"):
         out.append(wrapped(tokens_per_rule(table), SCREEN_WIDTH))

@@ -293,7 +293,7 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         carbon_source=defaults.carbon_source if args.carbon_intensity is None else "given",
         price=args.price, price_source="given" if args.price is not None else defaults.price_source,
         mirror_steps=args.mirror_steps, interleave=args.interleave, sequence_parallel=args.sequence_parallel,
-        schedule=args.schedule or "",
+        schedule=args.schedule or "", offload=args.offload,
         ep=args.ep, etp=args.etp, cp=args.cp, replicate=args.replicate, dp_overlap=fw.dp_overlap if args.dp_overlap is None else args.dp_overlap,
         **quality_of(args),
     )

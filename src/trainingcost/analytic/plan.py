@@ -36,7 +36,7 @@ from .catalogue import rule, rule_names
 from .engine import build_for, evaluate, phase_costs
 from .memory import OPTIMIZER_SLOTS
 from .registry import cost_model
-from .steptime import schedules
+from .steptime import offload as host_offload, schedules
 from ..config.errors import ConfigError
 
 
@@ -141,6 +141,7 @@ class PlanSpec:
     replicate: int = 1  # HSDP: the dp replicas in this many groups, ZeRO sharding inside each (--replicate)
     pipeline_split: str = "even"  # how the blocks are split over pipeline stages (the framework's; plan_facts.stages)
     schedule: str = ""  # the pipeline schedule (steptime/schedules.py); "": 1F1B, interleaved with interleave > 1
+    offload: str = "none"  # the optimizer, or the parameters too, on the host (steptime/offload.py)
 
 
 # ---------------------------------------------------------------------------
@@ -167,6 +168,7 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
         raise ConfigError(f"precision: {spec.precision!r} is not allowed (allowed: {', '.join(PRECISIONS)})")
     if spec.zero3_gather not in ZERO3_GATHER:
         raise ConfigError(f"zero3_gather: {spec.zero3_gather!r} is not allowed (allowed: {', '.join(ZERO3_GATHER)})")
+    host_offload.check_offload(spec.offload, spec.sharding)
     if spec.schedule not in ("", *schedules.SCHEDULES):
         raise ConfigError(f"--schedule: {spec.schedule!r} is not allowed (allowed: {', '.join(schedules.SCHEDULES)})")
     if spec.sharding not in SHARDINGS:
@@ -474,12 +476,16 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     # DualPipe holds two stages per GPU, one per direction: its parameters, their gradients and optimizer state twice
     schedule = schedules.effective(spec.schedule, spec.interleave) if spec.pp > 1 else "1f1b"
     copies = schedules.parameter_copies(schedule)
+    # Offload (steptime/offload.py): the optimizer's partition on the host, the gradients too where ZeRO-2 or 3
+    # partitions them (copied down as the backward makes them), and the parameters' shards with parameter offload
+    on_gpu = {"parameters": spec.offload != "parameters", "gradients": spec.offload == "none" or stage < 2,
+              "optimizer": spec.offload == "none"}
     return {
-        "parameters": copies * shard(params * p.weights, 3) + fp8_cache,
-        "feedback": copies * shard(feedback * p.weights, 3),
-        "gradients": copies * shard(trained * grads, 2),
-        "master_weights": copies * shard(trained * p.master, 1),
-        "optimizer_state": copies * shard(trained * p.state * OPTIMIZER_SLOTS[spec.optimizer], 1),
+        "parameters": (copies * shard(params * p.weights, 3) + fp8_cache) * on_gpu["parameters"],
+        "feedback": copies * shard(feedback * p.weights, 3) * on_gpu["parameters"],
+        "gradients": copies * shard(trained * grads, 2) * on_gpu["gradients"],
+        "master_weights": copies * shard(trained * p.master, 1) * on_gpu["optimizer"],
+        "optimizer_state": copies * shard(trained * p.state * OPTIMIZER_SLOTS[spec.optimizer], 1) * on_gpu["optimizer"],
         # ZeRO-3 gathers each layer whole before using it: its working weights and gradients (DeepSpeed's
         # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16)
         "gathered": gathered_unit_bytes(facts, spec, p) / spec.tp if stage == 3 and dp > 1 else 0.0,
@@ -487,6 +493,22 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
                         * schedules.in_flight(schedule, spec.pp)
                         + unfused_scores(facts, spec, row)) / (spec.tp * spec.cp),
     }
+
+
+def host_bytes(facts: ModelFacts, spec: PlanSpec, rule_name: str, per_node: int) -> float:
+    """Bytes an offload keeps in one node's host memory (steptime/offload.py): each of its GPUs' optimizer partition
+    (fp32 master weights, the moments and an fp32 gradient buffer, DeepSpeed's 16 bytes per parameter with Adam) and,
+    with parameter offload, their bit16 parameter shards."""
+    if spec.offload == "none":
+        return 0.0
+    p = PRECISIONS[spec.precision]
+    row = facts.row(rule_name)
+    share = model_share(facts, spec.tp, spec.pp, split=facts_split(facts, spec.pipeline_split))
+    part = row["trained"] * share / shard_ranks(spec)
+    per_gpu = part * (max(p.master, 4) + p.state * OPTIMIZER_SLOTS[spec.optimizer] + host_offload.GRADIENT_BYTES)
+    if spec.offload == "parameters":
+        per_gpu += (facts.parameters + row["feedback"]) * share / shard_ranks(spec) * p.weights
+    return per_node * per_gpu
 
 
 def gathered_unit_bytes(facts: ModelFacts, spec: PlanSpec, p) -> float:
@@ -626,7 +648,7 @@ PLAN_COLUMNS = (
     *(f"step_{k}_s" for k in STEP_PARTS), "step_dp_bytes", "step_dp_collectives",
     "compute_multiplier", "token_multiplier", "source_quality",
     "ep", "etp", "ep_all_to_all_bytes", "interleave", "sequence_parallel", "goodput", "source_goodput", "framework", "source_framework", "attention", "cp", "replicate", "source_network", "pipeline_split",
-    "trains_model", "schedule",
+    "trains_model", "schedule", "offload", "host_memory_per_node",
 )
 
 
@@ -667,6 +689,7 @@ def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None
                   fp8_weight_cache=spec.fp8_weight_cache, elementwise=spec.elementwise,
                   shard_copies=spec.shard_copies, fp8_gather=spec.fp8_gather, fp8_tp_gather=spec.fp8_tp_gather,
                   recompute_tail=spec.recompute_tail, schedule=spec.schedule if spec.pp > 1 else "",
+                  offload=spec.offload,
                   zero3_granularity=spec.zero3_granularity, attention=spec.attention,
                   pipeline_split=spec.pipeline_split, optimizer_slots=OPTIMIZER_SLOTS[spec.optimizer] if slots is None else slots)
 
@@ -747,6 +770,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
     hw = flops.assign(hardware_flops_per_sequence=flops["model_flops_per_sequence"] + flops["recompute_flops_per_sequence"])
     hw = hw.set_index(["rule", "cost_model"])
     token_scale = token_multipliers(cfg, spec, needed, facts)
+    per_node = int(spec.gpus_per_node or device.steptime.get("gpus_per_node", 8))  # the GPUs sharing a host
     rows = []
     for (r, name), f in hw.iterrows():
         if r not in rules:
@@ -796,6 +820,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "framework": spec.framework, "source_framework": spec.framework_source, "attention": spec.attention,
             "pipeline_split": pipeline_split(cfg, spec.pp, spec.pipeline_split, spec.interleave),
             "schedule": schedules.effective(spec.schedule, spec.interleave) if spec.pp > 1 else "",
+            "offload": spec.offload, "host_memory_per_node": host_bytes(facts, spec, r, per_node),
             "interleave": spec.interleave,
             "sequence_parallel": bool(spec.sequence_parallel),
             "source_network": spec.network_source, "precision": spec.precision,
@@ -904,6 +929,20 @@ def deepspeed_zero2_gpu_bytes(total_params: int, gpus: int) -> int:
     """``estimate_zero2_model_states_mem_needs(..., cpu_offload=False)`` (deepspeed/runtime/zero/stage_1_and_2.py):
     4 bytes per parameter (fp16 weights and gradients) + 16 / N (fp32 master, gradient partition and Adam)."""
     return int(4 * total_params + int(16 * total_params / gpus))
+
+
+def deepspeed_zero2_offload_gpu_bytes(total_params: int) -> int:
+    """``estimate_zero2_model_states_mem_needs(..., cpu_offload=True)`` (deepspeedai/DeepSpeed edaa722,
+    deepspeed/runtime/zero/stage_1_and_2.py line 3081): 2 bytes per parameter, the bit16 weights alone on the GPU."""
+    return int(2 * total_params)
+
+
+def deepspeed_zero3_offload_gpu_bytes(total_params: int, largest_layer_params: int, gpus: int,
+                                      offload_params: bool) -> int:
+    """``estimate_zero3_model_states_mem_needs(..., cpu_offload=True, cpu_offload_params=...)`` (deepspeedai/DeepSpeed
+    edaa722, deepspeed/runtime/zero/stage3.py line 3744): 4 bytes x the largest layer, and 2 / N bytes per parameter
+    unless the parameters are offloaded too."""
+    return int(4 * largest_layer_params) + (0 if offload_params else int(2 * total_params / gpus))
 
 
 def deepspeed_zero3_gpu_bytes(total_params: int, largest_layer_params: int, gpus: int) -> int:

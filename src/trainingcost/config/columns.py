@@ -213,6 +213,11 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "framework": ("text", "the training framework (config/frameworks.yaml)"),
     "attention": ("text", "the attention kernel: flash, flash3, cudnn or unfused"),
     "pipeline_split": ("text", "the blocks of each pipeline stage, where they are not even"),
+    "offload": ("text", "what the host's memory keeps: none, optimizer (ZeRO-Offload) or parameters (and the "
+                        "optimizer: ZeRO-3's offload_param, FSDP's CPU offload)"),
+    "host_memory_per_node": ("bytes", "host memory an offload keeps per node: its GPUs' optimizer partitions (fp32 "
+                                      "master weights, moments, an fp32 gradient buffer) and, with parameter offload, "
+                                      "their bit16 parameter shards"),
     "schedule": ("text", "the pipeline schedule where pp > 1: 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipe (empty "
                          "without a pipeline)"),
     "trains_model": ("bool", "whether the rule trains this model (False: priced, not trainable here)"),

@@ -113,7 +113,7 @@ STEPTIME_KEYS = ("sms", "tile", "gemm_ceiling", "hbm_efficiency", "flash_forward
                  "cudnn_backward", "cudnn_causal_forward", "cudnn_causal_backward", "flash_causal_forward",
                  "flash_causal_backward", "flash3_forward", "flash3_backward", "flash3_causal_forward",
                  "flash3_causal_backward", "flash3_attention", "gemm_ceiling_fp8", "intra_link_gbs",
-                 "power_curve")
+                 "power_curve", "host_link_gbs", "host_memory_gbs")
 
 
 ATTENTION_SHARE_KEYS = ("flash_forward", "flash_backward", "flash_causal_forward", "flash_causal_backward",

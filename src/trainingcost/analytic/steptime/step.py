@@ -42,7 +42,7 @@ from ...config.errors import ConfigError
 from ...config.frameworks import GRAD_REDUCE, RECOMPUTE_TAILS, ZERO1_SYNC
 from ..plan_facts import PRECISIONS, ZERO_STAGE, check_precision, model_facts, model_share, stage_split
 from .device import DeviceModel
-from . import schedules
+from . import offload, schedules
 from .network import Network
 
 RECOMPUTE = ("none", "selective", "full", "attention")  # attention: Korthikanti et al. 2022's selective recompute
@@ -147,6 +147,7 @@ class Layout:
     elementwise: str = "fused"  # the blocks' norms, rotary and gated activations: fused, eager or some (eager_ops)
     recompute_tail: str = "repeated"  # what the recompute leaves out (config/frameworks.py RECOMPUTE_TAILS)
     schedule: str = ""  # the pipeline schedule (schedules.SCHEDULES); "": 1F1B, interleaved with interleave > 1
+    offload: str = "none"  # the optimizer, or the parameters too, kept on the host (offload.OFFLOADS)
 
     def __post_init__(self):
         if self.host_block_s is None:
@@ -293,6 +294,7 @@ def check_layout(cfg, lay: Layout) -> None:
                               f"to be a multiple of --pp {lay.pp}")
     schedules.check_schedule(schedules.effective(lay.schedule, lay.interleave), lay.pp, lay.interleave,
                              lay.accumulation, True)
+    offload.check_offload(lay.offload, lay.sharding)
     if lay.sequence_parallel and lay.tp < 2:
         raise ConfigError("--sequence-parallel: needs tensor parallelism (--tp 2 or more)")
     if lay.gpus_per_node is not None and (lay.gpus_per_node < 1 or int(lay.gpus_per_node) != lay.gpus_per_node):
@@ -1067,6 +1069,11 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     opt_params = trained_gpu / (lay.shard if stage >= 1 else 1)
     opt_bytes = opt_params * (2 * prec.master + 2 * prec.state * lay.optimizer_slots + prec.grads + prec.weights)
     optimizer = dev.memory(opt_bytes) + (weight_cast if lay.fp8_weight_cache else 0.0)
+    if lay.offload != "none":  # the optimizer on the host: its PCIe copies and the CPU's step in place of the GPU's pass
+        per_node = int(lay.gpus_per_node or dev.params["gpus_per_node"])
+        moved = offload.seconds(lay.offload, opt_params, params_gpu / lay.shard, per_node, prec, lay.optimizer_slots,
+                                dev.params, M, compute_fwd, compute_bwd)
+        optimizer = sum(moved.values()) + (weight_cast if lay.fp8_weight_cache else 0.0)
 
     parts = {c: M * (fwd[c] + bwd[c] + rec[c]) for c in cats}
     parts["memory"] += copies  # FSDP2's copies into and out of its collectives' flat buffers

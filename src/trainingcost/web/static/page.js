@@ -29,7 +29,7 @@ function setUp(opts) {
   fill($("cluster"), opts.clusters);
   fill($("framework"), opts.frameworks);
   for (const name of ["precision", "sharding", "schedule"]) fill($(name), opts.choices[name]);
-  for (const name of ["cost_model", "layout", "checkpointing", "objective"]) {
+  for (const name of ["cost_model", "layout", "checkpointing", "objective", "offload"]) {
     fill($(name), opts.choices[name]);
     $(name).value = opts.defaults[name];
   }

@@ -1,0 +1,91 @@
+"""Offload (analytic/steptime/offload.py): the GPU's memory against DeepSpeed's own estimators with offload, the host's
+memory and the step's PCIe and CPU seconds by hand, and the one-line refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+import trainingcost as tc
+from trainingcost import cli
+from trainingcost.analytic.plan import (Efficiency, PlanSpec, deepspeed_zero2_offload_gpu_bytes,
+                                        deepspeed_zero3_offload_gpu_bytes, host_bytes, memory_per_gpu, model_facts)
+from trainingcost.analytic.steptime import offload
+from trainingcost.config import canonical_model, preset_entry
+
+MFU = Efficiency("mfu", 0.4, "given")
+
+
+def _facts(name):
+    return model_facts(canonical_model(preset_entry(name, "p"), ""), ["bp"], "adam")
+
+
+def _states(facts, **kw):
+    spec = PlanSpec(**{**dict(tokens=1e9, gpus=8, efficiency=MFU, precision="bf16-mixed"), **kw})
+    parts = memory_per_gpu(facts, spec, "bp", 0)
+    return sum(v for k, v in parts.items() if k != "activations"), spec
+
+
+@pytest.mark.parametrize("name", ["gpt2-small", "llama-2-7b"])
+def test_the_gpus_memory_equals_deepspeeds_estimators_with_offload(name):
+    """DeepSpeed's estimate_zero2/zero3_model_states_mem_needs with cpu_offload (and cpu_offload_params), given the
+    model's parameters and its largest module: the same bytes on the GPU as the plan's, to the byte."""
+    facts = _facts(name)
+    P, L, N = facts.parameters, facts.largest_module, 8
+    ours, _ = _states(facts, sharding="zero2", offload="optimizer")
+    assert ours == pytest.approx(deepspeed_zero2_offload_gpu_bytes(P), abs=1)
+    ours, _ = _states(facts, sharding="zero3", zero3_gather="module", offload="optimizer")
+    assert ours == pytest.approx(deepspeed_zero3_offload_gpu_bytes(P, L, N, offload_params=False), abs=1)
+    ours, _ = _states(facts, sharding="zero3", zero3_gather="module", offload="parameters")
+    assert ours == pytest.approx(deepspeed_zero3_offload_gpu_bytes(P, L, N, offload_params=True), abs=1)
+
+
+def test_the_hosts_memory_by_hand():
+    facts = _facts("llama-2-7b")
+    P = facts.parameters
+    _, spec = _states(facts, sharding="zero2", offload="optimizer")
+    assert host_bytes(facts, spec, "bp", 8) == pytest.approx(8 * P / 8 * (4 + 4 * 2 + 4))  # master, 2 moments, grad
+    _, spec = _states(facts, sharding="zero3", offload="parameters")
+    assert host_bytes(facts, spec, "bp", 8) == pytest.approx(P * 16 + P * 2)  # and the bit16 shards
+    _, spec = _states(facts, sharding="zero3")
+    assert host_bytes(facts, spec, "bp", 8) == 0.0
+
+
+def test_the_steps_offload_seconds_by_hand():
+    """llama-2-7b on 8 A100 80GB (PCIe Gen4 32 GB/s each way, a DGX A100's 409.6 GB/s DRAM) under ZeRO-3: the
+    optimizer's partition P/8 is copied down in fp32 (hidden behind the backward here), stepped by the node's CPUs at
+    30 bytes per parameter of all 8 partitions, and copied back in bf16."""
+    common = dict(preset="llama-2-7b", tokens=1e11, gpu="a100-80gb", gpus=8, rule="bp", sharding="zero3",
+                  micro_batch=2)
+    none = tc.plan(**common).table.iloc[0]
+    opt = tc.plan(**common, offload="optimizer").table.iloc[0]
+    P = _facts("llama-2-7b").parameters
+    cpu = 8 * (P / 8) * 30 / 409.6e9
+    up = (P / 8) * 2 / 32e9
+    assert opt["step_optimizer_s"] == pytest.approx(cpu + up, rel=1e-9)
+    assert opt["step_time_s"] - none["step_time_s"] == pytest.approx(cpu + up - none["step_optimizer_s"], rel=1e-9)
+    assert opt["mem_master_weights"] == opt["mem_optimizer_state"] == opt["mem_gradients"] == 0
+    assert opt["host_memory_per_node"] == pytest.approx(P * 16)
+    par = tc.plan(**common, offload="parameters").table.iloc[0]
+    assert par["mem_parameters"] == 0 and par["mem_gathered"] > 0 and par["offload"] == "parameters"
+
+
+def test_the_copies_before_each_gather_show_where_the_compute_cannot_hide_them():
+    f = offload.seconds("parameters", partition=1e9, shard=1e9, per_node=8,
+                        prec=type("P", (), {"master": 4, "state": 4, "weights": 2})(), slots=2,
+                        params={"host_link_gbs": 10, "host_memory_gbs": 100}, M=4, compute_fwd=0.05, compute_bwd=0.1)
+    assert f["gradients"] == pytest.approx(max(0.0, 1e9 * 4 / 10e9 - 4 * 0.1))  # 0.4 s down, 0.4 s of backward
+    assert f["cpu"] == pytest.approx(8 * 1e9 * 30 / 100e9)
+    assert f["parameters"] == pytest.approx(1e9 * 2 / 10e9)
+    assert f["gathers"] == pytest.approx(4 * 2 * 1e9 * 2 / 10e9 - 4 * 0.15)  # 1.6 s of copies, 0.6 s of compute
+
+
+@pytest.mark.parametrize("args,line", [
+    (["--offload", "optimizer", "--sharding", "none"], "--offload: optimizer offload moves each GPU's ZeRO partition"),
+    (["--offload", "parameters", "--sharding", "zero2"], "--offload: parameter offload keeps the shards ZeRO-3 and FSDP "
+                                                         "gather on the host; it needs --sharding zero3 or fsdp"),
+])
+def test_an_offload_the_sharding_cannot_run_is_one_line(args, line, capsys):
+    assert cli.main(["plan", "--preset", "llama-2-7b", "--tokens", "1e11", "--gpu", "a100-80gb", "--gpus", "8",
+                     "--rule", "bp", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and line in err[0]
