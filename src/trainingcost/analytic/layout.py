@@ -276,6 +276,12 @@ def _search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: 
     if can and "sharding" in free and set(SHARDINGS) - set(shardings):
         rejected.append(f"sharding {', '.join(s for s in SHARDINGS if s not in shardings)}: not run by framework "
                         f"{spec.framework}")
+    if spec.offload != "none" and "sharding" in free:  # an offload runs under the ZeRO stages that shard its state
+        kept = tuple(sh for sh in shardings if sh != "none" and (spec.offload != "parameters" or sh in ("zero3", "fsdp")))
+        if set(shardings) - set(kept):
+            rejected.append(f"sharding {', '.join(sh for sh in shardings if sh not in kept)}: --offload "
+                            f"{spec.offload} needs the state sharded ({', '.join(kept)})")
+        shardings = kept
     searched = "replicate" in free  # R per layout below; else the given R filters the shardings here
     if not searched and spec.replicate > 1 and "none" in shardings and "sharding" in free:
         shardings = tuple(s for s in shardings if s != "none")
