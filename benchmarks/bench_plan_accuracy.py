@@ -146,11 +146,18 @@ def main(argv=None) -> int:
                "H100 or newer": [r for r in results if r["gpu"] in HOPPER + BLACKWELL],
                "Blackwell": [r for r in results if r["gpu"] in BLACKWELL],
                "A100": [r for r in results if r["gpu"].startswith("a100")],
+               # issue 68: the rows that run a zero-bubble or DualPipe schedule, or offload, reported apart
+               "zero-bubble / DualPipe schedules": [r for r in results if r["lay"].schedule not in ("", "1f1b",
+                                                                                                  "interleaved")],
+               "offload": [r for r in results if r["lay"].offload != "none"],
                "V100": [r for r in results if r["gpu"] == "v100"]}
+    absent = [k for k in ("zero-bubble / DualPipe schedules", "offload") if not regimes[k]]
     for name, rows in [*groups.items(), *((k, v) for k, v in regimes.items() if v), ("overall", results)]:
         left = f"{loso[name][1]:8.1f}% {loso[name][0]:6.2f}" if name in loso else f"{'':9} {'':6}"
         print(f"{name[:30]:30} {len(rows):4d} {mape(rows):6.1f}% {signed(rows):+7.1f}% {left} {mape(rows, 'err_flat'):9.1f}% "
               f"{max(abs(r['err_pred']) for r in rows):8.1f}%")
+    for name in absent:  # the optional schedule and offload columns of a row (analytic/steptime/runs.py)
+        print(f"{name[:30]:30} {0:4d}   (no published row of this table states one)")
     if loso:
         per_source = [mape(rows) for rows in groups.values()]
         print(f"\nmean of per-source MAPEs: {sum(per_source) / len(per_source):.1f}%; of left-out MAPEs: "

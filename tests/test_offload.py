@@ -89,3 +89,16 @@ def test_an_offload_the_sharding_cannot_run_is_one_line(args, line, capsys):
                      "--rule", "bp", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and line in err[0]
+
+
+def test_a_published_row_may_state_its_schedule_and_offload():
+    """benchmarks/bench_plan_accuracy.py reports the rows that state them apart (issue 68); absent, the row runs 1F1B
+    without offload, as every published row here does."""
+    from pathlib import Path
+
+    from trainingcost.analytic.steptime import runs
+
+    row = dict(runs.load(Path(__file__).resolve().parents[1] / "benchmarks" / "published_runs.csv")[0])
+    assert (runs.layout_of(row).schedule, runs.layout_of(row).offload) == ("", "none")
+    lay = runs.layout_of({**row, "schedule": "ZB-H1", "offload": "optimizer", "sharding": "zero1"})
+    assert (lay.schedule, lay.offload) == ("zb-h1", "optimizer")

@@ -184,7 +184,9 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
                   shard_copies=fw.shard_copies, fp8_gather=fw.fp8_gather, fp8_tp_gather=fw.fp8_tp_gather,
                   pipeline_split=fw.pipeline_split, recompute_tail=recompute_tail_of(fw, elementwise_of(row, fw)),
                   gpus_per_node=system.gpus_per_node if system else None, nic_gbps=system.nic_gbps if system else None,
-                  fabric=tuple(sorted(system.latencies.items())) if system else None)
+                  fabric=tuple(sorted(system.latencies.items())) if system else None,
+                  schedule=str(row.get("schedule") or "").strip().lower(),  # optional columns: a pipeline schedule
+                  offload=str(row.get("offload") or "none").strip().lower())  # and an offload, where a run states one
 
 
 def elementwise_of(row: dict, fw) -> str:
