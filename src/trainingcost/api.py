@@ -234,6 +234,9 @@ def plan(
     optimizer: str = 'adam',
     interleave: int | Literal["auto"] = 1,
     offload: str = 'none',
+    finetune: str = 'full',
+    lora_rank: int | None = None,
+    lora_targets: str | None = None,
     schedule: str | None = None,
     sequence_parallel: str | None = None,
     gpus_per_node: int | None = None,
@@ -426,6 +429,13 @@ def plan(
         offload (--offload): keep the optimizer (ZeRO-Offload), or the parameters too (ZeRO-3's offload_param,
             FSDP's CPU offload), in the host's memory: the GPU's memory it frees, the PCIe copies and the CPU's
             optimizer step it costs; one of none, optimizer, parameters
+        finetune (--finetune): what trains: full (every parameter), lora (rank --lora-rank adapters on --lora-
+            targets, the base frozen: Hu et al. 2021, as PEFT runs it) or qlora (lora on a 4-bit NF4 base:
+            Dettmers et al. 2023); adapters train under bp only; one of full, lora, qlora
+        lora_rank (--lora-rank): the adapters' rank with --finetune lora or qlora (default: 8, PEFT's)
+        lora_targets (--lora-targets): the blocks' Linears that get adapters, from q, k, v, o, qkv, gate, up,
+            down (qkv: a fused q/k/v projection, GPT-2's c_attn), or all (PEFT's all-linear); default: q,v
+            (PEFT's for Llama, Mistral, Qwen2, Gemma)
         schedule (--schedule): the pipeline schedule with --pp: 1f1b, interleaved (with --interleave), zb-h1 and
             zb-h2 (Qi et al. 2024's zero-bubble), zb-v (two chunks per GPU in a V) or dualpipe (DeepSeek-V3's,
             both ends); default: 1f1b, interleaved with --interleave; auto: searched; one of 1f1b,

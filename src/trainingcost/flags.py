@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from .analytic import cost_model_names, rule_names, rules
+from .analytic.finetune import DEFAULT_RANK, DEFAULT_TARGETS, FINETUNES, LORA_TARGETS
 from .analytic.memory import DTYPE_BYTES, OPTIMIZER_SLOTS
 from .analytic.plan import CHECKPOINTING, PRECISIONS, SHARDINGS, ZERO3_GATHER
 from .analytic.steptime.offload import OFFLOADS
@@ -158,6 +159,16 @@ def plan_flags(p) -> None:
                    help="keep the optimizer (ZeRO-Offload), or the parameters too (ZeRO-3's offload_param, FSDP's CPU "
                         "offload), in the host's memory: the GPU's memory it frees, the PCIe copies and the CPU's "
                         "optimizer step it costs")
+    p.add_argument("--finetune", default="full", type=str.lower, choices=list(FINETUNES),
+                   help="what trains: full (every parameter), lora (rank --lora-rank adapters on --lora-targets, the "
+                        "base frozen: Hu et al. 2021, as PEFT runs it) or qlora (lora on a 4-bit NF4 base: Dettmers "
+                        "et al. 2023); adapters train under bp only")
+    p.add_argument("--lora-rank", type=count, default=None, metavar="R",
+                   help=f"the adapters' rank with --finetune lora or qlora (default: {DEFAULT_RANK}, PEFT's)")
+    p.add_argument("--lora-targets", default=None, metavar="NAME[,NAME...]|all",
+                   help=f"the blocks' Linears that get adapters, from {', '.join(LORA_TARGETS)} (qkv: a fused q/k/v "
+                        f"projection, GPT-2's c_attn), or all (PEFT's all-linear); default: {','.join(DEFAULT_TARGETS)} "
+                        "(PEFT's for Llama, Mistral, Qwen2, Gemma)")
     p.add_argument("--schedule", default=None, type=str.lower, choices=[*SCHEDULES, "auto"],
                    help="the pipeline schedule with --pp: 1f1b, interleaved (with --interleave), zb-h1 and zb-h2 (Qi et "
                         "al. 2024's zero-bubble), zb-v (two chunks per GPU in a V) or dualpipe (DeepSeek-V3's, both "

@@ -247,6 +247,8 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
     out.append(wrapped(f"Run: {first['tokens']:.3g} tokens in steps of {first['global_batch']} sequences of "
                        f"{first['tokens_per_sequence']} tokens, on {gpu.name} ({gpu.memory_bytes / 1e9:g} GB); "
                        f"searched: {fields}", width))
+    if first.get("finetune", "full") != "full":
+        out.append(wrapped("Trains: " + first["source_finetune"].split("; Hu et al.")[0], width))
     if len(result.counts) == 1:
         n = result.counts[0]
         found = result.searches.get(n)

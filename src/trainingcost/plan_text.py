@@ -85,6 +85,8 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
     out.append(grid(header, rows))
     out.append("")
     out.append("Assumptions and their sources:")
+    if first.get("finetune", "full") != "full":
+        out.append(f"- fine-tuning: {first['source_finetune']}")
     for key, label in (("source_precision", "precision"), ("source_peak", "peak FLOP/s"),
                        ("source_memory_capacity", "memory"), ("source_power", "power"), ("source_pue", "PUE"),
                        ("source_carbon", "carbon intensity"), ("source_price", "price"),
@@ -153,6 +155,8 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     out.append(wrapped(f"On {first['gpus']} x {gpu.name} ({gpu.memory_bytes / 1e9:g} GB): {_degrees(first)}, "
                        f"{_sharding(first)}{offloaded}, {first['precision']}, "
                        f"checkpointing {first['checkpointing']}, {first['optimizer']}" + _experts(first), SCREEN_WIDTH))
+    if first.get("finetune", "full") != "full":
+        out.append(wrapped("Trains: " + first["source_finetune"].split("; Hu et al.")[0], SCREEN_WIDTH))
     if table["compute_multiplier"].notna().any() and table["source_quality"].iloc[0].startswith("to reach"):
         out.append(wrapped(tokens_per_rule(table), SCREEN_WIDTH))
     else:  # the cheapest per step is not the cheapest per quality: say which this is

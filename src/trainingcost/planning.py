@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .analytic import cost_model_names
+from .analytic import cost_model_names, rule_names
+from .analytic.finetune import DEFAULT_RANK, DEFAULT_TARGETS, FULL, FineTune, check_finetune, parse_targets
 from .analytic.plan import PRECISIONS, PREDICTED_SOURCE, Efficiency, PlanSpec, plan_table, tokens_per_sequence
 from .args import model_entry, rule_list
 from .plan_search import fixed_args, free_fields
@@ -293,10 +294,23 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         carbon_source=defaults.carbon_source if args.carbon_intensity is None else "given",
         price=args.price, price_source="given" if args.price is not None else defaults.price_source,
         mirror_steps=args.mirror_steps, interleave=args.interleave, sequence_parallel=args.sequence_parallel,
-        schedule=args.schedule or "", offload=args.offload,
+        schedule=args.schedule or "", offload=args.offload, finetune=finetune_of(args),
         ep=args.ep, etp=args.etp, cp=args.cp, replicate=args.replicate, dp_overlap=fw.dp_overlap if args.dp_overlap is None else args.dp_overlap,
         **quality_of(args),
     )
+
+
+def finetune_of(args) -> FineTune:
+    """The FineTune of --finetune, --lora-rank and --lora-targets (the last two only with adapters)."""
+    kind = getattr(args, "finetune", "full")
+    rank, targets = getattr(args, "lora_rank", None), getattr(args, "lora_targets", None)
+    if kind == "full":
+        for flag, value in (("--lora-rank", rank), ("--lora-targets", targets)):
+            if value is not None:
+                raise ConfigError(f"{flag}: adapters' setting; it needs --finetune lora or qlora (got --finetune full)")
+        return FULL
+    return FineTune(kind, DEFAULT_RANK if rank is None else rank,
+                    DEFAULT_TARGETS if targets is None else parse_targets(targets))
 
 
 def quality_of(args) -> dict:
@@ -401,6 +415,11 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
         gpu = power_limited(gpu, args.power_limit)
     rules = args.rule if isinstance(args.rule, list) else rule_list(args.rule)
     models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
+    finetune = finetune_of(args)
+    if finetune.adapters:  # adapters train under BP, priced under executed: "all" means all that can
+        rules = ["bp"] if set(rules) == set(rule_names()) else rules
+        models = ["executed"] if args.cost_model == "all" else models
+        check_finetune(finetune, cfg, rules, models)
     if args.schedule not in (None, "1f1b", "auto") and args.pp == 1 and "pp" not in free_fields(args):  # needs a pipeline
         raise ConfigError(f"--schedule: {args.schedule} needs pipeline stages (--pp 2 or more, or --pp auto; got --pp 1)")
     if free_fields(args) or len(args.gpus) > 1:

@@ -267,8 +267,8 @@ def _search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: 
                                 f"replicate: framework {spec.framework} has no hybrid sharding (replica groups)")
     structures = _structures(cfg, spec, free, per_node, tp_across_nodes, rejected)
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
-    facts = model_facts(cfg, list(dict.fromkeys(["bp", *rules])), spec.optimizer)
-    work = rule_work(cfg, list(dict.fromkeys(["bp", *rules])))
+    facts = model_facts(cfg, list(dict.fromkeys(["bp", *rules])), spec.optimizer, spec.finetune)
+    work = rule_work(cfg, list(dict.fromkeys(["bp", *rules])), spec.finetune)
     memo = {} if memo is None else memo
     capacity = float(device.memory_bytes)
     shardings = (tuple(s for s in SHARDINGS if s in can["shardings"] or (s == "zero3" and "fsdp" in can["shardings"]))

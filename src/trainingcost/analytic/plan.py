@@ -36,6 +36,8 @@ from .catalogue import rule, rule_names
 from .engine import build_for, evaluate, phase_costs
 from .memory import OPTIMIZER_SLOTS
 from .registry import cost_model
+from .finetune import SOURCE as FINETUNE_SOURCE, describe as describe_finetune
+from .finetune import ADAPTER_BYTES, FULL, FineTune, adapter_forward_per_block, check_finetune, finetune_flops, resolved
 from .steptime import offload as host_offload, schedules
 from ..config.errors import ConfigError
 
@@ -142,6 +144,7 @@ class PlanSpec:
     pipeline_split: str = "even"  # how the blocks are split over pipeline stages (the framework's; plan_facts.stages)
     schedule: str = ""  # the pipeline schedule (steptime/schedules.py); "": 1F1B, interleaved with interleave > 1
     offload: str = "none"  # the optimizer, or the parameters too, on the host (steptime/offload.py)
+    finetune: FineTune = FULL  # what trains: every parameter, or LoRA/QLoRA adapters on a frozen base (finetune.py)
 
 
 # ---------------------------------------------------------------------------
@@ -169,6 +172,9 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
     if spec.zero3_gather not in ZERO3_GATHER:
         raise ConfigError(f"zero3_gather: {spec.zero3_gather!r} is not allowed (allowed: {', '.join(ZERO3_GATHER)})")
     host_offload.check_offload(spec.offload, spec.sharding)
+    if spec.finetune.adapters and spec.offload != "none":
+        raise ConfigError(f"offload: --offload {spec.offload} with --finetune {spec.finetune.kind} is not priced (the "
+                          "adapters' optimizer is small; allowed: none)")
     if spec.schedule not in ("", *schedules.SCHEDULES):
         raise ConfigError(f"--schedule: {spec.schedule!r} is not allowed (allowed: {', '.join(schedules.SCHEDULES)})")
     if spec.sharding not in SHARDINGS:
@@ -408,11 +414,13 @@ def tail_flops_per_sequence(cfg) -> dict:
 
 
 def flops_per_sequence(cfg, rules, cost_models, checkpointing: str = "none", every: int = 2,
-                       mirror_steps: int = 1, facts: ModelFacts | None = None, tail: bool = False) -> pd.DataFrame:
+                       mirror_steps: int = 1, facts: ModelFacts | None = None, tail: bool = False,
+                       finetune: FineTune = FULL) -> pd.DataFrame:
     """One row per (rule, cost model) in scope: model FLOPs per sequence (the rule's phases summed) and the
     recompute FLOPs of checkpointing (the checkpointed blocks' forward; rules with a backward only). ``tail``: the
     recompute leaves out each checkpointed block's down projection (step.tail_skipped), the same FLOPs under
-    every cost model (what the hardware does not run)."""
+    every cost model (what the hardware does not run). ``finetune`` (adapters: BP under executed only): the forward
+    and input gradients, the adapters' work, no frozen weight's gradient (analytic/finetune.py)."""
     configs = _configs(cfg)
     depth = {s: cfg.depth(s) for s in cfg.stacks}
     counts = checkpointed(facts, checkpointing, every) if facts else {s: 0 for s in depth}
@@ -434,10 +442,16 @@ def flops_per_sequence(cfg, rules, cost_models, checkpointing: str = "none", eve
                             for s, c in counts.items())
         recompute = max(0, recompute - left_out)
         for r in rules:
-            total = sum(int((flops * count).sum()) for _, _, _, flops, _ in phase_costs(q, r, mirror_steps))
+            phases = {phase: int((flops * count).sum()) for phase, _, _, flops, _ in phase_costs(q, r, mirror_steps)}
+            total = sum(phases.values())
             backward = bool(rule(r).recipe.get("backward"))
+            redone = recompute if backward else 0
+            if finetune.adapters:  # the frozen base: BP's forward and input gradients, the adapters' three products
+                total = finetune_flops(cfg, finetune, phases["forward"], phases["backward"], checkpointing)
+                adapters = adapter_forward_per_block(cfg, finetune)
+                redone += sum(c * adapters[s] for s, c in counts.items())
             rows.append({"rule": r, "cost_model": name, "model_flops_per_sequence": total,
-                         "recompute_flops_per_sequence": recompute if backward else 0})
+                         "recompute_flops_per_sequence": redone})
     return pd.DataFrame(rows)
 
 
@@ -480,12 +494,18 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     # partitions them (copied down as the backward makes them), and the parameters' shards with parameter offload
     on_gpu = {"parameters": spec.offload != "parameters", "gradients": spec.offload == "none" or stage < 2,
               "optimizer": spec.offload == "none"}
+    weights, grad_bytes, master, state = params * p.weights, trained * grads, trained * p.master, trained * p.state
+    ft = facts.finetune
+    if ft is not None:  # a frozen base (lora: the weights' dtype; qlora: NF4 and fp32) and fp32 adapters (finetune.py)
+        base = ft.qlora_bytes if ft.kind == "qlora" else facts.parameters * p.weights
+        weights = (base + ft.adapters * ADAPTER_BYTES) * share
+        grad_bytes, master, state = trained * ADAPTER_BYTES, 0.0, trained * ADAPTER_BYTES
     return {
-        "parameters": (copies * shard(params * p.weights, 3) + fp8_cache) * on_gpu["parameters"],
+        "parameters": (copies * shard(weights, 3) + fp8_cache) * on_gpu["parameters"],
         "feedback": copies * shard(feedback * p.weights, 3) * on_gpu["parameters"],
-        "gradients": copies * shard(trained * grads, 2) * on_gpu["gradients"],
-        "master_weights": copies * shard(trained * p.master, 1) * on_gpu["optimizer"],
-        "optimizer_state": copies * shard(trained * p.state * OPTIMIZER_SLOTS[spec.optimizer], 1) * on_gpu["optimizer"],
+        "gradients": copies * shard(grad_bytes, 2) * on_gpu["gradients"],
+        "master_weights": copies * shard(master, 1) * on_gpu["optimizer"],
+        "optimizer_state": copies * shard(state * OPTIMIZER_SLOTS[spec.optimizer], 1) * on_gpu["optimizer"],
         # ZeRO-3 gathers each layer whole before using it: its working weights and gradients (DeepSpeed's
         # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16)
         "gathered": gathered_unit_bytes(facts, spec, p) / spec.tp if stage == 3 and dp > 1 else 0.0,
@@ -559,7 +579,7 @@ def unfused_scores(facts: ModelFacts, spec: PlanSpec, row: dict) -> float:
 
 def fits_at_micro_batch_1(cfg, spec: PlanSpec, device, rules, facts: ModelFacts | None = None) -> dict[str, bool]:
     """rule -> whether one sequence per micro-batch fits on the device under ``spec`` (memory only, no time)."""
-    facts = facts or model_facts(cfg, list(rules), spec.optimizer)
+    facts = facts or model_facts(cfg, list(rules), spec.optimizer, resolved(spec.finetune, spec.checkpointing))
     out = {}
     for r in rules:
         parts = memory_per_gpu(facts, spec, r, activations_per_sequence(facts, r, spec.checkpointing,
@@ -578,7 +598,7 @@ def smallest_fit(cfg, spec: PlanSpec, device, rules, max_gpus_per_node: int = 8)
     import itertools
     from dataclasses import replace
 
-    facts = model_facts(cfg, list(rules), spec.optimizer)
+    facts = model_facts(cfg, list(rules), spec.optimizer, resolved(spec.finetune, spec.checkpointing))
     blocks = [cfg.depth(s) for s in cfg.stacks]
     can = dict(spec.can) if spec.can else {}
     tps = [t for t in (1, 2, 4, 8, 16) if t <= max_gpus_per_node and spec.gpus % t == 0]
@@ -648,7 +668,7 @@ PLAN_COLUMNS = (
     *(f"step_{k}_s" for k in STEP_PARTS), "step_dp_bytes", "step_dp_collectives",
     "compute_multiplier", "token_multiplier", "source_quality",
     "ep", "etp", "ep_all_to_all_bytes", "interleave", "sequence_parallel", "goodput", "source_goodput", "framework", "source_framework", "attention", "cp", "replicate", "source_network", "pipeline_split",
-    "trains_model", "schedule", "offload", "host_memory_per_node",
+    "trains_model", "schedule", "offload", "host_memory_per_node", "finetune", "trained_parameters", "source_finetune",
 )
 
 
@@ -706,12 +726,14 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
     extra = [r for r in ("bp", e.rule if e.kind == "tokens_per_s" or spec.joules_per_token is not None else "bp")
              if r in rule_names()]
     needed = list(dict.fromkeys(rules + extra))
-    facts = model_facts(cfg, needed, spec.optimizer)
+    ft = resolved(spec.finetune, spec.checkpointing)
+    check_finetune(ft, cfg, rules, cost_models, spec.precision)
+    facts = model_facts(cfg, needed, spec.optimizer, ft)
     from .steptime.step import tail_skipped
 
     tail = tail_skipped(cfg, spec.recompute_tail, PRECISIONS[spec.precision].linear is not None)
     flops = flops_per_sequence(cfg, needed, cost_models, spec.checkpointing, spec.checkpoint_every, spec.mirror_steps,
-                               facts, tail)
+                               facts, tail, ft)
     if flops.empty:
         raise ConfigError(f"cost_model: none of {', '.join(cost_models)} defines this architecture (the paper cost model "
                           "defines the 2017 transformer only)")
@@ -761,7 +783,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         # the error bar: the model's misses on published runs like this one (steptime/intervals.py)
         bar = interval(regime(device.name, spec.sharding, spec.gpus, facts.parameters))
 
-        work = rule_work(cfg, rules)
+        work = rule_work(cfg, rules, ft)
         for r in rules:
             lay = step_layout(spec, G, memory[r][2])
             check_layout(cfg, lay)
@@ -821,6 +843,8 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "pipeline_split": pipeline_split(cfg, spec.pp, spec.pipeline_split, spec.interleave),
             "schedule": schedules.effective(spec.schedule, spec.interleave) if spec.pp > 1 else "",
             "offload": spec.offload, "host_memory_per_node": host_bytes(facts, spec, r, per_node),
+            "finetune": ft.kind, "trained_parameters": int(facts.row(r)["trained"]),
+            "source_finetune": describe_finetune(ft, cfg, spec.checkpointing) + ("; " + FINETUNE_SOURCE if ft.adapters else ""),
             "interleave": spec.interleave,
             "sequence_parallel": bool(spec.sequence_parallel),
             "source_network": spec.network_source, "precision": spec.precision,
@@ -903,7 +927,7 @@ def memory_curve(cfg, spec: PlanSpec, device, rules, micro_batches=None) -> pd.D
     """Per-GPU bytes per rule against the micro-batch (the workflow's memory figure), with the device capacity and
     each rule's largest micro-batch that fits. ``micro_batches`` None: powers of two up to the first at which no
     rule fits (at most 2^16)."""
-    facts = model_facts(cfg, rules, spec.optimizer)
+    facts = model_facts(cfg, rules, spec.optimizer, resolved(spec.finetune, spec.checkpointing))
     capacity = float(device.memory_bytes)
     lines = {}
     for r in rules:

@@ -94,6 +94,7 @@ class ModelFacts:
     moe_layers: dict = None  # stack -> blocks with a mixture of experts (each: two all-to-alls per pass)
     scores: dict = None  # stack -> attention score elements of one block per sequence (heads x queries x keys)
     split_costs: tuple = (1, 0)  # a block's and the LM head's cost in nanotron's balanced split (stage_split)
+    finetune: object = None  # with adapters (analytic/finetune.py): FineTuneFacts; None: every parameter trained
     _rows: dict = field(default_factory=dict, repr=False, compare=False)
 
     def row(self, rule_name: str) -> dict:
@@ -103,16 +104,43 @@ class ModelFacts:
         return self._rows[rule_name]
 
 
-def model_facts(cfg, rules, optimizer: str) -> ModelFacts:
+@dataclass(frozen=True)
+class FineTuneFacts:
+    """A frozen base with adapters (analytic/finetune.py): its kind, the adapters' parameters, and (qlora) the
+    base's bytes whole (NF4 Linears, the rest fp32); lora's base takes the precision's weight bytes."""
+
+    kind: str
+    adapters: int
+    qlora_bytes: float = 0.0
+
+
+def model_facts(cfg, rules, optimizer: str, finetune=None) -> ModelFacts:
     """The facts of ``cfg`` under ``rules`` (cached: a plan reads them for every layout it searches, and they depend
     on the model, the rules and the optimizer only). Read-only: the same object is returned to every caller. Built
     once per model and optimizer for every rule of the catalogue (its ``per_rule`` holds each), whichever rules are
-    asked for."""
+    asked for. ``finetune`` (a FineTune with adapters): BP trains the adapters alone."""
     from .catalogue import rule_names
 
     known = tuple(rule_names())
     asked = tuple(rules)
-    return _model_facts(cfg, known if set(asked) <= set(known) else asked, optimizer)
+    chosen = known if set(asked) <= set(known) else asked
+    if finetune is None or not finetune.adapters:
+        return _model_facts(cfg, chosen, optimizer)
+    return _finetune_facts(cfg, chosen, optimizer, finetune)
+
+
+@lru_cache(maxsize=64)
+def _finetune_facts(cfg, rules: tuple, optimizer: str, ft) -> ModelFacts:
+    from dataclasses import replace
+
+    from .finetune import adapter_parameters, base_bytes
+
+    facts = _model_facts(cfg, rules, optimizer)
+    adapters = adapter_parameters(cfg, ft)
+    per_rule = facts.per_rule.copy()
+    per_rule.loc["bp", "trained"] = adapters
+    qlora = base_bytes(cfg, ft, facts.parameters, 4) if ft.kind == "qlora" else 0.0
+    return replace(facts, per_rule=per_rule, finetune=FineTuneFacts(ft.kind, adapters, qlora), _rows={})
 
 
 @lru_cache(maxsize=64)

@@ -218,6 +218,12 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "host_memory_per_node": ("bytes", "host memory an offload keeps per node: its GPUs' optimizer partitions (fp32 "
                                       "master weights, moments, an fp32 gradient buffer) and, with parameter offload, "
                                       "their bit16 parameter shards"),
+    "finetune": ("text", "what trains: full (every parameter), lora or qlora (adapters on a frozen base, "
+                         "analytic/finetune.py)"),
+    "trained_parameters": ("count", "the parameters the rule trains: the model's (and feedback's), or the adapters' "
+                                    "with --finetune lora or qlora"),
+    "source_finetune": ("text", "the fine-tuning in words: the adapters' rank, targets and parameters, how the base is "
+                                "stored, whether the first block's input carries a gradient; its sources"),
     "schedule": ("text", "the pipeline schedule where pp > 1: 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipe (empty "
                          "without a pipeline)"),
     "trains_model": ("bool", "whether the rule trains this model (False: priced, not trainable here)"),

@@ -40,6 +40,8 @@ import numpy as np
 
 from ...config.errors import ConfigError
 from ...config.frameworks import GRAD_REDUCE, RECOMPUTE_TAILS, ZERO1_SYNC
+from ..finetune import (FULL, FineTune, adapter_flops, adapter_parameters, finetune_flops, linear_shapes,
+                        quantized_linears, targets_of)
 from ..plan_facts import PRECISIONS, ZERO_STAGE, check_precision, model_facts, model_share, stage_split
 from .device import DeviceModel
 from . import offload, schedules
@@ -332,10 +334,53 @@ def check_layout(cfg, lay: Layout) -> None:
 # The rules' work and dependency structure, from their declared phases
 
 
-def rule_work(cfg, rules) -> dict:
+def rule_work(cfg, rules, finetune: FineTune = FULL) -> dict:
     """Per rule: FLOPs per sequence of its forward passes, of the work it serialises backward through the stages,
     of its stage-local work, the number of forward passes and sequential forward sweeps, whether it has a backward
-    through the blocks, and the elements of feedback it trains (their gradients are reduced like the weights')."""
+    through the blocks, and the elements of feedback it trains (their gradients are reduced like the weights').
+    ``finetune`` with adapters: BP's work on a frozen base (:func:`finetune_work`)."""
+    out = _rule_work(cfg, tuple(rules))
+    if finetune.adapters:
+        out = {**out, "bp": finetune_work(cfg, out["bp"], finetune)}
+    return out
+
+
+def finetune_work(cfg, w: dict, ft: FineTune) -> dict:
+    """BP's work when only adapters train (analytic/finetune.py): its weight gradients gone, the adapters' products
+    added as a family of their own (priced at their shapes, :func:`adapter_seconds`), the trained elements the
+    adapters'. The first block's skipped input gradients (finetune.first_block_skipped) stay in the priced backward
+    (a block's q, k and v input gradients of the whole model's; the FLOPs, ``total``, leave them out)."""
+    a = adapter_flops(cfg, ft)
+    entries = {k: v for k, v in w["entries"].items() if k[0] != "weight_update"}
+    for phase, name, amount in (("forward", "adapter_forward", a["forward"]),
+                                ("backward", "adapter_backward", a["backward"]),
+                                ("weight_update", "adapter_weight_grad", a["weight_grad"])):
+        if amount:
+            entries[(phase, name, "adapter", True)] = float(amount)
+    total = float(finetune_flops(cfg, ft, int(w["forward"]), int(w["chain"])))
+    return {**w, "entries": entries, "families": {**w["families"], "adapter": "adapter"},
+            "forward": w["forward"] + a["forward"], "chain": w["chain"] + a["backward"], "local": float(a["weight_grad"]),
+            "total": total, "trained": adapter_parameters(cfg, ft), "finetune": ft}
+
+
+def adapter_seconds(cfg, lay: Layout, dev: DeviceModel, ft: FineTune, cls: str) -> float:
+    """Seconds of one block's adapter products per micro-batch on one GPU, of a class (fwd: A then B; bin: their
+    input gradients; wgrad: their weight gradients): each a skinny product of rank r on the block's rows, its wide
+    side split over the tensor-parallel GPUs as its base Linear's (column-parallel q, k, v, gate, up; row-parallel o,
+    down). The adapters' scaling and add (elementwise) are not priced."""
+    m = lay.micro_batch * cfg.seq_len // lay.cp
+    r, t = ft.rank, lay.tp
+    shapes = linear_shapes(cfg)
+    total = 0.0
+    for x in targets_of(cfg, ft):
+        k, n = shapes[x]
+        k, n = (max(1, k // t), n) if x in ("o", "down") else (k, max(1, n // t))
+        products = {"fwd": ((m, r, k), (m, n, r)), "bin": ((m, r, n), (m, k, r)), "wgrad": ((n, r, m), (r, k, m))}[cls]
+        total += sum(dev.products.gemm(*g) for g in products)
+    return total
+
+
+def _rule_work(cfg, rules: tuple) -> dict:
     from ..catalogue import rule as rule_spec
     from ..engine import build_for, evaluate, phase_costs, recipe
     from ..plan_facts import _configs
@@ -679,6 +724,9 @@ def price(cfg, lay: Layout, dev: DeviceModel, rates: dict, w: dict, phases=None,
             continue
         share = flops * b * (on_stage / blocks if in_block else 1)
         fam, cls = FAMILY_RATES.get(w["families"][kind], w["families"][kind]), quantity_class(name)
+        if fam == "adapter":  # LoRA's rank-r products, at their own shapes, on the stage's blocks
+            out["matmul"] += on_stage * adapter_seconds(cfg, lay, dev, w["finetune"], cls)
+            continue
         if fam == "projection":
             (M, N, K), full = projection_gemm(cfg, lay, kind, cls)
             out["matmul"] += share * dev.gemm(M, N, K) / full
@@ -1038,7 +1086,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     pp_comm, bubble = pipeline_seconds(cfg, lay, one_micro, w)  # the pipeline's sends and bubble
 
     # Data parallel (and ZeRO) over dp ranks, stride t
-    facts, trained = once(("facts", rule), lambda: (lambda f: (f, float(f.per_rule.loc[rule, "trained"])))(
+    facts, trained = once(("facts", rule), lambda: (lambda f: (f, float(w.get("trained", f.per_rule.loc[rule, "trained"]))))(
         model_facts(cfg, [rule], "adam")))
     share = once(("share", rule, t, p, lay.ep, lay.expert_tp, pp_split),
                  lambda: model_share(facts, t, p, lay.ep * lay.expert_tp / t, pp_split))
@@ -1077,9 +1125,11 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
 
     parts = {c: M * (fwd[c] + bwd[c] + rec[c]) for c in cats}
     parts["memory"] += copies  # FSDP2's copies into and out of its collectives' flat buffers
+    dequantize = M * qlora_dequantize_seconds(cfg, lay, dev, w, facts, share, recomputed_blocks)
+    parts["memory"] += dequantize
     parts.update({"comm_tp": M * (tp_fwd + tp_bwd), "comm_dp": dp_comm, "comm_pp": pp_comm, "bubble": bubble,
                   "optimizer": optimizer, "comm_ep": M * (ep_fwd + ep_bwd), "comm_cp": M * (cp_fwd + cp_bwd)})
-    step = M * per_micro + bubble + dp_comm + pp_comm + optimizer + copies
+    step = M * per_micro + bubble + dp_comm + pp_comm + optimizer + copies + dequantize
     peak = dev.products.peak  # fp8-mixed: the fp8 peak (Precision.peak_dtype)
     model_flops = lay.global_batch * w["total"]
     hw_flops = model_flops + (lay.global_batch * w["forward"] / max(1, w["passes"]) *
@@ -1087,6 +1137,23 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     return StepPrediction(step, parts, model_flops, hw_flops, model_flops / (step * lay.gpus * peak),
                           hw_flops / (step * lay.gpus * peak), {**dev.sources, "host_block_s": HOST_BLOCK_SOURCE},
                           dp_bytes, dp_count, split if p > 1 else "")
+
+
+def qlora_dequantize_seconds(cfg, lay: Layout, dev: DeviceModel, w: dict, facts, share: float,
+                             recomputed_blocks: float) -> float:
+    """QLoRA's 4-bit base, per micro-batch: bitsandbytes dequantizes each Linear weight to the compute dtype before
+    its product, in the forward, again for the input gradient (MatMul4Bit's backward) and in every recomputed
+    forward; each pass reads the packed half byte and the one-byte absmax per 64 and writes the compute dtype's
+    bytes (finetune.nf4_bytes), memory-bound. The GPU's share of the quantized weights (all of them under ZeRO-3 or
+    FSDP, which gather before the product); 0 without QLoRA."""
+    ft = w.get("finetune")
+    if ft is None or ft.kind != "qlora":
+        return 0.0
+    quantized = sum(n * c for n, c in quantized_linears(cfg)) * share
+    blocks = sum(cfg.depth(s) for s in cfg.stacks)
+    passes = 2 + recomputed_blocks * lay.pp / max(1, blocks)
+    per_element = 0.5 + 1 / 64 + PRECISIONS[lay.precision].weights
+    return passes * dev.memory(per_element * quantized)
 
 
 def data_parallel_collectives(cfg, lay: Layout, rule: str, w: dict | None = None, share: float | None = None):
@@ -1108,9 +1175,25 @@ def data_parallel_collectives(cfg, lay: Layout, rule: str, w: dict | None = None
                            1.0 if (lay.tp == 1 and lay.pp == 1) else share, stage_blocks,
                            reduce_dtype(lay.grad_reduce, dtype),
                            gather_fp8=lay.fp8_gather and PRECISIONS[lay.precision].linear is not None)
+    if w is not None and "finetune" in w:
+        ops = adapter_reductions(ops, w["trained"] / max(1, model_facts(cfg, [rule], "adam").parameters))
     if lay.sharding == "zero1" and lay.zero1_sync == "after_backward":
         return synced_after_backward(ops)
     return replicated(ops, lay.replicate)
+
+
+def adapter_reductions(ops, fraction: float):
+    """``ops`` when only adapters train: each gradient reduction carries the adapters' share of its tensors, in fp32
+    (PEFT's adapters), the parameter all-gathers unchanged (ZeRO-3 and FSDP still gather the frozen base). The
+    number of collectives is kept (a bucket or a unit each), so their latencies are a bound from above."""
+    from ..comm import DTYPE_BYTES, Collective, PlanCollectives
+
+    def one(c):
+        if c.op not in ("all_reduce", "reduce_scatter"):
+            return c
+        return Collective(c.op, int(round(c.bytes * fraction * 4 / DTYPE_BYTES[c.dtype])), c.group, "fp32", c.phase)
+
+    return PlanCollectives(tuple(map(one, ops.micro_batch)), tuple(map(one, ops.step)))
 
 
 def replicated(ops, replicate: int):

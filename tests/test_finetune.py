@@ -1,0 +1,270 @@
+"""Fine-tuning with a frozen base (analytic/finetune.py) against PEFT's LoRA and bitsandbytes' 4-bit storage.
+
+- FLOPs: one training step of PEFT's LoRA on small transformers models (Llama, GPT-2 with its fused c_attn Conv1D,
+  GPT-NeoX with parallel and sequential blocks), under torch's FlopCounterMode, equal to the plan's FLOPs to the
+  integer, for several target sets, with and without ``enable_input_require_grads``.
+- Parameters and bytes: the adapters PEFT trains; the weights, gradients and Adam moments after one optimizer step
+  (bf16 base, fp32 adapters) equal to the plan's memory parts; QLoRA's stored base (transformers' bitsandbytes
+  quantizer on the CPU, ``prepare_model_for_kbit_training``) equal to the plan's.
+- By hand: NF4 bytes per tensor (Dettmers et al. 2023's bits per parameter), adapters' FLOPs, the step's
+  data-parallel bytes.
+- Refusals: one line naming the field and the allowed values.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+
+import trainingcost as tc
+from trainingcost import cli
+from trainingcost.analytic.finetune import FineTune, adapter_parameters, base_bytes, nf4_bytes
+from trainingcost.analytic.plan import flops_per_sequence
+from trainingcost.config import canonical_model, preset_entry
+
+B, S = 2, 12
+
+
+def _peft():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    return torch, transformers, peft
+
+
+def _llama(transformers, **extra):
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=48, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=2, vocab_size=61,
+                                      max_position_embeddings=64, attn_implementation="sdpa", **extra)
+    names = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
+             "down": "down_proj"}
+    return config, transformers.LlamaForCausalLM(config), names
+
+
+def _gpt2(transformers):
+    config = transformers.GPT2Config(n_embd=32, n_head=4, n_layer=2, n_positions=64, vocab_size=61,
+                                     attn_implementation="sdpa", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    names = {"qkv": "attn.c_attn", "o": "attn.c_proj", "up": "mlp.c_fc", "down": "mlp.c_proj"}
+    return config, transformers.GPT2LMHeadModel(config), names
+
+
+def _neox(transformers, parallel):
+    config = transformers.GPTNeoXConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=2,
+                                        intermediate_size=48, vocab_size=61, max_position_embeddings=64,
+                                        use_parallel_residual=parallel, rotary_pct=0.25, hidden_dropout=0.0,
+                                        attention_dropout=0.0, attn_implementation="sdpa")
+    names = {"qkv": "query_key_value", "o": "attention.dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h"}
+    return config, transformers.GPTNeoXForCausalLM(config), names
+
+
+def _cfg(config):
+    from trainingcost.config.hf import check_window, hf_entry, with_overrides
+
+    return canonical_model(check_window(with_overrides(hf_entry(config.to_dict()), {"seq_len": S, "batch": B}), "t"))
+
+
+def _adapted(peft, model, names, targets, rank):
+    pattern = r".*\.(" + "|".join(re.escape(names[t]) for t in targets) + r")$"
+    return peft.get_peft_model(model, peft.LoraConfig(r=rank, lora_alpha=8, target_modules=pattern, lora_dropout=0.0))
+
+
+CASES = [("llama", ("q", "v")), ("llama", ("q", "k", "v", "o", "gate", "up", "down")), ("llama", ("o",)),
+         ("llama", ("gate", "up", "down")), ("llama", ("down",)), ("llama", ("k",)),
+         ("gpt2", ("qkv",)), ("gpt2", ("o", "up")), ("neox-parallel", ("qkv",)), ("neox-parallel", ("up", "down")),
+         ("neox-parallel", ("down",)), ("neox", ("o",))]
+
+
+@pytest.mark.parametrize("input_grad", [False, True])
+@pytest.mark.parametrize("family,targets", CASES)
+def test_a_lora_step_equals_peft_under_flopcountermode(family, targets, input_grad):
+    torch, transformers, peft = _peft()
+    from torch.utils.flop_counter import FlopCounterMode
+    from test_hf_models import CPU_ATTENTION
+
+    torch.manual_seed(0)
+    config, model, names = {"llama": lambda: _llama(transformers), "gpt2": lambda: _gpt2(transformers),
+                            "neox-parallel": lambda: _neox(transformers, True),
+                            "neox": lambda: _neox(transformers, False)}[family]()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adapted = _adapted(peft, model, names, targets, rank=4)
+    if input_grad:
+        adapted.enable_input_require_grads()
+    ids = torch.randint(0, 61, (B, S))
+    adapted.train()
+    with FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION) as counter:
+        adapted(input_ids=ids, labels=ids).loss.backward()
+    cfg = _cfg(config)
+    ft = FineTune("lora", 4, targets, input_grad)
+    ours = int(flops_per_sequence(cfg, ["bp"], ["executed"], finetune=ft).model_flops_per_sequence.iloc[0])
+    assert B * ours == counter.get_total_flops()
+    trainable = sum(p.numel() for p in adapted.parameters() if p.requires_grad)
+    assert adapter_parameters(cfg, ft) == trainable
+
+
+def test_the_weights_gradients_and_moments_after_an_adam_step_equal_the_plans():
+    """A bf16 Llama with fp32 LoRA adapters (PEFT's autocast_adapter_dtype) after one torch.optim.Adam step: the
+    bytes of the parameters, their gradients and Adam's two moments are the plan's memory parts on one GPU."""
+    torch, transformers, peft = _peft()
+    torch.manual_seed(0)
+    config, model, names = _llama(transformers)
+    model = model.to(torch.bfloat16)
+    targets = ("q", "v", "down")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adapted = _adapted(peft, model, names, targets, rank=4)
+    trained = [p for p in adapted.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trained)
+    ids = torch.randint(0, 61, (B, S))
+    adapted(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    size = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
+    weights = size(adapted.parameters())
+    grads = size(p.grad for p in adapted.parameters() if p.grad is not None)
+    moments = size(t for s in optimizer.state.values() for k, t in s.items() if k != "step")
+
+    row = tc.plan(hf_config=config.to_dict(), seq_len=S, gpu="h100-sxm", gpus=1, tokens=1e6, sharding="none",
+                  precision="bf16-mixed", mfu=0.4, finetune="lora", lora_rank=4,
+                  lora_targets=",".join(targets)).table.iloc[0]
+    assert row["mem_parameters"] == weights
+    assert row["mem_gradients"] == grads
+    assert row["mem_optimizer_state"] == moments
+    assert row["mem_master_weights"] == 0
+    assert row["trained_parameters"] == sum(p.numel() for p in trained)
+
+
+def test_qlora_stores_what_transformers_bitsandbytes_and_peft_store():
+    """transformers' bitsandbytes quantizer (NF4, double quantization, bf16 compute) on the CPU, then PEFT's
+    prepare_model_for_kbit_training and LoRA: the packed weights, their quantization states, the fp32 rest and the
+    adapters take the plan's bytes."""
+    torch, transformers, peft = _peft()
+    pytest.importorskip("bitsandbytes")
+    import tempfile
+
+    config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=2, vocab_size=61,
+                                      max_position_embeddings=64)
+    with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        transformers.LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(d)
+        quantization = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                       bnb_4bit_use_double_quant=True,
+                                                       bnb_4bit_compute_dtype=torch.bfloat16)
+        model = transformers.LlamaForCausalLM.from_pretrained(d, quantization_config=quantization,
+                                                              dtype=torch.bfloat16, device_map="cpu")
+        model = peft.prepare_model_for_kbit_training(model)
+        adapted = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    stored = sum(p.numel() * p.element_size() for p in adapted.parameters())
+    seen = set()  # PEFT's LoRA layer shows its base layer's weight as its own: each weight once
+    for module in adapted.modules():
+        weight = getattr(module, "weight", None)
+        state = getattr(weight, "quant_state", None)
+        if state is not None and id(weight) not in seen:
+            seen.add(id(weight))
+            stored += sum(t.numel() * t.element_size() for t in (state.absmax, state.state2.absmax, state.state2.code,
+                                                                  state.code, state.offset))
+    row = tc.plan(hf_config=config.to_dict(), seq_len=S, gpu="h100-sxm", gpus=1, tokens=1e6, sharding="none",
+                  mfu=0.4, finetune="qlora", lora_rank=4).table.iloc[0]
+    assert row["mem_parameters"] == stored
+
+
+@pytest.mark.parametrize("n", [4096 * 4096, 1000, 64 * 256 * 3 + 5])
+def test_nf4_bytes_by_hand(n):
+    """Packed values two per byte, one byte of absmax per 64, fp32 absmax per 256 of those, the 256-entry fp32 map,
+    the 16-entry code and an fp32 offset; without double quantization fp32 absmax per 64."""
+    blocks = -(-n // 64)
+    assert nf4_bytes(n) == -(-n // 2) + blocks + 4 * -(-blocks // 256) + 256 * 4 + 16 * 4 + 4
+    assert nf4_bytes(n, double_quant=False) == -(-n // 2) + 4 * blocks
+
+
+def test_nf4_bytes_equal_bitsandbytes_quantize_4bit():
+    torch = pytest.importorskip("torch")
+    functional = pytest.importorskip("bitsandbytes.functional")
+    for n in (4096 * 1024, 1000, 64 * 256 * 3 + 5):
+        w = torch.randn(n, dtype=torch.bfloat16)
+        packed, state = functional.quantize_4bit(w, blocksize=64, compress_statistics=True, quant_type="nf4")
+        tensors = (packed, state.absmax, state.state2.absmax, state.state2.code, state.code, state.offset)
+        assert sum(t.numel() * t.element_size() for t in tensors) == nf4_bytes(n)
+
+
+def test_the_papers_bits_per_parameter():
+    """Dettmers et al. 2023, section 3: 4 bits, plus 32/64 = 0.5 bits of constants, 0.127 with double quantization."""
+    n = 2**30
+    assert 8 * nf4_bytes(n, double_quant=False) / n == pytest.approx(4.5)
+    assert 8 * nf4_bytes(n) / n == pytest.approx(4 + 8 / 64 + 32 / (64 * 256), abs=1e-5)
+
+
+def test_a_lora_step_by_hand():
+    """llama-2-7b, q and v at rank 8, 4096 tokens: BP's forward and input gradients plus 6 T r (k + n) per adapter
+    per block, less the first block's q, k, v input gradients and the q and v adapters' A input gradients."""
+    cfg = canonical_model(preset_entry("llama-2-7b", "p"), "")
+    T, d, r, L = 4096, 4096, 8, 32
+    full = flops_per_sequence(cfg, ["bp"], ["executed"]).model_flops_per_sequence.iloc[0]
+    lora = flops_per_sequence(cfg, ["bp"], ["executed"],
+                              finetune=FineTune("lora", r, ("q", "v"))).model_flops_per_sequence.iloc[0]
+    weight_grads = L * 2 * T * (4 * d * d + 3 * d * 11008) + 2 * T * d * 32000  # the blocks' and the head's
+    adapters = L * 2 * 6 * T * r * (d + d)
+    first = 3 * 2 * T * d * d + 2 * 2 * T * d * r
+    assert lora == full - weight_grads + adapters - first
+    assert adapter_parameters(cfg, FineTune("lora", r, ("q", "v"))) == L * 2 * r * 2 * d
+
+
+def test_qlora_base_bytes_by_hand():
+    cfg = canonical_model(preset_entry("llama-2-7b", "p"), "")
+    d, ff, L, V = 4096, 11008, 32, 32000
+    params = L * (4 * d * d + 3 * d * ff + 2 * d) + 2 * V * d + d
+    ours = base_bytes(cfg, FineTune("qlora"), params, 2)
+    quantized = L * (4 * nf4_bytes(d * d) + 3 * nf4_bytes(d * ff))
+    assert ours == quantized + 4 * (params - L * (4 * d * d + 3 * d * ff))
+    assert base_bytes(cfg, FineTune("lora"), params, 2) == 2 * params
+
+
+def test_the_plan_trains_less_and_reduces_only_the_adapters_gradients():
+    common = dict(preset="llama-2-7b", gpu="h100-sxm", gpus=8, tokens=1e9, sharding="none", micro_batch=1)
+    full = tc.plan(**common).table.iloc[0]
+    lora = tc.plan(**common, finetune="lora").table.iloc[0]
+    assert lora["model_flops"] < 0.75 * full["model_flops"]
+    assert lora["step_time_s"] < full["step_time_s"]
+    assert lora["mem_gradients"] == lora["trained_parameters"] * 4
+    # DDP all-reduces each bucket of gradients: the adapters' in fp32, about 4 bytes each (the buckets rounded)
+    assert lora["step_dp_bytes"] == pytest.approx(4 * lora["trained_parameters"], abs=100)
+    assert lora["finetune"] == "lora" and full["finetune"] == "full"
+    assert full["trained_parameters"] > 1000 * lora["trained_parameters"]
+
+
+def test_qlora_fits_a_70b_model_on_one_80gb_gpu():
+    """Dettmers et al. 2023, abstract: a 65B model fine-tuned on a single 48GB GPU; the 70B base's 4-bit weights
+    alone are about 35 GiB, where bf16 needs 128 GiB."""
+    common = dict(preset="llama-2-70b", gpu="h100-sxm", gpus=1, tokens=1e6, global_batch=16, micro_batch=1,
+                  checkpointing="full", mfu=0.4)
+    qlora = tc.plan(**common, finetune="qlora").table.iloc[0]
+    lora = tc.plan(**common, finetune="lora").table.iloc[0]
+    assert 33 * 2**30 < qlora["mem_parameters"] < 37 * 2**30 and qlora["fits"]
+    assert lora["mem_parameters"] > 128 * 2**30 and not lora["fits"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--finetune", "lora", "--rule", "pepita"], "--rule: pepita cannot train adapters (--finetune lora); allowed: bp"),
+    (["--finetune", "lora", "--cost-model", "paper"], "--cost-model: paper count full training"),
+    (["--lora-rank", "4"], "--lora-rank: adapters' setting; it needs --finetune lora or qlora"),
+    (["--finetune", "lora", "--lora-targets", "q,x"], "--lora-targets: x is not a target (allowed: all, or names"),
+    (["--finetune", "lora", "--lora-targets", "qkv,q"], "--lora-targets: qkv is the fused q/k/v projection"),
+    (["--finetune", "lora", "--lora-rank", "0"], "--lora-rank: must be a positive integer"),
+    (["--finetune", "lora", "--precision", "fp8-mixed"], "precision: fp8-mixed is not priced with --finetune lora"),
+    (["--finetune", "qlora", "--sharding", "zero3", "--offload", "optimizer"], "--offload optimizer with --finetune"),
+])
+def test_bad_fine_tuning_input_is_one_line(argv, message, capsys):
+    code = cli.main(["plan", "--preset", "llama-2-7b", "--gpu", "h100-sxm", "--gpus", "8", "--tokens", "1e9", *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+
+
+def test_gate_needs_a_gated_ffn_and_experts_take_attention_targets(capsys):
+    for argv, message in ((["--preset", "gpt2-small", "--lora-targets", "gate"], "gate needs a gated FFN"),
+                          (["--preset", "mixtral-8x7b", "--lora-targets", "all"], "mixture of experts only attention"),
+                          (["--preset", "t5-small"], "encoder-decoder is not priced")):
+        code = cli.main(["plan", *argv, "--gpu", "h100-sxm", "--gpus", "8", "--tokens", "1e9", "--finetune", "lora"])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and message in err, err
