@@ -268,3 +268,37 @@ def test_gate_needs_a_gated_ffn_and_experts_take_attention_targets(capsys):
         code = cli.main(["plan", *argv, "--gpu", "h100-sxm", "--gpus", "8", "--tokens", "1e9", "--finetune", "lora"])
         err = capsys.readouterr().err.strip()
         assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+
+
+def test_lora_on_gpt3_is_about_a_quarter_faster_as_hu_et_al_report():
+    """Hu et al. 2021: rank 4 on W_q and W_v of GPT-3 175B is 18M parameters (section 7.1) and trains 25% faster
+    than full fine-tuning (section 4.2), on V100s. The plan at a Megatron layout of 96 V100s, the same micro-batch."""
+    common = dict(preset="gpt3-175b", gpu="v100-sxm2-32gb", gpus=96, tp=8, pp=12, tokens=1e9, global_batch=96,
+                  micro_batch=1, rule="bp", checkpointing="full")
+    full = tc.plan(**common).table.iloc[0]
+    lora = tc.plan(**common, finetune="lora", lora_rank=4).table.iloc[0]
+    assert lora["trained_parameters"] == 96 * 2 * 4 * (12288 + 12288)  # 18.9M
+    assert 1.15 < full["step_time_s"] / lora["step_time_s"] < 1.35
+
+
+def test_estimate_gives_the_plans_flops_per_phase_and_the_adapters_memory():
+    lora = tc.estimate(preset="llama-2-7b", rule="bp", finetune="lora", lora_targets="all", lora_rank=16,
+                       optimizer="adam", dtype="bf16")
+    full = tc.estimate(preset="llama-2-7b", rule="bp", optimizer="adam", dtype="bf16")
+    phases = lora.table.set_index("phase")["flops"]
+    cfg = canonical_model(preset_entry("llama-2-7b", "p"), "")
+    ft = FineTune("lora", 16, ("all",))
+    assert phases.sum() == flops_per_sequence(cfg, ["bp"], ["executed"], finetune=ft).model_flops_per_sequence.iloc[0]
+    assert phases["forward"] > full.table.set_index("phase")["flops"]["forward"]
+    memory, base = lora.memory.iloc[0], full.memory.iloc[0]
+    adapters = adapter_parameters(cfg, ft)
+    assert memory["parameters"] == 2 * base["parameter_count"] + 4 * adapters
+    assert memory["gradients"] == 4 * adapters and memory["optimizer_state"] == 8 * adapters
+    assert memory["activations"] == base["activations"] and memory["peak"] == -1
+    assert any("tape replays full training" in note for note in lora.notes)
+
+
+def test_estimate_refuses_a_per_layer_table_of_adapters(capsys):
+    code = cli.main(["estimate", "--preset", "llama-2-7b", "--finetune", "lora", "--per-layer"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--per-layer: the per-layer table has no adapter rows" in err

@@ -553,6 +553,9 @@ def estimate(
     optimizer: str = 'sgd',
     mirror_steps: int = 1,
     per_layer: bool = False,
+    finetune: str = 'full',
+    lora_rank: int | None = None,
+    lora_targets: str | None = None,
 ) -> EstimateResult:
     """One model's analytic costs per phase (per layer with ``per_layer``), rule and cost model, and its memory
     (``trainingcost estimate``; docs/cost_models.md has every formula). ``cost_model=None`` gives the executed model
@@ -646,6 +649,13 @@ def estimate(
         optimizer (--optimizer): for the memory model; one of sgd, momentum, adam
         mirror_steps (--mirror-steps): mirror steps per training step (wm)
         per_layer (--per-layer): the table: every layer of every rule and cost model
+        finetune (--finetune): what trains: full (every parameter), lora (rank --lora-rank adapters on --lora-
+            targets, the base frozen: Hu et al. 2021, as PEFT runs it) or qlora (lora on a 4-bit NF4 base:
+            Dettmers et al. 2023); adapters train under bp only; one of full, lora, qlora
+        lora_rank (--lora-rank): the adapters' rank with --finetune lora or qlora (default: 8, PEFT's)
+        lora_targets (--lora-targets): the blocks' Linears that get adapters, from q, k, v, o, qkv, gate, up,
+            down (qkv: a fused q/k/v projection, GPT-2's c_attn), or all (PEFT's all-linear); default: q,v
+            (PEFT's for Llama, Mistral, Qwen2, Gemma)
 
     Returns an :class:`EstimateResult`. Raises :class:`Error` (one line naming the input) for a value the tool
     refuses, and ``TypeError`` for a keyword it does not take.

@@ -143,8 +143,8 @@ def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model
             peaks[r["rule"]] = (float(r["peak"]), "")
         else:
             peaks[r["rule"]] = (float(r["total"]), "*")
-            why.append(_not_replayed(moe, r["rule"]) if replays(r["rule"])
-                       else "no tape replays this rule's step yet")
+            why.append("the tape replays full training, not adapters" if r.get("finetune", "full") != "full" else
+                       _not_replayed(moe, r["rule"]) if replays(r["rule"]) else "no tape replays this rule's step yet")
     ref = REFERENCE_RULE if REFERENCE_RULE in totals.index else None
     label = catalogue_rule(REFERENCE_RULE).label
     rows = []

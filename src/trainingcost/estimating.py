@@ -11,7 +11,10 @@ import pandas as pd
 from .analytic import PHASES, cost_model_names, layer_rows, layer_table, phase_totals
 from .analytic.catalogue import REFERENCE_RULE
 from .analytic.engine import out_of_scope
-from .analytic.memory import memory_table
+from .analytic import rule_names
+from .analytic.finetune import (ADAPTER_BYTES, adapter_flops, adapter_parameters, base_bytes, check_finetune, describe,
+                                first_block_skipped, from_flags, resolved)
+from .analytic.memory import DTYPE_BYTES, OPTIMIZER_SLOTS, memory_table
 from .args import model_entry, rule_list
 from .config import ConfigError, configs_frame
 
@@ -27,6 +30,41 @@ def phase_table(configs: pd.DataFrame, rules: list[str], models: list[str], mirr
              "flops": int(totals[(model, rule, phase)][1][0])}
             for rule in rules for model in models for phase in PHASES if (model, rule, phase) in totals]
     return pd.DataFrame(rows)
+
+
+def adapter_phases(table: pd.DataFrame, cfg, ft) -> pd.DataFrame:
+    """BP's phases under executed with a frozen base (analytic/finetune.py), for the configuration's batch: the
+    forward with the adapters', the input gradients with the adapters' (the first block's skipped ones left out), the
+    adapters' weight gradients alone."""
+    a, skipped = adapter_flops(cfg, ft), first_block_skipped(cfg, ft)
+    b = cfg.batch
+    table = table.copy()
+    for phase, value in (("forward", None), ("backward", None), ("weight_update", b * a["weight_grad"])):
+        at = (table["rule"] == "bp") & (table["cost_model"] == "executed") & (table["phase"] == phase)
+        if phase == "forward":
+            value = int(table.loc[at, "flops"].iloc[0]) + b * a["forward"]
+        elif phase == "backward":
+            value = int(table.loc[at, "flops"].iloc[0]) + b * (a["backward"] - skipped)
+        table.loc[at, "flops"] = value
+        table.loc[at, "maccs"] = value // 2
+    return table
+
+
+def adapter_memory(memory: pd.DataFrame, cfg, ft, dtype: str, optimizer: str) -> pd.DataFrame:
+    """The memory model's parts of BP with a frozen base: the base in ``dtype`` (lora) or NF4 and fp32 (qlora), fp32
+    adapters with their gradients and optimizer state; activations as BP's; no tape replay (peaks -1)."""
+    memory = memory.copy()
+    at = memory["rule"] == "bp"
+    adapters = adapter_parameters(cfg, ft)
+    base = base_bytes(cfg, ft, int(memory.loc[at, "parameter_count"].iloc[0]), DTYPE_BYTES[dtype])
+    memory.loc[at, "parameters"] = int(base) + adapters * ADAPTER_BYTES
+    memory.loc[at, "gradients"] = adapters * ADAPTER_BYTES
+    memory.loc[at, "optimizer_state"] = adapters * ADAPTER_BYTES * OPTIMIZER_SLOTS[optimizer]
+    memory.loc[at, "total"] = memory.loc[at, ["parameters", "gradients", "feedback", "optimizer_state",
+                                              "activations"]].sum(axis=1)
+    for column in [c for c in memory.columns if c.startswith("peak") or c == "step_start"]:
+        memory.loc[at, column] = -1
+    return memory.assign(finetune=ft.kind, trained_parameters=memory["parameter_count"].where(~at, adapters))
 
 
 @dataclasses.dataclass
@@ -54,8 +92,21 @@ def estimate_outcome(args: argparse.Namespace) -> EstimateOutcome:
     if len(declined) == len(models):
         raise ConfigError("--cost-model " + notes[0])
     models = [model for model in models if model not in declined]
+    finetune = from_flags(args.finetune, args.lora_rank, args.lora_targets)
+    if finetune.adapters:  # adapters train under BP, counted under executed: "all" means all that can
+        rules = ["bp"] if set(rules) == set(rule_names()) else rules
+        models = ["executed"] if chosen == "all" else models
+        check_finetune(finetune, cfg, rules, models)
+        if args.per_layer:
+            raise ConfigError(f"--per-layer: the per-layer table has no adapter rows; with --finetune {finetune.kind} "
+                              "estimate gives the totals per phase and the memory (--memory)")
+        finetune = resolved(finetune)
+        notes = notes + [f"finetune {describe(finetune, cfg)}; memory: the parts summed with fp32 adapters (the "
+                         "executed model's tape replays full training)"]
     memory = memory_table(configs, rules, [args.dtype], [args.optimizer])
-    per_layer = args.per_layer or (args.format != "table" and not args.memory)
+    if finetune.adapters:
+        memory = adapter_memory(memory, cfg, finetune, args.dtype, args.optimizer)
+    per_layer = args.per_layer or (args.format != "table" and not args.memory and not finetune.adapters)
     if per_layer:
         rows = layer_rows(configs, rules, models)
         if rows > MAX_TABLE_ROWS:
@@ -66,6 +117,8 @@ def estimate_outcome(args: argparse.Namespace) -> EstimateOutcome:
         table = layer_table(configs, rules, models, args.mirror_steps)
     else:
         table = phase_table(configs, rules, models, args.mirror_steps)
+        if finetune.adapters:
+            table = adapter_phases(table, cfg, finetune)
     if getattr(args, "hf_config", None):  # transformers' own model may run another attention kernel: say which
         from .config.hf import attention_note, length_note
 

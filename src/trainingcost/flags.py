@@ -41,6 +41,20 @@ def currency(text: str) -> str:
     return code
 
 
+def finetune_flags(p) -> None:
+    """--finetune, --lora-rank and --lora-targets (plan and estimate)."""
+    p.add_argument("--finetune", default="full", type=str.lower, choices=list(FINETUNES),
+                   help="what trains: full (every parameter), lora (rank --lora-rank adapters on --lora-targets, the "
+                        "base frozen: Hu et al. 2021, as PEFT runs it) or qlora (lora on a 4-bit NF4 base: Dettmers "
+                        "et al. 2023); adapters train under bp only")
+    p.add_argument("--lora-rank", type=count, default=None, metavar="R",
+                   help=f"the adapters' rank with --finetune lora or qlora (default: {DEFAULT_RANK}, PEFT's)")
+    p.add_argument("--lora-targets", default=None, metavar="NAME[,NAME...]|all",
+                   help=f"the blocks' Linears that get adapters, from {', '.join(LORA_TARGETS)} (qkv: a fused q/k/v "
+                        f"projection, GPT-2's c_attn), or all (PEFT's all-linear); default: {','.join(DEFAULT_TARGETS)} "
+                        "(PEFT's for Llama, Mistral, Qwen2, Gemma)")
+
+
 def estimate_flags(p) -> None:
     """Declare ``estimate``'s inputs on the parser ``p``."""
     add_model_flags(p)
@@ -56,6 +70,7 @@ def estimate_flags(p) -> None:
     p.add_argument("--memory", action="store_true", help="with csv/json: print the memory table instead of costs")
     p.add_argument("--per-layer", action="store_true", help="the table: every layer of every rule and cost model")
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    finetune_flags(p)
 
 
 PLAN_HELP = ("what a whole training run costs on named GPUs: time, GPU-hours, money, energy, "
@@ -159,16 +174,7 @@ def plan_flags(p) -> None:
                    help="keep the optimizer (ZeRO-Offload), or the parameters too (ZeRO-3's offload_param, FSDP's CPU "
                         "offload), in the host's memory: the GPU's memory it frees, the PCIe copies and the CPU's "
                         "optimizer step it costs")
-    p.add_argument("--finetune", default="full", type=str.lower, choices=list(FINETUNES),
-                   help="what trains: full (every parameter), lora (rank --lora-rank adapters on --lora-targets, the "
-                        "base frozen: Hu et al. 2021, as PEFT runs it) or qlora (lora on a 4-bit NF4 base: Dettmers "
-                        "et al. 2023); adapters train under bp only")
-    p.add_argument("--lora-rank", type=count, default=None, metavar="R",
-                   help=f"the adapters' rank with --finetune lora or qlora (default: {DEFAULT_RANK}, PEFT's)")
-    p.add_argument("--lora-targets", default=None, metavar="NAME[,NAME...]|all",
-                   help=f"the blocks' Linears that get adapters, from {', '.join(LORA_TARGETS)} (qkv: a fused q/k/v "
-                        f"projection, GPT-2's c_attn), or all (PEFT's all-linear); default: {','.join(DEFAULT_TARGETS)} "
-                        "(PEFT's for Llama, Mistral, Qwen2, Gemma)")
+    finetune_flags(p)
     p.add_argument("--schedule", default=None, type=str.lower, choices=[*SCHEDULES, "auto"],
                    help="the pipeline schedule with --pp: 1f1b, interleaved (with --interleave), zb-h1 and zb-h2 (Qi et "
                         "al. 2024's zero-bubble), zb-v (two chunks per GPU in a V) or dualpipe (DeepSeek-V3's, both "

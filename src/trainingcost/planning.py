@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .analytic import cost_model_names, rule_names
-from .analytic.finetune import DEFAULT_RANK, DEFAULT_TARGETS, FULL, FineTune, check_finetune, parse_targets
+from .analytic.finetune import FineTune, check_finetune, from_flags
 from .analytic.plan import PRECISIONS, PREDICTED_SOURCE, Efficiency, PlanSpec, plan_table, tokens_per_sequence
 from .args import model_entry, rule_list
 from .plan_search import fixed_args, free_fields
@@ -301,16 +301,9 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
 
 
 def finetune_of(args) -> FineTune:
-    """The FineTune of --finetune, --lora-rank and --lora-targets (the last two only with adapters)."""
-    kind = getattr(args, "finetune", "full")
-    rank, targets = getattr(args, "lora_rank", None), getattr(args, "lora_targets", None)
-    if kind == "full":
-        for flag, value in (("--lora-rank", rank), ("--lora-targets", targets)):
-            if value is not None:
-                raise ConfigError(f"{flag}: adapters' setting; it needs --finetune lora or qlora (got --finetune full)")
-        return FULL
-    return FineTune(kind, DEFAULT_RANK if rank is None else rank,
-                    DEFAULT_TARGETS if targets is None else parse_targets(targets))
+    """The FineTune of --finetune, --lora-rank and --lora-targets."""
+    return from_flags(getattr(args, "finetune", "full"), getattr(args, "lora_rank", None),
+                      getattr(args, "lora_targets", None))
 
 
 def quality_of(args) -> dict:

@@ -65,6 +65,17 @@ class FineTune:
 FULL = FineTune()
 
 
+def from_flags(kind: str = "full", rank: int | None = None, targets=None) -> FineTune:
+    """The FineTune of --finetune, --lora-rank and --lora-targets (the last two only with adapters)."""
+    if kind == "full":
+        for flag, value in (("--lora-rank", rank), ("--lora-targets", targets)):
+            if value is not None:
+                raise ConfigError(f"{flag}: adapters' setting; it needs --finetune lora or qlora (got --finetune full)")
+        return FULL
+    return FineTune(kind, DEFAULT_RANK if rank is None else rank,
+                    DEFAULT_TARGETS if targets is None else parse_targets(targets))
+
+
 def parse_targets(text) -> tuple:
     """``q,v`` or ``all`` (every Linear of the blocks: PEFT's all-linear) into a tuple; one line for a bad name."""
     items = text if isinstance(text, (tuple, list)) else str(text).replace(" ", "").lower().split(",")
