@@ -83,6 +83,16 @@ def test_the_readme_plan_equals_the_api_and_the_command_line_cell_for_cell(serve
     assert dict(answer["assumptions"])["peak FLOP/s"].startswith("NVIDIA H100")
 
 
+def test_a_lora_plan_on_the_page_equals_the_command_line(server):
+    query = {**README, "rule": "bp", "finetune": "qlora", "lora_rank": "16", "lora_targets": "all", "gpus": "1",
+             "tokens": "1e8"}
+    status, answer = plan(server, query)
+    assert status == 200 and answer["ok"], answer
+    printed = cli("plan", *flags(query))
+    assert printed.returncode == 0, printed.stderr
+    assert answer["text"] == printed.stdout and "Trains: qlora: rank-16 adapters" in answer["text"]
+
+
 def test_downloads_equal_the_command_lines_csv_and_json(server):
     status, headers, body = get(server, "/api/plan.csv", README)
     assert status == 200 and headers["content-type"].startswith("text/csv")
@@ -127,6 +137,8 @@ def test_concurrent_visitors_each_get_their_own_answer(server):
     ({**README, "tokens": "lots"}, "tokens"),
     ({**README, "layout": "best"}, "layout"),
     ({**README, "tp": "3"}, None),
+    ({**README, "finetune": "lora", "lora_targets": "q,x"}, "lora_targets"),
+    ({**README, "finetune": "lora"}, "rule"),
 ])
 def test_a_bad_value_gets_the_command_lines_one_line_and_its_field(server, query, field):
     status, answer = plan(server, query)

@@ -108,8 +108,7 @@ def check_finetune(ft: FineTune, cfg, rules=(), cost_models=(), precision: str =
     others = [r for r in rules if r not in ADAPTER_RULES]
     if others:
         raise ConfigError(f"rule: {', '.join(others)} cannot train adapters (--finetune {ft.kind}); allowed: "
-                          f"{', '.join(ADAPTER_RULES)} (the other rules' feedback paths are defined for the weights they "
-                          "update, not for a low-rank adapter of a frozen weight)")
+                          f"{', '.join(ADAPTER_RULES)} (no source defines their feedback for an adapter)")
     priced = [m for m in cost_models if m != "executed"]
     if priced:
         raise ConfigError(f"cost_model: {', '.join(priced)} count full training; --finetune {ft.kind} is priced under "

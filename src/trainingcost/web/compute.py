@@ -196,7 +196,7 @@ def records(frame) -> list[dict]:
 MEMORY_PARTS = (("mem_parameters", "weights"), ("mem_feedback", "feedback"), ("mem_gradients", "gradients"),
                 ("mem_master_weights", "master"), ("mem_optimizer_state", "optimizer"), ("mem_gathered", "gathered"),
                 ("mem_activations", "activations"))
-ASSUMPTIONS = (("source_precision", "precision"), ("source_peak", "peak FLOP/s"), ("source_memory_capacity", "memory"),
+ASSUMPTIONS = (("source_finetune", "fine-tuning"), ("source_precision", "precision"), ("source_peak", "peak FLOP/s"), ("source_memory_capacity", "memory"),
                ("source_power", "power"), ("source_pue", "PUE"), ("source_carbon", "carbon intensity"),
                ("source_price", "price"), ("source_efficiency", "step time"), ("source_interval", "error bar"),
                ("source_framework", "framework"), ("source_network", "network"), ("source_tokens", "tokens"),
@@ -232,7 +232,8 @@ def answer(query: Mapping[str, str]) -> dict:
                      "gpu_hours": _number(r["gpu_hours"]), "fits": bool(r["fits"])}
                     for _, r in shown.drop_duplicates(["rule", "gpus"]).iterrows()],
         "assumptions": [[label, str(first[key])] for key, label in ASSUMPTIONS
-                        if key in table.columns and str(first[key])],
+                        if key in table.columns and str(first[key]) and not (key == "source_finetune"
+                                                                             and first["finetune"] == "full")],
         "notes": list(result.notes) + ([result.verdict] if result.verdict else []),
         "cli": command_line(query),
         "python": python_call(query),

@@ -29,7 +29,7 @@ function setUp(opts) {
   fill($("cluster"), opts.clusters);
   fill($("framework"), opts.frameworks);
   for (const name of ["precision", "sharding", "schedule"]) fill($(name), opts.choices[name]);
-  for (const name of ["cost_model", "layout", "checkpointing", "objective", "offload"]) {
+  for (const name of ["cost_model", "layout", "checkpointing", "objective", "offload", "finetune"]) {
     fill($(name), opts.choices[name]);
     $(name).value = opts.defaults[name];
   }
@@ -74,6 +74,7 @@ function load(q) {
 function shown() {
   $("pasted-device").hidden = $("gpu").value !== "(pasted)";
   $("given-layout").hidden = $("layout").value === "search";
+  $("adapters").hidden = $("finetune").value === "full";
 }
 
 function changed() {
