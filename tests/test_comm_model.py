@@ -97,6 +97,8 @@ def test_sharded_model_equals_meter(sharded):
     dict(norm_position="pre", parallel_block="one_norm", norm="nonparametric", bias="ffn", positions="rotary"),
     dict(norm_position="pre", parallel_block="two_norms", ffn="swiglu", experts=4, experts_per_token=2,
          shared_expert_ff=8),
+    dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", experts=4, experts_per_token=2, shared_expert_ff=8,
+         shared_expert_gate=False),
     dict(shared_embedding=True, ffn="geglu", norm="rmsnorm", norm_position="pre"),
     # Qwen3's and Gemma 3's q and k norms (a head_dim weight each, after o in registration order)
     dict(qk_norm="head", norm="rmsnorm", norm_position="pre", kv_heads=2, head_dim=6, post_norms=True),

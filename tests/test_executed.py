@@ -200,6 +200,9 @@ MODERN = {
                    logit_softcap=5.0, sliding_window=3, window_period=2),
     "qwen-moe": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="qkv", experts=4,
                      experts_per_token=3, shared_expert_ff=12, router_norm=False),
+    # DeepSeek-MoE's shared experts, added ungated
+    "deepseek-moe": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none", experts=4,
+                         experts_per_token=2, shared_expert_ff=12, router_norm=False, shared_expert_gate=False),
     # Qwen3 (Llama's block, heads wider than d / heads, q and k normalised per head) and Gemma 3 (Gemma 2's block
     # without soft-capping, q and k normalised, one global layer in three here)
     "qwen3": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", kv_heads=2, head_dim=6, positions="rotary",

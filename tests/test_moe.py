@@ -35,6 +35,9 @@ SWITCH_LIKE = dict(arch="encoder-decoder", enc_layers=1, dec_layers=2, d_model=1
                    seq_len=7, tgt_len=5, batch=2, experts=3, experts_per_token=1)
 # with the dense families' options: a parallel block (one norm), a sliding window, a shared expert
 PARALLEL_LIKE = dict(MIXTRAL_LIKE, parallel_block="one_norm", sliding_window=4, shared_expert_ff=12)
+# DeepSeek-MoE's shared experts (n_shared x moe_intermediate_size wide), added ungated
+DEEPSEEK_LIKE = dict(MIXTRAL_LIKE, shared_expert_ff=16, shared_expert_gate=False, router_norm=False, experts=6,
+                     experts_per_token=2)
 TRAINING = [name for name in rule_names() if rule_spec(name).trains_experts]
 
 
@@ -64,8 +67,8 @@ def test_a_dense_model_keeps_its_config_id_and_its_columns():
 # -- the model and its counts ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("entry", [MIXTRAL_LIKE, QWEN_LIKE, SWITCH_LIKE, PARALLEL_LIKE],
-                         ids=["mixtral", "qwen-moe", "switch", "parallel-windowed"])
+@pytest.mark.parametrize("entry", [MIXTRAL_LIKE, QWEN_LIKE, SWITCH_LIKE, PARALLEL_LIKE, DEEPSEEK_LIKE],
+                         ids=["mixtral", "qwen-moe", "switch", "parallel-windowed", "deepseek-moe"])
 def test_parameters_and_executed_flops_equal_the_meter_under_every_training_rule(entry):
     cfg = canonical_model(entry)
     model = model_of(cfg)
@@ -299,7 +302,7 @@ def test_the_fast_replay_of_experts_and_of_adam_equals_the_op_by_op_replay(monke
         assert (a[columns] >= -1).all().all() and a[columns].equals(b[columns])
 
 
-MOE_CASES = {"mixtral": MIXTRAL_LIKE, "qwen-moe": QWEN_LIKE, "switch": SWITCH_LIKE,
+MOE_CASES = {"mixtral": MIXTRAL_LIKE, "qwen-moe": QWEN_LIKE, "switch": SWITCH_LIKE, "deepseek-moe": DEEPSEEK_LIKE,
              # a pre-LN classifier without rotary: DFA's per-sequence error reaches a mixture's output through the
              # residual, expanded, and the mixture's reshape copies it; every allocation checked equal while written
              "classifier": dict(QWEN_LIKE, arch="encoder", classes=3, positions="none", kv_heads=4)}

@@ -199,6 +199,7 @@ def plan(
     window_period: int | None = None,
     query_scale: int | None = None,
     qk_norm: str | None = None,
+    shared_expert_gate: bool | None = None,
     rule: str | Sequence[str] = 'all',
     cost_model: str = 'executed',
     tokens: float | None = None,
@@ -347,6 +348,8 @@ def plan(
             rotary positions: head, on each head (one head_dim weight per norm shared by the heads: Qwen3, Gemma
             3); projection, on each whole projection (heads x head_dim wide: OLMo 2); none; one of none, head,
             projection
+        shared_expert_gate (--shared-expert-gate): mixture of experts: the shared expert's output gated by
+            sigmoid(x w) (Qwen-MoE); false: added as it is (DeepSeek-MoE's shared experts)
         rule (--rule): one rule, several separated by commas, or all (default): bp, pepita, mempepita, fa, kp,
             wm, dfa, tp, dtp, lra
         cost_model (--cost-model): default executed, one row per rule in one screen; all: every cost model, the
@@ -547,6 +550,7 @@ def estimate(
     window_period: int | None = None,
     query_scale: int | None = None,
     qk_norm: str | None = None,
+    shared_expert_gate: bool | None = None,
     rule: str | Sequence[str] = 'all',
     cost_model: str | None = None,
     dtype: str = 'fp32',
@@ -640,6 +644,8 @@ def estimate(
             rotary positions: head, on each head (one head_dim weight per norm shared by the heads: Qwen3, Gemma
             3); projection, on each whole projection (heads x head_dim wide: OLMo 2); none; one of none, head,
             projection
+        shared_expert_gate (--shared-expert-gate): mixture of experts: the shared expert's output gated by
+            sigmoid(x w) (Qwen-MoE); false: added as it is (DeepSeek-MoE's shared experts)
         rule (--rule): one rule, several separated by commas, or all (default): bp, pepita, mempepita, fa, kp,
             wm, dfa, tp, dtp, lra
         cost_model (--cost-model): default: executed (what our PyTorch code runs), one row per rule; all: every

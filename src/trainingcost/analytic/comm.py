@@ -177,7 +177,7 @@ def _layer_tensors(cfg, layer: str, kind: str, stack: str, feedback: bool) -> li
             out += _ffn(cfg, f"{layer}.experts.{i}", cfg.d_ff, feedback)
         if cfg.shared_expert_ff:
             out += _ffn(cfg, f"{layer}.shared_expert", cfg.shared_expert_ff, feedback)
-            out += _linear(f"{layer}.shared_expert_gate", d, 1, False, feedback)
+            out += _linear(f"{layer}.shared_expert_gate", d, 1, False, feedback) if cfg.shared_expert_gate else []
         return out
     raise ConfigError(f"model: layer kind {kind!r} has no parameter listing in the communication model")
 

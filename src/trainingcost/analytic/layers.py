@@ -124,19 +124,20 @@ KINDS: dict[str, LayerKind] = _kinds(
     LayerKind(
         "moe", "moe",
         "mixture of experts in place of the FFN: a router (d x E), softmax, the top-k experts of each token (each an "
-        "FFN d_ff wide), their outputs weighted and summed; Qwen-MoE's shared expert (sff wide) gated by sigmoid(x w). "
-        "Parameters and weights count all E experts; rows, k of them per token (token-balanced: M k / E rows each)",
+        "FFN d_ff wide), their outputs weighted and summed; a shared expert (sff wide), gated by sigmoid(x w) "
+        "(Qwen-MoE) or added as it is (DeepSeek-MoE, shared_expert_gate false). Parameters and weights count all E "
+        "experts; rows, k of them per token (token-balanced: M k / E rows each)",
         params=lambda s: s.E * ((2 + s.gated) * s.d * s.ff + s.bo * ((1 + s.gated) * s.ff + s.d)) + s.d * s.E
-        + (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.bo * ((1 + s.gated) * s.sff + s.d) + s.d),
-        weights=lambda s: s.E * (2 + s.gated) * s.d * s.ff + s.d * s.E + (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.d),
+        + (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.bo * ((1 + s.gated) * s.sff + s.d) + s.sg * s.d),
+        weights=lambda s: s.E * (2 + s.gated) * s.d * s.ff + s.d * s.E + (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.sg * s.d),
         # the router's input and softmax; per routed row (M k) its gathered input, the FFN's hidden tensors, the
-        # expert output and its weight; the shared expert's hidden tensors, gate and output
+        # expert output and its weight; the shared expert's hidden tensors, and where gated its gate and output
         saved=lambda s: s.M * s.d + s.M * s.E + s.M * s.k * (2 * s.d + (2 + 2 * s.gated - s.relu) * s.ff + 1)
-        + (s.sff > 0) * ((2 + 2 * s.gated - s.relu) * s.M * s.sff + s.M + s.M * s.d),
+        + (s.sff > 0) * ((2 + 2 * s.gated - s.relu) * s.M * s.sff + s.sg * (s.M + s.M * s.d)),
         working=lambda s: 2 * s.M * s.d + s.M * s.E + s.M * s.k * (2 * s.d + (2 + 2 * s.gated) * s.ff)
         + (s.sff > 0) * ((2 + 2 * s.gated) * s.M * s.sff + s.M * s.d),
         kept=lambda s: s.M * s.d + s.M * s.E + (1 + s.gated) * s.M * s.k * s.ff + (s.sff > 0) * (1 + s.gated) * s.M * s.sff,
-        param_tensors=lambda s: s.E * (2 + s.gated) * (1 + s.bo) + 1 + (s.sff > 0) * ((2 + s.gated) * (1 + s.bo) + 1),
+        param_tensors=lambda s: s.E * (2 + s.gated) * (1 + s.bo) + 1 + (s.sff > 0) * ((2 + s.gated) * (1 + s.bo) + s.sg),
         module_params=lambda s: np.maximum(np.maximum(s.d * s.ff + s.bo * s.ff, s.ff * s.d + s.bo * s.d),
                                            np.maximum(s.d * s.E, (s.sff > 0) * (s.d * s.sff + s.bo * np.maximum(s.sff, s.d)))),
     ),

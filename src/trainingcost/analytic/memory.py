@@ -148,8 +148,8 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
     relative_elements = relative_tables * options["relative_buckets"] * configs["heads"].to_numpy(dtype=np.int64)
     families = np.array([KINDS[k].family for k in t.kind])
     ffn_matrices = 2 + options["gated"][t.cfg]
-    moe_matrices = options["experts"][t.cfg] * ffn_matrices + 1 + (
-        options["shared_expert_ff"][t.cfg] > 0) * (ffn_matrices + 1)  # experts, router; shared expert and its gate
+    moe_matrices = options["experts"][t.cfg] * ffn_matrices + 1 + (options["shared_expert_ff"][t.cfg] > 0) * (
+        ffn_matrices + options["shared_expert_gate"][t.cfg])  # experts, router; shared expert and its gate
     matrices = np.select([families == "attention", families == "ffn", families == "head", families == "moe"],
                          [4, ffn_matrices, 1, moe_matrices], 0)  # weight matrices per layer (train/model.py)
     linears = _reduce(np.where(model_layer, t.count * matrices, 0), order, starts, np.add)

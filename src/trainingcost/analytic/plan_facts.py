@@ -181,7 +181,7 @@ def _model_facts(cfg, rules: tuple, optimizer: str) -> ModelFacts:
     one_block = max((int(params[blocks & (stacks == s)].sum()) for s in cfg.stacks), default=0)
     moe = kinds == "moe"  # the routed experts: all but the router and the shared expert with its gate
     s = shapes_namespace(t, moe)
-    shared = (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.bo * ((1 + s.gated) * s.sff + s.d) + s.d)
+    shared = (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.bo * ((1 + s.gated) * s.sff + s.d) + s.sg * s.d)
     experts = int(((params[moe] - s.d * s.E - shared) * t.count[moe]).sum())
     return ModelFacts(total, in_blocks, stage_end, total - in_blocks, int(params.max()), per_rule, block_saved,
                       block_input, depth, largest_module=int(np.where(model_layer, modules, 0).max()),

@@ -45,7 +45,8 @@ SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": 
                  "bo": "out_bias", "ba": "o_bias", "bh": "head_bias", "learned": "learned", "rotary": "rotary", "tv": "type_vocab",
                  "max_pos": "max_positions", "relative": "relative", "rb": "relative_buckets",
                  "w": "sliding_window", "es": "embedding_scale", "default_arch": "default_arch",
-                 "E": "experts", "k": "experts_per_token", "sff": "shared_expert_ff", "qk_norm": "qk_norm"}
+                 "E": "experts", "k": "experts_per_token", "sff": "shared_expert_ff", "qk_norm": "qk_norm",
+                 "sg": "shared_expert_gate"}
 TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows", "shared")
 
 

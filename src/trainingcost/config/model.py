@@ -130,6 +130,9 @@ class ModelConfig:
                           "positions: head, on each head (one head_dim weight per norm shared by the heads: Qwen3, "
                           "Gemma 3); projection, on each whole projection (heads x head_dim wide: OLMo 2); none",
                           choices=QK_NORMS)
+    # DeepSeek-MoE (Dai et al. 2024; DeepSeek-V2/V3): the shared experts' output added to the routed ones', ungated
+    shared_expert_gate: bool = option(True, "mixture of experts: the shared expert's output gated by sigmoid(x w) "
+                                      "(Qwen-MoE); false: added as it is (DeepSeek-MoE's shared experts)", tape=True)
 
     def __post_init__(self):
         if self.kv_heads == 0:
@@ -546,7 +549,7 @@ def _experts(out: dict, where: str) -> None:
     experts = out.get("experts", 0)
     if not experts:
         out.pop("experts", None)
-        for name in ("experts_per_token", "shared_expert_ff", "router_norm"):
+        for name in ("experts_per_token", "shared_expert_ff", "router_norm", "shared_expert_gate"):
             if out.get(name, OPTION_DEFAULTS[name]) != OPTION_DEFAULTS[name]:
                 raise ConfigError(f"{_field(where, name)}: applies only to a mixture of experts (give experts)")
         return
@@ -561,6 +564,9 @@ def _experts(out: dict, where: str) -> None:
         raise ConfigError(f"{_field(where, 'experts_per_token')}: {top_k} is more than the {experts} experts")
     if not out.get("shared_expert_ff", 1):
         del out["shared_expert_ff"]  # no shared expert: the default
+    if not out.get("shared_expert_ff") and out.get("shared_expert_gate", True) is False:
+        raise ConfigError(f"{_field(where, 'shared_expert_gate')}: applies only with a shared expert (give "
+                          "shared_expert_ff)")
 
 
 def preset_entry(name: str, where: str = "preset") -> dict:

@@ -217,7 +217,7 @@ class MixtureOfExperts(nn.Module):
     p = softmax(x W_r), its top k, renormalised to sum to 1 (``router_norm``; Qwen-MoE keeps the softmax's),
     and y = sum over the k chosen experts e of p_e FFN_e(x). Each expert runs on the rows routed to it (gathered,
     then added back in place, ``index_add_``). Qwen-MoE's shared expert runs on every row, scaled by
-    sigmoid(x w_gate). Module names: ``.router``, ``.experts.<e>`` (FFNs), ``.shared_expert``, ``.shared_expert_gate``.
+    sigmoid(x w_gate); DeepSeek-MoE's is added as it is (``shared_expert_gate`` false). Module names: ``.router``, ``.experts.<e>`` (FFNs), ``.shared_expert``, ``.shared_expert_gate``.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -226,7 +226,8 @@ class MixtureOfExperts(nn.Module):
         self.router = Linear(cfg.d_model, cfg.experts, bias=False)
         self.experts = nn.ModuleList(FeedForward(cfg) for _ in range(cfg.experts))
         self.shared_expert = FeedForward(cfg, cfg.shared_expert_ff) if cfg.shared_expert_ff else None
-        self.shared_expert_gate = Linear(cfg.d_model, 1, bias=False) if cfg.shared_expert_ff else None
+        gated = cfg.shared_expert_ff and cfg.shared_expert_gate  # DeepSeek-MoE adds its shared experts ungated
+        self.shared_expert_gate = Linear(cfg.d_model, 1, bias=False) if gated else None
         self.routed: Callable[[tuple[int, ...]], None] | None = None  # told each call's rows per expert (recording_routing)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -250,8 +251,10 @@ class MixtureOfExperts(nn.Module):
                 y.index_add_(0, rows, expert(x[rows]) * weights[rows, slot, None])
         if self.routed is not None:
             self.routed(tuple(counts))
-        if self.shared_expert is not None:
+        if self.shared_expert is not None and self.shared_expert_gate is not None:
             y = y + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        elif self.shared_expert is not None:
+            y = y + self.shared_expert(x)
         return y.view(shape)
 
 

@@ -34,7 +34,7 @@ def ffn_weights(s) -> object:
     (d E), its k experts' and its shared expert's with their gate (the baseline's convention applied to the weights
     a token uses, the experts' parameters not all counted; docs/cost_models.md)."""
     dense = (2 + s.gated) * s.d * s.ff
-    return np.where(s.E > 0, s.k * dense + s.d * s.E + (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.d), dense)
+    return np.where(s.E > 0, s.k * dense + s.d * s.E + (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.sg * s.d), dense)
 
 
 def feedback_flops(s) -> object:

@@ -188,23 +188,25 @@ def moe(s: Shapes):
     # for linear layers the sum over experts of rows_e x d x ff is (sum of rows_e) x d x ff = M k d ff whatever the
     # balance, so the expert products are exact for any routing, not only a balanced one. The dispatch (topk, the
     # gather of each expert's rows, index_add of its weighted output) does no counted work. The shared expert (sff
-    # wide, every row) and its gate (d x 1) where sff > 0.
+    # wide, every row) where sff > 0, and its gate (d x 1) unless added ungated (DeepSeek-MoE: shared_expert_gate false).
     T, d, ff, gated, E, k, sff = s.M, s.d, s.ff, s.gated, s.E, s.k, s.sff
     shared = sff > 0
+    gate = shared * s.sg
     rows = T * k  # the routed rows, over all experts
-    products = 2 * T * d * E + (4 + 2 * gated) * rows * d * ff + shared * ((4 + 2 * gated) * T * d * sff + 2 * T * d)
+    products = 2 * T * d * E + (4 + 2 * gated) * rows * d * ff + shared * (4 + 2 * gated) * T * d * sff + gate * 2 * T * d
     act = np.where(s.relu > 0, RELU, np.where(s.silu > 0, SILU, GELU))
     act_backward = np.where(s.relu > 0, RELU_BACKWARD, np.where(s.silu > 0, SILU_BACKWARD, GELU_BACKWARD))
     hidden = rows * ff + shared * T * sff  # the FFNs' hidden rows (routed and shared)
     biases = s.bo * ((1 + gated) * hidden + (rows + shared * T) * d)
     routing = (SOFTMAX + TOPK) * T * E + 2 * rows  # softmax and top-k over E; the top-k weights renormalised
-    combine = 2 * rows * d + shared * (SIGMOID * T + 2 * T * d)  # weight and add each routed output; gate the shared
+    # weight and add each routed output; gate the shared one and add it (ungated: add it)
+    combine = 2 * rows * d + gate * (SIGMOID * T + T * d) + shared * T * d
     forward = _matmul(products, BIAS * biases + act * hidden + gated * GATE * hidden + routing + combine)
     return {
         "forward": forward,
         "forward_modulated": forward,
         "backward": _matmul(products, act_backward * hidden + gated * (GATE_BACKWARD * hidden + RESIDUAL * (rows + shared * T) * d)
-                            + 2 * rows * d + SOFTMAX * T * E + shared * (SIGMOID * T + 2 * T * d)),
+                            + 2 * rows * d + SOFTMAX * T * E + gate * (SIGMOID * T + 2 * T * d)),
         "weight_grad": _matmul(products, BIAS * biases),
         "linear_forward": _matmul(products),
         "linear_weight_grad": _matmul(products),

@@ -489,9 +489,9 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
         expert_rows = rows * lay.ep  # each local expert's rows (rows is reused below for activation bytes)
         fe = cfg.d_ff // et
         gemms = gemms[:2] + [(m, cfg.experts, d)] + [(rows * lay.ep, (1 + gated) * fe, d), (rows * lay.ep, d, fe)] * held
-        if cfg.shared_expert_ff:  # ... and the shared expert on every row, with its gate
+        if cfg.shared_expert_ff:  # ... and the shared expert on every row, with its gate (Qwen-MoE's)
             shared = cfg.shared_expert_ff // t
-            gemms += [(m, (1 + gated) * shared + 1, d), (m, d, shared)]
+            gemms += [(m, (1 + gated) * shared + int(cfg.shared_expert_gate), d), (m, d, shared)]
     # the blocks' linear products on dev.products (fp8 under fp8-mixed); a mixture's router stays in the compute dtype
     # (Transformer Engine's and torchao's fp8 replace the blocks' linear layers, not the router's)
     on = [dev if (cfg.moe and i == 2) else dev.products for i in range(len(gemms))]

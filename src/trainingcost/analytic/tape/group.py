@@ -222,7 +222,7 @@ class Group:
             return [(self.d, width)] * (2 if self.gated else 1) + [(width, self.d)]
 
         out = [(self.d, self.expert_count)] + ffn(self.ff) * self.expert_count
-        return out + (ffn(self.sff) + [(self.d, 1)] if self.shared_expert else [])
+        return out + (ffn(self.sff) + [(self.d, 1)] * self.shared_expert_gate if self.shared_expert else [])
 
     def parameters(self, feedback_parameters: bool = False, experts: dict | None = None) -> list[np.ndarray]:
         """Elements of every parameter tensor the step gives a gradient, in the order of ``model.parameters()`` (KP: W,
@@ -292,7 +292,8 @@ class Group:
                             sizes.extend((n, (layer, e)) for n in one)
                         if self.shared_expert:
                             expert(self.sff)
-                            linear(self.d, 1, False)
+                            if self.shared_expert_gate:
+                                linear(self.d, 1, False)
                     else:
                         add(*self.norm_parameters)
             if self.final:

@@ -205,7 +205,12 @@ def mixture(ops, x):
             for e in range(first, last + 1):
                 expert(e)
     y, where = state["y"], state["where"]
-    if g.shared_expert:  # y + sigmoid(gate(x)) * shared_expert(x)
+    if g.shared_expert and not g.shared_expert_gate:  # y + shared_expert(x) (DeepSeek-MoE)
+        shared = _ffn(ops, x, g.sff, M)
+        out = ops.add(y, shared)
+        t.drop(y.buf, shared.buf)
+        y = out
+    elif g.shared_expert:  # y + sigmoid(gate(x)) * shared_expert(x)
         gate = ops.linear(x, 1, "shared_expert_gate", bias=False)
         sigmoid = ops.value(M, 1, "sigmoid")
         sigmoid = ops.derivative(sigmoid, [gate], [sigmoid.buf], [(bytes_(M, z), "sigmoid_backward")])

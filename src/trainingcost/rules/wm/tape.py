@@ -28,7 +28,7 @@ def mirror(t: Tape, g: Group, steps: int) -> None:
                 elif family == "moe":  # the router; each expert its routed rows; the shared expert and its gate
                     routed = routing.rows(g, L.block_layer_name(stack, index, sub.name), seen[stack])
                     rows += [seen[stack]] + [n for n in routed for _ in range(3 if g.gated else 2)]
-                    rows += [seen[stack]] * ((3 if g.gated else 2) + 1 if g.shared_expert else 0)
+                    rows += [seen[stack]] * ((3 if g.gated else 2) + g.shared_expert_gate if g.shared_expert else 0)
     rows.append(g.out_rows)
     for _ in range(steps):
         x = y = None
