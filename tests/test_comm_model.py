@@ -104,7 +104,12 @@ def test_sharded_model_equals_meter(sharded):
     dict(qk_norm="head", norm="rmsnorm", norm_position="pre", kv_heads=2, head_dim=6, post_norms=True),
     dict(qk_norm="projection", norm="rmsnorm", norm_position="pre", kv_heads=2),
     # OLMo 2's norm on each branch's output (the post-LN names, <branch>_norm.norm.weight) and a final norm
-    dict(qk_norm="projection", norm="rmsnorm", norm_position="output", ffn="swiglu")], ids=str)
+    dict(qk_norm="projection", norm="rmsnorm", norm_position="output", ffn="swiglu"),
+    # DeepSeek's latent attention, with and without the queries' latent (decoder only)
+    dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none", kv_lora_rank=8,
+         q_lora_rank=6, qk_rope_head_dim=4, v_head_dim=6),
+    dict(norm="rmsnorm", norm_position="pre", positions="rotary", bias="none", kv_lora_rank=8, qk_rope_head_dim=2)],
+    ids=str)
 @pytest.mark.parametrize("arch", list(SHARDED_ARCHS))
 @pytest.mark.parametrize("rule", ["bp", "kp"])
 def test_parameter_listing_is_the_models(arch, options, rule):
@@ -117,7 +122,7 @@ def test_parameter_listing_is_the_models(arch, options, rule):
     try:
         cfg = canonical_model(dict(SHARDED_ARCHS[arch], **options, batch=1), "")
     except ConfigError:
-        pytest.skip("not a valid configuration (a tied classifier)")
+        pytest.skip("not a valid configuration (a tied classifier; latent attention outside a decoder)")
     model = Transformer(cfg)
     if rule == "kp":  # rules/kp/step.py: a trained B of W's shape on every Linear
         for linear in model.linears().values():

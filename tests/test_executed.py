@@ -213,6 +213,14 @@ MODERN = {
     # OLMo 2: the norm on each branch's output (none on its input), q and k normalised over each whole projection
     "olmo2": dict(norm="rmsnorm", norm_position="output", ffn="swiglu", positions="rotary", bias="none",
                   qk_norm="projection"),
+    # DeepSeek-V3's latent attention (queries through their own latent; query heads 6 + 4 wide, values 6: SDPA's
+    # math path on the CPU) and DeepSeek-V2-Lite's (one q projection; query heads and values alike wide: the fused
+    # kernel), with DeepSeek-MoE (tests/test_latent_attention.py checks both against transformers)
+    "deepseek-v3": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
+                        head_dim=6, kv_lora_rank=8, q_lora_rank=6, qk_rope_head_dim=4, v_head_dim=6, experts=4,
+                        experts_per_token=2, shared_expert_ff=8, shared_expert_gate=False, router_norm=False),
+    "deepseek-v2-lite": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
+                             head_dim=4, kv_lora_rank=8, qk_rope_head_dim=2, v_head_dim=6),
 }
 OPTION_ARCHES = {
     "encoder": dict(arch=E, layers=2, d_model=16, heads=4, d_ff=24, vocab=11, seq_len=6, batch=3),
@@ -234,6 +242,8 @@ def _option_grid():
                 continue  # refused: a window applies to a decoder's causal self-attention
             if arch != "encoder-decoder" and options.get("shared_embedding"):
                 continue  # refused: one stack has no table to share
+            if shape["arch"] != D and options.get("kv_lora_rank"):
+                continue  # refused: latent attention is a decoder's causal self-attention
             yield pytest.param({**shape, **options}, id=f"{arch}-{name}")
 
 

@@ -200,6 +200,10 @@ def plan(
     query_scale: int | None = None,
     qk_norm: str | None = None,
     shared_expert_gate: bool | None = None,
+    kv_lora_rank: int | None = None,
+    q_lora_rank: int | None = None,
+    qk_rope_head_dim: int | None = None,
+    v_head_dim: int | None = None,
     rule: str | Sequence[str] = 'all',
     cost_model: str = 'executed',
     tokens: float | None = None,
@@ -350,6 +354,14 @@ def plan(
             projection
         shared_expert_gate (--shared-expert-gate): mixture of experts: the shared expert's output gated by
             sigmoid(x w) (Qwen-MoE); false: added as it is (DeepSeek-MoE's shared experts)
+        kv_lora_rank (--kv-lora-rank): multi-head latent attention (DeepSeek-V2, V3): keys and values from a latent
+            this wide (kv_a: d -> kv_lora_rank + qk_rope_head_dim, an RMSNorm, kv_b: -> heads x (head_dim +
+            v_head_dim)); head_dim is each head's non-rotary query and key part; 0: standard attention
+        q_lora_rank (--q-lora-rank): latent attention: queries through a latent this wide (q_a, an RMSNorm, q_b); 0:
+            one projection d -> heads x (head_dim + qk_rope_head_dim)
+        qk_rope_head_dim (--qk-rope-head-dim): latent attention: the rotary part of each query head, and of the one
+            key part every head shares
+        v_head_dim (--v-head-dim): latent attention: each value head's width (0: head_dim)
         rule (--rule): one rule, several separated by commas, or all (default): bp, pepita, mempepita, fa, kp,
             wm, dfa, tp, dtp, lra
         cost_model (--cost-model): default executed, one row per rule in one screen; all: every cost model, the
@@ -551,6 +563,10 @@ def estimate(
     query_scale: int | None = None,
     qk_norm: str | None = None,
     shared_expert_gate: bool | None = None,
+    kv_lora_rank: int | None = None,
+    q_lora_rank: int | None = None,
+    qk_rope_head_dim: int | None = None,
+    v_head_dim: int | None = None,
     rule: str | Sequence[str] = 'all',
     cost_model: str | None = None,
     dtype: str = 'fp32',
@@ -646,6 +662,14 @@ def estimate(
             projection
         shared_expert_gate (--shared-expert-gate): mixture of experts: the shared expert's output gated by
             sigmoid(x w) (Qwen-MoE); false: added as it is (DeepSeek-MoE's shared experts)
+        kv_lora_rank (--kv-lora-rank): multi-head latent attention (DeepSeek-V2, V3): keys and values from a latent
+            this wide (kv_a: d -> kv_lora_rank + qk_rope_head_dim, an RMSNorm, kv_b: -> heads x (head_dim +
+            v_head_dim)); head_dim is each head's non-rotary query and key part; 0: standard attention
+        q_lora_rank (--q-lora-rank): latent attention: queries through a latent this wide (q_a, an RMSNorm, q_b); 0:
+            one projection d -> heads x (head_dim + qk_rope_head_dim)
+        qk_rope_head_dim (--qk-rope-head-dim): latent attention: the rotary part of each query head, and of the one
+            key part every head shares
+        v_head_dim (--v-head-dim): latent attention: each value head's width (0: head_dim)
         rule (--rule): one rule, several separated by commas, or all (default): bp, pepita, mempepita, fa, kp,
             wm, dfa, tp, dtp, lra
         cost_model (--cost-model): default: executed (what our PyTorch code runs), one row per rule; all: every

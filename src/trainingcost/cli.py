@@ -111,9 +111,11 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
     return f"Total {unit} per training step, by rule and cost model\n" + grid(header, rows) + "\n"
 
 
-def _not_replayed(moe: bool, rule: str = "") -> str:
+def _not_replayed(moe: bool, rule: str = "", latent: bool = False) -> str:
     """Why the tape gives no peak for a rule it replays: a mixture of experts under a rule that does not train one,
-    or the model's depth (tape/table.py)."""
+    latent attention (no tape of its ops yet), or the model's depth (tape/table.py)."""
+    if latent:
+        return "not replayed (the tape has no latent attention yet)"
     if moe and rule and not catalogue_rule(rule).trains_experts:
         return f"not replayed ({rule} does not train a mixture of experts)"
     return f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)"
@@ -131,7 +133,8 @@ def _reasons(why: list[str]) -> str:
     return "; ".join(dict.fromkeys(rest))
 
 
-def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model: str, moe: bool = False) -> str:
+def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model: str, moe: bool = False,
+                   latent: bool = False) -> str:
     """The default view: one row per rule under one cost model: the step's total, its ratio to BP, its forward,
     its backward, everything else, and the step's tensor-memory peak with its ratio to BP (the executed tape
     where it replays the step, else the components summed, marked *). Fits 100 columns."""
@@ -144,7 +147,8 @@ def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model
         else:
             peaks[r["rule"]] = (float(r["total"]), "*")
             why.append("the tape replays full training, not adapters" if r.get("finetune", "full") != "full" else
-                       _not_replayed(moe, r["rule"]) if replays(r["rule"]) else "no tape replays this rule's step yet")
+                       _not_replayed(moe, r["rule"], latent) if replays(r["rule"]) else
+                       "no tape replays this rule's step yet")
     ref = REFERENCE_RULE if REFERENCE_RULE in totals.index else None
     label = catalogue_rule(REFERENCE_RULE).label
     rows = []
@@ -165,14 +169,15 @@ def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model
     return "\n".join(out) + "\n"
 
 
-def render_memory(memory: pd.DataFrame, moe: bool = False) -> str:
+def render_memory(memory: pd.DataFrame, moe: bool = False, latent: bool = False) -> str:
     first = memory.iloc[0]
     setting = f"{first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters"
     phases = [c for c in PEAK_PHASE_COLUMNS if (memory[c] >= 0).any()]
     rule_why = "not replayed yet for this rule (its tape is not written; the components below cover it)"
     rows = [[r["rule"], "", human_bytes(r["step_start"] - r["batch"]),
              *(human_bytes(r[c]) if r[c] >= 0 else "" for c in phases),
-             human_bytes(r["peak"]) if r["peak"] >= 0 else (_not_replayed(moe, r["rule"]) if replays(r["rule"]) else rule_why)]
+             human_bytes(r["peak"]) if r["peak"] >= 0 else (_not_replayed(moe, r["rule"], latent) if replays(r["rule"])
+                                                            else rule_why)]
             for _, r in memory.iterrows()]
     header = ["rule", "", "persistent", *(c.removeprefix("peak_") for c in phases), "step peak"]
     executed = (f"Tensor memory of one training step, executed model ({setting}; CPU, batch of ids excluded "
@@ -210,12 +215,12 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print(wrapped(note) if compact else note)
     print()
     if compact:
-        print(render_compact(table, memory, args.metric, models[0], cfg.moe))
+        print(render_compact(table, memory, args.metric, models[0], cfg.moe, cfg.latent))
         return 0
     if not args.memory:
         print(render_costs(table, args.metric) if args.per_layer else render_phases(table, args.metric))
         print(render_summary(table, args.metric))
-    print(render_memory(memory, cfg.moe))
+    print(render_memory(memory, cfg.moe, cfg.latent))
     return 0
 
 

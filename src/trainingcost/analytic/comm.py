@@ -159,6 +159,14 @@ def _layer_tensors(cfg, layer: str, kind: str, stack: str, feedback: bool) -> li
         return [(f"{layer}.table.weight", (cfg.position_rows(stack), d))] if cfg.positions == "learned" else []
     if kind == "relative_position":
         return [(f"{layer}.table.weight", (cfg.relative_buckets, cfg.heads))]
+    if kind == "latent_attention":  # train/model.py's LatentAttention, in its registration order
+        h, rq, rkv, rope = cfg.heads, cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_rope_head_dim
+        q = (_linear(f"{layer}.q_a", d, rq, False, feedback) + [(f"{layer}.q_norm.weight", (rq,))]
+             + _linear(f"{layer}.q_b", rq, h * cfg.q_head, False, feedback)) if rq else \
+            _linear(f"{layer}.q", d, h * cfg.q_head, False, feedback)
+        return (q + _linear(f"{layer}.kv_a", d, rkv + rope, False, feedback) + [(f"{layer}.kv_norm.weight", (rkv,))]
+                + _linear(f"{layer}.kv_b", rkv, h * (cfg.head_dim + cfg.v_head), False, feedback)
+                + _linear(f"{layer}.o", h * cfg.v_head, d, False, feedback))
     if kind in L.ATTENTION_KINDS:
         a, kv = cfg.attn_width, cfg.kv_width
         return (_linear(f"{layer}.q", d, a, cfg.qkv_bias, feedback)

@@ -116,6 +116,9 @@ def check_finetune(ft: FineTune, cfg, rules=(), cost_models=(), precision: str =
     if cfg.encdec:
         raise ConfigError(f"finetune: {ft.kind} on an encoder-decoder is not priced (its cross-attention's adapters); "
                           "allowed: decoder-only and encoder-only models, or --finetune full")
+    if cfg.latent:
+        raise ConfigError(f"finetune: {ft.kind} adapters on latent attention are not priced (its q_a, q_b, kv_a, kv_b "
+                          "Linears); allowed: full")
     targets = targets_of(cfg, ft)
     if "qkv" in targets and set(targets) & {"q", "k", "v"}:
         raise ConfigError("lora_targets: qkv is the fused q/k/v projection (GPT-2's c_attn, GPT-NeoX's "

@@ -55,6 +55,37 @@ def _attention(name: str, description: str) -> LayerKind:
     )
 
 
+def _latent() -> LayerKind:
+    # Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, section 2.1): dq = dh + dr per query and key head, dv
+    # per value head; q through a latent of rq where rq > 0 (q_a, an RMSNorm, q_b), keys and values through kv_a (d ->
+    # rkv + dr), an RMSNorm on rkv, kv_b (rkv -> h (dh + dv)); o (h dv -> d). Saved: x; q's latent, its statistic
+    # and its normalised copy; kv_a's output (the norm's input is a view of it), its statistic, the normalised
+    # latent; the queries and keys assembled with their rotary parts (h dq each); kv_b's output (the values are a view
+    # of it); the attention output (o's input) and its log-sum-exp.
+    low = lambda s: s.rq > 0  # noqa: E731
+    q_params = lambda s: np.where(low(s), s.d * s.rq + s.rq * s.h * (s.dh + s.dr), s.d * s.h * (s.dh + s.dr))  # noqa: E731
+    kv_params = lambda s: s.d * (s.rkv + s.dr) + s.rkv * s.h * (s.dh + s.dv)  # noqa: E731
+    return LayerKind(
+        "latent_attention", "attention",
+        "multi-head latent attention (DeepSeek-V2, V3): keys and values from a low-rank latent (and queries, with "
+        "q_lora_rank), a rotary part of each query head and one key part shared by the heads, fused attention",
+        params=lambda s: q_params(s) + low(s) * s.rq + kv_params(s) + s.rkv + s.h * s.dv * s.d,
+        weights=lambda s: q_params(s) + kv_params(s) + s.h * s.dv * s.d,
+        saved=lambda s: s.M * s.d + low(s) * (2 * s.M * s.rq + s.M) + s.M * (s.rkv + s.dr) + s.M + s.M * s.rkv
+        + 2 * s.M * s.h * (s.dh + s.dr) + s.M * s.h * (s.dh + s.dv) + s.M * s.h * s.dv + s.M * s.h,
+        working=lambda s: 2 * s.M * s.d + low(s) * 2 * s.M * s.rq + s.M * (2 * s.rkv + s.dr)
+        + 2 * s.M * s.h * (s.dh + s.dr) + s.M * s.h * (s.dh + s.dv) + s.M * s.h * s.dv,
+        kept=lambda s: low(s) * s.M * s.rq + s.M * s.h * (s.dh + s.dr) + s.M * (s.rkv + s.dr)
+        + s.M * s.h * (s.dh + s.dv) + s.M * s.d,
+        param_tensors=lambda s: np.where(low(s), 3, 1) + 4,
+        # train/model.py's LatentAttention: one Linear each (q or q_a and q_b, kv_a, kv_b, o)
+        module_params=lambda s: np.maximum(np.maximum(np.where(low(s), np.maximum(s.d * s.rq, s.rq * s.h * (s.dh + s.dr)),
+                                                               s.d * s.h * (s.dh + s.dr)),
+                                                      np.maximum(s.d * (s.rkv + s.dr), s.rkv * s.h * (s.dh + s.dv))),
+                                           s.h * s.dv * s.d),
+    )
+
+
 def _head(name: str, description: str) -> LayerKind:
     # A tied head multiplies by the input embedding's table: no weights of its own (its B, under FA, is its own).
     return LayerKind(
@@ -111,6 +142,7 @@ KINDS: dict[str, LayerKind] = _kinds(
     _attention("self_attention", "multi-head self-attention: q, k, v, o projections around fused attention"),
     _attention("masked_self_attention", "causal multi-head self-attention"),
     _attention("cross_attention", "multi-head attention of decoder rows (M) over encoder rows (N)"),
+    _latent(),
     LayerKind(
         "ffn", "ffn", "position-wise feed-forward: d -> d_ff, activation, d_ff -> d; gated: act(x Wg) * (x Wu), then Wd",
         params=lambda s: (2 + s.gated) * s.d * s.ff + s.bo * ((1 + s.gated) * s.ff + s.d),
@@ -242,12 +274,13 @@ SHARED_NORM = "input_norm"  # a parallel block's one norm (parallel_block one_no
 
 @lru_cache(maxsize=None)
 def describe_block(arch: str, stack: str, pre: bool = False, parallel: str = "none", moe: bool = False,
-                   post_norms: bool = False, output: bool = False) -> BlockDescription:
+                   post_norms: bool = False, output: bool = False, latent: bool = False) -> BlockDescription:
     """The block of ``stack`` ('encoder' or 'decoder') in ``arch``, post-LN or ``pre``-LN, its branches in sequence
     or ``parallel`` (``ModelConfig.parallel_block``: one_norm, two_norms; pre-LN, no cross-attention); with ``moe``, a
     mixture of experts (kind ``moe``) in the FFN's place, under the FFN's name; with ``post_norms`` (pre-LN, in
     sequence), a norm (kind ``norm``, ``<branch>_post_norm``) on each branch's output before its residual (Gemma 2);
-    with ``output`` (not ``pre``), each branch's own norm on its output, x + norm(f(x)), as post-LN orders them."""
+    with ``output`` (not ``pre``), each branch's own norm on its output, x + norm(f(x)), as post-LN orders them; with
+    ``latent`` (a decoder), multi-head latent attention (kind ``latent_attention``) in the causal self-attention's place."""
     if stack == "encoder":
         pairs = _ENCODER
     elif arch == "encoder-decoder":
@@ -256,6 +289,8 @@ def describe_block(arch: str, stack: str, pre: bool = False, parallel: str = "no
         pairs = _DECODER_ONLY
     if moe:
         pairs = tuple((name, "moe" if kind == "ffn" else kind) for name, kind in pairs)
+    if latent:
+        pairs = tuple((name, "latent_attention" if kind == "masked_self_attention" else kind) for name, kind in pairs)
     branches, subs = [], []
     for name, kind in pairs:
         entry = not subs  # only the first branch reads the block input
@@ -278,15 +313,16 @@ def describe_block(arch: str, stack: str, pre: bool = False, parallel: str = "no
 
 
 def block_sublayers(arch: str, stack: str, pre: bool = False, parallel: str = "none", moe: bool = False,
-                    post_norms: bool = False) -> tuple[Sublayer, ...]:
+                    post_norms: bool = False, latent: bool = False) -> tuple[Sublayer, ...]:
     """The sublayers of one block of ``stack`` in ``arch``, in forward order (:func:`describe_block`; output-LN's
     are post-LN's)."""
-    return describe_block(arch, stack, pre, parallel, moe, post_norms).sublayers
+    return describe_block(arch, stack, pre, parallel, moe, post_norms, False, latent).sublayers
 
 
 def config_block(cfg, stack: str) -> BlockDescription:
     """The block of ``stack`` of one model (a :class:`~trainingcost.config.ModelConfig`)."""
-    return describe_block(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block, cfg.moe, cfg.post_norms, cfg.output_norm)
+    return describe_block(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block, cfg.moe, cfg.post_norms, cfg.output_norm,
+                          cfg.latent)
 
 
 def stack_ends(cfg) -> tuple[tuple[str, str], ...]:

@@ -134,7 +134,9 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
                   np.where(configs["arch"].to_numpy() != "encoder", c["tgt_len"], 0)]
     rows_per_stack = stack_rows[0] + stack_rows[1]
     sinusoidal = (options["added_positions"] > 0) & (options["learned"] == 0)
-    rotary_tables = 2 * options["rotary"] * options["head_dim"] * (
+    # (latent attention: its rotary part's, rows x qk_rope_head_dim)
+    rotary_tables = 2 * options["rotary"] * np.where(options["kv_lora_rank"] > 0, options["qk_rope_head_dim"],
+                                                      options["head_dim"]) * (
         np.where(configs["arch"].to_numpy() != "decoder", c["seq_len"] * c["enc_layers"], 0)
         + c["tgt_len"] * c["dec_layers"])
     window_masks = np.where(options["sliding_window"] > 0, stack_rows[1] * stack_rows[1], 0)  # a decoder's, in the dtype
@@ -150,8 +152,9 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
     ffn_matrices = 2 + options["gated"][t.cfg]
     moe_matrices = options["experts"][t.cfg] * ffn_matrices + 1 + (options["shared_expert_ff"][t.cfg] > 0) * (
         ffn_matrices + options["shared_expert_gate"][t.cfg])  # experts, router; shared expert and its gate
-    matrices = np.select([families == "attention", families == "ffn", families == "head", families == "moe"],
-                         [4, ffn_matrices, 1, moe_matrices], 0)  # weight matrices per layer (train/model.py)
+    latent_matrices = 3 + np.where(options["q_lora_rank"][t.cfg] > 0, 2, 1)  # kv_a, kv_b, o; q, or q_a and q_b
+    matrices = np.select([t.kind == "latent_attention", families == "attention", families == "ffn", families == "head",
+                          families == "moe"], [latent_matrices, 4, ffn_matrices, 1, moe_matrices], 0)  # train/model.py
     linears = _reduce(np.where(model_layer, t.count * matrices, 0), order, starts, np.add)
     # The batch: int64 token ids per stack and targets (one per output row), each its own storage.
     batch = TOKEN_BYTES * (B * rows_per_stack + B * out_rows)

@@ -46,7 +46,8 @@ SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": 
                  "max_pos": "max_positions", "relative": "relative", "rb": "relative_buckets",
                  "w": "sliding_window", "es": "embedding_scale", "default_arch": "default_arch",
                  "E": "experts", "k": "experts_per_token", "sff": "shared_expert_ff", "qk_norm": "qk_norm",
-                 "sg": "shared_expert_gate"}
+                 "sg": "shared_expert_gate", "rkv": "kv_lora_rank", "rq": "q_lora_rank", "dr": "qk_rope_head_dim",
+                 "dv": "v_head"}
 TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows", "shared")
 
 
@@ -106,6 +107,8 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
                                  [1, 2], 0)),
         # features of a head that rotary positions turn (rotary_dim; 0: the whole head)
         "rotary_dim": np.where(i64(column("rotary_dim")) > 0, i64(column("rotary_dim")), head_dim),
+        # latent attention: a value head's width (v_head_dim; 0: head_dim)
+        "v_head": np.where(i64(column("v_head_dim")) > 0, i64(column("v_head_dim")), head_dim),
     }
     # Every other integer, boolean or float option as declared (config/model.py's option(column=True)): its value as
     # an integer (a float: 1 where set), read by the formulas as s.<name> (sliding_window 0: none, experts 0: dense...)
@@ -285,10 +288,11 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
         ends_of = {"embedding": everything, "token_type_embedding": cols["type_vocab"] > 0,
                    "positional_encoding": cols["added_positions"] > 0, L.EMBEDDING_NORM: cols["embedding_norm"] > 0,
                    "relative_position": cols["relative"] > 0}
-        variants = list(itertools.product(ARCHES, (False, True), PARALLEL_BLOCKS, (False, True), (False, True)))
+        variants = list(itertools.product(ARCHES, (False, True), PARALLEL_BLOCKS, (False, True), (False, True),
+                                          (False, True)))
         arch_code, parallel_code = _codes(arch, ARCHES), _codes(cols["parallel_block"], PARALLEL_BLOCKS)
-        variant = (((arch_code * 2 + (cols["pre"] > 0)) * len(PARALLEL_BLOCKS) + parallel_code) * 2
-                   + (cols["experts"] > 0)) * 2 + (cols["post_norms"] > 0)
+        variant = ((((arch_code * 2 + (cols["pre"] > 0)) * len(PARALLEL_BLOCKS) + parallel_code) * 2
+                    + (cols["experts"] > 0)) * 2 + (cols["post_norms"] > 0)) * 2 + (cols["kv_lora_rank"] > 0)
         variant = np.where((arch_code < 0) | (parallel_code < 0), -1, variant)  # no block of a variant below
         for stack in ("encoder", "decoder"):
             depth = cols["enc_layers"] if stack == "encoder" else cols["dec_layers"]
@@ -304,11 +308,11 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
             # order of the product below: each variant present is one pass over the codes, not five string compares
             code = np.where(has, variant, -1)
             present = np.bincount(code[code >= 0], minlength=len(variants)) if len(code) else np.zeros(len(variants))
-            for number, (arch_name, pre, parallel, moe, post) in enumerate(variants):
+            for number, (arch_name, pre, parallel, moe, post, latent) in enumerate(variants):
                 if not present[number]:
                     continue
                 mask = code == number
-                for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre, parallel, moe, post)):
+                for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre, parallel, moe, post, latent)):
                     kv_rows = cols["seq_len"] if sub.kind == "cross_attention" else rows
                     add(mask, sub.kind, stack, sub.name, depth, True, sub.block_entry, BLOCK_SUB_OFFSET + position,
                         rows, kv_rows, kv_entry=sub.kv_entry)

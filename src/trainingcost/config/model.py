@@ -133,6 +133,17 @@ class ModelConfig:
     # DeepSeek-MoE (Dai et al. 2024; DeepSeek-V2/V3): the shared experts' output added to the routed ones', ungated
     shared_expert_gate: bool = option(True, "mixture of experts: the shared expert's output gated by sigmoid(x w) "
                                       "(Qwen-MoE); false: added as it is (DeepSeek-MoE's shared experts)", tape=True)
+    # Multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2, arXiv 2405.04434, section 2.1; transformers'
+    # modeling_deepseek_v3.py): keys and values from a low-rank latent, queries optionally too, a rotary part apart
+    kv_lora_rank: int = option(0, "multi-head latent attention (DeepSeek-V2, V3): keys and values from a latent this "
+                               "wide (kv_a: d -> kv_lora_rank + qk_rope_head_dim, an RMSNorm, kv_b: -> heads x "
+                               "(head_dim + v_head_dim)); head_dim is each head's non-rotary query and key part; 0: "
+                               "standard attention", minimum=0, tape=True)
+    q_lora_rank: int = option(0, "latent attention: queries through a latent this wide (q_a, an RMSNorm, q_b); 0: one "
+                              "projection d -> heads x (head_dim + qk_rope_head_dim)", minimum=0)
+    qk_rope_head_dim: int = option(0, "latent attention: the rotary part of each query head, and of the one key part "
+                                   "every head shares", minimum=0)
+    v_head_dim: int = option(0, "latent attention: each value head's width (0: head_dim)", minimum=0)
 
     def __post_init__(self):
         if self.kv_heads == 0:
@@ -200,6 +211,21 @@ class ModelConfig:
     @property
     def gated(self) -> bool:
         return self.ffn in GATED_FFNS
+
+    @property
+    def latent(self) -> bool:
+        """Multi-head latent attention (kv_lora_rank > 0)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def q_head(self) -> int:
+        """A query (and key) head's width: head_dim, and under latent attention its rotary part too."""
+        return self.head_dim + self.qk_rope_head_dim
+
+    @property
+    def v_head(self) -> int:
+        """A value head's width: v_head_dim under latent attention, else head_dim."""
+        return self.v_head_dim or self.head_dim
 
     @property
     def added_positions(self) -> bool:
@@ -511,6 +537,7 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
                               "read the normalised block input)")
     _experts(out, where)
     _gemma2(out, where, positions=positions, head_dim=head_dim, window_given="sliding_window" in e)
+    _latent(out, where, arch=arch, positions=positions, head_dim=head_dim)
     if out.get("tie_embeddings") and classes:
         raise ConfigError(f"{_field(where, 'tie_embeddings')}: a classification head has no vocabulary to share "
                           f"(classes is {classes}); tie only an LM head")
@@ -536,6 +563,40 @@ def _gemma2(out: dict, where: str, *, positions: str, head_dim: int, window_give
         del out["window_period"]  # the window covers the sequence: no layer is windowed in effect
     if out.get("query_scale") == head_dim:
         del out["query_scale"]  # head_dim: the default scale, one config_id
+
+
+LATENT_OPTIONS = ("q_lora_rank", "qk_rope_head_dim", "v_head_dim")
+
+
+def _latent(out: dict, where: str, *, arch: str, positions: str, head_dim: int) -> None:
+    """Multi-head latent attention's options, checked against the others: a decoder's causal self-attention with rotary
+    positions on its own part, every head its own (no grouped-query attention), no biases or q/k norms in it."""
+    if not out.get("kv_lora_rank"):
+        out.pop("kv_lora_rank", None)
+        for name in LATENT_OPTIONS:
+            if out.get(name):
+                raise ConfigError(f"{_field(where, name)}: applies only to latent attention (give kv_lora_rank)")
+            out.pop(name, None)
+        return
+    if arch != "decoder":
+        raise ConfigError(f"{_field(where, 'kv_lora_rank')}: latent attention applies only to arch decoder (DeepSeek's "
+                          f"causal self-attention; arch is {arch})")
+    if positions != "rotary" or not out.get("qk_rope_head_dim"):
+        raise ConfigError(f"{_field(where, 'qk_rope_head_dim')}: latent attention turns a part of each head of its own "
+                          "(give positions rotary and qk_rope_head_dim, an even width)")
+    if out["qk_rope_head_dim"] % 2:
+        raise ConfigError(f"{_field(where, 'qk_rope_head_dim')}: {out['qk_rope_head_dim']} features cannot be turned in "
+                          "pairs (give an even number)")
+    for name, allowed in (("kv_heads", None), ("bias", ("none", "ffn")), ("qk_norm", ("none",)),
+                          ("sliding_window", None), ("attention_softcap", None), ("parallel_block", ("none",)),
+                          ("rotary_dim", None), ("query_scale", None)):
+        value = out.get(name)
+        if value in (None, 0, 0.0) or (allowed and value in allowed):
+            continue
+        raise ConfigError(f"{_field(where, name)}: {value!r} does not combine with latent attention (kv_lora_rank)"
+                          + (f"; allowed: {', '.join(allowed)}" if allowed else ""))
+    if out.get("v_head_dim") == head_dim:
+        del out["v_head_dim"]  # head_dim: the default, one config_id
 
 
 # The most routed experts per block priced: 2.7x Kimi K2's 384 (Kimi Team 2025, "Kimi K2: Open Agentic Intelligence",

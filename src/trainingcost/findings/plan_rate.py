@@ -112,8 +112,13 @@ def gemms(cfg, micro_batch: int, tp: int) -> list[tuple[int, int, int]]:
     out = []
     for stack in cfg.stacks:
         m = micro_batch * cfg.rows(stack)
-        block = [(m, d, a // tp), (m, d, kv // tp), (m, d, kv // tp), (m, a // tp, d),
-                 *[(m, d, cfg.d_ff // tp)] * (2 if gated else 1), (m, cfg.d_ff // tp, d)]
+        if cfg.latent:  # latent attention's products (analytic/steptime/step.py's latent_gemms, as (m, k, n))
+            from ..analytic.steptime.step import latent_gemms
+
+            attention = [(M, K, N) for M, N, K in latent_gemms(cfg, m, tp)]
+        else:
+            attention = [(m, d, a // tp), (m, d, kv // tp), (m, d, kv // tp), (m, a // tp, d)]
+        block = [*attention, *[(m, d, cfg.d_ff // tp)] * (2 if gated else 1), (m, cfg.d_ff // tp, d)]
         out += block * cfg.depth(stack)
     rows = micro_batch * (1 if cfg.classes else cfg.tgt_len)
     out.append((rows, d, (cfg.classes or cfg.vocab) // tp))

@@ -172,6 +172,53 @@ class Attention(nn.Module):
         return self.o(y.transpose(1, 2).reshape(batch, rows, self.heads * self.head_dim))
 
 
+class LatentAttention(nn.Module):
+    """Multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2, arXiv 2405.04434, section 2.1), as transformers'
+    ``DeepseekV3Attention`` computes it in training (no cache): queries d -> heads x (head_dim + rope), or through a
+    latent (``q_a``, an RMSNorm, ``q_b``); keys and values from a latent, ``kv_a``: d -> kv_lora_rank + rope (the keys'
+    rotary part, one for every head), an RMSNorm on the latent, ``kv_b``: -> heads x (head_dim + v_head_dim); the
+    rotary parts turned, each head's query and key assembled (its head_dim part and its rotary part), the fused
+    kernel, ``o``: heads x v_head_dim -> d. Module names: ``.q`` or ``.q_a``, ``.q_norm``, ``.q_b``; ``.kv_a``,
+    ``.kv_norm``, ``.kv_b``; ``.o``."""
+
+    def __init__(self, cfg: ModelConfig, rows: int):
+        super().__init__()
+        d, h = cfg.d_model, cfg.heads
+        self.heads, self.nope, self.rope, self.value = h, cfg.head_dim, cfg.qk_rope_head_dim, cfg.v_head
+        self.latent = cfg.kv_lora_rank
+        if cfg.q_lora_rank:
+            self.q_a = Linear(d, cfg.q_lora_rank, bias=False)
+            self.q_norm = nn.RMSNorm(cfg.q_lora_rank, eps=1e-6)
+            self.q_b = Linear(cfg.q_lora_rank, h * cfg.q_head, bias=False)
+        else:
+            self.q = Linear(d, h * cfg.q_head, bias=False)
+        self.kv_a = Linear(d, cfg.kv_lora_rank + cfg.qk_rope_head_dim, bias=False)
+        self.kv_norm = nn.RMSNorm(cfg.kv_lora_rank, eps=1e-6)
+        self.kv_b = Linear(cfg.kv_lora_rank, h * (cfg.head_dim + cfg.v_head), bias=False)
+        self.o = Linear(h * cfg.v_head, d, bias=False)
+        cos, sin = rotary_tables(rows, cfg.qk_rope_head_dim)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
+        batch, rows, _ = x.shape
+        h, nope, rope = self.heads, self.nope, self.rope
+        q = self.q_b(self.q_norm(self.q_a(x))) if hasattr(self, "q_a") else self.q(x)
+        q = q.view(batch, rows, h, nope + rope).transpose(1, 2)
+        q_pass, q_rot = torch.split(q, [nope, rope], dim=-1)
+        compressed = self.kv_a(x)
+        latent, k_rot = torch.split(compressed, [self.latent, rope], dim=-1)
+        kv = self.kv_b(self.kv_norm(latent)).view(batch, rows, h, nope + self.value).transpose(1, 2)
+        k_pass, v = torch.split(kv, [nope, self.value], dim=-1)
+        cos, sin = self.cos[:rows].to(x.dtype), self.sin[:rows].to(x.dtype)
+        q_rot = rotate(q_rot, cos, sin)
+        k_rot = rotate(k_rot.view(batch, 1, rows, rope), cos, sin)
+        query = torch.cat([q_pass, q_rot], dim=-1)
+        key = torch.cat([k_pass, k_rot.expand(batch, h, rows, rope)], dim=-1)
+        y = F.scaled_dot_product_attention(query, key, v, is_causal=True)
+        return self.o(y.transpose(1, 2).reshape(batch, rows, h * self.value))
+
+
 def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
     """Soft-capping (Gemma 2, arXiv 2408.00118, section 2): cap tanh(x / cap), as transformers' Gemma 2 writes it."""
     return torch.tanh(x / cap) * cap
@@ -320,8 +367,9 @@ class AddNorm(nn.Module):
 
 # The module of each layer-kind family inside a block (analytic/layers.py declares each kind's family).
 BLOCK_MODULES: dict[str, Callable[[str, ModelConfig, int], nn.Module]] = {
-    "attention": lambda kind, c, rows: Attention(c, causal=kind == "masked_self_attention",
-                                                 rotary_rows=rows if c.positions == "rotary" and kind != "cross_attention" else 0),
+    "attention": lambda kind, c, rows: LatentAttention(c, rows) if kind == "latent_attention" else
+    Attention(c, causal=kind == "masked_self_attention",
+              rotary_rows=rows if c.positions == "rotary" and kind != "cross_attention" else 0),
     "ffn": lambda kind, c, rows: FeedForward(c),
     "moe": lambda kind, c, rows: MixtureOfExperts(c),
     "norm": lambda kind, c, rows: AddNorm(c),

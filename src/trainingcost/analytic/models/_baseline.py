@@ -29,6 +29,21 @@ def decoder_keys(s, M) -> object:
     return (s.dec_layers - glob) * np.where(s.w > 0, np.minimum(s.w, M), M) + glob * M
 
 
+def attention_weights(s) -> object:
+    """The self-attention weights one token is multiplied by: Q and O d x a, K and V d x kv; under latent attention
+    (DeepSeek-V2) its own: q (or q_a and q_b), kv_a, kv_b and o."""
+    dq = s.dh + s.dr
+    latent = np.where(s.rq > 0, s.d * s.rq + s.rq * s.h * dq, s.d * s.h * dq) + s.d * (s.rkv + s.dr) \
+        + s.rkv * s.h * (s.dh + s.dv) + s.h * s.dv * s.d
+    return np.where(s.rkv > 0, latent, 2 * s.d * s.a + 2 * s.d * s.kv)
+
+
+def score_widths(s) -> object:
+    """The widths of QK^T and PV together per key, twice the baseline's d_attn: 2 a, or under latent attention h (dq +
+    dv) (queries and keys dq = head_dim + qk_rope_head_dim wide per head, values dv)."""
+    return np.where(s.rkv > 0, s.h * (s.dh + s.dr + s.dv), 2 * s.a)
+
+
 def ffn_weights(s) -> object:
     """The FFN weights one token is multiplied by: a dense FFN's (2 + gated) d d_ff; a mixture of experts' router
     (d E), its k experts' and its shared expert's with their gate (the baseline's convention applied to the weights

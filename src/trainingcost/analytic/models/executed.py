@@ -158,6 +158,46 @@ register("executed", "self_attention", "masked_self_attention")(_self_attention)
 register("executed", "cross_attention")(_cross_attention)
 
 
+def _latent_attention(s: Shapes, causal_half: bool = False):
+    # Multi-head latent attention (DeepSeek-V2, V3; train/model.py's LatentAttention): queries d -> h dq (or through a
+    # latent: d -> rq, an RMSNorm, rq -> h dq), keys and values through a latent (d -> rkv + dr, an RMSNorm on rkv,
+    # rkv -> h (dh + dv)), each key's rotary part (dr) one for every head; attention on queries and keys of dq = dh +
+    # dr per head and values of dv, 2 M N h (dq + dv) forward; o: h dv -> d. Backward, as torch 2.13 dispatches it on
+    # the CPU: its flash kernel where dq = dv, 2 M N h (3 dq + 2 dv) (QK^T recomputed, dP, dV, dQ, dK); where they
+    # differ (DeepSeek's 192 and 128) SDPA's math path, two batched products each way, 2 M N h (2 dq + 2 dv). (On CUDA
+    # the memory-efficient kernel takes these shapes: 3 dq + 2 dv; docs/cost_models.md.)
+    M, N, d, h, dh, dr, dv, rq, rkv = s.M, s.N, s.d, s.h, s.dh, s.dr, s.dv, s.rq, s.rkv
+    dq = dh + dr
+    low = rq > 0
+    q_products = np.where(low, 2 * M * d * rq + 2 * M * rq * h * dq, 2 * M * d * h * dq)
+    kv_products = 2 * N * d * (rkv + dr) + 2 * N * rkv * h * (dh + dv)
+    o_products = 2 * M * h * dv * d
+    weights = q_products + kv_products + o_products
+    scores = M * N * h
+    core = 2 * M * N * h * (dq + dv)
+    core_backward = np.where(dq == dv, 2 * M * N * h * (3 * dq + 2 * dv), 2 * M * N * h * (2 * dq + 2 * dv))
+    if causal_half:  # the `causal` convention: kernels that skip masked blocks run half of them
+        scores, core, core_backward = scores // 2, core // 2, core_backward // 2
+    rotary = ROTARY * (M * h * dr + N * dr)
+    norms = M * rkv + low * M * rq  # the latents' RMSNorms
+    forward = _matmul(weights + core, (SOFTMAX + SCALE) * scores + rotary + RMS_NORM * norms)
+    return {
+        "forward": forward,
+        "forward_modulated": forward,
+        # o's input gradient and the fused attention backward; the rotary part's gradient summed over the heads
+        "backward": _matmul(o_products + core_backward, SDPA_BACKWARD * scores + rotary + N * dr * (h - 1)),
+        "backward_q": _matmul(q_products, low * RMS_NORM_BACKWARD * M * rq),
+        "backward_kv": _matmul(kv_products, RMS_NORM_BACKWARD * N * rkv + RESIDUAL * N * d),
+        "weight_grad": _matmul(weights, RMS_NORM_PARAMS * norms),
+        "linear_forward": _matmul(weights),
+        "linear_weight_grad": _matmul(weights),
+        "feedback_copy": _matmul(s.zero),
+    }
+
+
+register("executed", "latent_attention")(_latent_attention)
+
+
 @register("executed", "ffn")
 def ffn(s: Shapes):
     T, d, ff, gated = s.M, s.d, s.ff, s.gated

@@ -226,6 +226,9 @@ def check_context_parallel(cfg, cp: int, attention: str, flag: str = "--cp") -> 
     if attention == "unfused":
         raise ConfigError(f"{flag}: context parallelism {cp} runs inside a fused attention kernel (flash, flash3 or "
                           "cudnn), which the layout does not run (attention unfused)")
+    if cfg.latent:
+        raise ConfigError(f"{flag}: context parallelism {cp} of latent attention is not priced (what its ring passes, "
+                          "the keys and values or the latent, depends on the framework); allowed: 1")
 
 
 def hsdp_problem(replicate, dp: int, cp: int, sharding: str, zero1_sync: str = "overlapped", ep: int = 1,
@@ -480,7 +483,9 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     a, kv = cfg.attn_width // t, cfg.kv_width // t
     gated = 1 if cfg.gated else 0
     ff = cfg.d_ff // t
-    gemms = [(m, a + 2 * kv, d), (m, d, a), (m, (1 + gated) * ff, d), (m, d, ff)]
+    attention_gemms = latent_gemms(cfg, m, t) if cfg.latent else [(m, a + 2 * kv, d), (m, d, a)]
+    na = len(attention_gemms)  # the attention's products come first, then the FFN's (a mixture's router first)
+    gemms = attention_gemms + [(m, (1 + gated) * ff, d), (m, d, ff)]
     if cfg.moe:  # the router; each expert on its m k / E rows (token-balanced), experts / ep of them on this GPU ...
         # (under MoE parallel folding, experts' tensor parallelism etp < t: this GPU's m / t tokens (sequence
         # parallel) join its expert group's, gathered over etp, each expert d_ff / etp wide: rows x etp / t)
@@ -488,13 +493,13 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
         rows, held = max(1, m * cfg.experts_per_token * et // (t * cfg.experts)), cfg.experts // lay.ep
         expert_rows = rows * lay.ep  # each local expert's rows (rows is reused below for activation bytes)
         fe = cfg.d_ff // et
-        gemms = gemms[:2] + [(m, cfg.experts, d)] + [(rows * lay.ep, (1 + gated) * fe, d), (rows * lay.ep, d, fe)] * held
+        gemms = gemms[:na] + [(m, cfg.experts, d)] + [(rows * lay.ep, (1 + gated) * fe, d), (rows * lay.ep, d, fe)] * held
         if cfg.shared_expert_ff:  # ... and the shared expert on every row, with its gate (Qwen-MoE's)
             shared = cfg.shared_expert_ff // t
             gemms += [(m, (1 + gated) * shared + int(cfg.shared_expert_gate), d), (m, d, shared)]
     # the blocks' linear products on dev.products (fp8 under fp8-mixed); a mixture's router stays in the compute dtype
     # (Transformer Engine's and torchao's fp8 replace the blocks' linear layers, not the router's)
-    on = [dev if (cfg.moe and i == 2) else dev.products for i in range(len(gemms))]
+    on = [dev if (cfg.moe and i == na) else dev.products for i in range(len(gemms))]
     fwd_mm = [g.gemm(M, N, K) for g, (M, N, K) in zip(on, gemms)]
     bwd_mm = [x for g, (M, N, K) in zip(on, gemms) for x in (g.gemm(M, K, N), g.gemm(N, K, M))]
     heads = max(1, cfg.heads // t)
@@ -504,23 +509,30 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     # against all s keys (load-balanced chunks: 1 / cp of the work), the kernel running on chunks of s / cp. Of a
     # causal sequence cut into 2 cp chunks, the diagonal chunk pairs (cp of the 2 cp^2 chunk pairs' worth of work,
     # 1 / (2 cp)) run with the mask, the rest are whole blocks run without it
-    core = 4.0 * b * local * s * a * (0.5 if causal else 1.0)
+    # (latent attention: queries and keys dq wide per head, values dv: 2 b s s h (dq + dv) / t)
+    core = (2.0 * b * local * s * heads * (cfg.q_head + cfg.v_head) if cfg.latent else 4.0 * b * local * s * a) \
+        * (0.5 if causal else 1.0)
+    # the fused backward over the forward: 2.5 where queries and values are alike wide, (3 dq + 2 dv) / (dq + dv)
+    back = (3 * cfg.q_head + 2 * cfg.v_head) / (cfg.q_head + cfg.v_head) if cfg.latent else 2.5
     masked = 1.0 / (2 * lay.cp) if (causal and lay.cp > 1) else (1.0 if causal else 0.0)
     if lay.attention in ("flash", "flash3", "cudnn"):
         fwd_att = [dev.flash(masked * core, False, lay.attention, True, local) +
                    dev.flash((1 - masked) * core, False, lay.attention, False, local)]
-        bwd_att = [dev.flash(2.5 * masked * core, True, lay.attention, True, local) +
-                   dev.flash(2.5 * (1 - masked) * core, True, lay.attention, False, local)]
+        bwd_att = [dev.flash(back * masked * core, True, lay.attention, True, local) +
+                   dev.flash(back * (1 - masked) * core, True, lay.attention, False, local)]
         fwd_att_mem, bwd_att_mem = [], []
     else:  # Megatron: batched QK^T and PV over all the positions, softmax and dropout in memory
-        fwd_att = [dev.gemm(s, s, dh, b * heads), dev.gemm(s, dh, s, b * heads)]
-        bwd_att = [dev.gemm(s, dh, s, b * heads), dev.gemm(s, dh, s, b * heads),
-                   dev.gemm(s, s, dh, b * heads), dev.gemm(s, dh, s, b * heads)]
+        dqk, dvv = (cfg.q_head, cfg.v_head) if cfg.latent else (dh, dh)
+        fwd_att = [dev.gemm(s, s, dqk, b * heads), dev.gemm(s, dvv, s, b * heads)]
+        bwd_att = [dev.gemm(s, dqk, s, b * heads), dev.gemm(s, dqk, s, b * heads),
+                   dev.gemm(s, s, dvv, b * heads), dev.gemm(s, dvv, s, b * heads)]
         scores = b * heads * s * s
         fwd_att_mem = [dev.memory(4 * scores), dev.memory(5 * scores)]  # scale-mask-softmax r/w; dropout r/w + mask
         bwd_att_mem = [dev.memory(6 * scores), dev.memory(5 * scores)]
     sp = t if lay.sequence_parallel else 1
     e = act_bytes
+    # the features rotary positions turn (latent attention: each query head's rotary part and the one key part)
+    turned = m * (heads * cfg.qk_rope_head_dim + cfg.qk_rope_head_dim) if cfg.latent else m * (a + kv)
     rows = m * d * e
     routed = m * (cfg.experts_per_token if cfg.moe else 1) * ff  # the activation's elements
     ops = eager_ops(lay.elementwise)
@@ -537,7 +549,7 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
         norms = kernels("rmsnorm", cfg.norm == "rmsnorm" and "norm" in ops, m * d / sp, 2 * e)
         adds = [dev.memory(3 * rows / sp)] * 2
         acts = kernels("gated", gated and "gated" in ops, routed, (2 + gated) * e)
-        rot = kernels("rotary", "rotary" in ops, m * (a + kv), 2 * e) if cfg.positions == "rotary" else \
+        rot = kernels("rotary", "rotary" in ops, turned, 2 * e) if cfg.positions == "rotary" else \
             {"fwd": [], "bwd": []}
         # qk_norm (Qwen3, Gemma 3, OLMo 2): an RMSNorm over q and over k, op by op where the block's norms are
         qk = kernels("rmsnorm", "norm" in ops, m * (a + kv), 2 * e) if cfg.qk_norm != "none" else {"fwd": [], "bwd": []}
@@ -546,7 +558,7 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     else:
         norm_res = [dev.memory(2 * rows / sp)] * 2 + [dev.memory(3 * rows / sp)] * 2  # two norms, two residual adds
         act = [dev.memory((2 + gated) * routed * e)]
-        rotary = [dev.memory(2 * m * (a + kv) * e)] if cfg.positions == "rotary" else []
+        rotary = [dev.memory(2 * turned * e)] if cfg.positions == "rotary" else []
         rotary += [dev.memory(2 * m * (a + kv) * e)] if cfg.qk_norm != "none" else []  # qk_norm: q's and k's heads normalised
         fwd_mem = norm_res + act + rotary + fwd_att_mem
         bwd_mem = [2 * x for x in norm_res + act + rotary] + bwd_att_mem
@@ -562,19 +574,20 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
         # (every listed product has its own weight: a mixture's experts are listed once per expert on this GPU)
         weight_cast = sum(dev.memory(4 * N * K) for M, N, K in fp8)
     out = {"classes": {  # per layer family and class of work: {matmul, attention} seconds (no launch floor)
-        ("attention", "fwd"): {"matmul": sum(fwd_mm[:2]), "attention": sum(fwd_att)},
-        ("attention", "bin"): {"matmul": bwd_mm[0] + bwd_mm[2], "attention": sum(bwd_att)},
-        ("attention", "wgrad"): {"matmul": bwd_mm[1] + bwd_mm[3], "attention": 0.0},
-        ("attention", "linear"): {"matmul": sum(fwd_mm[:2]), "attention": 0.0},
-        ("ffn", "fwd"): {"matmul": sum(fwd_mm[2:]), "attention": 0.0},
-        ("ffn", "bin"): {"matmul": sum(bwd_mm[4::2]), "attention": 0.0},  # the FFN's (a mixture's router and
-        ("ffn", "wgrad"): {"matmul": sum(bwd_mm[5::2]), "attention": 0.0},  # experts too): input, weight gradients
-        ("ffn", "linear"): {"matmul": sum(fwd_mm[2:]), "attention": 0.0},
+        ("attention", "fwd"): {"matmul": sum(fwd_mm[:na]), "attention": sum(fwd_att)},
+        ("attention", "bin"): {"matmul": sum(bwd_mm[0:2 * na:2]), "attention": sum(bwd_att)},
+        ("attention", "wgrad"): {"matmul": sum(bwd_mm[1:2 * na:2]), "attention": 0.0},
+        ("attention", "linear"): {"matmul": sum(fwd_mm[:na]), "attention": 0.0},
+        ("ffn", "fwd"): {"matmul": sum(fwd_mm[na:]), "attention": 0.0},
+        ("ffn", "bin"): {"matmul": sum(bwd_mm[2 * na::2]), "attention": 0.0},  # the FFN's (a mixture's router and
+        ("ffn", "wgrad"): {"matmul": sum(bwd_mm[2 * na + 1::2]), "attention": 0.0},  # experts too): input, weight
+        ("ffn", "linear"): {"matmul": sum(fwd_mm[na:]), "attention": 0.0},  # gradients
     }, "linear_flops": {  # the products with the weights alone, full width (all t GPUs), per micro-batch
-        "attention": 2.0 * m * d * (cfg.attn_width + 2 * cfg.kv_width) + 2.0 * m * cfg.attn_width * d,
+        "attention": sum(2.0 * M * N * K for M, N, K in latent_gemms(cfg, m, 1)) if cfg.latent else
+        2.0 * m * d * (cfg.attn_width + 2 * cfg.kv_width) + 2.0 * m * cfg.attn_width * d,
         # (each GPU's experts run all its group's rows routed to them: per GPU as many rows x experts as its own
         # tokens x k; the router is not split over the t GPUs)
-        "ffn": sum(2.0 * M * N * K * (1 if cfg.moe and i == 0 else t) for i, (M, N, K) in enumerate(gemms[2:]))}}
+        "ffn": sum(2.0 * M * N * K * (1 if cfg.moe and i == 0 else t) for i, (M, N, K) in enumerate(gemms[na:]))}}
     for name, mm, att, mem in (("fwd", fwd_mm, fwd_att, fwd_mem), ("bwd", bwd_mm, bwd_att, bwd_mem)):
         mm_t, mm_l = _floor(mm, dev.launch)
         at_t, at_l = _floor(att, dev.launch)
@@ -590,18 +603,37 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
         experts = [(expert_rows, fe, d, held), (expert_rows, fe, d, held), (expert_rows, d, fe, held)]
     else:
         experts = [(m, ff, d, 1), (m, ff, d, 1), (m, d, ff, 1)]
-    products = {"q": (m, a, d, 1), "k": (m, kv, d, 1), "v": (m, kv, d, 1), "o": (m, d, a, 1),
-                "gate": experts[0] if gated else None, "up": experts[1], "down": experts[2]}
-    out["ops_fwd"] = {x: (n * dev.products.gemm(M, N, K), 2.0 * M * N * K * n) for x, (M, N, K, n) in
-                      ((x, v) for x, v in products.items() if v is not None)}
+    products = {"q": [(m, a, d, 1)], "k": [(m, kv, d, 1)], "v": [(m, kv, d, 1)], "o": [(m, d, a, 1)],
+                "gate": [experts[0]] if gated else None, "up": [experts[1]], "down": [experts[2]]}
+    if cfg.latent:  # latent attention: q (q_a and q_b), k the keys' and values' latent (kv_a), v their kv_b, o
+        q_part = 2 if cfg.q_lora_rank else 1
+        products.update(q=[(*g, 1) for g in attention_gemms[:q_part]], k=[(*attention_gemms[q_part], 1)],
+                        v=[(*attention_gemms[q_part + 1], 1)], o=[(*attention_gemms[q_part + 2], 1)])
+    out["ops_fwd"] = {x: (sum(n * dev.products.gemm(M, N, K) for M, N, K, n in listed),
+                          sum(2.0 * M * N * K * n for M, N, K, n in listed))
+                      for x, listed in products.items() if listed is not None}
     out["ops_fwd"]["core"] = (out["core_fwd"], core)  # QK^T and PV on this GPU's heads
     # A dense block's tail, which a recompute may leave out (tail_skipped): the down projection's seconds, the
     # memory-bound seconds after it (the residual add; under fp8 the cast of its input), its FLOPs on this GPU
     out["tail_fwd"] = (0.0, 0.0, 0.0) if cfg.moe else \
-        (fwd_mm[3], dev.memory(3 * rows / sp) + (dev.memory((e + 2) * m * ff) if dev.linear is not None else 0.0),
+        (fwd_mm[na + 1], dev.memory(3 * rows / sp) + (dev.memory((e + 2) * m * ff) if dev.linear is not None else 0.0),
          2.0 * m * d * ff)
     out["weight_cast"] = weight_cast  # seconds to cast one block's weights to fp8 (0 unless fp8 products)
     return out
+
+
+def latent_gemms(cfg, m: int, t: int) -> list:
+    """Latent attention's products (m, n, k) per micro-batch on one of t tensor-parallel GPUs, as DeepSeek-V3 and
+    Megatron-Core split them: the latents' down projections (q_a, kv_a) whole on every GPU, the up projections (q_b or
+    q, kv_b) column-parallel by heads, o row-parallel."""
+    d, h = cfg.d_model, cfg.heads
+    heads = max(1, h // t)
+    if cfg.q_lora_rank:
+        q = [(m, cfg.q_lora_rank, d), (m, heads * cfg.q_head, cfg.q_lora_rank)]
+    else:
+        q = [(m, heads * cfg.q_head, d)]
+    return q + [(m, cfg.kv_lora_rank + cfg.qk_rope_head_dim, d),
+                (m, heads * (cfg.head_dim + cfg.v_head), cfg.kv_lora_rank), (m, d, heads * cfg.v_head)]
 
 
 def head_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:

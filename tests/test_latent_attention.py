@@ -1,0 +1,137 @@
+"""Multi-head latent attention (DeepSeek-V2, V3) and DeepSeek-MoE's ungated shared experts against transformers.
+
+transformers' ``DeepseekV3ForCausalLM`` and ``DeepseekV2ForCausalLM``, built small with random weights (SDPA, the
+experts run eagerly so that FlopCounterMode sees their products, every block a mixture: first_k_dense_replace 0),
+count one training step under torch's FlopCounterMode; trainingcost's executed model of the same shape counts the
+same FLOPs, and its memory model the same parameters, to the integer: with the queries' own latent (V3) and without
+(V2-Lite), query heads wider than the values (SDPA's math path on the CPU) and alike (its fused kernel).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import trainingcost as tc
+from trainingcost import cli
+from trainingcost.analytic import layer_table
+from trainingcost.analytic.memory import memory_table
+from trainingcost.config import ConfigError, canonical_model, configs_frame
+
+B, S = 2, 12
+BASE = dict(arch="decoder", layers=2, d_model=32, heads=4, d_ff=16, vocab=61, seq_len=S, batch=B, norm="rmsnorm",
+            norm_position="pre", ffn="swiglu", positions="rotary", bias="none", experts=4, experts_per_token=2,
+            shared_expert_ff=32, shared_expert_gate=False, router_norm=False, kv_lora_rank=16)
+
+CASES = {  # name: (transformers class prefix, q_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim)
+    "v3-q-latent": ("DeepseekV3", 20, 4, 8, 6),
+    "v3-no-q-latent": ("DeepseekV3", 0, 4, 8, 6),
+    "v2-fused": ("DeepseekV2", 0, 4, 4, 8),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_parameters_and_executed_flops_equal_transformers_deepseek(case):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch.utils.flop_counter import FlopCounterMode
+    from test_hf_models import CPU_ATTENTION
+
+    prefix, q_rank, rope, nope, v = CASES[case]
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{prefix}Config")(
+        hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, n_shared_experts=2, n_routed_experts=4, num_experts_per_tok=2, vocab_size=61,
+        kv_lora_rank=16, q_lora_rank=q_rank or None, qk_rope_head_dim=rope, qk_nope_head_dim=nope, v_head_dim=v,
+        first_k_dense_replace=0, max_position_embeddings=64, attn_implementation="sdpa", n_group=1, topk_group=1,
+        **({"topk_method": "greedy"} if prefix == "DeepseekV2" else {}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = getattr(transformers, f"{prefix}ForCausalLM")(config)
+        model.set_experts_implementation("eager")  # grouped_mm has no FLOP formula (tests/test_moe.py)
+    ids = torch.randint(0, 61, (B, S))
+    model.train()
+    with FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION) as counter:
+        model(input_ids=ids, labels=ids).loss.backward()
+
+    # n_shared_experts x moe_intermediate_size: one ungated shared SwiGLU expert 32 wide
+    entry = dict(BASE, head_dim=nope, qk_rope_head_dim=rope, v_head_dim=v, **({"q_lora_rank": q_rank} if q_rank else {}))
+    frame = configs_frame([("", canonical_model(entry, "test"))])
+    assert int(memory_table(frame, ["bp"]).parameter_count.iloc[0]) == model.num_parameters()
+    assert int(layer_table(frame, ["bp"], ["executed"]).flops.sum()) == counter.get_total_flops()
+
+
+def test_the_executed_model_runs_the_same_parameters_as_the_memory_model():
+    pytest.importorskip("torch")
+    from trainingcost.train.model import LatentAttention, Transformer
+
+    cfg = canonical_model(dict(BASE, head_dim=8, q_lora_rank=12, qk_rope_head_dim=4, v_head_dim=6), "test")
+    model = Transformer(cfg)
+    assert isinstance(model.get_submodule("decoder.0.self_attention"), LatentAttention)
+    frame = configs_frame([("", cfg)])
+    assert sum(p.numel() for p in model.parameters()) == int(memory_table(frame, ["bp"]).parameter_count.iloc[0])
+    names = {name for name, _ in model.get_submodule("decoder.1.self_attention").named_parameters()}
+    assert names == {"q_a.weight", "q_norm.weight", "q_b.weight", "kv_a.weight", "kv_norm.weight", "kv_b.weight",
+                     "o.weight"}
+
+
+def test_the_formulas_by_hand():
+    """One block of DeepSeek-V3's attention, per token: q_a 2 d rq, q_b 2 rq h dq, kv_a 2 d (rkv + dr), kv_b 2 rkv h (dh
+    + dv), o 2 h dv d (DeepSeek-V2, arXiv 2405.04434, section 2.1.2-2.1.3); the forward attention 2 S h (dq + dv)."""
+    d, h, rq, rkv, dh, dr, dv, seq = 7168, 128, 1536, 512, 128, 64, 128, 4096
+    cfg = canonical_model(dict(arch="decoder", layers=1, d_model=d, heads=h, head_dim=dh, d_ff=18432, vocab=129280,
+                               seq_len=seq, batch=1, norm="rmsnorm", norm_position="pre", ffn="swiglu",
+                               positions="rotary", bias="none", kv_lora_rank=rkv, q_lora_rank=rq, qk_rope_head_dim=dr,
+                               v_head_dim=dv), "test")
+    table = layer_table(configs_frame([("", cfg)]), ["bp"], ["executed"])
+    attention = table[(table.layer == "decoder.0.self_attention") & (table.phase == "forward")]
+    per_token = 2 * d * rq + 2 * rq * h * (dh + dr) + 2 * d * (rkv + dr) + 2 * rkv * h * (dh + dv) + 2 * h * dv * d
+    assert per_token == 374_210_560  # docs/notes/runs_of_2026.md, section A.5
+    assert int(attention.flops.iloc[0]) == seq * per_token + 2 * seq * seq * h * (dh + dr + dv)
+    params = int(memory_table(configs_frame([("", cfg)]), ["bp"]).parameter_count.iloc[0])
+    attention_params = d * rq + rq + rq * h * (dh + dr) + d * (rkv + dr) + rkv + rkv * h * (dh + dv) + h * dv * d
+    assert params == 129280 * d * 2 + d * 2 + attention_params + 3 * d * 18432 + d  # embeddings, norms, FFN
+
+
+@pytest.mark.parametrize("extra,field", [
+    (dict(q_lora_rank=8), "q_lora_rank: applies only to latent attention"),
+    (dict(kv_lora_rank=8, qk_rope_head_dim=4, kv_heads=2), "kv_heads: 2 does not combine with latent attention"),
+    (dict(kv_lora_rank=8, positions="learned"), "qk_rope_head_dim: latent attention turns a part"),
+    (dict(kv_lora_rank=8, qk_rope_head_dim=3), "qk_rope_head_dim: 3 features cannot be turned"),
+    (dict(kv_lora_rank=8, qk_rope_head_dim=4, arch="encoder"), "kv_lora_rank: latent attention applies only to arch"),
+    (dict(shared_expert_gate=False), "shared_expert_gate: applies only to a mixture of experts"),
+])
+def test_bad_latent_options_are_one_line(extra, field):
+    entry = {**dict(arch="decoder", layers=2, d_model=32, heads=4, d_ff=16, vocab=61, seq_len=S, batch=B,
+                    positions="rotary"), **extra}
+    with pytest.raises(ConfigError) as error:
+        canonical_model(entry, "")
+    assert field in str(error.value) and "\n" not in str(error.value)
+
+
+FLAGS = ["--arch", "decoder", "--layers", "4", "--d-model", "1024", "--heads", "8", "--head-dim", "128", "--d-ff", "4096",
+         "--vocab", "32000", "--seq-len", "1024", "--norm", "rmsnorm", "--norm-position", "pre", "--ffn", "swiglu",
+         "--positions", "rotary", "--bias", "none", "--kv-lora-rank", "256", "--q-lora-rank", "384",
+         "--qk-rope-head-dim", "64"]
+
+
+def test_the_plan_prices_latent_attention_and_estimate_says_the_tape_does_not_replay_it(capsys):
+    row = tc.plan(**{k.lstrip("-").replace("-", "_"): v for k, v in zip(FLAGS[::2], FLAGS[1::2])}, gpu="h100-sxm",
+                  gpus=8, tokens=1e9, rule="bp", tp=2).table.iloc[0]
+    assert row["step_time_s"] > 0 and row["fits"]
+    assert cli.main(["estimate", *FLAGS, "--rule", "bp"]) == 0
+    assert "not replayed (the tape has no latent attention yet)" in capsys.readouterr().out
+    assert cli.main(["plan", *FLAGS, "--gpu", "h100-sxm", "--gpus", "8", "--tokens", "1e9", "--cp", "2"]) == 2
+    assert "context parallelism 2 of latent attention is not priced" in capsys.readouterr().err
+
+
+def test_the_baselines_count_latent_attentions_weights():
+    """Kaplan et al. 2020's 6 N per token, with N the weights a token is multiplied by: latent attention's own."""
+    args = {k.lstrip("-").replace("-", "_"): v for k, v in zip(FLAGS[::2], FLAGS[1::2])}
+    table = tc.estimate(**args, rule="bp", cost_model="kaplan").table
+    d, h, rq, rkv, dh, dr, layers, seq = 1024, 8, 384, 256, 128, 64, 4, 1024
+    attention = d * rq + rq * h * (dh + dr) + d * (rkv + dr) + rkv * h * (dh + dh) + h * dh * d
+    weights = layers * (attention + 3 * d * 4096)
+    scores = layers * seq * h * (dh + dr + dh)  # 2 n_ctx d_attn per token, QK^T and PV at their own widths
+    assert int(table[table.phase == "forward"].flops.sum()) == seq * (2 * weights + scores)
