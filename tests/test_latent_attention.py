@@ -121,7 +121,7 @@ def test_the_plan_prices_latent_attention_and_estimate_says_the_tape_does_not_re
                   gpus=8, tokens=1e9, rule="bp", tp=2).table.iloc[0]
     assert row["step_time_s"] > 0 and row["fits"]
     assert cli.main(["estimate", *FLAGS, "--rule", "bp"]) == 0
-    assert "not replayed (the tape has no latent attention yet)" in capsys.readouterr().out
+    assert "not replayed (the tape has no latent attention or dense first blocks yet)" in capsys.readouterr().out
     assert cli.main(["plan", *FLAGS, "--gpu", "h100-sxm", "--gpus", "8", "--tokens", "1e9", "--cp", "2"]) == 2
     assert "context parallelism 2 of latent attention is not priced" in capsys.readouterr().err
 
@@ -135,3 +135,80 @@ def test_the_baselines_count_latent_attentions_weights():
     weights = layers * (attention + 3 * d * 4096)
     scores = layers * seq * h * (dh + dr + dh)  # 2 n_ctx d_attn per token, QK^T and PV at their own widths
     assert int(table[table.phase == "forward"].flops.sum()) == seq * (2 * weights + scores)
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "deepseek_v2"])
+def test_a_deepseek_config_json_reads_as_transformers_builds_it(model_type):
+    """The config.json of a small DeepSeek model with a dense first block (first_k_dense_replace 1) through
+    --hf-config's mapping: the same parameters and the same FLOPs of one training step as transformers' model."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch.utils.flop_counter import FlopCounterMode
+    from test_hf_models import CPU_ATTENTION
+
+    from trainingcost.config.hf import hf_entry, with_overrides
+
+    prefix = "DeepseekV3" if model_type == "deepseek_v3" else "DeepseekV2"
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{prefix}Config")(
+        hidden_size=32, intermediate_size=40, moe_intermediate_size=16, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=4, n_shared_experts=1, n_routed_experts=4, num_experts_per_tok=2, vocab_size=61,
+        kv_lora_rank=16, q_lora_rank=20 if prefix == "DeepseekV3" else None, qk_rope_head_dim=4, qk_nope_head_dim=8,
+        v_head_dim=6, first_k_dense_replace=1, max_position_embeddings=64, attn_implementation="sdpa", n_group=1,
+        topk_group=1, **({"topk_method": "greedy"} if prefix == "DeepseekV2" else {}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = getattr(transformers, f"{prefix}ForCausalLM")(config)
+        model.set_experts_implementation("eager")
+    ids = torch.randint(0, 61, (B, S))
+    with FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION) as counter:
+        model(input_ids=ids, labels=ids).loss.backward()
+    cfg = canonical_model(with_overrides(hf_entry(config.to_dict()), {"seq_len": S, "batch": B}), "test")
+    assert (cfg.dense_blocks, cfg.dense_ff, cfg.d_ff, cfg.shared_expert_ff, cfg.shared_expert_gate) == (1, 40, 16, 16, False)
+    frame = configs_frame([("", cfg)])
+    assert int(memory_table(frame, ["bp"]).parameter_count.iloc[0]) == model.num_parameters()
+    table = layer_table(frame, ["bp"], ["executed"])
+    assert int(table.flops.sum()) == counter.get_total_flops()
+    assert set(table[table.block == 0].layer_kind) >= {"ffn"} and "moe" not in set(table[table.block == 0].layer_kind)
+    assert "moe" in set(table[table.block == 2].layer_kind)
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("num_key_value_heads", 2, "latent attention has every head its own"),
+    ("attention_bias", True, "biases in latent attention or the MLP are not supported"),
+    ("moe_layer_freq", 2, "moe_layer_freq 1"),
+])
+def test_deepseek_variants_not_priced_are_one_line(key, value, message):
+    from trainingcost.config.hf import hf_entry
+
+    data = dict(model_type="deepseek_v3", hidden_size=32, intermediate_size=40, moe_intermediate_size=16,
+                num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4,
+                num_experts_per_tok=2, vocab_size=61, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=4,
+                qk_nope_head_dim=8, v_head_dim=6, first_k_dense_replace=1, max_position_embeddings=64)
+    with pytest.raises(ConfigError) as error:
+        hf_entry({**data, key: value})
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("extra,message", [
+    (dict(dense_blocks=2), "dense_blocks: 2 dense blocks leave none of the 2 a mixture of experts"),
+    (dict(dense_ff=40), "dense_ff: applies only with dense_blocks"),
+    (dict(dense_blocks=1, experts=0, experts_per_token=0), "dense_blocks: applies only to a mixture of experts"),
+])
+def test_bad_dense_blocks_are_one_line(extra, message):
+    entry = {**dict(arch="decoder", layers=2, d_model=32, heads=4, d_ff=16, vocab=61, seq_len=S, experts=4,
+                    experts_per_token=2), **extra}
+    if not entry["experts"]:
+        entry.pop("experts"), entry.pop("experts_per_token")
+    with pytest.raises(ConfigError) as error:
+        canonical_model(entry, "")
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_deepseek_presets_plan_with_their_dense_blocks():
+    """DeepSeek-V3: 3 dense blocks and 58 mixtures; the plan's all-to-alls run in the 58 only."""
+    table = tc.plan(preset="deepseek-v3", gpu="h100-sxm", gpus=1024, pp=16, ep=64, tokens=1e12, rule="bp",
+                    global_batch=4096, precision="fp8-mixed", checkpointing="full").table.iloc[0]
+    assert table["ep_all_to_all_bytes"] > 0 and table["step_time_s"] > 0
+    v2 = tc.estimate(preset="deepseek-v2-lite", rule="bp").table
+    assert int(v2.flops.sum()) > 0

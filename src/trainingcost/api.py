@@ -204,6 +204,8 @@ def plan(
     q_lora_rank: int | None = None,
     qk_rope_head_dim: int | None = None,
     v_head_dim: int | None = None,
+    dense_blocks: int | None = None,
+    dense_ff: int | None = None,
     rule: str | Sequence[str] = 'all',
     cost_model: str = 'executed',
     tokens: float | None = None,
@@ -362,6 +364,9 @@ def plan(
         qk_rope_head_dim (--qk-rope-head-dim): latent attention: the rotary part of each query head, and of the one
             key part every head shares
         v_head_dim (--v-head-dim): latent attention: each value head's width (0: head_dim)
+        dense_blocks (--dense-blocks): mixture of experts: the decoder's first N blocks keep a dense FFN, dense_ff
+            wide (DeepSeek's first_k_dense_replace); 0: every block a mixture
+        dense_ff (--dense-ff): mixture of experts: the width of the first blocks' dense FFNs (0: d_ff)
         rule (--rule): one rule, several separated by commas, or all (default): bp, pepita, mempepita, fa, kp,
             wm, dfa, tp, dtp, lra
         cost_model (--cost-model): default executed, one row per rule in one screen; all: every cost model, the
@@ -567,6 +572,8 @@ def estimate(
     q_lora_rank: int | None = None,
     qk_rope_head_dim: int | None = None,
     v_head_dim: int | None = None,
+    dense_blocks: int | None = None,
+    dense_ff: int | None = None,
     rule: str | Sequence[str] = 'all',
     cost_model: str | None = None,
     dtype: str = 'fp32',
@@ -670,6 +677,9 @@ def estimate(
         qk_rope_head_dim (--qk-rope-head-dim): latent attention: the rotary part of each query head, and of the one
             key part every head shares
         v_head_dim (--v-head-dim): latent attention: each value head's width (0: head_dim)
+        dense_blocks (--dense-blocks): mixture of experts: the decoder's first N blocks keep a dense FFN, dense_ff
+            wide (DeepSeek's first_k_dense_replace); 0: every block a mixture
+        dense_ff (--dense-ff): mixture of experts: the width of the first blocks' dense FFNs (0: d_ff)
         rule (--rule): one rule, several separated by commas, or all (default): bp, pepita, mempepita, fa, kp,
             wm, dfa, tp, dtp, lra
         cost_model (--cost-model): default: executed (what our PyTorch code runs), one row per rule; all: every

@@ -115,7 +115,7 @@ def _not_replayed(moe: bool, rule: str = "", latent: bool = False) -> str:
     """Why the tape gives no peak for a rule it replays: a mixture of experts under a rule that does not train one,
     latent attention (no tape of its ops yet), or the model's depth (tape/table.py)."""
     if latent:
-        return "not replayed (the tape has no latent attention yet)"
+        return "not replayed (the tape has no latent attention or dense first blocks yet)"
     if moe and rule and not catalogue_rule(rule).trains_experts:
         return f"not replayed ({rule} does not train a mixture of experts)"
     return f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)"
@@ -215,12 +215,12 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print(wrapped(note) if compact else note)
     print()
     if compact:
-        print(render_compact(table, memory, args.metric, models[0], cfg.moe, cfg.latent))
+        print(render_compact(table, memory, args.metric, models[0], cfg.moe, cfg.latent or bool(cfg.dense_blocks)))
         return 0
     if not args.memory:
         print(render_costs(table, args.metric) if args.per_layer else render_phases(table, args.metric))
         print(render_summary(table, args.metric))
-    print(render_memory(memory, cfg.moe, cfg.latent))
+    print(render_memory(memory, cfg.moe, cfg.latent or bool(cfg.dense_blocks)))
     return 0
 
 

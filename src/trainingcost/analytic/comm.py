@@ -177,8 +177,8 @@ def _layer_tensors(cfg, layer: str, kind: str, stack: str, feedback: bool) -> li
                    if cfg.qk_norm == "head" else [])
                 + ([(f"{layer}.q_norm.weight", (a,)), (f"{layer}.k_norm.weight", (kv,))]
                    if cfg.qk_norm == "projection" else []))
-    if kind == "ffn":
-        return _ffn(cfg, layer, cfg.d_ff, feedback)
+    if kind == "ffn":  # (a mixture of experts' dense first blocks: dense_ff wide)
+        return _ffn(cfg, layer, cfg.dense_width if cfg.moe else cfg.d_ff, feedback)
     if kind == "moe":  # train/model.py's MixtureOfExperts: the router, each expert, the shared expert and its gate
         out = _linear(f"{layer}.router", d, cfg.experts, False, feedback)
         for i in range(cfg.experts):

@@ -493,7 +493,7 @@ def _instances(templates: Templates, rows: np.ndarray) -> dict[str, np.ndarray]:
     count = np.where(templates.is_block[rows], templates.count[rows], 1)
     rep = np.repeat(rows, count)
     starts = np.repeat(np.cumsum(count) - count, count)
-    block = np.arange(len(rep)) - starts
+    block = np.arange(len(rep)) - starts + templates.first[rep]  # (a mixture's blocks after its dense first ones)
     is_block = templates.is_block[rep]
     block = np.where(is_block, block, -1)
     stack = templates.stack[rep]

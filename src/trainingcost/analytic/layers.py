@@ -319,9 +319,11 @@ def block_sublayers(arch: str, stack: str, pre: bool = False, parallel: str = "n
     return describe_block(arch, stack, pre, parallel, moe, post_norms, False, latent).sublayers
 
 
-def config_block(cfg, stack: str) -> BlockDescription:
-    """The block of ``stack`` of one model (a :class:`~trainingcost.config.ModelConfig`)."""
-    return describe_block(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block, cfg.moe, cfg.post_norms, cfg.output_norm,
+def config_block(cfg, stack: str, index: int | None = None) -> BlockDescription:
+    """The block ``index`` of ``stack`` of one model (a :class:`~trainingcost.config.ModelConfig`); a mixture of
+    experts' first ``dense_blocks`` keep a dense FFN (None: the stack's mixture blocks)."""
+    moe = cfg.moe if index is None else cfg.block_moe(index)
+    return describe_block(cfg.arch, stack, cfg.pre_norm, cfg.parallel_block, moe, cfg.post_norms, cfg.output_norm,
                           cfg.latent)
 
 
@@ -375,7 +377,7 @@ def layer_plan(cfg) -> list[tuple[str, str]]:
         for end, kind in stack_ends(cfg):
             plan.append((end_layer_name(stack, end), kind))
         for index in range(cfg.depth(stack)):
-            for sub in config_block(cfg, stack).sublayers:
+            for sub in config_block(cfg, stack, index).sublayers:
                 plan.append((block_layer_name(stack, index, sub.name), sub.kind))
         if cfg.final_norm:
             plan.append((end_layer_name(stack, FINAL_NORM), "norm"))

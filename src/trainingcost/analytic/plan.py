@@ -438,8 +438,10 @@ def flops_per_sequence(cfg, rules, cost_models, checkpointing: str = "none", eve
         if model.granularity == "model":
             recompute = int((forward * count).sum()) * sum(counts.values()) // max(1, sum(depth.values()))
         else:
-            recompute = sum(c * int(forward[templates.is_block & (templates.stack == s)].sum())
-                            for s, c in counts.items())
+            # c blocks' forward: the stack's block forward summed over its blocks, times c / depth (a mixture's dense
+            # first blocks and its mixture blocks averaged; every block where all are checkpointed)
+            recompute = sum(c * int((forward * count)[templates.is_block & (templates.stack == s)].sum()) // depth[s]
+                            for s, c in counts.items() if c)
         recompute = max(0, recompute - left_out)
         for r in rules:
             phases = {phase: int((flops * count).sum()) for phase, _, _, flops, _ in phase_costs(q, r, mirror_steps)}

@@ -163,9 +163,19 @@ def _model_facts(cfg, rules: tuple, optimizer: str) -> ModelFacts:
     stage_end = max(in_end, out_end + (cfg.vocab * cfg.d_model if tied else 0))
     stacks = t.stack
     block_saved, block_input, depth = {}, {}, {}
+    subs = t.sub
+
+    def one_of_each(values, mine) -> int:
+        """A block's sum of one instance of each sublayer: a sublayer of two templates (a mixture and its dense first
+        blocks' FFN), the larger."""
+        best: dict = {}
+        for name, value in zip(subs[mine], values[mine]):
+            best[name] = max(best.get(name, 0), int(value))
+        return sum(best.values())
+
     for stack in cfg.stacks:
         mine = blocks & (stacks == stack)
-        block_saved[stack] = int(per["saved"][mine].sum())  # one instance of each sublayer of the block
+        block_saved[stack] = one_of_each(per["saved"], mine)  # one instance of each sublayer of the block
         block_input[stack] = cfg.rows(stack) * cfg.d_model
         depth[stack] = cfg.depth(stack)
     per_rule = pd.DataFrame({
@@ -178,7 +188,7 @@ def _model_facts(cfg, rules: tuple, optimizer: str) -> ModelFacts:
     for kind, index in t.kind_index().items():
         if KINDS[kind].module_params is not None:
             modules[index] = KINDS[kind].module_params(shapes_namespace(t, index))
-    one_block = max((int(params[blocks & (stacks == s)].sum()) for s in cfg.stacks), default=0)
+    one_block = max((one_of_each(params, blocks & (stacks == s)) for s in cfg.stacks), default=0)
     moe = kinds == "moe"  # the routed experts: all but the router and the shared expert with its gate
     s = shapes_namespace(t, moe)
     shared = (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.bo * ((1 + s.gated) * s.sff + s.d) + s.sg * s.d)
@@ -187,7 +197,7 @@ def _model_facts(cfg, rules: tuple, optimizer: str) -> ModelFacts:
                       block_input, depth, largest_module=int(np.where(model_layer, modules, 0).max()),
                       largest_block=max(one_block, total - in_blocks), one_block=one_block,
                       expert_parameters=experts,
-                      moe_layers={stack: depth[stack] if cfg.moe else 0 for stack in cfg.stacks},
+                      moe_layers={stack: depth[stack] - cfg.dense_blocks if cfg.moe else 0 for stack in cfg.stacks},
                       scores={stack: cfg.heads * (cfg.seq_len ** 2 if stack != "decoder" or not cfg.encdec else
                                                   cfg.tgt_len ** 2 + cfg.tgt_len * cfg.seq_len)
                               for stack in cfg.stacks},

@@ -37,7 +37,7 @@ CONFIG_INT_COLUMNS = ("d_model", "heads", "d_ff", "enc_layers", "dec_layers", "s
 
 
 # Shape columns the formulas read, gathered per template once (config columns and per-template rows).
-SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": "batch", "classes": "classes",
+SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "V": "vocab", "B": "batch", "classes": "classes",
                  "src_len": "seq_len", "tgt_len": "tgt_len", "enc_layers": "enc_layers", "dec_layers": "dec_layers",
                  # architecture options, as integers (see option_columns)
                  "a": "attn_width", "kv": "kv_width", "kvh": "kv_heads", "dh": "head_dim", "gated": "gated",
@@ -48,7 +48,9 @@ SHAPE_COLUMNS = {"d": "d_model", "h": "heads", "ff": "d_ff", "V": "vocab", "B": 
                  "E": "experts", "k": "experts_per_token", "sff": "shared_expert_ff", "qk_norm": "qk_norm",
                  "sg": "shared_expert_gate", "rkv": "kv_lora_rank", "rq": "q_lora_rank", "dr": "qk_rope_head_dim",
                  "dv": "v_head"}
-TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows", "shared")
+# per template: rows, key rows, the head's width, DFA's error rows, a shared table, and ff, the FFN's (an expert's)
+# width: d_ff, or a mixture of experts' dense first blocks' dense_ff (dense_blocks)
+TEMPLATE_COLUMNS = ("M", "N", "out", "err_rows", "shared", "ff")
 
 
 def _numpy(series: pd.Series) -> np.ndarray:
@@ -148,6 +150,8 @@ class Templates:
     out: np.ndarray
     err_rows: np.ndarray
     shared: np.ndarray  # 1 where the layer's weight table is another layer's (tied embeddings)
+    ff: np.ndarray  # the FFN's (an expert's) width: d_ff, or a mixture's dense first blocks' dense_ff
+    first: np.ndarray  # the index of its first block (a mixture's blocks after its dense_blocks first ones); 0
     config_columns: dict = field(default_factory=dict)
     kind_slices: dict = field(default_factory=dict)  # layer kind -> slice of its rows
     _cache: dict = field(default_factory=dict, repr=False)
@@ -254,7 +258,7 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
     parts: list[dict] = []
 
     def add(mask, kind, stack, sub, count, is_block, block_entry, rank, M, N=None, out=0, err_rows=0, kv_entry=False,
-            shared=0):
+            shared=0, ff=None, first=0):
         idx = np.nonzero(mask if only is None else mask & only)[0]
         if len(idx) == 0:
             return
@@ -276,6 +280,8 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
                 out=pick(out),
                 err_rows=pick(err_rows),
                 shared=pick(shared),
+                ff=pick(cols["d_ff"] if ff is None else ff),
+                first=pick(first),
             )
         )
 
@@ -314,8 +320,13 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
                 mask = code == number
                 for position, sub in enumerate(L.block_sublayers(arch_name, stack, pre, parallel, moe, post, latent)):
                     kv_rows = cols["seq_len"] if sub.kind == "cross_attention" else rows
-                    add(mask, sub.kind, stack, sub.name, depth, True, sub.block_entry, BLOCK_SUB_OFFSET + position,
-                        rows, kv_rows, kv_entry=sub.kv_entry)
+                    dense = cols["dense_blocks"] if sub.kind == "moe" else 0  # a mixture's dense first blocks
+                    add(mask, sub.kind, stack, sub.name, depth - dense, True, sub.block_entry, BLOCK_SUB_OFFSET + position,
+                        rows, kv_rows, kv_entry=sub.kv_entry, first=dense)
+                    if sub.kind == "moe":  # ... each a dense FFN of dense_ff (or d_ff), blocks 0 to dense_blocks - 1
+                        width = np.where(cols["dense_ff"] > 0, cols["dense_ff"], cols["d_ff"])
+                        add(mask & (cols["dense_blocks"] > 0), "ffn", stack, sub.name, cols["dense_blocks"], True,
+                            sub.block_entry, BLOCK_SUB_OFFSET + position, rows, kv_rows, kv_entry=sub.kv_entry, ff=width)
             add(has & (cols["final_norm"] > 0), "norm", stack, L.FINAL_NORM, 1, False, False, TAIL_RANK, rows)
             # DFA: the output error reaches each block through its own projection. The error has
             # one row per output position for an LM head whose positions are the block's own;
@@ -344,7 +355,7 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
     # Group the rows by layer kind (stable), so each formula reads and writes one contiguous slice.
     kinds = list(dict.fromkeys(p["label"][0] for p in parts))
     grouped = sorted(parts, key=lambda p: kinds.index(p["label"][0]))
-    keys = ("cfg", "count", "is_block", "block_entry", "kv_entry", "rank", *TEMPLATE_COLUMNS)
+    keys = ("cfg", "count", "is_block", "block_entry", "kv_entry", "rank", "first", *TEMPLATE_COLUMNS)
     empty = {"is_block": bool, "block_entry": bool, "kv_entry": bool}  # no configuration in scope: no templates
     merged = {key: np.concatenate([p[key] for p in grouped]) if grouped else np.zeros(0, dtype=empty.get(key, np.int64))
               for key in keys}

@@ -23,7 +23,7 @@ from .model import HF_OPTIONS
 
 SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
              "olmo2", "starcoder2", "phi3", "gemma", "gemma2", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe",
-             "gemma3_text", "olmoe")
+             "gemma3_text", "olmoe", "deepseek_v2", "deepseek_v3")
 # Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
 UNSUPPORTED_KEYS = {
     "num_local_experts": "mixture of experts",
@@ -210,7 +210,8 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
     entry = {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
             "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo, "olmo2": _olmo2,
             "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma, "gemma2": _gemma2, "mixtral": _moe, "qwen2_moe": _moe,
-            "qwen3": _llama, "qwen3_moe": _moe, "gemma3_text": _gemma2, "olmoe": _olmoe}[model_type](keys)
+            "qwen3": _llama, "qwen3_moe": _moe, "gemma3_text": _gemma2, "olmoe": _olmoe, "deepseek_v2": _deepseek,
+            "deepseek_v3": _deepseek}[model_type](keys)
     return _declared_keys(entry, keys)
 
 
@@ -699,7 +700,8 @@ def _window(entry: dict, k: _Keys, default: int | None) -> None:
 # The keys of a mixture of experts that each MoE model_type maps (hf_entry refuses them elsewhere).
 MOE_KEYS = {"mixtral": ("num_local_experts",), "qwen2_moe": ("num_experts", "moe_intermediate_size"),
             "qwen3_moe": ("num_experts", "num_local_experts", "moe_intermediate_size"),
-            "olmoe": ("num_experts", "num_local_experts")}
+            "olmoe": ("num_experts", "num_local_experts"), "deepseek_v2": ("n_routed_experts", "moe_intermediate_size"),
+            "deepseek_v3": ("n_routed_experts", "moe_intermediate_size")}
 
 
 def _moe(k: _Keys) -> dict:
@@ -756,6 +758,56 @@ def _olmoe(k: _Keys) -> dict:
     entry.update(experts=k.int(key, 64), experts_per_token=k.int("num_experts_per_tok", 8),
                  router_norm=k.bool("norm_topk_prob", False))
     return _full_rotary(entry, k)
+
+
+def _deepseek(k: _Keys) -> dict:
+    # DeepSeek-V2 and V3 (modeling_deepseek_v2.py, modeling_deepseek_v3.py; DeepSeek-AI 2024, arXiv 2405.04434 and
+    # 2412.19437): pre-RMSNorm blocks with multi-head latent attention (kv_lora_rank, q_lora_rank (null: one q
+    # projection), qk_rope_head_dim, qk_nope_head_dim: head_dim, v_head_dim; no biases) and DeepSeek-MoE: the first
+    # first_k_dense_replace blocks a dense SwiGLU MLP of intermediate_size, the others n_routed_experts SwiGLU experts
+    # of moe_intermediate_size (top num_experts_per_tok) and n_shared_experts x moe_intermediate_size of shared
+    # expert, added ungated. The router's scoring (V3 sigmoid with a bias for the choice, group-limited; V2 softmax),
+    # its scaling and group limits are elementwise; V3 renormalises the top-k weights where norm_topk_prob, V2's
+    # router (transformers 5) does not. The multi-token prediction layer (num_nextn_predict_layers) is not run by
+    # transformers' training forward and is not loaded: not costed. An untied head without bias.
+    heads = k.int("num_attention_heads")
+    if k.int("num_key_value_heads", heads) != heads:
+        k._fail("num_key_value_heads", "latent attention has every head its own (num_key_value_heads = "
+                "num_attention_heads)")
+    for key in ("attention_bias", "mlp_bias"):
+        if k.bool(key, False):
+            k._fail(key, "biases in latent attention or the MLP are not supported")
+    if k.int("moe_layer_freq", 1) != 1:
+        k._fail("moe_layer_freq", "mixture-of-experts layers other than every layer after the dense ones are not "
+                "supported (moe_layer_freq 1)")
+    if k.str("hidden_act", "silu") != "silu":
+        k._fail("hidden_act", f"{k.data.get('hidden_act')!r} is not supported (supported: silu)")
+    v3 = k.model_type == "deepseek_v3"
+    layers = k.int("num_hidden_layers")
+    experts = k.int("n_routed_experts", 0, minimum=0) or 0
+    entry = dict(arch="decoder", layers=layers, d_model=k.int("hidden_size"), heads=heads,
+                 vocab=k.int("vocab_size"), seq_len=k.int("max_position_embeddings"), norm="rmsnorm",
+                 norm_position="pre", ffn="swiglu", positions="rotary", bias="none", head_bias=False,
+                 tie_embeddings=k.bool("tie_word_embeddings", False),
+                 head_dim=k.int("qk_nope_head_dim"), kv_lora_rank=k.int("kv_lora_rank"),
+                 qk_rope_head_dim=k.int("qk_rope_head_dim"), v_head_dim=k.int("v_head_dim"))
+    q_rank = k.int("q_lora_rank", 0, minimum=0)
+    if q_rank:
+        entry["q_lora_rank"] = q_rank
+    dense = k.int("intermediate_size")
+    if not experts:
+        entry["d_ff"] = dense
+        return entry
+    first = k.int("first_k_dense_replace", 0, minimum=0) or 0
+    width = k.int("moe_intermediate_size")
+    entry.update(d_ff=width, experts=experts, experts_per_token=k.int("num_experts_per_tok"),
+                 router_norm=k.bool("norm_topk_prob", False) if v3 else False)
+    shared = k.int("n_shared_experts", 0, minimum=0) or 0
+    if shared:
+        entry.update(shared_expert_ff=shared * width, shared_expert_gate=False)
+    if first:
+        entry.update(dense_blocks=first, dense_ff=dense)
+    return entry
 
 
 def check_window(entry: dict, where: str) -> dict:

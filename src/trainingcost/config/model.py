@@ -144,6 +144,10 @@ class ModelConfig:
     qk_rope_head_dim: int = option(0, "latent attention: the rotary part of each query head, and of the one key part "
                                    "every head shares", minimum=0)
     v_head_dim: int = option(0, "latent attention: each value head's width (0: head_dim)", minimum=0)
+    # DeepSeek-V2/V3's first blocks keep a dense FFN (first_k_dense_replace; intermediate_size wide)
+    dense_blocks: int = option(0, "mixture of experts: the decoder's first N blocks keep a dense FFN, dense_ff wide "
+                               "(DeepSeek's first_k_dense_replace); 0: every block a mixture", minimum=0, tape=True)
+    dense_ff: int = option(0, "mixture of experts: the width of the first blocks' dense FFNs (0: d_ff)", minimum=0)
 
     def __post_init__(self):
         if self.kv_heads == 0:
@@ -211,6 +215,15 @@ class ModelConfig:
     @property
     def gated(self) -> bool:
         return self.ffn in GATED_FFNS
+
+    @property
+    def dense_width(self) -> int:
+        """The width of a mixture's first blocks' dense FFNs (dense_ff, or d_ff)."""
+        return self.dense_ff or self.d_ff
+
+    def block_moe(self, index: int) -> bool:
+        """Whether block ``index`` (from 0) of a stack has a mixture of experts (not one of the dense first blocks)."""
+        return self.moe and index >= self.dense_blocks
 
     @property
     def latent(self) -> bool:
@@ -433,6 +446,15 @@ def canonical_model(entry: dict, where: str = "", *, strict: bool = True) -> Mod
     seq_len = int(e["seq_len"])
     tgt_len = int(e.get("tgt_len", seq_len)) if encdec else seq_len
     options = _options(e, where, heads=heads, d_model=d_model, classes=classes, lengths=(seq_len, tgt_len), arch=arch)
+    if options.get("dense_blocks"):
+        if arch != "decoder":
+            raise ConfigError(f"{_field(where, 'dense_blocks')}: applies only to arch decoder (DeepSeek's first dense "
+                              f"blocks; arch is {arch})")
+        if options["dense_blocks"] >= int(dec_layers):
+            raise ConfigError(f"{_field(where, 'dense_blocks')}: {options['dense_blocks']} dense blocks leave none of the "
+                              f"{dec_layers} a mixture of experts (give fewer, or no experts)")
+        if options.get("dense_ff") == d_ff:
+            del options["dense_ff"]  # d_ff: the default, one config_id
     return ModelConfig(
         arch=arch,
         d_model=d_model,
@@ -610,7 +632,8 @@ def _experts(out: dict, where: str) -> None:
     experts = out.get("experts", 0)
     if not experts:
         out.pop("experts", None)
-        for name in ("experts_per_token", "shared_expert_ff", "router_norm", "shared_expert_gate"):
+        for name in ("experts_per_token", "shared_expert_ff", "router_norm", "shared_expert_gate", "dense_blocks",
+                     "dense_ff"):
             if out.get(name, OPTION_DEFAULTS[name]) != OPTION_DEFAULTS[name]:
                 raise ConfigError(f"{_field(where, name)}: applies only to a mixture of experts (give experts)")
         return
@@ -625,6 +648,12 @@ def _experts(out: dict, where: str) -> None:
         raise ConfigError(f"{_field(where, 'experts_per_token')}: {top_k} is more than the {experts} experts")
     if not out.get("shared_expert_ff", 1):
         del out["shared_expert_ff"]  # no shared expert: the default
+    if not out.get("dense_blocks"):
+        out.pop("dense_blocks", None)
+        if out.get("dense_ff"):
+            raise ConfigError(f"{_field(where, 'dense_ff')}: applies only with dense_blocks (the first blocks' dense "
+                              "FFNs)")
+        out.pop("dense_ff", None)
     if not out.get("shared_expert_ff") and out.get("shared_expert_gate", True) is False:
         raise ConfigError(f"{_field(where, 'shared_expert_gate')}: applies only with a shared expert (give "
                           "shared_expert_ff)")

@@ -188,6 +188,26 @@ PRESETS: dict[str, dict] = {
     "olmoe-1b-7b": dict(arch="decoder", layers=16, d_model=2048, heads=16, d_ff=1024, vocab=50304, seq_len=4096,
                         norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
                         qk_norm="projection", experts=64, experts_per_token=8, router_norm=False),
+    # DeepSeek-AI 2024 (DeepSeek-V3 Technical Report, arXiv 2412.19437), deepseek-ai/DeepSeek-V3 (config.json, as
+    # transformers' DeepseekV3Config defaults): 61 blocks of multi-head latent attention (128 heads, queries through a
+    # latent of 1,536, keys and values through one of 512, heads 128 + 64 rotary wide, values 128), the first 3 with a
+    # dense SwiGLU FFN of 18,432, the other 58 with 256 routed experts of 2,048 (top 8, renormalised) and one shared
+    # expert of 2,048, ungated; pre-trained on 4,096-token sequences (section 4.2). 671,026,404,352 parameters
+    # (DeepseekV3ForCausalLM; the multi-token prediction module, which transformers does not train, left out).
+    "deepseek-v3": dict(arch="decoder", layers=61, d_model=7168, heads=128, head_dim=128, d_ff=2048, vocab=129280,
+                        seq_len=4096, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
+                        bias="none", kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, v_head_dim=128,
+                        experts=256, experts_per_token=8, shared_expert_ff=2048, shared_expert_gate=False,
+                        dense_blocks=3, dense_ff=18432),
+    # DeepSeek-AI 2024 (DeepSeek-V2, arXiv 2405.04434, appendix B), deepseek-ai/DeepSeek-V2-Lite: 27 blocks of latent
+    # attention (16 heads, one q projection, a key/value latent of 512), the first with a dense SwiGLU FFN of 10,944,
+    # the others 64 routed experts of 1,408 (top 6, not renormalised) and two shared experts (2,816), ungated; 4,096-token
+    # pre-training sequences. 15,706,484,224 parameters (DeepseekV2ForCausalLM).
+    "deepseek-v2-lite": dict(arch="decoder", layers=27, d_model=2048, heads=16, head_dim=128, d_ff=1408, vocab=102400,
+                             seq_len=4096, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
+                             bias="none", kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128, experts=64,
+                             experts_per_token=6, shared_expert_ff=2816, shared_expert_gate=False, router_norm=False,
+                             dense_blocks=1, dense_ff=10944),
 }
 
 # The parameter count each preset's source publishes (Hugging Face's num_parameters() of the named model class),
@@ -224,5 +244,7 @@ PUBLISHED_PARAMETERS: dict[str, tuple[int, str]] = {
     "olmo2-7b": (7_298_617_344, "Olmo2ForCausalLM"),
     "olmo2-13b": (13_716_198_400, "Olmo2ForCausalLM"),
     "olmoe-1b-7b": (6_919_161_856, "OlmoeForCausalLM"),
+    "deepseek-v3": (671_026_404_352, "DeepseekV3ForCausalLM (without the multi-token prediction module)"),
+    "deepseek-v2-lite": (15_706_484_224, "DeepseekV2ForCausalLM"),
 }
 MLM_TRANSFORM = {"bert-base": 768 * 768 + 768 + 2 * 768}  # what a preset leaves out of its source's count

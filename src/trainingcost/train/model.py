@@ -370,7 +370,7 @@ BLOCK_MODULES: dict[str, Callable[[str, ModelConfig, int], nn.Module]] = {
     "attention": lambda kind, c, rows: LatentAttention(c, rows) if kind == "latent_attention" else
     Attention(c, causal=kind == "masked_self_attention",
               rotary_rows=rows if c.positions == "rotary" and kind != "cross_attention" else 0),
-    "ffn": lambda kind, c, rows: FeedForward(c),
+    "ffn": lambda kind, c, rows: FeedForward(c, c.dense_width if c.moe else 0),  # (a mixture's dense first blocks)
     "moe": lambda kind, c, rows: MixtureOfExperts(c),
     "norm": lambda kind, c, rows: AddNorm(c),
 }
@@ -533,10 +533,9 @@ class Stack(nn.Module):
         self.register_buffer("attention_masks", torch.stack([window_mask(rows, cfg.sliding_window or rows),
                                                              window_mask(rows, rows)]) if capped else None,
                              persistent=False)  # [the window's (or causal), causal]: global layers read the second
-        description = L.config_block(cfg, stack)
         self.depth = cfg.depth(stack)
-        for index in range(self.depth):
-            self.add_module(str(index), Block(description, cfg, cfg.rows(stack), index))
+        for index in range(self.depth):  # (a mixture of experts' first dense_blocks keep a dense FFN)
+            self.add_module(str(index), Block(L.config_block(cfg, stack, index), cfg, cfg.rows(stack), index))
         self.final_norm = make_norm(cfg) if cfg.final_norm else None
 
     def blocks(self) -> list[Block]:

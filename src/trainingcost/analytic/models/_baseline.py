@@ -52,6 +52,14 @@ def ffn_weights(s) -> object:
     return np.where(s.E > 0, s.k * dense + s.d * s.E + (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.sg * s.d), dense)
 
 
+def decoder_ffn_weights(s) -> object:
+    """:func:`ffn_weights` summed over the decoder's blocks: a mixture of experts' first dense_blocks a dense FFN of
+    dense_ff (or d_ff) each (DeepSeek's first_k_dense_replace)."""
+    dense = (2 + s.gated) * s.d * np.where(s.dense_ff > 0, s.dense_ff, s.ff)
+    first = np.where(s.E > 0, s.dense_blocks, 0)
+    return (s.dec_layers - first) * ffn_weights(s) + first * dense
+
+
 def feedback_flops(s) -> object:
     """TP, DTP and LRA (derived; no baseline defines them): one d x d product per row of every block, in the
     baseline's own convention of 2 FLOPs per weight a token is multiplied by: 2 d^2 (enc_layers N + dec_layers M).

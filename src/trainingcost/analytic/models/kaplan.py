@@ -6,7 +6,7 @@ import numpy as np
 
 from ..registry import declare, register
 from ..templates import Shapes
-from ._baseline import attention_weights, decoder_keys, feedback_flops, ffn_weights, phases, score_widths
+from ._baseline import attention_weights, decoder_ffn_weights, decoder_keys, feedback_flops, ffn_weights, phases, score_widths
 
 declare("kaplan", order=30, granularity="model", description="Kaplan et al. 2020, Table 1: 2N + 2 n_layer n_ctx d_attn per token")
 
@@ -23,7 +23,8 @@ def kaplan(s: Shapes):
     d, ff, N, M, a, kv = s.d, s.ff, s.src_len, s.tgt_len, s.a, s.kv
     block = attention_weights(s) + ffn_weights(s)  # self-attention and FFN weights (latent attention: its own)
     cross_q, cross_kv = s.encdec * 2 * d * a, s.encdec * 2 * d * kv  # a cross-attention's Q and O; its K and V
-    weights = 2 * N * s.enc_layers * block + 2 * s.dec_layers * (M * (block + cross_q) + N * cross_kv)
+    weights = 2 * N * s.enc_layers * block + 2 * (M * (s.dec_layers * (attention_weights(s) + cross_q)
+                                                       + decoder_ffn_weights(s)) + s.dec_layers * N * cross_kv)
     # A sliding window (decoder-only) of w positions: a windowed kernel's context is min(M, w) (Jiang et al. 2023).
     # (Gemma 2's window_period: every p-th layer global, decoder_keys)
     # (latent attention: QK^T and PV per key h (dq + dv), score_widths)

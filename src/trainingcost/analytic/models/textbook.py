@@ -8,7 +8,7 @@ import numpy as np
 
 from ..registry import declare, register
 from ..templates import Shapes
-from ._baseline import attention_weights, decoder_keys, feedback_flops, ffn_weights, phases, score_widths
+from ._baseline import attention_weights, decoder_ffn_weights, decoder_keys, feedback_flops, ffn_weights, phases, score_widths
 
 declare("textbook", order=40, granularity="model", description="Deep Learning and Transformers (2026), eqs. 10.82-10.90: 24 B n d^2 + 4 B n^2 d per layer")
 
@@ -25,7 +25,8 @@ def textbook(s: Shapes):
     ffn = 2 * ffn_weights(s)
     enc_weights = s.enc_layers * (4 * N * d * a + 4 * N * d * kv + N * ffn)
     enc_scores = s.enc_layers * (4 * N * N * a)
-    dec_weights = s.dec_layers * (2 * M * attention_weights(s) + M * ffn + s.encdec * (4 * M * d * a + 4 * N * d * kv))
+    dec_weights = s.dec_layers * (2 * M * attention_weights(s) + s.encdec * (4 * M * d * a + 4 * N * d * kv)) \
+        + 2 * M * decoder_ffn_weights(s)
     # a sliding window (decoder-only): a windowed kernel's keys, on the windowed layers (decoder_keys)
     dec_scores = 2 * M * decoder_keys(s, M) * score_widths(s) + s.dec_layers * s.encdec * 4 * M * N * a
     return phases(enc_weights + dec_weights, enc_scores + dec_scores, feedback_flops(s))

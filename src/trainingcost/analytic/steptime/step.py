@@ -622,6 +622,34 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     return out
 
 
+def mixture_share(cfg) -> float:
+    """The share of a stack's blocks that hold a mixture of experts: all, but a mixture's dense first blocks."""
+    blocks = sum(cfg.depth(s) for s in cfg.stacks)
+    return (blocks - cfg.dense_blocks) / blocks if cfg.moe and blocks else 1.0
+
+
+def stack_block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
+    """:func:`block_times` of the stack's average block: a mixture of experts whose first ``dense_blocks`` keep a
+    dense FFN (DeepSeek) has its mixture block's and its dense block's times weighted by their counts, as the
+    engine's FLOPs per block are (every stage priced at the average block)."""
+    moe = block_times(cfg, lay, dev, act_bytes)
+    if not (cfg.moe and cfg.dense_blocks):
+        return moe
+    dense = block_times(cfg.replace(experts=0, experts_per_token=0, shared_expert_ff=0, shared_expert_gate=True,
+                                    router_norm=True, d_ff=cfg.dense_width, dense_blocks=0, dense_ff=0),
+                        lay, dev, act_bytes)
+    share = mixture_share(cfg)
+
+    def mix(a, b):
+        if isinstance(a, dict):
+            return {k: mix(a.get(k, 0.0), b.get(k, 0.0)) for k in dict.fromkeys([*a, *b])}
+        if isinstance(a, tuple):
+            return tuple(mix(x, y) for x, y in zip(a, b))
+        return share * a + (1 - share) * b
+
+    return mix(moe, dense)
+
+
 def latent_gemms(cfg, m: int, t: int) -> list:
     """Latent attention's products (m, n, k) per micro-batch on one of t tensor-parallel GPUs, as DeepSeek-V3 and
     Megatron-Core split them: the latents' down projections (q_a, kv_a) whole on every GPU, the up projections (q_b or
@@ -841,7 +869,7 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
                lay.host_block_s, lay.cp, lay.elementwise, lay.expert_tp)
 
     def kernel_times():
-        bt, ht = block_times(cfg, lay, dev, e), head_times(cfg, lay, dev, e)
+        bt, ht = stack_block_times(cfg, lay, dev, e), head_times(cfg, lay, dev, e)
         return bt, ht, kernel_rates(cfg, lay, dev, bt, ht, bp)
 
     bt, ht, rates = once(("kernels", *kernels), kernel_times)
@@ -965,7 +993,8 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
     ep_bytes = (lay.micro_batch * cfg.seq_len // lay.cp * cfg.experts_per_token * cfg.d_model * e * lay.expert_tp // t
                 if cfg.moe else 0)
     ep_one = net.all_to_all(ep_bytes, lay.ep, lay.expert_tp if folded else t * lay.cp)  # expert groups of data-parallel
-    # replicas, t x cp apart
+    # replicas, t x cp apart; per average block: a mixture's dense first blocks dispatch nothing
+    ep_one *= mixture_share(cfg)
     ep_fwd = 2 * w["passes"] * per_stage * ep_one if cfg.moe else 0.0
     ep_rec = (2 * per_stage if ops & set(bt["ops_fwd"]) & {"gate", "up", "down"} else 0) \
         if (ops is not None and w["backward"]) else \
