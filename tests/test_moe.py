@@ -566,7 +566,9 @@ def _group(cfg):
 
 
 def test_the_moe_presets_are_replayed_at_their_published_size():
-    frame = configs_frame([(name, canonical_model(entry, name)) for name, entry in PRESETS.items() if entry.get("experts")])
+    # (DeepSeek's presets: the tape has no latent attention or dense first blocks yet, tests/test_latent_attention.py)
+    frame = configs_frame([(name, canonical_model(entry, name)) for name, entry in PRESETS.items()
+                           if entry.get("experts") and not entry.get("kv_lora_rank")])
     table = memory_table(frame, ["bp", "dfa", "tp", "lra", "wm"])
     assert len(frame) >= 2 and (table.peak > table.step_start).all() and (table.peak_forward > 0).all()
 

@@ -782,27 +782,28 @@ def _deepseek(k: _Keys) -> dict:
                 "supported (moe_layer_freq 1)")
     if k.str("hidden_act", "silu") != "silu":
         k._fail("hidden_act", f"{k.data.get('hidden_act')!r} is not supported (supported: silu)")
+    # (absent keys take transformers' DeepseekV3Config / DeepseekV2Config defaults)
     v3 = k.model_type == "deepseek_v3"
     layers = k.int("num_hidden_layers")
-    experts = k.int("n_routed_experts", 0, minimum=0) or 0
+    experts = k.int("n_routed_experts", 256 if v3 else 64, minimum=0) or 0
     entry = dict(arch="decoder", layers=layers, d_model=k.int("hidden_size"), heads=heads,
                  vocab=k.int("vocab_size"), seq_len=k.int("max_position_embeddings"), norm="rmsnorm",
                  norm_position="pre", ffn="swiglu", positions="rotary", bias="none", head_bias=False,
                  tie_embeddings=k.bool("tie_word_embeddings", False),
-                 head_dim=k.int("qk_nope_head_dim"), kv_lora_rank=k.int("kv_lora_rank"),
-                 qk_rope_head_dim=k.int("qk_rope_head_dim"), v_head_dim=k.int("v_head_dim"))
-    q_rank = k.int("q_lora_rank", 0, minimum=0)
+                 head_dim=k.int("qk_nope_head_dim", 128), kv_lora_rank=k.int("kv_lora_rank", 512),
+                 qk_rope_head_dim=k.int("qk_rope_head_dim", 64), v_head_dim=k.int("v_head_dim", 128))
+    q_rank = k.int("q_lora_rank", 1536, minimum=0)  # null: one q projection
     if q_rank:
         entry["q_lora_rank"] = q_rank
-    dense = k.int("intermediate_size")
+    dense = k.int("intermediate_size", 18432 if v3 else 11008)
     if not experts:
         entry["d_ff"] = dense
         return entry
-    first = k.int("first_k_dense_replace", 0, minimum=0) or 0
-    width = k.int("moe_intermediate_size")
-    entry.update(d_ff=width, experts=experts, experts_per_token=k.int("num_experts_per_tok"),
-                 router_norm=k.bool("norm_topk_prob", False) if v3 else False)
-    shared = k.int("n_shared_experts", 0, minimum=0) or 0
+    first = k.int("first_k_dense_replace", 3 if v3 else 0, minimum=0) or 0
+    width = k.int("moe_intermediate_size", 2048 if v3 else 1407)
+    entry.update(d_ff=width, experts=experts, experts_per_token=k.int("num_experts_per_tok", 8 if v3 else None),
+                 router_norm=k.bool("norm_topk_prob", True) if v3 else False)
+    shared = k.int("n_shared_experts", 1 if v3 else 2, minimum=0) or 0
     if shared:
         entry.update(shared_expert_ff=shared * width, shared_expert_gate=False)
     if first:

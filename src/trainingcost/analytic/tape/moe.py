@@ -205,21 +205,19 @@ def mixture(ops, x):
             for e in range(first, last + 1):
                 expert(e)
     y, where = state["y"], state["where"]
-    if g.shared_expert and not g.shared_expert_gate:  # y + shared_expert(x) (DeepSeek-MoE)
+    if g.shared_expert:  # y + sigmoid(gate(x)) * shared_expert(x), or (DeepSeek-MoE, ungated) y + shared_expert(x)
+        if g.shared_expert_gate:
+            gate = ops.linear(x, 1, "shared_expert_gate", bias=False)
+            sigmoid = ops.value(M, 1, "sigmoid")
+            sigmoid = ops.derivative(sigmoid, [gate], [sigmoid.buf], [(bytes_(M, z), "sigmoid_backward")])
+            t.drop(gate.buf)
         shared = _ffn(ops, x, g.sff, M)
+        if g.shared_expert_gate:
+            product = _broadcast_mul(ops, shared, sigmoid, M, d, broadcast_first=True)
+            t.drop(shared.buf, sigmoid.buf)
+            shared = product
         out = ops.add(y, shared)
         t.drop(y.buf, shared.buf)
-        y = out
-    elif g.shared_expert:  # y + sigmoid(gate(x)) * shared_expert(x)
-        gate = ops.linear(x, 1, "shared_expert_gate", bias=False)
-        sigmoid = ops.value(M, 1, "sigmoid")
-        sigmoid = ops.derivative(sigmoid, [gate], [sigmoid.buf], [(bytes_(M, z), "sigmoid_backward")])
-        t.drop(gate.buf)
-        shared = _ffn(ops, x, g.sff, M)
-        product = _broadcast_mul(ops, shared, sigmoid, M, d, broadcast_first=True)
-        t.drop(shared.buf, sigmoid.buf)
-        out = ops.add(y, product)
-        t.drop(y.buf, product.buf)
         y = out
     t.drop(x.buf, where, chosen, weights.buf)  # forward's locals go when it returns
     return _output_view(ops, y)
