@@ -214,11 +214,12 @@ MODERN = {
     "olmo2": dict(norm="rmsnorm", norm_position="output", ffn="swiglu", positions="rotary", bias="none",
                   qk_norm="projection"),
     # DeepSeek-V3's latent attention (queries through their own latent; query heads 6 + 4 wide, values 6: SDPA's
-    # math path on the CPU) and DeepSeek-V2-Lite's (one q projection; query heads and values alike wide: the fused
+    # math path on the CPU), its first block dense, and DeepSeek-V2-Lite's (one q projection; query heads and values alike wide: the fused
     # kernel), with DeepSeek-MoE (tests/test_latent_attention.py checks both against transformers)
     "deepseek-v3": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
                         head_dim=6, kv_lora_rank=8, q_lora_rank=6, qk_rope_head_dim=4, v_head_dim=6, experts=4,
-                        experts_per_token=2, shared_expert_ff=8, shared_expert_gate=False, router_norm=False),
+                        experts_per_token=2, shared_expert_ff=8, shared_expert_gate=False, router_norm=False,
+                        dense_blocks=1, dense_ff=12),
     "deepseek-v2-lite": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
                              head_dim=4, kv_lora_rank=8, qk_rope_head_dim=2, v_head_dim=6),
 }
@@ -242,8 +243,9 @@ def _option_grid():
                 continue  # refused: a window applies to a decoder's causal self-attention
             if arch != "encoder-decoder" and options.get("shared_embedding"):
                 continue  # refused: one stack has no table to share
-            if shape["arch"] != D and options.get("kv_lora_rank"):
-                continue  # refused: latent attention is a decoder's causal self-attention
+            if shape["arch"] != D and (options.get("kv_lora_rank") or options.get("dense_blocks")):
+                continue  # refused: latent attention is a decoder's causal self-attention (and dense first blocks a
+                # decoder's)
             yield pytest.param({**shape, **options}, id=f"{arch}-{name}")
 
 
