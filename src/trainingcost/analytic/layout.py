@@ -141,7 +141,7 @@ def _structures(cfg, spec, free: frozenset, per_node: int, tp_across_nodes: bool
     if "tp" in free:
         tps, refused, crossing = [], [], []
         for t in divisors(gpus):
-            if cfg.heads % t or cfg.kv_heads % t or cfg.d_ff % t:
+            if cfg.heads % t or cfg.kv_heads % t or cfg.d_ff % t or (cfg.dense_blocks and cfg.dense_width % t):
                 refused.append(t)
             elif t > per_node and not tp_across_nodes:
                 crossing.append(t)

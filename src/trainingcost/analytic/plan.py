@@ -224,7 +224,9 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
                            spec.etp)
     if problem:
         raise ConfigError(f"replicate: {problem}")
-    for name, value in (("heads", cfg.heads), ("kv_heads", cfg.kv_heads), ("d_ff", cfg.d_ff)):
+    widths = (("heads", cfg.heads), ("kv_heads", cfg.kv_heads), ("d_ff", cfg.d_ff),
+              *((("dense_ff", cfg.dense_width),) if cfg.dense_blocks else ()))  # (a mixture's dense first blocks)
+    for name, value in widths:
         if value % spec.tp:
             raise ConfigError(f"tp: tensor-parallel degree {spec.tp} does not divide {name} {value} (each GPU holds "
                               f"{name} / tp)")
