@@ -199,3 +199,25 @@ def test_schedule_auto_searches_every_schedule_and_keeps_each_rules_own():
     assert auto.rules["bp"].best.schedule in schedules.SPLIT  # 4 stages, few micro-batches: a zero-bubble one wins
     assert all(c.schedule == "" for c in auto.rules["dfa"].top)
     assert auto.rules["bp"].best.compact().endswith(auto.rules["bp"].best.schedule)
+
+
+def test_dualpipe_hides_the_expert_all_to_alls_behind_the_paired_chunk():
+    """DeepSeek-V3's report (section 3.2.1): under DualPipe a forward chunk runs beside another micro-batch's backward
+    chunk, the all-to-alls of one hidden behind the other's compute. By hand: the exposed seconds are the all-to-alls
+    beyond the micro-batch's compute, plus OVERLAP_SLOWDOWN of those hidden; 1F1B exposes them whole."""
+    from trainingcost.analytic.steptime.step import OVERLAP_SLOWDOWN
+
+    cfg, dev = canonical_model(preset_entry("mixtral-8x7b", "p"), ""), device("h100-sxm")
+    work = rule_work(cfg, ["bp"])
+    base = dict(gpus=256, global_batch=256, micro_batch=1, tp=1, pp=4, ep=8, sharding="zero1")
+    plain = micro_batch(cfg, Layout(**base), dev, "bp", work)
+    dual = micro_batch(cfg, Layout(**base, schedule="dualpipe"), dev, "bp", work)
+    comm, compute = plain.ep_fwd + plain.ep_bwd, plain.compute_fwd + plain.compute_bwd
+    assert comm > 0 and compute == pytest.approx(dual.compute_fwd + dual.compute_bwd)
+    hidden = min(comm, compute)
+    assert dual.ep_fwd + dual.ep_bwd == pytest.approx(comm - hidden + OVERLAP_SLOWDOWN * hidden)
+    assert dual.seconds < plain.seconds
+    dense = canonical_model(preset_entry("llama-2-7b", "p"), "")  # no experts: nothing changes
+    d_work = rule_work(dense, ["bp"])
+    assert micro_batch(dense, Layout(**base | {"ep": 1}, schedule="dualpipe"), dev, "bp", d_work).seconds == \
+        pytest.approx(micro_batch(dense, Layout(**base | {"ep": 1}), dev, "bp", d_work).seconds)

@@ -622,6 +622,15 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     return out
 
 
+def dualpipe_overlap(cfg, lay: Layout) -> bool:
+    """Whether the layout runs DualPipe over a mixture of experts: each forward chunk runs beside another
+    micro-batch's backward chunk, the expert-parallel all-to-alls of the one hidden behind the other's compute
+    (DeepSeek-AI 2024, DeepSeek-V3 Technical Report, arXiv 2412.19437, section 3.2.1, Figure 4); the compute that hides
+    them slows by OVERLAP_SLOWDOWN of the hidden seconds (its SMs shared with the all-to-all kernels: 20 of 132 on the
+    report's H800s, section 3.2.2)."""
+    return bool(cfg.moe and lay.pp > 1 and schedules.effective(lay.schedule, lay.interleave) == "dualpipe")
+
+
 def mixture_share(cfg) -> float:
     """The share of a stack's blocks that hold a mixture of experts: all, but a mixture's dense first blocks."""
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
@@ -843,7 +852,7 @@ def micro_batch(cfg, lay: Layout, device, rule: str = "bp", work: dict | None = 
     key = ("micro", rule, device.name, device.power_w, lay.precision, lay.tp, lay.micro_batch, lay.sequence_parallel, lay.attention,
            lay.ep, lay.host_block_s, lay.cp, lay.elementwise, lay.expert_tp, lay.pp, lay.pipeline_split, lay.recompute,
            lay.checkpoint_every, lay.fp8_weight_cache, lay.tp_overlap, lay.tp_backward_overlap, lay.gpus_per_node,
-           lay.nic_gbps, lay.fabric, lay.fp8_tp_gather, lay.recompute_tail)
+           lay.nic_gbps, lay.fabric, lay.fp8_tp_gather, lay.recompute_tail, dualpipe_overlap(cfg, lay))
     if key not in memo:
         memo[key] = _micro_batch(cfg, lay, device, rule, work, memo)
     return memo[key]
@@ -1035,6 +1044,9 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
         return _exposed(grads, window, hidden) + _exposed(recomputed, window, lay.tp_overlap)
 
     tp_bwd = tp_backward_exposed(ar_bwd * one, per_stage * rec_tp_one, compute_bwd)
+    if dualpipe_overlap(cfg, lay) and ep_fwd + ep_bwd > 0:  # DualPipe hides them behind the paired chunk's compute
+        scale = _contended(ep_fwd + ep_bwd, compute_fwd + compute_bwd, 1.0) / (ep_fwd + ep_bwd)
+        ep_fwd, ep_bwd = ep_fwd * scale, ep_bwd * scale
     per_micro = compute_fwd + compute_bwd + tp_fwd + tp_bwd + ep_fwd + ep_bwd + cp_fwd + cp_bwd
 
     # The pipeline's fill and drain: every stage other than the critical one once, each at its serialised
