@@ -219,7 +219,7 @@ MODERN = {
     "deepseek-v3": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
                         head_dim=6, kv_lora_rank=8, q_lora_rank=6, qk_rope_head_dim=4, v_head_dim=6, experts=4,
                         experts_per_token=2, shared_expert_ff=8, shared_expert_gate=False, router_norm=False,
-                        dense_blocks=1, dense_ff=12),
+                        dense_blocks=1, dense_ff=12, expert_groups=2, group_limit=1),
     "deepseek-v2-lite": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
                              head_dim=4, kv_lora_rank=8, qk_rope_head_dim=2, v_head_dim=6),
 }

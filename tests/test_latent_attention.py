@@ -212,3 +212,35 @@ def test_the_deepseek_presets_plan_with_their_dense_blocks():
     assert table["ep_all_to_all_bytes"] > 0 and table["step_time_s"] > 0
     v2 = tc.estimate(preset="deepseek-v2-lite", rule="bp").table
     assert int(v2.flops.sum()) > 0
+
+
+def test_node_limited_routing_crosses_to_each_node_once_by_hand():
+    """DeepSeek-V3's report, section 3.2.2: each token reaches at most 4 nodes, crossing to each once over InfiniBand,
+    then forwarded over NVLink to its experts. 64 expert-parallel GPUs on 8 nodes of 8, 8 copies of 1 MB of tokens:
+    the copies bound for other nodes without the limit, 8 x 56 / 64 MB; with it, 4 x 7 / 8 MB."""
+    from trainingcost.analytic.steptime.network import Network
+
+    net = Network(gpus_per_node=8, intra_bw=400e9, intra_alpha=10e-6, inter_bw=50e9, inter_alpha=20e-6)
+    one, k = 1e6, 8
+    plain = net.all_to_all(k * one, 64, 1)
+    limited = net.limited_all_to_all(k * one, 64, 1, k, 4, 8)
+    assert plain == pytest.approx(20e-6 + max(k * one * 56 / 64 / 50e9, k * one * 7 / 64 / 400e9))
+    assert limited == pytest.approx(20e-6 + max(one * 4 * 7 / 8 / 50e9, k * one * 7 / 8 / 400e9))
+    assert net.limited_all_to_all(k * one, 8, 1, k, 4, 8) == net.all_to_all(k * one, 8, 1)  # inside one node
+
+
+def test_deepseek_v3s_groups_come_from_its_config_and_are_checked():
+    from trainingcost.config.hf import hf_entry
+
+    entry = hf_entry(dict(model_type="deepseek_v3", hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                          vocab_size=61, max_position_embeddings=64, n_routed_experts=8))
+    assert (entry["expert_groups"], entry["group_limit"]) == (8, 4)  # DeepseekV3Config's n_group and topk_group
+    base = dict(arch="decoder", layers=2, d_model=32, heads=4, d_ff=16, vocab=61, seq_len=S, experts=8,
+                experts_per_token=2)
+    for extra, message in ((dict(expert_groups=4), "group_limit: node-limited routing needs expert_groups and"),
+                           (dict(expert_groups=3, group_limit=1), "expert_groups: 3 groups do not divide the 8"),
+                           (dict(expert_groups=4, group_limit=5), "group_limit: 5 is more than the 4 groups")):
+        with pytest.raises(ConfigError) as error:
+            canonical_model({**base, **extra}, "")
+        assert message in str(error.value)
+    assert canonical_model({**base, "expert_groups": 4, "group_limit": 4}, "").group_limit == 0  # no limit

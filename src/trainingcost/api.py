@@ -206,6 +206,8 @@ def plan(
     v_head_dim: int | None = None,
     dense_blocks: int | None = None,
     dense_ff: int | None = None,
+    expert_groups: int | None = None,
+    group_limit: int | None = None,
     rule: str | Sequence[str] = 'all',
     cost_model: str = 'executed',
     tokens: float | None = None,
@@ -367,6 +369,10 @@ def plan(
         dense_blocks (--dense-blocks): mixture of experts: the decoder's first N blocks keep a dense FFN, dense_ff
             wide (DeepSeek's first_k_dense_replace); 0: every block a mixture
         dense_ff (--dense-ff): mixture of experts: the width of the first blocks' dense FFNs (0: d_ff)
+        expert_groups (--expert-groups): mixture of experts: the experts fall in this many groups (DeepSeek-V3's
+            n_group; each a node's experts where the expert-parallel group spans as many nodes)
+        group_limit (--group-limit): mixture of experts: each token's experts come from at most this many groups
+            (DeepSeek-V3's topk_group: node-limited routing); 0: any
         rule (--rule): one rule, several separated by commas, or all (default): bp, pepita, mempepita, fa, kp,
             wm, dfa, tp, dtp, lra
         cost_model (--cost-model): default executed, one row per rule in one screen; all: every cost model, the
@@ -574,6 +580,8 @@ def estimate(
     v_head_dim: int | None = None,
     dense_blocks: int | None = None,
     dense_ff: int | None = None,
+    expert_groups: int | None = None,
+    group_limit: int | None = None,
     rule: str | Sequence[str] = 'all',
     cost_model: str | None = None,
     dtype: str = 'fp32',
@@ -680,6 +688,10 @@ def estimate(
         dense_blocks (--dense-blocks): mixture of experts: the decoder's first N blocks keep a dense FFN, dense_ff
             wide (DeepSeek's first_k_dense_replace); 0: every block a mixture
         dense_ff (--dense-ff): mixture of experts: the width of the first blocks' dense FFNs (0: d_ff)
+        expert_groups (--expert-groups): mixture of experts: the experts fall in this many groups (DeepSeek-V3's
+            n_group; each a node's experts where the expert-parallel group spans as many nodes)
+        group_limit (--group-limit): mixture of experts: each token's experts come from at most this many groups
+            (DeepSeek-V3's topk_group: node-limited routing); 0: any
         rule (--rule): one rule, several separated by commas, or all (default): bp, pepita, mempepita, fa, kp,
             wm, dfa, tp, dtp, lra
         cost_model (--cost-model): default: executed (what our PyTorch code runs), one row per rule; all: every

@@ -808,6 +808,11 @@ def _deepseek(k: _Keys) -> dict:
         entry.update(shared_expert_ff=shared * width, shared_expert_gate=False)
     if first:
         entry.update(dense_blocks=first, dense_ff=dense)
+    # group-limited routing (V3's noaux_tc, V2's group_limited_greedy): at most topk_group of n_group groups a token
+    if v3 or k.str("topk_method", "greedy") == "group_limited_greedy":
+        groups, limit = k.int("n_group", 8 if v3 else 1), k.int("topk_group", 4 if v3 else 1)
+        if limit < groups:
+            entry.update(expert_groups=groups, group_limit=limit)
     return entry
 
 

@@ -148,6 +148,11 @@ class ModelConfig:
     dense_blocks: int = option(0, "mixture of experts: the decoder's first N blocks keep a dense FFN, dense_ff wide "
                                "(DeepSeek's first_k_dense_replace); 0: every block a mixture", minimum=0, tape=True)
     dense_ff: int = option(0, "mixture of experts: the width of the first blocks' dense FFNs (0: d_ff)", minimum=0)
+    # DeepSeek-V3's node-limited routing (n_group, topk_group): no FLOPs, fewer bytes between nodes
+    expert_groups: int = option(0, "mixture of experts: the experts fall in this many groups (DeepSeek-V3's n_group; "
+                                "each a node's experts where the expert-parallel group spans as many nodes)", minimum=0)
+    group_limit: int = option(0, "mixture of experts: each token's experts come from at most this many groups "
+                              "(DeepSeek-V3's topk_group: node-limited routing); 0: any", minimum=0)
 
     def __post_init__(self):
         if self.kv_heads == 0:
@@ -633,7 +638,7 @@ def _experts(out: dict, where: str) -> None:
     if not experts:
         out.pop("experts", None)
         for name in ("experts_per_token", "shared_expert_ff", "router_norm", "shared_expert_gate", "dense_blocks",
-                     "dense_ff"):
+                     "dense_ff", "expert_groups", "group_limit"):
             if out.get(name, OPTION_DEFAULTS[name]) != OPTION_DEFAULTS[name]:
                 raise ConfigError(f"{_field(where, name)}: applies only to a mixture of experts (give experts)")
         return
@@ -648,6 +653,17 @@ def _experts(out: dict, where: str) -> None:
         raise ConfigError(f"{_field(where, 'experts_per_token')}: {top_k} is more than the {experts} experts")
     if not out.get("shared_expert_ff", 1):
         del out["shared_expert_ff"]  # no shared expert: the default
+    groups, limit = out.get("expert_groups", 0), out.get("group_limit", 0)
+    if bool(groups) != bool(limit):
+        name = "group_limit" if groups else "expert_groups"
+        raise ConfigError(f"{_field(where, name)}: node-limited routing needs expert_groups and group_limit both")
+    if groups:
+        if experts % groups:
+            raise ConfigError(f"{_field(where, 'expert_groups')}: {groups} groups do not divide the {experts} experts")
+        if limit > groups:
+            raise ConfigError(f"{_field(where, 'group_limit')}: {limit} is more than the {groups} groups")
+        if limit == groups or groups == 1:
+            out.pop("expert_groups"), out.pop("group_limit")  # every group allowed: no limit (one config_id)
     if not out.get("dense_blocks"):
         out.pop("dense_blocks", None)
         if out.get("dense_ff"):

@@ -192,13 +192,14 @@ PRESETS: dict[str, dict] = {
     # transformers' DeepseekV3Config defaults): 61 blocks of multi-head latent attention (128 heads, queries through a
     # latent of 1,536, keys and values through one of 512, heads 128 + 64 rotary wide, values 128), the first 3 with a
     # dense SwiGLU FFN of 18,432, the other 58 with 256 routed experts of 2,048 (top 8, renormalised) and one shared
-    # expert of 2,048, ungated; pre-trained on 4,096-token sequences (section 4.2). 671,026,404,352 parameters
+    # expert of 2,048, ungated, each token's experts in at most 4 of 8 groups (node-limited routing, section 2.1.2);
+    # pre-trained on 4,096-token sequences (section 4.2). 671,026,404,352 parameters
     # (DeepseekV3ForCausalLM; the multi-token prediction module, which transformers does not train, left out).
     "deepseek-v3": dict(arch="decoder", layers=61, d_model=7168, heads=128, head_dim=128, d_ff=2048, vocab=129280,
                         seq_len=4096, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
                         bias="none", kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, v_head_dim=128,
                         experts=256, experts_per_token=8, shared_expert_ff=2048, shared_expert_gate=False,
-                        dense_blocks=3, dense_ff=18432),
+                        dense_blocks=3, dense_ff=18432, expert_groups=8, group_limit=4),
     # DeepSeek-AI 2024 (DeepSeek-V2, arXiv 2405.04434, appendix B), deepseek-ai/DeepSeek-V2-Lite: 27 blocks of latent
     # attention (16 heads, one q projection, a key/value latent of 512), the first with a dense SwiGLU FFN of 10,944,
     # the others 64 routed experts of 1,408 (top 6, not renormalised) and two shared experts (2,816), ungated; 4,096-token

@@ -140,6 +140,25 @@ class Network:
         inside = nbytes * (local - 1) / n / self.node_bw(local)
         return self.inter_alpha + (nodes - 1) * self.inter_step * local + max(outside, inside)
 
+    def limited_all_to_all(self, nbytes: float, n: int, stride: int, copies: int, limit: int, groups: int) -> float:
+        """An expert all-to-all under node-limited routing with per-node deduplication (DeepSeek-AI 2024, DeepSeek-V3
+        Technical Report, arXiv 2412.19437, section 3.2.2): ``nbytes`` the ``copies`` routed copies of a rank's
+        tokens, each token's experts in at most ``limit`` of ``groups`` groups, a group's experts on nodes / groups of
+        the group's nodes (or a node holding groups / nodes groups); each token crosses to each other node it reaches
+        once (the own node among those reached in proportion), over InfiniBand to the GPU of the same index there,
+        which forwards it over NVLink to the experts' GPUs. Within one node: :meth:`all_to_all`."""
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        if not self.spans_nodes(n, stride):
+            return self.all_to_all(nbytes, n, stride)
+        local = self._local(n, stride)
+        nodes = math.ceil(n / local)
+        reached = min(copies, nodes, limit * max(1.0, nodes / groups))
+        one = nbytes / copies  # one copy of the rank's tokens
+        outside = one * reached * (nodes - 1) / nodes / self.inter_bw  # to the other nodes reached, once each
+        inside = nbytes * (local - 1) / local / self.node_bw(local)  # the copies forwarded inside each node
+        return self.inter_alpha + (nodes - 1) * self.inter_step * local + max(outside, inside)
+
     def p2p(self, nbytes: float, inter: bool) -> float:
         if nbytes <= 0:
             return 0.0

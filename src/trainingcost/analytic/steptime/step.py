@@ -1001,8 +1001,11 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
     folded = lay.expert_tp != t
     ep_bytes = (lay.micro_batch * cfg.seq_len // lay.cp * cfg.experts_per_token * cfg.d_model * e * lay.expert_tp // t
                 if cfg.moe else 0)
-    ep_one = net.all_to_all(ep_bytes, lay.ep, lay.expert_tp if folded else t * lay.cp)  # expert groups of data-parallel
-    # replicas, t x cp apart; per average block: a mixture's dense first blocks dispatch nothing
+    ep_stride = lay.expert_tp if folded else t * lay.cp  # expert groups of data-parallel replicas, t x cp apart
+    ep_one = net.limited_all_to_all(ep_bytes, lay.ep, ep_stride, cfg.experts_per_token, cfg.group_limit,
+                                    cfg.expert_groups) if cfg.group_limit else net.all_to_all(ep_bytes, lay.ep, ep_stride)
+    # (node-limited routing: each token to at most group_limit groups' nodes, once each, Network.limited_all_to_all)
+    # per average block: a mixture's dense first blocks dispatch nothing
     ep_one *= mixture_share(cfg)
     ep_fwd = 2 * w["passes"] * per_stage * ep_one if cfg.moe else 0.0
     ep_rec = (2 * per_stage if ops & set(bt["ops_fwd"]) & {"gate", "up", "down"} else 0) \
