@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from trainingcost.analytic import layer_table
-from trainingcost.analytic.catalogue import rule as catalogue_rule
+from trainingcost.analytic.catalogue import rule as catalogue_rule, untrained
 from trainingcost.analytic.engine import recipe
 from trainingcost.config import canonical_model, configs_frame
 from trainingcost.measure.flops import UNATTRIBUTED
@@ -219,7 +219,9 @@ MODERN = {
     "deepseek-v3": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
                         head_dim=6, kv_lora_rank=8, q_lora_rank=6, qk_rope_head_dim=4, v_head_dim=6, experts=4,
                         experts_per_token=2, shared_expert_ff=8, shared_expert_gate=False, router_norm=False,
-                        dense_blocks=1, dense_ff=12, expert_groups=2, group_limit=1),
+                        dense_blocks=1, dense_ff=12, expert_groups=2, group_limit=1, mtp_depth=1),
+    # multi-token prediction on a dense Llama-style decoder, two modules (DeepSeek-V3's has one, above)
+    "mtp": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none", mtp_depth=2),
     "deepseek-v2-lite": dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
                              head_dim=4, kv_lora_rank=8, qk_rope_head_dim=2, v_head_dim=6),
 }
@@ -243,6 +245,8 @@ def _option_grid():
                 continue  # refused: a window applies to a decoder's causal self-attention
             if arch != "encoder-decoder" and options.get("shared_embedding"):
                 continue  # refused: one stack has no table to share
+            if (shape["arch"] != D or shape.get("classes")) and options.get("mtp_depth"):
+                continue  # refused: multi-token prediction follows a decoder-only LM's blocks
             if shape["arch"] != D and (options.get("kv_lora_rank") or options.get("dense_blocks")):
                 continue  # refused: latent attention is a decoder's causal self-attention (and dense first blocks a
                 # decoder's)
@@ -253,8 +257,8 @@ def _option_grid():
 def test_executed_equals_measured_under_every_option(entry):
     cfg = canonical_model(entry, "test")
     assert not cfg.default_architecture
-    rules = [rule for rule in rule_names() if not cfg.moe or catalogue_rule(rule).trains_experts]  # (others refused
-    pred = predicted_rules(cfg, rules)  # in one line: tests/test_moe.py)
+    rules = [rule for rule in rule_names() if not untrained(rule, cfg)]  # (others refused in one line: tests/test_moe.py,
+    pred = predicted_rules(cfg, rules)  # tests/test_mtp.py)
     for rule in rules:
         assert_cells_equal(pred[rule], measured(cfg, rule, RuleOptions()), f"{rule} {cfg.options()}")
 

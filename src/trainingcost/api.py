@@ -208,6 +208,7 @@ def plan(
     dense_ff: int | None = None,
     expert_groups: int | None = None,
     group_limit: int | None = None,
+    mtp_depth: int | None = None,
     rule: str | Sequence[str] = 'all',
     cost_model: str = 'executed',
     tokens: float | None = None,
@@ -373,6 +374,10 @@ def plan(
             n_group; each a node's experts where the expert-parallel group spans as many nodes)
         group_limit (--group-limit): mixture of experts: each token's experts come from at most this many groups
             (DeepSeek-V3's topk_group: node-limited routing); 0: any
+        mtp_depth (--mtp-depth): multi-token prediction (DeepSeek-V3): this many modules after a pre-LN decoder's
+            blocks, module k an RMSNorm of the (k-1)-th hidden state and one of token i+k's embedding, a 2d x d
+            projection of the two, one block and the shared head, predicting token i+k+1; trained under bp only; 0:
+            none
         rule (--rule): one rule, several separated by commas, or all (default): bp, pepita, mempepita, fa, kp,
             wm, dfa, tp, dtp, lra
         cost_model (--cost-model): default executed, one row per rule in one screen; all: every cost model, the
@@ -582,6 +587,7 @@ def estimate(
     dense_ff: int | None = None,
     expert_groups: int | None = None,
     group_limit: int | None = None,
+    mtp_depth: int | None = None,
     rule: str | Sequence[str] = 'all',
     cost_model: str | None = None,
     dtype: str = 'fp32',
@@ -692,6 +698,10 @@ def estimate(
             n_group; each a node's experts where the expert-parallel group spans as many nodes)
         group_limit (--group-limit): mixture of experts: each token's experts come from at most this many groups
             (DeepSeek-V3's topk_group: node-limited routing); 0: any
+        mtp_depth (--mtp-depth): multi-token prediction (DeepSeek-V3): this many modules after a pre-LN decoder's
+            blocks, module k an RMSNorm of the (k-1)-th hidden state and one of token i+k's embedding, a 2d x d
+            projection of the two, one block and the shared head, predicting token i+k+1; trained under bp only; 0:
+            none
         rule (--rule): one rule, several separated by commas, or all (default): bp, pepita, mempepita, fa, kp,
             wm, dfa, tp, dtp, lra
         cost_model (--cost-model): default: executed (what our PyTorch code runs), one row per rule; all: every

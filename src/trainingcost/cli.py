@@ -111,11 +111,18 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
     return f"Total {unit} per training step, by rule and cost model\n" + grid(header, rows) + "\n"
 
 
-def _not_replayed(moe: bool, rule: str = "", latent: bool = False) -> str:
+def _untaped(cfg) -> str:
+    """What of ``cfg`` the memory tape has no ops for yet ("" where it replays the model)."""
+    if cfg.latent or cfg.dense_blocks:
+        return "latent attention or dense first blocks"
+    return "multi-token prediction" if cfg.mtp else ""
+
+
+def _not_replayed(moe: bool, rule: str = "", latent: str = "") -> str:
     """Why the tape gives no peak for a rule it replays: a mixture of experts under a rule that does not train one,
     latent attention (no tape of its ops yet), or the model's depth (tape/table.py)."""
     if latent:
-        return "not replayed (the tape has no latent attention or dense first blocks yet)"
+        return f"not replayed (the tape has no {latent} yet)"
     if moe and rule and not catalogue_rule(rule).trains_experts:
         return f"not replayed ({rule} does not train a mixture of experts)"
     return f"not replayed (over {MAX_TAPE_BLOCKS:,} blocks)"
@@ -134,7 +141,7 @@ def _reasons(why: list[str]) -> str:
 
 
 def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model: str, moe: bool = False,
-                   latent: bool = False) -> str:
+                   latent: str = "") -> str:
     """The default view: one row per rule under one cost model: the step's total, its ratio to BP, its forward,
     its backward, everything else, and the step's tensor-memory peak with its ratio to BP (the executed tape
     where it replays the step, else the components summed, marked *). Fits 100 columns."""
@@ -169,7 +176,7 @@ def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model
     return "\n".join(out) + "\n"
 
 
-def render_memory(memory: pd.DataFrame, moe: bool = False, latent: bool = False) -> str:
+def render_memory(memory: pd.DataFrame, moe: bool = False, latent: str = "") -> str:
     first = memory.iloc[0]
     setting = f"{first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters"
     phases = [c for c in PEAK_PHASE_COLUMNS if (memory[c] >= 0).any()]
@@ -211,16 +218,21 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         refused = [name for name in dict.fromkeys(table["rule"]) if not catalogue_rule(name).trains_experts]
         notes = [*notes, "mixture of experts: FLOPs of the k experts a token uses (token-balanced), parameters of all"
                  + (f"; {', '.join(refused)}: priced, not trained (docs/learning_rules.md)" if refused else "")]
+    if cfg.mtp:
+        refused = [name for name in dict.fromkeys(table["rule"]) if not catalogue_rule(name).trains_mtp]
+        notes = [*notes, f"multi-token prediction: {cfg.mtp_depth} module(s) after the head, each a block, a 2d x d "
+                 "projection and the shared head (DeepSeek-V3, section 2.2)"
+                 + (f"; {', '.join(refused)}: priced, not trained (docs/learning_rules.md)" if refused else "")]
     for note in notes:
         print(wrapped(note) if compact else note)
     print()
     if compact:
-        print(render_compact(table, memory, args.metric, models[0], cfg.moe, cfg.latent or bool(cfg.dense_blocks)))
+        print(render_compact(table, memory, args.metric, models[0], cfg.moe, _untaped(cfg)))
         return 0
     if not args.memory:
         print(render_costs(table, args.metric) if args.per_layer else render_phases(table, args.metric))
         print(render_summary(table, args.metric))
-    print(render_memory(memory, cfg.moe, cfg.latent or bool(cfg.dense_blocks)))
+    print(render_memory(memory, cfg.moe, _untaped(cfg)))
     return 0
 
 

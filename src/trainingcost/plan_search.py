@@ -182,10 +182,11 @@ def _compact(row) -> str:
 
 def untrained(cfg, rules) -> list[str]:
     """The rules of ``rules`` that the plan prices but that do not train ``cfg``: a mixture of experts under a rule
-    whose spec says ``trains_experts=False`` (PEPITA, MEMPEPITA; docs/learning_rules.md)."""
-    from .analytic.catalogue import rule as catalogue_rule
+    whose spec says ``trains_experts=False`` (PEPITA, MEMPEPITA; docs/learning_rules.md), multi-token prediction
+    under any rule but BP (analytic/catalogue.untrained)."""
+    from .analytic.catalogue import untrained as untrained_part
 
-    return [r for r in dict.fromkeys(rules) if cfg.moe and not catalogue_rule(r).trains_experts]
+    return [r for r in dict.fromkeys(rules) if untrained_part(r, cfg)]
 
 
 def marked(rule: str, refused: list[str]) -> str:
@@ -193,12 +194,17 @@ def marked(rule: str, refused: list[str]) -> str:
     return f"{rule}*" if rule in refused else rule
 
 
-def untrained_note(refused: list[str]) -> list[str]:
+def untrained_note(refused: list[str], cfg=None) -> list[str]:
     """The footnote of :func:`marked`: none where every rule trains the model."""
     if not refused:
         return []
-    return [f"* {', '.join(refused)}: priced, not trained: {'they do' if len(refused) > 1 else 'it does'} not train a "
-            "mixture of experts (docs/learning_rules.md)"]
+    from .analytic.catalogue import untrained as untrained_part
+
+    what = untrained_part(refused[0], cfg) if cfg is not None else "a mixture of experts"
+    what = what if all(untrained_part(r, cfg) == what for r in refused) or cfg is None else \
+        "a mixture of experts or multi-token prediction"
+    return [f"* {', '.join(refused)}: priced, not trained: {'they do' if len(refused) > 1 else 'it does'} not train "
+            f"{what} (docs/learning_rules.md)"]
 
 
 def search_cells(result: SearchPlan, cfg) -> tuple[list[str], list[list]]:
@@ -283,7 +289,7 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
                            f"{result.objective} marked *", width))
         out.append("")
         out.append(grid(*search_cells(result, cfg)))
-    out += [wrapped(line, width) for line in untrained_note(refused)]
+    out += [wrapped(line, width) for line in untrained_note(refused, cfg)]
     if explain:
         lines = [line for s in result.searches.values() for line in s.rejected]
         out += ["", "Left out of the space:" if lines else "Nothing was left out of the space."]

@@ -50,7 +50,7 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
     out.append("What the run costs, per rule and cost model (FLOPs: the model's; recompute: checkpointing's extra forward; "
                "MWh: GPU energy x PUE)")
     out.append(grid(header, rows))
-    out.extend(untrained_note(refused))
+    out.extend(untrained_note(refused, cfg))
     out.append("")
     if table[f"step_{STEP_PARTS[0]}_s"].notna().any():
         labels = {"matmul": "matmul", "attention": "attention", "memory": "memory", "launch": "launch",
@@ -166,7 +166,7 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     refused = untrained(cfg, table["rule"])
     out.append(f"The run under the {first['cost_model']} cost model (time: wall-clock, 80% interval; GiB: most loaded GPU)")
     out.append(grid(header, rows))
-    out += [wrapped(line, SCREEN_WIDTH) for line in untrained_note(refused)]
+    out += [wrapped(line, SCREEN_WIDTH) for line in untrained_note(refused, cfg)]
     if verdict:  # what does not fit, then what would, each on its own lines
         out += ["", *(wrapped(part.strip(), SCREEN_WIDTH) for part in verdict.replace(". The smallest", ".\nThe smallest")
                       .replace(". No layout", ".\nNo layout").splitlines())]

@@ -69,15 +69,32 @@ def rule(name: str) -> RuleSpec:
         raise KeyError(f"unknown rule {name!r} (allowed: {', '.join(rule_names())})") from None
 
 
+def untrained(name: str, cfg) -> str:
+    """What of ``cfg`` rule ``name`` does not train ("" where it trains the whole model): a mixture of experts
+    under a rule whose spec says ``trains_experts=False``, multi-token prediction under one that says not
+    ``trains_mtp`` (no source defines their feedback for its modules)."""
+    spec = rule(name)
+    if cfg.moe and not spec.trains_experts:
+        return "a mixture of experts"
+    if getattr(cfg, "mtp_depth", 0) and not spec.trains_mtp:
+        return "multi-token prediction"
+    return ""
+
+
 def check_architecture(name: str, cfg, where: str = "rule") -> None:
-    """One line (a ConfigError naming ``where``) where rule ``name`` does not train ``cfg``'s architecture: a
-    mixture of experts under a rule whose spec says ``trains_experts=False``; before any job runs."""
-    if cfg.moe and not rule(name).trains_experts:
+    """One line (a ConfigError naming ``where``) where rule ``name`` does not train ``cfg``'s architecture
+    (:func:`untrained`); before any job runs."""
+    what = untrained(name, cfg)
+    if what:
         from ..config.errors import ConfigError
 
-        allowed = ", ".join(spec.name for spec in rules() if spec.trains_experts)
-        raise ConfigError(f"{where}: {name} does not train a mixture of experts (experts {cfg.experts}; "
-                          f"docs/learning_rules.md); allowed with experts: {allowed}")
+        if what == "a mixture of experts":
+            allowed = ", ".join(spec.name for spec in rules() if spec.trains_experts)
+            raise ConfigError(f"{where}: {name} does not train a mixture of experts (experts {cfg.experts}; "
+                              f"docs/learning_rules.md); allowed with experts: {allowed}")
+        allowed = ", ".join(spec.name for spec in rules() if spec.trains_mtp)
+        raise ConfigError(f"{where}: {name} does not train multi-token prediction (mtp_depth {cfg.mtp_depth}; no "
+                          f"source defines its feedback for the modules); allowed with mtp_depth: {allowed}")
 
 
 def vocabulary() -> dict[str, tuple[str, ...]]:

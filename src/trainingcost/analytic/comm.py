@@ -145,7 +145,9 @@ def _layer_tensors(cfg, layer: str, kind: str, stack: str, feedback: bool) -> li
     d = cfg.d_model
     # a block's norms are AddNorm modules (train/model.py: the branch norms, and Gemma 2's post norms of kind norm),
     # holding the norm as .norm; a stack's final and embedding norms are the norm module itself
-    in_block = len(layer.split(".")) > 2 and layer.split(".")[1].isdigit()
+    parts = layer.split(".")
+    in_block = len(parts) > 2 and parts[1].isdigit() and not (parts[0] == L.MTP and kind == "norm")  # (multi-token
+    # prediction's own norms are norm modules, as a stack's final norm)
     norm = [(f"{layer}.norm.weight" if kind == "add_norm" or in_block else f"{layer}.weight", (d,))]
     if cfg.norm == "layernorm":  # LayerNorm: gamma and beta; RMSNorm: gamma; OLMo's non-parametric norm: none
         norm.append((norm[0][0].replace(".weight", ".bias"), (d,)))
@@ -179,6 +181,8 @@ def _layer_tensors(cfg, layer: str, kind: str, stack: str, feedback: bool) -> li
                    if cfg.qk_norm == "projection" else []))
     if kind == "ffn":  # (a mixture of experts' dense first blocks: dense_ff wide)
         return _ffn(cfg, layer, cfg.dense_width if cfg.moe else cfg.d_ff, feedback)
+    if kind == "mtp_projection":  # multi-token prediction's projection, 2d -> d, no bias
+        return _linear(layer, 2 * d, d, False, feedback)
     if kind == "moe":  # train/model.py's MixtureOfExperts: the router, each expert, the shared expert and its gate
         out = _linear(f"{layer}.router", d, cfg.experts, False, feedback)
         for i in range(cfg.experts):
@@ -209,6 +213,8 @@ def _parameter_units(cfg, name: str) -> tuple:
     for layer, kind in L.layer_plan(cfg):
         parts = layer.split(".")
         stack = parts[0] if parts[0] in ("encoder", "decoder") else ""
+        if parts[0] == L.MTP and kind in ("embedding", *L.HEAD_KINDS):
+            continue  # multi-token prediction's embedding and head hold the model's tables
         if kind in L.HEAD_KINDS:  # a tied head's weight is the first stack's table
             tensors = [] if cfg.tie_embeddings else [(f"{layer}.weight", (cfg.out_width, cfg.d_model))]
             if cfg.head_bias:
@@ -218,7 +224,7 @@ def _parameter_units(cfg, name: str) -> tuple:
             root += tensors
         elif kind == "embedding" and (cfg.tie_embeddings or cfg.shared_embedding) and stack != cfg.stacks[0]:
             continue  # the first stack's table, shared (tied, or T5 v1.1's shared embedding)
-        elif len(parts) > 2 and parts[1].isdigit():
+        elif len(parts) > 2 and parts[1].isdigit() and parts[0] != L.MTP:  # (multi-token prediction's modules: the root's)
             blocks.setdefault(f"{parts[0]}.{parts[1]}", []).extend(_layer_tensors(cfg, layer, kind, stack, feedback))
         else:
             root += _layer_tensors(cfg, layer, kind, stack, feedback)

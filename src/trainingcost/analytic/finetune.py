@@ -116,6 +116,9 @@ def check_finetune(ft: FineTune, cfg, rules=(), cost_models=(), precision: str =
     if cfg.encdec:
         raise ConfigError(f"finetune: {ft.kind} on an encoder-decoder is not priced (its cross-attention's adapters); "
                           "allowed: decoder-only and encoder-only models, or --finetune full")
+    if cfg.mtp:
+        raise ConfigError(f"finetune: {ft.kind} with multi-token prediction is not priced (PEFT adapts the model "
+                          "transformers loads, which has no multi-token prediction modules); allowed: full, or mtp_depth 0")
     if cfg.latent:
         raise ConfigError(f"finetune: {ft.kind} adapters on latent attention are not priced (its q_a, q_b, kv_a, kv_b "
                           "Linears); allowed: full")

@@ -87,14 +87,15 @@ def _latent() -> LayerKind:
 
 
 def _head(name: str, description: str) -> LayerKind:
-    # A tied head multiplies by the input embedding's table: no weights of its own (its B, under FA, is its own).
+    # A tied head multiplies by the input embedding's table: no weights of its own (its B, under FA, is its own);
+    # shared 2: multi-token prediction's, the model's head's weight and bias both.
     return LayerKind(
         name, "head", description,
-        params=lambda s: (1 - s.shared) * s.d * s.out + s.bh * s.out,
+        params=lambda s: (s.shared == 0) * s.d * s.out + (s.shared < 2) * s.bh * s.out,
         weights=lambda s: s.d * s.out,
         saved=lambda s: s.M * s.d + s.M * s.out,
         working=lambda s: s.M * s.d + s.M * s.out,
-        param_tensors=lambda s: 1 - s.shared + s.bh,
+        param_tensors=lambda s: (s.shared == 0) + (s.shared < 2) * s.bh,
     )
 
 
@@ -172,6 +173,17 @@ KINDS: dict[str, LayerKind] = _kinds(
         param_tensors=lambda s: s.E * (2 + s.gated) * (1 + s.bo) + 1 + (s.sff > 0) * ((2 + s.gated) * (1 + s.bo) + s.sg),
         module_params=lambda s: np.maximum(np.maximum(s.d * s.ff + s.bo * s.ff, s.ff * s.d + s.bo * s.d),
                                            np.maximum(s.d * s.E, (s.sff > 0) * (s.d * s.sff + s.bo * np.maximum(s.sff, s.d)))),
+    ),
+    LayerKind(
+        "mtp_projection", "linear",
+        "multi-token prediction's projection (DeepSeek-V3, section 2.2): the module's normalised hidden state and "
+        "next token's embedding, concatenated (2d), to d",
+        params=lambda s: 2 * s.d * s.d,
+        weights=lambda s: 2 * s.d * s.d,
+        saved=lambda s: 2 * s.M * s.d,  # its input, the concatenation
+        working=lambda s: 3 * s.M * s.d,
+        kept=lambda s: s.M * s.d,
+        param_tensors=lambda s: 1 + s.zero,
     ),
     _norm_kind("add_norm", "a residual and its norm: post-LN norm(x + f(x)), pre-LN x + f(norm(x)), or output-LN "
                "x + norm(f(x))", True),
@@ -362,6 +374,25 @@ TARGET_PROJECTION = "target_projection"  # TP's, DTP's inverse or LRA's error we
 HEAD_FEEDBACK = "head_feedback"  # LRA's error weights at the head
 
 
+MTP = "mtp"  # multi-token prediction's modules: "mtp.<k>.<sublayer>", after the head
+MTP_INPUT = (("embedding", "embedding"), ("embedding_norm", "norm"), ("hidden_norm", "norm"),
+             ("projection", "mtp_projection"))  # module k's layers before its block (DeepSeek-V3's enorm, hnorm, eh_proj)
+MTP_OUTPUT = ((FINAL_NORM, "norm"), (HEAD, "lm_head"))  # and after it (its shared head's norm, the shared head)
+
+
+def mtp_block(cfg) -> BlockDescription:
+    """The block of each multi-token prediction module: the decoder's own kind (a mixture where the decoder's last
+    block has one)."""
+    return describe_block(cfg.arch, "decoder", cfg.pre_norm, cfg.parallel_block, cfg.moe, cfg.post_norms,
+                          cfg.output_norm, cfg.latent)
+
+
+def mtp_layers(cfg) -> list[tuple[str, str]]:
+    """Module k's layers (name within the module, kind), in forward order: its embedding (the model's table), two
+    norms, the projection, its block's sublayers, a norm and the head (the model's)."""
+    return [*MTP_INPUT, *((sub.name, sub.kind) for sub in mtp_block(cfg).sublayers), *MTP_OUTPUT]
+
+
 def head_kind(classes: int) -> str:
     return "classifier_head" if classes else "lm_head"
 
@@ -382,6 +413,8 @@ def layer_plan(cfg) -> list[tuple[str, str]]:
         if cfg.final_norm:
             plan.append((end_layer_name(stack, FINAL_NORM), "norm"))
     plan.append((HEAD, head_kind(cfg.classes)))
+    for k in range(cfg.mtp_depth):
+        plan += [(block_layer_name(MTP, k, name), kind) for name, kind in mtp_layers(cfg)]
     return plan
 
 

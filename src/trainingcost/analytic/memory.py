@@ -154,7 +154,8 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
         ffn_matrices + options["shared_expert_gate"][t.cfg])  # experts, router; shared expert and its gate
     latent_matrices = 3 + np.where(options["q_lora_rank"][t.cfg] > 0, 2, 1)  # kv_a, kv_b, o; q, or q_a and q_b
     matrices = np.select([t.kind == "latent_attention", families == "attention", families == "ffn", families == "head",
-                          families == "moe"], [latent_matrices, 4, ffn_matrices, 1, moe_matrices], 0)  # train/model.py
+                          families == "moe", families == "linear"],
+                         [latent_matrices, 4, ffn_matrices, 1, moe_matrices, 1], 0)  # train/model.py
     linears = _reduce(np.where(model_layer, t.count * matrices, 0), order, starts, np.add)
     # The batch: int64 token ids per stack and targets (one per output row), each its own storage.
     batch = TOKEN_BYTES * (B * rows_per_stack + B * out_rows)

@@ -32,7 +32,7 @@ from typing import Callable
 
 import pandas as pd
 
-from .catalogue import rule, rule_names
+from .catalogue import rule, rule_names, untrained
 from .engine import build_for, evaluate, phase_costs
 from .memory import OPTIMIZER_SLOTS
 from .registry import cost_model
@@ -682,6 +682,10 @@ def pipeline_split(cfg, pp: int, split: str = "even", interleave: int = 1) -> st
     blocks = sum(cfg.depth(s) for s in cfg.stacks)
     if pp == 1:
         return ""
+    if cfg.mtp and split == "even":  # (steptime/step.py's critical_stage picks the head's stage's blocks)
+        return (f"the head and multi-token prediction's {cfg.mtp_depth} module(s) on the last stage, which holds the "
+                "blocks that balance it, the other stages the rest; the pace is the slowest stage's, memory the "
+                "fullest stage's")
     if split != "even":
         counts = stages(blocks, pp, stage_split(cfg, split))
         head = next(i for i, (_, h) in enumerate(counts) if h)
@@ -839,7 +843,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         total_memory = fixed + parts["activations"]
         rows.append({
             # False: priced, but the rule does not train this model (a mixture of experts under PEPITA or MEMPEPITA)
-            "trains_model": not (cfg.moe and not rule(r).trains_experts),
+            "trains_model": not untrained(r, cfg),
             "config_id": cfg.config_id, "rule": r, "cost_model": name, "gpu": device.name, "gpus": spec.gpus, "dp": dp, "cp": spec.cp,
             "replicate": spec.replicate,
             "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "zero3_gather": spec.zero3_gather,

@@ -16,7 +16,7 @@ import pandas as pd
 from . import templates as T
 from .catalogue import rule
 from ..config.errors import ConfigError
-from .layers import HEAD_KINDS, KINDS
+from .layers import HEAD_KINDS, KINDS, MTP
 from .memory import _per_layer, memory_table, shapes_namespace
 
 @dataclass(frozen=True)
@@ -91,6 +91,7 @@ class ModelFacts:
     largest_block: int = 0  # parameters of the largest block, or of the ends outside the blocks (FSDP's units)
     one_block: int = 0  # parameters of the largest block alone (FSDP's block unit; the ends are the root unit)
     expert_parameters: int = 0  # a mixture of experts' routed experts (split over the expert-parallel degree)
+    end_expert_parameters: int = 0  # of the ends' parameters, multi-token prediction's routed experts (/ ep too)
     moe_layers: dict = None  # stack -> blocks with a mixture of experts (each: two all-to-alls per pass)
     scores: dict = None  # stack -> attention score elements of one block per sequence (heads x queries x keys)
     split_costs: tuple = (1, 0)  # a block's and the LM head's cost in nanotron's balanced split (stage_split)
@@ -153,15 +154,18 @@ def _model_facts(cfg, rules: tuple, optimizer: str) -> ModelFacts:
     kinds = t.kind
     model_layer = np.array([KINDS[k].model_layer for k in kinds], dtype=bool)
     params = np.where(model_layer, per["params"], 0)
-    blocks = t.is_block & model_layer
+    stacks = t.stack
+    mtp = stacks == MTP  # multi-token prediction's modules: with the head, on the last pipeline stage
+    blocks = t.is_block & model_layer & ~mtp
     total = int((params * t.count).sum())
     in_blocks = int((params * t.count)[blocks].sum())
-    tail = (t.rank % 1000 >= T.TAIL_RANK) | np.isin(kinds, HEAD_KINDS)
-    out_end = int(params[~blocks & tail].sum())
+    tail = (t.rank % 1000 >= T.TAIL_RANK) | np.isin(kinds, HEAD_KINDS) | mtp
+    out_end = int((params * t.count)[~blocks & tail].sum())
     in_end = int(params[~blocks & ~tail].sum())
-    tied = cfg.tie_embeddings and not cfg.classes
+    # the last stage's copy of the input table: a tied head's, or multi-token prediction's embedding (Megatron-Core
+    # keeps both on the last pipeline stage)
+    tied = (cfg.tie_embeddings or cfg.mtp) and not cfg.classes
     stage_end = max(in_end, out_end + (cfg.vocab * cfg.d_model if tied else 0))
-    stacks = t.stack
     block_saved, block_input, depth = {}, {}, {}
     subs = t.sub
 
@@ -192,11 +196,12 @@ def _model_facts(cfg, rules: tuple, optimizer: str) -> ModelFacts:
     moe = kinds == "moe"  # the routed experts: all but the router and the shared expert with its gate
     s = shapes_namespace(t, moe)
     shared = (s.sff > 0) * ((2 + s.gated) * s.d * s.sff + s.bo * ((1 + s.gated) * s.sff + s.d) + s.sg * s.d)
-    experts = int(((params[moe] - s.d * s.E - shared) * t.count[moe]).sum())
+    routed = (params[moe] - s.d * s.E - shared) * t.count[moe]
+    experts = int(routed[~mtp[moe]].sum())
     return ModelFacts(total, in_blocks, stage_end, total - in_blocks, int(params.max()), per_rule, block_saved,
                       block_input, depth, largest_module=int(np.where(model_layer, modules, 0).max()),
                       largest_block=max(one_block, total - in_blocks), one_block=one_block,
-                      expert_parameters=experts,
+                      expert_parameters=experts, end_expert_parameters=int(routed[mtp[moe]].sum()),
                       moe_layers={stack: depth[stack] - cfg.dense_blocks if cfg.moe else 0 for stack in cfg.stacks},
                       scores={stack: cfg.heads * (cfg.seq_len ** 2 if stack != "decoder" or not cfg.encdec else
                                                   cfg.tgt_len ** 2 + cfg.tgt_len * cfg.seq_len)
@@ -278,7 +283,8 @@ def model_share(facts: ModelFacts, tp: int, pp: int, ep: int = 1, split: tuple =
     ceiling where pp does not divide them) plus the heavier end, all / tp; the routed experts of the blocks also
     / ep (each GPU of an expert-parallel group holds experts / ep). Under MoE parallel folding (the experts' tensor
     parallelism etp other than tp) pass ep x etp / tp: the experts are then / (ep x etp)."""
-    ends = facts.all_end_parameters if pp == 1 else facts.stage_end_parameters
+    ends = (facts.all_end_parameters if pp == 1 else facts.stage_end_parameters) \
+        - facts.end_expert_parameters * (1 - 1 / ep)  # (multi-token prediction's experts, on the last stage)
     blocks = facts.blocks_parameters - facts.expert_parameters * (1 - 1 / ep)
     depth = sum(facts.depth.values())
     fraction = fullest_stage(depth, pp, split) / depth if depth else 1 / pp

@@ -63,6 +63,7 @@ class RuleSpec:
     defaults: Mapping[str, float] = field(default_factory=dict)  # hyperparameters (config.training.RuleOptions)
     tape: str = "autograd"  # its step on the executed memory tape (TAPES)
     trains_experts: bool = True  # trains a mixture of experts (docs/learning_rules.md); False: refused in one line
+    trains_mtp: bool = False  # trains multi-token prediction's modules (DeepSeek-V3's, defined under BP only)
 
     def __post_init__(self):
         if self.tape not in TAPES:

@@ -24,7 +24,7 @@ import pandas as pd
 from ..config.model import ARCHES, COLUMN_OPTIONS, FLOAT_FIELDS, OPTION_DEFAULTS, PARALLEL_BLOCKS
 from . import layers as L
 
-STACK_RANK = {"encoder": 0, "decoder": 1, "": 2}
+STACK_RANK = {"encoder": 0, "decoder": 1, "": 2, "mtp": 3}  # (mtp: multi-token prediction's modules, after the head)
 END_RANK = {"embedding": 0, "token_type_embedding": 1, "positional_encoding": 2, L.EMBEDDING_NORM: 3, "relative_position": 4}
 EMBEDDING_DFA_RANK = 5  # '<stack>.embedding.dfa_projection' follows the stack's ends
 BLOCK_SUB_OFFSET = 2  # sublayer ranks inside a block start here
@@ -349,6 +349,20 @@ def build(configs: pd.DataFrame, granularity: str, only: np.ndarray | None = Non
         # LRA: the output error (head_rows rows of out) through the head's error weights
         add(everything, "head_feedback", "", L.HEAD_FEEDBACK, 1, False, False, HEAD_FEEDBACK_RANK, head_rows,
             out=out_width)
+        # Multi-token prediction (DeepSeek-V3, section 2.2): mtp_depth modules of a decoder-only LM, "mtp.<k>.<layer>",
+        # each over the sequence's rows: the model's table (shared), two norms, the projection, a block of the
+        # decoder's variant, a norm and the model's head (shared)
+        depth = cols["mtp_depth"]
+        code = np.where(depth > 0, variant, -1)
+        for number in np.unique(code[code >= 0]):
+            arch_name, pre, parallel, moe, post, latent = variants[number]
+            subs = L.block_sublayers(arch_name, "decoder", pre, parallel, moe, post, latent)
+            layers = [*((name, kind, None) for name, kind in L.MTP_INPUT), *((sub.name, sub.kind, sub) for sub in subs),
+                      *((name, kind, None) for name, kind in L.MTP_OUTPUT)]
+            for position, (name, kind, sub) in enumerate(layers):
+                add(code == number, kind, L.MTP, name, depth, True, bool(sub and sub.block_entry), position,
+                    cols["tgt_len"], kv_entry=bool(sub and sub.kv_entry), out=out_width if kind == "lm_head" else 0,
+                    shared={"embedding": 1, "lm_head": 2}.get(kind, 0))  # (the head's weight and bias both)
     else:  # pragma: no cover - guarded by the registry
         raise ValueError(f"unknown granularity {granularity!r}")
 

@@ -153,6 +153,12 @@ class ModelConfig:
                                 "each a node's experts where the expert-parallel group spans as many nodes)", minimum=0)
     group_limit: int = option(0, "mixture of experts: each token's experts come from at most this many groups "
                               "(DeepSeek-V3's topk_group: node-limited routing); 0: any", minimum=0)
+    # DeepSeek-V3's multi-token prediction (DeepSeek-V3 Technical Report, section 2.2); transformers neither loads nor
+    # trains it, so config.json's num_nextn_predict_layers is not read: give it where a run trains it
+    mtp_depth: int = option(0, "multi-token prediction (DeepSeek-V3): this many modules after a pre-LN decoder's blocks, "
+                            "module k an RMSNorm of the (k-1)-th hidden state and one of token i+k's embedding, a "
+                            "2d x d projection of the two, one block and the shared head, predicting token i+k+1; "
+                            "trained under bp only; 0: none", minimum=0, tape=True)
 
     def __post_init__(self):
         if self.kv_heads == 0:
@@ -225,6 +231,11 @@ class ModelConfig:
     def dense_width(self) -> int:
         """The width of a mixture's first blocks' dense FFNs (dense_ff, or d_ff)."""
         return self.dense_ff or self.d_ff
+
+    @property
+    def mtp(self) -> bool:
+        """Multi-token prediction modules after the decoder (mtp_depth > 0)."""
+        return self.mtp_depth > 0
 
     def block_moe(self, index: int) -> bool:
         """Whether block ``index`` (from 0) of a stack has a mixture of experts (not one of the dense first blocks)."""
@@ -565,6 +576,7 @@ def _options(e: dict, where: str, *, heads: int, d_model: int, classes: int, len
     _experts(out, where)
     _gemma2(out, where, positions=positions, head_dim=head_dim, window_given="sliding_window" in e)
     _latent(out, where, arch=arch, positions=positions, head_dim=head_dim)
+    _mtp(out, where, arch=arch, classes=classes, positions=positions)
     if out.get("tie_embeddings") and classes:
         raise ConfigError(f"{_field(where, 'tie_embeddings')}: a classification head has no vocabulary to share "
                           f"(classes is {classes}); tie only an LM head")
@@ -624,6 +636,27 @@ def _latent(out: dict, where: str, *, arch: str, positions: str, head_dim: int) 
                           + (f"; allowed: {', '.join(allowed)}" if allowed else ""))
     if out.get("v_head_dim") == head_dim:
         del out["v_head_dim"]  # head_dim: the default, one config_id
+
+
+def _mtp(out: dict, where: str, *, arch: str, classes: int, positions: str) -> None:
+    """Multi-token prediction, checked against the others: DeepSeek-V3's modules follow a pre-LN decoder-only LM's
+    last block (the hidden state before its final norm), each a block of the decoder's own kind."""
+    if not out.get("mtp_depth"):
+        out.pop("mtp_depth", None)
+        return
+    why = ("arch decoder" if arch != "decoder" else "an LM head (classes 0)" if classes else
+           "norm_position pre" if out.get("norm_position", OPTION_DEFAULTS["norm_position"]) != "pre" else "")
+    if why:
+        raise ConfigError(f"{_field(where, 'mtp_depth')}: multi-token prediction needs {why} (DeepSeek-V3's modules "
+                          "read a causal LM's hidden state before its final norm)")
+    for name in ("sliding_window", "parallel_block", "post_norms", "embedding_scale", "type_vocab", "embedding_norm"):
+        value = out.get(name, OPTION_DEFAULTS[name])
+        if value != OPTION_DEFAULTS[name]:
+            raise ConfigError(f"{_field(where, name)}: {value!r} does not combine with multi-token prediction "
+                              f"(mtp_depth; allowed: {OPTION_DEFAULTS[name]!r})")
+    if positions in ("relative", "sinusoidal", "learned"):
+        raise ConfigError(f"{_field(where, 'positions')}: {positions} does not combine with multi-token prediction "
+                          "(mtp_depth; allowed: rotary, none)")
 
 
 # The most routed experts per block priced: 2.7x Kimi K2's 384 (Kimi Team 2025, "Kimi K2: Open Agentic Intelligence",

@@ -554,6 +554,35 @@ class Stack(nn.Module):
         return self.embedding_norm(x) if self.embedding_norm is not None else x
 
 
+class MultiTokenPrediction(Block):
+    """One multi-token prediction module (DeepSeek-V3 Technical Report, section 2.2, eq. 21-22): h' = M [enorm(Emb(t
+    shifted)); hnorm(h)], a block of the decoder's kind, then the shared head after a norm. Its embedding and head
+    are modules of their own that hold the model's tables (one Parameter each), so the meter names their work
+    ``mtp.<k>.embedding`` and ``mtp.<k>.head``."""
+
+    def __init__(self, cfg: ModelConfig, embedding: nn.Embedding, head: Linear, index: int):
+        super().__init__(L.mtp_block(cfg), cfg, cfg.tgt_len, cfg.dec_layers + index)
+        self.embedding = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.embedding.weight = embedding.weight
+        self.embedding_norm, self.hidden_norm = make_norm(cfg), make_norm(cfg)
+        self.projection = Linear(2 * cfg.d_model, cfg.d_model, bias=False)
+        self.final_norm = make_norm(cfg)
+        self.head = Linear(cfg.d_model, cfg.out_width, bias=cfg.head_bias)
+        self.head.weight = head.weight
+        if cfg.head_bias:
+            self.head.bias = head.bias
+        # registered in the layer plan's order (the block's sublayers after the projection), as model.parameters()
+        # lists them for the communication model's buckets (analytic/comm.py)
+        self._modules = {name: self._modules[name] for name, _ in L.mtp_layers(cfg)}
+
+    def predict(self, hidden: torch.Tensor, tokens: torch.Tensor, bias: torch.Tensor | None = None):
+        """(this module's hidden state, the head's input): ``hidden`` the one before (the decoder's, before its
+        final norm), ``tokens`` the sequence shifted left by this module's depth (token i+k at position i)."""
+        x = self.projection(torch.cat([self.embedding_norm(self.embedding(tokens)), self.hidden_norm(hidden)], dim=-1))
+        x = self.forward(x, None, bias)
+        return x, self.final_norm(x)
+
+
 @dataclass
 class Stream:
     """What flows between stages: the token inputs per stack, the residual stream,
@@ -565,6 +594,7 @@ class Stream:
     memory: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     position_bias: torch.Tensor | None = None  # the running stack's relative position bias
+    hidden: torch.Tensor | None = None  # the residual stream before the last final norm (multi-token prediction reads it)
 
 
 @dataclass(frozen=True)
@@ -595,6 +625,10 @@ class Transformer(nn.Module):
             for stack in cfg.stacks[1:]:
                 getattr(self, stack).embedding.weight = shared
             self.head.weight = shared
+        if cfg.mtp_depth:  # multi-token prediction's modules, "mtp.0" ... (BP trains them: Transformer.predict_all)
+            self.mtp = nn.Module()
+            for k in range(cfg.mtp_depth):
+                self.mtp.add_module(str(k), MultiTokenPrediction(cfg, self.decoder.embedding, self.head, k))
 
     def error_aligned(self, stack: str) -> bool:
         """Whether the output error has one row per position of ``stack`` (:meth:`ModelConfig.error_aligned`)."""
@@ -626,9 +660,12 @@ class Transformer(nn.Module):
 
         return run
 
-    @staticmethod
-    def _norm_stage(norm: nn.Module) -> Callable[[Stream], None]:
+    def _norm_stage(self, norm: nn.Module) -> Callable[[Stream], None]:
+        keep = self.cfg.mtp  # multi-token prediction reads the stream before the final norm (else it is let go)
+
         def run(s: Stream) -> None:
+            if keep:
+                s.hidden = s.x
             s.x = norm(s.x)
 
         return run
@@ -668,11 +705,31 @@ class Transformer(nn.Module):
         """The head's input: every position for an LM head, the mean over positions for a classifier."""
         return x.mean(dim=1) if self.classes else x
 
-    def forward(self, tokens: dict[str, torch.Tensor], modulation: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+    def forward(self, tokens: dict[str, torch.Tensor], modulation: dict[str, torch.Tensor] | None = None, *,
+                mtp: bool = False):
+        """The logits; with ``mtp`` (a model with multi-token prediction), (the logits, each module's logits)."""
         stream = Stream(tokens, modulation or {})
         for stage in self.stages():
             stage.run(stream)
-        return stream.logits
+        return self._predict_more(stream) if mtp else stream.logits
+
+    def _predict_more(self, stream: Stream) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The logits, and each multi-token prediction module's (module k's at position i predict token i + k + 2;
+        DeepSeek-V3, section 2.2): the modules run after the head, each on the hidden state of the one before
+        (the decoder's before its final norm)."""
+        tokens = stream.tokens
+        hidden, extra = stream.hidden, []
+        ids = tokens["decoder"]
+        for k in range(self.cfg.mtp_depth):
+            module = getattr(self.mtp, str(k))
+            # token i + k + 1 at position i (the last k + 1 positions wrap around; their targets are ignored)
+            hidden, normed = module.predict(hidden, torch.roll(ids, -(k + 1), dims=1), stream.position_bias)
+            extra.append(self._mtp_output(module, normed))
+        return stream.logits, extra
+
+    def _mtp_output(self, module: MultiTokenPrediction, normed: torch.Tensor) -> torch.Tensor:
+        logits = module.head(normed)
+        return softcap(logits, self.cfg.logit_softcap) if self.cfg.logit_softcap else logits
 
     # -- introspection ----------------------------------------------------------------
     def layer_modules(self) -> dict[str, nn.Module]:

@@ -48,6 +48,27 @@ def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(_wide(logits).reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE)
 
 
+# Multi-token prediction's weight (DeepSeek-V3 Technical Report, section 4.2: 0.3 for the first 10T tokens, then 0.1)
+MTP_WEIGHT = 0.3
+
+
+def shifted_targets(targets: torch.Tensor, depth: int) -> torch.Tensor:
+    """The targets of multi-token prediction module ``depth`` (from 0): position i's is token i + depth + 2, the
+    next-token target of position i + depth + 1; the last depth + 1 positions have none (IGNORE)."""
+    shifted = torch.roll(targets, -(depth + 1), dims=1)
+    shifted[:, targets.shape[1] - depth - 1:] = IGNORE
+    return shifted
+
+
+def mtp_loss(logits: torch.Tensor, extra: list[torch.Tensor], targets: torch.Tensor,
+             weight: float = MTP_WEIGHT) -> torch.Tensor:
+    """The main loss plus multi-token prediction's, weight / D times the sum of its D modules' (DeepSeek-V3, eq. 25)."""
+    total = loss(logits, targets)
+    if extra:
+        total = total + weight / len(extra) * sum(loss(x, shifted_targets(targets, k)) for k, x in enumerate(extra))
+    return total
+
+
 def output_error(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
     """e = softmax(logits) - onehot(target) on rows with a target, 0 elsewhere; and the number of such rows.
 

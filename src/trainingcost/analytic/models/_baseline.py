@@ -26,7 +26,8 @@ def decoder_keys(s, M) -> object:
     layer with a sliding window of w (Jiang et al. 2023), M without; with a window_period p (Gemma 2), every p-th
     layer is global (M keys)."""
     glob = np.where(s.window_period > 0, s.dec_layers // np.maximum(s.window_period, 1), 0)
-    return (s.dec_layers - glob) * np.where(s.w > 0, np.minimum(s.w, M), M) + glob * M
+    # (multi-token prediction's modules, mtp_depth blocks of the decoder's kind, no window: M keys each)
+    return (s.dec_layers - glob) * np.where(s.w > 0, np.minimum(s.w, M), M) + glob * M + s.mtp_depth * M
 
 
 def attention_weights(s) -> object:
@@ -54,10 +55,13 @@ def ffn_weights(s) -> object:
 
 def decoder_ffn_weights(s) -> object:
     """:func:`ffn_weights` summed over the decoder's blocks: a mixture of experts' first dense_blocks a dense FFN of
-    dense_ff (or d_ff) each (DeepSeek's first_k_dense_replace)."""
+    dense_ff (or d_ff) each (DeepSeek's first_k_dense_replace); with multi-token prediction (DeepSeek-V3, section
+    2.2) each module's weights too, a block's attention and FFN and its 2d x d projection (its head, like the
+    model's, left out)."""
     dense = (2 + s.gated) * s.d * np.where(s.dense_ff > 0, s.dense_ff, s.ff)
     first = np.where(s.E > 0, s.dense_blocks, 0)
-    return (s.dec_layers - first) * ffn_weights(s) + first * dense
+    mtp = s.mtp_depth * (attention_weights(s) + ffn_weights(s) + 2 * s.d * s.d)
+    return (s.dec_layers - first) * ffn_weights(s) + first * dense + mtp
 
 
 def feedback_flops(s) -> object:

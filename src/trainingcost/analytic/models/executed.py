@@ -217,6 +217,22 @@ def ffn(s: Shapes):
     }
 
 
+@register("executed", "mtp_projection")
+def mtp_projection(s: Shapes):
+    # Multi-token prediction's M_k (DeepSeek-V3, section 2.2; train/model.py's MultiTokenPrediction): [enorm(e);
+    # hnorm(h)], 2d wide, to d, no bias: 2 M (2d) d each way; the concatenation is a copy, its gradient a split.
+    product = 4 * s.M * s.d * s.d
+    return {
+        "forward": _matmul(product),
+        "forward_modulated": _matmul(product),
+        "backward": _matmul(product),
+        "weight_grad": _matmul(product),
+        "linear_forward": _matmul(product),
+        "linear_weight_grad": _matmul(product),
+        "feedback_copy": _matmul(s.zero),
+    }
+
+
 SIGMOID = 4  # negate, exp, add 1, divide (Qwen-MoE's shared-expert gate)
 TOPK = 1  # one comparison per router probability to pick a token's k experts
 

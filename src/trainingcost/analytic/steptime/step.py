@@ -395,6 +395,9 @@ def _rule_work(cfg, rules: tuple) -> dict:
     templates = build_for(cost_model("executed"), configs)
     q = evaluate("executed", configs, 1, templates)
     kinds = templates.kind
+    # where a template's work runs: True in a block (spread over the stages), False at an end (the head's stage),
+    # "mtp" in multi-token prediction's modules (the head's stage, whole)
+    places = np.where(templates.stack == L.MTP, "mtp", np.where(templates.is_block, "block", "end"))
     out = {}
     for r in dict.fromkeys(["bp", *rules]):
         parts = recipe(r, 1, "executed")
@@ -406,7 +409,7 @@ def _rule_work(cfg, rules: tuple) -> dict:
                     continue
                 flops = times * q.flops[name] * templates.count
                 for i in np.nonzero(q.declared[name] & (flops > 0))[0]:
-                    key = (phase, name, str(kinds[i]), bool(templates.is_block[i]))
+                    key = (phase, name, str(kinds[i]), {"block": True, "end": False, "mtp": "mtp"}[places[i]])
                     entries[key] = entries.get(key, 0.0) + float(flops[i])
         backward = parts.get("backward", ())
         names = {name for name, _ in backward}
@@ -673,6 +676,19 @@ def latent_gemms(cfg, m: int, t: int) -> list:
                 (m, heads * (cfg.head_dim + cfg.v_head), cfg.kv_lora_rank), (m, d, heads * cfg.v_head)]
 
 
+def end_times(cfg, bt: dict, ht: dict) -> dict:
+    """The head's stage's kernels outside its blocks per micro-batch: the head's (:func:`head_times`), and with
+    multi-token prediction (DeepSeek-V3, section 2.2; mtp_depth D) D more heads and D blocks of the stack's
+    (average) kind; their products are priced from the rule's FLOPs (:func:`price`), this sum sets the stage's
+    memory-bound kernels and launches, and its weight in :func:`critical_stage`. ``classes`` stay the head's own
+    (the rates per FLOP, :func:`kernel_rates`)."""
+    depth = cfg.mtp_depth
+    if not depth:
+        return ht
+    return {**ht, **{side: {c: (1 + depth) * v + depth * bt[side][c] for c, v in ht[side].items()}
+                     for side in ("fwd", "bwd")}}
+
+
 def head_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     """The LM head (d -> V / t) and its loss, per micro-batch: forward and backward."""
     m, d, t = lay.micro_batch * cfg.seq_len // lay.cp, cfg.d_model, lay.tp
@@ -734,6 +750,8 @@ def kernel_rates(cfg, lay: Layout, dev: DeviceModel, bt: dict, ht: dict, bp: dic
     b = lay.micro_batch / lay.cp  # sequences' worth of tokens per micro-batch on this GPU
     bp_flops = {}
     for (phase, name, kind, in_block), flops in bp["entries"].items():
+        if in_block == "mtp":  # (multi-token prediction's modules: priced at the rates of the blocks' own kernels)
+            continue
         fam = FAMILY_RATES.get(bp["families"][kind], bp["families"][kind])
         key = (fam, quantity_class(name))
         bp_flops[key] = bp_flops.get(key, 0.0) + flops * b / (blocks if in_block else 1)
@@ -748,7 +766,8 @@ def kernel_rates(cfg, lay: Layout, dev: DeviceModel, bt: dict, ht: dict, bp: dic
     return rates
 
 
-def critical_stage(blocks: int, p: int, bt: dict, ht: dict, split: tuple = ("even", 1, 0)) -> tuple[int | float, bool, str]:
+def critical_stage(blocks: int, p: int, bt: dict, ht: dict, split: tuple = ("even", 1, 0),
+                   balance_end: bool = False) -> tuple[int | float, bool, str]:
     """The pipeline stage that sets the pace: (its blocks, whether it holds the head, the split in words).
 
     p dividing the blocks: blocks / p and the head (the last stage). Otherwise the stages hold the ceiling or the
@@ -767,6 +786,16 @@ def critical_stage(blocks: int, p: int, bt: dict, ht: dict, split: tuple = ("eve
         counts = "/".join(str(k) for k, _ in split_stages)
         return n, with_head, f"balanced by compute (nanotron): blocks per stage {counts}, the head on stage " \
                              f"{next(i for i, st in enumerate(split_stages) if st[1]) + 1}"
+    if balance_end and p > 1:  # multi-token prediction's modules make the head's stage heavier than a block or two:
+        # it holds the blocks that balance it (Megatron-Core's --decoder-last-pipeline-num-layers; DeepSeek-V3's
+        # layout balanced its ends, report section 3.2.1), the other stages the rest, as evenly as they divide
+        full = sum(bt["fwd"].values()) + sum(bt["bwd"].values())
+        head = sum(ht["fwd"].values()) + sum(ht["bwd"].values())
+        best = min(range(0, -(-blocks // p) + 1),
+                   key=lambda last: (max(-(-(blocks - last) // (p - 1)) * full, last * full + head), -last))
+        rest = -(-(blocks - best) // (p - 1))
+        split = f"the head's stage (with multi-token prediction) holds {best} blocks, the others up to {rest}"
+        return (rest, False, split) if rest * full >= best * full + head else (best, True, split)
     if blocks % p == 0:
         return blocks / p, True, f"{blocks // p} blocks per stage"
     low, high = blocks // p, blocks // p + 1
@@ -789,9 +818,9 @@ def price(cfg, lay: Layout, dev: DeviceModel, rates: dict, w: dict, phases=None,
     for (phase, name, kind, in_block), flops in w["entries"].items():
         if phases is not None and phase not in phases:
             continue
-        if not in_block and not with_head:
+        if in_block is not True and not with_head:  # an end's work, and multi-token prediction's: the head's stage
             continue
-        share = flops * b * (on_stage / blocks if in_block else 1)
+        share = flops * b * (on_stage / blocks if in_block is True else 1)
         fam, cls = FAMILY_RATES.get(w["families"][kind], w["families"][kind]), quantity_class(name)
         if fam == "adapter":  # LoRA's rank-r products, at their own shapes, on the stage's blocks
             out["matmul"] += on_stage * adapter_seconds(cfg, lay, dev, w["finetune"], cls)
@@ -882,9 +911,10 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
         return bt, ht, kernel_rates(cfg, lay, dev, bt, ht, bp)
 
     bt, ht, rates = once(("kernels", *kernels), kernel_times)
+    ht = end_times(cfg, bt, ht)  # (the head's stage: with multi-token prediction, its modules too)
     pp_split = stage_split(cfg, lay.pipeline_split)
     per_stage, with_head, split = once(("stage", *kernels, p, pp_split),
-                                       lambda: critical_stage(blocks, p, bt, ht, pp_split))
+                                       lambda: critical_stage(blocks, p, bt, ht, pp_split, cfg.mtp))
     stage = (per_stage, with_head)
     ends = 1.0 if with_head else 0.0
     cats = ("matmul", "attention", "memory", "launch")
@@ -987,8 +1017,10 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
         one = (one + ffn_pair) / 2  # the mean of a block's two pairs (the counts below are two per block)
     elif cfg.moe and gathered != tp_bytes:  # the mixture's pair in bf16 beside the attention's fp8 gather
         one = (one + net.all_gather(tp_bytes, t, 1) + net.reduce_scatter(tp_bytes, t, 1)) / 2
-    ar_fwd = fwd_pairs * w["passes"] * per_stage
-    ar_bwd = 2 * per_stage if w["backward"] else 0  # the column-parallel layers' input gradients
+    # multi-token prediction's blocks (mtp_depth) on the head's stage: their pairs and all-to-alls too, not recomputed
+    comm_blocks = per_stage + ends * cfg.mtp_depth
+    ar_fwd = fwd_pairs * w["passes"] * comm_blocks
+    ar_bwd = 2 * comm_blocks if w["backward"] else 0  # the column-parallel layers' input gradients
     # the recomputed forwards', inside the backward, per block: their pairs less the reductions of the tails left out
     rec_tp_one = max(0.0, rec_pairs * one - rec_tail_blocks * (net.reduce_scatter(tp_bytes, t, 1)
                                                                if lay.sequence_parallel else net.all_reduce(tp_bytes, t, 1)))
@@ -1007,11 +1039,11 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
     # (node-limited routing: each token to at most group_limit groups' nodes, once each, Network.limited_all_to_all)
     # per average block: a mixture's dense first blocks dispatch nothing
     ep_one *= mixture_share(cfg)
-    ep_fwd = 2 * w["passes"] * per_stage * ep_one if cfg.moe else 0.0
+    ep_fwd = 2 * w["passes"] * comm_blocks * ep_one if cfg.moe else 0.0
     ep_rec = (2 * per_stage if ops & set(bt["ops_fwd"]) & {"gate", "up", "down"} else 0) \
         if (ops is not None and w["backward"]) else \
         2 * recomputed_blocks  # a recomputed mixture dispatches and combines again
-    ep_bwd = ((2 * per_stage if w["backward"] else 0) + ep_rec) * ep_one if cfg.moe else 0.0
+    ep_bwd = ((2 * comm_blocks if w["backward"] else 0) + ep_rec) * ep_one if cfg.moe else 0.0
 
     # Context parallelism: per block and pass, a ring of cp - 1 steps passing each GPU's keys and values (its s / cp
     # tokens, the kv heads on this GPU) to the next; the backward passes them again with their gradients (twice the

@@ -17,4 +17,5 @@ SPEC = RuleSpec(
     },
     memory=RuleMemory(activations="autograd", feedback="none"),
     defaults={"weight_decay": 0.0},
+    trains_mtp=True,  # DeepSeek-V3's multi-token prediction: its modules' losses backpropagated (section 2.2)
 )
