@@ -31,7 +31,7 @@ from trainingcost.config.hardware import device  # noqa: E402
 
 FLAT_MFU = 0.40
 GRID = tuple(round(0.70 + 0.02 * i, 2) for i in range(13))  # kernel efficiencies tried when refitting (0.70-0.94)
-HOPPER = ("h100-sxm", "h100-pcie", "h100-hbm2e", "h200")
+HOPPER = ("h100-sxm", "h100-pcie", "h100-hbm2e", "h200", "h800-sxm")
 BLACKWELL = ("b200", "gb200")
 GOALS = {"overall": 8.0, "left out": 12.0, "FSDP / ZeRO-3": 10.0, "H100 or newer": 10.0, "bias": 5.0}
 
