@@ -303,6 +303,8 @@ def test_the_fast_replay_of_experts_and_of_adam_equals_the_op_by_op_replay(monke
 
 
 MOE_CASES = {"mixtral": MIXTRAL_LIKE, "qwen-moe": QWEN_LIKE, "switch": SWITCH_LIKE, "deepseek-moe": DEEPSEEK_LIKE,
+             # DeepSeek-MoE's first block dense (first_k_dense_replace), its FFN dense_ff wide
+             "deepseek-dense-first": dict(DEEPSEEK_LIKE, layers=3, dense_blocks=1, dense_ff=28),
              # a pre-LN classifier without rotary: DFA's per-sequence error reaches a mixture's output through the
              # residual, expanded, and the mixture's reshape copies it; every allocation checked equal while written
              "classifier": dict(QWEN_LIKE, arch="encoder", classes=3, positions="none", kv_heads=4)}
@@ -361,7 +363,7 @@ def test_the_tape_replayed_with_the_recorded_routing_equals_the_meter_to_the_byt
     for index, rule in enumerate(TRAINING):
         optimizer, dtype = [("sgd", "fp32"), ("adam", "bf16")][index % 2]
         cfg, reading = _metered_with_routing(MOE_CASES[family], rule, optimizer, dtype)
-        moe_layers = {name for name, _ in cfg_layers(cfg) if name.endswith(".ffn")}
+        moe_layers = {name for name, kind in cfg_layers(cfg) if kind == "moe"}
         assert {layer for layer, _ in reading.routing} == moe_layers
         assert all(sum(counts) == rows_of(cfg, layer) * cfg.experts_per_token for layer, counts in reading.routing)
         got, want = _tape_and_meter(cfg, rule, optimizer, dtype, reading, reading.routing_record())

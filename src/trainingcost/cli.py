@@ -113,8 +113,8 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
 
 def _untaped(cfg) -> str:
     """What of ``cfg`` the memory tape has no ops for yet ("" where it replays the model)."""
-    if cfg.latent or cfg.dense_blocks:
-        return "latent attention or dense first blocks"
+    if cfg.latent:
+        return "latent attention"
     return "multi-token prediction" if cfg.mtp else ""
 
 

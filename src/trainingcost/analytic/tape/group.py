@@ -130,6 +130,7 @@ class Group:
     k: np.ndarray | None = None  # a mixture of experts: the experts each token is routed to ...
     sff: np.ndarray | None = None  # ... the shared expert's width ...
     routing: object = None  # ... and the rows each expert gets (a tape.moe.Routing; None: token-balanced)
+    dense_ff: np.ndarray | None = None  # a dense FFN's width: d_ff, or a mixture's dense first blocks' dense_ff
 
     @classmethod
     def of(cls, configs, rows: np.ndarray, key: GroupKey, dtype_bytes: int) -> "Group":
@@ -144,12 +145,22 @@ class Group:
                    options["kv_width"][rows], options["max_positions"][rows],
                    options["type_vocab"][rows] if key.types else None,
                    options["relative_buckets"][rows] if key.relative else None, options["head_dim"][rows],
-                   options["rotary_dim"][rows], options["experts_per_token"][rows], options["shared_expert_ff"][rows])
+                   options["rotary_dim"][rows], options["experts_per_token"][rows], options["shared_expert_ff"][rows],
+                   dense_ff=np.where(options["dense_ff"][rows] > 0, options["dense_ff"][rows], col["d_ff"]))
 
     def __getattr__(self, name: str):  # the structure's fields: g.pre, g.gated, g.arch ...
         if name.startswith("_") or name == "key":
             raise AttributeError(name)
         return getattr(self.key, name)
+
+    def block_moe(self, index: int | None) -> bool:
+        """Whether block ``index`` has a mixture of experts (not one of a mixture's dense first blocks; None: a
+        mixture block)."""
+        return bool(self.experts) and (index is None or index >= self.dense_blocks)
+
+    def ffn_width(self, index: int | None) -> np.ndarray:
+        """The width of block ``index``'s dense FFN: a mixture's dense first blocks' dense_ff, else d_ff."""
+        return self.dense_ff if self.experts and self.dense_ff is not None else self.ff
 
     @property
     def depth(self) -> dict[str, int]:
@@ -205,14 +216,16 @@ class Group:
         """(in, out) of every weight matrix, in the order of ``model.parameters()``; sizes are arrays."""
         out: list[tuple] = []
         for stack in self.stacks:
-            for _ in range(self.depth[stack]):
-                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, self.experts, bool(self.post_norms)):
+            for index in range(self.depth[stack]):
+                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, self.block_moe(index),
+                                             bool(self.post_norms)):
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
                         out += [(self.d, self.q_width), (self.d, self.kv_width), (self.d, self.kv_width),
                                 (self.q_width, self.d)]
                     elif family == "ffn":
-                        out += [(self.d, self.ff)] * (2 if self.gated else 1) + [(self.ff, self.d)]
+                        ff = self.ffn_width(index)
+                        out += [(self.d, ff)] * (2 if self.gated else 1) + [(ff, self.d)]
                     elif family == "moe":  # the router, the experts, the shared expert and its gate
                         out += self._moe_linears()
         return out + [(self.d, self.out)]
@@ -269,7 +282,7 @@ class Group:
             if self.embedding_norm:
                 add(*self.norm_parameters)
             for index in range(self.depth[stack]):
-                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, self.experts,
+                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, self.block_moe(index),
                                               bool(self.post_norms)):  # (pre-LN: norm, branch)
                     family = L.KINDS[sub.kind].family
                     if family == "attention":
@@ -278,9 +291,10 @@ class Group:
                         linear(self.d, self.kv_width, self.qkv_bias)
                         linear(self.q_width, self.d, self.o_bias)
                     elif family == "ffn":
+                        ff = self.ffn_width(index)
                         for _ in range(2 if self.gated else 1):  # (gated: the gate's matrix, then the up one)
-                            linear(self.d, self.ff, self.out_bias)
-                        linear(self.ff, self.d, self.out_bias)
+                            linear(self.d, ff, self.out_bias)
+                        linear(ff, self.d, self.out_bias)
                     elif family == "moe":  # the router, each expert, the shared expert and its gate
                         linear(self.d, self.expert_count, False)
                         layer = L.block_layer_name(stack, index, sub.name)

@@ -121,6 +121,8 @@ def moe_layers(g) -> list[tuple[str, str]]:
     out = []
     for stack in g.stacks:
         for index in range(g.depth[stack]):
+            if not g.block_moe(index):
+                continue  # (a mixture's dense first blocks)
             for sub in L.block_sublayers(g.arch, stack, g.pre, g.parallel, True):
                 if L.KINDS[sub.kind].family == "moe":
                     out.append((L.block_layer_name(stack, index, sub.name), stack))

@@ -198,21 +198,22 @@ class Ops(AttentionOps, NormOps, ModelOps):
 
         return self._node(out, backward, [a.buf, b.buf])
 
-    def up(self, x: Value) -> Value:
+    def up(self, x: Value, width=None) -> Value:
         """The FFN's hidden layer: its first matrix with the activation (``Linear(activation='gelu' or 'relu')``);
         gated, the gate's matrix with the activation (SiLU or GELU: each saves its input) times the up matrix's
-        output (``FeedForward.forward``)."""
+        output (``FeedForward.forward``). ``width``: the hidden width (default d_ff)."""
+        ff = self.g.ff if width is None else width
         if self.g.gated:
-            pre = self.linear(x, self.g.ff, "ffn.gate", unit=False, bias=self.g.out_bias)
+            pre = self.linear(x, ff, "ffn.gate", unit=False, bias=self.g.out_bias)
             act = self.activation(pre)
             self.t.drop(pre.buf)
             if self.hook is not None:
                 self.hook("linear" if self.g.out_bias else "linear without bias", x, act)
-            u = self.linear(x, self.g.ff, "ffn.up", bias=self.g.out_bias)
+            u = self.linear(x, ff, "ffn.up", bias=self.g.out_bias)
             y = self.mul(act, u)
             self.t.drop(act.buf, u.buf)
             return y
-        u = self.linear(x, self.g.ff, "ffn.up", unit=False, bias=self.g.out_bias)
+        u = self.linear(x, ff, "ffn.up", unit=False, bias=self.g.out_bias)
         y = self.activation(u, saves_output=self.g.relu)
         self.t.drop(u.buf)
         if self.hook is not None:

@@ -74,7 +74,8 @@ class ModelOps:
 
     def branch(self, branch: L.Branch, x: Value, memory: Value | None) -> Value:
         """A branch's output: attention (its keys and values from the encoder output where it reads the memory;
-        rotary and a relative bias where the stack's positions act inside it) or the FFN."""
+        rotary and a relative bias where the stack's positions act inside it) or the FFN (a mixture's dense first
+        blocks': dense_ff wide)."""
         if L.KINDS[branch.kind].family == "moe":  # a mixture of experts (tape/moe.py)
             from .moe import mixture
 
@@ -83,15 +84,16 @@ class ModelOps:
             return self.attention(x, memory if branch.reads_memory else x, rotary=self.g.rotary and branch.positional,
                                   bias=self.bias if branch.positional else None,
                                   causal=branch.kind == "masked_self_attention")
-        hidden = self.up(x)
+        hidden = self.up(x, self.g.ffn_width(None))
         out = self.linear(hidden, self.g.d, "ffn.down", bias=self.g.out_bias)
         self.t.drop(hidden.buf)
         return out
 
-    def branches(self, stack: str) -> tuple[L.Branch, ...]:
-        """The branches of one block of ``stack`` (``Block.branches``: :func:`layers.describe_block`)."""
-        return L.describe_block(self.g.arch, stack, self.g.pre, self.g.parallel, self.g.experts,
-                              bool(self.g.post_norms), self.g.output).branches
+    def branches(self, stack: str, index: int | None = None) -> tuple[L.Branch, ...]:
+        """The branches of block ``index`` of ``stack`` (``Block.branches``: :func:`layers.describe_block`; a
+        mixture's dense first blocks a dense FFN; None: a mixture block)."""
+        return L.describe_block(self.g.arch, stack, self.g.pre, self.g.parallel, self.g.block_moe(index),
+                                bool(self.g.post_norms), self.g.output).branches
 
     def sublayer(self, branch: L.Branch, x: Value, memory: Value | None) -> Value:
         """``Block.sublayer``: post-LN norm(x + branch(x)), pre-LN x + branch(norm(x)), output-LN x + norm(branch(x));
@@ -108,11 +110,12 @@ class ModelOps:
             self.t.drop(h.buf)
         return y
 
-    def block(self, stack: str, x: Value, memory: Value | None) -> Value:
-        """One block (``Block.forward``, one ``Block.sublayer`` per branch); the block's input stays with the caller."""
+    def block(self, stack: str, x: Value, memory: Value | None, index: int | None = None) -> Value:
+        """One block (``Block.forward``, one ``Block.sublayer`` per branch); the block's input stays with the caller.
+        ``index``: the block's, where a mixture's first blocks are dense (None: a mixture block)."""
         if self.g.parallel != "none":
             return self.parallel_block(stack, x, memory)
-        for branch in self.branches(stack):
+        for branch in self.branches(stack, index):
             y = self.sublayer(branch, x, memory)
             if x is not self._block_input:
                 self.t.drop(x.buf)
@@ -141,10 +144,11 @@ class ModelOps:
     bias: "Value | None" = None  # the relative position bias of the stream being run (Stream.bias)
 
 
-    def run_block(self, stack: str, x: Value, memory: Value | None, keep_input: bool = False) -> Value:
+    def run_block(self, stack: str, x: Value, memory: Value | None, keep_input: bool = False,
+                  index: int | None = None) -> Value:
         """``s.x = block(s.x, s.memory)``: the caller's reference to the block input goes after the block."""
         self._block_input = x
-        y = self.block(stack, x, memory)
+        y = self.block(stack, x, memory, index)
         self._block_input = None
         if not keep_input:
             self.t.drop(x.buf)
@@ -204,15 +208,16 @@ class ModelOps:
         return out
 
     def stages(self, by: str = "block") -> list[tuple]:
-        """(kind, stack, branch) of every stage but the head, in order (``Transformer.stages(by)``)."""
+        """(kind, stack, branch) of every stage but the head, in order (``Transformer.stages(by)``); a block's third
+        item is its index."""
         out = []
         for stack in self.g.stacks:
             out.append(("embedding", stack, None))
-            for _ in range(self.g.depth[stack]):
+            for index in range(self.g.depth[stack]):
                 if by == "sublayer" and self.g.parallel == "none":  # (a parallel block runs whole)
-                    out += [("sublayer", stack, branch) for branch in self.branches(stack)]
+                    out += [("sublayer", stack, branch) for branch in self.branches(stack, index)]
                 else:
-                    out.append(("block", stack, None))
+                    out.append(("block", stack, index))
             if self.g.final:
                 out.append(("norm", stack, None))  # the stack's final norm
         return out
@@ -238,14 +243,14 @@ class ModelOps:
             y = self.norm(s.x)
             self.t.drop(s.x.buf)
             s.x = y
-        else:
-            s.x = self.run_block(stack, s.x, s.memory)
+        else:  # a block: ``branch`` is its index
+            s.x = self.run_block(stack, s.x, s.memory, index=branch)
 
     def forward(self) -> Value:
         """``Transformer.forward``: the stages in order; the stream's references go when it returns."""
         s = Stream()
-        for kind, stack, _ in self.stages():
-            self.run_stage(kind, stack, s)
+        for kind, stack, index in self.stages():
+            self.run_stage(kind, stack, s, branch=index)
         logits = self.head(s.x)
         s.close(self.t)
         return logits

@@ -55,7 +55,7 @@ def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start:
     """The step's peak and each phase's peak (bytes, -1 where the rule has no such phase), per configuration,
     for a step that begins with ``start`` bytes alive, ``gradients`` of them last step's gradients. A model of
     more than :data:`MAX_TAPE_BLOCKS` blocks is not replayed: -1 everywhere, nor a mixture of experts under a rule
-    that does not train one (``RuleSpec.trains_experts``), nor latent attention, a mixture's dense first blocks or multi-token prediction (no tape of them yet). A mixture of experts is replayed
+    that does not train one (``RuleSpec.trains_experts``), nor latent attention or multi-token prediction (no tape of them yet). A mixture of experts is replayed
     token-balanced, or, given ``routing`` (a measured step's ``MemoryReading.routing``: (layer, rows per expert) per
     call), with the rows its experts got (every configuration of ``configs`` with it): :mod:`.moe`. Returns too the
     step's start the tape began with (``step_start``): ``start``, less, given a routing record with the experts
@@ -71,8 +71,8 @@ def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start:
     for rows, key in groups(configs):
         if key.blocks > MAX_TAPE_BLOCKS or (key.experts and not trains_experts):  # (a rule that refuses a mixture)
             continue
-        if key.kv_lora_rank or key.dense_blocks or key.mtp_depth:  # latent attention, a mixture's dense first
-            continue  # blocks, multi-token prediction: no tape of them yet (the memory model's parts stand)
+        if key.kv_lora_rank or key.mtp_depth:  # latent attention, multi-token prediction: no tape of them yet (the
+            continue  # memory model's parts stand)
         for part in ([rows[i:i + 1] for i in range(len(rows))] if key.experts else [rows]):  # (a mixture: one by one)
             _replay(configs, part, key, dtype_bytes, start, gradients, replay, run, routing, out)
     return out

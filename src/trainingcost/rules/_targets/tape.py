@@ -44,10 +44,11 @@ class Unit:
     """A unit on the tape: its output (with its graph), its input and what its runner keeps (the stream's memory
     and relative bias)."""
 
-    __slots__ = ("stack", "output", "below", "memory", "bias")
+    __slots__ = ("stack", "output", "below", "memory", "bias", "index")
 
-    def __init__(self, stack: str, output: Value, below: Value | None = None):
+    def __init__(self, stack: str, output: Value, below: Value | None = None, index: int | None = None):
         self.stack, self.output, self.below, self.memory, self.bias = stack, output, below, None, None
+        self.index = index  # the block's (a mixture's first blocks are dense)
 
 
 def forward_units(t: Tape, g: Group, ops: Ops, head_input_grad: bool):
@@ -57,7 +58,7 @@ def forward_units(t: Tape, g: Group, ops: Ops, head_input_grad: bool):
     x: Value | None = None  # stream.x: a detached reference to the last unit's output
     memory: Value | None = None  # stream.memory
     stream_bias: Value | None = None  # stream.position_bias
-    for kind, stack, _ in ops.stages():
+    for kind, stack, index in ops.stages():
         if kind == "embedding":
             if stack == "decoder" and x is not None:
                 memory, x = x, None  # s.memory = s.x, then s.x rebound: the reference moves
@@ -73,8 +74,8 @@ def forward_units(t: Tape, g: Group, ops: Ops, head_input_grad: bool):
             t.hold(x.buf)  # below = stream.x
             below = x
             ops.bias = stream_bias
-            out = ops.run_block(stack, x, memory)  # s.x rebound: the stream's reference to the input goes
-            unit = Unit(stack, out, below)
+            out = ops.run_block(stack, x, memory, index=index)  # s.x rebound: the stream's reference to the input goes
+            unit = Unit(stack, out, below, index)
             unit.memory, unit.bias = memory, stream_bias
             for kept in (memory, stream_bias):  # the unit's runner keeps the stream's memory and bias
                 t.hold(kept.buf if kept is not None else None)
@@ -242,7 +243,7 @@ def train_inverses(t: Tape, g: Group, units) -> None:
             memory = unit.memory
             ops.bias = unit.bias  # (it requires a gradient: SDPA's math path, even without a graph)
             t.hold(noisy.buf)  # the runner's stream.x
-            out = ops.run_block(stack, noisy, memory)
+            out = ops.run_block(stack, noisy, memory, index=unit.index)
             if g.final and unit is last:  # the unit's stages end with the stack's final norm
                 normed = ops.norm(out)
                 t.drop(out.buf)

@@ -25,8 +25,8 @@ def program(t: Tape, g: Group, run: Run) -> None:
                 ops.bias = bias
             points.append((stack, out))
             x = ops.detach(out)
-            for _ in range(g.depth[stack]):
-                out = ops.run_block(stack, x, memory)
+            for index in range(g.depth[stack]):
+                out = ops.run_block(stack, x, memory, index=index)
                 points.append((stack, out))
                 x = ops.detach(out)
             if g.final:  # the final norm ends the last block's segment; the step's local `out` keeps the block's output

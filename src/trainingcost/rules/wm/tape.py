@@ -18,7 +18,7 @@ def mirror(t: Tape, g: Group, steps: int) -> None:
     routing = g.routing if g.routing is not None else Routing()
     for stack in g.stacks:
         for index in range(g.depth[stack]):
-            for sub in L.block_sublayers(g.arch, stack, g.pre, g.parallel, g.experts, bool(g.post_norms)):
+            for sub in L.block_sublayers(g.arch, stack, g.pre, g.parallel, g.block_moe(index), bool(g.post_norms)):
                 family = L.KINDS[sub.kind].family
                 if family == "attention":
                     source = seen["encoder"] if sub.kind == "cross_attention" else seen[stack]
