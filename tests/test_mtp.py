@@ -166,3 +166,38 @@ def test_the_plan_puts_the_modules_on_the_heads_stage():
     d, ff = 4096, 11008  # a Llama 2 7B block (q, k, v, o; gate, up, down; two norms), the projection, three norms
     assert two["trained_parameters"] - one["trained_parameters"] == 4 * d * d + 3 * d * ff + 2 * d + 2 * d * d + 3 * d
     assert "multi-token prediction" in two["pipeline_split"] and two["mem_parameters"] > one["mem_parameters"]
+
+
+TAPE_CASES = {
+    "dense": dict(mtp_depth=1), "two-modules": dict(mtp_depth=2),
+    "tied": dict(mtp_depth=1, tie_embeddings=True),  # the head's and the modules' embeddings one table
+    "head-bias": dict(mtp_depth=2, bias="all", head_bias=True),  # the head's weight and bias read by three heads
+    "layernorm-gelu": dict(mtp_depth=1, norm="layernorm", ffn="gelu", positions="none"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAPE_CASES))
+def test_the_memory_tape_equals_the_tensor_meter(case):
+    """BP's step replayed on the executed memory tape (analytic/tape/mtp.py: the modules' forward, the summed loss
+    of float32 scalars, the shared head's and table's gradients summed out of place once each node has released
+    its inputs) equals the tensor meter at the step's start, its peak and every phase's peak, SGD fp32 and Adam
+    bf16."""
+    from test_peaks import meter_step, tape_and_meter
+
+    cfg = canonical_model({**DENSE, "vocab": 300, "head_bias": False, **TAPE_CASES[case]}, "test")
+    for optimizer, dtype in (("sgd", "fp32"), ("adam", "bf16")):
+        got, want = tape_and_meter(cfg, "bp", optimizer, dtype, meter_step(cfg, "lm", "bp", optimizer, dtype))
+        assert got == want and got["peak"] > 0, (optimizer, dtype, got, want)
+
+
+def test_the_tape_replays_a_mixture_with_dense_first_blocks_and_a_module_with_its_routing():
+    """DeepSeek-MoE's blocks (the first dense, shared experts ungated) and a module of the same kind: the measured
+    step's routing (the module's mixture called last) replayed, equal to the meter."""
+    from test_moe import DEEPSEEK_LIKE, _metered_with_routing, _tape_and_meter
+
+    entry = dict(DEEPSEEK_LIKE, layers=3, dense_blocks=1, dense_ff=28, mtp_depth=1)
+    for optimizer, dtype in (("sgd", "fp32"), ("adam", "bf16")):
+        cfg, reading = _metered_with_routing(entry, "bp", optimizer, dtype)
+        assert [layer for layer, _ in reading.routing][-1] == "mtp.0.ffn"
+        got, want = _tape_and_meter(cfg, "bp", optimizer, dtype, reading, reading.routing_record())
+        assert got == want, (optimizer, dtype, got, want)

@@ -134,11 +134,11 @@ def memory_table(configs: pd.DataFrame, rules, dtypes=("fp32",), optimizers=("sg
                   np.where(configs["arch"].to_numpy() != "encoder", c["tgt_len"], 0)]
     rows_per_stack = stack_rows[0] + stack_rows[1]
     sinusoidal = (options["added_positions"] > 0) & (options["learned"] == 0)
-    # (latent attention: its rotary part's, rows x qk_rope_head_dim)
+    # (latent attention: its rotary part's, rows x qk_rope_head_dim; multi-token prediction's blocks: their own)
     rotary_tables = 2 * options["rotary"] * np.where(options["kv_lora_rank"] > 0, options["qk_rope_head_dim"],
                                                       options["head_dim"]) * (
         np.where(configs["arch"].to_numpy() != "decoder", c["seq_len"] * c["enc_layers"], 0)
-        + c["tgt_len"] * c["dec_layers"])
+        + c["tgt_len"] * (c["dec_layers"] + options["mtp_depth"]))
     window_masks = np.where(options["sliding_window"] > 0, stack_rows[1] * stack_rows[1], 0)  # a decoder's, in the dtype
     # soft-capped attention (Gemma 2): a decoder stack's two additive masks, the window's (or causal) and the causal one
     window_masks = np.where(options["attention_softcap"] > 0, 2 * stack_rows[1] * stack_rows[1], window_masks)

@@ -272,6 +272,35 @@ class Group:
                 linear(self.d, width, self.out_bias)
             linear(width, self.d, self.out_bias)
 
+        def block(stack, index, name, moe):  # one block's parameters (pre-LN: norm, branch)
+            for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, moe, bool(self.post_norms)):
+                family = L.KINDS[sub.kind].family
+                if family == "attention":
+                    linear(self.d, self.q_width, self.qkv_bias)
+                    linear(self.d, self.kv_width, self.qkv_bias)
+                    linear(self.d, self.kv_width, self.qkv_bias)
+                    linear(self.q_width, self.d, self.o_bias)
+                elif family == "ffn":
+                    ff = self.ffn_width(index)
+                    for _ in range(2 if self.gated else 1):  # (gated: the gate's matrix, then the up one)
+                        linear(self.d, ff, self.out_bias)
+                    linear(ff, self.d, self.out_bias)
+                elif family == "moe":  # the router, each expert, the shared expert and its gate
+                    linear(self.d, self.expert_count, False)
+                    layer = name.format(sub.name)
+                    start = len(sizes)
+                    expert(self.ff)  # the first expert's tensors, then the others' of the same sizes
+                    one = [n for n, _ in sizes[start:]]
+                    del sizes[start:]
+                    for e in range(self.expert_count):
+                        sizes.extend((n, (layer, e)) for n in one)
+                    if self.shared_expert:
+                        expert(self.sff)
+                        if self.shared_expert_gate:
+                            linear(self.d, 1, False)
+                else:
+                    add(*self.norm_parameters)
+
         for stack in self.stacks:
             if not ((self.tied or self.shared_table) and stack != self.stacks[0]):
                 add(self.V * self.d)  # token embedding (a tied table once, with the first stack)
@@ -282,40 +311,18 @@ class Group:
             if self.embedding_norm:
                 add(*self.norm_parameters)
             for index in range(self.depth[stack]):
-                for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, self.block_moe(index),
-                                              bool(self.post_norms)):  # (pre-LN: norm, branch)
-                    family = L.KINDS[sub.kind].family
-                    if family == "attention":
-                        linear(self.d, self.q_width, self.qkv_bias)
-                        linear(self.d, self.kv_width, self.qkv_bias)
-                        linear(self.d, self.kv_width, self.qkv_bias)
-                        linear(self.q_width, self.d, self.o_bias)
-                    elif family == "ffn":
-                        ff = self.ffn_width(index)
-                        for _ in range(2 if self.gated else 1):  # (gated: the gate's matrix, then the up one)
-                            linear(self.d, ff, self.out_bias)
-                        linear(ff, self.d, self.out_bias)
-                    elif family == "moe":  # the router, each expert, the shared expert and its gate
-                        linear(self.d, self.expert_count, False)
-                        layer = L.block_layer_name(stack, index, sub.name)
-                        start = len(sizes)
-                        expert(self.ff)  # the first expert's tensors, then the others' of the same sizes
-                        one = [n for n, _ in sizes[start:]]
-                        del sizes[start:]
-                        for e in range(self.expert_count):
-                            sizes.extend((n, (layer, e)) for n in one)
-                        if self.shared_expert:
-                            expert(self.sff)
-                            if self.shared_expert_gate:
-                                linear(self.d, 1, False)
-                    else:
-                        add(*self.norm_parameters)
+                block(stack, index, L.block_layer_name(stack, index, "{}"), self.block_moe(index))
             if self.final:
                 add(*self.norm_parameters)  # the stack's final norm
         if self.tied:  # the head's weight is the table: only its bias (and KP's B) are its own
             add(*([self.out] if self.head_bias else []), *([self.d * self.out] if feedback_parameters else []))
         else:
             linear(self.d, self.out, self.head_bias)
+        for k in range(self.mtp_depth):  # multi-token prediction's modules (their table and head the model's):
+            add(*self.norm_parameters, *self.norm_parameters)  # the embedding's and the hidden state's norms,
+            linear(2 * self.d, self.d, False)  # the projection,
+            block("decoder", None, f"{L.MTP}.{k}.{{}}", self.experts)  # a block,
+            add(*self.norm_parameters)  # the head's norm
         return sizes
 
 

@@ -119,13 +119,12 @@ class Routing:
 def moe_layers(g) -> list[tuple[str, str]]:
     """(layer name, stack) of every mixture of the model, in ``model.parameters()``'s order."""
     out = []
-    for stack in g.stacks:
-        for index in range(g.depth[stack]):
-            if not g.block_moe(index):
-                continue  # (a mixture's dense first blocks)
-            for sub in L.block_sublayers(g.arch, stack, g.pre, g.parallel, True):
-                if L.KINDS[sub.kind].family == "moe":
-                    out.append((L.block_layer_name(stack, index, sub.name), stack))
+    blocks = [(stack, index, stack) for stack in g.stacks for index in range(g.depth[stack]) if g.block_moe(index)]
+    blocks += [(L.MTP, k, "decoder") for k in range(g.mtp_depth)]  # (multi-token prediction's, after the head)
+    for name, index, stack in blocks:  # (a mixture's dense first blocks have none)
+        for sub in L.block_sublayers(g.arch, stack, g.pre, g.parallel, True):
+            if L.KINDS[sub.kind].family == "moe":
+                out.append((L.block_layer_name(name, index, sub.name), stack))
     return out
 
 

@@ -36,11 +36,12 @@ class Ops(AttentionOps, NormOps, ModelOps):
         self.hook = None
         self.table_has_grad = False  # a tied table's first gradient becomes its .grad; later ones are added to it
         self.run = self.table_run = 0  # which backward call is running; which one made the table's .grad
+        self.shared_grads: dict = {}  # a parameter several modules read (multi-token prediction's heads): its .grad
 
-    def table_grad(self, phase: str | None = None, label: str = "table grad", then=None) -> None:
+    def table_grad(self, phase: str | None = None, label: str = "table grad", then=None, pending: list | None = None) -> None:
         """The gradient of the V x d table (an embedding's, or a tied head's weight): its own ``.grad``, or, tied,
         the first becomes the shared ``.grad`` and each later one is made, added in place, and freed."""
-        if not (self.g.tied or self.g.shared_table) or not self.table_has_grad:
+        if not (self.g.tied or self.g.shared_table or self.g.mtp_depth) or not self.table_has_grad:
             self.table_buf = self.param_grad(self.g.V * self.g.d, phase, label)
             self.table_has_grad, self.table_run = True, self.run
             if then is not None:
@@ -52,11 +53,33 @@ class Ops(AttentionOps, NormOps, ModelOps):
             if then is not None:  # the node releases its inputs before the engine accumulates its output
                 then()
             if self.table_run == self.run:  # two gradients in one backward: the engine sums them out of place
-                total = self.t.new(size, "add")
-                self.t.drop(new, self.table_buf)
-                self.table_buf = total
+                def accumulate():  # (``pending``: once the node has released its inputs, outside its phase)
+                    total = self.t.new(size, "add")
+                    self.t.drop(new, self.table_buf)
+                    self.table_buf = total
+
+                if pending is not None:
+                    pending.append(accumulate)
+                else:
+                    accumulate()
             else:  # .grad from an earlier backward: AccumulateGrad adds in place
                 self.t.drop(new)
+
+    def shared_grad(self, key: str, elements, phase: str | None, label: str, pending: list) -> None:
+        """The gradient of a parameter several modules read (the head's weight and bias, read by multi-token
+        prediction's heads too): the first becomes its ``.grad``; a later one is made, and once its node has
+        released what it saved (``pending``, run by the caller), the engine sums the two out of place."""
+        made = self.param_grad(elements, phase, label)
+        if key not in self.shared_grads:
+            self.shared_grads[key] = made
+            return
+
+        def accumulate():
+            total = self.t.new(made.nbytes, "add")
+            self.t.drop(made, self.shared_grads[key])
+            self.shared_grads[key] = total
+
+        pending.append(accumulate)
 
     # -- autograd ------------------------------------------------------------------------
     def _node(self, out: Value, backward, saved=()) -> Value:
@@ -157,18 +180,26 @@ class Ops(AttentionOps, NormOps, ModelOps):
             grad_x = self.t.new(bytes_(x.rows * n_in, self.g.z), "grad_x") if x.tracked else None
             self.t.drop(first)
             copies = [copy("weight_update")]
+            pending: list = []  # a shared parameter's sums, once the node has released its inputs
             if table and self.g.tied:
-                self.table_grad("weight_update", "grad_w")
+                self.table_grad("weight_update", "grad_w", pending=pending)
+            elif table and self.g.mtp_depth:  # the head's weight, read by multi-token prediction's heads too
+                self.shared_grad("head weight", n_in * n_out, "weight_update", "grad_w", pending)
             else:
                 self.param_grad(n_in * n_out, "weight_update", "grad_w")
             if self.kp:
                 self.param_grad(n_in * n_out, "weight_update", "grad_feedback")
             if bias:
                 copies.append(copy("weight_update"))
-                self.param_grad(n_out, "weight_update", "grad_b")
+                if table and self.g.mtp_depth:
+                    self.shared_grad("head bias", n_out, "weight_update", "grad_b", pending)
+                else:
+                    self.param_grad(n_out, "weight_update", "grad_b")
             with self.t.in_phase("weight_update"):
                 self.t.drop(*copies)
             self.release(grad, saved)
+            for accumulate in pending:
+                accumulate()
             self.deliver(x, grad_x)
 
         return self._node(out, backward, [x.buf])

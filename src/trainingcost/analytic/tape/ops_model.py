@@ -240,22 +240,36 @@ class ModelOps:
             self.t.drop(s.x.buf)
             s.x = y
         elif kind == "norm":
+            if self.g.mtp_depth:  # s.hidden = s.x: multi-token prediction reads the stream before the final norm
+                self.t.hold(s.x.buf)
+                self.t.drop(s.hidden.buf if s.hidden is not None else None)
+                s.hidden = s.x
             y = self.norm(s.x)
             self.t.drop(s.x.buf)
             s.x = y
         else:  # a block: ``branch`` is its index
             s.x = self.run_block(stack, s.x, s.memory, index=branch)
 
-    def forward(self) -> Value:
-        """``Transformer.forward``: the stages in order; the stream's references go when it returns."""
+    def forward(self, more: list | None = None) -> Value:
+        """``Transformer.forward``: the stages in order; the stream's references go when it returns. ``more``: a
+        list given (``forward(tokens, mtp=True)``) takes multi-token prediction's logits (tape/mtp.py)."""
         s = Stream()
         for kind, stack, index in self.stages():
             self.run_stage(kind, stack, s, branch=index)
         logits = self.head(s.x)
+        if more is not None:
+            from .mtp import predict_more
+
+            more += predict_more(self, s)
         s.close(self.t)
         return logits
 
-    def loss(self, logits: Value) -> tuple[Buf, Value | None]:
+    def loss(self, logits: Value, target: Buf | None = None) -> tuple[Buf, Value | None]:
+        """:meth:`cross_entropy` of ``logits`` (``target``: a targets tensor of the step's own that the loss saves;
+        None: the batch's)."""
+        return self.cross_entropy(logits, target)
+
+    def cross_entropy(self, logits: Value, target: Buf | None = None) -> tuple[Buf, Value | None]:
         """``objective.loss``: cross-entropy in at least float32. Returns the loss scalar and, with a graph,
         the node to seed (the loss value)."""
         wide = logits
@@ -287,7 +301,7 @@ class ModelOps:
             self.deliver(log_probs, grad_log_probs)
 
         if log_probs.tracked:
-            self._node(loss_value, nll_backward, [log_probs.buf, total_weight])
+            self._node(loss_value, nll_backward, [log_probs.buf, total_weight, *([target] if target else [])])
         self.t.drop(total_weight, log_probs.buf)
         if wide is not logits:
             self.t.drop(wide.buf)

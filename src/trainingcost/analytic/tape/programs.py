@@ -87,9 +87,17 @@ def autograd_step(t: Tape, g: Group, run: Run) -> Ops:
     (``Backprop.step``). Trained feedback matrices (KP) get a gradient beside each weight's."""
     ops = Ops(t, g, graph=True, kp=run.feedback_parameters)
     with t.in_phase("forward"):
-        logits = ops.forward()
-        loss, root = ops.loss(logits)
-        t.drop(logits.buf)
+        if g.mtp_depth:  # multi-token prediction: its modules' logits and losses too (tape/mtp.py)
+            from .mtp import mtp_loss
+
+            extra: list = []
+            logits = ops.forward(extra)
+            loss, root = mtp_loss(ops, logits, extra)
+            t.drop(logits.buf, *(x.buf for x in extra))
+        else:
+            logits = ops.forward()
+            loss, root = ops.loss(logits)
+            t.drop(logits.buf)
     with t.in_phase("backward"):
         seed = t.new(np.full_like(t.live, FLOAT32), "ones_like")
         t.hold(seed)  # the engine keeps the root gradient until the backward ends

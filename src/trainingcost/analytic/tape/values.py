@@ -22,9 +22,10 @@ class Stream:
         self.x: Value | None = None
         self.memory: Value | None = None
         self.bias: Value | None = None  # the running stack's relative position bias
+        self.hidden: Value | None = None  # the stream before the final norm (kept for multi-token prediction)
 
     def close(self, t: Tape) -> None:
-        for value in (self.x, self.memory, self.bias):
+        for value in (self.x, self.memory, self.bias, self.hidden):
             if value is not None:
                 t.drop(value.buf)
-        self.x = self.memory = self.bias = None
+        self.x = self.memory = self.bias = self.hidden = None
