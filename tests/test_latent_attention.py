@@ -116,12 +116,13 @@ FLAGS = ["--arch", "decoder", "--layers", "4", "--d-model", "1024", "--heads", "
          "--qk-rope-head-dim", "64"]
 
 
-def test_the_plan_prices_latent_attention_and_estimate_says_the_tape_does_not_replay_it(capsys):
+def test_the_plan_prices_latent_attention_and_estimate_replays_it(capsys):
     row = tc.plan(**{k.lstrip("-").replace("-", "_"): v for k, v in zip(FLAGS[::2], FLAGS[1::2])}, gpu="h100-sxm",
                   gpus=8, tokens=1e9, rule="bp", tp=2).table.iloc[0]
     assert row["step_time_s"] > 0 and row["fits"]
     assert cli.main(["estimate", *FLAGS, "--rule", "bp"]) == 0
-    assert "not replayed (the tape has no latent attention yet)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "not replayed" not in out and "GiB*" not in out  # (the executed tape's step peak, no components summed)
     assert cli.main(["plan", *FLAGS, "--gpu", "h100-sxm", "--gpus", "8", "--tokens", "1e9", "--cp", "2"]) == 2
     assert "context parallelism 2 of latent attention is not priced" in capsys.readouterr().err
 
@@ -244,3 +245,44 @@ def test_deepseek_v3s_groups_come_from_its_config_and_are_checked():
             canonical_model({**base, **extra}, "")
         assert message in str(error.value)
     assert canonical_model({**base, "expert_groups": 4, "group_limit": 4}, "").group_limit == 0  # no limit
+
+
+# The memory tape (analytic/tape/latent.py) against the tensor meter: DeepSeek-V2-Lite's form (no query latent, query
+# and value heads alike wide: SDPA's fused kernel) and DeepSeek-V3's (a query latent, value heads narrower: SDPA's math
+# path on the CPU), each under every rule, SGD fp32 and Adam bf16 alternating.
+LATENT_TAPE = {
+    "v2-lite": dict(head_dim=4, kv_lora_rank=8, qk_rope_head_dim=2, v_head_dim=6),
+    "v3": dict(head_dim=6, kv_lora_rank=8, q_lora_rank=6, qk_rope_head_dim=4, v_head_dim=6),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LATENT_TAPE))
+def test_the_memory_tape_replays_latent_attention_to_the_byte(case):
+    from test_peaks import meter_step, tape_and_meter
+    from trainingcost.analytic.catalogue import rule_names
+
+    cfg = canonical_model(dict(arch="decoder", layers=2, d_model=16, heads=4, d_ff=24, vocab=300, seq_len=6, batch=2,
+                               norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
+                               head_bias=False, **LATENT_TAPE[case]), "test")
+    mismatches = []
+    for index, rule in enumerate(rule_names()):
+        optimizer, dtype = [("sgd", "fp32"), ("adam", "bf16")][index % 2]
+        got, want = tape_and_meter(cfg, rule, optimizer, dtype, meter_step(cfg, "lm", rule, optimizer, dtype))
+        if got != want or got["peak"] <= 0:
+            mismatches.append((rule, optimizer, dtype, got, want))
+    assert not mismatches, mismatches[:2]
+
+
+def test_the_tape_replays_deepseek_v3s_form_whole_with_its_routing():
+    """Latent attention (math path), DeepSeek-MoE with a dense first block and a multi-token prediction module: BP's
+    measured step (its routing recorded) replayed, equal to the meter, both settings."""
+    from test_moe import _metered_with_routing, _tape_and_meter
+
+    entry = dict(arch="decoder", layers=3, d_model=16, heads=4, d_ff=8, vocab=11, seq_len=6, batch=2, norm="rmsnorm",
+                 norm_position="pre", ffn="swiglu", positions="rotary", bias="none", **LATENT_TAPE["v3"], experts=4,
+                 experts_per_token=2, shared_expert_ff=8, shared_expert_gate=False, dense_blocks=1, dense_ff=12,
+                 mtp_depth=1)
+    for optimizer, dtype in (("sgd", "fp32"), ("adam", "bf16")):
+        cfg, reading = _metered_with_routing(entry, "bp", optimizer, dtype)
+        got, want = _tape_and_meter(cfg, "bp", optimizer, dtype, reading, reading.routing_record())
+        assert got == want, (optimizer, dtype, got, want)

@@ -111,16 +111,9 @@ def render_summary(table: pd.DataFrame, metric: str) -> str:
     return f"Total {unit} per training step, by rule and cost model\n" + grid(header, rows) + "\n"
 
 
-def _untaped(cfg) -> str:
-    """What of ``cfg`` the memory tape has no ops for yet ("" where it replays the model)."""
-    return "latent attention" if cfg.latent else ""
-
-
-def _not_replayed(moe: bool, rule: str = "", latent: str = "", mtp: bool = False) -> str:
+def _not_replayed(moe: bool, rule: str = "", mtp: bool = False) -> str:
     """Why the tape gives no peak for a rule it replays: a mixture of experts (or multi-token prediction) under a
-    rule that does not train it, latent attention (no tape of its ops yet), or the model's depth (tape/table.py)."""
-    if latent:
-        return f"not replayed (the tape has no {latent} yet)"
+    rule that does not train it, or the model's depth (tape/table.py)."""
     if moe and rule and not catalogue_rule(rule).trains_experts:
         return f"not replayed ({rule} does not train a mixture of experts)"
     if mtp and rule and not catalogue_rule(rule).trains_mtp:
@@ -146,7 +139,7 @@ def _reasons(why: list[str]) -> str:
 
 
 def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model: str, moe: bool = False,
-                   latent: str = "", mtp: bool = False) -> str:
+                   mtp: bool = False) -> str:
     """The default view: one row per rule under one cost model: the step's total, its ratio to BP, its forward,
     its backward, everything else, and the step's tensor-memory peak with its ratio to BP (the executed tape
     where it replays the step, else the components summed, marked *). Fits 100 columns."""
@@ -159,7 +152,7 @@ def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model
         else:
             peaks[r["rule"]] = (float(r["total"]), "*")
             why.append("the tape replays full training, not adapters" if r.get("finetune", "full") != "full" else
-                       _not_replayed(moe, r["rule"], latent, mtp) if replays(r["rule"]) else
+                       _not_replayed(moe, r["rule"], mtp) if replays(r["rule"]) else
                        "no tape replays this rule's step yet")
     ref = REFERENCE_RULE if REFERENCE_RULE in totals.index else None
     label = catalogue_rule(REFERENCE_RULE).label
@@ -181,14 +174,14 @@ def render_compact(table: pd.DataFrame, memory: pd.DataFrame, metric: str, model
     return "\n".join(out) + "\n"
 
 
-def render_memory(memory: pd.DataFrame, moe: bool = False, latent: str = "", mtp: bool = False) -> str:
+def render_memory(memory: pd.DataFrame, moe: bool = False, mtp: bool = False) -> str:
     first = memory.iloc[0]
     setting = f"{first['dtype']}, optimizer {first['optimizer']}; {first['parameter_count']:,} parameters"
     phases = [c for c in PEAK_PHASE_COLUMNS if (memory[c] >= 0).any()]
     rule_why = "not replayed yet for this rule (its tape is not written; the components below cover it)"
     rows = [[r["rule"], "", human_bytes(r["step_start"] - r["batch"]),
              *(human_bytes(r[c]) if r[c] >= 0 else "" for c in phases),
-             human_bytes(r["peak"]) if r["peak"] >= 0 else (_not_replayed(moe, r["rule"], latent, mtp) if replays(r["rule"])
+             human_bytes(r["peak"]) if r["peak"] >= 0 else (_not_replayed(moe, r["rule"], mtp) if replays(r["rule"])
                                                             else rule_why)]
             for _, r in memory.iterrows()]
     header = ["rule", "", "persistent", *(c.removeprefix("peak_") for c in phases), "step peak"]
@@ -232,12 +225,12 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print(wrapped(note) if compact else note)
     print()
     if compact:
-        print(render_compact(table, memory, args.metric, models[0], cfg.moe, _untaped(cfg), cfg.mtp))
+        print(render_compact(table, memory, args.metric, models[0], cfg.moe, cfg.mtp))
         return 0
     if not args.memory:
         print(render_costs(table, args.metric) if args.per_layer else render_phases(table, args.metric))
         print(render_summary(table, args.metric))
-    print(render_memory(memory, cfg.moe, _untaped(cfg), cfg.mtp))
+    print(render_memory(memory, cfg.moe, cfg.mtp))
     return 0
 
 

@@ -51,6 +51,8 @@ class GroupKey:
     shared_expert: bool = False  # ... with Qwen-MoE's shared expert and its gate ...
     router_norm: bool = False  # ... its top-k weights renormalised to sum to 1 (Mixtral)
     qk_norm: int = 0  # an RMSNorm on q and k: 1 on each head (Qwen3, Gemma 3), 2 on each projection (OLMo 2)
+    q_latent: bool = False  # latent attention: queries through a latent (q_a, an RMSNorm, q_b) ...
+    latent_fused: bool = False  # ... query and value heads alike wide (SDPA's fused kernel; else its math path)
     # The declared options that change which ops run (config/model.py's option(tape=True)), as (name, column value):
     # read as key.<name> (and g.<name>), so a new option needs no field here.
     options: tuple = ()
@@ -90,6 +92,8 @@ def group_keys(configs) -> list[GroupKey]:
         embedding_scale=o["embedding_scale"] > 0, shared_table=o["shared_embedding"] > 0, experts=o["experts"] > 0,
         expert_count=o["experts"], shared_expert=(o["experts"] > 0) & (o["shared_expert_ff"] > 0),
         router_norm=(o["experts"] > 0) & (o["router_norm"] > 0), qk_norm=o["qk_norm"],
+        q_latent=(o["kv_lora_rank"] > 0) & (o["q_lora_rank"] > 0),
+        latent_fused=(o["kv_lora_rank"] > 0) & (o["head_dim"] + o["qk_rope_head_dim"] == o["v_head"]),
     )
     columns["options"] = np.empty(len(heads), dtype=object)
     columns["options"][:] = [tuple((name, int(o[name][i])) for name in TAPE_OPTIONS) for i in range(len(heads))]
@@ -131,6 +135,9 @@ class Group:
     sff: np.ndarray | None = None  # ... the shared expert's width ...
     routing: object = None  # ... and the rows each expert gets (a tape.moe.Routing; None: token-balanced)
     dense_ff: np.ndarray | None = None  # a dense FFN's width: d_ff, or a mixture's dense first blocks' dense_ff
+    rope: np.ndarray | None = None  # latent attention: the rotary part of each query head and of the key ...
+    v_head: np.ndarray | None = None  # ... each value head's width ...
+    q_rank: np.ndarray | None = None  # ... and the queries' latent (0: one q projection)
 
     @classmethod
     def of(cls, configs, rows: np.ndarray, key: GroupKey, dtype_bytes: int) -> "Group":
@@ -146,7 +153,9 @@ class Group:
                    options["type_vocab"][rows] if key.types else None,
                    options["relative_buckets"][rows] if key.relative else None, options["head_dim"][rows],
                    options["rotary_dim"][rows], options["experts_per_token"][rows], options["shared_expert_ff"][rows],
-                   dense_ff=np.where(options["dense_ff"][rows] > 0, options["dense_ff"][rows], col["d_ff"]))
+                   dense_ff=np.where(options["dense_ff"][rows] > 0, options["dense_ff"][rows], col["d_ff"]),
+                   rope=options["qk_rope_head_dim"][rows], v_head=options["v_head"][rows],
+                   q_rank=options["q_lora_rank"][rows])
 
     def __getattr__(self, name: str):  # the structure's fields: g.pre, g.gated, g.arch ...
         if name.startswith("_") or name == "key":
@@ -218,9 +227,11 @@ class Group:
         for stack in self.stacks:
             for index in range(self.depth[stack]):
                 for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, self.block_moe(index),
-                                             bool(self.post_norms)):
+                                             bool(self.post_norms), bool(self.kv_lora_rank)):
                     family = L.KINDS[sub.kind].family
-                    if family == "attention":
+                    if sub.kind == "latent_attention":
+                        out += [shape for shape, _ in self.latent_tensors() if len(shape) == 2]
+                    elif family == "attention":
                         out += [(self.d, self.q_width), (self.d, self.kv_width), (self.d, self.kv_width),
                                 (self.q_width, self.d)]
                     elif family == "ffn":
@@ -229,6 +240,16 @@ class Group:
                     elif family == "moe":  # the router, the experts, the shared expert and its gate
                         out += self._moe_linears()
         return out + [(self.d, self.out)]
+
+    def latent_tensors(self) -> list[tuple[tuple, str]]:
+        """Latent attention's parameter tensors in registration order (train/model.py's LatentAttention): (in, out)
+        of each Linear, (width,) of each RMSNorm's weight, with its name."""
+        h, rope, rkv = self.h, self.rope, self.kv_lora_rank
+        dq = self.head_dim + rope
+        q = ([((self.d, self.q_rank), "q_a"), ((self.q_rank,), "q_norm"), ((self.q_rank, h * dq), "q_b")]
+             if self.q_latent else [((self.d, h * dq), "q")])
+        return q + [((self.d, rkv + rope), "kv_a"), ((rkv,), "kv_norm"),
+                    ((rkv, h * (self.head_dim + self.v_head)), "kv_b"), ((h * self.v_head, self.d), "o")]
 
     def _moe_linears(self) -> list[tuple]:
         def ffn(width):
@@ -273,9 +294,16 @@ class Group:
             linear(width, self.d, self.out_bias)
 
         def block(stack, index, name, moe):  # one block's parameters (pre-LN: norm, branch)
-            for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, moe, bool(self.post_norms)):
+            for sub in L.block_sublayers(self.arch, stack, self.pre, self.parallel, moe, bool(self.post_norms),
+                                         bool(self.kv_lora_rank)):
                 family = L.KINDS[sub.kind].family
-                if family == "attention":
+                if sub.kind == "latent_attention":  # (its Linears have no bias)
+                    for shape, _ in self.latent_tensors():
+                        if len(shape) == 2:
+                            linear(*shape, False)
+                        else:
+                            add(shape[0])
+                elif family == "attention":
                     linear(self.d, self.q_width, self.qkv_bias)
                     linear(self.d, self.kv_width, self.qkv_bias)
                     linear(self.d, self.kv_width, self.qkv_bias)

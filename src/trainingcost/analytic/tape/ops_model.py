@@ -80,6 +80,10 @@ class ModelOps:
             from .moe import mixture
 
             return mixture(self, x)
+        if branch.kind == "latent_attention":  # DeepSeek's multi-head latent attention (tape/latent.py)
+            from .latent import latent_attention
+
+            return latent_attention(self, x)
         if L.KINDS[branch.kind].family == "attention":
             return self.attention(x, memory if branch.reads_memory else x, rotary=self.g.rotary and branch.positional,
                                   bias=self.bias if branch.positional else None,
@@ -93,7 +97,7 @@ class ModelOps:
         """The branches of block ``index`` of ``stack`` (``Block.branches``: :func:`layers.describe_block`; a
         mixture's dense first blocks a dense FFN; None: a mixture block)."""
         return L.describe_block(self.g.arch, stack, self.g.pre, self.g.parallel, self.g.block_moe(index),
-                                bool(self.g.post_norms), self.g.output).branches
+                                bool(self.g.post_norms), self.g.output, bool(self.g.kv_lora_rank)).branches
 
     def sublayer(self, branch: L.Branch, x: Value, memory: Value | None) -> Value:
         """``Block.sublayer``: post-LN norm(x + branch(x)), pre-LN x + branch(norm(x)), output-LN x + norm(branch(x));

@@ -29,7 +29,7 @@ class NormOps:
         if wide:
             x = self.value(rows, d, "to_float32", f)
             if s.tracked:
-                self.derivative(x, [s], [], [(s.buf.nbytes, "_to_copy")])
+                self.derivative(x, [s], [], [(bytes_(rows * d, z), "_to_copy")])  # (s's size: it may be a view)
         tracked = x.tracked and self.graph
         square = self.value(rows, d, "pow", f)
         if tracked:

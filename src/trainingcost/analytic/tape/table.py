@@ -71,8 +71,6 @@ def step_peaks(configs, rule_name: str, optimizer: str, dtype_bytes: int, start:
     for rows, key in groups(configs):
         if key.blocks > MAX_TAPE_BLOCKS or (key.experts and not trains_experts):  # (a rule that refuses a mixture)
             continue
-        if key.kv_lora_rank:  # latent attention: no tape of it yet (the memory model's parts stand)
-            continue
         if key.mtp_depth and not catalogue.rule(rule_name).trains_mtp:  # (a rule that does not train the modules)
             continue
         for part in ([rows[i:i + 1] for i in range(len(rows))] if key.experts else [rows]):  # (a mixture: one by one)

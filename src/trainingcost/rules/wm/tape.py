@@ -18,9 +18,12 @@ def mirror(t: Tape, g: Group, steps: int) -> None:
     routing = g.routing if g.routing is not None else Routing()
     for stack in g.stacks:
         for index in range(g.depth[stack]):
-            for sub in L.block_sublayers(g.arch, stack, g.pre, g.parallel, g.block_moe(index), bool(g.post_norms)):
+            for sub in L.block_sublayers(g.arch, stack, g.pre, g.parallel, g.block_moe(index), bool(g.post_norms),
+                                         bool(g.kv_lora_rank)):
                 family = L.KINDS[sub.kind].family
-                if family == "attention":
+                if sub.kind == "latent_attention":  # every Linear of it on the block's rows
+                    rows += [seen[stack]] * sum(len(shape) == 2 for shape, _ in g.latent_tensors())
+                elif family == "attention":
                     source = seen["encoder"] if sub.kind == "cross_attention" else seen[stack]
                     rows += [seen[stack], source, source, seen[stack]]
                 elif family == "ffn":
