@@ -176,7 +176,7 @@ def test_a_part_below_its_full_power_runs_its_compute_along_the_cited_curve_and_
 
 @pytest.mark.parametrize("flags, message", [
     (["--gpu", "a100-80gb", "--power-limit", "300"],
-     "--power-limit: no published power curve for gpu a100-80gb (allowed for: h100-sxm, h100-hbm2e)"),
+     "--power-limit: no published power curve for gpu a100-80gb (allowed for: h100-sxm, h100-hbm2e, h800-sxm)"),
     (["--gpu", "h100-sxm", "--power-limit", "150"], "--power-limit: 150.0 W is outside h100-sxm's published power curve"),
     (["--gpu", "h100-pcie", "--power-limit", "300"], "--power-limit: no published power curve for gpu h100-pcie"),
     (["--gpu", "h100-sxm", "--power-limit", "500", "--mfu", "0.4"],

@@ -462,7 +462,7 @@ def config(**plan):
     (dict(gpu="mine"), {"hardware": {"mine": {"peak_tflops": {"bf16": 100}, "memory_gb": 16, "bandwidth_gbs": 500}}},
      "hardware.mine.power_w: missing"),
     (dict(gpu="a100-80gb", power_limit=300), {},
-     "plan.power_limit: no published power curve for gpu a100-80gb (allowed for: h100-sxm, h100-hbm2e)"),
+     "plan.power_limit: no published power curve for gpu a100-80gb (allowed for: h100-sxm, h100-hbm2e, h800-sxm)"),
     (dict(gpu="h100-sxm", power_limit=900), {}, "plan.power_limit: 900 W is outside h100-sxm's published power curve"),
     (dict(gpu="h100-sxm", power_limit="low"), {}, "plan.power_limit: 'low' is not of type ['number', 'null']"),
     (dict(gpu="h100-sxm", power_limit=500, efficiency={"mfu": 0.4}), {},
