@@ -102,3 +102,40 @@ def test_a_published_row_may_state_its_schedule_and_offload():
     assert (runs.layout_of(row).schedule, runs.layout_of(row).offload) == ("", "none")
     lay = runs.layout_of({**row, "schedule": "ZB-H1", "offload": "optimizer", "sharding": "zero1"})
     assert (lay.schedule, lay.offload) == ("zb-h1", "optimizer")
+
+
+def test_the_nvme_forms_by_hand():
+    """ZeRO-Infinity's NVMe offload (offload.py): the node's drives at DeepSpeed's measured 10 GB/s read and 5 GB/s
+    write (DeepNVMe, four Gen4 SSDs); the fp32 gradients written as the backward makes them, the step reading 16 bytes
+    per parameter (master weight, two moments, gradient) and writing 12 back around the CPU's Adam, the updated
+    shards written once a step and read again before each gather (the slower of the drives, shared by the node's
+    GPUs, and the GPU's PCIe link)."""
+    prec = type("P", (), {"master": 4, "state": 4, "weights": 2})()
+    kw = dict(partition=1e9, shard=1e9, per_node=8, prec=prec, slots=2, params={"host_link_gbs": 32,
+              "host_memory_gbs": 400}, M=4, compute_fwd=0.5, compute_bwd=1.0)
+    cpu = offload.seconds("optimizer", **kw)
+    f = offload.seconds("optimizer-nvme", **kw)
+    assert f["gradients"] == pytest.approx(max(1e9 * 4 / 32e9, 8 * 1e9 * 4 / 5e9) - 4 * 1.0)  # 6.4 s of writes
+    assert f["cpu"] - cpu["cpu"] == pytest.approx(8 * 1e9 * (16 / 10e9 + 12 / 5e9))
+    assert f["parameters"] == cpu["parameters"] and f["gathers"] == 0
+    p = offload.seconds("parameters-nvme", **kw)
+    assert p["parameters"] == pytest.approx(1e9 * 2 / 32e9 + 8 * 1e9 * 2 / 5e9)
+    assert p["gathers"] == pytest.approx(4 * 2 * 1e9 * 2 * 8 / 10e9 - 4 * 1.5)  # 12.8 s of reads, 6 s of compute
+
+
+def test_nvme_keeps_only_swap_buffers_in_the_host_and_runs_under_zero3(capsys):
+    """DeepSpeed's swap buffers: the optimizer's 4 fp32 tensors of a sub-group (sub_group_size 1e9 elements), the
+    parameters' 5 buffers of 1e8 elements in bf16; refused in one line outside ZeRO-3."""
+    facts = _facts("llama-2-7b")
+    P = facts.parameters
+    _, spec = _states(facts, sharding="zero3", offload="optimizer-nvme", gpus=64)
+    assert host_bytes(facts, spec, "bp", 8) == pytest.approx(8 * 4 * (P / 64) * 4)  # a partition under 1e9
+    _, spec = _states(facts, sharding="zero3", offload="parameters-nvme", gpus=8)
+    assert host_bytes(facts, spec, "bp", 8) == pytest.approx(8 * (4 * min(P / 8, 1e9) * 4 + 5 * 1e8 * 2))
+    gpu_nvme, _ = _states(facts, sharding="zero3", offload="parameters-nvme")
+    gpu_host, _ = _states(facts, sharding="zero3", offload="parameters")
+    assert gpu_nvme == gpu_host  # the GPU keeps what it keeps under the host's offload
+    assert cli.main(["plan", "--preset", "llama-2-7b", "--tokens", "1e11", "--gpu", "a100-80gb", "--gpus", "8",
+                     "--rule", "bp", "--sharding", "fsdp", "--offload", "parameters-nvme"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs --sharding zero3 (allowed with fsdp: none, optimizer, parameters)" in err[0]

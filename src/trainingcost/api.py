@@ -458,8 +458,9 @@ def plan(
         optimizer (--optimizer): one of sgd, momentum, adam
         interleave (--interleave): virtual pipeline stages per GPU (interleaved 1F1B)
         offload (--offload): keep the optimizer (ZeRO-Offload), or the parameters too (ZeRO-3's offload_param,
-            FSDP's CPU offload), in the host's memory: the GPU's memory it frees, the PCIe copies and the CPU's
-            optimizer step it costs; one of none, optimizer, parameters
+            FSDP's CPU offload), in the host's memory, or on the node's NVMe drives (optimizer-nvme, parameters-
+            nvme: ZeRO-Infinity, ZeRO-3 only): the GPU's memory it frees, the PCIe and NVMe traffic and the CPU's
+            optimizer step it costs; one of none, optimizer, parameters, optimizer-nvme, parameters-nvme
         finetune (--finetune): what trains: full (every parameter), lora (rank --lora-rank adapters on --lora-
             targets, the base frozen: Hu et al. 2021, as PEFT runs it) or qlora (lora on a 4-bit NF4 base:
             Dettmers et al. 2023); adapters train under bp only; one of full, lora, qlora

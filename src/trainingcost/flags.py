@@ -172,8 +172,9 @@ def plan_flags(p) -> None:
                    help="virtual pipeline stages per GPU (interleaved 1F1B)")
     p.add_argument("--offload", default="none", type=str.lower, choices=list(OFFLOADS),
                    help="keep the optimizer (ZeRO-Offload), or the parameters too (ZeRO-3's offload_param, FSDP's CPU "
-                        "offload), in the host's memory: the GPU's memory it frees, the PCIe copies and the CPU's "
-                        "optimizer step it costs")
+                        "offload), in the host's memory, or on the node's NVMe drives (optimizer-nvme, "
+                        "parameters-nvme: ZeRO-Infinity, ZeRO-3 only): the GPU's memory it frees, the PCIe and NVMe "
+                        "traffic and the CPU's optimizer step it costs")
     finetune_flags(p)
     p.add_argument("--schedule", default=None, type=str.lower, choices=[*SCHEDULES, "auto"],
                    help="the pipeline schedule with --pp: 1f1b, interleaved (with --interleave), zb-h1 and zb-h2 (Qi et "

@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..config import ConfigError
+from .steptime import offload as host_offload
 
 FIELDS = ("tp", "pp", "interleave", "micro_batch", "checkpointing", "sharding", "sequence_parallel", "ep", "replicate",
           "schedule")
@@ -277,7 +278,7 @@ def _search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: 
         rejected.append(f"sharding {', '.join(s for s in SHARDINGS if s not in shardings)}: not run by framework "
                         f"{spec.framework}")
     if spec.offload != "none" and "sharding" in free:  # an offload runs under the ZeRO stages that shard its state
-        kept = tuple(sh for sh in shardings if sh != "none" and (spec.offload != "parameters" or sh in ("zero3", "fsdp")))
+        kept = tuple(sh for sh in shardings if host_offload.allows(spec.offload, sh))
         if set(shardings) - set(kept):
             rejected.append(f"sharding {', '.join(sh for sh in shardings if sh not in kept)}: --offload "
                             f"{spec.offload} needs the state sharded ({', '.join(kept)})")

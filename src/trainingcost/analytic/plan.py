@@ -496,7 +496,8 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
     copies = schedules.parameter_copies(schedule)
     # Offload (steptime/offload.py): the optimizer's partition on the host, the gradients too where ZeRO-2 or 3
     # partitions them (copied down as the backward makes them), and the parameters' shards with parameter offload
-    on_gpu = {"parameters": spec.offload != "parameters", "gradients": spec.offload == "none" or stage < 2,
+    on_gpu = {"parameters": not host_offload.parameters_off(spec.offload),
+              "gradients": spec.offload == "none" or stage < 2,
               "optimizer": spec.offload == "none"}
     weights, grad_bytes, master, state = params * p.weights, trained * grads, trained * p.master, trained * p.state
     ft = facts.finetune
@@ -522,17 +523,15 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
 def host_bytes(facts: ModelFacts, spec: PlanSpec, rule_name: str, per_node: int) -> float:
     """Bytes an offload keeps in one node's host memory (steptime/offload.py): each of its GPUs' optimizer partition
     (fp32 master weights, the moments and an fp32 gradient buffer, DeepSpeed's 16 bytes per parameter with Adam) and,
-    with parameter offload, their bit16 parameter shards."""
+    with parameter offload, their bit16 parameter shards; on NVMe, their pinned swap buffers alone."""
     if spec.offload == "none":
         return 0.0
     p = PRECISIONS[spec.precision]
     row = facts.row(rule_name)
     share = model_share(facts, spec.tp, spec.pp, split=facts_split(facts, spec.pipeline_split))
     part = row["trained"] * share / shard_ranks(spec)
-    per_gpu = part * (max(p.master, 4) + p.state * OPTIMIZER_SLOTS[spec.optimizer] + host_offload.GRADIENT_BYTES)
-    if spec.offload == "parameters":
-        per_gpu += (facts.parameters + row["feedback"]) * share / shard_ranks(spec) * p.weights
-    return per_node * per_gpu
+    shard = (facts.parameters + row["feedback"]) * share / shard_ranks(spec)
+    return per_node * host_offload.host_bytes_per_gpu(spec.offload, part, shard, p, OPTIMIZER_SLOTS[spec.optimizer])
 
 
 def gathered_unit_bytes(facts: ModelFacts, spec: PlanSpec, p) -> float:

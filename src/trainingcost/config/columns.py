@@ -213,11 +213,12 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "framework": ("text", "the training framework (config/frameworks.yaml)"),
     "attention": ("text", "the attention kernel: flash, flash3, cudnn or unfused"),
     "pipeline_split": ("text", "the blocks of each pipeline stage, where they are not even"),
-    "offload": ("text", "what the host's memory keeps: none, optimizer (ZeRO-Offload) or parameters (and the "
-                        "optimizer: ZeRO-3's offload_param, FSDP's CPU offload)"),
+    "offload": ("text", "what leaves the GPU: none, optimizer (ZeRO-Offload) or parameters (and the optimizer: "
+                        "ZeRO-3's offload_param, FSDP's CPU offload) to the host's memory, or optimizer-nvme, "
+                        "parameters-nvme to the node's NVMe drives (ZeRO-Infinity)"),
     "host_memory_per_node": ("bytes", "host memory an offload keeps per node: its GPUs' optimizer partitions (fp32 "
                                       "master weights, moments, an fp32 gradient buffer) and, with parameter offload, "
-                                      "their bit16 parameter shards"),
+                                      "their bit16 parameter shards; on NVMe, their pinned swap buffers alone"),
     "finetune": ("text", "what trains: full (every parameter), lora or qlora (adapters on a frozen base, "
                          "analytic/finetune.py)"),
     "trained_parameters": ("count", "the parameters the rule trains: the model's (and feedback's), or the adapters' "
