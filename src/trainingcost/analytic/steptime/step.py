@@ -1037,13 +1037,14 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
     ep_one = net.limited_all_to_all(ep_bytes, lay.ep, ep_stride, cfg.experts_per_token, cfg.group_limit,
                                     cfg.expert_groups) if cfg.group_limit else net.all_to_all(ep_bytes, lay.ep, ep_stride)
     # (node-limited routing: each token to at most group_limit groups' nodes, once each, Network.limited_all_to_all)
-    # per average block: a mixture's dense first blocks dispatch nothing
-    ep_one *= mixture_share(cfg)
-    ep_fwd = 2 * w["passes"] * comm_blocks * ep_one if cfg.moe else 0.0
+    # per average block: a mixture's dense first blocks dispatch nothing; multi-token prediction's blocks (mixtures
+    # where the decoder's are) each as a mixture block
+    mixture_blocks = per_stage * mixture_share(cfg) + ends * cfg.mtp_depth
+    ep_fwd = 2 * w["passes"] * mixture_blocks * ep_one if cfg.moe else 0.0
     ep_rec = (2 * per_stage if ops & set(bt["ops_fwd"]) & {"gate", "up", "down"} else 0) \
         if (ops is not None and w["backward"]) else \
         2 * recomputed_blocks  # a recomputed mixture dispatches and combines again
-    ep_bwd = ((2 * comm_blocks if w["backward"] else 0) + ep_rec) * ep_one if cfg.moe else 0.0
+    ep_bwd = ((2 * mixture_blocks if w["backward"] else 0) + ep_rec * mixture_share(cfg)) * ep_one if cfg.moe else 0.0
 
     # Context parallelism: per block and pass, a ring of cp - 1 steps passing each GPU's keys and values (its s / cp
     # tokens, the kv heads on this GPU) to the next; the backward passes them again with their gradients (twice the
