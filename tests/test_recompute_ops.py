@@ -106,3 +106,24 @@ def test_the_core_alone_repeats_no_tensor_parallel_pair_and_an_absent_gate_nothi
     gpt2 = canonical_model({**preset_entry("gpt2-small"), "layers": 2})  # GELU: no gate product
     a, b = (predict_step(gpt2, base(recompute=r), H100, "bp") for r in ("ops:up", "ops:gate+up"))
     assert a.step_time_s == b.step_time_s
+
+
+def test_latent_attentions_up_projections_by_hand():
+    """ops:q_up+kv_up (DeepSeek-V3's recompute, its report's section 3.2.3: the MLA up-projections, and every
+    RMSNorm, inside the block's elementwise work): the backward repeats q_b (m x h dq x rq) and kv_b (m x h (dh + dv)
+    x rkv) at their own shapes; named with q and v, they are counted once."""
+    cfg = canonical_model({**preset_entry("deepseek-v2-lite"), "layers": 2, "seq_len": 1024, "experts": 0,
+                           "experts_per_token": 0, "shared_expert_ff": 0, "shared_expert_gate": True,
+                           "router_norm": True, "dense_blocks": 0, "dense_ff": 0, "d_ff": 4096, "q_lora_rank": 384})
+    dev = DeviceModel.of(H100, "bf16")
+    none, ups = base(), base(recompute="ops:q_up+kv_up")
+    bt = block_times(cfg, none, dev, 2)
+    m, h = 2 * cfg.seq_len, cfg.heads
+    gemms = dev.gemm(m, h * cfg.q_head, cfg.q_lora_rank) + dev.gemm(m, h * (cfg.head_dim + cfg.v_head), cfg.kv_lora_rank)
+    a_step, b_step = predict_step(cfg, none, H100, "bp"), predict_step(cfg, ups, H100, "bp")
+    M, L = none.accumulation, cfg.layers
+    assert b_step.parts["matmul"] - a_step.parts["matmul"] == pytest.approx(M * L * gemms, rel=1e-9)
+    assert b_step.parts["memory"] - a_step.parts["memory"] == pytest.approx(M * L * bt["fwd"]["memory"], rel=1e-9)
+    both = predict_step(cfg, base(recompute="ops:q+v"), H100, "bp")
+    named = predict_step(cfg, base(recompute="ops:q+v+q_up+kv_up"), H100, "bp")
+    assert named.parts == both.parts and named.hardware_flops == both.hardware_flops

@@ -50,7 +50,10 @@ from .network import Network
 RECOMPUTE = ("none", "selective", "full", "attention")  # attention: Korthikanti et al. 2022's selective recompute
 # ops:P+P+...: per-operation selective checkpointing (torchtitan's per-op policy, MaxText's named remat policies): the
 # block's elementwise work is recomputed, and of its products those named (the rest are saved)
-OP_PRODUCTS = ("q", "k", "v", "o", "gate", "up", "down", "core")
+OP_PRODUCTS = ("q", "k", "v", "o", "gate", "up", "down", "core", "q_up", "kv_up")  # (latent attention's up projections:
+# q_b and kv_b, what DeepSeek-V3 recomputes, its report's section 3.2.3)
+ATTENTION_PRODUCTS = {"q", "k", "v", "o", "q_up", "kv_up"}
+ALIASES = {"q_up": "q", "kv_up": "v"}  # a part of another product (named with it, counted once)
 
 
 def recompute_ops(recompute: str):
@@ -611,7 +614,9 @@ def block_times(cfg, lay: Layout, dev: DeviceModel, act_bytes: int) -> dict:
     if cfg.latent:  # latent attention: q (q_a and q_b), k the keys' and values' latent (kv_a), v their kv_b, o
         q_part = 2 if cfg.q_lora_rank else 1
         products.update(q=[(*g, 1) for g in attention_gemms[:q_part]], k=[(*attention_gemms[q_part], 1)],
-                        v=[(*attention_gemms[q_part + 1], 1)], o=[(*attention_gemms[q_part + 2], 1)])
+                        v=[(*attention_gemms[q_part + 1], 1)], o=[(*attention_gemms[q_part + 2], 1)],
+                        q_up=[(*attention_gemms[q_part - 1], 1)] if cfg.q_lora_rank else None,  # q_b
+                        kv_up=[(*attention_gemms[q_part + 1], 1)])  # kv_b
     out["ops_fwd"] = {x: (sum(n * dev.products.gemm(M, N, K) for M, N, K, n in listed),
                           sum(2.0 * M * N * K * n for M, N, K, n in listed))
                       for x, listed in products.items() if listed is not None}
@@ -975,11 +980,12 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
     # parallelism; rec_tp_one below), per block whose forward is recomputed
     tail = w["backward"] and tail_skipped(cfg, lay.recompute_tail, prec.linear is not None)
     flops = {x: f for x, (_, f) in bt["ops_fwd"].items()}
+    block_flops = sum(f for x, f in flops.items() if x not in ALIASES)  # (the up projections are parts of q and v)
     rec_tail_blocks = 0.0  # per block, the tails left out of the recomputed forwards
     down_s, after_s, down_flops = bt["tail_fwd"]
     if tail and lay.recompute in ("full", "selective"):
         rec_tail_blocks = recomputed_share
-        recomputed_blocks *= 1.0 - down_flops / sum(flops.values())
+        recomputed_blocks *= 1.0 - down_flops / block_flops
     elif tail and ops is not None:
         ops = ops - {"down"}  # its output is never read: the recompute stops (or the backward graph ends) before it
         rec_tail_blocks = 1.0 if ops & set(bt["ops_fwd"]) & {"gate", "up"} else 0.0  # the FFN's side recomputed,
@@ -988,13 +994,14 @@ def _micro_batch(cfg, lay: Layout, device, rule: str, work: dict | None, memo: d
         # kernel (their memory-bound passes and launches); each side's tensor-parallel pair where one of its products
         # repeats; its share of the block's forward FLOPs (the hardware FLOPs below)
         # (a product the model lacks, e.g. gate without a gated FFN, repeats nothing)
-        rec_block = {"matmul": sum(bt["ops_fwd"][x][0] for x in ops if x != "core" and x in bt["ops_fwd"]),
+        rec_block = {"matmul": sum(bt["ops_fwd"][x][0] for x in ops if x != "core" and x in bt["ops_fwd"]
+                                   and not (x in ALIASES and ALIASES[x] in ops)),
                      "attention": bt["fwd"]["attention"] if "core" in ops else 0.0,
                      "memory": bt["fwd"]["memory"], "launch": bt["fwd"]["launch"]}
-        recomputed_share = sum(flops.get(x, 0.0) for x in ops) / sum(flops.values())
+        recomputed_share = sum(flops.get(x, 0.0) for x in ops if not (x in ALIASES and ALIASES[x] in ops)) / block_flops
         recomputed_blocks = recomputed_share * per_stage
         present = ops & set(bt["ops_fwd"])
-        rec_pairs = min(fwd_pairs, (1 if present & {"q", "k", "v", "o"} else 0) +
+        rec_pairs = min(fwd_pairs, (1 if present & ATTENTION_PRODUCTS else 0) +
                         (1 if present & {"gate", "up", "down"} else 0))
         rec_core = "core" in ops
     if rec_tail_blocks:
