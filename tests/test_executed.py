@@ -234,8 +234,18 @@ OPTION_ARCHES = {
 }
 
 
+def _grid_rules(entry, index: int, cfg) -> list:
+    """The rules an option-grid case trains: every rule the model trains (others refused in one line:
+    tests/test_moe.py, tests/test_mtp.py), a third of them in turn beyond the decoder LM."""
+    rules = [rule for rule in rule_names() if not untrained(rule, cfg)]
+    if entry["arch"] == D and not entry.get("classes"):
+        return rules
+    return rules[index % 3::3]
+
+
 def _option_grid():
     for arch, shape in OPTION_ARCHES.items():
+        index = 0
         for name, options in {**OPTION_CASES, **MODERN}.items():
             if arch == "classifier" and options.get("tie_embeddings"):
                 continue  # refused: a classifier has no vocabulary to tie to (tests/test_config.py)
@@ -250,17 +260,34 @@ def _option_grid():
             if shape["arch"] != D and (options.get("kv_lora_rank") or options.get("dense_blocks")):
                 continue  # refused: latent attention is a decoder's causal self-attention (and dense first blocks a
                 # decoder's)
-            yield pytest.param({**shape, **options}, id=f"{arch}-{name}")
+            yield pytest.param({**shape, **options}, index, id=f"{arch}-{name}")
+            index += 1
 
 
-@pytest.mark.parametrize("entry", list(_option_grid()))
-def test_executed_equals_measured_under_every_option(entry):
+@pytest.mark.parametrize("entry,index", list(_option_grid()))
+def test_executed_equals_measured_under_every_option(entry, index):
+    """Every option under every architecture: the decoder LM under every rule; the encoder, the encoder-decoder and
+    the classifier each under a third of the rules in turn (option i under rules i mod 3, i + 3, ...), so that every
+    option meets every rule and every architecture, and every rule every architecture many times (the suite's
+    time: the whole product takes 290 s of it; test_option_grid_covers_every_rule_and_option_on_each_arch)."""
     cfg = canonical_model(entry, "test")
     assert not cfg.default_architecture
-    rules = [rule for rule in rule_names() if not untrained(rule, cfg)]  # (others refused in one line: tests/test_moe.py,
-    pred = predicted_rules(cfg, rules)  # tests/test_mtp.py)
+    rules = _grid_rules(entry, index, cfg)
+    pred = predicted_rules(cfg, rules)
     for rule in rules:
         assert_cells_equal(pred[rule], measured(cfg, rule, RuleOptions()), f"{rule} {cfg.options()}")
+
+
+def test_option_grid_covers_every_rule_and_option_on_each_arch():
+    """The rotation above leaves no rule untrained under any architecture, and trains every option under every rule
+    somewhere (the decoder LM's cases train them all)."""
+    seen = {}
+    for p in _option_grid():
+        entry, index = p.values
+        cfg = canonical_model(entry, "test")
+        arch = p.id.split("-")[0] if not entry.get("classes") else "classifier"
+        seen.setdefault(arch if entry["arch"] != ED else "encoder-decoder", set()).update(_grid_rules(entry, index, cfg))
+    assert all(rules == set(rule_names()) for rules in seen.values()) and len(seen) == 4
 
 
 def test_option_grid_covers_every_option_value():

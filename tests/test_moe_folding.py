@@ -104,7 +104,8 @@ def test_the_search_folds_where_etp_is_given():
     assert plain == {1, 2, 4} and folded == {1, 2, 4, 8}
 
 
-@pytest.mark.parametrize("name", ["published_runs_moe.csv", "published_runs_blackwell.csv", "published_runs_amd.csv"])
+@pytest.mark.parametrize("name", ["published_runs_moe.csv", "published_runs_blackwell.csv", "published_runs_amd.csv",
+                                  "published_runs_schedules.csv"])
 def test_the_runs_scored_apart_load_and_plan(name):
     """benchmarks/published_runs_moe.csv (mixtures of experts, one of them folded), the Blackwell and AMD rows: each row
     names a catalogue framework and cluster, and plans with nothing else."""

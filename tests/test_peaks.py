@@ -279,12 +279,18 @@ FAMILY_CASES = {
 
 @pytest.mark.parametrize("family", sorted(FAMILY_CASES))
 def test_the_tape_follows_the_model_families_to_the_byte(family):
+    """Each family under half the rules, the other half on the next family in order (every rule meets about
+    half the families, each architecture and both settings; the whole product took 133 s of the suite), SGD fp32
+    and Adam bf16 alternating: step start, step peak, every phase's peak."""
     arch, options, shape = FAMILY_CASES[family]
     layers, d, heads, d_ff, seq, batch, vocab = shape
     fields, task = ARCHES[arch]
     mismatches = []
+    number = sorted(FAMILY_CASES).index(family)
     for index, rule in enumerate(rule_names()):
-        optimizer, dtype = [("sgd", "fp32"), ("adam", "bf16")][index % 2]
+        if index % 2 != number % 2:
+            continue
+        optimizer, dtype = [("sgd", "fp32"), ("adam", "bf16")][(index // 2) % 2]
         cfg = canonical_model(dict(layers=layers, d_model=d, heads=heads, d_ff=d_ff, seq_len=seq, batch=batch,
                                    vocab=vocab + (256 if task == "lm" else 0), **fields, **options), "")
         got, want = tape_and_meter(cfg, rule, optimizer, dtype, meter_step(cfg, task, rule, optimizer, dtype))

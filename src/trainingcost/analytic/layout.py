@@ -238,7 +238,11 @@ def _search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: 
                        largest_micro_batch, memory_per_gpu, model_facts, step_layout)
     from .steptime import predict_step
     from .steptime.device import GENERIC
+    from .steptime.schedules import effective, in_flight, kept_share
     from .steptime.step import interleave_blocks, interleave_problem, rule_work
+
+    def kept(p: int, v: int) -> float:  # activations kept with v chunks per GPU, over 1F1B's
+        return in_flight("interleaved", p, v) if v > 1 else 1.0
 
     start = time.perf_counter()
     free = frozenset(free)
@@ -343,15 +347,18 @@ def _search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: 
                     s_key = (t, p, ep, sh, ckpt, R)
                     if s_key not in specs:  # the same for every rule
                         specs[s_key] = dataclasses.replace(spec, tp=t, pp=p, ep=ep, sharding=sh, checkpointing=ckpt,
-                                                           global_batch=G, replicate=R)
+                                                           global_batch=G, replicate=R, interleave=1)
                     s_spec = specs[s_key]
                     parts = memory_per_gpu(facts, s_spec, r, acts)
                     fixed = sum(v for k, v in parts.items() if k != "activations")
                     fits[sh] = (s_spec, fixed, parts["activations"],
                                 largest_micro_batch(fixed, parts["activations"], capacity))
+                # interleaved 1F1B keeps 1 + (p - 1)/(p v) of 1F1B's activations (steptime/schedules.py in_flight)
+                most = {(sh, v): largest_micro_batch(fits[sh][1], fits[sh][2] * kept(p, v), capacity)
+                        for sh in r_shardings for v in vs}
                 if "micro_batch" not in free and not spec.micro_batch:  # max: the plan's own choice per layout
-                    choice = {(sh, v): max(1, largest_divisor_at_most(per_replica, fits[sh][3], p if v > 1 else 1)
-                                           or largest_divisor_at_most(per_replica, fits[sh][3]))
+                    choice = {(sh, v): max(1, largest_divisor_at_most(per_replica, most[(sh, v)], p if v > 1 else 1)
+                                           or largest_divisor_at_most(per_replica, most[(sh, v)]))
                               for sh in r_shardings for v in vs}
                     mbs = sorted(set(choice.values()))
                 else:
@@ -359,23 +366,13 @@ def _search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: 
                 for mb in mbs:
                     M = per_replica // mb
                     ok_vs = [v for v in vs if v == 1 or M % p == 0]
-                    space += len(r_shardings) * len(sps) * len(ok_vs)
-                    fitting_shardings = [sh for sh in r_shardings if mb <= fits[sh][3]]
-                    if choice is not None:  # each sharding (and interleave) at its own micro-batch only
-                        space -= len(r_shardings) * len(sps) * len(ok_vs)
-                        fitting -= len(fitting_shardings) * len(sps) * len(ok_vs)
-                        pairs = [(sh, v) for sh in r_shardings for v in ok_vs if choice[(sh, v)] == mb]
-                        space += len(pairs) * len(sps)
-                        fitting_shardings = [sh for sh in fitting_shardings if any(c == sh for c, _ in pairs)]
-                        fitting += sum(1 for sh, _ in pairs if sh in fitting_shardings) * len(sps)
-                    fitting += len(fitting_shardings) * len(sps) * len(ok_vs)
-                    if not fitting_shardings or not ok_vs:
-                        continue
-                    for sp in sps:
-                        items = [(sh, v) for sh in fitting_shardings for v in ok_vs
-                                 if choice is None or choice[(sh, v)] == mb]
-                        if items:
-                            groups.append((t, p, dp, ep, R, ckpt, mb, sp, M, fits, items))
+                    # each sharding and interleave at this micro-batch (at its own largest only, where the plan picks)
+                    pairs = [(sh, v) for sh in r_shardings for v in ok_vs if choice is None or choice[(sh, v)] == mb]
+                    fit = [(sh, v) for sh, v in pairs if mb <= most[(sh, v)]]
+                    space += len(pairs) * len(sps)
+                    fitting += len(fit) * len(sps)
+                    if fit:
+                        groups.extend((t, p, dp, ep, R, ckpt, mb, sp, M, fits, fit) for sp in sps)
         # Best first: the groups in the order of their lower bound (the enumeration's among equals); once a bound
         # exceeds the top-th best step found, so do every later group's, and none is priced
         if prune:
@@ -399,7 +396,8 @@ def _search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: 
             t, p, dp, ep, R, ckpt, mb, sp, M, fits, items = groups[i]
             for j, (sh, v) in enumerate(items):
                 s_spec, fixed, per_seq, _ = fits[sh]
-                memory = fixed + per_seq * mb
+                memory = fixed + per_seq * mb * kept(p, v) * kept_share(
+                    effective(spec.schedule, v), p, v, M)
                 lay = step_layout(s_spec, G, mb, interleave=v, sequence_parallel=sp, slots=slots)
                 priced += 1
                 try:

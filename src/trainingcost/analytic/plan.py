@@ -514,9 +514,8 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
         # ZeRO-3 gathers each layer whole before using it: its working weights and gradients (DeepSpeed's
         # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16)
         "gathered": gathered_unit_bytes(facts, spec, p) / spec.tp if stage == 3 and dp > 1 else 0.0,
-        "activations": (activations * p.activations * _in_flight(facts, spec.pp, split)
-                        * schedules.in_flight(schedule, spec.pp)
-                        + unfused_scores(facts, spec, row)) / (spec.tp * spec.cp),
+        "activations": (activations * p.activations * _in_flight(facts, spec.pp, split) + unfused_scores(facts, spec, row))
+        * schedules.in_flight(schedule, spec.pp, spec.interleave) / (spec.tp * spec.cp),
     }
 
 
@@ -568,8 +567,8 @@ UNFUSED_SCORE_BYTES = 5
 
 
 def unfused_scores(facts: ModelFacts, spec: PlanSpec, row: dict) -> float:
-    """Bytes per sequence of the attention scores an unfused attention keeps for the backward, on the fullest stage:
-    every block not checkpointed (one checkpointed block recomputed at a time) of rules with a backward."""
+    """Bytes per sequence of the attention scores an unfused attention keeps for the backward, on the fullest stage
+    with 1F1B's pp micro-batches in flight: every block not checkpointed (one checkpointed block recomputed at a time) of rules with a backward."""
     if spec.attention != "unfused" or not row["backward"] or not facts.scores:
         return 0.0
     counts = checkpointed(facts, spec.checkpointing, spec.checkpoint_every)
@@ -577,7 +576,8 @@ def unfused_scores(facts: ModelFacts, spec: PlanSpec, row: dict) -> float:
     per_block = {s: UNFUSED_SCORE_BYTES * facts.scores[s] for s in facts.depth}
     total = sum(kept[s] * per_block[s] for s in facts.depth) + (max(per_block.values()) if any(counts.values()) else 0)
     blocks = sum(facts.depth.values())
-    return total * fullest_stage(blocks, spec.pp, facts_split(facts, spec.pipeline_split)) / blocks
+    # 1F1B's first stage keeps pp micro-batches of its blocks' scores in flight (the schedule's share on top)
+    return total * fullest_stage(blocks, spec.pp, facts_split(facts, spec.pipeline_split)) * spec.pp / blocks
 
 
 def fits_at_micro_batch_1(cfg, spec: PlanSpec, device, rules, facts: ModelFacts | None = None) -> dict[str, bool]:
@@ -776,7 +776,9 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         # micro-batch max: the largest that fits (and, interleaved, leaves micro-batches in multiples of pp)
         fitting = largest_divisor_at_most(per_replica, most, spec.pp if spec.interleave > 1 else 1)
         micro = spec.micro_batch or max(1, fitting or largest_divisor_at_most(per_replica, most))
-        parts["activations"] *= micro
+        # (fewer micro-batches per step than the pipeline keeps in flight: as many as there are)
+        parts["activations"] *= micro * schedules.kept_share(
+            schedules.effective(spec.schedule, spec.interleave), spec.pp, spec.interleave, per_replica // micro)
         memory[r] = (parts, fixed, micro, most)
     # A rule that does not fit at micro-batch 1 is still priced at micro-batch 1, its row marked fits False
     # (the command line names the smallest change that fits: smallest_fit)

@@ -23,8 +23,9 @@ the updated shard written once a step. The node's drives are shared by its GPUs;
 the PCIe copy costs the slower of the two.
 
 The link's and the DRAM's rates are the datasheets' theoretical ones (config/hardware.yaml, host_link_gbs and
-host_memory_gbs; a DGX A100's where a device has none), so the priced offload is a lower bound on its cost; the
-drives' are DeepSpeed's measured ones (NVME_DEFAULTS).
+host_memory_gbs; a DGX A100's where a device has none); the CPU's Adam reaches :data:`CPU_ADAM_DRAM_SHARE` of the
+DRAM's, as DeepSpeed's CPU-Adam measured (Ren et al. 2021, Table 4); the drives' rates are DeepSpeed's measured ones
+(NVME_DEFAULTS).
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ HOST_DEFAULT_SOURCE = ("a DGX A100's PCIe Gen4 link (32 GB/s each way) and DRAM 
 NVME_DEFAULTS = {"nvme_read_gbs": 10.0, "nvme_write_gbs": 5.0}
 NVME_SOURCE = ("DeepSpeed's ds_io on four PCIe Gen4 NVMe SSDs in RAID 0 (Azure NC96ads_A100_v4): 10 GB/s reads, 5 GB/s "
                "writes (deepspeedai/DeepSpeed, blogs/deepnvme/08-2024/README.md)")
+# DeepSpeed's CPU-Adam (AVX-512, every core) on a DGX-2's two Xeon Platinum 8168 (six DDR4-2666 channels each,
+# 256 GB/s): 0.22, 0.51, 1.03, 2.41 and 2.57 s a step for 1, 2, 4, 8 and 10B parameters (Ren et al. 2021, ZeRO-Offload,
+# USENIX ATC '21, Table 4), i.e. 136, 118, 117, 100 and 117 GB/s of adam_bytes' 30 per parameter: the median, 117 GB/s,
+# is 0.456 of the DRAM's rate (tests/test_offload.py recomputes it from the table)
+CPU_ADAM_DRAM_SHARE = 0.456
+CPU_ADAM_SOURCE = ("DeepSpeed's CPU-Adam at 0.456 of the host DRAM's rate: its measured step on a DGX-2 (Ren et al. "
+                   "2021, ZeRO-Offload, Table 4: 2.57 s for 10B parameters on two Xeon Platinum 8168, 256 GB/s)")
 GRADIENT_BYTES = 4  # DeepSpeed casts a gradient partition to fp32 on the GPU before the copy to the host
 # The host's pinned swap buffers under NVMe offload (deepspeed/runtime/zero/offload_config.py and config.py defaults):
 # the optimizer's buffer_count 4 (one per Adam tensor: weight, gradient, two moments) of a sub-group of sub_group_size
@@ -131,7 +139,7 @@ def seconds(offload: str, partition: float, shard: float, per_node: int, prec, s
     down = partition * GRADIENT_BYTES / link
     if on_nvme(offload):  # the node's gradients written to its drives as the backward makes them
         down = max(down, per_node * partition * GRADIENT_BYTES / write)
-    cpu = per_node * partition * adam_bytes(prec.master, prec.state, slots, prec.weights) / dram
+    cpu = per_node * partition * adam_bytes(prec.master, prec.state, slots, prec.weights) / (dram * CPU_ADAM_DRAM_SHARE)
     if on_nvme(offload):  # each sub-group read (weights, moments, gradient), stepped, written back, in turn
         cpu += per_node * partition * ((state + GRADIENT_BYTES) / read + state / write)
     out = {"gradients": max(0.0, down - M * compute_bwd), "cpu": cpu,

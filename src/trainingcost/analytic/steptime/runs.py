@@ -6,6 +6,8 @@ Every measured figure becomes a step time with its source's own definition (``me
 - ``tokens_per_s`` (all GPUs): step = B s / throughput;
 - ``tokens_per_s_per_gpu`` (MosaicML llm-foundry's and torchtitan's tables, NeMo's performance summary, TinyLlama's
   README): step = B s / (throughput x GPUs);
+- ``samples_per_s_per_gpu`` (Qi et al. 2024, Zero Bubble Pipeline Parallelism, Tables 4 and 6): step = B / (throughput x
+  GPUs), B the global batch in sequences;
 - ``neox_flops_per_gpu`` (GPT-NeoX's logged "approx flops per GPU", EleutherAI/gpt-neox megatron/logging.py get_flops
   at the 20B release, commit c560814b, 2022): step = B s (6 N + 60 s h l) / (N_gpus X), N the model's parameters.
 Rows whose figure is a model TFLOP/s or an MFU of an unstated FLOP count are not converted (they are not in the
@@ -23,7 +25,8 @@ from ...config.errors import ConfigError
 
 from .step import Layout
 
-FIGURES = ("tflops_per_gpu", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "neox_flops_per_gpu")
+FIGURES = ("tflops_per_gpu", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "samples_per_s_per_gpu",
+           "neox_flops_per_gpu")
 
 
 def measured_step_time(row: dict) -> float:
@@ -42,6 +45,8 @@ def measured_step_time(row: dict) -> float:
         return B * s / value
     if figure == "tokens_per_s_per_gpu":
         return B * s / (value * n)
+    if figure == "samples_per_s_per_gpu":
+        return B / (value * n)
     if figure == "neox_flops_per_gpu":
 
         from ..comm import parameter_tensors

@@ -6,7 +6,9 @@ weight-gradient products, the recompute included) and the weight gradients W (th
 1F1B runs B and W together, so each stage waits for the others' F + B + W at the pipeline's fill and drain:
 
 - ``1f1b``: (p - 1)(F + B + W) (Narayanan et al. 2021, section 2.2), and ``interleaved`` with v chunks per GPU the
-  same over v (ibid.);
+  same over v (ibid.), whose first GPU keeps p + (p - 1)/v stages' micro-batches of activations where 1F1B keeps p
+  (Korthikanti et al. 2022, section 4.2.3: 1 + (p - 1)/(p v) times; torch's ScheduleInterleaved1F1B's order keeps as
+  many, tests/test_schedules.py);
 - ``zb-h1``: W deferred into the drain, (p - 1)(F + B - W) (Qi et al. 2024, "Zero Bubble Pipeline Parallelism",
   section 2.2), with 1F1B's activation memory; where W exceeds F or B a deferred W cannot fill more than the idle slot
   it goes into, so (p - 1)(F + B - min(W, F, B)), as torch.distributed.pipelining's ScheduleInterleavedZeroBubble
@@ -34,7 +36,8 @@ SCHEDULES = ("1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe")
 SPLIT = ("zb-h1", "zb-h2", "zb-v", "dualpipe")  # the schedules that run the weight gradients apart from the backward
 SOURCES = {
     "1f1b": "1F1B: bubble (p - 1)(F + B + W), p micro-batches of activations (Narayanan et al. 2021, section 2.2)",
-    "interleaved": "interleaved 1F1B: bubble (p - 1)(F + B + W) / v (Narayanan et al. 2021, section 2.2)",
+    "interleaved": "interleaved 1F1B: bubble (p - 1)(F + B + W) / v (Narayanan et al. 2021, section 2.2), p + (p - 1)/v "
+                   "micro-batches of activations (Korthikanti et al. 2022, section 4.2.3)",
     "zb-h1": "ZB-H1: bubble (p - 1)(F + B - W), 1F1B's activations (Qi et al. 2024, Zero Bubble Pipeline "
              "Parallelism, section 2.2)",
     "zb-h2": "ZB-H2: bubble (p - 1)(F + B - 2W), 2p - 1 micro-batches of activations (Qi et al. 2024, section 2.2)",
@@ -71,13 +74,25 @@ def others_scale(schedule: str, p: int) -> float:
     return (p / 2 - 1) / (p - 1) if schedule == "dualpipe" and p > 1 else 1.0
 
 
-def in_flight(schedule: str, p: int) -> float:
-    """Micro-batches of activations the fullest stage keeps, over 1F1B's p."""
+def in_flight(schedule: str, p: int, v: int = 1) -> float:
+    """Micro-batches of activations the fullest stage keeps, over 1F1B's p (``v``: interleaved 1F1B's chunks per GPU,
+    of which the first GPU keeps p + (p - 1)/v stages' worth)."""
+    if schedule == "interleaved" and v > 1:
+        return 1 + (p - 1) / (p * v)
     if schedule == "zb-h2":
         return (2 * p - 1) / p
     if schedule == "dualpipe":
         return (p + 1) / p
     return 1.0
+
+
+def kept_share(schedule: str, p: int, v: int, m: int) -> float:
+    """The share of :func:`in_flight`'s micro-batches a pipeline of ``m`` micro-batches per step keeps: the first
+    stage holds no more micro-batches than the step has (1F1B's warm-up of p stops at m; torch's orders keep
+    min(m, p x in_flight) too, tests/test_schedules.py)."""
+    if p <= 1:
+        return 1.0
+    return min(1.0, m / (p * in_flight(schedule, p, v)))
 
 
 def parameter_copies(schedule: str) -> int:
