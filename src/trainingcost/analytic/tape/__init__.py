@@ -16,7 +16,8 @@ The package:
 - :mod:`.moe`: a mixture of experts' ops, for the rows each expert gets (:class:`~.moe.Routing`: token-balanced,
   or a measured step's recorded routing);
 - :mod:`.programs`: autograd's step (the default program), the optimizer, the output error;
-- :mod:`.table`: every rule's step per group, the peaks table.
+- :mod:`.table`: every rule's step per group, the peaks table;
+- :mod:`.split`: a pipeline stage's backward split into input and weight gradients (the zero-bubble schedules').
 
 A rule's own program lives in its folder (``rules/<name>/tape.py``), as its spec declares (``RuleSpec.tape``).
 

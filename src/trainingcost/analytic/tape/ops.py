@@ -37,6 +37,14 @@ class Ops(AttentionOps, NormOps, ModelOps):
         self.table_has_grad = False  # a tied table's first gradient becomes its .grad; later ones are added to it
         self.run = self.table_run = 0  # which backward call is running; which one made the table's .grad
         self.shared_grads: dict = {}  # a parameter several modules read (multi-token prediction's heads): its .grad
+        # A split backward (torch.distributed.pipelining's stage_backward_input, then stage_backward_weight; tape/split.py):
+        # while ``split``, nodes compute input gradients only and keep what they saved (retain_graph=True); a node with
+        # weights keeps its output's gradient too and leaves its weights' gradients to ``weight_work`` (its creation
+        # index, the work); ``retained``: (creation index, saved) of the other nodes, freed with the graph.
+        self.split = False
+        self.weight_work: list = []
+        self.retained: list = []
+        self.current = 0  # the creation index of the node running
 
     def table_grad(self, phase: str | None = None, label: str = "table grad", then=None, pending: list | None = None) -> None:
         """The gradient of the V x d table (an embedding's, or a tied head's weight): its own ``.grad``, or, tied,
@@ -111,11 +119,22 @@ class Ops(AttentionOps, NormOps, ModelOps):
         while len(self.nodes) > since:
             out, backward, saved = self.nodes.pop()
             grad, out.grad = out.grad, None
+            self.current = len(self.nodes)
             backward(grad, saved)
 
     def release(self, grad: Buf | None, saved) -> None:
         self.t.drop(grad)
-        self.t.drop(*saved)
+        if self.split:  # the graph is retained: what the node saved lives until the graph goes
+            self.retained.append((self.current, saved))
+        else:
+            self.t.drop(*saved)
+
+    def defer(self, work) -> None:
+        """A node with weights under a split backward: its weights' gradients later (stage_backward_weight), in
+        creation order; it keeps its output's gradient and what it saved until then."""
+        if self.kp:
+            raise ValueError("tape: a split backward of trained feedback matrices (KP) is not replayed")
+        self.weight_work.append((self.current, work))
 
     def param_grad(self, elements, phase: str | None = None, label: str = "grad") -> Buf:
         """A parameter's gradient (it becomes ``.grad``: never dropped within the step)."""
@@ -172,6 +191,25 @@ class Ops(AttentionOps, NormOps, ModelOps):
                 self.t.drop(grad)
                 grad = copied
             expanded = grad is not None and grad.expanded
+            if self.split:  # input gradient now, the weights' (its output's gradient and input kept) later
+                if table and (self.g.tied or self.g.mtp_depth):
+                    raise ValueError("tape: a split backward of a shared table's gradient is not replayed")
+                first = self.param_grad(x.rows * n_out, label="clone") if expanded else None
+                grad_x = self.t.new(bytes_(x.rows * n_in, self.g.z), "grad_x") if x.tracked else None
+                self.t.drop(first)
+
+                def weights():  # (each product that reads an expanded gradient reads its own contiguous copy)
+                    copies = [self.param_grad(x.rows * n_out, label="clone") if expanded else None]
+                    self.param_grad(n_in * n_out, label="grad_w")
+                    if bias:
+                        copies.append(self.param_grad(x.rows * n_out, label="clone") if expanded else None)
+                        self.param_grad(n_out, label="grad_b")
+                    self.t.drop(*copies)
+                    self.release(grad, saved)
+
+                self.defer(weights)
+                self.deliver(x, grad_x)
+                return
 
             def copy(phase):
                 return self.param_grad(x.rows * n_out, phase, "clone") if expanded else None

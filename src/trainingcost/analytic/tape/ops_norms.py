@@ -57,6 +57,19 @@ class NormOps:
 
         def weight_backward(grad, saved):
             grad_n = self.t.new(big, "mul") if n.tracked else None
+            if self.split:  # the gain's gradient later (tape/split.py)
+                def weights():
+                    product = self.t.new(big, "mul")
+                    total = self.t.new(bytes_(d, f), "sum")
+                    self.t.drop(product)
+                    if wide:
+                        self.param_grad(d, label="grad_weight")
+                        self.t.drop(total)
+                    self.release(grad, saved)
+
+                self.defer(weights)
+                self.deliver(n, grad_n)
+                return
             product = self.t.new(big, "mul")
             total = self.t.new(bytes_(d, f), "sum")
             self.t.drop(product)
@@ -87,6 +100,15 @@ class NormOps:
 
         def backward(grad, saved):  # (an input without a graph, a DFA segment's start: no input gradient)
             grad_s = self.t.new(s.buf.nbytes, "layer_norm_backward") if s.tracked else None
+            if self.split and not self.g.plain_norm:  # gain and bias later (tape/split.py)
+                def weights():
+                    self.param_grad(self.g.d, label="grad_gamma")
+                    self.param_grad(self.g.d, label="grad_beta")
+                    self.release(grad, saved)
+
+                self.defer(weights)
+                self.deliver(s, grad_s)
+                return
             if not self.g.plain_norm:
                 self.param_grad(self.g.d, label="grad_gamma")
                 self.param_grad(self.g.d, label="grad_beta")
