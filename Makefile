@@ -47,6 +47,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_plan_accuracy.py --csv benchmarks/published_runs_moe.csv --no-loso
 	$(BIN)/python benchmarks/bench_plan_accuracy.py --csv benchmarks/published_runs_amd.csv --no-loso
 	$(BIN)/python benchmarks/bench_plan_accuracy.py --csv benchmarks/published_runs_schedules.csv --no-loso
+	$(BIN)/python benchmarks/bench_plan_accuracy.py --csv benchmarks/published_runs_offload.csv --no-loso
 	$(BIN)/python benchmarks/bench_plan_memory.py
 	$(BIN)/python benchmarks/bench_plan_intervals.py
 	$(BIN)/python benchmarks/bench_collectives.py

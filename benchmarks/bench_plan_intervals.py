@@ -31,10 +31,10 @@ from trainingcost.analytic.steptime import intervals as I  # noqa: E402
 from trainingcost.analytic.steptime.device import GENERIC  # noqa: E402
 
 OWN = ROOT / "benchmarks" / "published_runs.csv"
-# The Blackwell, mixture, AMD and pipeline-schedule tables: not fitted to (the kernel efficiency is published_runs.csv's), so their
-# rows' misses are out of sample as they stand
-EXTRA = [ROOT / "benchmarks" / f"published_runs_{name}.csv" for name in ("blackwell", "moe", "amd",
-                                                                                       "schedules")]
+# The Blackwell, mixture, AMD, pipeline-schedule and offload tables: not fitted to (the kernel efficiency is
+# published_runs.csv's), so their rows' misses are out of sample as they stand
+EXTRA = [ROOT / "benchmarks" / f"published_runs_{name}.csv"
+         for name in ("blackwell", "moe", "amd", "schedules", "offload")]
 
 
 def residual_rows(path: Path) -> list[dict]:

@@ -30,7 +30,7 @@ from trainingcost.config.errors import ConfigError  # noqa: E402
 
 TABLES = [ROOT / "benchmarks" / name for name in ("published_runs.csv", "published_runs_blackwell.csv",
                                                   "published_runs_moe.csv", "published_runs_amd.csv",
-                                                  "published_runs_schedules.csv")]
+                                                  "published_runs_schedules.csv", "published_runs_offload.csv")]
 GIB = 2 ** 30
 MODEL = ("arch", "layers", "d_model", "heads", "kv_heads", "d_ff", "ffn", "norm", "bias", "positions", "vocab",
          "seq_len")

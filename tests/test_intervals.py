@@ -20,7 +20,7 @@ from trainingcost.config.hardware import device
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = [ROOT / "benchmarks" / name for name in ("published_runs.csv", "published_runs_blackwell.csv",
                                                   "published_runs_moe.csv", "published_runs_amd.csv",
-                                                  "published_runs_schedules.csv")]
+                                                  "published_runs_schedules.csv", "published_runs_offload.csv")]
 
 
 def test_the_stored_misses_are_what_the_model_predicts_now():

@@ -105,7 +105,7 @@ def test_the_search_folds_where_etp_is_given():
 
 
 @pytest.mark.parametrize("name", ["published_runs_moe.csv", "published_runs_blackwell.csv", "published_runs_amd.csv",
-                                  "published_runs_schedules.csv"])
+                                  "published_runs_schedules.csv", "published_runs_offload.csv"])
 def test_the_runs_scored_apart_load_and_plan(name):
     """benchmarks/published_runs_moe.csv (mixtures of experts, one of them folded), the Blackwell and AMD rows: each row
     names a catalogue framework and cluster, and plans with nothing else."""

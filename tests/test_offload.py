@@ -89,6 +89,44 @@ def test_cpu_adams_share_of_the_dram_is_deepspeeds_measured_step():
         assert priced == pytest.approx(measured, rel=0.2), n
 
 
+def test_a_run_of_fewer_gpus_than_a_node_shares_the_host_among_them_alone():
+    """One GPU of a node with the optimizer offloaded: the host's CPUs step that GPU's partition alone (they stepped
+    all eight GPUs' worth before, pricing ZeRO-Offload's single-GPU runs 8x too slow on the CPU)."""
+    common = dict(preset="llama-2-7b", tokens=1e10, gpu="a100-80gb", rule="bp", sharding="zero2", micro_batch=1,
+                  global_batch=8, offload="optimizer", checkpointing="full")
+    P = _facts("llama-2-7b").parameters
+    one = tc.plan(**common, gpus=1).table.iloc[0]
+    cpu = P * 30 / (409.6e9 * offload.CPU_ADAM_DRAM_SHARE)
+    assert one["step_optimizer_s"] == pytest.approx(cpu + P * 2 / 32e9, rel=1e-9)
+    assert one["host_memory_per_node"] == pytest.approx(P * 16)
+    two = tc.plan(**common, gpus=2).table.iloc[0]
+    assert two["host_memory_per_node"] == pytest.approx(P * 16)  # two partitions of P/2
+    assert two["step_optimizer_s"] == pytest.approx(cpu + P / 2 * 2 / 32e9, rel=1e-9)  # the CPU steps both
+
+
+def test_a_cluster_states_its_hosts_rates():
+    """--cluster dgx-2 (ZeRO-Offload's system, Ren et al. 2021, Table 2): its two Xeon Platinum 8168's 256 GB/s of DRAM
+    and 16 GB/s of PCIe replace the V100's usual DGX-1 host (153.6 GB/s) for the CPU's Adam; a bad host rate in a
+    cluster entry is one line."""
+    from trainingcost.config.errors import ConfigError
+    from trainingcost.config.frameworks import parse_cluster
+
+    common = dict(preset="gpt2-xl", tokens=1e9, gpus=1, rule="bp", sharding="zero2", micro_batch=1, global_batch=1,
+                  offload="optimizer")
+    dgx2 = tc.plan(**common, cluster="dgx-2").table.iloc[0]
+    dgx1 = tc.plan(**common, gpu="v100").table.iloc[0]
+    P = dgx2["trained_parameters"]
+    share = offload.CPU_ADAM_DRAM_SHARE
+    # (the same PCIe link: the gradients' copies and the copy back alike; the CPU's Adam at each host's DRAM)
+    assert dgx1["step_optimizer_s"] - dgx2["step_optimizer_s"] == pytest.approx(
+        P * 30 / share * (1 / 153.6e9 - 1 / 256e9), rel=1e-9)
+    assert dgx2["step_optimizer_s"] >= P * 30 / (256e9 * share) + P * 2 / 16e9
+    entry = {"gpu": "v100", "gpus_per_node": 16, "nic_gbps": 50, "fabric": "infiniband", "cite": "c",
+             "host_memory_gbs": -1}
+    with pytest.raises(ConfigError, match=r"^clusters.x.host_memory_gbs: "):
+        parse_cluster("x", entry, {"c": "a source"}, "clusters.x", {"infiniband": ({}, "")})
+
+
 def test_the_copies_before_each_gather_show_where_the_compute_cannot_hide_them():
     f = offload.seconds("parameters", partition=1e9, shard=1e9, per_node=8,
                         prec=type("P", (), {"master": 4, "state": 4, "weights": 2})(), slots=2,

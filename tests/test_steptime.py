@@ -449,7 +449,8 @@ def test_a_published_row_without_optional_columns_takes_the_plans_defaults():
 
 
 @pytest.mark.parametrize("table", ["published_runs_blackwell.csv", "published_runs_moe.csv", "published_runs_amd.csv",
-                                   "published_runs_schedules.csv", "layout_sweeps.csv"])
+                                   "published_runs_schedules.csv", "published_runs_offload.csv",
+                                   "layout_sweeps.csv"])
 def test_every_row_of_the_tables_scored_apart_plans(table):
     """The benches leave a refused row out of their figures (and list it): so every row they ship must plan, or a
     figure would silently stand on fewer rows. The ranking's 1,794 layouts are read, the other tables priced."""

@@ -801,7 +801,8 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
     hw = flops.assign(hardware_flops_per_sequence=flops["model_flops_per_sequence"] + flops["recompute_flops_per_sequence"])
     hw = hw.set_index(["rule", "cost_model"])
     token_scale = token_multipliers(cfg, spec, needed, facts)
-    per_node = int(spec.gpus_per_node or device.steptime.get("gpus_per_node", 8))  # the GPUs sharing a host
+    # the GPUs sharing a host: a node's, or fewer where the run has fewer
+    per_node = min(spec.gpus, int(spec.gpus_per_node or device.steptime.get("gpus_per_node", 8)))
     rows = []
     for (r, name), f in hw.iterrows():
         if r not in rules:

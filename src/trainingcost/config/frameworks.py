@@ -88,6 +88,9 @@ RECOMPUTE_TAILS = ("repeated", "early-stop", "traced")
 CHOICES = {"zero3_granularity": ("block", "tensor"), "zero3_gather": ("module", "sublayer", "block"),
            "attention": ("flash", "flash3", "cudnn", "unfused"), "sharding": ("none", "zero1", "zero2", "zero3", "fsdp")}
 CLUSTER_FIELDS = ("gpu", "gpus_per_node", "nic_gbps", "fabric")
+# A cluster's host, where it is not the device's usual system's (analytic/steptime/offload.py reads them): its PCIe
+# link per GPU each way, its DRAM per node, its NVMe drives per node (GB/s)
+HOST_FIELDS = ("host_link_gbs", "host_memory_gbs", "nvme_read_gbs", "nvme_write_gbs")
 FABRIC_FIELDS = ("inter_latency_us", "inter_step_us", "tree_level_us")
 
 
@@ -397,10 +400,10 @@ def parse_fabric(name: str, entry, sources: dict, where: str) -> tuple[dict, str
 def parse_cluster(name: str, entry, sources: dict, where: str, fabrics: dict | None = None) -> Cluster:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a mapping of {', '.join(CLUSTER_FIELDS)}")
-    unknown = sorted(set(entry) - {"label", "cite", "nic_efficiency", "aliases", *CLUSTER_FIELDS})
+    unknown = sorted(set(entry) - {"label", "cite", "nic_efficiency", "aliases", *CLUSTER_FIELDS, *HOST_FIELDS})
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (allowed: label, cite, nic_efficiency, aliases, "
-                          f"{', '.join(CLUSTER_FIELDS)})")
+                          f"{', '.join(CLUSTER_FIELDS + HOST_FIELDS)})")
     aliases = entry.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
         raise ConfigError(f"{where}.aliases: a list of names")
@@ -423,6 +426,10 @@ def parse_cluster(name: str, entry, sources: dict, where: str, fabrics: dict | N
             raise ConfigError(f"{where}.nic_efficiency: a fraction above 0 and at most 1 (got {value!r})")
         latencies["nic_efficiency"] = float(value)
         latency_source += f"; NIC efficiency {value:g} as measured there ({entry['cite']})"
+    for key in HOST_FIELDS:  # the host's rates, where the cluster's source states them (with the fabric's latencies)
+        if key in entry:
+            latencies[key] = _positive(entry[key], f"{where}.{key}")
+            latency_source += f"; {key.replace('_gbs', '').replace('_', ' ')} {entry[key]:g} GB/s ({entry['cite']})"
     return Cluster(name, str(entry.get("label", name)), str(entry["gpu"]), per_node,
                    _positive(entry["nic_gbps"], f"{where}.nic_gbps"), sources[entry["cite"]], entry["fabric"],
                    latencies, latency_source, tuple(aliases))

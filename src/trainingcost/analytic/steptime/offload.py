@@ -33,6 +33,8 @@ from __future__ import annotations
 from ...config.errors import ConfigError
 
 OFFLOADS = ("none", "optimizer", "parameters", "optimizer-nvme", "parameters-nvme")
+# The host's rates a cluster entry may state in place of the device's (config/clusters.yaml)
+HOST_KEYS = ("host_link_gbs", "host_memory_gbs", "nvme_read_gbs", "nvme_write_gbs")
 HOST_DEFAULTS = {"host_link_gbs": 32.0, "host_memory_gbs": 409.6}  # a DGX A100's: PCIe Gen4, two EPYC 7742's DRAM
 HOST_DEFAULT_SOURCE = ("a DGX A100's PCIe Gen4 link (32 GB/s each way) and DRAM (409.6 GB/s per node): the device has "
                        "no host numbers in config/hardware.yaml")

@@ -1234,9 +1234,11 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
     opt_bytes = opt_params * (2 * prec.master + 2 * prec.state * lay.optimizer_slots + prec.grads + prec.weights)
     optimizer = dev.memory(opt_bytes) + (weight_cast if lay.fp8_weight_cache else 0.0)
     if lay.offload != "none":  # the optimizer on the host: its PCIe copies and the CPU's step in place of the GPU's pass
-        per_node = int(lay.gpus_per_node or dev.params["gpus_per_node"])
+        # (the GPUs sharing the host: a node's, or fewer where the run has fewer)
+        per_node = min(lay.gpus, int(lay.gpus_per_node or dev.params["gpus_per_node"]))
+        host = {**dev.params, **{k: v for k, v in (lay.fabric or ()) if k in offload.HOST_KEYS}}  # a cluster's own
         moved = offload.seconds(lay.offload, opt_params, params_gpu / lay.shard, per_node, prec, lay.optimizer_slots,
-                                dev.params, M, compute_fwd, compute_bwd)
+                                host, M, compute_fwd, compute_bwd)
         optimizer = sum(moved.values()) + (weight_cast if lay.fp8_weight_cache else 0.0)
 
     parts = {c: M * (fwd[c] + bwd[c] + rec[c]) for c in cats}
