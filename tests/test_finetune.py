@@ -104,6 +104,72 @@ def test_a_lora_step_equals_peft_under_flopcountermode(family, targets, input_gr
     assert adapter_parameters(cfg, ft) == trainable
 
 
+def _saved_bytes(torch, model, ids) -> int:
+    """Bytes of the distinct storages autograd saves in ``model``'s forward, its parameters left out."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids)
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_what_loras_step_saves_beside_full_trainings_equals_pefts(dtype):
+    """The bytes PEFT's LoRA saves for the backward minus full training's, on transformers' Llama (grouped queries,
+    fp32 and bf16, every target set of CASES, with and without ``enable_input_require_grads``), equal the plan's
+    finetune.activation_delta to the byte: the adapters' fp32 inputs and rank-r outputs, less what only a frozen
+    weight's gradient needed (its input, an RMSNorm's normalised input, the embedding's ids, the head's input), and
+    without an input gradient, what the first block no longer differentiates."""
+    torch, transformers, peft = _peft()
+    from trainingcost.analytic.finetune import activation_delta
+
+    torch_dtype, z = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}[dtype]
+    torch.manual_seed(0)
+    ids = torch.randint(0, 61, (B, S))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config, model, names = _llama(transformers)
+        full = _saved_bytes(torch, model.to(torch_dtype), ids)
+        cfg = _cfg(config)
+        for targets in [t for family, t in CASES if family == "llama"]:
+            for input_grad in (False, True):
+                torch.manual_seed(0)
+                _, model, _ = _llama(transformers)
+                adapted = _adapted(peft, model.to(torch_dtype), names, targets, rank=4)
+                if input_grad:
+                    adapted.enable_input_require_grads()
+                delta = activation_delta(cfg, FineTune("lora", 4, targets, input_grad), z)
+                assert _saved_bytes(torch, adapted, ids) - full == B * sum(delta.values()), (targets, input_grad)
+
+
+def test_the_plan_keeps_the_adapters_activations():
+    """The plan's activations under LoRA: full training's, plus finetune.activation_delta per sequence (every block's
+    without checkpointing; with it, the one block recomputed at a time's): LoRA on all seven Linears of a bf16 Llama 2
+    7B keeps more than full training, on q and v less."""
+    from trainingcost.analytic.finetune import activation_delta
+
+    common = dict(preset="llama-2-7b", gpu="h100-sxm", gpus=1, tokens=1e7, global_batch=8, micro_batch=2)
+    full = tc.plan(**common).table.iloc[0]["mem_activations"]
+    cfg = canonical_model(preset_entry("llama-2-7b", "p"), "")
+    for targets, more in (("all", True), ("q,v", False)):
+        lora = tc.plan(**common, finetune="lora", lora_targets=targets).table.iloc[0]["mem_activations"]
+        ft = FineTune("lora", 8, ("q", "k", "v", "o", "gate", "up", "down") if targets == "all" else ("q", "v"), False)
+        assert lora - full == pytest.approx(2 * sum(activation_delta(cfg, ft, 2).values()), rel=1e-9)
+        assert (lora > full) == more
+    ckpt = dict(common, checkpointing="full")
+    d = activation_delta(cfg, FineTune("lora", 8, ("q", "v"), True), 2)
+    lora = tc.plan(**ckpt, finetune="lora").table.iloc[0]["mem_activations"]
+    assert lora - tc.plan(**ckpt).table.iloc[0]["mem_activations"] == pytest.approx(
+        2 * (d["block"] / 32 + d["tail"]), rel=1e-9)
+
+
 def test_the_weights_gradients_and_moments_after_an_adam_step_equal_the_plans():
     """A bf16 Llama with fp32 LoRA adapters (PEFT's autocast_adapter_dtype) after one torch.optim.Adam step: the
     bytes of the parameters, their gradients and Adam's two moments are the plan's memory parts on one GPU."""

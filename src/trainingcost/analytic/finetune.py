@@ -274,3 +274,58 @@ def describe(ft: FineTune, cfg, checkpointing: str = "none") -> str:
             if ft.kind == "qlora" else "the base frozen in the weights' dtype")
     return (f"{ft.kind}: rank-{ft.rank} adapters on {targets} of every block ({adapter_parameters(cfg, ft):,} "
             f"parameters, trained in fp32), {base}; {grad}")
+
+
+# ---------------------------------------------------------------------------
+# Activations: what PEFT's LoRA saves beside full training's (transformers' models, checked on Llama)
+
+ACTIVATION_SOURCE = ("PEFT's LoRA on transformers' models: a frozen weight's product saves nothing for it (its input "
+                     "only where an adapter reads it in fp32), an RMSNorm's frozen gain leaves its normalised input "
+                     "unsaved, each adapter keeps its input cast to fp32 (a copy in a narrower dtype) and A's rank-r "
+                     "output; checked to the byte against saved_tensors_hooks on transformers' Llama "
+                     "(tests/test_finetune.py)")
+
+
+def activation_delta(cfg, ft: FineTune, z: int) -> dict:
+    """Bytes per sequence that a LoRA step's saved tensors differ by from full training's (negative: fewer), by part:
+    ``block`` (one block: its adapters add A's rank-r output, 4 bytes each, and in a dtype narrower than fp32 a fp32
+    copy of the adapted product's input; the inputs kept only for a frozen weight's gradient go: q/k/v's, the FFN's
+    and down's, unless an adapter reads the same fp32 tensor; o's input is the attention kernel's own output, which it
+    keeps anyway; each RMSNorm's normalised input to its frozen gain goes), ``tail`` (the frozen head's input and the
+    final RMSNorm's, and the embedding's int64 ids), and ``first`` (without an input gradient, PEFT's default for
+    lora, the first block's norm saves nothing: the fp32 input to its square and the reciprocal root go). ``z``: the
+    activations' bytes per element. transformers' forms, measured with saved_tensors_hooks (docs/planning.md)."""
+    if not ft.adapters:
+        return {"block": 0.0, "tail": 0.0, "first": 0.0}
+    shapes, r, d = linear_shapes(cfg), ft.rank, cfg.d_model
+    targets = set(targets_of(cfg, ft))
+    rms = cfg.norm == "rmsnorm"
+    norms = 1 if cfg.parallel_block == "one_norm" else 2  # a block's norms with a gain
+    groups = [(("q", "k", "v", "qkv"), d), (("gate", "up") if cfg.gated else ("up",), d), (("down",), cfg.d_ff)]
+    out = {"block": 0.0, "tail": 0.0, "first": 0.0}
+    for stack in cfg.stacks:
+        T, blocks = cfg.rows(stack), cfg.depth(stack)
+        freed = (norms * T * d * z if rms else 0) + sum(
+            T * width * z for names, width in groups if not (z >= 4 and targets & set(names)))
+        added = sum(T * r * 4 + (T * shapes[t][0] * 4 if z < 4 else 0) for t in targets)
+        out["block"] += blocks * (added - freed)  # (whole model; per block: divided by the blocks below)
+        out["tail"] -= T * 8  # the embedding's ids
+    last = cfg.stacks[-1]
+    T = cfg.rows(last) if not cfg.classes else 1
+    out["tail"] -= T * d * z * (2 if rms and cfg.final_norm else 1)  # the head's input (and its norm's)
+    if rms and not input_grad(ft):
+        T = cfg.rows(cfg.stacks[0])
+        out["first"] = -(T * (d * 4 + 4))
+        if not targets & {"q", "k", "v", "qkv"}:  # nothing in the attention before o needs a gradient: the kernel
+            # keeps neither q, k, v nor its log-sum-exp, nor its output unless o's adapter reads it in fp32
+            out["first"] -= T * (cfg.attn_width + 2 * cfg.kv_width) * z + T * cfg.heads * 4
+            if not (z >= 4 and "o" in targets):
+                out["first"] -= T * cfg.attn_width * z
+        if not targets & {"q", "k", "v", "qkv", "o"} and cfg.gated:  # nor does the residual stream after it: the
+            # FFN's norm saves nothing, and the gated product keeps only what an adapted factor's gradient reads
+            out["first"] -= T * (d * 4 + 4)
+            if "gate" not in targets:  # the activation's input (gate's output) and up's output
+                out["first"] -= 2 * T * cfg.d_ff * z
+            if "up" not in targets:  # the activation's output
+                out["first"] -= T * cfg.d_ff * z
+    return out

@@ -514,9 +514,25 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
         # ZeRO-3 gathers each layer whole before using it: its working weights and gradients (DeepSpeed's
         # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16)
         "gathered": gathered_unit_bytes(facts, spec, p) / spec.tp if stage == 3 and dp > 1 else 0.0,
-        "activations": (activations * p.activations * _in_flight(facts, spec.pp, split) + unfused_scores(facts, spec, row))
+        "activations": ((activations * p.activations + lora_activations(facts, spec, p.activations))
+                        * _in_flight(facts, spec.pp, split) + unfused_scores(facts, spec, row))
         * schedules.in_flight(schedule, spec.pp, spec.interleave) / (spec.tp * spec.cp),
     }
+
+
+def lora_activations(facts: ModelFacts, spec: PlanSpec, z: int) -> float:
+    """Bytes per sequence a frozen base with adapters saves beyond full training's (finetune.activation_delta: PEFT's
+    forms): every block's change where no block is checkpointed, else the one block recomputed at a time's."""
+    ft = facts.finetune
+    if ft is None or not ft.activation_deltas:
+        return 0.0
+    blocks_delta, tail, first = ft.activation_delta(z)
+    blocks = sum(facts.depth.values())
+    checkpointed_blocks = sum(checkpointed(facts, spec.checkpointing, spec.checkpoint_every).values())
+    if not checkpointed_blocks:
+        return blocks_delta + tail + first
+    kept = blocks - checkpointed_blocks + 1
+    return blocks_delta * kept / blocks + tail
 
 
 def host_bytes(facts: ModelFacts, spec: PlanSpec, rule_name: str, per_node: int) -> float:

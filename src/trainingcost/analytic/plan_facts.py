@@ -113,6 +113,13 @@ class FineTuneFacts:
     kind: str
     adapters: int
     qlora_bytes: float = 0.0
+    # bytes per sequence PEFT's saved tensors differ by from full training's, per activation width z:
+    # ((z, block (all blocks), tail, first), ...) (finetune.activation_delta)
+    activation_deltas: tuple = ()
+
+    def activation_delta(self, z: int) -> tuple:
+        """(all blocks, tail, first block) at ``z`` bytes per activation element (zeros where none is known)."""
+        return next(((b, t, f) for width, b, t, f in self.activation_deltas if width == z), (0.0, 0.0, 0.0))
 
 
 def model_facts(cfg, rules, optimizer: str, finetune=None) -> ModelFacts:
@@ -134,14 +141,15 @@ def model_facts(cfg, rules, optimizer: str, finetune=None) -> ModelFacts:
 def _finetune_facts(cfg, rules: tuple, optimizer: str, ft) -> ModelFacts:
     from dataclasses import replace
 
-    from .finetune import adapter_parameters, base_bytes
+    from .finetune import activation_delta, adapter_parameters, base_bytes
 
     facts = _model_facts(cfg, rules, optimizer)
     adapters = adapter_parameters(cfg, ft)
     per_rule = facts.per_rule.copy()
     per_rule.loc["bp", "trained"] = adapters
     qlora = base_bytes(cfg, ft, facts.parameters, 4) if ft.kind == "qlora" else 0.0
-    return replace(facts, per_rule=per_rule, finetune=FineTuneFacts(ft.kind, adapters, qlora), _rows={})
+    deltas = tuple((z, *(activation_delta(cfg, ft, z)[k] for k in ("block", "tail", "first"))) for z in (1, 2, 4))
+    return replace(facts, per_rule=per_rule, finetune=FineTuneFacts(ft.kind, adapters, qlora, deltas), _rows={})
 
 
 @lru_cache(maxsize=64)
