@@ -149,6 +149,30 @@ def test_what_loras_step_saves_beside_full_trainings_equals_pefts(dtype):
                 assert _saved_bytes(torch, adapted, ids) - full == B * sum(delta.values()), (targets, input_grad)
 
 
+def test_what_loras_step_saves_on_gpt2_is_pefts_but_for_the_position_ids():
+    """GPT-2 (LayerNorm, a fused c_attn Conv1D, learned positions, a tied head), with an input gradient: the same
+    change to the byte, less the position table's int64 ids (one row of T per micro-batch, which the learned positions'
+    frozen table no longer saves). Without an input gradient, a LayerNorm model's first block saves less still (its
+    norm's input, mean and reciprocal deviation: not counted)."""
+    torch, transformers, peft = _peft()
+    from trainingcost.analytic.finetune import activation_delta
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 61, (B, S))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config, model, names = _gpt2(transformers)
+        full = _saved_bytes(torch, model, ids)
+        cfg = _cfg(config)
+        for targets in [t for family, t in CASES if family == "gpt2"]:
+            torch.manual_seed(0)
+            _, model, _ = _gpt2(transformers)
+            adapted = _adapted(peft, model, names, targets, rank=4)
+            adapted.enable_input_require_grads()
+            delta = activation_delta(cfg, FineTune("lora", 4, targets, True), 4)
+            assert _saved_bytes(torch, adapted, ids) - full == B * sum(delta.values()) - S * 8, targets
+
+
 def test_the_plan_keeps_the_adapters_activations():
     """The plan's activations under LoRA: full training's, plus finetune.activation_delta per sequence (every block's
     without checkpointing; with it, the one block recomputed at a time's): LoRA on all seven Linears of a bf16 Llama 2
