@@ -118,3 +118,48 @@ def test_a_stage_the_split_does_not_replay_says_why():
     (rows, key), = groups(frame)
     assert "mixture of experts" in supported(Group.of(frame, rows, key, 4))
     assert (split_stage_bytes(frame, 4)["after_input"] == -1).all()
+
+
+def test_the_ratio_a_block_keeps_between_b_and_w_is_the_same_for_every_block():
+    """retained_ratio reads one block from the difference of two stages (two blocks less one); three less two gives
+    the same to the byte (each block keeps what the next keeps), on Llama's and GPT-2's blocks."""
+    from dataclasses import replace
+
+    from trainingcost.analytic.tape.split import retained_ratio
+    from trainingcost.config import preset_entry
+
+    for preset in ("llama-2-7b", "gpt2-xl"):
+        cfg = replace(canonical_model(preset_entry(preset, "p"), ""), tie_embeddings=False, batch=1)
+        frame = configs_frame([(str(n), replace(cfg, dec_layers=n)) for n in (1, 2, 3)])
+        out = split_stage_bytes(frame, 2)
+        kept, held = np.diff(out["after_forward"]), np.diff(out["after_input"])
+        assert kept[0] == kept[1] and held[0] == held[1]
+        assert retained_ratio(cfg, 2) == pytest.approx(held[0] / kept[0], rel=1e-12) and held[0] > kept[0]
+
+
+def test_a_framework_that_runs_torchs_split_keeps_more_under_a_zero_bubble_schedule(capsys):
+    """torchtitan (split_backward: retained, torch.distributed.pipelining) keeps retained_ratio times the activations
+    a framework that frees at B keeps under ZB-H1, ZB-V and DualPipe; under 1F1B the same; a bad value in a framework
+    entry is one line."""
+    import trainingcost as tc
+    from trainingcost.analytic.tape.split import retained_ratio
+    from trainingcost.config import preset_entry
+    from trainingcost.config.errors import ConfigError
+    from trainingcost.config.frameworks import parse_framework
+
+    common = dict(preset="llama-2-7b", tokens=1e10, gpu="h100-sxm", gpus=64, tp=2, pp=4, rule="bp", micro_batch=1,
+                  global_batch=64, sharding="none")
+    ratio = retained_ratio(canonical_model(preset_entry("llama-2-7b", "p"), ""), 2)
+    for schedule, factor in (("zb-h1", ratio), ("zb-v", ratio), ("dualpipe", ratio), ("1f1b", 1.0)):
+        titan, core = (tc.plan(**common, schedule=schedule, framework=fw).table.iloc[0]["mem_activations"]
+                       for fw in ("torchtitan", "megatron-core"))
+        assert titan == pytest.approx(core * factor, rel=1e-9), schedule
+    entry = {"label": "x", "dp_overlap": 1.0, "tp_overlap": 0.0, "zero3_granularity": "block", "zero3_gather": "block",
+             "attention": "flash", "sharding": "fsdp", "dp_rails": True, "split_backward": "kept",
+             "can": {"shardings": ["none"], "tensor": False, "pipeline": False, "interleave": False,
+                     "sequence_parallel": False, "uneven": False, "replicate": []},
+             "cite": {k: "s" for k in ("dp_overlap", "tp_overlap", "zero3_granularity", "zero3_gather", "attention",
+                                       "sharding", "dp_rails", "can", "split_backward")}}
+    with pytest.raises(ConfigError, match=r"^frameworks.x.split_backward: 'kept' is not allowed \(allowed: freed, "
+                                          r"retained\)$"):
+        parse_framework("x", entry, {"s": "a source"}, "frameworks.x")

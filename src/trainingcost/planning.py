@@ -225,7 +225,7 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
                 grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync, fp8_weight_cache=fw.fp8_weight_cache,
                 fp8_params=fw.fp8_params, elementwise=elementwise, shard_copies=fw.shard_copies,
                 fp8_gather=fw.fp8_gather, fp8_tp_gather=fw.fp8_tp_gather,
-                recompute_tail=tail)
+                recompute_tail=tail, split_backward=fw.split_backward)
 
 
 def spec_from_args(args, cfg, gpu) -> PlanSpec:

@@ -144,6 +144,7 @@ class PlanSpec:
     pipeline_split: str = "even"  # how the blocks are split over pipeline stages (the framework's; plan_facts.stages)
     schedule: str = ""  # the pipeline schedule (steptime/schedules.py); "": 1F1B, interleaved with interleave > 1
     offload: str = "none"  # the optimizer, or the parameters too, on the host (steptime/offload.py)
+    split_backward: str = "freed"  # what a zero-bubble schedule keeps between B and W (config/frameworks.yaml)
     finetune: FineTune = FULL  # what trains: every parameter, or LoRA/QLoRA adapters on a frozen base (finetune.py)
 
 
@@ -516,8 +517,21 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
         "gathered": gathered_unit_bytes(facts, spec, p) / spec.tp if stage == 3 and dp > 1 else 0.0,
         "activations": ((activations * p.activations + lora_activations(facts, spec, p.activations))
                         * _in_flight(facts, spec.pp, split) + unfused_scores(facts, spec, row))
-        * schedules.in_flight(schedule, spec.pp, spec.interleave) / (spec.tp * spec.cp),
+        * schedules.in_flight(schedule, spec.pp, spec.interleave) * retained(facts, spec, schedule, p.activations)
+        / (spec.tp * spec.cp),
     }
+
+
+def retained(facts: ModelFacts, spec: PlanSpec, schedule: str, z: int) -> float:
+    """A zero-bubble or DualPipe schedule under a framework that runs torch.distributed.pipelining's split backward
+    (``split_backward: retained``): in its order the last stage holds every micro-batch in flight between its B and
+    its W, each with its retained graph and its weight nodes' output gradients: the tape's ratio per block
+    (tape/split.py retained_ratio); 1 elsewhere (the schedules' papers' counts)."""
+    if spec.split_backward != "retained" or schedule not in schedules.SPLIT or facts.config is None:
+        return 1.0
+    from .tape.split import retained_ratio
+
+    return retained_ratio(facts.config, z)
 
 
 def lora_activations(facts: ModelFacts, spec: PlanSpec, z: int) -> float:

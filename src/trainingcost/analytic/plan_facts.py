@@ -96,6 +96,7 @@ class ModelFacts:
     scores: dict = None  # stack -> attention score elements of one block per sequence (heads x queries x keys)
     split_costs: tuple = (1, 0)  # a block's and the LM head's cost in nanotron's balanced split (stage_split)
     finetune: object = None  # with adapters (analytic/finetune.py): FineTuneFacts; None: every parameter trained
+    config: object = None  # the configuration itself (a replay of its blocks: tape/split.py retained_ratio)
     _rows: dict = field(default_factory=dict, repr=False, compare=False)
 
     def row(self, rule_name: str) -> dict:
@@ -214,7 +215,7 @@ def _model_facts(cfg, rules: tuple, optimizer: str) -> ModelFacts:
                       scores={stack: cfg.heads * (cfg.seq_len ** 2 if stack != "decoder" or not cfg.encdec else
                                                   cfg.tgt_len ** 2 + cfg.tgt_len * cfg.seq_len)
                               for stack in cfg.stacks},
-                      split_costs=stage_split(cfg, "balanced")[1:])
+                      split_costs=stage_split(cfg, "balanced")[1:], config=cfg)
 
 
 def _configs(cfg) -> pd.DataFrame:

@@ -76,10 +76,15 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "un
 # checkpoint is torch's non-reentrant one (compiled_traces: default, recompute_tail early-stop or traced; torchtitan's
 # since 2025-08-29 is non-reentrant with early_stop=False, so repeats eagerly and traces compiled); a reentrant
 # checkpoint (an autograd.Function) is not traced and repeats the whole block either way.
+# split_backward: how its zero-bubble and DualPipe schedules keep a micro-batch between its input gradients (B) and
+# its weight gradients (W): freed (what W does not read goes at B: the schedules' papers' counts, Qi et al.'s Megatron
+# fork) or retained (torch.distributed.pipelining's stage_backward_input: the whole graph and every weight node's
+# output gradient kept until W, analytic/tape/split.py); default freed
 OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefetch": True, "grad_reduce": "compute",
             "zero1_sync": "overlapped", "fp8_weight_cache": False, "fp8_params": False, "elementwise": "fused",
             "shard_copies": False, "fp8_gather": False, "fp8_tp_gather": False,
-            "recompute_tail": "repeated", "compiled_traces": None}
+            "recompute_tail": "repeated", "compiled_traces": None, "split_backward": "freed"}
+SPLIT_BACKWARDS = ("freed", "retained")
 ELEMENTWISE = ("fused", "eager")
 ZERO1_SYNC = ("overlapped", "after_backward")
 GRAD_REDUCE = ("compute", "fp32", "fp32-if-bf16")
@@ -121,6 +126,7 @@ class Framework:
     fp8_tp_gather: bool = False  # fp8-mixed: sequence-parallel all-gathers carry fp8 (OPTIONAL)
     recompute_tail: str = "repeated"  # what its recompute leaves out: RECOMPUTE_TAILS (OPTIONAL)
     compiled_traces: bool = False  # compiled, its checkpointed blocks are traced (OPTIONAL; default: not repeated)
+    split_backward: str = "freed"  # what a zero-bubble schedule keeps between B and W: SPLIT_BACKWARDS (OPTIONAL)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -204,6 +210,10 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
         traces = tail != "repeated"
     if not isinstance(traces, bool):
         raise ConfigError(f"{where}.compiled_traces: true or false (got {traces!r})")
+    split_backward = entry.get("split_backward", OPTIONAL["split_backward"])
+    if split_backward not in SPLIT_BACKWARDS:
+        raise ConfigError(f"{where}.split_backward: {split_backward!r} is not allowed (allowed: "
+                          f"{', '.join(SPLIT_BACKWARDS)})")
     if fp8_params and entry.get("fp8_gather") is False:
         raise ConfigError(f"{where}.fp8_gather: false contradicts fp8_params: true (weights kept in fp8 are gathered "
                           f"in fp8; leave fp8_gather out)")
@@ -231,7 +241,7 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      {**can, "shardings": tuple(can["shardings"]), "replicate": tuple(can["replicate"])},
                      {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce, zero1_sync, cache,
                      fp8_params, elementwise, copies, gathers["fp8_gather"] or fp8_params,
-                     gathers["fp8_tp_gather"], tail, traces)
+                     gathers["fp8_tp_gather"], tail, traces, split_backward)
 
 
 def recompute_tail_of(fw: Framework, elementwise: str) -> str:

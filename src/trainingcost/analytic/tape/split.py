@@ -24,6 +24,8 @@ form, experts, latent attention and tied tables are refused in one line).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from .buffers import FLOAT32, Buf, Tape, bytes_
@@ -120,3 +122,25 @@ def last_stage_step(t: Tape, g: Group, marks: dict | None = None) -> Ops:
             t.drop(*saved)
     t.drop(loss)
     return ops
+
+
+@lru_cache(maxsize=64)
+def retained_ratio(cfg, z: int) -> float:
+    """What one block keeps between its B and its W over what it keeps after its forward, under torch's split
+    (the retained graph, its weight nodes' output gradients), at ``z`` bytes per activation element: the difference
+    of two replays of a last stage, of two blocks and of one (one sequence). 1.0 where the split is not replayed."""
+    from dataclasses import replace
+
+    from ...config.sweep import configs_frame
+
+    if cfg.enc_layers and cfg.dec_layers:
+        return 1.0
+    depth = "dec_layers" if cfg.dec_layers else "enc_layers"
+    # (the blocks' difference: the head, its table tied or not, cancels out)
+    frame = configs_frame([(str(n), replace(cfg, **{depth: n}, batch=1, tie_embeddings=False)) for n in (1, 2)])
+    out = split_stage_bytes(frame, z)
+    if (out["after_input"] < 0).any():
+        return 1.0
+    kept = out["after_forward"][1] - out["after_forward"][0]
+    held = out["after_input"][1] - out["after_input"][0]
+    return float(held / kept) if kept > 0 else 1.0
