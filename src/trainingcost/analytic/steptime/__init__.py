@@ -1,5 +1,7 @@
 """Step time at scale from first principles (no torch): a device model (:mod:`.device`), a network model
-(:mod:`.network`) and the step composed per rule (:mod:`.step`). docs/planning.md gives every formula and source."""
+(:mod:`.network`) and the step composed per rule (:mod:`.step`) from BP's kernels per block (:mod:`.kernels`), the
+data-parallel communication (:mod:`.data_parallel`), the pipeline's schedules (:mod:`.schedules`) and an offload
+(:mod:`.offload`), for a layout :mod:`.layout_checks` accepts. docs/planning.md gives every formula and source."""
 
 from .device import DeviceModel
 from .network import Network
