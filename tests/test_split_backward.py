@@ -151,9 +151,13 @@ def test_a_framework_that_runs_torchs_split_keeps_more_under_a_zero_bubble_sched
                   global_batch=64, sharding="none")
     ratio = retained_ratio(canonical_model(preset_entry("llama-2-7b", "p"), ""), 2)
     for schedule, factor in (("zb-h1", ratio), ("zb-v", ratio), ("dualpipe", ratio), ("1f1b", 1.0)):
-        titan, core = (tc.plan(**common, schedule=schedule, framework=fw).table.iloc[0]["mem_activations"]
+        titan, core = (tc.plan(**common, schedule=schedule, framework=fw).table.iloc[0]
                        for fw in ("torchtitan", "megatron-core"))
-        assert titan == pytest.approx(core * factor, rel=1e-9), schedule
+        assert titan["mem_activations"] == pytest.approx(core["mem_activations"] * factor, rel=1e-9), schedule
+        # the plan says so where it applies (its pipeline assumption)
+        assert (f"split backward: a micro-batch between its input and weight gradients keeps its graph and its weight "
+                f"nodes' output gradients, {ratio:.2f}x its activations" in titan["pipeline_split"]) == (factor != 1.0)
+        assert "split backward" not in core["pipeline_split"]
     entry = {"label": "x", "dp_overlap": 1.0, "tp_overlap": 0.0, "zero3_granularity": "block", "zero3_gather": "block",
              "attention": "flash", "sharding": "fsdp", "dp_rails": True, "split_backward": "kept",
              "can": {"shardings": ["none"], "tensor": False, "pipeline": False, "interleave": False,

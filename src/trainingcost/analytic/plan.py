@@ -531,6 +531,21 @@ def pipeline_split(cfg, pp: int, split: str = "even", interleave: int = 1) -> st
             f"{virtual}")
 
 
+def split_backward_note(facts: ModelFacts, spec: PlanSpec, z: int) -> str:
+    """What a zero-bubble or DualPipe schedule keeps between B and W under the framework's split backward, in words
+    (plan_memory.retained), or ""."""
+    schedule = schedules.effective(spec.schedule, spec.interleave) if spec.pp > 1 else ""
+    if schedule not in schedules.SPLIT or spec.split_backward != "retained":
+        return ""
+    factor = retained(facts, spec, schedule, z)
+    if factor == 1.0:
+        return (f"; {spec.framework} runs torch.distributed.pipelining's split backward, not replayed for this model: "
+                "the schedule's paper's activations")
+    return (f"; {spec.framework} runs torch.distributed.pipelining's split backward: a micro-batch between its input "
+            f"and weight gradients keeps its graph and its weight nodes' output gradients, {factor:.2f}x its "
+            "activations (the memory tape's replay)")
+
+
 def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None = None,
                 sequence_parallel: bool | None = None, slots: int | None = None):
     """The step-time model's Layout of a plan (the plan's rows and the layout search price the same one)."""
@@ -681,7 +696,8 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "replicate": spec.replicate,
             "tp": spec.tp, "pp": spec.pp, "sharding": spec.sharding, "zero3_gather": spec.zero3_gather,
             "framework": spec.framework, "source_framework": spec.framework_source, "attention": spec.attention,
-            "pipeline_split": pipeline_split(cfg, spec.pp, spec.pipeline_split, spec.interleave),
+            "pipeline_split": pipeline_split(cfg, spec.pp, spec.pipeline_split, spec.interleave)
+            + split_backward_note(facts, spec, p.activations),
             "schedule": schedules.effective(spec.schedule, spec.interleave) if spec.pp > 1 else "",
             "offload": spec.offload, "host_memory_per_node": host_bytes(facts, spec, r, per_node),
             "finetune": ft.kind, "trained_parameters": int(facts.row(r)["trained"]),
