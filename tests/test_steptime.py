@@ -870,6 +870,34 @@ def test_a_framework_without_gather_prefetch_pays_its_parameter_gathers_whole(gp
         parse_framework("x", entry, {"src": "a document"}, "f")
 
 
+def test_paxml_hides_no_collective_under_a_per_operation_recompute(gpt2, work):
+    """XLA before jax 0.4.31 ran a layer loop's asynchronous all-gathers and reduce-scatters on the compute stream
+    under a fine-grained checkpoint policy (openxla/xla#14397): Pax's 2024 containers (selective_dp_overlap 0) hide
+    none of an FSDP step's collectives under an ops: policy or the attention recompute, and all of them (less the
+    contention, 18.9%) without a recompute or under a whole-block one. By hand from FSDP2's unit list, each priced
+    alone; other frameworks state no such field."""
+    from trainingcost.analytic.comm import fsdp_collectives
+    from trainingcost.config.frameworks import FRAMEWORK_FIELDS, framework, frameworks, parse_framework
+
+    pax = framework("paxml")
+    assert pax.selective_dp_overlap == 0.0 and pax.dp_overlap == 1.0 and "14397" in pax.sources["selective_dp_overlap"]
+    assert [n for n, fw in frameworks().items() if fw.selective_dp_overlap is not None] == ["paxml"]
+    base = dict(gpus=8, global_batch=8 * 64, micro_batch=64, sharding="zero3", dp_overlap=pax.dp_overlap,
+                selective_dp_overlap=pax.selective_dp_overlap)
+    net = net_of(Layout(**base))
+    comm = sum(net.all_gather(c.bytes, 8) for c in fsdp_collectives(gpt2, "bp", "fsdp", 8, "bf16")
+               if c.op in ("all_gather", "reduce_scatter"))
+    for recompute, exposed in (("none", 0.189 * comm), ("full", 0.189 * comm), ("ops:core", comm),
+                               ("attention", comm), ("ops:", comm)):
+        step = predict_step(gpt2, Layout(**base, recompute=recompute), A100, "bp", work)
+        assert step.parts["comm_dp"] == pytest.approx(exposed, rel=1e-9), recompute
+    entry = {k: v for k, v in vars(framework("fsdp2")).items() if k in FRAMEWORK_FIELDS}
+    entry.update(can={**entry["can"], "shardings": list(entry["can"]["shardings"])}, selective_dp_overlap=1.5,
+                 cite={k: "src" for k in (*FRAMEWORK_FIELDS, "selective_dp_overlap")})
+    with pytest.raises(ConfigError, match=r"^f\.selective_dp_overlap: a fraction between 0 and 1 \(got 1\.5\)$"):
+        parse_framework("x", entry, {"src": "a document"}, "f")
+
+
 def test_a_framework_reducing_gradients_in_fp32_moves_twice_the_bytes_of_bf16(gpt2, work):
     """torchtitan and Composer since v0.16.4 reduce in fp32 (their reduce_dtype), Megatron-LM in fp32 under bf16 only
     (validate_args forces accumulate_allreduce_grads_in_fp32 for bf16): every reduce-scatter carries its elements at

@@ -225,7 +225,8 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
                 grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync, fp8_weight_cache=fw.fp8_weight_cache,
                 fp8_params=fw.fp8_params, elementwise=elementwise, shard_copies=fw.shard_copies,
                 fp8_gather=fw.fp8_gather, fp8_tp_gather=fw.fp8_tp_gather,
-                recompute_tail=tail, split_backward=fw.split_backward)
+                recompute_tail=tail, split_backward=fw.split_backward,
+                selective_dp_overlap=fw.selective_dp_overlap)
 
 
 def spec_from_args(args, cfg, gpu) -> PlanSpec:
@@ -266,6 +267,8 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
                            {"framework": "--framework", "gpus_per_node": "--gpus-per-node", "nic_gbps": "--nic-gbps",
                             "attention": "--attention", "compile": "--compile" if args.compile else "--no-compile"},
                            args.attention, args.compile, args.recompute_tail)
+    if args.dp_overlap is not None:  # a given --dp-overlap holds under every recompute
+        system["selective_dp_overlap"] = None
     fw = framework(args.framework)
     efficiency = efficiency_of(args, cfg, precision, args.tp, gpu)
     if args.compile is not None and efficiency.kind != "predicted":

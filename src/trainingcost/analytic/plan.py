@@ -117,6 +117,7 @@ class PlanSpec:
     gpus_per_node: int | None = None  # None: the device's usual system (config/hardware.yaml)
     nic_gbps: float | None = None
     dp_overlap: float = 1.0
+    selective_dp_overlap: float | None = None  # dp_overlap under a per-operation recompute (config/frameworks.yaml)
     # The framework (config/frameworks.yaml): what it overlaps, what a ZeRO-3 gather moves, its attention kernel
     framework: str = "fsdp2"
     can: tuple = ()  # ((key, value), ...) of the framework's layout abilities (config/frameworks.yaml); () every layout
@@ -556,7 +557,8 @@ def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None
                   interleave=spec.interleave if interleave is None else interleave,
                   sequence_parallel=spec.sequence_parallel if sequence_parallel is None else sequence_parallel,
                   sharding=spec.sharding, recompute=spec.checkpointing, checkpoint_every=spec.checkpoint_every,
-                  precision=spec.precision, dp_overlap=spec.dp_overlap, gpus_per_node=spec.gpus_per_node,
+                  precision=spec.precision, dp_overlap=spec.dp_overlap,
+                  selective_dp_overlap=spec.selective_dp_overlap, gpus_per_node=spec.gpus_per_node,
                   nic_gbps=spec.nic_gbps, tp_overlap=spec.tp_overlap, tp_backward_overlap=spec.tp_backward_overlap, fabric=spec.fabric, dp_rails=spec.dp_rails,
                   gather_prefetch=spec.gather_prefetch, grad_reduce=spec.grad_reduce, zero1_sync=spec.zero1_sync,
                   fp8_weight_cache=spec.fp8_weight_cache, elementwise=spec.elementwise,

@@ -80,10 +80,16 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "un
 # its weight gradients (W): freed (what W does not read goes at B: the schedules' papers' counts, Qi et al.'s Megatron
 # fork) or retained (torch.distributed.pipelining's stage_backward_input: the whole graph and every weight node's
 # output gradient kept until W, analytic/tape/split.py); default freed
+# selective_dp_overlap: the share of its data-parallel collectives hidden behind the compute under a per-operation
+# recompute (a selective or named-tensor checkpoint policy), where that differs from dp_overlap: XLA on GPU before
+# 2024-07-29 (jax 0.4.30 and older) moved the asynchronous all-gathers and reduce-scatters of a layer loop onto the
+# compute stream under such a policy (openxla/xla#14397, jax-ml/jax#22252; copy insertion's region analysis, off by
+# default from jax 0.4.31); default None (dp_overlap under every recompute)
 OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefetch": True, "grad_reduce": "compute",
             "zero1_sync": "overlapped", "fp8_weight_cache": False, "fp8_params": False, "elementwise": "fused",
             "shard_copies": False, "fp8_gather": False, "fp8_tp_gather": False,
-            "recompute_tail": "repeated", "compiled_traces": None, "split_backward": "freed"}
+            "recompute_tail": "repeated", "compiled_traces": None, "split_backward": "freed",
+            "selective_dp_overlap": None}
 SPLIT_BACKWARDS = ("freed", "retained")
 ELEMENTWISE = ("fused", "eager")
 ZERO1_SYNC = ("overlapped", "after_backward")
@@ -127,6 +133,7 @@ class Framework:
     recompute_tail: str = "repeated"  # what its recompute leaves out: RECOMPUTE_TAILS (OPTIONAL)
     compiled_traces: bool = False  # compiled, its checkpointed blocks are traced (OPTIONAL; default: not repeated)
     split_backward: str = "freed"  # what a zero-bubble schedule keeps between B and W: SPLIT_BACKWARDS (OPTIONAL)
+    selective_dp_overlap: float | None = None  # dp_overlap under a per-operation recompute; None: dp_overlap (OPTIONAL)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -214,6 +221,9 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     if split_backward not in SPLIT_BACKWARDS:
         raise ConfigError(f"{where}.split_backward: {split_backward!r} is not allowed (allowed: "
                           f"{', '.join(SPLIT_BACKWARDS)})")
+    selective = entry.get("selective_dp_overlap", OPTIONAL["selective_dp_overlap"])
+    if selective is not None:
+        selective = _fraction(selective, f"{where}.selective_dp_overlap")
     if fp8_params and entry.get("fp8_gather") is False:
         raise ConfigError(f"{where}.fp8_gather: false contradicts fp8_params: true (weights kept in fp8 are gathered "
                           f"in fp8; leave fp8_gather out)")
@@ -241,7 +251,7 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      {**can, "shardings": tuple(can["shardings"]), "replicate": tuple(can["replicate"])},
                      {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce, zero1_sync, cache,
                      fp8_params, elementwise, copies, gathers["fp8_gather"] or fp8_params,
-                     gathers["fp8_tp_gather"], tail, traces, split_backward)
+                     gathers["fp8_tp_gather"], tail, traces, split_backward, selective)
 
 
 def recompute_tail_of(fw: Framework, elementwise: str) -> str:

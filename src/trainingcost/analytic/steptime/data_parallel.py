@@ -138,6 +138,17 @@ def reduce_dtype(grad_reduce: str, dtype: str) -> str:
     return dtype
 
 
+def dp_overlap_of(lay: Layout) -> float:
+    """The share of the data-parallel collectives that the compute hides: the framework's ``dp_overlap``, or its
+    ``selective_dp_overlap`` under a per-operation recompute (Korthikanti et al.'s attention recompute, an ``ops:``
+    policy) where it states one (config/frameworks.yaml: XLA before jax 0.4.31 ran a layer loop's asynchronous
+    collectives on the compute stream under such a policy)."""
+    per_operation = lay.recompute == "attention" or lay.recompute.startswith("ops:")
+    if per_operation and lay.selective_dp_overlap is not None:
+        return lay.selective_dp_overlap
+    return lay.dp_overlap
+
+
 def dp_seconds(ops, net: Network, lay: Layout, M: int, compute_fwd: float, compute_bwd: float) -> float:
     """Exposed seconds per step of the data-parallel collectives ``ops`` (a ``PlanCollectives``), each priced on the
     network model's alpha-beta over the data-parallel axis (dp ranks, stride t): one latency per collective (per DDP
@@ -148,7 +159,7 @@ def dp_seconds(ops, net: Network, lay: Layout, M: int, compute_fwd: float, compu
     of early 2021, config/frameworks.yaml) pays them whole, only its gradient reductions hide. A framework whose
     data-parallel collectives do not spread over the node's NICs (``dp_rails`` False: DeepSpeed's 2021
     per-submodule ZeRO-3 fetches) runs them at one NIC's share."""
-    return dp_exposed(dp_phase_seconds(ops, net, lay), M, compute_fwd, compute_bwd, lay.dp_overlap,
+    return dp_exposed(dp_phase_seconds(ops, net, lay), M, compute_fwd, compute_bwd, dp_overlap_of(lay),
                       lay.gather_prefetch)
 
 

@@ -183,7 +183,7 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
                   sharding=row["sharding"] if _given(row, "sharding") else fw.sharding,
                   recompute=row.get("recompute") or "none", attention=attention,
                   precision=precision,
-                  dp_overlap=fw.dp_overlap, tp_overlap=fw.tp_overlap, tp_backward_overlap=fw.tp_backward_overlap, zero3_granularity=fw.zero3_granularity, dp_rails=fw.dp_rails,
+                  dp_overlap=fw.dp_overlap, selective_dp_overlap=fw.selective_dp_overlap, tp_overlap=fw.tp_overlap, tp_backward_overlap=fw.tp_backward_overlap, zero3_granularity=fw.zero3_granularity, dp_rails=fw.dp_rails,
                   gather_prefetch=fw.gather_prefetch, grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync,
                   fp8_weight_cache=fw.fp8_weight_cache, elementwise=elementwise_of(row, fw),
                   shard_copies=fw.shard_copies, fp8_gather=fw.fp8_gather, fp8_tp_gather=fw.fp8_tp_gather,

@@ -49,7 +49,8 @@ from .layout_checks import (ALIASES, ATTENTION, ATTENTION_PRODUCTS, GRANULARITY,
 from .kernels import (EAGER_OPS, _floor, block_times, dualpipe_overlap, eager_kernels, eager_ops, end_times,  # noqa: F401
                       head_times, latent_gemms, mixture_share, stack_block_times)
 from .data_parallel import (DP_KINDS, OVERLAP_SLOWDOWN, _contended, _exposed, adapter_reductions,  # noqa: F401
-                            data_parallel_collectives, dp_exposed, dp_phase_seconds, dp_seconds, qlora_dequantize_seconds,
+                            data_parallel_collectives, dp_exposed, dp_overlap_of, dp_phase_seconds, dp_seconds,
+                            qlora_dequantize_seconds,
                             reduce_dtype, replicated, shard_copy_bytes, shard_copy_seconds, synced_after_backward)
 
 
@@ -106,6 +107,7 @@ class Layout:
     precision: str = "bf16-mixed"
     attention: str = "flash"
     dp_overlap: float = DEFAULT_OVERLAP
+    selective_dp_overlap: float | None = None  # dp_overlap under a per-operation recompute (the framework's); None: same
     tp_overlap: float = 0.0  # share of the tensor-parallel collectives hidden behind the products (the framework's)
     tp_backward_overlap: float | None = None  # the backward's input-gradient collectives' share; None: tp_overlap
     zero3_granularity: str = "block"
@@ -786,7 +788,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
             ("dp", rule, device.name, prec.compute, lay.precision, t, p, dp, lay.cp, lay.ep, lay.expert_tp,
              lay.sharding, lay.dp_rails, lay.replicate, lay.shard_copies, lay.grad_reduce, lay.zero1_sync, pp_split,
              lay.gpus_per_node, lay.nic_gbps, lay.fabric, lay.fp8_gather), collectives_priced)
-        dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, lay.dp_overlap, lay.gather_prefetch)
+        dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, dp_overlap_of(lay), lay.gather_prefetch)
         dp_bytes = M * micro_bytes + step_bytes
         dp_count = M * len(collectives.micro_batch) + len(collectives.step)
         copies = M * copy_micro + copy_step  # FSDP2's copies through its collectives' buffers (shard_copies)
