@@ -872,16 +872,23 @@ def test_a_framework_without_gather_prefetch_pays_its_parameter_gathers_whole(gp
 
 def test_paxml_hides_no_collective_under_a_per_operation_recompute(gpt2, work):
     """XLA before jax 0.4.31 ran a layer loop's asynchronous all-gathers and reduce-scatters on the compute stream
-    under a fine-grained checkpoint policy (openxla/xla#14397): Pax's 2024 containers (selective_dp_overlap 0) hide
-    none of an FSDP step's collectives under an ops: policy or the attention recompute, and all of them (less the
-    contention, 18.9%) without a recompute or under a whole-block one. By hand from FSDP2's unit list, each priced
-    alone; other frameworks state no such field."""
+    under a fine-grained checkpoint policy (openxla/xla#14397): Pax's containers before it (paxml@2024,
+    selective_dp_overlap 0) hide none of an FSDP step's collectives under an ops: policy or the attention recompute,
+    and all of them (less the contention, 18.9%) without a recompute or under a whole-block one. By hand from FSDP2's
+    unit list, each priced alone. The families name the entries by date: paxml and maxtext from 2024-07-29 state no
+    such field."""
     from trainingcost.analytic.comm import fsdp_collectives
     from trainingcost.config.frameworks import FRAMEWORK_FIELDS, framework, frameworks, parse_framework
 
-    pax = framework("paxml")
+    from trainingcost.config.frameworks import resolve_framework
+
+    pax = framework("paxml@2024")
     assert pax.selective_dp_overlap == 0.0 and pax.dp_overlap == 1.0 and "14397" in pax.sources["selective_dp_overlap"]
-    assert [n for n, fw in frameworks().items() if fw.selective_dp_overlap is not None] == ["paxml"]
+    assert sorted(n for n, fw in frameworks().items() if fw.selective_dp_overlap is not None) == ["maxtext@2024",
+                                                                                                   "paxml@2024"]
+    for family in ("paxml", "maxtext"):
+        assert resolve_framework(f"{family}@2024-04")[0].name == f"{family}@2024"
+        assert resolve_framework(f"{family}@2024-08")[0].name == family == resolve_framework(family)[0].name
     base = dict(gpus=8, global_batch=8 * 64, micro_batch=64, sharding="zero3", dp_overlap=pax.dp_overlap,
                 selective_dp_overlap=pax.selective_dp_overlap)
     net = net_of(Layout(**base))
