@@ -186,7 +186,7 @@ def test_an_impossible_plan_rate_in_the_workflow_config_is_refused_before_any_jo
 
 # -- N18: a name not in a catalogue is one short line ----------------------------------------------------------
 @pytest.mark.parametrize("flag, value, close", [
-    ("--gpu", "h900", "h200"), ("--preset", "bert-large", "bert-base"), ("--framework", "jax@2023", "composer@2023"),
+    ("--gpu", "h900", "h200"), ("--preset", "bert-large", "bert-base"), ("--framework", "jax@2023", "paxml@2024"),
     ("--cluster", "aws-p9", "aws-p5"), ("--framework", "x" * 500, "e.g."),
 ])
 def test_a_name_not_in_a_catalogue_is_one_short_line(capsys, flag, value, close):
