@@ -905,6 +905,41 @@ def test_paxml_hides_no_collective_under_a_per_operation_recompute(gpt2, work):
         parse_framework("x", entry, {"src": "a document"}, "f")
 
 
+def test_deepspeeds_zero1_reduces_each_partition_apart(gpt2, work):
+    """DeepSpeed's ZeRO-1 and ZeRO-2 (stage_1_and_2.py average_tensor, reduce_scatter true) send each bucket's slices
+    to their partitions' owners with one NCCL reduce per (bucket, partition): a step issues buckets + dp - 1 reduces,
+    each a ring of dp ranks, where a reduce-scatter per bucket pays buckets latencies. By hand on 64 A100s (8 nodes):
+    the difference is dp - 1 ring latencies and each byte's pass at the ring's whole rate (a reduce's bus bandwidth is
+    its algorithm bandwidth, nccl-tests' PERFORMANCE.md) instead of (dp - 1) / dp of it; it grows with dp squared."""
+    from trainingcost.analytic.comm import fsdp_collectives
+    from trainingcost.config.frameworks import FRAMEWORK_FIELDS, framework, parse_framework
+
+    deepspeeds = ("deepspeed", "deepspeed@2021", "megatron-deepspeed", "gpt-neox@2022")
+    assert all(framework(n).zero_reduce == "partition_reduce" for n in deepspeeds)
+    assert all(framework(n).zero_reduce == "reduce_scatter" for n in ("megatron-core", "fsdp2", "nanotron", "nemo"))
+    assert "average_tensor" in framework("megatron-deepspeed").sources["zero_reduce"]
+
+    def comm(zero_reduce, gpus):
+        lay = Layout(gpus=gpus, global_batch=gpus, micro_batch=1, sharding="zero1", dp_overlap=0.0,
+                     zero_reduce=zero_reduce)
+        return predict_step(gpt2, lay, A100, "bp", work).parts["comm_dp"]
+
+    net = net_of(Layout(gpus=64, global_batch=64, micro_batch=1))
+    scattered = sum(c.bytes for c in fsdp_collectives(gpt2, "bp", "zero2", 64, "bf16") if c.op == "reduce_scatter")
+    bw = min(net.node_bw(8), 8 * net.inter_bw)
+    latency = net.inter_alpha + 63 * net.inter_step
+    by_hand = 63 * latency + scattered / bw - scattered * 63 / 64 / bw
+    assert comm("partition_reduce", 64) - comm("reduce_scatter", 64) == pytest.approx(by_hand, rel=1e-9)
+    extra = {g: comm("partition_reduce", g) - comm("reduce_scatter", g) for g in (64, 256)}
+    assert extra[256] > 10 * extra[64]  # (dp - 1) rings of dp - 1 steps each
+    entry = {k: v for k, v in vars(framework("fsdp2")).items() if k in FRAMEWORK_FIELDS}
+    entry.update(can={**entry["can"], "shardings": list(entry["can"]["shardings"])}, zero_reduce="allreduce",
+                 cite={k: "src" for k in (*FRAMEWORK_FIELDS, "zero_reduce")})
+    with pytest.raises(ConfigError, match=r"^f\.zero_reduce: 'allreduce' is not allowed \(allowed: reduce_scatter, "
+                                          r"partition_reduce\)$"):
+        parse_framework("x", entry, {"src": "a document"}, "f")
+
+
 def test_a_framework_reducing_gradients_in_fp32_moves_twice_the_bytes_of_bf16(gpt2, work):
     """torchtitan and Composer since v0.16.4 reduce in fp32 (their reduce_dtype), Megatron-LM in fp32 under bf16 only
     (validate_args forces accumulate_allreduce_grads_in_fp32 for bf16): every reduce-scatter carries its elements at

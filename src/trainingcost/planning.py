@@ -197,6 +197,9 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
     if fw.zero1_sync == "after_backward":
         fw_source += "; ZeRO-1 all-reduces the gradients after the backward and all-gathers the parameters after " \
                      "the step, neither overlapped"
+    if fw.zero_reduce == "partition_reduce":
+        fw_source += "; under ZeRO-1/2 each gradient bucket is reduced to its partitions' owners, one reduce per " \
+                     "bucket and partition (DeepSpeed's average_tensor)"
     if not fw.gather_prefetch:
         fw_source += BLOCKING_GATHERS
     if fw.fp8_gather or fw.fp8_tp_gather:  # config/frameworks.yaml: fp8_gather, fp8_tp_gather
@@ -226,7 +229,7 @@ def system_fields(framework_name: str | None, cluster_name: str | None, gpus_per
                 fp8_params=fw.fp8_params, elementwise=elementwise, shard_copies=fw.shard_copies,
                 fp8_gather=fw.fp8_gather, fp8_tp_gather=fw.fp8_tp_gather,
                 recompute_tail=tail, split_backward=fw.split_backward,
-                selective_dp_overlap=fw.selective_dp_overlap)
+                selective_dp_overlap=fw.selective_dp_overlap, zero_reduce=fw.zero_reduce)
 
 
 def spec_from_args(args, cfg, gpu) -> PlanSpec:

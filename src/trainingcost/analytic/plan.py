@@ -131,6 +131,7 @@ class PlanSpec:
     gather_prefetch: bool = True  # the framework prefetches its parameter all-gathers (config/frameworks.yaml)
     grad_reduce: str = "compute"  # the dtype its gradient reductions run in (config/frameworks.yaml)
     zero1_sync: str = "overlapped"  # how it syncs ZeRO-1's gradients (config/frameworks.yaml)
+    zero_reduce: str = "reduce_scatter"  # how its ZeRO-1/2 reduce the gradients (config/frameworks.yaml)
     fp8_weight_cache: bool = False  # fp8-mixed: it casts the weights once per step (config/frameworks.yaml)
     fp8_params: bool = False  # fp8-mixed: its weights are kept in fp8 (config/frameworks.yaml)
     elementwise: str = "fused"  # the blocks' norms, rotary and gated activations (config/frameworks.yaml, --compile)
@@ -561,6 +562,7 @@ def step_layout(spec: PlanSpec, G: int, micro_batch: int, interleave: int | None
                   selective_dp_overlap=spec.selective_dp_overlap, gpus_per_node=spec.gpus_per_node,
                   nic_gbps=spec.nic_gbps, tp_overlap=spec.tp_overlap, tp_backward_overlap=spec.tp_backward_overlap, fabric=spec.fabric, dp_rails=spec.dp_rails,
                   gather_prefetch=spec.gather_prefetch, grad_reduce=spec.grad_reduce, zero1_sync=spec.zero1_sync,
+                  zero_reduce=spec.zero_reduce,
                   fp8_weight_cache=spec.fp8_weight_cache, elementwise=spec.elementwise,
                   shard_copies=spec.shard_copies, fp8_gather=spec.fp8_gather, fp8_tp_gather=spec.fp8_tp_gather,
                   recompute_tail=spec.recompute_tail, schedule=spec.schedule if spec.pp > 1 else "",

@@ -80,6 +80,11 @@ CAN = ("shardings", "tensor", "pipeline", "interleave", "sequence_parallel", "un
 # its weight gradients (W): freed (what W does not read goes at B: the schedules' papers' counts, Qi et al.'s Megatron
 # fork) or retained (torch.distributed.pipelining's stage_backward_input: the whole graph and every weight node's
 # output gradient kept until W, analytic/tape/split.py); default freed
+# zero_reduce: how its ZeRO-1 and ZeRO-2 reduce the gradients: reduce_scatter (one reduce-scatter per bucket: FSDP2's,
+# Megatron-Core's distributed optimizer) or partition_reduce (DeepSpeed's stage 1 and 2, zero_optimization.reduce_scatter
+# true by default: deepspeed/runtime/zero/stage_1_and_2.py average_tensor reduces each bucket slice to the rank that
+# owns its partition, one NCCL reduce per (bucket, partition), so a step issues about buckets + dp - 1 reduces, each a
+# ring over the dp ranks); default reduce_scatter
 # selective_dp_overlap: the share of its data-parallel collectives hidden behind the compute under a per-operation
 # recompute (a selective or named-tensor checkpoint policy), where that differs from dp_overlap: XLA on GPU before
 # 2024-07-29 (jax 0.4.30 and older) moved the asynchronous all-gathers and reduce-scatters of a layer loop onto the
@@ -89,7 +94,8 @@ OPTIONAL = {"pipeline_split": "even", "tp_backward_overlap": None, "gather_prefe
             "zero1_sync": "overlapped", "fp8_weight_cache": False, "fp8_params": False, "elementwise": "fused",
             "shard_copies": False, "fp8_gather": False, "fp8_tp_gather": False,
             "recompute_tail": "repeated", "compiled_traces": None, "split_backward": "freed",
-            "selective_dp_overlap": None}
+            "selective_dp_overlap": None, "zero_reduce": "reduce_scatter"}
+ZERO_REDUCE = ("reduce_scatter", "partition_reduce")
 SPLIT_BACKWARDS = ("freed", "retained")
 ELEMENTWISE = ("fused", "eager")
 ZERO1_SYNC = ("overlapped", "after_backward")
@@ -134,6 +140,7 @@ class Framework:
     compiled_traces: bool = False  # compiled, its checkpointed blocks are traced (OPTIONAL; default: not repeated)
     split_backward: str = "freed"  # what a zero-bubble schedule keeps between B and W: SPLIT_BACKWARDS (OPTIONAL)
     selective_dp_overlap: float | None = None  # dp_overlap under a per-operation recompute; None: dp_overlap (OPTIONAL)
+    zero_reduce: str = "reduce_scatter"  # how its ZeRO-1/2 reduce the gradients: ZERO_REDUCE (OPTIONAL)
 
     def source(self, key: str) -> str:
         return f"{self.name}: {self.sources[key]}"
@@ -224,6 +231,9 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
     selective = entry.get("selective_dp_overlap", OPTIONAL["selective_dp_overlap"])
     if selective is not None:
         selective = _fraction(selective, f"{where}.selective_dp_overlap")
+    zero_reduce = entry.get("zero_reduce", OPTIONAL["zero_reduce"])
+    if zero_reduce not in ZERO_REDUCE:
+        raise ConfigError(f"{where}.zero_reduce: {zero_reduce!r} is not allowed (allowed: {', '.join(ZERO_REDUCE)})")
     if fp8_params and entry.get("fp8_gather") is False:
         raise ConfigError(f"{where}.fp8_gather: false contradicts fp8_params: true (weights kept in fp8 are gathered "
                           f"in fp8; leave fp8_gather out)")
@@ -251,7 +261,7 @@ def parse_framework(name: str, entry, sources: dict, where: str) -> Framework:
                      {**can, "shardings": tuple(can["shardings"]), "replicate": tuple(can["replicate"])},
                      {k: sources[cite[k]] for k in stated}, split, backward, prefetch, reduce, zero1_sync, cache,
                      fp8_params, elementwise, copies, gathers["fp8_gather"] or fp8_params,
-                     gathers["fp8_tp_gather"], tail, traces, split_backward, selective)
+                     gathers["fp8_tp_gather"], tail, traces, split_backward, selective, zero_reduce)
 
 
 def recompute_tail_of(fw: Framework, elementwise: str) -> str:

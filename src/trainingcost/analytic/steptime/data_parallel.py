@@ -169,10 +169,16 @@ DP_KINDS = ("gather", "reduce")  # parameter all-gathers; gradient reductions (a
 def dp_phase_seconds(ops, net: Network, lay: Layout) -> dict:
     """The seconds of ``ops``' collectives, unexposed, summed per (micro_batch or step, phase, kind): phase one of
     forward, backward, optimizer_step; kind gather (parameter all-gathers) or reduce (gradient all-reduces and
-    reduce-scatters). What :func:`dp_exposed` hides behind the compute."""
+    reduce-scatters). What :func:`dp_exposed` hides behind the compute. Under DeepSpeed's ZeRO-1/2 (``zero_reduce``
+    partition_reduce) each reduce-scatter is its bucket's reduces to the partitions' owners (Network.reduce): the
+    step's dp - 1 partition boundaries add one reduce each, spread over the buckets by their bytes."""
     rails = lay.dp_rails
     dp, t = lay.shard, lay.tp  # the ranks sharding the same weights: dp x cp (or a HSDP group's), tp apart
     across = lay.tp * lay.shard  # HSDP: the replica groups' ranks, a group's GPUs apart
+    # DeepSpeed's ZeRO-1/2 (zero_reduce: partition_reduce): each bucket's slices reduced to their partitions' owners,
+    # one reduce per (bucket, partition): the dp - 1 partition boundaries spread over the buckets by their bytes
+    partition_reduce = lay.zero_reduce == "partition_reduce" and lay.sharding in ("zero1", "zero2")
+    scattered = sum(c.bytes for c in (*ops.micro_batch, *ops.step) if c.op == "reduce_scatter")
 
     def seconds(listed, phase, kind):
         total = 0.0
@@ -185,6 +191,8 @@ def dp_phase_seconds(ops, net: Network, lay: Layout) -> dict:
                 total += net.all_reduce(c.bytes, lay.replicate, across)  # the shard, across the replica groups
             elif c.op == "all_reduce":
                 total += net.all_reduce(c.bytes, dp, t)
+            elif c.op == "reduce_scatter" and partition_reduce:
+                total += net.reduce(c.bytes, dp, t, rails, 1 + (dp - 1) * c.bytes / scattered)
             elif c.op in ("all_gather", "reduce_scatter"):
                 total += net.all_gather(c.bytes, dp, t, rails)
             else:

@@ -125,6 +125,16 @@ class Network:
 
     reduce_scatter = all_gather
 
+    def reduce(self, nbytes: float, n: int, stride: int = 1, rails: bool = True, calls: float = 1.0) -> float:
+        """``calls`` NCCL reduces to one root of ``nbytes`` in all over n ranks: each a ring (between nodes n - 1
+        steps), one latency per call; the bytes pass each link once (nccl-tests doc/PERFORMANCE.md: reduce's bus
+        bandwidth is its algorithm bandwidth)."""
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        bw, alpha, inter = self._link(n, stride, rails)
+        steps = (n - 1) * self.inter_step if inter else 0.0
+        return calls * (alpha + steps) + nbytes / bw
+
     def all_to_all(self, nbytes: float, n: int, stride: int = 1) -> float:
         """Each of n ranks sends (n - 1) / n of its ``nbytes`` to the others (expert parallelism's dispatch and
         combine). Inside a node at the ring's bus bandwidth; between nodes the share bound for other nodes leaves

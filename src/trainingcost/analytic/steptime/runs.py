@@ -185,6 +185,7 @@ def layout_of(row: dict, framework_name: str | None = None) -> Layout:
                   precision=precision,
                   dp_overlap=fw.dp_overlap, selective_dp_overlap=fw.selective_dp_overlap, tp_overlap=fw.tp_overlap, tp_backward_overlap=fw.tp_backward_overlap, zero3_granularity=fw.zero3_granularity, dp_rails=fw.dp_rails,
                   gather_prefetch=fw.gather_prefetch, grad_reduce=fw.grad_reduce, zero1_sync=fw.zero1_sync,
+                  zero_reduce=fw.zero_reduce,
                   fp8_weight_cache=fw.fp8_weight_cache, elementwise=elementwise_of(row, fw),
                   shard_copies=fw.shard_copies, fp8_gather=fw.fp8_gather, fp8_tp_gather=fw.fp8_tp_gather,
                   pipeline_split=fw.pipeline_split, recompute_tail=recompute_tail_of(fw, elementwise_of(row, fw)),

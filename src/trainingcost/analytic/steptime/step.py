@@ -115,6 +115,7 @@ class Layout:
     gather_prefetch: bool = True  # parameter all-gathers overlap the compute (the framework's); False: they block it
     grad_reduce: str = "compute"  # the gradients' reduction dtype (the framework's): compute, fp32, fp32-if-bf16
     zero1_sync: str = "overlapped"  # ZeRO-1's gradient sync (the framework's): ZERO1_SYNC
+    zero_reduce: str = "reduce_scatter"  # how ZeRO-1/2 reduce the gradients (the framework's): ZERO_REDUCE
     shard_copies: bool = False  # the sharded collectives copy through flat buffers on the compute stream (FSDP2's)
     gpus_per_node: int | None = None
     nic_gbps: float | None = None
@@ -786,7 +787,7 @@ def predict_step(cfg, lay: Layout, device, rule: str = "bp", work: dict | None =
 
         collectives, sums, (micro_bytes, step_bytes), (copy_micro, copy_step) = once(
             ("dp", rule, device.name, prec.compute, lay.precision, t, p, dp, lay.cp, lay.ep, lay.expert_tp,
-             lay.sharding, lay.dp_rails, lay.replicate, lay.shard_copies, lay.grad_reduce, lay.zero1_sync, pp_split,
+             lay.sharding, lay.dp_rails, lay.replicate, lay.shard_copies, lay.grad_reduce, lay.zero1_sync, lay.zero_reduce, pp_split,
              lay.gpus_per_node, lay.nic_gbps, lay.fabric, lay.fp8_gather), collectives_priced)
         dp_comm = dp_exposed(sums, M, compute_fwd, compute_bwd, dp_overlap_of(lay), lay.gather_prefetch)
         dp_bytes = M * micro_bytes + step_bytes
