@@ -910,7 +910,8 @@ def test_deepspeeds_zero1_reduces_each_partition_apart(gpt2, work):
     to their partitions' owners with one NCCL reduce per (bucket, partition): a step issues buckets + dp - 1 reduces,
     each a ring of dp ranks, where a reduce-scatter per bucket pays buckets latencies. By hand on 64 A100s (8 nodes):
     the difference is dp - 1 ring latencies and each byte's pass at the ring's whole rate (a reduce's bus bandwidth is
-    its algorithm bandwidth, nccl-tests' PERFORMANCE.md) instead of (dp - 1) / dp of it; it grows with dp squared."""
+    its algorithm bandwidth, nccl-tests' PERFORMANCE.md) instead of (dp - 1) / dp of it; it grows with dp squared.
+    Under ZeRO-2 every micro-batch's gradients are reduced so (partition_gradients), under ZeRO-1 the last's."""
     from trainingcost.analytic.comm import fsdp_collectives
     from trainingcost.config.frameworks import FRAMEWORK_FIELDS, framework, parse_framework
 
@@ -932,6 +933,17 @@ def test_deepspeeds_zero1_reduces_each_partition_apart(gpt2, work):
     assert comm("partition_reduce", 64) - comm("reduce_scatter", 64) == pytest.approx(by_hand, rel=1e-9)
     extra = {g: comm("partition_reduce", g) - comm("reduce_scatter", g) for g in (64, 256)}
     assert extra[256] > 10 * extra[64]  # (dp - 1) rings of dp - 1 steps each
+    # ZeRO-2 partitions the gradients: DeepSpeed reduces every micro-batch's (ZeRO-1 once, at the last backward)
+    steps = {(s, m): predict_step(gpt2, Layout(gpus=64, global_batch=64 * m, micro_batch=1, sharding=s,
+                                               dp_overlap=0.0, zero_reduce="partition_reduce"), A100, "bp", work)
+             for s in ("zero1", "zero2") for m in (1, 4)}
+    assert steps[("zero2", 1)].parts["comm_dp"] == pytest.approx(steps[("zero1", 1)].parts["comm_dp"], rel=1e-12)
+    reduces = steps[("zero1", 1)].parts["comm_dp"] - sum(
+        net.all_gather(c.bytes, 64) for c in fsdp_collectives(gpt2, "bp", "zero2", 64, "bf16") if c.op == "all_gather")
+    assert steps[("zero1", 4)].parts["comm_dp"] == pytest.approx(steps[("zero1", 1)].parts["comm_dp"], rel=1e-12)
+    assert steps[("zero2", 4)].parts["comm_dp"] == pytest.approx(steps[("zero1", 1)].parts["comm_dp"] + 3 * reduces,
+                                                                 rel=1e-9)
+    assert steps[("zero2", 4)].dp_bytes == steps[("zero1", 4)].dp_bytes + 3 * scattered
     entry = {k: v for k, v in vars(framework("fsdp2")).items() if k in FRAMEWORK_FIELDS}
     entry.update(can={**entry["can"], "shardings": list(entry["can"]["shardings"])}, zero_reduce="allreduce",
                  cite={k: "src" for k in (*FRAMEWORK_FIELDS, "zero_reduce")})

@@ -61,7 +61,22 @@ def data_parallel_collectives(cfg, lay: Layout, rule: str, w: dict | None = None
         ops = adapter_reductions(ops, w["trained"] / max(1, model_facts(cfg, [rule], "adam").parameters))
     if lay.sharding == "zero1" and lay.zero1_sync == "after_backward":
         return synced_after_backward(ops)
+    if lay.sharding == "zero2" and lay.zero_reduce == "partition_reduce":
+        ops = reduced_per_micro_batch(ops)
     return replicated(ops, lay.replicate)
+
+
+def reduced_per_micro_batch(ops):
+    """DeepSpeed's ZeRO-2 (partition_gradients): each micro-batch's backward reduces its gradient buckets to their
+    partitions' owners, which accumulate only their own partition (stage_1_and_2.py
+    reduce_ready_partitions_and_remove_grads runs in every backward under partition_gradients, ZeRO-1 only at the
+    accumulation boundary): ``ops``' step-level gradient reductions move to the micro-batch listing, the updated
+    shards' all-gathers stay once per step."""
+    from ..comm import PlanCollectives
+
+    listed = [*ops.micro_batch, *ops.step]
+    reduces = tuple(c for c in listed if c.op in ("all_reduce", "reduce_scatter"))
+    return PlanCollectives(reduces, tuple(c for c in listed if c.op not in ("all_reduce", "reduce_scatter")))
 
 
 def adapter_reductions(ops, fraction: float):
