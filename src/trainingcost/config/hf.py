@@ -20,6 +20,9 @@ from pathlib import Path
 
 from .errors import ConfigError, read_json, regular_file
 from .model import HF_OPTIONS
+from .hf_entries import (  # noqa: F401  (re-exported: callers read them from here)
+    FALCON_FUSED_FROM, check_window, drop_lm_head, drop_short_table, transformers_attention, with_overrides,
+)
 
 SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
              "olmo2", "starcoder2", "phi3", "gemma", "gemma2", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe",
@@ -96,36 +99,6 @@ def read_hf_data(path: str | Path, where: str = "--hf-config") -> tuple[dict, Pa
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: {file}: expected a JSON object, not {type(data).__name__}")
     return data, file
-
-
-# transformers 5.25.0 moved modeling_falcon.py onto its attention interface (SDPA with the key/value heads repeated,
-# no mask: the fused kernel); every earlier version hands SDPA one key/value head and a mask (the math path).
-FALCON_FUSED_FROM = (5, 25)
-
-
-def transformers_attention(data: dict, version: tuple[int, int] | None = None) -> str | None:
-    """How transformers' own model of this ``config.json`` runs attention, where that is not the fused kernel that
-    trainingcost's executed model prices (torch's scaled_dot_product_attention, whose backward recomputes the scores:
-    10 M N a FLOPs per layer and batch element); None where it is the same. The two families that differ
-    (tests/test_hf_families.py checks every family's FLOPs against transformers' model, these two to the difference
-    stated here):
-
-    - Falcon's original decoder with multi_query (falcon-7b): modeling_falcon.py hands SDPA one key/value head beside
-      the query heads, with a mask, which the fused kernels do not take: torch runs its math path, whose backward is
-      four batched products (8 M N a);
-    - Gemma 2 without soft-capping: modeling_gemma2.py has no SDPA path (eager attention only): the written-out
-      scores and softmax, four batched products backward (8 M N a). Soft-capped, trainingcost writes it out too.
-    """
-    model_type = data.get("model_type")
-    if model_type == "falcon" and not data.get("new_decoder_architecture", False) and data.get("multi_query", True) \
-            and (data.get("num_attention_heads") or 0) > 1:
-        if version is not None and version >= FALCON_FUSED_FROM:
-            return None
-        return ("torch's math path in versions before 5.25 (falcon's multi-query attention hands SDPA one key/value "
-                "head and a mask)")
-    if model_type == "gemma2" and not data.get("attn_logit_softcapping", 50.0):
-        return "its eager attention (transformers' Gemma 2 has no SDPA path)"
-    return None
 
 
 def attention_note(path: str | Path, cfg, step_flops: int | None = None) -> str | None:
@@ -814,37 +787,3 @@ def _deepseek(k: _Keys) -> dict:
         if limit < groups:
             entry.update(expert_groups=groups, group_limit=limit)
     return entry
-
-
-def check_window(entry: dict, where: str) -> dict:
-    """The entry of a config.json as a model entry (kept for callers: windows are an option now, ``sliding_window``;
-    nothing is refused here)."""
-    return dict(entry)
-
-
-def with_overrides(entry: dict, overrides: dict) -> dict:
-    """A config.json's entry with a sweep entry's (or the flags') fields in place of its own."""
-    out = dict(entry)
-    if any(k in overrides for k in ("layers", "enc_layers", "dec_layers")):
-        for key in ("layers", "enc_layers", "dec_layers"):
-            out.pop(key, None)
-    if "ff_mult" in overrides:
-        out.pop("d_ff", None)
-    drop_short_table(out, overrides)
-    drop_lm_head(out, overrides)
-    out.update(overrides)
-    return out
-
-
-def drop_short_table(entry: dict, overrides: dict) -> None:
-    """A sequence longer than the entry's learned position table (``max_positions``) gets a table of its own length."""
-    seq_len = overrides.get("seq_len")
-    if seq_len and entry.get("max_positions", 0) and seq_len > entry["max_positions"] and "max_positions" not in overrides:
-        entry.pop("max_positions")
-
-
-def drop_lm_head(entry: dict, overrides: dict) -> None:
-    """A classification head asked for (``classes``) replaces the entry's LM head: the preset's or the file's
-    ``tie_embeddings`` (its LM head sharing the embedding's table) no longer applies, unless given as well."""
-    if overrides.get("classes") and "tie_embeddings" not in overrides:
-        entry.pop("tie_embeddings", None)
