@@ -191,3 +191,18 @@ def check_layout(cfg, lay: Layout) -> None:
         raise ConfigError(f"attention: {lay.attention!r} is not allowed (allowed: {', '.join(ATTENTION)})")
     if lay.zero3_granularity not in GRANULARITY:
         raise ConfigError(f"zero3_granularity: {lay.zero3_granularity!r} is not allowed (allowed: {', '.join(GRANULARITY)})")
+
+
+def tail_skipped(cfg, recompute_tail: str, fp8_products: bool) -> bool:
+    """Whether a checkpointed block's recompute leaves out its last product, the FFN's down projection, and what
+    follows it (its tensor-parallel reduction, the residual add): nothing in the backward reads its output where the
+    block is pre-norm and dense (post-norm, an output norm or a post-branch norm reads it, and a mixture's combine
+    keeps its experts' outputs for the router's gradient). torch's non-reentrant checkpoint stops early before an
+    aten product, not before a custom autograd Function (fp8 linears); torch.compile's backward graph leaves it out
+    either way (config/frameworks.py, recompute_tail; docs/planning.md, "What a recompute repeats"). Assumed: no
+    dropout after the FFN (this project's models have none; a run with residual dropout rebuilds its mask from the
+    down projection's output, so repeats it: plan --recompute-tail repeated)."""
+    dense_tail = cfg.pre_norm and not cfg.post_norms and not cfg.moe
+    if not dense_tail or recompute_tail == "repeated":
+        return False
+    return recompute_tail == "traced" or not fp8_products

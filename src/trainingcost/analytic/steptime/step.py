@@ -45,7 +45,7 @@ from . import offload, schedules
 from .network import Network
 from .layout_checks import (ALIASES, ATTENTION, ATTENTION_PRODUCTS, GRANULARITY, OP_PRODUCTS, RECOMPUTE,  # noqa: F401
                             check_context_parallel, check_layout, hsdp_problem, interleave_blocks, interleave_problem,
-                            recompute_ops)
+                            recompute_ops, tail_skipped)
 from .kernels import (EAGER_OPS, _floor, block_times, dualpipe_overlap, eager_kernels, eager_ops, end_times,  # noqa: F401
                       head_times, latent_gemms, mixture_share, stack_block_times)
 from .data_parallel import (DP_KINDS, OVERLAP_SLOWDOWN, _contended, _exposed, adapter_reductions,  # noqa: F401
@@ -54,25 +54,6 @@ from .data_parallel import (DP_KINDS, OVERLAP_SLOWDOWN, _contended, _exposed, ad
                             reduce_dtype, replicated, shard_copy_bytes, shard_copy_seconds, synced_after_backward)
 
 
-def tail_skipped(cfg, recompute_tail: str, fp8_products: bool) -> bool:
-    """Whether a checkpointed block's recompute leaves out its last product, the FFN's down projection, and what
-    follows it (its tensor-parallel reduction, the residual add): nothing in the backward reads its output where the
-    block is pre-norm and dense (post-norm, an output norm or a post-branch norm reads it, and a mixture's combine
-    keeps its experts' outputs for the router's gradient). torch's non-reentrant checkpoint stops early before an
-    aten product, not before a custom autograd Function (fp8 linears); torch.compile's backward graph leaves it out
-    either way (config/frameworks.py, recompute_tail; docs/planning.md, "What a recompute repeats"). Assumed: no
-    dropout after the FFN (this project's models have none; a run with residual dropout rebuilds its mask from the
-    down projection's output, so repeats it: plan --recompute-tail repeated)."""
-    dense_tail = cfg.pre_norm and not cfg.post_norms and not cfg.moe
-    if not dense_tail or recompute_tail == "repeated":
-        return False
-    return recompute_tail == "traced" or not fp8_products
-
-
-# How a framework syncs ZeRO-1's gradients (config/frameworks.py, ZERO1_SYNC): overlapped (reduce-scatters bucketed
-# during the backward, the updated shards all-gathered after the step: FSDP2's, Megatron-Core's distributed
-# optimizer); after_backward (nanotron with fp32 gradient accumulation: no DDP, one all-reduce of the whole fp32
-# gradient buffer after the last backward, then one all-gather of the updated parameters, neither overlapped)
 DEFAULT_OVERLAP = 1.0
 DEFAULT_OVERLAP_SOURCE = ("data-parallel communication overlapped with compute where frameworks overlap it "
                           "(PyTorch DDP's bucketed all-reduce during backward, Li et al. 2020; FSDP/ZeRO-3 prefetch, "
