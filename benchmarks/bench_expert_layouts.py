@@ -45,6 +45,7 @@ def spec_of(row: dict) -> PlanSpec:
                     pipeline_split=lay.pipeline_split, zero3_granularity=fw.zero3_granularity,
                     zero3_gather=fw.zero3_gather, dp_rails=fw.dp_rails, attention=lay.attention,
                     gather_prefetch=fw.gather_prefetch, zero1_sync=fw.zero1_sync, grad_reduce=fw.grad_reduce,
+                    zero_reduce=fw.zero_reduce, selective_dp_overlap=fw.selective_dp_overlap,
                     fp8_weight_cache=fw.fp8_weight_cache, fp8_params=fw.fp8_params, fp8_gather=fw.fp8_gather,
                     fp8_tp_gather=fw.fp8_tp_gather, shard_copies=fw.shard_copies, elementwise=lay.elementwise,
                     recompute_tail=lay.recompute_tail,

@@ -944,6 +944,12 @@ def test_deepspeeds_zero1_reduces_each_partition_apart(gpt2, work):
     assert steps[("zero2", 4)].parts["comm_dp"] == pytest.approx(steps[("zero1", 1)].parts["comm_dp"] + 3 * reduces,
                                                                  rel=1e-9)
     assert steps[("zero2", 4)].dp_bytes == steps[("zero1", 4)].dp_bytes + 3 * scattered
+    # an explicit rule (DFA) reduces its flat gradient buffer once, before its optimizer step, whatever the stage
+    dfa = {m: predict_step(gpt2, Layout(gpus=64, global_batch=64 * m, micro_batch=1, sharding="zero2",
+                                        dp_overlap=0.0, zero_reduce="partition_reduce"), A100, "dfa", work)
+           for m in (1, 4)}
+    assert dfa[4].parts["comm_dp"] == pytest.approx(dfa[1].parts["comm_dp"], rel=1e-12)
+    assert dfa[4].dp_bytes == dfa[1].dp_bytes
     entry = {k: v for k, v in vars(framework("fsdp2")).items() if k in FRAMEWORK_FIELDS}
     entry.update(can={**entry["can"], "shardings": list(entry["can"]["shardings"])}, zero_reduce="allreduce",
                  cite={k: "src" for k in (*FRAMEWORK_FIELDS, "zero_reduce")})

@@ -420,9 +420,10 @@ def plan(
             expert-parallel groups fold over the tensor-parallel GPUs too (Megatron-Core's MoE parallel
             folding): ep x etp divides tp x cp x dp; not searched
         framework (--framework): the training framework (config/frameworks.yaml: megatron-lm@2021, megatron-
-            lm@2021+torch-ddp, megatron-lm@2022, megatron-core, nemo, megatron-deepspeed, deepspeed@2021,
-            deepspeed, fsdp1, fsdp2, torchtitan@2024, torchtitan, torchtitan+fp8-all-gather, nanotron, composer,
-            composer@2023, gpt-neox@2022, olmo-core, maxtext, paxml, ddp; default fsdp2), or a family (megatron,
+            lm@2021+torch-ddp, megatron-lm@2022, megatron-core, nemo, megatron-deepspeed,
+            megatron-deepspeed+bf16, deepspeed@2021, deepspeed, fsdp1, fsdp2, torchtitan@2024, torchtitan,
+            torchtitan+fp8-all-gather, nanotron, composer, composer@2023, gpt-neox@2022, olmo-core, maxtext@2024,
+            maxtext, paxml@2024, paxml, ddp; default fsdp2), or a family (megatron,
             deepspeed, fsdp, composer, nemo, torchtitan, nanotron, megatron-deepspeed, gpt-neox, olmo-core,
             maxtext, paxml, ddp) for its newest entry, or FAMILY@YEAR (or @YYYY-MM[-DD]) for the entry of that
             time: what it overlaps, what a ZeRO-3 gather moves, its attention kernel and its default sharding

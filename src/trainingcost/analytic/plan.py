@@ -377,7 +377,7 @@ def global_batch(spec: PlanSpec, cfg) -> tuple[int, str]:
 def tail_flops_per_sequence(cfg) -> dict:
     """Per stack, the FLOPs per sequence of one block's last product, the FFN's down projection (2 x rows x d_ff x
     d_model, as torch's FlopCounterMode counts a product), which a recompute that stops early leaves out
-    (analytic/steptime/step.py, tail_skipped)."""
+    (analytic/steptime/layout_checks.py, tail_skipped)."""
     return {s: 2 * cfg.rows(s) * cfg.d_ff * cfg.d_model for s in cfg.stacks}
 
 

@@ -70,13 +70,16 @@ def reduced_per_micro_batch(ops):
     """DeepSpeed's ZeRO-2 (partition_gradients): each micro-batch's backward reduces its gradient buckets to their
     partitions' owners, which accumulate only their own partition (stage_1_and_2.py
     reduce_ready_partitions_and_remove_grads runs in every backward under partition_gradients, ZeRO-1 only at the
-    accumulation boundary): ``ops``' step-level gradient reductions move to the micro-batch listing, the updated
-    shards' all-gathers stay once per step."""
+    accumulation boundary): ``ops``' step-level gradient reductions of the backward (the hooks' buckets) move to the
+    micro-batch listing; the updated shards' all-gathers and an explicit rule's reduction before its optimizer step
+    (phase ``optimizer_step``: once per step) stay."""
     from ..comm import PlanCollectives
 
-    listed = [*ops.micro_batch, *ops.step]
-    reduces = tuple(c for c in listed if c.op in ("all_reduce", "reduce_scatter"))
-    return PlanCollectives(reduces, tuple(c for c in listed if c.op not in ("all_reduce", "reduce_scatter")))
+    def per_micro_batch(c):
+        return c.op in ("all_reduce", "reduce_scatter") and c.phase == "backward"
+
+    return PlanCollectives((*ops.micro_batch, *filter(per_micro_batch, ops.step)),
+                           tuple(c for c in ops.step if not per_micro_batch(c)))
 
 
 def adapter_reductions(ops, fraction: float):
@@ -193,11 +196,12 @@ def dp_phase_seconds(ops, net: Network, lay: Layout) -> dict:
     # DeepSpeed's ZeRO-1/2 (zero_reduce: partition_reduce): each bucket's slices reduced to their partitions' owners,
     # one reduce per (bucket, partition): the dp - 1 partition boundaries spread over the buckets by their bytes
     partition_reduce = lay.zero_reduce == "partition_reduce" and lay.sharding in ("zero1", "zero2")
-    scattered = sum(c.bytes for c in (*ops.micro_batch, *ops.step) if c.op == "reduce_scatter")
+    scattered = {when: sum(c.bytes for c in getattr(ops, when) if c.op == "reduce_scatter") or 1
+                 for when in ("micro_batch", "step")}  # each listing one round of the partitions
 
-    def seconds(listed, phase, kind):
+    def seconds(when, phase, kind):
         total = 0.0
-        for c in listed:
+        for c in getattr(ops, when):
             if (c.phase if c.phase in ("forward", "backward") else "optimizer_step") != phase:
                 continue
             if (c.op == "all_gather") != (kind == "gather"):
@@ -207,14 +211,14 @@ def dp_phase_seconds(ops, net: Network, lay: Layout) -> dict:
             elif c.op == "all_reduce":
                 total += net.all_reduce(c.bytes, dp, t)
             elif c.op == "reduce_scatter" and partition_reduce:
-                total += net.reduce(c.bytes, dp, t, rails, 1 + (dp - 1) * c.bytes / scattered)
+                total += net.reduce(c.bytes, dp, t, rails, 1 + (dp - 1) * c.bytes / scattered[when])
             elif c.op in ("all_gather", "reduce_scatter"):
                 total += net.all_gather(c.bytes, dp, t, rails)
             else:
                 raise ValueError(f"op: {c.op!r} has no price on the data-parallel axis")
         return total
 
-    return {(when, phase, kind): seconds(getattr(ops, when), phase, kind) for when in ("micro_batch", "step")
+    return {(when, phase, kind): seconds(when, phase, kind) for when in ("micro_batch", "step")
             for phase in ("forward", "backward", "optimizer_step") for kind in DP_KINDS}
 
 

@@ -166,6 +166,8 @@ def check_layout(cfg, lay: Layout) -> None:
         raise ConfigError(f"--nic-gbps: a positive number of Gb/s per GPU (got {lay.nic_gbps!r})")
     if not 0 <= lay.dp_overlap <= 1:
         raise ConfigError(f"--dp-overlap: a fraction between 0 and 1 (got {lay.dp_overlap!r})")
+    if lay.selective_dp_overlap is not None and not 0 <= lay.selective_dp_overlap <= 1:
+        raise ConfigError(f"selective_dp_overlap: a fraction between 0 and 1 (got {lay.selective_dp_overlap!r})")
     if lay.zero_reduce not in ZERO_REDUCE:
         raise ConfigError(f"zero_reduce: {lay.zero_reduce!r} is not allowed (allowed: {', '.join(ZERO_REDUCE)})")
     if lay.zero1_sync not in ZERO1_SYNC:
