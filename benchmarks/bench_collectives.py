@@ -3,7 +3,8 @@
 For every row of benchmarks/collectives.csv (a published nccl-tests run: the system, the collective, the message
 size and the measured time or bus bandwidth, each cited), the network model of analytic/steptime/network.py
 prices the same collective over the same ranks: the device's catalogue numbers (config/hardware.yaml), the row's
-GPUs per node, and its NIC bandwidth per GPU where the row states it (else the device's usual system). The
+GPUs per node, its NIC bandwidth per GPU where the row states it (else the device's usual system), and the algorithms
+its run turned off (the ``nccl_env`` column: NCCL_NVLS_ENABLE=0, NCCL_ALGO=allreduce:ring). The
 measured time is nccl-tests' own ``time`` column where the source prints it, else size x bus factor / busbw
 (nccl-tests doc/PERFORMANCE.md). Prints the error per row (--rows), per source, inside and across nodes, and the
 MAPE for messages of 1 MiB and more (the goal: <= 15%).
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,10 +43,18 @@ def measured_seconds(row: dict) -> float:
 
 
 def network_of(row: dict) -> Network:
+    """The row's network; where the row's run set NCCL's environment, what it turned off: NVLS under
+    NCCL_NVLS_ENABLE=0, NVLS and the tree under NCCL_ALGO=allreduce:ring (NCCL's docs, environment variables)."""
     dev = device(row["gpu"])
     params = {**GENERIC, **dev.steptime}
     nic = float(row["nic_gbps_per_gpu"]) if row.get("nic_gbps_per_gpu") else None
-    return Network.of(params, int(row["gpus_per_node"]), nic, fabric(row["fabric"]) if row.get("fabric") else None)
+    net = Network.of(params, int(row["gpus_per_node"]), nic, fabric(row["fabric"]) if row.get("fabric") else None)
+    env = row.get("nccl_env") or ""
+    if "NCCL_NVLS_ENABLE=0" in env:
+        net = replace(net, nvls_bw=None)
+    if env.lower().endswith(":ring") or env.lower().endswith("=ring"):
+        net = replace(net, nvls_bw=None, tree_level=None)
+    return net
 
 
 def predicted_seconds(row: dict) -> float:

@@ -506,15 +506,25 @@ def test_the_plans_row_carries_comm_models_bytes(tiny, sharding, parallel):
 
 
 def test_the_network_of_the_published_collectives_by_hand():
-    """NVLS over a whole node; between nodes the faster of the ring (a latency per ring step) and the tree (a
-    latency per level); two nodes' tree at twice the NICs' rate; all-to-all at the GPU's own NICs only."""
+    """NVLS inside a node where it beats the ring; between nodes the faster of the ring (a latency per ring step) and
+    the tree (a latency per level); two nodes' tree at twice the NICs' rate; all-to-all at the GPU's own NICs only."""
     import math
 
     net = Network(gpus_per_node=8, intra_bw=370e9, intra_alpha=40e-6, inter_bw=45e9, inter_alpha=40e-6,
-                  intra_allreduce_bw=480e9, inter_step=2e-6, tree_level=160e-6)
+                  nvls_bw=480e9 * 8 / 14, inter_step=2e-6, tree_level=160e-6)
     S = 2**30
     assert net.all_reduce(S, 8) == pytest.approx(40e-6 + 2 * 7 / 8 * S / 480e9)  # NVLS over the node
-    assert net.all_reduce(S, 4) == pytest.approx(40e-6 + 2 * 3 / 4 * S / 370e9)  # part of a node: the ring
+    # NVLS sends and receives each rank's buffer once at any group size: 274.3 GB/s of algorithm bandwidth, against
+    # the ring's 370 x 4 / 6 = 246.7 on 4 GPUs (NVLS) and 370 x 3 / 4 = 277.5 on 3 (the ring); none on 2 (NCCL)
+    assert net.all_reduce(S, 4) == pytest.approx(40e-6 + S / (480e9 * 8 / 14))
+    assert net.all_reduce(S, 3) == pytest.approx(40e-6 + 2 * 2 / 3 * S / 370e9)
+    assert net.all_reduce(S, 2) == pytest.approx(40e-6 + S / 370e9)
+    from trainingcost.analytic.steptime.device import GENERIC
+    from trainingcost.config.hardware import device
+
+    h100 = Network.of({**GENERIC, **device("h100-sxm").steptime})  # the catalogue's 480 GB/s bus over 8 GPUs
+    assert h100.nvls_bw == pytest.approx(480e9 * 8 / 14)
+    assert Network.of({**GENERIC, **device("a100-80gb").steptime}).nvls_bw is None  # no NVLink SHARP on A100
     # two nodes: tree at min(480, 2 x 8 x 45 = 720) GB/s, one level each way, against the ring at min(370, 360)
     tree2 = 40e-6 + 2 * 1 * 160e-6 + 2 * 15 / 16 * S / 480e9
     ring2 = 40e-6 + 2 * 15 * 2e-6 + 2 * 15 / 16 * S / 360e9

@@ -24,6 +24,9 @@ import math
 from dataclasses import dataclass
 
 
+NVLS_MEASURED_OVER = 8  # the GPUs over which the catalogue's NVLS figures (intra_allreduce_gbs) were measured
+
+
 def bus_factor(op: str, n: int) -> float:
     """The share of a collective's buffer that each rank sends over the ring (nccl-tests doc/PERFORMANCE.md, "bus
     bandwidth"): all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n of the whole buffer, broadcast 1."""
@@ -45,7 +48,7 @@ class Network:
     intra_alpha: float  # seconds per collective inside a node
     inter_bw: float  # bytes/s per GPU between nodes (its share of the node's NICs x efficiency)
     inter_alpha: float  # seconds per collective between nodes
-    intra_allreduce_bw: float | None = None  # NVLink SHARP (NVLS) all-reduce bus bandwidth over a whole node
+    nvls_bw: float | None = None  # NVLink SHARP (NVLS) all-reduce algorithm bandwidth, the same for any group size
     inter_step: float = 0.0  # seconds per ring step between nodes ((n - 1) steps per all-gather, 2 (n - 1) all-reduce)
     tree_level: float | None = None  # seconds per level of NCCL's tree all-reduce between nodes (None: no tree)
     intra_link_bw: float | None = None  # bytes/s of one GPU-to-GPU link where the node is a mesh (None: a switch)
@@ -59,13 +62,14 @@ class Network:
         nic = nic_gbps if nic_gbps is not None else params["nic_gbps"]
         fab = {k: params[k] for k in ("inter_latency_us", "inter_step_us", "tree_level_us") if k in params}
         fab.update(fabric or {})
-        nvls = params.get("intra_allreduce_gbs")
+        nvls = params.get("intra_allreduce_gbs")  # NVLS's bus bandwidth over NVLS_MEASURED_OVER GPUs
         tree = fab.get("tree_level_us")
         efficiency = fab.get("nic_efficiency", params["nic_efficiency"])  # a cluster's own measured share, if any
         link = params.get("intra_link_gbs")
         return cls(int(gpus_per_node or params["gpus_per_node"]), params["intra_gbs"] * 1e9,
                    params["intra_latency_us"] * 1e-6, nic / 8 * 1e9 * efficiency,
-                   fab["inter_latency_us"] * 1e-6, nvls * 1e9 if nvls else None,
+                   fab["inter_latency_us"] * 1e-6,
+                   nvls * 1e9 / bus_factor("all_reduce", NVLS_MEASURED_OVER) if nvls else None,
                    fab.get("inter_step_us", 0.0) * 1e-6, tree * 1e-6 if tree else None, link * 1e9 if link else None)
 
     def node_bw(self, local: int) -> float:
@@ -74,6 +78,19 @@ class Network:
         if self.intra_link_bw is None or local <= 1:
             return self.intra_bw
         return min(self.intra_bw, max(1, local - 1) * self.intra_link_bw)
+
+    def intra_all_reduce_bw(self, local: int) -> float:
+        """Bus bandwidth of an all-reduce over ``local`` GPUs of one node: the ring's, or NVLS's where the node has it
+        and it is faster. NVLS moves each rank's buffer once to the switch and once back whatever the group's size, so
+        its algorithm bandwidth is one figure and its bus bandwidth grows as 2 (n - 1) / n (NCCL's tuning model,
+        src/graph/tuning.cc: NVLS's algorithm bandwidth has no rank-count term, the ring's is the bus bandwidth x
+        n / (2 (n - 1))); NCCL turns NVLS off on two GPUs or fewer (src/transport/nvls.cc, ncclNvlsInit) and its tuner
+        takes the faster of the two (ml-engineering's 8-GPU H200 node, nccl-tests at 8 GiB: NVLS 414, 436, 460,
+        477 GB/s on 5 to 8 GPUs, the ring 364-366 on each)."""
+        ring = self.node_bw(local)
+        if self.nvls_bw is None or local <= 2:
+            return ring
+        return max(ring, self.nvls_bw * bus_factor("all_reduce", local))
 
     def spans_nodes(self, n: int, stride: int) -> bool:
         """A group of n ranks ``stride`` apart (ranks numbered node by node) leaves the node."""
@@ -92,20 +109,18 @@ class Network:
         return min(self.node_bw(local), local * self.inter_bw), self.inter_alpha, True
 
     def all_reduce(self, nbytes: float, n: int, stride: int = 1) -> float:
-        """Inside a node: NVLS over a whole node where the device has it (nccl-tests: about 480 GB/s bus bandwidth
-        on 8 H100 against the ring's 370), else the ring. Between nodes NCCL picks the faster of the ring (one
+        """Inside a node: NVLS where the device has it and it is faster (:meth:`intra_all_reduce_bw`; nccl-tests:
+        about 480 GB/s bus bandwidth on 8 H100 against the ring's 370), else the ring. Between nodes NCCL picks the faster of the ring (one
         latency per ring step) and the tree (one per level, log2 of the nodes, each way); on two nodes the tree
         carries twice the NICs' rate, bounded by the node's own all-reduce (NCCL maintainers, NVIDIA/nccl#946)."""
         if n <= 1 or nbytes <= 0:
             return 0.0
         factor = bus_factor("all_reduce", n)
         if not self.spans_nodes(n, stride):
-            bw = self.intra_allreduce_bw if (self.intra_allreduce_bw and n >= self.gpus_per_node) else self.node_bw(n)
-            return self.intra_alpha + factor * nbytes / bw
+            return self.intra_alpha + factor * nbytes / self.intra_all_reduce_bw(n)
         local = self._local(n, stride)
         nodes = max(2, math.ceil(n / local))
-        node_bw = (self.intra_allreduce_bw if (self.intra_allreduce_bw and local >= self.gpus_per_node)
-                   else self.node_bw(local))
+        node_bw = self.intra_all_reduce_bw(local)
         ring_bw = min(self.node_bw(local), local * self.inter_bw)
         ring = self.inter_alpha + 2 * (n - 1) * self.inter_step + factor * nbytes / ring_bw
         if self.tree_level is None:
