@@ -240,6 +240,44 @@ def test_a_signal_during_training_exits_with_one_line_and_no_file(tmp_path, sig,
     assert not out.exists() and not list(tmp_path.iterdir())
 
 
+def test_a_signal_wrapped_in_another_exception_still_ends_the_run(monkeypatch):
+    """A signal that lands while Python runs a class's ``__set_name__`` (torch creating a dataclass lazily, mid-step)
+    comes back wrapped, ``RuntimeError: Error calling __set_name__``, its cause the interrupt (Python 3.11). The run's
+    handler records ordinary errors as the run's status; it must raise the interrupt instead (CI, 2026-12-07: a
+    SIGTERM recorded as "status error" and exit 0)."""
+    from trainingcost.config.errors import reraise_interrupt
+    from trainingcost.config.model import canonical_model
+    from trainingcost.config.training import TrainSpec
+    from trainingcost.train import run as train_run
+
+    class Interrupting:
+        def __set_name__(self, owner, name):
+            raise KeyboardInterrupt
+
+    with pytest.raises(BaseException) as caught:
+        type("Lazy", (), {"field": Interrupting()})
+    with pytest.raises(KeyboardInterrupt):  # wrapped (3.11) or not (3.12 adds a note instead): raised as itself
+        reraise_interrupt(caught.value)
+    reraise_interrupt(RuntimeError("an ordinary error"))  # nothing to raise
+
+    def wrapped(spec, device):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance") from exc
+
+    monkeypatch.setattr(train_run, "build_model", wrapped)
+    cfg = canonical_model(dict(arch="decoder", layers=1, d_model=16, heads=2, d_ff=32, seq_len=8, batch=2, vocab=256), "")
+    with pytest.raises(KeyboardInterrupt):
+        train_run.run_steps(TrainSpec(cfg=cfg, task="lm", rule="bp", steps=1, seed=0))
+
+    def failing(spec, device):
+        raise RuntimeError("a real bug")
+
+    monkeypatch.setattr(train_run, "build_model", failing)
+    assert train_run.run_steps(TrainSpec(cfg=cfg, task="lm", rule="bp", steps=1, seed=0)).status == "error"
+
+
 # -- row 4: the CPU running out of memory, for real ----------------------------------------------------
 
 def test_a_model_too_big_for_memory_ends_with_status_oom_and_a_row(tmp_path):

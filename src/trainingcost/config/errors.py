@@ -136,3 +136,17 @@ def not_in(field: str, name, what: str, allowed, listed_by: str, more: str = "")
     close = difflib.get_close_matches(str(name).lower(), names, n=2, cutoff=0.4)
     shown = f"closest: {', '.join(close)}" if close else f"e.g. {', '.join(names[:2])}"
     return ConfigError(f"{field}: {str(name)[:30]!r} is not {what} ({shown}; all {len(names)}: {listed_by}{more})")
+
+
+def reraise_interrupt(exc: BaseException) -> None:
+    """Raise the interrupt (Ctrl-C's KeyboardInterrupt, the command line's SIGTERM exception: any BaseException that
+    is not an Exception) that ``exc`` was raised from, if any, so that a handler recording an ordinary error does not
+    swallow a signal. Python wraps an exception raised inside some machinery in one of its own: a signal that lands
+    while a class body runs ``__set_name__`` (torch importing a dataclass lazily) comes back as ``RuntimeError: Error
+    calling __set_name__ ...`` whose ``__cause__`` is the interrupt."""
+    seen, cause = set(), exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if not isinstance(cause, Exception):
+            raise cause
+        cause = cause.__cause__ or cause.__context__

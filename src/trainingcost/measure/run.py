@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 import torch
 
+from ..config.errors import reraise_interrupt
 from ..config.model import CANONICAL_FIELDS
 from ..config.training import TrainSpec
 from ..train.rule import no_phases
@@ -81,6 +82,7 @@ def traced(spec: TrainSpec, device) -> pd.DataFrame:
     try:
         trace = trace_step(spec, device)
     except Exception as exc:  # noqa: BLE001 - a run's measurements do not depend on its trace; the predictor skips it
+        reraise_interrupt(exc)
         warnings.warn(f"no trace of the step ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})", stacklevel=2)
         trace = pd.DataFrame(columns=TRACE_COLUMNS)
     return trace.assign(config_id=spec.cfg.config_id, rule=spec.rule, seed=spec.seed, spec=spec_json(spec))

@@ -21,7 +21,7 @@ from typing import Callable, Protocol
 import torch
 
 from ..analytic.catalogue import check_architecture
-from ..config.errors import ConfigError
+from ..config.errors import ConfigError, reraise_interrupt
 from ..config.training import DEVICES, TrainSpec
 from .data import make_task
 from .model import Transformer
@@ -150,6 +150,7 @@ def run_steps(spec: TrainSpec, observe: Callable[[Rule, torch.device], Observer]
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - recorded as the run's status, so the sweep goes on
+        reraise_interrupt(exc)  # a signal wrapped in another exception is still a signal
         done.status = STATUS_OOM if _out_of_memory(exc) else STATUS_ERROR
         done.message = _one_line(exc)
     if done.status in (STATUS_OOM, STATUS_ERROR) and device.type == "cuda":
