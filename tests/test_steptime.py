@@ -359,6 +359,24 @@ def test_every_published_run_loads_and_plans():
         assert pred.step_time_s > 0 and 0 < pred.mfu < 1
 
 
+def test_a_published_rows_stated_parameter_count_is_the_models():
+    """Where a source prints its model's parameter count (the ``stated_parameters`` column: llm-foundry's benchmark
+    tables' NumParams), the row's architecture columns give exactly that many parameters. The MPT benchmark models are
+    the llm-foundry defaults (MPTConfig: learned positions, biases, the head tied to the embedding without a bias),
+    which a learned table of seq_len x d makes grow with the sequence: 1b at 512 and 32k tokens differ by
+    (32768 - 512) x 2048 parameters."""
+    from trainingcost.analytic.memory import memory_table
+    from trainingcost.config import configs_frame
+
+    rows = [r for r in runs.load(ROOT / "benchmarks" / "published_runs.csv") if r.get("stated_parameters")]
+    assert len(rows) >= 45 and {r["source"] for r in rows} >= {"mosaicml-llm-foundry"}
+    for row in rows:
+        frame = configs_frame([("", runs.model_of(row))])
+        assert int(memory_table(frame, ["bp"]).parameter_count.iloc[0]) == int(row["stated_parameters"]), row["run"]
+    by_seq = {int(r["seq_len"]): int(r["stated_parameters"]) for r in rows if r["run"].startswith("mpt-1b_h100")}
+    assert by_seq[32768] - by_seq[512] == (32768 - 512) * 2048
+
+
 def test_fp8_on_a_device_without_fp8_is_one_line(gpt2, work):
     """predict_step itself refuses a precision the device cannot run (the published-runs benchmarks call it without
     the plan's checks): one line naming what the device lacks, not a TypeError on its missing peak."""
