@@ -264,6 +264,35 @@ def test_unsupported_variants_get_one_line(data, message):
     assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
 
 
+# google/gemma-3-4b-it's and -12b-it's config.json: the text_config as the hub holds it, which transformers wrote as
+# its difference from Gemma3TextConfig's defaults (no heads, head_dim, vocabulary or context)
+GEMMA3_TEXT_CONFIGS = {
+    "gemma-3-4b": dict(hidden_size=2560, intermediate_size=10240, model_type="gemma3_text", num_hidden_layers=34,
+                       rope_scaling={"factor": 8.0, "rope_type": "linear"}, sliding_window=1024),
+    "gemma-3-12b": dict(hidden_size=3840, intermediate_size=15360, model_type="gemma3_text", num_attention_heads=16,
+                        num_hidden_layers=48, num_key_value_heads=8, rope_scaling={"factor": 8.0, "rope_type": "linear"},
+                        sliding_window=1024),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GEMMA3_TEXT_CONFIGS))
+def test_a_gemma3_text_config_as_shipped_counts_as_transformers_reads_it(name):
+    """The keys the file leaves out take Gemma3TextConfig's values (8 heads, 4 of keys and values, head_dim 256 where
+    d / heads would be 320, a vocabulary of 262,208): the parameters of the model transformers builds from the same
+    dict (on the meta device: no weights), 3,880,263,168 for the 4B."""
+    data = GEMMA3_TEXT_CONFIGS[name]
+    cfg = canonical_model(hf_entry(data, "config.json"))
+    assert (cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.vocab) == (data.get("num_attention_heads", 8),
+                                                                  data.get("num_key_value_heads", 4), 256, 262208)
+    config = transformers.Gemma3TextConfig(**{k: v for k, v in data.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.Gemma3ForCausalLM(config)
+    ours = int(memory_table(configs_frame([("", cfg)]), ["bp"]).parameter_count.iloc[0])
+    assert ours == model.num_parameters()
+    if name == "gemma-3-4b":
+        assert ours == 3_880_263_168
+
+
 def test_estimate_names_the_attention_kernel_where_transformers_runs_another(tmp_path, capsys):
     """Issue 39: `estimate --hf-config` on falcon-7b priced the fused kernel's backward without a word; it now says
     which kernel it prices and by how much transformers' own step differs. A family that runs the fused kernel in

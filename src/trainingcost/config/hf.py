@@ -179,6 +179,8 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
     for key, feature in UNSUPPORTED_KEYS.items():
         if data.get(key) not in (None, 0, False) and key not in MOE_KEYS.get(model_type, ()):
             raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")
+    if model_type == "gemma3_text":
+        data = {**GEMMA3_TEXT_SHAPES, **data}
     keys = _Keys(data, where, model_type)
     entry = {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
             "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo, "olmo2": _olmo2,
@@ -600,6 +602,13 @@ GEMMA2_DEFAULTS = dict(attn_logit_softcapping=50.0, final_logit_softcapping=30.0
 # written _sliding_window_pattern by transformers 5)
 GEMMA3_DEFAULTS = dict(attn_logit_softcapping=None, final_logit_softcapping=None, query_pre_attn_scalar=256,
                       sliding_window=4096, sliding_window_pattern=6)
+# Gemma3TextConfig's defaults for the shapes (configuration_gemma3.py: vocab_size 262208, hidden_size 2304,
+# intermediate_size 9216, num_hidden_layers 26, num_attention_heads 8, num_key_value_heads 4, head_dim 256,
+# max_position_embeddings 131072). transformers writes a composite model's text_config as its difference from these,
+# so the text_config of google/gemma-3-4b-it and -12b-it states no heads, head_dim or vocabulary: a file without a key
+# takes the class's value, as transformers itself reads it.
+GEMMA3_TEXT_SHAPES = dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                          num_attention_heads=8, num_key_value_heads=4, head_dim=256, max_position_embeddings=131072)
 
 
 def _gemma2(k: _Keys) -> dict:
