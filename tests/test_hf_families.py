@@ -107,6 +107,18 @@ MODELS = {
     "gemma3_text:window": _model("Gemma3TextConfig", "Gemma3ForCausalLM", **{**PHI, "num_hidden_layers": 3},
                                  num_key_value_heads=2, head_dim=12, sliding_window=4, query_pre_attn_scalar=16,
                                  layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
+    # Granite: Llama's block and biases with scalars on the embedding, each branch, the scores and the logits
+    "granite": _model("GraniteConfig", "GraniteForCausalLM", **PHI, num_key_value_heads=2, attention_bias=True,
+                      mlp_bias=True, embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0156,
+                      logits_scaling=8.0),
+    # SmolLM3: Llama's block, the head tied, no rotary positions on every fourth layer (the fourth of four here)
+    "smollm3": _model("SmolLM3Config", "SmolLM3ForCausalLM", **{**PHI, "num_hidden_layers": 4}, num_key_value_heads=2,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    # GLM-4: a norm before and after each branch, q, k and v biased, half of each head turned (interleaved)
+    "glm4": _model("Glm4Config", "Glm4ForCausalLM", **PHI, num_key_value_heads=2, head_dim=12, pad_token_id=0,
+                   eos_token_id=2),
+    "glm4:no_bias": _model("Glm4Config", "Glm4ForCausalLM", **PHI, num_key_value_heads=1, head_dim=8,
+                           attention_bias=False, tie_word_embeddings=True, pad_token_id=0, eos_token_id=2),
 }
 ENCODER_DECODER = {  # T5 v1.1: gated GELU, the stacks sharing one table, the head its own
     "t5:v1.1": lambda: (lambda c: (c, transformers.T5ForConditionalGeneration(c)))(transformers.T5Config(

@@ -274,6 +274,13 @@ FAMILY_CASES = {
     "output-norm-encoder-decoder": ("encoder-decoder", dict(norm_position="output", kv_heads=2),
                                     (1, 16, 4, 32, 7, 2, 40)),
     "output-norm-classifier": ("encoder", dict(norm_position="output", ffn="geglu"), (2, 16, 2, 32, 5, 2, 16)),
+    # GLM-4: a norm before and after each branch, q, k and v biased, half of each 6-wide head turned, two key/value
+    # heads; Granite: Llama's block biased throughout, its embedding scaled
+    "glm4": ("decoder", dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", rotary_dim=2,
+                             bias="qkv", kv_heads=2, head_dim=6, post_norms=True, head_bias=False),
+             (2, 16, 4, 40, 6, 2, 24)),
+    "granite": ("decoder", dict(norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="all",
+                                kv_heads=2, embedding_scale=True, head_bias=False), (2, 16, 4, 32, 5, 2, 16)),
 }
 
 

@@ -9,24 +9,25 @@ flags and a sweep entry's other keys override its fields.
 
 Sources of each mapping: the ``configuration_*.py`` and ``modeling_*.py`` of
 Hugging Face ``transformers`` for GPT-2, BERT, T5, Llama, Mistral, Qwen2, GPT-NeoX,
-GPT-J, Phi, Falcon, StableLM, OLMo, StarCoder2, Phi-3, Gemma, Gemma 2, Mixtral and Qwen-MoE (key names, their defaults, which
+GPT-J, Phi, Falcon, StableLM, OLMo, OLMo 2, OLMoE, StarCoder2, Phi-3, Gemma, Gemma 2, Gemma 3, Mixtral, Qwen-MoE,
+Qwen3, DeepSeek-V2/V3, Granite, SmolLM3 and GLM-4 (key names, their defaults, which
 layers carry biases, which heads are tied, which blocks are parallel, how much of a head rotary turns, the experts).
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from .errors import ConfigError, read_json, regular_file
+from .errors import ConfigError, read_json
 from .model import HF_OPTIONS
 from .hf_entries import (  # noqa: F401  (re-exported: callers read them from here)
-    FALCON_FUSED_FROM, check_window, drop_lm_head, drop_short_table, transformers_attention, with_overrides,
+    FALCON_FUSED_FROM, HUB_NAME, check_window, config_path, drop_lm_head, drop_short_table, hub_config,
+    transformers_attention, with_overrides,
 )
 
 SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
              "olmo2", "starcoder2", "phi3", "gemma", "gemma2", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe",
-             "gemma3_text", "olmoe", "deepseek_v2", "deepseek_v3")
+             "gemma3_text", "olmoe", "deepseek_v2", "deepseek_v3", "granite", "smollm3", "glm4")
 # Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
 UNSUPPORTED_KEYS = {
     "num_local_experts": "mixture of experts",
@@ -40,50 +41,6 @@ UNSUPPORTED_KEYS = {
 # transformers' MistralConfig(sliding_window=4096): the window a config.json without the key gets.
 MISTRAL_SLIDING_WINDOW = 4096
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu", "relu": "relu"}
-
-
-HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")  # org/name, as the Hub spells repositories
-
-
-def config_path(path: str | Path, where: str) -> Path:
-    """A config.json: a file, a folder holding one, or a Hugging Face Hub model name (``meta-llama/Llama-3.1-8B``)
-    where no such file or folder exists here: its config.json alone is fetched (:func:`hub_config`)."""
-    text = str(path)
-    path = Path(path)
-    if not path.exists() and HUB_NAME.fullmatch(text):
-        return hub_config(text, where)
-    if path.is_dir():
-        path = path / "config.json"
-    return regular_file(path, where, "a config.json")
-
-
-def hub_config(repo_id: str, where: str = "--hf-config") -> Path:
-    """The config.json of Hub model ``repo_id``, and nothing else of it (no weights), through huggingface_hub and its
-    cache (HF_HUB_CACHE or HF_HOME; HF_HUB_OFFLINE=1 reads the cache only; HF_TOKEN for a gated model)."""
-    try:
-        from huggingface_hub import hf_hub_download
-    except ModuleNotFoundError:  # the light install (src/trainingcost/extras.py)
-        raise ConfigError(f"{where}: huggingface_hub is not installed; a Hugging Face Hub name needs the hf extra: pip "
-                          "install '.[hf]' in the trainingcost folder") from None
-
-    import logging
-
-    quiet = logging.getLogger("huggingface_hub")  # its retries log a line each: the failure gets one line, below
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        return Path(hf_hub_download(repo_id, "config.json"))
-    except Exception as exc:  # noqa: BLE001 - offline, not cached, gated, missing: one line whatever the kind
-        kind = type(exc).__name__
-        why = {"LocalEntryNotFoundError": "not cached; the Hub is out of reach or HF_HUB_OFFLINE is set",
-               "RepositoryNotFoundError": "no such model on the Hub (or a private one: set HF_TOKEN)",
-               "GatedRepoError": "a gated model: accept its licence on the Hub and set HF_TOKEN",
-               "EntryNotFoundError": "the model has no config.json",
-               "OfflineModeIsEnabled": "not cached, and HF_HUB_OFFLINE is set"}.get(kind, kind)
-        raise ConfigError(f"{where}: {repo_id[:60]}: no such file here, and the Hub did not give its config.json "
-                          f"({why})") from None
-    finally:
-        quiet.setLevel(level)
 
 
 def read_hf_config(path: str | Path, where: str = "--hf-config") -> dict:
@@ -186,7 +143,7 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
             "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo, "olmo2": _olmo2,
             "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma, "gemma2": _gemma2, "mixtral": _moe, "qwen2_moe": _moe,
             "qwen3": _llama, "qwen3_moe": _moe, "gemma3_text": _gemma2, "olmoe": _olmoe, "deepseek_v2": _deepseek,
-            "deepseek_v3": _deepseek}[model_type](keys)
+            "deepseek_v3": _deepseek, "granite": _llama, "smollm3": _llama, "glm4": _glm4}[model_type](keys)
     return _declared_keys(entry, keys)
 
 
@@ -331,7 +288,13 @@ def _llama(k: _Keys) -> dict:
     # untied head without bias unless tie_word_embeddings. Biases: Llama's attention_bias (q, k, v, o) and mlp_bias;
     # Qwen2's q, k, v always; Mistral none. Qwen3 (modeling_qwen3.py, modeling_qwen3_moe.py): Llama's block with an
     # RMSNorm of head_dim on each head of q and of k (q_norm, k_norm: qk_norm), q, k, v and o biased where
-    # attention_bias, Qwen2's window keys.
+    # attention_bias, Qwen2's window keys. Granite (modeling_granite.py; IBM Granite 3): Llama's block and biases with
+    # four scalars: embedding_multiplier on the embedding's output (priced as Gemma's embedding scale: one elementwise
+    # product), residual_multiplier on each branch's output and logits_scaling dividing the logits (elementwise
+    # products not priced: no FLOPs, two passes over d per token and layer and one over the vocabulary per token),
+    # attention_multiplier the scores' scale (no cost). SmolLM3 (modeling_smollm3.py; Hugging Face 2025): Llama's block
+    # and biases, the head tied by default, no rotary positions on every no_rope_layer_interval-th layer
+    # (no_rope_layers; priced with rotary on every layer: its elementwise work on those layers, no FLOPs, overstated).
     model_type = k.model_type
     heads = k.int("num_attention_heads")
     d = k.int("hidden_size")
@@ -343,12 +306,12 @@ def _llama(k: _Keys) -> dict:
         d_ff=k.int("intermediate_size"), vocab=k.int("vocab_size"), seq_len=k.int("max_position_embeddings"),
         norm="rmsnorm", norm_position="pre", ffn="swiglu" if act == "silu" else "geglu",
         kv_heads=k.int("num_key_value_heads", heads) or heads, positions="rotary",  # null: every head its own
-        tie_embeddings=k.bool("tie_word_embeddings", False), head_bias=False,
+        tie_embeddings=k.bool("tie_word_embeddings", model_type == "smollm3"), head_bias=False,
     )
     head_dim = k.int("head_dim", 0, minimum=0) or 0  # absent or null: hidden_size / heads
     if head_dim and head_dim * heads != d:
         entry["head_dim"] = head_dim
-    if model_type == "llama":
+    if model_type in ("llama", "granite", "smollm3"):
         attention, mlp = k.bool("attention_bias", False), k.bool("mlp_bias", False)
         if mlp and not attention:
             k._fail("mlp_bias", "mlp_bias true with attention_bias false is not supported "
@@ -365,7 +328,37 @@ def _llama(k: _Keys) -> dict:
         _qwen2_window(entry, k)
     if model_type == "mistral":
         _window(entry, k, MISTRAL_SLIDING_WINDOW)  # absent: MistralConfig's default, as transformers loads the file
+    if model_type == "granite":
+        scale = k.data.get("embedding_multiplier", 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            k._fail("embedding_multiplier", f"{scale!r} is not a number")
+        if scale != 1:
+            entry["embedding_scale"] = True
+    if model_type == "smollm3":
+        if k.data.get("layer_types") is not None:
+            _qwen2_window(entry, k)
+        elif k.bool("use_sliding_window", False) and k.data.get("sliding_window"):
+            k._fail("use_sliding_window", "a sliding window on the layers without rotary positions only is not "
+                    "supported (supported: on every layer or on none)")
     return entry
+
+
+def _glm4(k: _Keys) -> dict:
+    # GLM-4 (modeling_glm4.py; GLM-4-0414): a norm before and after each branch, x + post_self_attn_layernorm(attn(
+    # input_layernorm(x))) and x + post_mlp_layernorm(mlp(post_attention_layernorm(x))), RMSNorm (post_norms), q, k and v
+    # biased where attention_bias (default true; o never), grouped-query attention (num_key_value_heads 2, head_dim 128
+    # by default), a fused gate_up_proj SwiGLU MLP without biases, rotary positions on partial_rotary_factor (default
+    # 0.5) of each head (interleaved; the same work), an untied head without bias.
+    entry = _decoder(k, norm="rmsnorm", ffn=_silu(k), post_norms=True,
+                     bias="qkv" if k.bool("attention_bias", True) else "none",
+                     tie_embeddings=k.bool("tie_word_embeddings", False))
+    if "num_key_value_heads" not in k.data:
+        entry["kv_heads"] = 2
+    if "head_dim" not in k.data and entry["d_model"] != 128 * entry["heads"]:
+        entry["head_dim"] = 128
+    head_dim = entry.get("head_dim", entry["d_model"] // entry["heads"])
+    fraction = _rotary_fraction(k, ("partial_rotary_factor",), 0.5)
+    return _partial_rotary(entry, k, int(head_dim * fraction), "partial_rotary_factor")
 
 
 def _qwen2_window(entry: dict, k: _Keys) -> None:

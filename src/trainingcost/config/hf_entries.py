@@ -1,8 +1,57 @@
-"""The parts of reading a ``config.json`` that need nothing of its mapping (:mod:`.hf` re-exports them): how
-transformers' own model of a file runs attention where that is not the fused kernel priced, and a model entry with a
-sweep entry's or the flags' fields in its place."""
+"""The parts of reading a ``config.json`` that need nothing of its mapping (:mod:`.hf` re-exports them): where the
+file is (a path, a folder or a Hub name), how transformers' own model of a file runs attention where that is not the
+fused kernel priced, and a model entry with a sweep entry's or the flags' fields in its place."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .errors import ConfigError, regular_file
+
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")  # org/name, as the Hub spells repositories
+
+
+def config_path(path: str | Path, where: str) -> Path:
+    """A config.json: a file, a folder holding one, or a Hugging Face Hub model name (``meta-llama/Llama-3.1-8B``)
+    where no such file or folder exists here: its config.json alone is fetched (:func:`hub_config`)."""
+    text = str(path)
+    path = Path(path)
+    if not path.exists() and HUB_NAME.fullmatch(text):
+        return hub_config(text, where)
+    if path.is_dir():
+        path = path / "config.json"
+    return regular_file(path, where, "a config.json")
+
+
+def hub_config(repo_id: str, where: str = "--hf-config") -> Path:
+    """The config.json of Hub model ``repo_id``, and nothing else of it (no weights), through huggingface_hub and its
+    cache (HF_HUB_CACHE or HF_HOME; HF_HUB_OFFLINE=1 reads the cache only; HF_TOKEN for a gated model)."""
+    try:
+        from huggingface_hub import hf_hub_download
+    except ModuleNotFoundError:  # the light install (src/trainingcost/extras.py)
+        raise ConfigError(f"{where}: huggingface_hub is not installed; a Hugging Face Hub name needs the hf extra: pip "
+                          "install '.[hf]' in the trainingcost folder") from None
+
+    import logging
+
+    quiet = logging.getLogger("huggingface_hub")  # its retries log a line each: the failure gets one line, below
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        return Path(hf_hub_download(repo_id, "config.json"))
+    except Exception as exc:  # noqa: BLE001 - offline, not cached, gated, missing: one line whatever the kind
+        kind = type(exc).__name__
+        why = {"LocalEntryNotFoundError": "not cached; the Hub is out of reach or HF_HUB_OFFLINE is set",
+               "RepositoryNotFoundError": "no such model on the Hub (or a private one: set HF_TOKEN)",
+               "GatedRepoError": "a gated model: accept its licence on the Hub and set HF_TOKEN",
+               "EntryNotFoundError": "the model has no config.json",
+               "OfflineModeIsEnabled": "not cached, and HF_HUB_OFFLINE is set"}.get(kind, kind)
+        raise ConfigError(f"{where}: {repo_id[:60]}: no such file here, and the Hub did not give its config.json "
+                          f"({why})") from None
+    finally:
+        quiet.setLevel(level)
+
 
 
 # transformers 5.25.0 moved modeling_falcon.py onto its attention interface (SDPA with the key/value heads repeated,
