@@ -303,6 +303,11 @@ def test_a_gemma3_text_config_as_shipped_counts_as_transformers_reads_it(name):
     assert ours == model.num_parameters()
     if name == "gemma-3-4b":
         assert ours == 3_880_263_168
+    # the context it serves is the class's 131,072 (rope_scaling linear, no original length stated): planned at a
+    # pretraining length, and the note says why though the file names no max_position_embeddings
+    from trainingcost.config.hf import length_note
+
+    assert "seq_len 8192: a pretraining length" in length_note(data, None)
 
 
 def test_estimate_names_the_attention_kernel_where_transformers_runs_another(tmp_path, capsys):

@@ -189,8 +189,7 @@ def length_note(path, seq_len_given) -> str | None:
         entry = hf_entry(dict(data))
     except (ConfigError, TypeError, ValueError):
         return None
-    served = next((data.get(k) for k in ("max_position_embeddings", "n_positions") if isinstance(data.get(k), int)), None)
-    return training_length(data, served, entry.get("positions"))[1] or None
+    return training_length(data, entry.get("seq_len"), entry.get("positions"))[1] or None
 
 
 def _declared_keys(entry: dict, k: _Keys) -> dict:
