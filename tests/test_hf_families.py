@@ -287,6 +287,40 @@ GEMMA3_TEXT_CONFIGS = {
 }
 
 
+SPARSE = dict(hidden_size=256, intermediate_size=320, num_hidden_layers=2, num_attention_heads=4, vocab_size=97,
+              max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+# config.json files that leave keys to the class's defaults (a hand-written file, or transformers' difference from
+# them): the count must be the one transformers builds from the same dict
+SPARSE_CONFIGS = {
+    "smollm3": dict(SPARSE, model_type="smollm3"),  # SmolLM3Config: 4 key/value heads, the head tied
+    "smollm3:null_kv": dict(SPARSE, model_type="smollm3", num_key_value_heads=None),  # null: every head its own
+    "glm4": dict(SPARSE, model_type="glm4"),  # Glm4Config: 2 key/value heads, head_dim 128, q/k/v biased, half turned
+    "glm4:head_dim_64": dict(SPARSE, model_type="glm4", hidden_size=512, num_attention_heads=4, head_dim=64),
+    "granite": dict(SPARSE, model_type="granite", embedding_multiplier=12.0),  # every head its own, untied
+    "granite:tied": dict(SPARSE, model_type="granite", tie_word_embeddings=True, attention_bias=True, mlp_bias=True),
+    "qwen3": dict(SPARSE, model_type="qwen3", num_attention_heads=32),  # Qwen3Config: 32 key/value heads, head_dim 128
+    "mistral": dict(SPARSE, model_type="mistral", num_attention_heads=16),  # MistralConfig: 8 key/value heads
+    "gemma2": dict(SPARSE, model_type="gemma2"),  # Gemma2Config: 4 key/value heads of 256
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPARSE_CONFIGS))
+def test_a_config_json_that_leaves_keys_out_counts_as_transformers_reads_it(name):
+    data = SPARSE_CONFIGS[name]
+    config = transformers.AutoConfig.for_model(**data)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    cfg = canonical_model(hf_entry(dict(data), "config.json"))
+    assert int(memory_table(configs_frame([("", cfg)]), ["bp"]).parameter_count.iloc[0]) == model.num_parameters()
+    assert cfg.kv_heads == config.num_key_value_heads and cfg.tie_embeddings == config.tie_word_embeddings
+
+
+def test_glm4_refuses_a_null_head_dim_in_one_line():
+    with pytest.raises(ConfigError, match=r"head_dim: null is not supported") as err:
+        hf_entry(dict(SPARSE, model_type="glm4", head_dim=None), "config.json")
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("name", sorted(GEMMA3_TEXT_CONFIGS))
 def test_a_gemma3_text_config_as_shipped_counts_as_transformers_reads_it(name):
     """The keys the file leaves out take Gemma3TextConfig's values (8 heads, 4 of keys and values, head_dim 256 where

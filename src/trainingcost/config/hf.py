@@ -138,6 +138,9 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
             raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")
     if model_type == "gemma3_text":
         data = {**GEMMA3_TEXT_SHAPES, **data}
+    for key, table in (("num_key_value_heads", CLASS_KV_HEADS), ("head_dim", CLASS_HEAD_DIM)):
+        if key not in data and model_type in table:
+            data = {**data, key: table[model_type]}
     keys = _Keys(data, where, model_type)
     entry = {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
             "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo, "olmo2": _olmo2,
@@ -351,10 +354,8 @@ def _glm4(k: _Keys) -> dict:
     entry = _decoder(k, norm="rmsnorm", ffn=_silu(k), post_norms=True,
                      bias="qkv" if k.bool("attention_bias", True) else "none",
                      tie_embeddings=k.bool("tie_word_embeddings", False))
-    if "num_key_value_heads" not in k.data:
-        entry["kv_heads"] = 2
-    if "head_dim" not in k.data and entry["d_model"] != 128 * entry["heads"]:
-        entry["head_dim"] = 128
+    if "head_dim" in k.data and k.data["head_dim"] is None:
+        k._fail("head_dim", "null is not supported (GLM-4's is a number: 128 where the key is absent)")
     head_dim = entry.get("head_dim", entry["d_model"] // entry["heads"])
     fraction = _rotary_fraction(k, ("partial_rotary_factor",), 0.5)
     return _partial_rotary(entry, k, int(head_dim * fraction), "partial_rotary_factor")
@@ -601,6 +602,13 @@ GEMMA3_DEFAULTS = dict(attn_logit_softcapping=None, final_logit_softcapping=None
 # takes the class's value, as transformers itself reads it.
 GEMMA3_TEXT_SHAPES = dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
                           num_attention_heads=8, num_key_value_heads=4, head_dim=256, max_position_embeddings=131072)
+# What a file that leaves out num_key_value_heads or head_dim gets, where the family's config class gives a number
+# rather than "every head its own" or hidden_size / heads (transformers 5.25's configuration_*.py signatures:
+# MistralConfig num_key_value_heads=8, Qwen2Config 32, Qwen3Config 32 and head_dim 128, ...): the same model as the
+# file with the key written out. Every released checkpoint's config.json writes both; a hand-written one may not.
+CLASS_KV_HEADS = {"mistral": 8, "qwen2": 32, "qwen3": 32, "qwen2_moe": 16, "qwen3_moe": 4, "mixtral": 8, "gemma": 16,
+                  "gemma2": 4, "starcoder2": 2, "stablelm": 32, "smollm3": 4, "glm4": 2}
+CLASS_HEAD_DIM = {"qwen3": 128, "gemma": 256, "gemma2": 256, "glm4": 128}
 
 
 def _gemma2(k: _Keys) -> dict:
