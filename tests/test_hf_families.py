@@ -315,6 +315,14 @@ def test_a_config_json_that_leaves_keys_out_counts_as_transformers_reads_it(name
     assert cfg.kv_heads == config.num_key_value_heads and cfg.tie_embeddings == config.tie_word_embeddings
 
 
+def test_an_absent_key_value_count_that_cannot_serve_the_heads_is_one_line():
+    """Qwen2Config's 32 key/value heads for a file with 28 heads and no num_key_value_heads: refused, naming the key."""
+    with pytest.raises(ConfigError, match=r"num_key_value_heads: absent, so the class's 32, which does not divide "
+                                          r"num_attention_heads 28") as err:
+        hf_entry(dict(SPARSE, model_type="qwen2", num_attention_heads=28, hidden_size=3584), "config.json")
+    assert "\n" not in str(err.value)
+
+
 def test_glm4_refuses_a_null_head_dim_in_one_line():
     with pytest.raises(ConfigError, match=r"head_dim: null is not supported") as err:
         hf_entry(dict(SPARSE, model_type="glm4", head_dim=None), "config.json")

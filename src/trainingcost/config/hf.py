@@ -21,8 +21,8 @@ from pathlib import Path
 from .errors import ConfigError, read_json
 from .model import HF_OPTIONS
 from .hf_entries import (  # noqa: F401  (re-exported: callers read them from here)
-    FALCON_FUSED_FROM, HUB_NAME, check_window, config_path, drop_lm_head, drop_short_table, hub_config,
-    transformers_attention, with_overrides,
+    CLASS_HEAD_DIM, CLASS_KV_HEADS, FALCON_FUSED_FROM, GEMMA3_TEXT_SHAPES, HUB_NAME, check_window, config_path,
+    drop_lm_head, drop_short_table, hub_config, transformers_attention, with_overrides,
 )
 
 SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
@@ -141,6 +141,10 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
     for key, table in (("num_key_value_heads", CLASS_KV_HEADS), ("head_dim", CLASS_HEAD_DIM)):
         if key not in data and model_type in table:
             data = {**data, key: table[model_type]}
+            heads = data.get("num_attention_heads")
+            if key == "num_key_value_heads" and isinstance(heads, int) and heads % table[model_type]:
+                raise ConfigError(f"{where}: num_key_value_heads: absent, so the class's {table[model_type]}, which does "
+                                  f"not divide num_attention_heads {heads}; write the key (model_type {model_type})")
     keys = _Keys(data, where, model_type)
     entry = {"gpt2": _gpt2, "bert": _bert, "t5": _t5, "llama": _llama, "mistral": _llama, "qwen2": _llama,
             "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo, "olmo2": _olmo2,
@@ -595,20 +599,6 @@ GEMMA2_DEFAULTS = dict(attn_logit_softcapping=50.0, final_logit_softcapping=30.0
 # written _sliding_window_pattern by transformers 5)
 GEMMA3_DEFAULTS = dict(attn_logit_softcapping=None, final_logit_softcapping=None, query_pre_attn_scalar=256,
                       sliding_window=4096, sliding_window_pattern=6)
-# Gemma3TextConfig's defaults for the shapes (configuration_gemma3.py: vocab_size 262208, hidden_size 2304,
-# intermediate_size 9216, num_hidden_layers 26, num_attention_heads 8, num_key_value_heads 4, head_dim 256,
-# max_position_embeddings 131072). transformers writes a composite model's text_config as its difference from these,
-# so the text_config of google/gemma-3-4b-it and -12b-it states no heads, head_dim or vocabulary: a file without a key
-# takes the class's value, as transformers itself reads it.
-GEMMA3_TEXT_SHAPES = dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
-                          num_attention_heads=8, num_key_value_heads=4, head_dim=256, max_position_embeddings=131072)
-# What a file that leaves out num_key_value_heads or head_dim gets, where the family's config class gives a number
-# rather than "every head its own" or hidden_size / heads (transformers 5.25's configuration_*.py signatures:
-# MistralConfig num_key_value_heads=8, Qwen2Config 32, Qwen3Config 32 and head_dim 128, ...): the same model as the
-# file with the key written out. Every released checkpoint's config.json writes both; a hand-written one may not.
-CLASS_KV_HEADS = {"mistral": 8, "qwen2": 32, "qwen3": 32, "qwen2_moe": 16, "qwen3_moe": 4, "mixtral": 8, "gemma": 16,
-                  "gemma2": 4, "starcoder2": 2, "stablelm": 32, "smollm3": 4, "glm4": 2}
-CLASS_HEAD_DIM = {"qwen3": 128, "gemma": 256, "gemma2": 256, "glm4": 128}
 
 
 def _gemma2(k: _Keys) -> dict:

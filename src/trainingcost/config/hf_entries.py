@@ -54,6 +54,21 @@ def hub_config(repo_id: str, where: str = "--hf-config") -> Path:
 
 
 
+# Gemma3TextConfig's defaults for the shapes (configuration_gemma3.py: vocab_size 262208, hidden_size 2304,
+# intermediate_size 9216, num_hidden_layers 26, num_attention_heads 8, num_key_value_heads 4, head_dim 256,
+# max_position_embeddings 131072). transformers writes a composite model's text_config as its difference from these,
+# so the text_config of google/gemma-3-4b-it and -12b-it states no heads, head_dim or vocabulary: a file without a key
+# takes the class's value, as transformers itself reads it.
+GEMMA3_TEXT_SHAPES = dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                          num_attention_heads=8, num_key_value_heads=4, head_dim=256, max_position_embeddings=131072)
+# What a file that leaves out num_key_value_heads or head_dim gets, where the family's config class gives a number
+# rather than "every head its own" or hidden_size / heads (transformers 5.25's configuration_*.py signatures:
+# MistralConfig num_key_value_heads=8, Qwen2Config 32, Qwen3Config 32 and head_dim 128, ...): the same model as the
+# file with the key written out. Every released checkpoint's config.json writes both; a hand-written one may not.
+CLASS_KV_HEADS = {"mistral": 8, "qwen2": 32, "qwen3": 32, "qwen2_moe": 16, "qwen3_moe": 4, "mixtral": 8, "gemma": 16,
+                  "gemma2": 4, "starcoder2": 2, "stablelm": 32, "smollm3": 4, "glm4": 2}
+CLASS_HEAD_DIM = {"qwen3": 128, "gemma": 256, "gemma2": 256, "glm4": 128}
+
 # transformers 5.25.0 moved modeling_falcon.py onto its attention interface (SDPA with the key/value heads repeated,
 # no mask: the fused kernel); every earlier version hands SDPA one key/value head and a mask (the math path).
 FALCON_FUSED_FROM = (5, 25)
