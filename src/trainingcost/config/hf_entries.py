@@ -1,6 +1,7 @@
 """The parts of reading a ``config.json`` that need nothing of its mapping (:mod:`.hf` re-exports them): where the
-file is (a path, a folder or a Hub name), how transformers' own model of a file runs attention where that is not the
-fused kernel priced, and a model entry with a sweep entry's or the flags' fields in its place."""
+file is (a path, a folder or a Hub name), what a file that leaves keys out takes from its config class, how
+transformers' own model of a file runs attention where that is not the fused kernel priced, and a model entry with a
+sweep entry's or the flags' fields in its place."""
 
 from __future__ import annotations
 
