@@ -165,7 +165,7 @@ def test_a_config_json_reads_as_its_preset(data, preset):
 
 
 @pytest.mark.parametrize("data, message", [
-    (dict(LLAMA, model_type="jamba"), "model_type: 'jamba' is not supported (`trainingcost estimate --help` lists the 28 supported)"),
+    (dict(LLAMA, model_type="jamba"), "model_type: 'jamba' is not supported (`trainingcost estimate --help` lists the 35 supported)"),
     (dict(T5, feed_forward_proj="gated-swish"), "feed_forward_proj: 'gated-swish' is not supported"),
     ({k: v for k, v in LLAMA.items() if k != "model_type"}, "model_type: missing"),
     ({k: v for k, v in LLAMA.items() if k != "hidden_size"}, "hidden_size: missing (model_type llama)"),

@@ -37,6 +37,9 @@ def _raw(formula):
 
 CPU_ATTENTION = {op: _raw(formula) for op, formula in CPU_SDPA_FORMULAS.items()}
 SMALL = dict(vocab_size=61, attn_implementation="sdpa")
+# a config.json of the keys a family must have, the rest left to its class's defaults (SPARSE_CONFIGS, below)
+SPARSE = dict(hidden_size=256, intermediate_size=320, num_hidden_layers=2, num_attention_heads=4, vocab_size=97,
+              max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
 def _model(config_class: str, model_class: str, **keys):
@@ -119,6 +122,29 @@ MODELS = {
                    eos_token_id=2),
     "glm4:no_bias": _model("Glm4Config", "Glm4ForCausalLM", **PHI, num_key_value_heads=1, head_dim=8,
                            attention_bias=False, tie_word_embeddings=True, pad_token_id=0, eos_token_id=2),
+    # The 2025-26 families of config/hf_recent.py. Seed-OSS: q, k, v biased, o and the MLP as their own keys say
+    "seed_oss": _model("SeedOssConfig", "SeedOssForCausalLM", **PHI, num_key_value_heads=2, head_dim=12,
+                       attention_dropout=0.0, residual_dropout=0.0),
+    "seed_oss:all_bias": _model("SeedOssConfig", "SeedOssForCausalLM", **PHI, num_key_value_heads=1, head_dim=8,
+                                attention_out_bias=True, mlp_bias=True, attention_dropout=0.0, residual_dropout=0.0,
+                                tie_word_embeddings=True),
+    # ERNIE 4.5's dense model: every product biased where use_bias, the head tied by default
+    "ernie4_5": _model("Ernie4_5Config", "Ernie4_5ForCausalLM", **PHI, num_key_value_heads=2, head_dim=12),
+    "ernie4_5:use_bias": _model("Ernie4_5Config", "Ernie4_5ForCausalLM", **PHI, num_key_value_heads=1, head_dim=8,
+                                use_bias=True, tie_word_embeddings=False),
+    # Hunyuan dense: q and k normalised per head, attention biased where attention_bias
+    "hunyuan_v1_dense": _model("HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM", **PHI, num_key_value_heads=2,
+                               head_dim=12, attention_bias=True),  # (transformers' model needs head_dim written)
+    # Ministral: a window on every layer (4 positions: masked over both lengths); Ministral 3: none by default
+    "ministral:window": _model("MinistralConfig", "MinistralForCausalLM", **PHI, num_key_value_heads=2, head_dim=8,
+                               sliding_window=4),  # (transformers' model needs head_dim written)
+    "ministral3": _model("Ministral3Config", "Ministral3ForCausalLM", **PHI, num_key_value_heads=2, head_dim=12),
+    # OLMo 3: OLMo 2's block, three windowed layers to one global (layer_types absent)
+    "olmo3:window": _model("Olmo3Config", "Olmo3ForCausalLM", **{**PHI, "num_hidden_layers": 4}, num_key_value_heads=2,
+                           sliding_window=4),
+    # EXAONE 4.0: norms on the branches' outputs, q and k per head, one global layer in sliding_window_pattern
+    "exaone4:window": _model("Exaone4Config", "Exaone4ForCausalLM", **{**PHI, "num_hidden_layers": 4},
+                             num_key_value_heads=2, sliding_window=4, sliding_window_pattern=2),
 }
 ENCODER_DECODER = {  # T5 v1.1: gated GELU, the stacks sharing one table, the head its own
     "t5:v1.1": lambda: (lambda c: (c, transformers.T5ForConditionalGeneration(c)))(transformers.T5Config(
@@ -269,6 +295,14 @@ def test_a_published_config_json_reads_as_its_preset(name):
     (dict(PUBLISHED["gemma-2-2b"], attn_logit_softcapping="50"), "attn_logit_softcapping: '50' is not a positive number"),
     (dict(PUBLISHED["qwen3-30b-a3b"], mlp_only_layers=[0]), "mlp_only_layers: dense MLP layers among the sparse ones"),
     (dict(PUBLISHED["gemma-2-2b"], model_type="gemma3"), "model_type: 'gemma3' is Gemma 3's multimodal model"),
+    (dict(SPARSE, model_type="seed_oss", num_attention_heads=16, attention_bias=False, attention_out_bias=True),
+     "attention_out_bias: attention_bias False, attention_out_bias True and mlp_bias False together are not supported"),
+    (dict(SPARSE, model_type="olmo3", layer_types=["full_attention", "sliding_attention"]),
+     "layer_types: global layers other than every n-th are not supported"),
+    (dict(SPARSE, model_type="olmo3", layer_types=["sliding_attention"]), "layer_types: ['sliding_attention'] is not a "
+     "list of 2 full_attention and sliding_attention"),
+    (dict(SPARSE, model_type="exaone4", num_attention_heads=32, sliding_window_pattern="LLLG"),
+     "sliding_window_pattern: 'LLLG' is not supported (supported: a positive integer, or layer_types)"),
 ])
 def test_unsupported_variants_get_one_line(data, message):
     with pytest.raises(ConfigError) as err:
@@ -287,8 +321,6 @@ GEMMA3_TEXT_CONFIGS = {
 }
 
 
-SPARSE = dict(hidden_size=256, intermediate_size=320, num_hidden_layers=2, num_attention_heads=4, vocab_size=97,
-              max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 # config.json files that leave keys to the class's defaults (a hand-written file, or transformers' difference from
 # them): the count must be the one transformers builds from the same dict
 SPARSE_CONFIGS = {
@@ -301,6 +333,12 @@ SPARSE_CONFIGS = {
     "qwen3": dict(SPARSE, model_type="qwen3", num_attention_heads=32),  # Qwen3Config: 32 key/value heads, head_dim 128
     "mistral": dict(SPARSE, model_type="mistral", num_attention_heads=16),  # MistralConfig: 8 key/value heads
     "gemma2": dict(SPARSE, model_type="gemma2"),  # Gemma2Config: 4 key/value heads of 256
+    # config/hf_recent.py's families: their classes' numbers for the keys left out
+    "seed_oss": dict(SPARSE, model_type="seed_oss", num_attention_heads=16),  # 8 key/value heads of 128, q/k/v biased
+    "ernie4_5": dict(SPARSE, model_type="ernie4_5"),  # Ernie4_5Config: 2 key/value heads of 128, the head tied
+    "ministral3": dict(SPARSE, model_type="ministral3", num_attention_heads=16),  # 8 key/value heads of 128
+    "olmo3": dict(SPARSE, model_type="olmo3", num_hidden_layers=4),  # every head its own, a window but every 4th
+    "exaone4": dict(SPARSE, model_type="exaone4", num_attention_heads=32, num_hidden_layers=4),  # 32 key/value heads
 }
 
 

@@ -10,7 +10,7 @@ flags and a sweep entry's other keys override its fields.
 Sources of each mapping: the ``configuration_*.py`` and ``modeling_*.py`` of
 Hugging Face ``transformers`` for GPT-2, BERT, T5, Llama, Mistral, Qwen2, GPT-NeoX,
 GPT-J, Phi, Falcon, StableLM, OLMo, OLMo 2, OLMoE, StarCoder2, Phi-3, Gemma, Gemma 2, Gemma 3, Mixtral, Qwen-MoE,
-Qwen3, DeepSeek-V2/V3, Granite, SmolLM3 and GLM-4 (key names, their defaults, which
+Qwen3, DeepSeek-V2/V3, Granite, SmolLM3 and GLM-4 (the 2025-26 families in hf_recent.py) (key names, their defaults, which
 layers carry biases, which heads are tied, which blocks are parallel, how much of a head rotary turns, the experts).
 """
 
@@ -20,6 +20,10 @@ from pathlib import Path
 
 from .errors import ConfigError, read_json
 from .model import HF_OPTIONS
+from .hf_recent import HEAD_DIM as RECENT_HEAD_DIM, KV_HEADS as RECENT_KV_HEADS, MAPPERS as RECENT
+from .hf_keys import (  # noqa: F401  (the families' shared pieces; hf_recent.py's too)
+    _decoder, _full_rotary, _Keys, _partial_rotary, _qwen2_window, _rotary_fraction, _silu, _window,
+)
 from .hf_entries import (  # noqa: F401  (re-exported: callers read them from here)
     CLASS_HEAD_DIM, CLASS_KV_HEADS, FALCON_FUSED_FROM, GEMMA3_TEXT_SHAPES, HUB_NAME, check_window, config_path,
     drop_lm_head, drop_short_table, hub_config, transformers_attention, with_overrides,
@@ -27,7 +31,7 @@ from .hf_entries import (  # noqa: F401  (re-exported: callers read them from he
 
 SUPPORTED = ("gpt2", "bert", "t5", "llama", "mistral", "qwen2", "gpt_neox", "gptj", "phi", "falcon", "stablelm", "olmo",
              "olmo2", "starcoder2", "phi3", "gemma", "gemma2", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe",
-             "gemma3_text", "olmoe", "deepseek_v2", "deepseek_v3", "granite", "smollm3", "glm4")
+             "gemma3_text", "olmoe", "deepseek_v2", "deepseek_v3", "granite", "smollm3", "glm4", *RECENT)
 # Keys that announce an architecture trainingcost does not cost (mixture of experts, shared KV caches ...).
 UNSUPPORTED_KEYS = {
     "num_local_experts": "mixture of experts",
@@ -79,48 +83,6 @@ def attention_note(path: str | Path, cfg, step_flops: int | None = None) -> str 
             f"{path_taken}, 8 M N a: its BP step has {fewer:.3g} fewer FLOPs{share}")
 
 
-class _Keys:
-    """Typed access to a config.json's keys, each mistake one line naming the key."""
-
-    def __init__(self, data: dict, where: str, model_type: str):
-        self.data, self.where, self.model_type = data, where, model_type
-
-    def _fail(self, key: str, what: str):
-        raise ConfigError(f"{self.where}: {key}: {what} (model_type {self.model_type})")
-
-    def int(self, key: str, default=None, *, minimum: int = 1):
-        value = self.data.get(key, default)
-        if value is None:
-            if default is None and key not in self.data:
-                self._fail(key, "missing")
-            if default is None:  # written null where the family has no default for it
-                self._fail(key, "null; give an integer")
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            self._fail(key, f"{value!r} is not an integer")
-        if value < minimum:
-            self._fail(key, f"{value} is less than {minimum}")
-        return value
-
-    def bool(self, key: str, default: bool) -> bool:
-        value = self.data.get(key, default)
-        if not isinstance(value, bool):
-            self._fail(key, f"{value!r} is not a boolean")
-        return value
-
-    def str(self, key: str, default: str) -> str:
-        value = self.data.get(key, default)
-        if not isinstance(value, str):
-            self._fail(key, f"{value!r} is not a string")
-        return value
-
-    def activation(self, key: str, default: str, allowed: dict) -> str:
-        value = self.str(key, default)
-        if value not in allowed:
-            self._fail(key, f"{value!r} is not supported (supported: {', '.join(allowed)})")
-        return allowed[value]
-
-
 def hf_entry(data: dict, where: str = "config.json") -> dict:
     """Map one parsed ``config.json`` onto a model entry."""
     model_type = data.get("model_type")
@@ -138,7 +100,8 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
             raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")
     if model_type == "gemma3_text":
         data = {**GEMMA3_TEXT_SHAPES, **data}
-    for key, table in (("num_key_value_heads", CLASS_KV_HEADS), ("head_dim", CLASS_HEAD_DIM)):
+    for key, table in (("num_key_value_heads", {**CLASS_KV_HEADS, **RECENT_KV_HEADS}),
+                       ("head_dim", {**CLASS_HEAD_DIM, **RECENT_HEAD_DIM})):
         if key not in data and model_type in table:
             data = {**data, key: table[model_type]}
             heads = data.get("num_attention_heads")
@@ -150,7 +113,7 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
             "gpt_neox": _gpt_neox, "gptj": _gptj, "phi": _phi, "falcon": _falcon, "stablelm": _stablelm, "olmo": _olmo, "olmo2": _olmo2,
             "starcoder2": _starcoder2, "phi3": _phi3, "gemma": _gemma, "gemma2": _gemma2, "mixtral": _moe, "qwen2_moe": _moe,
             "qwen3": _llama, "qwen3_moe": _moe, "gemma3_text": _gemma2, "olmoe": _olmoe, "deepseek_v2": _deepseek,
-            "deepseek_v3": _deepseek, "granite": _llama, "smollm3": _llama, "glm4": _glm4}[model_type](keys)
+            "deepseek_v3": _deepseek, "granite": _llama, "smollm3": _llama, "glm4": _glm4, **RECENT}[model_type](keys)
     return _declared_keys(entry, keys)
 
 
@@ -365,54 +328,6 @@ def _glm4(k: _Keys) -> dict:
     return _partial_rotary(entry, k, int(head_dim * fraction), "partial_rotary_factor")
 
 
-def _qwen2_window(entry: dict, k: _Keys) -> None:
-    """Qwen2's window (configuration_qwen2.py): with use_sliding_window, on the layers from max_window_layers on, or
-    as ``layer_types`` lists them; a window on every layer or on none, not on some."""
-    layers = entry["layers"]
-    types = k.data.get("layer_types")
-    if types is not None:
-        if not isinstance(types, list) or not set(types) <= {"full_attention", "sliding_attention"}:
-            k._fail("layer_types", f"{types!r} is not a list of full_attention and sliding_attention")
-        windowed = types.count("sliding_attention")
-        key = "layer_types"
-    elif k.bool("use_sliding_window", False):
-        windowed = max(0, layers - k.int("max_window_layers", 28, minimum=0))
-        key = "max_window_layers"
-    else:
-        return
-    window = k.int("sliding_window", 4096, minimum=0) if k.data.get("use_sliding_window", True) else 0
-    if windowed and window:
-        if windowed != layers:
-            k._fail(key, f"a sliding window on {windowed} of {layers} layers is not supported (supported: on every "
-                    "layer or on none)")
-        entry["sliding_window"] = window
-
-
-def _rotary_fraction(k: _Keys, keys: tuple[str, ...], default: float) -> float:
-    """The share of a head that rotary positions turn: the first of ``keys`` at the top level (older files) or in
-    ``rope_parameters`` / ``rope_scaling`` (transformers 5 writes partial_rotary_factor there)."""
-    for container in (k.data, k.data.get("rope_parameters"), k.data.get("rope_scaling")):
-        if not isinstance(container, dict):
-            continue
-        for key in keys:
-            if container.get(key) is not None:
-                value = container[key]
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-                    k._fail(key, f"{value!r} is not a fraction in (0, 1]")
-                return float(value)
-    return default
-
-
-def _partial_rotary(entry: dict, k: _Keys, turned: int, key: str) -> dict:
-    """``entry`` with rotary_dim where rotary turns ``turned`` features of a head (HF: int(head_dim x fraction))."""
-    head_dim = entry.get("head_dim", entry["d_model"] // entry["heads"])
-    if turned % 2 or not 0 < turned <= head_dim:
-        k._fail(key, f"turns {turned} features of a {head_dim}-wide head (supported: an even number up to the head)")
-    if turned < head_dim:
-        entry["rotary_dim"] = turned
-    return entry
-
-
 def _gpt_neox(k: _Keys) -> dict:
     # GPT-NeoX (modeling_gpt_neox.py; Black et al. 2022): pre-LayerNorm, a fused query_key_value and a dense output
     # (biases: attention_bias, default true), an MLP with biases, rotary positions on rotary_pct (default 0.25) of each
@@ -496,26 +411,6 @@ def _falcon(k: _Keys) -> dict:
         bias="all" if k.bool("bias", False) else "none", head_bias=False,
         tie_embeddings=k.bool("tie_word_embeddings", True),
     )
-
-
-def _decoder(k: _Keys, **options) -> dict:
-    """The keys a Llama-like config.json shares: widths, depth, heads (grouped-query), vocabulary, context, head_dim."""
-    d, heads = k.int("hidden_size"), k.int("num_attention_heads")
-    entry = dict(arch="decoder", layers=k.int("num_hidden_layers"), d_model=d, heads=heads,
-                 kv_heads=k.int("num_key_value_heads", heads) or heads, d_ff=k.int("intermediate_size"),
-                 vocab=k.int("vocab_size"), seq_len=k.int("max_position_embeddings"), norm_position="pre",
-                 positions="rotary", head_bias=False, **options)
-    head_dim = k.int("head_dim", 0, minimum=0) or 0
-    if head_dim and head_dim * heads != d:
-        entry["head_dim"] = head_dim
-    return entry
-
-
-def _silu(k: _Keys) -> str:
-    act = k.str("hidden_act", "silu")
-    if act != "silu":
-        k._fail("hidden_act", f"{act!r} is not supported (supported: silu)")
-    return "swiglu"
 
 
 def _stablelm(k: _Keys) -> dict:
@@ -652,21 +547,6 @@ def _gemma2(k: _Keys) -> dict:
             if period == 1:
                 del entry["sliding_window"], entry["window_period"]  # every layer global
     return entry
-
-
-def _full_rotary(entry: dict, k: _Keys) -> dict:
-    fraction = _rotary_fraction(k, ("partial_rotary_factor",), 1.0)
-    head_dim = entry.get("head_dim", entry["d_model"] // entry["heads"])
-    return _partial_rotary(entry, k, int(head_dim * fraction), "partial_rotary_factor")
-
-
-def _window(entry: dict, k: _Keys, default: int | None) -> None:
-    """A sliding window from the ``sliding_window`` key (``default`` where absent, as transformers loads the file;
-    null: none). A window that covers the sequence masks nothing: ``canonical_model`` drops it, once flags or a sweep
-    entry have set the length."""
-    window = k.int("sliding_window", default or 0, minimum=0) or 0
-    if window:
-        entry["sliding_window"] = window
 
 
 # The keys of a mixture of experts that each MoE model_type maps (hf_entry refuses them elsewhere).
