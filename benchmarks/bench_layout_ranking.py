@@ -84,6 +84,30 @@ def per_sweep(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def by_pipeline(table: pd.DataFrame, min_rows: int) -> dict:
+    """source -> {"pp=1" / "pp>1": (sweeps, Spearman median, regret median)} over each sweep's layouts without and with a
+    pipeline (a sweep scored on a part where the part has ``min_rows`` layouts), and "lean": the median over sweeps of
+    (measured / predicted of its pipeline layouts) / (the same of its others), each side a median: how much slower
+    the measurements run a pipeline than the model says, against the same sweep's other layouts."""
+    pp = table["layout"].str.extract(r"pp(\d+)")[0].astype(int)
+    out = {}
+    for source, part in table.groupby("source"):
+        parts = {"pp=1": part[pp[part.index] == 1], "pp>1": part[pp[part.index] > 1]}
+        entry = {}
+        for label, sub in parts.items():
+            sub = sub[sub.groupby("sweep")["run"].transform("count") >= min_rows]
+            if sub.empty:
+                continue
+            scored = per_sweep(sub)
+            entry[label] = (len(scored), scored["spearman"].median(), scored["regret_pct"].median())
+        ratio = part["measured_per_seq"] / part["predicted_per_seq"]
+        leans = [ratio[g.index][pp[g.index] > 1].median() / ratio[g.index][pp[g.index] == 1].median()
+                 for _, g in part.groupby("sweep") if (pp[g.index] > 1).any() and (pp[g.index] == 1).any()]
+        entry["lean"] = (float(np.median(leans)), len(leans)) if leans else None
+        out[source] = entry
+    return out
+
+
 def noise(table: pd.DataFrame) -> dict:
     """source -> (the median over layouts timed more than once of the standard deviation of their log times, how many
     such layouts, the largest ratio of two timings of one layout); (None, 0, None) where the source repeats none. The
@@ -161,6 +185,13 @@ def main(argv=None) -> int:
                                                    f"the model on {(part['limit'] == 'model').sum()}, by noise on "
                                                    f"{(part['limit'] == 'noise').sum()} of {len(part)} sweeps"
                                                    if value is not None else "unknown: no layout timed twice"))
+    for source, entry in by_pipeline(table, args.min_rows).items():
+        parts = "; ".join(f"{label}: {value[0]} sweeps, Spearman median {value[1]:.2f}, regret median {value[2]:.1f}%"
+                          for label, value in entry.items() if label != "lean")
+        lean = entry.get("lean")
+        print(f"  {source} by pipeline: {parts}" + (f"; pipeline layouts measured {lean[0]:.2f}x the model's "
+                                                    f"ratio on the same sweep's others (median of {lean[1]} sweeps)"
+                                                    if lean else ""))
     if refused:
         print(f"{len(refused)} layouts refused (not in the figures above):", *refused, sep="\n  ")
     return 0
