@@ -99,7 +99,8 @@ def by_pipeline(table: pd.DataFrame, min_rows: int) -> dict:
             if sub.empty:
                 continue
             scored = per_sweep(sub)
-            entry[label] = (len(scored), scored["spearman"].median(), scored["regret_pct"].median())
+            entry[label] = (len(scored), scored["spearman"].median(), scored["regret_pct"].median(),
+                            int((scored["spearman"] >= GOALS["spearman"]).sum()))
         ratio = part["measured_per_seq"] / part["predicted_per_seq"]
         leans = [ratio[g.index][pp[g.index] > 1].median() / ratio[g.index][pp[g.index] == 1].median()
                  for _, g in part.groupby("sweep") if (pp[g.index] > 1).any() and (pp[g.index] == 1).any()]
@@ -186,7 +187,8 @@ def main(argv=None) -> int:
                                                    f"{(part['limit'] == 'noise').sum()} of {len(part)} sweeps"
                                                    if value is not None else "unknown: no layout timed twice"))
     for source, entry in by_pipeline(table, args.min_rows).items():
-        parts = "; ".join(f"{label}: {value[0]} sweeps, Spearman median {value[1]:.2f}, regret median {value[2]:.1f}%"
+        parts = "; ".join(f"{label}: {value[0]} sweeps, Spearman median {value[1]:.2f} (>= {GOALS['spearman']} on "
+                          f"{value[3]}), regret median {value[2]:.1f}%"
                           for label, value in entry.items() if label != "lean")
         lean = entry.get("lean")
         print(f"  {source} by pipeline: {parts}" + (f"; pipeline layouts measured {lean[0]:.2f}x the model's "

@@ -98,6 +98,13 @@ WEAK = {
     r["gpu"] == "h100-sxm" and r["lay"].precision != "fp8-mixed",
     "H100, MosaicML FP8 (512-32k tokens)": lambda r: r["source"].startswith("mosaicml") and
     r["lay"].precision == "fp8-mixed",
+    "H100, MosaicML (BF16 and FP8)": lambda r: r["source"].startswith("mosaicml") and r["gpu"] == "h100-sxm",
+    "Korthikanti et al. 2022, full recompute": lambda r: r["source"].startswith("korthikanti") and
+    r["lay"].recompute == "full",
+    "MaxText 2024 (Llama 2 70B)": lambda r: r["source"] == "nvidia-dgxc-benchmarking-maxtext",
+    "MaxText 2025 (Llama 3 70B)": lambda r: r["source"] == "nvidia-dgxc-benchmarking-maxtext-2025",
+    "MaxText 2025 FP8": lambda r: r["source"] == "nvidia-dgxc-benchmarking-maxtext-2025" and
+    r["lay"].precision == "fp8-mixed",
     "A100, FSDP (MosaicML, torchtitan)": lambda r: r["gpu"].startswith("a100") and r["sharding"] in ("fsdp", "zero3"),
     "H100, NVIDIA dgxc (NeMo)": lambda r: r["source"].startswith("nvidia-dgxc") and r["framework"] == "nemo",
     "Megatron TP + PP (2021-22)": lambda r: r["framework"].startswith("megatron-lm@") and r["lay"].tp > 1 and

@@ -112,6 +112,8 @@ def main(argv=None) -> int:
         for value in sorted({r["regime"][field] for r in pool}):
             report(f"{field}: {value}", [x for x in scored if x[0]["regime"][field] == value])
     report("every row, leave-one-source-out", scored)
+    per_source = [sum(c for _, _, c in part) / len(part) for part in groups.values()]
+    print(f"mean over sources of each source's coverage: {100 * sum(per_source) / len(per_source):.1f}%")
     print(f"{len(pool)} rows from {len(groups)} sources in {time.perf_counter() - start:.0f} s "
           f"(goal: 80% intervals cover 75-85% of rows)")
     return 0

@@ -301,6 +301,7 @@ def test_a_published_config_json_reads_as_its_preset(name):
      "layer_types: global layers other than every n-th are not supported"),
     (dict(SPARSE, model_type="olmo3", layer_types=["sliding_attention"]), "layer_types: ['sliding_attention'] is not a "
      "list of 2 full_attention and sliding_attention"),
+    (dict(SPARSE, model_type="olmo3", layer_types=[["x"], {}]), "layer_types: [['x'], {}] is not a list of 2"),
     (dict(SPARSE, model_type="exaone4", num_attention_heads=32, sliding_window_pattern="LLLG"),
      "sliding_window_pattern: 'LLLG' is not supported (supported: a positive integer, or layer_types)"),
 ])
@@ -339,6 +340,8 @@ SPARSE_CONFIGS = {
     "ministral3": dict(SPARSE, model_type="ministral3", num_attention_heads=16),  # 8 key/value heads of 128
     "olmo3": dict(SPARSE, model_type="olmo3", num_hidden_layers=4),  # every head its own, a window but every 4th
     "exaone4": dict(SPARSE, model_type="exaone4", num_attention_heads=32, num_hidden_layers=4),  # 32 key/value heads
+    # Tencent's dense Hunyuan files carry the MoE template's num_experts, which HunYuanDenseV1 ignores
+    "hunyuan_v1_dense": dict(SPARSE, model_type="hunyuan_v1_dense", head_dim=64, num_experts=1),
 }
 
 
@@ -441,3 +444,18 @@ def test_olmo2_computes_transformers_function():
         assert len(own) == len(source)
         tokens = torch.randint(0, 61, (2, 7))
         assert torch.allclose(ours({"decoder": tokens}), theirs(input_ids=tokens).logits, atol=1e-5, rtol=0)
+
+
+def test_the_training_length_reads_transformers_5s_rope_parameters():
+    """transformers 5 writes original_max_position_embeddings inside rope_parameters (flat, or one dict per layer type,
+    as OLMo 3's): a plan trains at that length, not at the served context, as it does from rope_scaling."""
+    from trainingcost.config.hf import training_length
+
+    flat = dict(SPARSE, model_type="ministral3", max_position_embeddings=262144,
+                rope_parameters={"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 16384})
+    per_type = dict(SPARSE, model_type="olmo3", max_position_embeddings=65536,
+                    rope_parameters={"sliding_attention": {"rope_type": "default"},
+                                     "full_attention": {"rope_type": "yarn", "original_max_position_embeddings": 8192}})
+    assert training_length(flat, 262144, "rotary")[0] == 16384
+    assert training_length(per_type, 65536, "rotary")[0] == 8192
+    assert "rope_parameters.original_max_position_embeddings" in training_length(flat, 262144, "rotary")[1]

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from .errors import ConfigError, read_json
 from .model import HF_OPTIONS
-from .hf_recent import HEAD_DIM as RECENT_HEAD_DIM, KV_HEADS as RECENT_KV_HEADS, MAPPERS as RECENT
+from .hf_recent import HEAD_DIM as RECENT_HEAD_DIM, IGNORED as RECENT_IGNORED, KV_HEADS as RECENT_KV_HEADS, \
+    MAPPERS as RECENT
 from .hf_keys import (  # noqa: F401  (the families' shared pieces; hf_recent.py's too)
     _decoder, _full_rotary, _Keys, _partial_rotary, _qwen2_window, _rotary_fraction, _silu, _window,
 )
@@ -96,7 +97,8 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
         raise ConfigError(f"{where}: model_type: {str(model_type)[:30]!r} is not supported (`trainingcost estimate --help` "
                           f"lists the {len(SUPPORTED)} supported)")
     for key, feature in UNSUPPORTED_KEYS.items():
-        if data.get(key) not in (None, 0, False) and key not in MOE_KEYS.get(model_type, ()):
+        allowed = (*MOE_KEYS.get(model_type, ()), *RECENT_IGNORED.get(model_type, ()))
+        if data.get(key) not in (None, 0, False) and key not in allowed:
             raise ConfigError(f"{where}: {key}: {feature} is not supported (model_type {model_type})")
     if model_type == "gemma3_text":
         data = {**GEMMA3_TEXT_SHAPES, **data}
@@ -131,11 +133,16 @@ def training_length(data: dict, served: int | None, positions: str | None) -> tu
     longer context; (None, "") where the served length stands (a learned position table is its training length)."""
     if not served or positions == "learned":
         return None, ""
-    scaling = data.get("rope_scaling")
-    original = scaling.get("original_max_position_embeddings") if isinstance(scaling, dict) else None
-    if isinstance(original, int) and not isinstance(original, bool) and 0 < original < served:
-        return original, (f"seq_len {original}: rope_scaling.original_max_position_embeddings, the length before the "
-                          f"context was extended to max_position_embeddings {served} (--seq-len to change)")
+    # rope_scaling (transformers 4's files) or rope_parameters (transformers 5's, flat or one dict per layer type)
+    for name in ("rope_scaling", "rope_parameters"):
+        container = data.get(name)
+        if not isinstance(container, dict):
+            continue
+        for part in (container, *(v for v in container.values() if isinstance(v, dict))):
+            original = part.get("original_max_position_embeddings")
+            if isinstance(original, int) and not isinstance(original, bool) and 0 < original < served:
+                return original, (f"seq_len {original}: {name}.original_max_position_embeddings, the length before "
+                                  f"the context was extended to max_position_embeddings {served} (--seq-len to change)")
     if served > PRETRAINING_LENGTH:
         return PRETRAINING_LENGTH, (f"seq_len {PRETRAINING_LENGTH}: a pretraining length (Llama 3's, Dubey et al. 2024), "
                                     f"not max_position_embeddings {served}, the context the model serves (--seq-len "
@@ -533,7 +540,8 @@ def _gemma2(k: _Keys) -> dict:
                             if k.data.get(key) is not None), "sliding_window_pattern")
         pattern = k.int(pattern_key, defaults["sliding_window_pattern"]) if gemma3 else 2
         types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
-    if not isinstance(types, list) or not set(types) <= {"full_attention", "sliding_attention"} or len(types) != layers:
+    if not isinstance(types, list) or not all(t in ("full_attention", "sliding_attention") for t in types) \
+            or len(types) != layers:
         k._fail("layer_types", f"{types!r} is not a list of {layers} full_attention and sliding_attention")
     full = [i for i, kind in enumerate(types) if kind == "full_attention"]
     if window and len(full) < layers:

@@ -54,7 +54,7 @@ def _qwen2_window(entry: dict, k: _Keys) -> None:
     layers = entry["layers"]
     types = k.data.get("layer_types")
     if types is not None:
-        if not isinstance(types, list) or not set(types) <= {"full_attention", "sliding_attention"}:
+        if not isinstance(types, list) or not all(t in ("full_attention", "sliding_attention") for t in types):
             k._fail("layer_types", f"{types!r} is not a list of full_attention and sliding_attention")
         windowed = types.count("sliding_attention")
         key = "layer_types"
@@ -138,7 +138,8 @@ def _layer_windows(entry: dict, k: _Keys, window_default: int | None, types: lis
     layers = entry["layers"]
     given = k.data.get("layer_types")
     types = given if given is not None else types
-    if not isinstance(types, list) or len(types) != layers or not set(types) <= {"full_attention", "sliding_attention"}:
+    if not isinstance(types, list) or len(types) != layers or not all(
+            t in ("full_attention", "sliding_attention") for t in types):  # (a list or dict in it: no hash needed)
         k._fail("layer_types", f"{str(types)[:80]} is not a list of {layers} full_attention and sliding_attention")
     window = k.int("sliding_window", window_default or 0, minimum=0) or 0
     full = [i for i, kind in enumerate(types) if kind == "full_attention"]

@@ -7,7 +7,7 @@ parameters, the same forward and backward FLOPs at two lengths)."""
 
 from __future__ import annotations
 
-from .hf_keys import _decoder, _full_rotary, _Keys, _layer_windows, _silu, _window
+from .hf_keys import _decoder, _Keys, _layer_windows, _silu, _window
 
 SEED_OSS_BIASES = {(False, False, False): "none", (True, False, False): "qkv", (True, True, False): "attention",
                    (True, True, True): "all", (False, False, True): "ffn"}
@@ -25,7 +25,7 @@ def seed_oss(k: _Keys) -> dict:
                 "all, or ffn (the MLP's only))")
     entry = _decoder(k, norm="rmsnorm", ffn=_silu(k), bias=SEED_OSS_BIASES[key],
                      tie_embeddings=k.bool("tie_word_embeddings", False))
-    return _full_rotary(entry, k)
+    return entry  # rotary on the whole head (ROTARY, below)
 
 
 def ernie4_5(k: _Keys) -> dict:
@@ -35,7 +35,7 @@ def ernie4_5(k: _Keys) -> dict:
     # pairs: the same elementwise work.
     entry = _decoder(k, norm="rmsnorm", ffn=_silu(k), bias="all" if k.bool("use_bias", False) else "none",
                      tie_embeddings=k.bool("tie_word_embeddings", True))
-    return _full_rotary(entry, k)
+    return entry  # rotary on the whole head (ROTARY, below)
 
 
 def hunyuan_v1_dense(k: _Keys) -> dict:
@@ -45,7 +45,7 @@ def hunyuan_v1_dense(k: _Keys) -> dict:
     entry = _decoder(k, norm="rmsnorm", ffn=_silu(k), qk_norm="head",
                      bias="attention" if k.bool("attention_bias", False) else "none",
                      tie_embeddings=k.bool("tie_word_embeddings", False))
-    return _full_rotary(entry, k)
+    return entry  # rotary on the whole head (ROTARY, below)
 
 
 def ministral(k: _Keys) -> dict:
@@ -56,7 +56,7 @@ def ministral(k: _Keys) -> dict:
     window = k.data.get("sliding_window", 4096)
     kind = "sliding_attention" if window else "full_attention"
     _layer_windows(entry, k, 4096, [kind] * entry["layers"])
-    return _full_rotary(entry, k)
+    return entry  # rotary on the whole head (ROTARY, below)
 
 
 def ministral3(k: _Keys) -> dict:
@@ -66,7 +66,7 @@ def ministral3(k: _Keys) -> dict:
     # elementwise, not priced) and YaRN's rotary frequencies (no cost).
     entry = _decoder(k, norm="rmsnorm", ffn=_silu(k), bias="none", tie_embeddings=k.bool("tie_word_embeddings", False))
     _window(entry, k, None)
-    return _full_rotary(entry, k)
+    return entry  # rotary on the whole head (ROTARY, below)
 
 
 def olmo3(k: _Keys) -> dict:
@@ -80,7 +80,7 @@ def olmo3(k: _Keys) -> dict:
     entry["norm_position"] = "output"
     layers = entry["layers"]
     _layer_windows(entry, k, 4096, ["sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(layers)])
-    return _full_rotary(entry, k)
+    return entry  # rotary on the whole head (ROTARY, below)
 
 
 def exaone4(k: _Keys) -> dict:
@@ -104,9 +104,14 @@ def exaone4(k: _Keys) -> dict:
     else:
         types = ["full_attention"] * layers
     _layer_windows(entry, k, 4096, types)
-    return _full_rotary(entry, k)
+    return entry  # rotary on the whole head (ROTARY, below)
 
 
+# ROTARY: none of these families' modeling files reads partial_rotary_factor (its default rotary embedding turns the
+# whole head_dim, modeling_*.py's compute_default_rope_parameters), so a file's factor is not read here either.
+# IGNORED: keys hf.py would refuse as a mixture of experts that a family's model ignores (Tencent's dense Hunyuan
+# files carry the MoE template's num_experts; HunYuanDenseV1 builds one dense MLP whatever it says).
+IGNORED = {"hunyuan_v1_dense": ("num_experts",)}
 MAPPERS = {"seed_oss": seed_oss, "ernie4_5": ernie4_5, "hunyuan_v1_dense": hunyuan_v1_dense, "ministral": ministral,
            "ministral3": ministral3, "olmo3": olmo3, "exaone4": exaone4}
 # The numbers their config classes give a file that leaves the key out (hf.py's CLASS_KV_HEADS, CLASS_HEAD_DIM)
