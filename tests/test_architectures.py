@@ -58,7 +58,7 @@ def test_default_sweep_keeps_its_ids_and_analytic_tables_byte_for_byte():
 
 @pytest.mark.parametrize("change, message", [
     (dict(kv_heads=3), "kv_heads: 3 does not divide heads 4"),
-    (dict(norm="batchnorm"), "norm: 'batchnorm' is not allowed (allowed: layernorm, rmsnorm, nonparametric)"),
+    (dict(norm="batchnorm"), "norm: 'batchnorm' is not allowed (allowed: layernorm, rmsnorm, nonparametric, layernorm_nobias)"),
     (dict(ffn="swish"), "ffn: 'swish' is not allowed (allowed: gelu, relu, swiglu, geglu)"),
     (dict(positions="alibi"), "positions: 'alibi' is not allowed (allowed: sinusoidal, learned, rotary, relative, none)"),
     (dict(relative_buckets=16), "relative_buckets: applies only to positions relative (positions is sinusoidal)"),
@@ -165,7 +165,7 @@ def test_a_config_json_reads_as_its_preset(data, preset):
 
 
 @pytest.mark.parametrize("data, message", [
-    (dict(LLAMA, model_type="jamba"), "model_type: 'jamba' is not supported (`trainingcost estimate --help` lists the 35 supported)"),
+    (dict(LLAMA, model_type="jamba"), "model_type: 'jamba' is not supported (`trainingcost estimate --help` lists the 37 supported)"),
     (dict(T5, feed_forward_proj="gated-swish"), "feed_forward_proj: 'gated-swish' is not supported"),
     ({k: v for k, v in LLAMA.items() if k != "model_type"}, "model_type: missing"),
     ({k: v for k, v in LLAMA.items() if k != "hidden_size"}, "hidden_size: missing (model_type llama)"),

@@ -161,6 +161,8 @@ OPTION_CASES = {
     "head-bias": dict(bias="none", head_bias=True),
     "bert-embedding": dict(type_vocab=2, embedding_norm=True, positions="learned"),
     "nonparametric": dict(norm="nonparametric"),  # a LayerNorm without gain or bias (OLMo)
+    # a LayerNorm with a gain and no bias (Cohere), read by both parallel branches
+    "layernorm-nobias": dict(norm="layernorm_nobias", norm_position="pre", parallel_block="one_norm"),
     "ffn-bias": dict(bias="ffn"),  # the FFN's matrices biased, attention not (GPT-J)
     "parallel-one-norm": dict(norm_position="pre", parallel_block="one_norm"),  # GPT-J, Phi-1/2, Falcon-7B
     # GPT-NeoX: a norm per branch, rotary on half of each head

@@ -142,6 +142,12 @@ MODELS = {
     # OLMo 3: OLMo 2's block, three windowed layers to one global (layer_types absent)
     "olmo3:window": _model("Olmo3Config", "Olmo3ForCausalLM", **{**PHI, "num_hidden_layers": 4}, num_key_value_heads=2,
                            sliding_window=4),
+    # Cohere: one LayerNorm with a gain and no bias read by both parallel branches, attention biased, the head tied
+    "cohere": _model("CohereConfig", "CohereForCausalLM", **PHI, num_key_value_heads=2, attention_bias=True,
+                     pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    # Command R7B / A: Cohere's block, three windowed layers to one global
+    "cohere2:window": _model("Cohere2Config", "Cohere2ForCausalLM", **{**PHI, "num_hidden_layers": 4},
+                             num_key_value_heads=2, sliding_window=4, pad_token_id=0, bos_token_id=1, eos_token_id=2),
     # EXAONE 4.0: norms on the branches' outputs, q and k per head, one global layer in sliding_window_pattern
     "exaone4:window": _model("Exaone4Config", "Exaone4ForCausalLM", **{**PHI, "num_hidden_layers": 4},
                              num_key_value_heads=2, sliding_window=4, sliding_window_pattern=2),
@@ -302,6 +308,7 @@ def test_a_published_config_json_reads_as_its_preset(name):
     (dict(SPARSE, model_type="olmo3", layer_types=["sliding_attention"]), "layer_types: ['sliding_attention'] is not a "
      "list of 2 full_attention and sliding_attention"),
     (dict(SPARSE, model_type="olmo3", layer_types=[["x"], {}]), "layer_types: [['x'], {}] is not a list of 2"),
+    (dict(SPARSE, model_type="cohere", use_qk_norm=True), "use_qk_norm: a LayerNorm per head of q and k"),
     (dict(SPARSE, model_type="exaone4", num_attention_heads=32, sliding_window_pattern="LLLG"),
      "sliding_window_pattern: 'LLLG' is not supported (supported: a positive integer, or layer_types)"),
 ])
@@ -340,6 +347,7 @@ SPARSE_CONFIGS = {
     "ministral3": dict(SPARSE, model_type="ministral3", num_attention_heads=16),  # 8 key/value heads of 128
     "olmo3": dict(SPARSE, model_type="olmo3", num_hidden_layers=4),  # every head its own, a window but every 4th
     "exaone4": dict(SPARSE, model_type="exaone4", num_attention_heads=32, num_hidden_layers=4),  # 32 key/value heads
+    "cohere2": dict(SPARSE, model_type="cohere2", num_hidden_layers=4, head_dim=32),  # every head its own, tied
     # Tencent's dense Hunyuan files carry the MoE template's num_experts, which HunYuanDenseV1 ignores
     "hunyuan_v1_dense": dict(SPARSE, model_type="hunyuan_v1_dense", head_dim=64, num_experts=1),
 }

@@ -222,6 +222,10 @@ FAMILY_CASES = {
     # OLMo: a LayerNorm without gain or bias (DFA: a segment's first norm reads a constant, and has no node)
     "olmo": ("decoder", dict(norm="nonparametric", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
                              head_bias=False), (2, 16, 4, 40, 5, 4, 24)),
+    # Cohere (Command R): a LayerNorm with a gain and no bias read by both parallel branches, SwiGLU, a tied head
+    "cohere": ("decoder", dict(norm="layernorm_nobias", norm_position="pre", parallel_block="one_norm", ffn="swiglu",
+                               positions="rotary", bias="none", kv_heads=2, tie_embeddings=True, head_bias=False),
+               (2, 16, 4, 40, 5, 4, 24)),
     # StableLM with use_parallel_residual, q, k, v biases, grouped-query attention and partial rotary, as a classifier
     "stablelm": ("encoder", dict(norm_position="pre", parallel_block="one_norm", ffn="swiglu", bias="qkv",
                                  kv_heads=2, positions="rotary", rotary_dim=2, head_bias=False), (1, 24, 4, 48, 6, 3, 44)),

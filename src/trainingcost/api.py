@@ -300,8 +300,9 @@ def plan(
             (gpt2, bert, t5, llama, mistral, qwen2, gpt_neox, gptj, phi, falcon, stablelm, olmo, olmo2,
             starcoder2, phi3, gemma, gemma2, mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, olmoe); the
             other flags override its fields
-        norm (--norm): LayerNorm, RMSNorm, or nonparametric: a LayerNorm without gain or bias (OLMo, Groeneveld
-            et al. 2024); one of layernorm, rmsnorm, nonparametric
+        norm (--norm): LayerNorm, RMSNorm, nonparametric: a LayerNorm without gain or bias (OLMo, Groeneveld et
+            al. 2024), or layernorm_nobias: a LayerNorm with a gain and no bias (Cohere's Command R); one of
+            layernorm, rmsnorm, nonparametric, layernorm_nobias
         norm_position (--norm-position): post: norm(x + f(x)) as in Vaswani et al. 2017; pre: x + f(norm(x)),
             and a final norm per stack; output: x + norm(f(x)), the norm on each branch's output before its
             residual, none on its input, and a final norm per stack (OLMo 2: Team OLMo 2024, arXiv 2501.00656);
@@ -626,8 +627,9 @@ def estimate(
             (gpt2, bert, t5, llama, mistral, qwen2, gpt_neox, gptj, phi, falcon, stablelm, olmo, olmo2,
             starcoder2, phi3, gemma, gemma2, mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, olmoe); the
             other flags override its fields
-        norm (--norm): LayerNorm, RMSNorm, or nonparametric: a LayerNorm without gain or bias (OLMo, Groeneveld
-            et al. 2024); one of layernorm, rmsnorm, nonparametric
+        norm (--norm): LayerNorm, RMSNorm, nonparametric: a LayerNorm without gain or bias (OLMo, Groeneveld et
+            al. 2024), or layernorm_nobias: a LayerNorm with a gain and no bias (Cohere's Command R); one of
+            layernorm, rmsnorm, nonparametric, layernorm_nobias
         norm_position (--norm-position): post: norm(x + f(x)) as in Vaswani et al. 2017; pre: x + f(norm(x)),
             and a final norm per stack; output: x + norm(f(x)), the norm on each branch's output before its
             residual, none on its input, and a final norm per stack (OLMo 2: Team OLMo 2024, arXiv 2501.00656);

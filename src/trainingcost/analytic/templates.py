@@ -92,7 +92,8 @@ def option_columns(configs: pd.DataFrame) -> dict[str, np.ndarray]:
     cols = {
         "attn_width": heads * head_dim, "kv_width": kv_heads * head_dim, "kv_heads": kv_heads, "head_dim": head_dim,
         "gated": i64(np.isin(ffn, ("swiglu", "geglu"))), "relu": i64(ffn == "relu"), "silu": i64(ffn == "swiglu"),
-        "rms": i64(norm == "rmsnorm"), "norm_vectors": i64(np.select([norm == "rmsnorm", norm == "nonparametric"], [1, 0], 2)),
+        "rms": i64(norm == "rmsnorm"), "norm_vectors": i64(np.select([norm == "rmsnorm", norm == "nonparametric", norm == "layernorm_nobias"],
+                                                                [1, 0, 1], 2)),
         "norm_stats": i64(np.where(norm == "rmsnorm", 1, 2)),  # saved per row: LayerNorm's mean and rstd, RMSNorm's rstd
         "pre": i64(column("norm_position").astype(str) == "pre"), "tied": i64(column("tie_embeddings").astype(bool)),
         # output-LN (OLMo 2): post-LN's sublayers, x + norm(f(x)); it and pre-LN end each stack with a norm

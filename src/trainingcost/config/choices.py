@@ -11,7 +11,8 @@ ARCHES = ("encoder", "decoder", "encoder-decoder")
 
 # Architecture options. Each has a default that is the 2017 transformer (Vaswani et al. 2017), which trainingcost
 # costed first (config/model.py's option declarations; a new option may write its values there instead).
-NORMS = ("layernorm", "rmsnorm", "nonparametric")  # nonparametric: LayerNorm without gain or bias (OLMo)
+NORMS = ("layernorm", "rmsnorm", "nonparametric", "layernorm_nobias")  # nonparametric: LayerNorm without gain or bias
+# (OLMo); layernorm_nobias: LayerNorm with a gain and no bias (Cohere's Command R; torch's nn.LayerNorm(bias=False))
 NORM_POSITIONS = ("post", "pre", "output")
 FFNS = ("gelu", "relu", "swiglu", "geglu")
 POSITIONS = ("sinusoidal", "learned", "rotary", "relative", "none")

@@ -107,13 +107,37 @@ def exaone4(k: _Keys) -> dict:
     return entry  # rotary on the whole head (ROTARY, below)
 
 
+def cohere(k: _Keys) -> dict:
+    # Cohere's Command R (modeling_cohere.py; Cohere 2024) and Command R7B / A (modeling_cohere2.py; Cohere 2024-25):
+    # one LayerNorm with a gain and no bias per block (CohereLayerNorm: norm layernorm_nobias) read by attention and
+    # the SwiGLU MLP in parallel (parallel_block one_norm), a final one, q, k, v and o biased where attention_bias, the
+    # head tied by default and its logits scaled (logit_scale: elementwise, not priced), rotary turning interleaved
+    # pairs (the same work). Command R: q and k normalised where use_qk_norm (refused: a LayerNorm per head with a
+    # weight per head, which the model has not). Cohere2: three windowed layers to one global (layer_types; absent:
+    # the file's sliding_window_pattern, default 4); its global layers turn no rotary positions (priced with rotary on
+    # every layer: elementwise, no FLOPs, overstated).
+    if k.bool("use_qk_norm", False):
+        k._fail("use_qk_norm", "a LayerNorm per head of q and k, a weight per head, is not supported")
+    entry = _decoder(k, norm="layernorm_nobias", ffn=_silu(k), parallel_block="one_norm",
+                     bias="attention" if k.bool("attention_bias", False) else "none",
+                     tie_embeddings=k.bool("tie_word_embeddings", True))
+    if k.model_type == "cohere2":
+        pattern = k.data.get("sliding_window_pattern", 4)
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+            k._fail("sliding_window_pattern", f"{pattern!r} is not a positive integer")
+        layers = entry["layers"]
+        _layer_windows(entry, k, 4096, ["sliding_attention" if (i + 1) % pattern else "full_attention"
+                                        for i in range(layers)])
+    return entry
+
+
 # ROTARY: none of these families' modeling files reads partial_rotary_factor (its default rotary embedding turns the
 # whole head_dim, modeling_*.py's compute_default_rope_parameters), so a file's factor is not read here either.
 # IGNORED: keys hf.py would refuse as a mixture of experts that a family's model ignores (Tencent's dense Hunyuan
 # files carry the MoE template's num_experts; HunYuanDenseV1 builds one dense MLP whatever it says).
 IGNORED = {"hunyuan_v1_dense": ("num_experts",)}
 MAPPERS = {"seed_oss": seed_oss, "ernie4_5": ernie4_5, "hunyuan_v1_dense": hunyuan_v1_dense, "ministral": ministral,
-           "ministral3": ministral3, "olmo3": olmo3, "exaone4": exaone4}
+           "ministral3": ministral3, "olmo3": olmo3, "exaone4": exaone4, "cohere": cohere, "cohere2": cohere}
 # The numbers their config classes give a file that leaves the key out (hf.py's CLASS_KV_HEADS, CLASS_HEAD_DIM)
 KV_HEADS = {"seed_oss": 8, "ernie4_5": 2, "ministral": 8, "ministral3": 8, "exaone4": 32}
 HEAD_DIM = {"seed_oss": 128, "ernie4_5": 128, "ministral3": 128}

@@ -63,8 +63,9 @@ class ModelConfig:
     batch: int
     classes: int  # 0: an LM head over the vocabulary
     # -- architecture options (defaults: the 2017 transformer) ----------------------------
-    norm: str = option("layernorm", "LayerNorm, RMSNorm, or nonparametric: a LayerNorm without gain or bias (OLMo, "
-                       "Groeneveld et al. 2024)", choices=NORMS, late=False)
+    norm: str = option("layernorm", "LayerNorm, RMSNorm, nonparametric: a LayerNorm without gain or bias (OLMo, "
+                       "Groeneveld et al. 2024), or layernorm_nobias: a LayerNorm with a gain and no bias (Cohere's "
+                       "Command R)", choices=NORMS, late=False)
     norm_position: str = option("post", "post: norm(x + f(x)) as in Vaswani et al. 2017; pre: x + f(norm(x)), and a "
                                 "final norm per stack; output: x + norm(f(x)), the norm on each branch's output before "
                                 "its residual, none on its input, and a final norm per stack (OLMo 2: Team OLMo 2024, "

@@ -376,7 +376,7 @@ def run_label(frame: pd.DataFrame) -> pd.Series:
 
 
 # Short names of the architecture options away from their defaults, for labels.
-OPTION_TAGS = {"norm": {"rmsnorm": "rms", "nonparametric": "plain-ln"}, "norm_position": {"pre": "pre", "output": "out-ln"},
+OPTION_TAGS = {"norm": {"rmsnorm": "rms", "nonparametric": "plain-ln", "layernorm_nobias": "ln-nobias"}, "norm_position": {"pre": "pre", "output": "out-ln"},
                "ffn": {"relu": "relu", "swiglu": "swiglu", "geglu": "geglu"},
                "positions": {"learned": "learned", "rotary": "rope", "relative": "rel", "none": "nope"},
                "bias": {"none": "no-bias", "qkv": "qkv-bias", "ffn": "ffn-bias"},

@@ -341,7 +341,7 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
     Groeneveld et al. 2024) over d_model."""
     if cfg.norm == "rmsnorm":
         return nn.RMSNorm(cfg.d_model, eps=1e-6)
-    return nn.LayerNorm(cfg.d_model, elementwise_affine=cfg.norm == "layernorm")
+    return nn.LayerNorm(cfg.d_model, elementwise_affine=cfg.norm != "nonparametric", bias=cfg.norm == "layernorm")
 
 
 NORMS = (nn.LayerNorm, nn.RMSNorm)

@@ -272,9 +272,11 @@ def moe(s: Shapes):
 
 def _norm_quantities(s: Shapes, residual: int):
     T, d, rms = s.M, s.d, s.rms
-    norm = np.where(rms > 0, RMS_NORM, LAYER_NORM)
+    gain_only = (rms == 0) & (s.g == 1)  # a LayerNorm with a gain and no bias (layernorm_nobias): no bias added
+    norm = np.where(rms > 0, RMS_NORM, LAYER_NORM - gain_only)
     norm_backward = np.where(rms > 0, RMS_NORM_BACKWARD, LAYER_NORM_BACKWARD)
-    params = np.where(rms > 0, RMS_NORM_PARAMS, np.where(s.g > 0, LAYER_NORM_PARAMS, 0))  # (non-parametric: none)
+    # the gamma gradient (dy x_hat summed over rows) as RMSNorm's; beta's too for LayerNorm; none non-parametric
+    params = np.where((rms > 0) | gain_only, RMS_NORM_PARAMS, np.where(s.g > 0, LAYER_NORM_PARAMS, 0))
     forward = _matmul(s.zero, (residual * RESIDUAL + norm) * T * d)
     quantities = {
         "forward": forward,

@@ -44,6 +44,7 @@ class GroupKey:
     parallel: str = "none"  # parallel_block: none, one_norm, two_norms (layers.describe_block)
     partial_rotary: bool = False  # rotary turns only the first rotary_dim features of a head (a third slice)
     plain_norm: bool = False  # a LayerNorm without gain and bias (norm nonparametric: OLMo)
+    norm_bias: bool = True  # a LayerNorm's bias (false: layernorm_nobias, a gain alone; Cohere)
     embedding_scale: bool = False  # the embedding's output times sqrt(d_model) (Gemma)
     shared_table: bool = False  # the stacks' embeddings share one table, the head its own (T5 v1.1)
     experts: bool = False  # a mixture of experts in the FFN's place (tape/moe.py) ...
@@ -89,6 +90,7 @@ def group_keys(configs) -> list[GroupKey]:
         output=o["output_norm"] > 0, final=o["final_norm"] > 0, rms=o["rms"] > 0,
         rotary=o["rotary"] > 0, relative=o["relative"] > 0, parallel=o["parallel_block"],
         partial_rotary=(o["rotary"] > 0) & (o["rotary_dim"] < o["head_dim"]), plain_norm=o["norm_vectors"] == 0,
+        norm_bias=o["norm_vectors"] == 2,
         embedding_scale=o["embedding_scale"] > 0, shared_table=o["shared_embedding"] > 0, experts=o["experts"] > 0,
         expert_count=o["experts"], shared_expert=(o["experts"] > 0) & (o["shared_expert_ff"] > 0),
         router_norm=(o["experts"] > 0) & (o["router_norm"] > 0), qk_norm=o["qk_norm"],
@@ -190,8 +192,8 @@ class Group:
 
     @property
     def norm_parameters(self) -> list[np.ndarray]:
-        """A norm's parameter tensors: LayerNorm's gamma and beta, RMSNorm's weight."""
-        return [] if self.plain_norm else [self.d] if self.rms else [self.d, self.d]
+        """A norm's parameter tensors: LayerNorm's gamma and beta (gamma alone without its bias), RMSNorm's weight."""
+        return [] if self.plain_norm else [self.d] if self.rms or not self.norm_bias else [self.d, self.d]
 
     def position_rows(self, stack: str) -> np.ndarray:
         """Rows of a stack's learned position table (``ModelConfig.position_rows``)."""

@@ -103,7 +103,8 @@ class NormOps:
             if self.split and not self.g.plain_norm:  # gain and bias later (tape/split.py)
                 def weights():
                     self.param_grad(self.g.d, label="grad_gamma")
-                    self.param_grad(self.g.d, label="grad_beta")
+                    if self.g.norm_bias:
+                        self.param_grad(self.g.d, label="grad_beta")
                     self.release(grad, saved)
 
                 self.defer(weights)
@@ -111,7 +112,8 @@ class NormOps:
                 return
             if not self.g.plain_norm:
                 self.param_grad(self.g.d, label="grad_gamma")
-                self.param_grad(self.g.d, label="grad_beta")
+                if self.g.norm_bias:
+                    self.param_grad(self.g.d, label="grad_beta")
             self.release(grad, saved)
             self.deliver(s, grad_s)
 
@@ -119,7 +121,7 @@ class NormOps:
             self._node(y, backward, [s.buf, mean, rstd])
         self.t.drop(mean, rstd)
         if self.hook is not None:
-            self.hook("plain norm" if self.g.plain_norm else "norm", s, y)
+            self.hook("plain norm" if self.g.plain_norm else "norm" if self.g.norm_bias else "norm without bias", s, y)
         return y
 
     def add_norm(self, x: Value, branch: Value) -> Value:

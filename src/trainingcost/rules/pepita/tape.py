@@ -79,8 +79,8 @@ def pepita_step(t: Tape, g: Group, run: Run, recompute: bool = False) -> None:
                 diff = t.new(bytes_(rows * n_out, g.z), "h - h_mod")
                 if unit == "plain norm":  # no gain, no bias: (y - y_mod) alone, and no update
                     to_drop = []
-                elif unit in ("norm", "rms norm"):
-                    if unit == "norm":
+                elif unit in ("norm", "norm without bias", "rms norm"):
+                    if unit != "rms norm":
                         normalised = t.new(bytes_(rows * n_out, g.z), "layer_norm")
                         t.drop(t.new(bytes_(rows, g.z), "mean"), t.new(bytes_(rows, g.z), "rstd"))
                     else:  # F.rms_norm without a weight: the composite of Ops.rms_norm, in float32 for bf16
@@ -108,7 +108,7 @@ def pepita_step(t: Tape, g: Group, run: Run, recompute: bool = False) -> None:
                     t.new(bytes_(n_out * n_in, g.z), "grad_w")
                     t.drop(product)
                     to_drop = []
-                if unit not in ("linear without bias", "rms norm", "plain norm"):
+                if unit not in ("linear without bias", "rms norm", "plain norm", "norm without bias"):
                     total = t.new(bytes_(n_out, g.z), "sum")
                     t.new(bytes_(n_out, g.z), "grad_b")
                     t.drop(total)
