@@ -274,3 +274,15 @@ def test_the_hubs_retries_say_nothing_the_failure_one_line(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Retrying" not in err and len(err.strip()) <= 200, err
     assert logging.getLogger("huggingface_hub").level == before  # put back as it was
+
+
+def test_the_hf_config_help_lists_every_model_type_read():
+    """The API's docstrings name every model_type --hf-config reads (config/hf.py's SUPPORTED), as --help does."""
+    import re
+
+    from trainingcost.config.hf import SUPPORTED
+
+    for function in (trainingcost.estimate, trainingcost.plan):
+        listed = re.search(r"hf_config \(--hf-config\):.*?\((gpt2,.*?)\);", function.__doc__, re.S).group(1)
+        assert [name.strip() for name in listed.split(",")] == list(SUPPORTED), function.__name__
+

@@ -298,8 +298,9 @@ def plan(
         hf_config (--hf-config): a model's own config.json, a folder holding one, or its Hugging Face Hub name
             (meta-llama/Llama-3.1-8B: its config.json alone is fetched, through the Hub's cache; the hf extra)
             (gpt2, bert, t5, llama, mistral, qwen2, gpt_neox, gptj, phi, falcon, stablelm, olmo, olmo2,
-            starcoder2, phi3, gemma, gemma2, mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, olmoe); the
-            other flags override its fields
+            starcoder2, phi3, gemma, gemma2, mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, olmoe,
+            deepseek_v2, deepseek_v3, granite, smollm3, glm4, seed_oss, ernie4_5, hunyuan_v1_dense,
+            ministral, ministral3, olmo3, exaone4, cohere, cohere2); the other flags override its fields
         norm (--norm): LayerNorm, RMSNorm, nonparametric: a LayerNorm without gain or bias (OLMo, Groeneveld et
             al. 2024), or layernorm_nobias: a LayerNorm with a gain and no bias (Cohere's Command R); one of
             layernorm, rmsnorm, nonparametric, layernorm_nobias
@@ -625,8 +626,9 @@ def estimate(
         hf_config (--hf-config): a model's own config.json, a folder holding one, or its Hugging Face Hub name
             (meta-llama/Llama-3.1-8B: its config.json alone is fetched, through the Hub's cache; the hf extra)
             (gpt2, bert, t5, llama, mistral, qwen2, gpt_neox, gptj, phi, falcon, stablelm, olmo, olmo2,
-            starcoder2, phi3, gemma, gemma2, mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, olmoe); the
-            other flags override its fields
+            starcoder2, phi3, gemma, gemma2, mixtral, qwen2_moe, qwen3, qwen3_moe, gemma3_text, olmoe,
+            deepseek_v2, deepseek_v3, granite, smollm3, glm4, seed_oss, ernie4_5, hunyuan_v1_dense,
+            ministral, ministral3, olmo3, exaone4, cohere, cohere2); the other flags override its fields
         norm (--norm): LayerNorm, RMSNorm, nonparametric: a LayerNorm without gain or bias (OLMo, Groeneveld et
             al. 2024), or layernorm_nobias: a LayerNorm with a gain and no bias (Cohere's Command R); one of
             layernorm, rmsnorm, nonparametric, layernorm_nobias
