@@ -59,8 +59,10 @@ def evaluate(path: Path, min_rows: int, refused: list | None = None) -> pd.DataF
                 refused.append(f"{row.get('sweep', '?')} / {row.get('run', '?')}: {err}")
             continue
         G = lay.global_batch
+        per_node = lay.gpus_per_node or dev.steptime.get("gpus_per_node", 8)
         rows.append({"sweep": row["sweep"], "source": row["source"], "run": row["run"], "gpus": lay.gpus,
                      "layout": f"tp{lay.tp} pp{lay.pp} dp{lay.dp} mb{lay.micro_batch} {lay.sharding}",
+                     "tp_across": lay.tp > per_node,  # the tensor-parallel group leaves the node
                      "same": (cfg.config_id, repr(lay)),  # every field of the model and the layout: a repeat
                      "measured_per_seq": measured / G, "predicted_per_seq": pred.step_time_s / G})
     table = pd.DataFrame(rows)
@@ -90,9 +92,26 @@ def by_pipeline(table: pd.DataFrame, min_rows: int) -> dict:
     (measured / predicted of its pipeline layouts) / (the same of its others), each side a median: how much slower
     the measurements run a pipeline than the model says, against the same sweep's other layouts."""
     pp = table["layout"].str.extract(r"pp(\d+)")[0].astype(int)
+    return by_part(table, min_rows, pp > 1, ("pp=1", "pp>1"))
+
+
+def by_reach(table: pd.DataFrame, min_rows: int) -> dict:
+    """The same split, among the layouts without a pipeline (apart from by_pipeline's lean), by tensor parallelism
+    within a node or across nodes (the plan's layout search keeps it within a node unless told --tp-across-nodes):
+    "lean" is how much slower the measurements run a tensor-parallel group that leaves the node than the model says,
+    against the same sweep's in-node layouts."""
+    flat = table[table["layout"].str.extract(r"pp(\d+)")[0].astype(int) == 1]
+    return by_part(flat, min_rows, flat["tp_across"].astype(bool), ("pp=1, tp in a node", "pp=1, tp across nodes"))
+
+
+def by_part(table: pd.DataFrame, min_rows: int, mask: pd.Series, labels: tuple) -> dict:
+    """source -> {labels[0] / labels[1]: (sweeps, Spearman median, regret median, sweeps at the Spearman goal)} over
+    each sweep's layouts outside and inside ``mask``, and "lean" (the inside's measured/predicted over the outside's,
+    the median over sweeps that have both)."""
+    pp = mask.astype(int)
     out = {}
     for source, part in table.groupby("source"):
-        parts = {"pp=1": part[pp[part.index] == 1], "pp>1": part[pp[part.index] > 1]}
+        parts = {labels[0]: part[pp[part.index] == 0], labels[1]: part[pp[part.index] > 0]}
         entry = {}
         for label, sub in parts.items():
             sub = sub[sub.groupby("sweep")["run"].transform("count") >= min_rows]
@@ -102,8 +121,8 @@ def by_pipeline(table: pd.DataFrame, min_rows: int) -> dict:
             entry[label] = (len(scored), scored["spearman"].median(), scored["regret_pct"].median(),
                             int((scored["spearman"] >= GOALS["spearman"]).sum()))
         ratio = part["measured_per_seq"] / part["predicted_per_seq"]
-        leans = [ratio[g.index][pp[g.index] > 1].median() / ratio[g.index][pp[g.index] == 1].median()
-                 for _, g in part.groupby("sweep") if (pp[g.index] > 1).any() and (pp[g.index] == 1).any()]
+        leans = [ratio[g.index][pp[g.index] > 0].median() / ratio[g.index][pp[g.index] == 0].median()
+                 for _, g in part.groupby("sweep") if (pp[g.index] > 0).any() and (pp[g.index] == 0).any()]
         entry["lean"] = (float(np.median(leans)), len(leans)) if leans else None
         out[source] = entry
     return out
@@ -194,6 +213,16 @@ def main(argv=None) -> int:
         print(f"  {source} by pipeline: {parts}" + (f"; pipeline layouts measured {lean[0]:.2f}x the model's "
                                                     f"ratio on the same sweep's others (median of {lean[1]} sweeps)"
                                                     if lean else ""))
+    for source, entry in by_reach(table, args.min_rows).items():
+        if len(entry) < 3:  # no sweep of this source puts tensor parallelism across nodes
+            continue
+        parts = "; ".join(f"{label}: {value[0]} sweeps, Spearman median {value[1]:.2f} (>= {GOALS['spearman']} on "
+                          f"{value[3]}), regret median {value[2]:.1f}%"
+                          for label, value in entry.items() if label != "lean")
+        lean = entry.get("lean")
+        print(f"  {source} by tensor parallelism: {parts}" + (
+            f"; layouts whose tensor-parallel group leaves the node measured {lean[0]:.2f}x the model's ratio on the "
+            f"same sweep's in-node ones (median of {lean[1]} sweeps)" if lean else ""))
     if refused:
         print(f"{len(refused)} layouts refused (not in the figures above):", *refused, sep="\n  ")
     return 0
