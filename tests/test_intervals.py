@@ -84,7 +84,66 @@ def test_regimes():
     assert [I.generation(g) for g in ("h100-sxm", "gh200-144gb", "a100-40gb", "v100", "gb200", "mi300x", "xyz")] == \
         ["hopper", "hopper", "ampere", "volta", "blackwell", "cdna3", "other"]
     assert I.regime("b200", "zero1", 512, 7e8) == {"sharding": "zero1/2", "generation": "blackwell",
-                                                   "scale": ">= 512 GPUs", "size": "< 1B"}
+                                                   "scale": ">= 512 GPUs", "size": "< 1B", "gpus": 512}
+
+
+def _gpus(row, gpus):
+    return {**row, "gpus": gpus}
+
+
+def test_the_interval_reaches_its_generations_own_misses(monkeypatch):
+    """The alike tier's spread, widened to the same quantiles of the plan's generation's rows wherever they lie (the
+    GB200 rows miss by 20% where the alike rows of other generations miss by a few percent)."""
+    monkeypatch.setattr(I, "MIN_ROWS", 4)
+    monkeypatch.setattr(I, "MIN_SOURCES", 2)
+    hopper = [_row("a", 1.0), _row("b", 1.05), _row("c", 1.1), _row("d", 0.95)]  # the plan's four fields
+    # the Blackwell rows share two fields with the plan (generation and size), the Hopper rows three: the tier of
+    # three is enough, and the Blackwell rows' misses reach past it
+    blackwell = [_row("e", 1.3, generation="blackwell", sharding="zero1/2", scale=">= 512 GPUs"),
+                 _row("f", 1.4, generation="blackwell", sharding="zero1/2", scale=">= 512 GPUs")]
+    rows = [_gpus(r, 128) for r in hopper + blackwell]
+    reg = {"sharding": "zero3/fsdp", "generation": "blackwell", "scale": "64-511 GPUs", "size": "1-20B", "gpus": 128}
+    iv = I.interval(reg, rows=rows)
+    assert iv.shared == 3 and len(iv.rows) == 4  # the tier: the Hopper rows alone
+    tier = I.weighted_quantiles([1.0, 1.05, 1.1, 0.95], list("abcd"), (I.TAIL, 1 - I.TAIL))
+    own = I.weighted_quantiles([1.3, 1.4], ["e", "f"], (I.TAIL, 1 - I.TAIL))
+    assert iv.high == pytest.approx(own[1]) and iv.low == pytest.approx(tier[0])
+    assert "widened to the 2 runs on blackwell GPUs" in iv.describe()
+    # a generation no row measured: as wide as the widest generation of two sources or more
+    reg_new = {**reg, "generation": "cdna3"}
+    iv = I.interval(reg_new, rows=rows)
+    wide = [I.weighted_quantiles([r["ratio"] for r in g], [r["source"] for r in g], (I.TAIL, 1 - I.TAIL))
+            for g in (hopper, blackwell)]
+    assert iv.low <= min(w[0] for w in wide) + 1e-12 and iv.high >= max(w[1] for w in wide) - 1e-12
+    assert "no published run on cdna3 GPUs" in iv.describe()
+    # the plan's own generation, every row alike: nothing widened, nothing said
+    iv = I.interval({**reg, "generation": "hopper"}, rows=rows)
+    assert "widened" not in iv.describe()
+
+
+def test_a_plan_beyond_the_largest_published_run_is_widened(monkeypatch):
+    monkeypatch.setattr(I, "MIN_ROWS", 4)
+    monkeypatch.setattr(I, "MIN_SOURCES", 2)
+    rows = ([_gpus(_row(s, x), 64) for s, x in (("a", 1.0), ("b", 1.02), ("c", 1.01), ("d", 0.99))] +
+            [_gpus(_row(s, x, scale=">= 512 GPUs"), 1024) for s, x in (("e", 1.5), ("f", 0.7))])
+    reg = {"sharding": "zero3/fsdp", "generation": "hopper", "scale": "64-511 GPUs", "size": "1-20B"}
+    inside = I.interval({**reg, "gpus": 256}, rows=rows)
+    beyond = I.interval({**reg, "scale": ">= 512 GPUs", "gpus": 65536}, rows=rows)
+    assert "beyond the largest published run (1024 GPUs)" in beyond.describe()
+    assert "beyond" not in inside.describe()
+    big = I.weighted_quantiles([1.5, 0.7], ["e", "f"], (I.TAIL, 1 - I.TAIL))
+    assert beyond.low <= big[0] + 1e-12 and beyond.high >= big[1] - 1e-12
+
+
+def test_the_plan_says_when_its_error_bar_is_widened_for_what_no_run_measured(capsys):
+    assert cli.main(["plan", "--preset", "llama-3-8b", "--tokens", "1e12", "--rule", "bp", "--gpu", "mi300x",
+                     "--gpus", "64"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no published run on cdna3 GPUs, so widened" in out
+    assert cli.main(["plan", "--preset", "llama-3-8b", "--tokens", "1e13", "--rule", "bp", "--gpu", "h100-sxm",
+                     "--gpus", "65536", "--explain"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "beyond the largest published run" in out and "65536 GPUs" in out
 
 
 def test_the_plan_carries_the_bounds_and_the_table_shows_them(capsys):

@@ -315,7 +315,12 @@ def interval_note(row) -> str:
     """The error bar in one short line: its multiples and how many runs it comes from (``--explain`` names them)."""
     head, _, rest = row["source_interval"].partition(": ")
     runs = rest.split(" on ", 1)[1].split(" published runs")[0]
+    notes = rest.split("plan's regime", 1)[-1].rsplit(" (", 1)[0].split("; ")
+    unmeasured = "".join(f"; {n.split(':')[0]}" for n in notes if n.startswith(("no published", "beyond")))
     return (f"{head.removeprefix('80% interval ')}, an 80% "
+            f"interval from the model's misses on {runs} published runs like this one{unmeasured}, so widened "
+            f"(--explain names them)" if unmeasured else
+            f"{head.removeprefix('80% interval ')}, an 80% "
             f"interval from the model's misses on {runs} published runs like this one (--explain names them)")
 
 
@@ -325,13 +330,16 @@ def error_bar_rows(row, width: int) -> list[str]:
     from .text import wrapped
 
     fields = row["source_interval"].rsplit(" (", 1)[1].rstrip(")").split(", ")
-    bar = interval(dict(zip(("sharding", "generation", "scale", "size"), fields)))
+    reg = dict(zip(("sharding", "generation", "scale", "size"), fields))
+    if len(fields) > 4:  # the GPU count, after the four fields (intervals.Interval.describe)
+        reg["gpus"] = int(fields[4].split()[0])
+    bar = interval(reg)
     runs = {}
     for name in bar.rows:
         source, run = name.split(" / ", 1)
         runs.setdefault(source, []).append(run)
     out = ["", wrapped(f"The error bar's {len(bar.rows)} published runs (measured / predicted step, each source's "
-                       f"model fitted without it; the regime: {', '.join(fields)}):", width)]
+                       f"model fitted without it; the regime: {', '.join(fields)}{bar.note}):", width)]
     out += [wrapped(f"- {source} ({len(names)}): {'; '.join(names)}", width) for source, names in runs.items()]
     return out
 
