@@ -167,3 +167,43 @@ def test_the_plan_carries_the_bounds_and_the_table_shows_them(capsys):
     out = capsys.readouterr().out
     assert f"The error bar's {len(bar.rows)} published runs" in out
     assert all(name.split(" / ")[0] in out for name in bar.rows)
+
+
+def test_a_table_whose_rows_have_different_error_bars_names_each():
+    """A search's rules at their own layouts, or a strong-scaling table's GPU counts, may sit in different regimes:
+    one line per interval, naming the rules or counts it applies to (not the last row's for all)."""
+    import pandas as pd
+
+    from trainingcost.plan_search import interval_lines
+
+    def described(sharding, gpus):
+        reg = I.regime("h100-sxm", sharding, gpus, 8e9)
+        return I.interval(reg).describe()
+
+    t = pd.DataFrame([{"rule": "bp", "gpus": 1024, "source_interval": described("zero3", 1024)},
+                      {"rule": "dfa", "gpus": 1024, "source_interval": described("zero2", 1024)}])
+    lines = " ".join(" ".join(interval_lines(t, 200, False)).split())
+    assert "time (low-high) (bp): " in lines and "time (low-high) (dfa): " in lines
+    same = pd.DataFrame([{"rule": r, "gpus": g, "source_interval": described("zero3", g)}
+                         for r in ("bp", "dfa") for g in (512, 1024, 2048)])
+    lines = interval_lines(same, 200, False)  # alike but for the count: one line, no label
+    assert len(lines) == 1 and lines[0].startswith("time (low-high): ")
+    scaling = pd.DataFrame([{"rule": "bp", "gpus": g, "source_interval": described("zero3", g)} for g in (256, 4096)])
+    lines = " ".join(" ".join(interval_lines(scaling, 200, False)).split())
+    assert "(at 256 GPUs)" in lines and "(at 4096 GPUs)" in lines and "beyond the largest published run" in lines
+
+
+def test_the_runs_behind_the_error_bar_reach_python_and_machine_readable_output(capsys):
+    result = tc.plan(preset="llama-3-8b", tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp")
+    runs_ = result.error_bar_runs
+    bar = I.interval(I.regime("h100-sxm", "fsdp", 64, 8_030_261_248))
+    assert [f"{s} / {r}" for s, r in zip(runs_["source"], runs_["run"])] == list(bar.rows)
+    stored = {(r["source"], r["run"]): r["ratio"] for r in I.residuals()}
+    assert runs_["ratio"].tolist() == [stored[(s, r)] for s, r in zip(runs_["source"], runs_["run"])]
+    assert set(runs_["source_interval"]) == set(result.table["source_interval"])
+    # --explain beside CSV: the table on stdout as before, the runs on stderr
+    assert cli.main(["plan", "--preset", "llama-3-8b", "--tokens", "1e12", "--gpu", "h100-sxm", "--gpus", "64",
+                     "--rule", "bp", "--format", "csv", "--explain"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("config_id,") and "error bar's 100 published runs" not in captured.out
+    assert f"The error bar's {len(bar.rows)} published runs" in " ".join(captured.err.split())

@@ -39,7 +39,9 @@ class PlanResult:
     layout; ``memory``: the memory per GPU by part (bytes), per rule (and GPU count); ``verdict``: for a given layout
     that does not fit, which rules do not and the smallest change that fits; ``notes``: what the plan assumed about the
     model (a config.json's training length); ``text``: the plan as ``trainingcost plan`` prints it (its table format,
-    the view the cost model asks for); ``cells``: the main table of ``text``, cell for cell, as text."""
+    the view the cost model asks for); ``cells``: the main table of ``text``, cell for cell, as text;
+    ``error_bar_runs``: the published runs each row's 80% interval was read from (what ``--explain`` names): the
+    row's ``source_interval``, and each run's source, name and measured / predicted step (``ratio``)."""
 
     table: pd.DataFrame
     layouts: pd.DataFrame
@@ -49,6 +51,7 @@ class PlanResult:
     notes: list = dataclasses.field(default_factory=list)
     text: str = ""
     cells: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    error_bar_runs: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
 
 
 @dataclasses.dataclass
@@ -532,9 +535,12 @@ def plan(
     keys = [c for c in ("gpus", "rule") if c in table.columns]
     memory = table.drop_duplicates(keys)[[*keys, *(c for c in table.columns if c.startswith("mem_")), "fits"]]
     search = out.search
+    from .plan_search import error_bar_runs
+
     return PlanResult(table, search.layouts if search is not None else pd.DataFrame(),
                       search.at_bp_layout if search is not None else pd.DataFrame(), memory.reset_index(drop=True),
-                      out.verdict, out.notes, plan_text(out, inputs.cost_model == "all"), plan_cells(out))
+                      out.verdict, out.notes, plan_text(out, inputs.cost_model == "all"), plan_cells(out),
+                      error_bar_runs(table))
 
 
 def estimate(

@@ -38,6 +38,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.format != "table":
         for note in out.notes:  # what the plan assumed about the model
             print(wrapped(f"Note: {note}", SCREEN_WIDTH), file=sys.stderr)
+        if args.explain:  # the runs behind the error bar, beside the machine-readable table
+            print("\n".join(plan_search.interval_lines(table, SCREEN_WIDTH, True)).lstrip("\n"), file=sys.stderr)
     if out.search is not None:
         return 1 if (args.require_fit and not table["fits"].astype(bool).all()) else 0
     if verdict:

@@ -304,11 +304,38 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
                         f"{first['source_network'].split(' (')[0]}; precision {first['precision']}; "
                         + (f"pipeline schedule {schedule} where pp > 1; " if schedule else "")
                         + f"step time predicted (docs/planning.md){limit}", width)]
-    if first["source_interval"]:  # the largest GPU count's (the least measured)
-        out.append(wrapped(f"time (low-high): {interval_note(t.iloc[-1])}", width))
-        if explain:
-            out += error_bar_rows(t.iloc[-1], width)
+    out += interval_lines(t, width, explain)
     return "\n".join(out) + "\n"
+
+
+def interval_lines(t, width: int, explain: bool) -> list[str]:
+    """The error bar's line, one per distinct interval among the rows (rules at their own layouts may be in different
+    regimes: ZeRO-3 for one, ZeRO-2 for another; a strong-scaling table spans scales), each naming the rules and GPU
+    counts it applies to where the rows differ; ``--explain``: the published runs behind each."""
+    from .text import wrapped
+
+    import re
+
+    groups: dict = {}
+    for _, row in t.iterrows():  # alike but for the GPU count the description ends with: one line
+        if row["source_interval"]:
+            groups.setdefault(re.sub(r", \d+ GPUs\)$", ")", row["source_interval"]), []).append(row)
+    out = []
+    for rows in groups.values():
+        label = ""
+        if len(groups) > 1:
+            parts = []
+            rules = list(dict.fromkeys(str(r["rule"]) for r in rows))
+            gpus = list(dict.fromkeys(str(int(r["gpus"])) for r in rows))
+            if len(rules) < t["rule"].nunique():  # named where the line is not every rule's
+                parts.append(", ".join(rules))
+            if len(gpus) < t["gpus"].nunique():
+                parts.append("at " + ", ".join(gpus) + " GPUs")
+            label = f" ({' '.join(parts)})"
+        out.append(wrapped(f"time (low-high){label}: {interval_note(rows[0])}", width))
+        if explain:
+            out += error_bar_rows(rows[0], width)
+    return out
 
 
 def interval_note(row) -> str:
@@ -324,16 +351,40 @@ def interval_note(row) -> str:
             f"interval from the model's misses on {runs} published runs like this one (--explain names them)")
 
 
+def interval_of(described: str):
+    """The interval a row's ``source_interval`` describes (intervals.Interval.describe), read again from its regime's
+    fields, and those fields as printed."""
+    from .analytic.steptime.intervals import interval
+
+    fields = described.rsplit(" (", 1)[1].rstrip(")").split(", ")
+    reg = dict(zip(("sharding", "generation", "scale", "size"), fields))
+    if len(fields) > 4:  # the GPU count, after the four fields
+        reg["gpus"] = int(fields[4].split()[0])
+    return interval(reg), fields
+
+
+def error_bar_runs(table) -> "pd.DataFrame":
+    """The published runs behind each distinct error bar of a plan's rows: its ``source_interval``, and each run's
+    source, name and measured / predicted step (the API's PlanResult.error_bar_runs; ``--explain`` prints them)."""
+    import pandas as pd
+
+    from .analytic.steptime.intervals import residuals
+
+    ratio = {f"{r['source']} / {r['run']}": r["ratio"] for r in residuals()}
+    out = []
+    for described in dict.fromkeys(x for x in table.get("source_interval", []) if x):
+        bar, _ = interval_of(described)
+        for name in bar.rows:
+            source, run = name.split(" / ", 1)
+            out.append({"source_interval": described, "source": source, "run": run, "ratio": ratio[name]})
+    return pd.DataFrame(out, columns=["source_interval", "source", "run", "ratio"])
+
+
 def error_bar_rows(row, width: int) -> list[str]:
     """``--explain``: the published runs the row's interval was read from (steptime/intervals.py)."""
-    from .analytic.steptime.intervals import interval
     from .text import wrapped
 
-    fields = row["source_interval"].rsplit(" (", 1)[1].rstrip(")").split(", ")
-    reg = dict(zip(("sharding", "generation", "scale", "size"), fields))
-    if len(fields) > 4:  # the GPU count, after the four fields (intervals.Interval.describe)
-        reg["gpus"] = int(fields[4].split()[0])
-    bar = interval(reg)
+    bar, fields = interval_of(row["source_interval"])
     runs = {}
     for name in bar.rows:
         source, run = name.split(" / ", 1)
