@@ -34,6 +34,9 @@ FACTOR_OP = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_sca
              "all_to_all": "all_gather"}  # nccl-tests' alltoall bus factor is (n-1)/n, as all-gather's
 
 
+REQUIRED = ("source", "gpu", "nodes", "gpus_per_node", "gpus", "op", "message_bytes")
+
+
 def measured_seconds(row: dict) -> float:
     """nccl-tests' time column (microseconds) where given, else size x bus factor / busbw."""
     if row.get("time_us"):
@@ -66,7 +69,12 @@ def predicted_seconds(row: dict) -> float:
 def evaluate(path: Path, min_bytes: float) -> list[dict]:
     out = []
     with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
+        reader = csv.DictReader(fh)
+        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: no column {', '.join(missing)} (a collectives table has {', '.join(REQUIRED)}, "
+                             "and time_us or busbw_gbs)")
+        for row in reader:
             if float(row["message_bytes"]) < min_bytes or row["op"] not in OPS:
                 continue
             measured, predicted = measured_seconds(row), predicted_seconds(row)
@@ -79,13 +87,27 @@ def mape(rows) -> float:
     return sum(abs(r["err"]) for r in rows) / len(rows) if rows else float("nan")
 
 
+
+def readable_table(text: str) -> Path:
+    """--csv: an existing file (argparse's one line otherwise, exit 2)."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no such file" if not path.exists() else f"{text}: not a file")
+    return path
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--csv", type=Path, default=ROOT / "benchmarks" / "collectives.csv")
+    ap.add_argument("--csv", type=readable_table, default=ROOT / "benchmarks" / "collectives.csv")
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--min-bytes", type=float, default=2**20, help="smallest message scored (default 1 MiB)")
     args = ap.parse_args(argv)
-    rows = evaluate(args.csv, args.min_bytes)
+    try:
+        rows = evaluate(args.csv, args.min_bytes)
+    except ValueError as err:
+        ap.error(f"argument --csv: {err}")
+    if not rows:
+        print(f"no row of {args.csv} has a message of {args.min_bytes / 2**20:g} MiB or more")
+        return 1
     if args.rows:
         print(f"{'source':26} {'gpu':9} {'nodes':>5} {'op':14} {'bytes':>12} {'measured us':>12} {'predicted us':>12} "
               f"{'err %':>7}")

@@ -54,9 +54,17 @@ def spec_of(row: dict) -> PlanSpec:
                     fabric=tuple(sorted(system.latencies.items())) if system else None)
 
 
+
+def readable_table(text: str) -> Path:
+    """--csv: an existing file (argparse's one line otherwise, exit 2)."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no such file" if not path.exists() else f"{text}: not a file")
+    return path
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--csv", type=Path, default=ROOT / "benchmarks" / "published_runs.csv")
+    ap.add_argument("--csv", type=readable_table, default=ROOT / "benchmarks" / "published_runs.csv")
     ap.add_argument("--within", type=float, default=5.0, help="a published layout within this %% of the best agrees")
     args = ap.parse_args(argv)
     start = time.perf_counter()

@@ -163,9 +163,17 @@ def limit(rho: float, top: float) -> str:
     return "model" if rho < top - 0.1 else "noise"
 
 
+
+def readable_table(text: str) -> Path:
+    """--csv: an existing file (argparse's one line otherwise, exit 2)."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no such file" if not path.exists() else f"{text}: not a file")
+    return path
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--csv", type=Path, default=ROOT / "benchmarks" / "layout_sweeps.csv")
+    ap.add_argument("--csv", type=readable_table, default=ROOT / "benchmarks" / "layout_sweeps.csv")
     ap.add_argument("--min-rows", type=int, default=5, help="sweeps of fewer timed layouts are left out")
     ap.add_argument("--rows", action="store_true", help="print every layout")
     args = ap.parse_args(argv)
@@ -173,7 +181,8 @@ def main(argv=None) -> int:
     refused: list[str] = []
     table = evaluate(args.csv, args.min_rows, refused)
     if table.empty:
-        print(f"no layout of {args.csv} could be priced ({len(refused)} refused):", *refused, sep="\n  ")
+        print(f"no sweep of {args.csv} has {args.min_rows} or more layouts the model prices ({len(refused)} refused)"
+              + (":" if refused else ""), *refused, sep="\n  ")
         return 1
     result = per_sweep(table)
     sigma = noise(table)

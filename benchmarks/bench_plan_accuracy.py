@@ -123,9 +123,17 @@ WEAK = {
 }
 
 
+
+def readable_table(text: str) -> Path:
+    """--csv: an existing file (argparse's one line otherwise, exit 2)."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no such file" if not path.exists() else f"{text}: not a file")
+    return path
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--csv", type=Path, default=ROOT / "benchmarks" / "published_runs.csv")
+    ap.add_argument("--csv", type=readable_table, default=ROOT / "benchmarks" / "published_runs.csv")
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--no-loso", action="store_true", help="skip the leave-one-source-out refits (one more pass per source)")
     ap.add_argument("--regimes", action="store_true", help="print the weakest regimes' table (Markdown)")

@@ -60,9 +60,17 @@ def plan_kwargs(row: dict) -> dict:
     return {**kwargs, "rule": "bp", "optimizer": "adam", "tokens": 1e9}
 
 
+
+def readable_table(text: str) -> Path:
+    """--csv: an existing file (argparse's one line otherwise, exit 2)."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no such file" if not path.exists() else f"{text}: not a file")
+    return path
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--csv", type=Path, action="append", help="a published-runs table (default: every one)")
+    ap.add_argument("--csv", type=readable_table, action="append", help="a published-runs table (default: every one)")
     ap.add_argument("--rows", action="store_true", help="print every row")
     args = ap.parse_args(argv)
     groups, refused = defaultdict(list), []

@@ -1239,6 +1239,10 @@ def test_a_framework_is_named_by_its_family_and_the_time_of_the_run():
                                       r"or YYYY-MM-DD\)$"),
                       ("fsdp@2024-02-30", r"^--framework: 'fsdp@2024-02-30': after '@' give a year or a date"),
                       ("fsdp@2023\n", r"^--framework: 'fsdp@2023\\n': after '@' give a year or a date"),
+                      # a family of one entry checks its date too (it was passed over)
+                      ("nemo@20xx", r"^--framework: 'nemo@20xx': after '@' give a year or a date"),
+                      ("olmo-core@2026-13", r"^--framework: 'olmo-core@2026-13': after '@' give a year or a date"),
+                      ("nemo@", r"^--framework: 'nemo@': after '@' give a year or a date"),
                       ("jax@2023", r"^--framework: 'jax@2023' is not in the framework catalogue \(closest: .*; all "
                                    r"[0-9]+: `trainingcost plan --help`; a family alone or @YEAR\)$")):
         with pytest.raises(ConfigError, match=line):
@@ -1835,3 +1839,22 @@ def test_a_parallel_block_reduces_its_branches_once_per_forward(sp):
     full = dataclasses.replace(lay, recompute="full")
     par, seq = (predict_step(c, full, a100).parts["comm_tp"] for c in (base, sequential))
     assert par == pytest.approx(seq * 4 / 6, rel=1e-12)
+
+
+@pytest.mark.parametrize("script", ["bench_collectives.py", "bench_plan_accuracy.py", "bench_layout_ranking.py",
+                                    "bench_expert_layouts.py", "bench_plan_memory.py"])
+def test_a_benchmark_given_a_table_that_is_not_there_says_so_in_one_line(script, tmp_path):
+    for bad, said in ((tmp_path / "nowhere.csv", "no such file"), (tmp_path, "not a file")):
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--csv", str(bad)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip().splitlines()[-1].endswith(f"argument --csv: {bad}: {said}"), done.stderr
+
+
+def test_the_collectives_benchmark_names_the_columns_a_table_lacks(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_collectives.py"), "--csv", str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "no column source, gpu, nodes, gpus_per_node, gpus, op, message_bytes" in done.stderr

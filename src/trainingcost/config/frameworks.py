@@ -384,13 +384,13 @@ def resolve_framework(name: str | None, flag: str = "--framework") -> tuple[Fram
         raise not_in(flag, name, "in the framework catalogue", [*families(), *table], "`trainingcost plan --help`",
                      "; a family alone or @YEAR")
     family, versions = named[base]
+    date = _when(when) if at else None
+    if at and date is None:  # checked whatever the family holds: a misspelled date is never passed over
+        raise ConfigError(f"{flag}: {name!r}: after '@' give a year or a date (YYYY, YYYY-MM or YYYY-MM-DD)")
     if len(versions) == 1:
         return table[versions[0][1]], f"the {family} family's one entry"
     if not at:
         return table[versions[-1][1]], f"the {family} family's newest entry"
-    date = _when(when)
-    if date is None:
-        raise ConfigError(f"{flag}: {name!r}: after '@' give a year or a date (YYYY, YYYY-MM or YYYY-MM-DD)")
     entry = _pick(versions, date)
     if entry == versions[0][1]:  # the first entry holds from the beginning: no claim about how early
         return table[entry], (f"the {family} family's earliest entry, the catalogue's reading until "
