@@ -3,6 +3,8 @@ and bad input through the command line and the config, one line each. docs/plann
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import subprocess
 import sys
@@ -52,12 +54,22 @@ def test_the_element_counts_of_a_llama_shaped_model_by_hand():
     assert facts.parameters == 2 * 656 + 80 + 8 + 80
     assert facts.blocks_parameters == 2 * 656 and facts.stage_end_parameters == 88
     assert facts.largest_layer == 3 * 8 * 16  # the gated FFN
-    p = spec(precision="bf16-mixed", tp=2, pp=2, gpus=4)
+    p = spec(precision="bf16-mixed", tp=2, pp=2, gpus=4, sequence_parallel=True)
     share = (656 + 88) / 2 / 1480
     parts = memory_per_gpu(facts, p, "bp", 100)
     assert parts["parameters"] == pytest.approx(2 * 1480 * share)
     assert parts["optimizer_state"] == pytest.approx(8 * 1480 * share)
     assert parts["activations"] == pytest.approx(2 * 100 / 2)  # bf16, split over tp (sequence parallelism)
+    # Without sequence parallelism each rank keeps the model-wide tensors whole (Korthikanti et al. 2022, 4.2.2):
+    # per block, each of the 2 RMSNorms' saved input (s d = 4 x 8 = 32, and its s = 4 inverse norms) and the input
+    # attention and the FFN each save for their products (32 each): 2 x 36 + 2 x 32 = 136; 2 blocks: 272 elements
+    # per sequence, whole on both ranks: (100 - 272) / 2 + 272 = (100 + 272) / 2 elements, 2 bytes each
+    assert facts.block_replicated == {"decoder": 136}
+    off = memory_per_gpu(facts, dataclasses.replace(p, sequence_parallel=False), "bp", 100)
+    assert off["activations"] == pytest.approx(2 * (100 + 272) / 2)
+    full = dataclasses.replace(p, sequence_parallel=False, checkpointing="full")  # each block keeps its input, 32,
+    # and the one recomputed block its 136
+    assert memory_per_gpu(facts, full, "bp", 100)["activations"] == pytest.approx(2 * (100 + 2 * 32 + 136) / 2)
 
 
 @pytest.mark.parametrize("precision, sharding, dp, expected", [

@@ -97,6 +97,10 @@ class ModelFacts:
     split_costs: tuple = (1, 0)  # a block's and the LM head's cost in nanotron's balanced split (stage_split)
     finetune: object = None  # with adapters (analytic/finetune.py): FineTuneFacts; None: every parameter trained
     config: object = None  # the configuration itself (a replay of its blocks: tape/split.py retained_ratio)
+    # stack -> of a block's saved elements per sequence, those of the model's width that tensor parallelism without
+    # sequence parallelism keeps whole on every rank: the norms' saved inputs and each sublayer's saved input (the
+    # column-parallel products' input; Korthikanti et al. 2022, section 4.2.2)
+    block_replicated: dict = None
     _rows: dict = field(default_factory=dict, repr=False, compare=False)
 
     def row(self, rule_name: str) -> dict:
@@ -186,11 +190,17 @@ def _model_facts(cfg, rules: tuple, optimizer: str) -> ModelFacts:
             best[name] = max(best.get(name, 0), int(value))
         return sum(best.values())
 
+    block_replicated = {}
+    norms = np.isin(kinds, ("add_norm", "norm"))
     for stack in cfg.stacks:
         mine = blocks & (stacks == stack)
         block_saved[stack] = one_of_each(per["saved"], mine)  # one instance of each sublayer of the block
         block_input[stack] = cfg.rows(stack) * cfg.d_model
         depth[stack] = cfg.depth(stack)
+        # a norm's saved input, and the input each other sublayer saves for its products (d wide: whole per rank
+        # without sequence parallelism); sublayers that save nothing (DFA's projections) hold none
+        whole = np.where(norms, per["saved"], np.where(per["saved"] > 0, block_input[stack], 0))
+        block_replicated[stack] = one_of_each(whole, mine)
     per_rule = pd.DataFrame({
         "feedback": memory["feedback"] // 4,
         "trained": memory["gradients"] // 4,
@@ -212,6 +222,7 @@ def _model_facts(cfg, rules: tuple, optimizer: str) -> ModelFacts:
                       largest_block=max(one_block, total - in_blocks), one_block=one_block,
                       expert_parameters=experts, end_expert_parameters=int(routed[mtp[moe]].sum()),
                       moe_layers={stack: depth[stack] - cfg.dense_blocks if cfg.moe else 0 for stack in cfg.stacks},
+                      block_replicated=block_replicated,
                       scores={stack: cfg.heads * (cfg.seq_len ** 2 if stack != "decoder" or not cfg.encdec else
                                                   cfg.tgt_len ** 2 + cfg.tgt_len * cfg.seq_len)
                               for stack in cfg.stacks},

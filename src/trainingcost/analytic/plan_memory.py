@@ -67,6 +67,23 @@ def activations_per_sequence(facts: ModelFacts, rule_name: str, checkpointing: s
     return kept + max(facts.block_saved[s] for s, c in counts.items() if c)
 
 
+def replicated_per_sequence(facts: ModelFacts, rule_name: str, checkpointing: str, every: int) -> int:
+    """Of :func:`activations_per_sequence`'s elements, those tensor parallelism without sequence parallelism keeps
+    whole on every rank (Korthikanti et al. 2022, section 4.2.2: activations sbh (10 + 24/t + 5as/(ht)) per layer
+    against sbh (34/t + 5as/(ht)) with it; the 10 sbh bytes are the layer norms' inputs, the inputs of the first
+    products of attention and of the MLP, and the dropout masks, none of which tensor parallelism splits): each
+    block's norms' saved inputs and its sublayers' saved inputs (ModelFacts.block_replicated), a checkpointed
+    block's input, and the recomputed block's. Rules without a backward: none counted (their kept outputs are
+    priced as split)."""
+    row = facts.row(rule_name)
+    if not row["backward"] or not facts.block_replicated:
+        return 0
+    counts = checkpointed(facts, checkpointing, every)
+    kept = sum((facts.depth[s] - counts[s]) * facts.block_replicated[s] + counts[s] * facts.block_input[s]
+               for s in facts.depth)
+    return kept + max((facts.block_replicated[s] for s, c in counts.items() if c), default=0)
+
+
 def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activations: int) -> dict:
     """Bytes per GPU of each part at micro-batch 1 (``activations``: elements per sequence); activations scale
     with the micro-batch, the rest does not."""
@@ -114,7 +131,10 @@ def memory_per_gpu(facts: ModelFacts, spec: PlanSpec, rule_name: str, activation
         # ZeRO-3 gathers each layer whole before using it: its working weights and gradients (DeepSpeed's
         # estimate_zero3_model_states_mem_needs: 4 bytes x the largest layer's parameters, in fp16)
         "gathered": gathered_unit_bytes(facts, spec, p) / spec.tp if stage == 3 and dp > 1 else 0.0,
-        "activations": ((activations * p.activations + lora_activations(facts, spec, p.activations))
+        # without sequence parallelism the replicated part is whole on each of the t ranks: (A - R) / t + R
+        "activations": (((activations + (spec.tp - 1) * replicated_per_sequence(
+            facts, rule_name, spec.checkpointing, spec.checkpoint_every) * (not spec.sequence_parallel))
+                          * p.activations + lora_activations(facts, spec, p.activations))
                         * _in_flight(facts, spec.pp, split) + unfused_scores(facts, spec, row))
         * schedules.in_flight(schedule, spec.pp, spec.interleave) * retained(facts, spec, schedule, p.activations)
         / (spec.tp * spec.cp),
