@@ -114,6 +114,8 @@ def _degrees(row) -> str:
     schedule where it is not 1F1B."""
     schedule = row.get("schedule") or ""
     tail = f" ({schedule} schedule)" if schedule not in ("", "1f1b") else ""
+    if int(row.get("tp", 1)) > 1 and "sequence_parallel" in row:  # it changes the activations each rank keeps
+        tail += " with sequence parallelism" if row["sequence_parallel"] else " without sequence parallelism"
     if row.get("cp", 1) > 1:
         return (f"data x context x tensor x pipeline = {row['dp']} x {row['cp']} x {row['tp']} x {row['pp']}{tail} "
                 f"(each sequence split over {row['cp']} GPUs)")
