@@ -801,3 +801,19 @@ def test_a_calibration_priced_on_whole_sequences_is_refused_under_context_parall
                      "--cp", "2", "--calibration", "no-such-file.json"]) == 2
     err = capsys.readouterr().err
     assert "--calibration: prices each GPU's products on whole sequences; with --cp 2" in err and err.count("\n") == 1
+
+
+def test_counts_of_a_given_layout_that_one_default_batch_cannot_serve_each_take_their_own():
+    """--gpus 1024,1536 with the layout given: no default batch near 4M tokens divides over both data-parallel
+    degrees, so each count plans at its own default (a multiple of its GPUs), and the Run line names both; a batch
+    the user gives is kept and refused where it does not divide."""
+    import trainingcost as tc
+
+    result = tc.plan(preset="llama-3-8b", tokens=1e12, rule="bp", gpu="h100-sxm", gpus=[1024, 1536])
+    batches = result.table.drop_duplicates("gpus").set_index("gpus")["global_batch"].to_dict()
+    assert batches == {1024: 1024, 1536: 1536}
+    assert "1024 sequences on 1024 GPUs; 1536 sequences on 1536 GPUs" in " ".join(result.text.split())
+    alike = tc.plan(preset="llama-3-8b", tokens=1e12, rule="bp", gpu="h100-sxm", gpus=[256, 512])
+    assert set(alike.table["global_batch"]) == {512}  # one default serves both: counts compare at one batch
+    with pytest.raises(tc.Error, match="global_batch: 1536 sequences do not divide over the data-parallel degree 1024"):
+        tc.plan(preset="llama-3-8b", tokens=1e12, rule="bp", gpu="h100-sxm", gpus=[1024, 1536], global_batch=1536)

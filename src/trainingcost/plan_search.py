@@ -76,7 +76,7 @@ def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
     """The search at every GPU count of ``args.gpus``; ``spec_of(args_for_one_count)`` is the plan's own
     PlanSpec builder (plan.spec_from_args)."""
     from .analytic.layout import search
-    from .analytic.plan import check_precision, global_batch, plan_table
+    from .analytic.plan import check_precision, global_batch, plan_table, replicas
 
     free = free_fields(args)
     counts = list(args.gpus)
@@ -94,7 +94,12 @@ def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
     check_precision(base.precision, gpu)  # before the search prices anything (plan_table checks it again)
     _check_groups(args, counts, free, spec_of)
     for n in counts:
-        spec = dataclasses.replace(spec_of(fixed_args(args, n)), global_batch=G)
+        own = spec_of(fixed_args(args, n))
+        spec = dataclasses.replace(own, global_batch=G)
+        if not free and base.global_batch is None and G % max(1, replicas(own)) and own.global_batch is None:
+            # the layout given, and the common default does not divide over this count's data-parallel degree:
+            # this count's own default batch (the Run line names each)
+            spec = dataclasses.replace(own, global_batch=global_batch(own, cfg)[0])
         if not free:
             found = None
             chosen = {r: spec for r in rules}
@@ -250,7 +255,11 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
     refused = untrained(cfg, t["rule"])
     out = [wrapped(describe(cfg).replace(f", batch {cfg.batch} (", " ("), width), ""]
     fields = ", ".join(sorted(result.free)) if result.free else "none (the layout given)"
-    out.append(wrapped(f"Run: {first['tokens']:.3g} tokens in steps of {first['global_batch']} sequences of "
+    batches = t.drop_duplicates("gpus").set_index("gpus")["global_batch"]
+    batch = (f"{first['global_batch']} sequences" if batches.nunique() == 1 else
+             "; ".join(f"{int(g)} sequences on {n} GPUs" for n, g in batches.items()) +
+             " (each count's default: a multiple of its data-parallel degree; --global-batch for one)")
+    out.append(wrapped(f"Run: {first['tokens']:.3g} tokens in steps of {batch} of "
                        f"{first['tokens_per_sequence']} tokens, on {gpu.name} ({gpu.memory_bytes / 1e9:g} GB); "
                        f"searched: {fields}", width))
     if first.get("finetune", "full") != "full":
