@@ -57,3 +57,11 @@ def test_the_python_block_runs():
     table = namespace["result"].table
     assert list(table["rule"]) == ["bp", "dfa"] and table["gpu_hours"].gt(0).all()
     assert isinstance(namespace["trainingcost"], type(trainingcost))
+
+
+def test_the_readme_counts_the_presets_and_model_types_there_are():
+    from trainingcost.config.hf import SUPPORTED
+    from trainingcost.config.model import PRESETS
+
+    assert f"(`--preset`, {len(PRESETS)} of them:" in README
+    assert f"{len(SUPPORTED)} Hugging Face model types" in README
