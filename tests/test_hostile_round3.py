@@ -99,6 +99,8 @@ def test_the_expert_count_is_bounded_before_any_work(tmp_path, capsys):
     ("0", "must be a positive integer (got 0)"),
     ("1-100000x1", "F at least 2"),
     (",".join(str(n) for n in range(1, 100)), "at most 64 GPU counts"),
+    ("64,,128", "an empty count between commas"),  # a count left out is not read as two counts
+    ("64,", "an empty count between commas"),
 ])
 def test_gpu_counts_are_bounded_before_any_work(capsys, gpus, message):
     status, _, stderr = run_here(capsys, *PLAN, f"--gpus={gpus}")

@@ -817,3 +817,15 @@ def test_counts_of_a_given_layout_that_one_default_batch_cannot_serve_each_take_
     assert set(alike.table["global_batch"]) == {512}  # one default serves both: counts compare at one batch
     with pytest.raises(tc.Error, match="global_batch: 1536 sequences do not divide over the data-parallel degree 1024"):
         tc.plan(preset="llama-3-8b", tokens=1e12, rule="bp", gpu="h100-sxm", gpus=[1024, 1536], global_batch=1536)
+
+
+def test_a_default_batch_of_one_sequence_per_rank_says_how_many_tokens_it_is():
+    """At 4,096 data-parallel ranks the default batch is 4,096 sequences of 8,192 tokens, 33.6M tokens: the Run line
+    says so (it said 'about 4M tokens'); a run of fewer than 100 steps prints them to three figures."""
+    import trainingcost as tc
+
+    text = " ".join(tc.plan(preset="llama-3-8b", tokens=1e13, rule="bp", gpu="h100-sxm", gpus=4096).text.split())
+    assert "4096 sequences of 8192 tokens (global batch default: one sequence per data-parallel rank, 33.6M tokens)" in text
+    short = tc.plan(preset="llama-3-8b", tokens=3e7, rule="bp", gpu="h100-sxm", gpus=8)
+    assert short.table["optimizer_steps"].iloc[0] == pytest.approx(3e7 / 8192 / 512)
+    assert "in 7.15 steps of 512 sequences" in " ".join(short.text.split())

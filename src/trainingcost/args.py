@@ -115,7 +115,9 @@ def gpu_counts(text: str) -> list[int]:
         parts = text.split(",")
         if len(parts) > MAX_GPU_COUNTS:
             raise argparse.ArgumentTypeError(f"at most {MAX_GPU_COUNTS} GPU counts (got {len(parts)})")
-        counts = [number(part) for part in parts if part.strip()]
+        if len(parts) > 1 and not all(part.strip() for part in parts):  # 64,,128 or 64,: a count left out
+            raise argparse.ArgumentTypeError(f"{form}: an empty count between commas")
+        counts = [number(part) for part in parts]
     if not counts:
         raise argparse.ArgumentTypeError(form)
     if len(counts) > MAX_GPU_COUNTS:

@@ -147,10 +147,15 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     assumptions in short; ``--cost-model all`` prints :func:`render` with every source."""
     first = table.iloc[0]
     batch = ("given" if first["source_batch"] == "given" else "default: the run in one step"
-             if first["source_batch"].startswith("default: the run's") else "default: about 4M tokens")
+             if first["source_batch"].startswith("default: the run's") else
+             f"default: one sequence per data-parallel rank, "
+             f"{first['global_batch'] * first['tokens_per_sequence'] / 1e6:.3g}M tokens"
+             if first["source_batch"].startswith("default: one sequence per") else "default: about 4M tokens")
+    steps = first["optimizer_steps"]
+    shown = f"{steps:,.0f}" if steps >= 100 or steps == round(steps) else f"{steps:.3g}"  # 3.58 steps, not 4
     out = [wrapped(describe(cfg).replace(f", batch {cfg.batch} (", " ("), SCREEN_WIDTH), ""]
     out.append(wrapped(f"Run: {first['tokens']:.3g} tokens ({first['source_tokens'].split(' (')[0]}) in "
-                       f"{first['optimizer_steps']:,.0f} step{'' if round(first['optimizer_steps']) == 1 else 's'} of {first['global_batch']} sequences of "
+                       f"{shown} step{'' if steps == 1 else 's'} of {first['global_batch']} sequences of "
                        f"{first['tokens_per_sequence']} tokens (global batch {batch})", SCREEN_WIDTH))
     offloaded = (f" (offload {first['offload']}: {first['host_memory_per_node'] / 2**30:.0f} GiB in each node's host)"
                  if first.get("offload", "none") != "none" else "")

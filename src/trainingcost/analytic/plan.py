@@ -362,6 +362,9 @@ def global_batch(spec: PlanSpec, cfg) -> tuple[int, str]:
         return batch, (f"default: the run's {int(sequences):,} sequences in one step (a 4M-token batch is more "
                        f"than the run), a multiple of the data-parallel degree {dp}")
     batch = dp * max(1, math.ceil(target / dp))
+    if dp > target:  # more data-parallel ranks than a 4M-token batch has sequences: one sequence each
+        return batch, (f"default: one sequence per data-parallel rank, {batch * n:,} tokens (the data-parallel degree "
+                       f"{dp} is more than a 4M-token batch's {target} sequences; Touvron et al. 2023, Table 1)")
     return batch, (f"default: about {DEFAULT_BATCH_TOKENS:,} tokens (Touvron et al. 2023, Table 1: a 4M-token batch), "
                    f"a multiple of the data-parallel degree {dp}")
 
