@@ -240,6 +240,10 @@ def check_spec(spec: PlanSpec, cfg, device) -> None:
             raise ConfigError(f"tp: tensor-parallel degree {spec.tp} does not divide {name} {value} (each GPU holds "
                               f"{name} / tp)")
     blocks = sum(cfg.depth(stack) for stack in cfg.stacks)
+    deepest = max(cfg.depth(stack) for stack in cfg.stacks)
+    if spec.checkpointing == "selective" and spec.checkpoint_every > deepest:
+        raise ConfigError(f"checkpoint_every: every {spec.checkpoint_every}th block of stacks of at most {deepest} "
+                          f"blocks checkpoints none (allowed: 1 to {deepest}; --checkpointing none for no recompute)")
     if spec.pp > blocks:
         raise ConfigError(f"pp: pipeline-parallel degree {spec.pp} exceeds the {blocks} blocks (each stage holds at "
                           "least one block)")
