@@ -834,7 +834,7 @@ def test_a_default_batch_of_one_sequence_per_rank_says_how_many_tokens_it_is():
 def test_a_selective_checkpoint_that_checkpoints_no_block_is_refused():
     import trainingcost as tc
 
-    with pytest.raises(tc.Error, match=r"^checkpoint_every: every 64th block of stacks of at most 32 blocks "
+    with pytest.raises(tc.Error, match=r"--checkpoint-every: every 64th block of stacks of at most 32 blocks "
                                        r"checkpoints none \(allowed: 1 to 32"):
         tc.plan(preset="llama-3-8b", tokens=1e12, rule="bp", gpu="h100-sxm", gpus=64, checkpointing="selective",
                 checkpoint_every=64)
