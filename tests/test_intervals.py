@@ -207,3 +207,15 @@ def test_the_runs_behind_the_error_bar_reach_python_and_machine_readable_output(
     captured = capsys.readouterr()
     assert captured.out.startswith("config_id,") and "error bar's 100 published runs" not in captured.out
     assert f"The error bar's {len(bar.rows)} published runs" in " ".join(captured.err.split())
+
+
+def test_energy_and_co2e_take_the_steps_interval_where_they_follow_the_wall_clock():
+    row = tc.plan(preset="llama-3-8b", tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp").table.iloc[0]
+    low, high = row["step_time_low_s"] / row["step_time_s"], row["step_time_high_s"] / row["step_time_s"]
+    assert row["energy_kwh_low"] == pytest.approx(row["energy_kwh"] * low)
+    assert row["energy_kwh_high"] == pytest.approx(row["energy_kwh"] * high)
+    assert row["co2e_t_low"] == pytest.approx(row["co2e_t"] * low) and row["co2e_t_high"] == pytest.approx(row["co2e_t"] * high)
+    # a measured energy per token does not follow the step's time: no interval claimed
+    given = tc.plan(preset="llama-3-8b", tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp", joules_per_token=500,
+                    measured_rule="bp").table.iloc[0]
+    assert math.isnan(given["energy_kwh_low"]) and math.isnan(given["co2e_t_high"])

@@ -171,7 +171,8 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     out.append("")
     header, rows = compact_cells(table, cfg)
     refused = untrained(cfg, table["rule"])
-    out.append(f"The run under the {first['cost_model']} cost model (time: wall-clock, 80% interval; GiB: most loaded GPU)")
+    bar = "wall-clock, 80% interval" if first["source_interval"] else "wall-clock; no interval where the efficiency is given"
+    out.append(f"The run under the {first['cost_model']} cost model (time: {bar}; GiB: most loaded GPU)")
     out.append(grid(header, rows))
     out += [wrapped(line, SCREEN_WIDTH) for line in untrained_note(refused, cfg)]
     if verdict:  # what does not fit, then what would, each on its own lines

@@ -503,7 +503,8 @@ PLAN_COLUMNS = (
     "step_time_s", "wall_clock_s", "wall_clock_days", "gpu_hours", "mfu", "hfu", "peak_flops_per_gpu",
     "energy_kwh", "co2e_t", "cost",
     "step_time_low_s", "step_time_high_s", "wall_clock_days_low", "wall_clock_days_high", "gpu_hours_low",
-    "gpu_hours_high", "cost_low", "cost_high", "source_interval",
+    "gpu_hours_high", "cost_low", "cost_high", "energy_kwh_low", "energy_kwh_high", "co2e_t_low", "co2e_t_high",
+    "source_interval",
     *(f"mem_{p}" for p in MEMORY_PARTS), "mem_total", "memory_capacity", "fits", "max_micro_batch",
     "checkpoint_applies",
     "source_tokens", "source_batch", "source_efficiency", "source_precision", "source_peak", "source_memory_capacity",
@@ -726,6 +727,10 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
             "co2e_t": kwh * spec.carbon_intensity / 1000,
             "cost": gpu_hours * spec.price if spec.price is not None else math.nan,
             **interval_columns(bar, step, wall, gpu_hours, spec.price),
+            # energy in proportion to the wall-clock (power x time) takes its interval; a measured energy per token
+            # or per FLOP does not depend on the step's time: NaN
+            **interval_energy(bar, kwh, spec.carbon_intensity,
+                              spec.joules_per_flop is None and spec.joules_per_token is None),
             **{f"mem_{k}": float(v) for k, v in parts.items()}, "mem_total": float(total_memory),
             "memory_capacity": capacity, "fits": bool(total_memory <= capacity), "max_micro_batch": most,
             "checkpoint_applies": bool(facts.per_rule.loc[r, "backward"]),
@@ -765,6 +770,14 @@ def interval_columns(bar, step: float, wall: float, gpu_hours: float, price) -> 
             "gpu_hours_low": gpu_hours * low, "gpu_hours_high": gpu_hours * high,
             "cost_low": cost * low, "cost_high": cost * high,
             "source_interval": bar.describe() if bar is not None else ""}
+
+
+def interval_energy(bar, kwh: float, carbon_intensity: float, by_time: bool) -> dict:
+    """The energy's and the CO2e's 80% interval: the step's multiples where the energy is power x wall-clock; NaN
+    where it was given per token or per FLOP, or where the step was not predicted."""
+    low, high = (bar.low, bar.high) if bar is not None and by_time else (math.nan, math.nan)
+    return {"energy_kwh_low": kwh * low, "energy_kwh_high": kwh * high,
+            "co2e_t_low": kwh * carbon_intensity / 1000 * low, "co2e_t_high": kwh * carbon_intensity / 1000 * high}
 
 
 def token_multipliers(cfg, spec: PlanSpec, rules, facts) -> dict[str, float]:

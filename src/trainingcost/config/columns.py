@@ -200,6 +200,11 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "gpu_hours_high": ("count", "the interval's upper end of gpu_hours"),
     "cost_low": ("money", "the interval's lower end of cost"),
     "cost_high": ("money", "the interval's upper end of cost"),
+    "energy_kwh_low": ("kWh", "the interval's lower end of energy_kwh (energy as power x wall-clock; empty where it "
+                              "was given per token or per FLOP)"),
+    "energy_kwh_high": ("kWh", "the interval's upper end of energy_kwh"),
+    "co2e_t_low": ("t CO2e", "the interval's lower end of co2e_t"),
+    "co2e_t_high": ("t CO2e", "the interval's upper end of co2e_t"),
     "memory_capacity": ("bytes", "the device's memory"),
     "fits": ("bool", "whether the most loaded GPU's memory fits the device"),
     "max_micro_batch": ("sequences", "the largest micro-batch that fits"),
