@@ -171,7 +171,7 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     out.append("")
     header, rows = compact_cells(table, cfg)
     refused = untrained(cfg, table["rule"])
-    bar = "wall-clock, 80% interval" if first["source_interval"] else "wall-clock, no interval (a given efficiency)"
+    bar = "wall-clock, 80% interval" if first["source_interval"] else "wall-clock, no interval"
     out.append(f"The run under the {first['cost_model']} cost model (time: {bar}; GiB: most loaded GPU)")
     out.append(grid(header, rows))
     out += [wrapped(line, SCREEN_WIDTH) for line in untrained_note(refused, cfg)]
