@@ -49,14 +49,16 @@ def residual_rows(path: Path) -> list[dict]:
 def as_residual(r: dict, k: float) -> dict:
     params = model_facts(r["cfg"], ["bp"], "adam").parameters
     return {"source": r["source"], "run": r["run"], "framework": r["framework"], "gpu": r["gpu"],
-            "gpus": r["lay"].gpus, "sharding": r["sharding"], "parameters": int(params), "efficiency": k,
+            "gpus": r["lay"].gpus, "sharding": r["sharding"], "parameters": int(params),
+            "tokens_per_sequence": int(r["cfg"].seq_len), "efficiency": k,
             "measured_s": repr(r["measured"]), "predicted_s": repr(r["predicted"]),
             "ratio": repr(r["measured"] / r["predicted"])}
 
 
 def with_regime(rows: list[dict]) -> list[dict]:
     return [{**r, "ratio": float(r["ratio"]), "regime": I.regime(r["gpu"], r["sharding"], int(r["gpus"]),
-                                                              float(r["parameters"]))} for r in rows]
+                                                              float(r["parameters"]),
+                                                              int(r["tokens_per_sequence"]))} for r in rows]
 
 
 def coverage(rows: list[dict], pool: list[dict], loso: bool) -> list[tuple]:

@@ -84,7 +84,9 @@ def test_regimes():
     assert [I.generation(g) for g in ("h100-sxm", "gh200-144gb", "a100-40gb", "v100", "gb200", "mi300x", "xyz")] == \
         ["hopper", "hopper", "ampere", "volta", "blackwell", "cdna3", "other"]
     assert I.regime("b200", "zero1", 512, 7e8) == {"sharding": "zero1/2", "generation": "blackwell",
-                                                   "scale": ">= 512 GPUs", "size": "< 1B", "gpus": 512}
+                                                   "scale": ">= 512 GPUs", "size": "< 1B", "gpus": 512,
+                                                   "seq_len": 0}
+    assert I.regime("h100-sxm", "fsdp", 64, 8e9, 32768)["seq_len"] == 32768
 
 
 def _gpus(row, gpus):
@@ -150,7 +152,7 @@ def test_the_plan_carries_the_bounds_and_the_table_shows_them(capsys):
     result = tc.plan(preset="llama-3-8b", tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp,dfa")
     t = result.table
     params = tc.plan(preset="llama-3-8b", tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp").table
-    bar = I.interval(I.regime("h100-sxm", "fsdp", 64, 8_030_261_248))
+    bar = I.interval(I.regime("h100-sxm", "fsdp", 64, 8_030_261_248, 8192))
     assert t["step_time_low_s"].tolist() == pytest.approx((t["step_time_s"] * bar.low).tolist())
     assert t["wall_clock_days_high"].tolist() == pytest.approx((t["wall_clock_days"] * bar.high).tolist())
     assert t["gpu_hours_low"].tolist() == pytest.approx((t["gpu_hours"] * bar.low).tolist())
@@ -196,7 +198,7 @@ def test_a_table_whose_rows_have_different_error_bars_names_each():
 def test_the_runs_behind_the_error_bar_reach_python_and_machine_readable_output(capsys):
     result = tc.plan(preset="llama-3-8b", tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp")
     runs_ = result.error_bar_runs
-    bar = I.interval(I.regime("h100-sxm", "fsdp", 64, 8_030_261_248))
+    bar = I.interval(I.regime("h100-sxm", "fsdp", 64, 8_030_261_248, 8192))
     assert [f"{s} / {r}" for s, r in zip(runs_["source"], runs_["run"])] == list(bar.rows)
     stored = {(r["source"], r["run"]): r["ratio"] for r in I.residuals()}
     assert runs_["ratio"].tolist() == [stored[(s, r)] for s, r in zip(runs_["source"], runs_["run"])]
@@ -219,3 +221,21 @@ def test_energy_and_co2e_take_the_steps_interval_where_they_follow_the_wall_cloc
     given = tc.plan(preset="llama-3-8b", tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp", joules_per_token=500,
                     measured_rule="bp").table.iloc[0]
     assert math.isnan(given["energy_kwh_low"]) and math.isnan(given["co2e_t_high"])
+
+
+def test_a_long_sequence_plan_reaches_the_long_published_runs_misses(monkeypatch):
+    monkeypatch.setattr(I, "MIN_ROWS", 4)
+    monkeypatch.setattr(I, "MIN_SOURCES", 2)
+    short = [{**_gpus(_row(s, x), 64), "regime": {**_row(s, x)["regime"], "seq_len": 4096}}
+             for s, x in (("a", 1.0), ("b", 1.02), ("c", 0.98), ("d", 1.01))]
+    # the long runs on another generation and sharding: only their length relates them to the plan
+    long = [{**_gpus(_row(s, x, sharding="zero1/2", generation="ampere"), 64),
+             "regime": {**_row(s, x, sharding="zero1/2", generation="ampere")["regime"], "seq_len": 131072}}
+            for s, x in (("e", 1.3), ("f", 1.4))]
+    reg = {"sharding": "zero3/fsdp", "generation": "hopper", "scale": "64-511 GPUs", "size": "1-20B", "gpus": 64}
+    plain = I.interval({**reg, "seq_len": 8192}, rows=short + long)
+    longer = I.interval({**reg, "seq_len": 32768}, rows=short + long)
+    top = I.weighted_quantiles([1.3, 1.4], ["e", "f"], (I.TAIL, 1 - I.TAIL))[1]
+    assert plain.high < 1.1 and longer.high == pytest.approx(top)
+    assert "widened to the 2 runs of 16k tokens or more per sequence" in longer.describe()
+    assert longer.describe().endswith("(zero3/fsdp, hopper, 64-511 GPUs, 1-20B, 64 GPUs, 32768 tokens)")

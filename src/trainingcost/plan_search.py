@@ -367,8 +367,9 @@ def interval_of(described: str):
 
     fields = described.rsplit(" (", 1)[1].rstrip(")").split(", ")
     reg = dict(zip(("sharding", "generation", "scale", "size"), fields))
-    if len(fields) > 4:  # the GPU count, after the four fields
-        reg["gpus"] = int(fields[4].split()[0])
+    for extra in fields[4:]:  # the GPU count and the tokens per sequence, after the four fields
+        number, _, unit = extra.partition(" ")
+        reg[{"GPUs": "gpus", "tokens": "seq_len"}[unit]] = int(number)
     return interval(reg), fields
 
 

@@ -648,7 +648,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         from .steptime.step import check_layout, rule_work
 
         # the error bar: the model's misses on published runs like this one (steptime/intervals.py)
-        bar = interval(regime(device.name, spec.sharding, spec.gpus, facts.parameters))
+        bar = interval(regime(device.name, spec.sharding, spec.gpus, facts.parameters, cfg.seq_len))
 
         work = rule_work(cfg, rules, ft)
         for r in rules:
