@@ -840,3 +840,17 @@ def test_a_selective_checkpoint_that_checkpoints_no_block_is_refused():
                 checkpoint_every=64)
     assert len(tc.plan(preset="llama-3-8b", tokens=1e12, rule="bp", gpu="h100-sxm", gpus=64,
                        checkpointing="selective", checkpoint_every=32).table) == 1
+
+
+def test_the_search_prices_each_layouts_memory_with_its_own_sequence_parallelism():
+    """The search priced every layout's memory without sequence parallelism (its spec's default) and kept it for both
+    choices: an sp layout's memory_bytes then exceeded the plan's own, and faster sp layouts were judged not to fit."""
+    import trainingcost as tc
+
+    result = tc.plan(preset="llama-2-70b", tokens=2e12, gpu="h100-sxm", gpus=32, rule="bp", layout="search")
+    best, row = result.layouts.iloc[0], result.table.iloc[0]
+    assert best["layout"] == row["layout"] and best["sequence_parallel"]
+    assert best["memory_bytes"] == pytest.approx(row["mem_total"])
+    given = tc.plan(preset="llama-2-70b", tokens=2e12, gpu="h100-sxm", gpus=32, rule="bp", layout="search",
+                    sequence_parallel="on")
+    assert given.table.iloc[0]["step_time_s"] == pytest.approx(row["step_time_s"])  # the search found it unasked

@@ -342,37 +342,42 @@ def _search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: 
                 if not backward and ckpt != "none" and "checkpointing" in free:
                     continue  # a rule without a backward keeps no graph: checkpointing changes nothing
                 acts = activations_per_sequence(facts, r, ckpt, spec.checkpoint_every)
-                fits = {}  # sharding -> (its spec, fixed bytes, bytes per sequence, the most sequences that fit)
-                for sh in r_shardings:
-                    s_key = (t, p, ep, sh, ckpt, R)
-                    if s_key not in specs:  # the same for every rule
-                        specs[s_key] = dataclasses.replace(spec, tp=t, pp=p, ep=ep, sharding=sh, checkpointing=ckpt,
-                                                           global_batch=G, replicate=R, interleave=1)
-                    s_spec = specs[s_key]
-                    parts = memory_per_gpu(facts, s_spec, r, acts)
-                    fixed = sum(v for k, v in parts.items() if k != "activations")
-                    fits[sh] = (s_spec, fixed, parts["activations"],
-                                largest_micro_batch(fixed, parts["activations"], capacity))
-                # interleaved 1F1B keeps 1 + (p - 1)/(p v) of 1F1B's activations (steptime/schedules.py in_flight)
-                most = {(sh, v): largest_micro_batch(fits[sh][1], fits[sh][2] * kept(p, v), capacity)
-                        for sh in r_shardings for v in vs}
-                if "micro_batch" not in free and not spec.micro_batch:  # max: the plan's own choice per layout
-                    choice = {(sh, v): max(1, largest_divisor_at_most(per_replica, most[(sh, v)], p if v > 1 else 1)
-                                           or largest_divisor_at_most(per_replica, most[(sh, v)]))
-                              for sh in r_shardings for v in vs}
-                    mbs = sorted(set(choice.values()))
-                else:
-                    choice = None
-                for mb in mbs:
-                    M = per_replica // mb
-                    ok_vs = [v for v in vs if v == 1 or M % p == 0]
-                    # each sharding and interleave at this micro-batch (at its own largest only, where the plan picks)
-                    pairs = [(sh, v) for sh in r_shardings for v in ok_vs if choice is None or choice[(sh, v)] == mb]
-                    fit = [(sh, v) for sh, v in pairs if mb <= most[(sh, v)]]
-                    space += len(pairs) * len(sps)
-                    fitting += len(fit) * len(sps)
-                    if fit:
-                        groups.extend((t, p, dp, ep, R, ckpt, mb, sp, M, fits, fit) for sp in sps)
+                for sp in sps:  # sequence parallelism changes the activations each rank keeps (plan_memory)
+                    fits = {}  # sharding -> (its spec, fixed bytes, bytes per sequence, the most sequences that fit)
+                    for sh in r_shardings:
+                        s_key = (t, p, ep, sh, ckpt, R, sp)
+                        if s_key not in specs:  # the same for every rule
+                            specs[s_key] = dataclasses.replace(spec, tp=t, pp=p, ep=ep, sharding=sh,
+                                                               checkpointing=ckpt, global_batch=G, replicate=R,
+                                                               interleave=1, sequence_parallel=sp)
+                        s_spec = specs[s_key]
+                        parts = memory_per_gpu(facts, s_spec, r, acts)
+                        fixed = sum(v for k, v in parts.items() if k != "activations")
+                        fits[sh] = (s_spec, fixed, parts["activations"],
+                                    largest_micro_batch(fixed, parts["activations"], capacity))
+                    # interleaved 1F1B keeps 1 + (p - 1)/(p v) of 1F1B's activations (steptime/schedules.py in_flight)
+                    most = {(sh, v): largest_micro_batch(fits[sh][1], fits[sh][2] * kept(p, v), capacity)
+                            for sh in r_shardings for v in vs}
+                    if "micro_batch" not in free and not spec.micro_batch:  # max: the plan's own choice per layout
+                        choice = {(sh, v): max(1, largest_divisor_at_most(per_replica, most[(sh, v)],
+                                                                          p if v > 1 else 1)
+                                               or largest_divisor_at_most(per_replica, most[(sh, v)]))
+                                  for sh in r_shardings for v in vs}
+                        sizes = sorted(set(choice.values()))
+                    else:
+                        choice, sizes = None, mbs
+                    for mb in sizes:
+                        M = per_replica // mb
+                        ok_vs = [v for v in vs if v == 1 or M % p == 0]
+                        # each sharding and interleave at this micro-batch (at its own largest only, where the plan
+                        # picks)
+                        pairs = [(sh, v) for sh in r_shardings for v in ok_vs
+                                 if choice is None or choice[(sh, v)] == mb]
+                        fit = [(sh, v) for sh, v in pairs if mb <= most[(sh, v)]]
+                        space += len(pairs)
+                        fitting += len(fit)
+                        if fit:
+                            groups.append((t, p, dp, ep, R, ckpt, mb, sp, M, fits, fit))
         # Best first: the groups in the order of their lower bound (the enumeration's among equals); once a bound
         # exceeds the top-th best step found, so do every later group's, and none is priced
         if prune:
