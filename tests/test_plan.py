@@ -854,3 +854,15 @@ def test_the_search_prices_each_layouts_memory_with_its_own_sequence_parallelism
     given = tc.plan(preset="llama-2-70b", tokens=2e12, gpu="h100-sxm", gpus=32, rule="bp", layout="search",
                     sequence_parallel="on")
     assert given.table.iloc[0]["step_time_s"] == pytest.approx(row["step_time_s"])  # the search found it unasked
+
+
+def test_the_smallest_change_that_fits_may_be_sequence_parallelism():
+    """Llama 2 70B at TP 8 without sequence parallelism needs 75.5 GiB on an H100 (74.5); with it, 58 GiB: one flag."""
+    import trainingcost as tc
+
+    result = tc.plan(preset="llama-2-70b", tokens=2e12, gpu="h100-sxm", gpus=64, rule="bp", tp=8, pp=1,
+                     sharding="zero1", micro_batch=1)
+    assert "The smallest change that fits: --sequence-parallel on." in result.verdict
+    fixed = tc.plan(preset="llama-2-70b", tokens=2e12, gpu="h100-sxm", gpus=64, rule="bp", tp=8, pp=1,
+                    sharding="zero1", micro_batch=1, sequence_parallel="on")
+    assert bool(fixed.table["fits"].iloc[0]) and fixed.verdict is None

@@ -449,7 +449,8 @@ def fits_at_micro_batch_1(cfg, spec: PlanSpec, device, rules, facts: ModelFacts 
 
 def smallest_fit(cfg, spec: PlanSpec, device, rules, max_gpus_per_node: int = 8) -> tuple[dict, PlanSpec] | None:
     """The smallest change of the parallel layout that makes every rule of ``rules`` fit at micro-batch 1: fewest
-    flags changed first (sharding zero3, activation checkpointing full, then TP within a node, then PP), then
+    flags changed first (sharding zero3, activation checkpointing full, sequence parallelism where tp > 1, then TP
+    within a node, then PP), then
     the smallest degrees; only layouts that ``check_spec`` accepts (degrees divide heads, d_ff, the layers and the
     GPUs) and that the framework runs (``spec.can``: a framework without tensor or pipeline parallelism keeps tp or
     pp as given, one that does not shard keeps the sharding). ({flag: value}, the spec) or None where no such
@@ -469,16 +470,23 @@ def smallest_fit(cfg, spec: PlanSpec, device, rules, max_gpus_per_node: int = 8)
     sharded = not can or {"zero3", "fsdp"} & set(can.get("shardings", ()))
     shardings = list(dict.fromkeys([spec.sharding, "zero3"] if sharded else [spec.sharding]))
     checkpoints = list(dict.fromkeys([spec.checkpointing, "full"]))
+    # sequence parallelism (tensor parallelism of 2 or more): each rank keeps 1 / tp of the model-wide activations
+    sps = list(dict.fromkeys([bool(spec.sequence_parallel), True])) if (not can or can.get("sequence_parallel")) \
+        else [bool(spec.sequence_parallel)]
     candidates = []
-    for sharding, checkpointing, tp, pp in itertools.product(shardings, checkpoints, tps, pps):
+    for sharding, checkpointing, tp, pp, sp in itertools.product(shardings, checkpoints, tps, pps, sps):
+        if sp and tp == 1:
+            continue
         change = {k: v for k, v, base in (("sharding", sharding, spec.sharding),
                                           ("checkpointing", checkpointing, spec.checkpointing),
-                                          ("tp", tp, spec.tp), ("pp", pp, spec.pp)) if v != base}
+                                          ("tp", tp, spec.tp), ("pp", pp, spec.pp),
+                                          ("sequence-parallel", "on" if sp else "off",
+                                           "on" if spec.sequence_parallel else "off")) if v != base}
         if not change or spec.gpus % (tp * pp * spec.cp):
             continue
         candidates.append((len(change), tp * pp, tp, "checkpointing" in change, change,
                            replace(spec, sharding=sharding, checkpointing=checkpointing, tp=tp, pp=pp,
-                                   interleave=1, global_batch=None, micro_batch=None)))
+                                   sequence_parallel=sp, interleave=1, global_batch=None, micro_batch=None)))
     for *_, change, candidate in sorted(candidates, key=lambda c: c[:4]):
         try:
             check_spec(candidate, cfg, device)
