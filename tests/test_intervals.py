@@ -111,13 +111,18 @@ def test_the_interval_reaches_its_generations_own_misses(monkeypatch):
     own = I.weighted_quantiles([1.3, 1.4], ["e", "f"], (I.TAIL, 1 - I.TAIL))
     assert iv.high == pytest.approx(own[1]) and iv.low == pytest.approx(tier[0])
     assert "widened to the 2 runs on blackwell GPUs" in iv.describe()
-    # a generation no row measured: as wide as the widest generation of two sources or more
+    # a generation no row measured: as wide as the widest generation of three sources or more (the two Blackwell
+    # sources are too few to set it; with a third they do)
     reg_new = {**reg, "generation": "cdna3"}
     iv = I.interval(reg_new, rows=rows)
-    wide = [I.weighted_quantiles([r["ratio"] for r in g], [r["source"] for r in g], (I.TAIL, 1 - I.TAIL))
-            for g in (hopper, blackwell)]
-    assert iv.low <= min(w[0] for w in wide) + 1e-12 and iv.high >= max(w[1] for w in wide) - 1e-12
+    hop = I.weighted_quantiles([r["ratio"] for r in hopper], [r["source"] for r in hopper], (I.TAIL, 1 - I.TAIL))
+    assert (iv.low, iv.high) == pytest.approx(hop) and iv.high < 1.2
+    third = _gpus(_row("g", 1.35, generation="blackwell", sharding="zero1/2", scale=">= 512 GPUs"), 128)
+    iv = I.interval(reg_new, rows=rows + [third])
+    black = I.weighted_quantiles([1.3, 1.4, 1.35], ["e", "f", "g"], (I.TAIL, 1 - I.TAIL))
+    assert iv.high == pytest.approx(black[1]) and iv.low == pytest.approx(hop[0])
     assert "no published run on cdna3 GPUs" in iv.describe()
+    assert set(iv.widened["generation"]) >= {"e / e-1.3", "g / g-1.35", "a / a-1.0"}
     # the plan's own generation, every row alike: nothing widened, nothing said
     iv = I.interval({**reg, "generation": "hopper"}, rows=rows)
     assert "widened" not in iv.describe()
@@ -127,13 +132,13 @@ def test_a_plan_beyond_the_largest_published_run_is_widened(monkeypatch):
     monkeypatch.setattr(I, "MIN_ROWS", 4)
     monkeypatch.setattr(I, "MIN_SOURCES", 2)
     rows = ([_gpus(_row(s, x), 64) for s, x in (("a", 1.0), ("b", 1.02), ("c", 1.01), ("d", 0.99))] +
-            [_gpus(_row(s, x, scale=">= 512 GPUs"), 1024) for s, x in (("e", 1.5), ("f", 0.7))])
+            [_gpus(_row(s, x, scale=">= 512 GPUs"), 1024) for s, x in (("e", 1.5), ("f", 0.7), ("g", 1.1))])
     reg = {"sharding": "zero3/fsdp", "generation": "hopper", "scale": "64-511 GPUs", "size": "1-20B"}
     inside = I.interval({**reg, "gpus": 256}, rows=rows)
     beyond = I.interval({**reg, "scale": ">= 512 GPUs", "gpus": 65536}, rows=rows)
     assert "beyond the largest published run (1024 GPUs)" in beyond.describe()
     assert "beyond" not in inside.describe()
-    big = I.weighted_quantiles([1.5, 0.7], ["e", "f"], (I.TAIL, 1 - I.TAIL))
+    big = I.weighted_quantiles([1.5, 0.7, 1.1], ["e", "f", "g"], (I.TAIL, 1 - I.TAIL))
     assert beyond.low <= big[0] + 1e-12 and beyond.high >= big[1] - 1e-12
 
 
@@ -141,7 +146,7 @@ def test_the_plan_says_when_its_error_bar_is_widened_for_what_no_run_measured(ca
     assert cli.main(["plan", "--preset", "llama-3-8b", "--tokens", "1e12", "--rule", "bp", "--gpu", "mi300x",
                      "--gpus", "64"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "no published run on cdna3 GPUs, so widened" in out
+    assert "like this one; no published run on cdna3 GPUs (--explain names them)" in out
     assert cli.main(["plan", "--preset", "llama-3-8b", "--tokens", "1e13", "--rule", "bp", "--gpu", "h100-sxm",
                      "--gpus", "65536", "--explain"]) == 0
     out = " ".join(capsys.readouterr().out.split())
@@ -179,7 +184,7 @@ def test_a_table_whose_rows_have_different_error_bars_names_each():
     from trainingcost.plan_search import interval_lines
 
     def described(sharding, gpus):
-        reg = I.regime("h100-sxm", sharding, gpus, 8e9)
+        reg = I.regime("h100-sxm", sharding, gpus, 8e9, 8192)  # as the plan's: the tokens per sequence last
         return I.interval(reg).describe()
 
     t = pd.DataFrame([{"rule": "bp", "gpus": 1024, "source_interval": described("zero3", 1024)},
@@ -199,7 +204,12 @@ def test_the_runs_behind_the_error_bar_reach_python_and_machine_readable_output(
     result = tc.plan(preset="llama-3-8b", tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp")
     runs_ = result.error_bar_runs
     bar = I.interval(I.regime("h100-sxm", "fsdp", 64, 8_030_261_248, 8192))
-    assert [f"{s} / {r}" for s, r in zip(runs_["source"], runs_["run"])] == list(bar.rows)
+    alike = runs_[runs_["role"] == "alike"]
+    assert [f"{s} / {r}" for s, r in zip(alike["source"], alike["run"])] == list(bar.rows)
+    # the widening's runs too (the Hopper runs that reach past the alike ones), each listed once
+    assert set(runs_["role"]) == {"alike", *bar.widened}
+    names = [f"{s} / {r}" for s, r in zip(runs_["source"], runs_["run"])]
+    assert len(names) == len(set(names)) and set(names) == set(bar.rows) | {n for v in bar.widened.values() for n in v}
     stored = {(r["source"], r["run"]): r["ratio"] for r in I.residuals()}
     assert runs_["ratio"].tolist() == [stored[(s, r)] for s, r in zip(runs_["source"], runs_["run"])]
     assert set(runs_["source_interval"]) == set(result.table["source_interval"])

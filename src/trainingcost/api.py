@@ -41,7 +41,9 @@ class PlanResult:
     model (a config.json's training length); ``text``: the plan as ``trainingcost plan`` prints it (its table format,
     the view the cost model asks for); ``cells``: the main table of ``text``, cell for cell, as text;
     ``error_bar_runs``: the published runs each row's 80% interval was read from (what ``--explain`` names): the
-    row's ``source_interval``, and each run's source, name and measured / predicted step (``ratio``)."""
+    row's ``source_interval``, each run's ``role`` (``alike``: the runs most like the plan; ``generation``,
+    ``scale``, ``sequence``: the runs a widening of the interval read), source, name and measured / predicted step
+    (``ratio``)."""
 
     table: pd.DataFrame
     layouts: pd.DataFrame

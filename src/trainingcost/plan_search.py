@@ -328,7 +328,7 @@ def interval_lines(t, width: int, explain: bool) -> list[str]:
     groups: dict = {}
     for _, row in t.iterrows():  # alike but for the GPU count the description ends with: one line
         if row["source_interval"]:
-            groups.setdefault(re.sub(r", \d+ GPUs\)$", ")", row["source_interval"]), []).append(row)
+            groups.setdefault(re.sub(r", \d+ GPUs(?=(, \d+ tokens)?\)$)", "", row["source_interval"]), []).append(row)
     out = []
     for rows in groups.values():
         label = ""
@@ -351,13 +351,11 @@ def interval_note(row) -> str:
     """The error bar in one short line: its multiples and how many runs it comes from (``--explain`` names them)."""
     head, _, rest = row["source_interval"].partition(": ")
     runs = rest.split(" on ", 1)[1].split(" published runs")[0]
-    notes = rest.split("plan's regime", 1)[-1].rsplit(" (", 1)[0].split("; ")
-    unmeasured = "".join(f"; {n.split(':')[0]}" for n in notes if n.startswith(("no published", "beyond")))
-    return (f"{head.removeprefix('80% interval ')}, an 80% "
-            f"interval from the model's misses on {runs} published runs like this one{unmeasured}, so widened "
-            f"(--explain names them)" if unmeasured else
-            f"{head.removeprefix('80% interval ')}, an 80% "
-            f"interval from the model's misses on {runs} published runs like this one (--explain names them)")
+    notes = [n for n in rest.split("plan's regime", 1)[-1].rsplit(" (", 1)[0].split("; ") if n]
+    # each widening in short: "no published run on cdna3 GPUs", "widened to the 194 runs on hopper GPUs", ...
+    widened = "".join(f"; {n.split(':')[0]}" for n in notes)
+    return (f"{head.removeprefix('80% interval ')}, an 80% interval from the model's misses on {runs} published runs "
+            f"like this one{widened} (--explain names them)")
 
 
 def interval_of(described: str):
@@ -384,10 +382,16 @@ def error_bar_runs(table) -> "pd.DataFrame":
     out = []
     for described in dict.fromkeys(x for x in table.get("source_interval", []) if x):
         bar, _ = interval_of(described)
-        for name in bar.rows:
-            source, run = name.split(" / ", 1)
-            out.append({"source_interval": described, "source": source, "run": run, "ratio": ratio[name]})
-    return pd.DataFrame(out, columns=["source_interval", "source", "run", "ratio"])
+        listed = set()
+        for role, names in (("alike", bar.rows), *bar.widened.items()):
+            for name in names:  # a run in the alike rows and a widening's: listed once, as alike
+                if name in listed:
+                    continue
+                listed.add(name)
+                source, run = name.split(" / ", 1)
+                out.append({"source_interval": described, "role": role, "source": source, "run": run,
+                            "ratio": ratio[name]})
+    return pd.DataFrame(out, columns=["source_interval", "role", "source", "run", "ratio"])
 
 
 def error_bar_rows(row, width: int) -> list[str]:
@@ -402,6 +406,13 @@ def error_bar_rows(row, width: int) -> list[str]:
     out = ["", wrapped(f"The error bar's {len(bar.rows)} published runs (measured / predicted step, each source's "
                        f"model fitted without it; the regime: {', '.join(fields)}{bar.note}):", width)]
     out += [wrapped(f"- {source} ({len(names)}): {'; '.join(names)}", width) for source, names in runs.items()]
+    for role, names in bar.widened.items():  # the runs a widening read (PlanResult.error_bar_runs lists each)
+        counts = {}
+        for name in names:
+            source = name.split(" / ", 1)[0]
+            counts[source] = counts.get(source, 0) + 1
+        out.append(wrapped(f"Widened by its {role}'s {len(names)} runs: "
+                           + "; ".join(f"{source} ({n})" for source, n in counts.items()), width))
     return out
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -58,6 +58,10 @@ GENERATIONS = {  # a catalogue GPU's generation, by its name's prefix (config/ha
 COLUMNS = ("source", "run", "framework", "gpu", "gpus", "sharding", "parameters", "tokens_per_sequence", "efficiency",
            "measured_s", "predicted_s", "ratio")
 LONG = 16384  # tokens per sequence from which a plan's interval reaches the long published runs' misses
+WIDEN_SOURCES = 2  # the fewest sources the plan's own generation's or length's rows widen its interval from
+# the fewest sources a generation's or a scale's rows need to count among the widest (a group of two sources, one of
+# them a single run, would set every unmeasured GPU's bar: Volta's, whose top is one offloaded GPT-2 run's)
+WIDEST_SOURCES = 3
 
 
 def generation(gpu: str) -> str:
@@ -103,6 +107,7 @@ class Interval:
     shared: int  # how many of the regime's fields the least alike of those rows shares with the plan
     regime: dict  # the plan's regime
     note: str = ""  # the widening applied, if any ("; widened to ...")
+    widened: dict = field(default_factory=dict)  # widening ("generation", "scale", "sequence") -> its rows' names
 
     def describe(self) -> str:
         """One line: the bounds as multiples and where they come from; the regime's fields last, in parentheses, and
@@ -119,8 +124,8 @@ class Interval:
 
 def interval(reg: dict, exclude_source: str | None = None, rows=None) -> Interval:
     """The 80% interval for a plan of regime ``reg`` (:func:`regime`): the ratios of the :data:`MIN_ROWS` or more
-    published rows most alike, whole tiers of alikeness at a time; ``exclude_source``: leave that source's rows out
-    (the coverage check scores each source on the others' rows)."""
+    published rows most alike, whole tiers of alikeness at a time, widened as the module says; ``exclude_source``:
+    leave that source's rows out (the coverage check scores each source on the others' rows)."""
     rows = residuals() if rows is None else rows
     pool = [r for r in rows if r["source"] != exclude_source]
     if not pool:
@@ -133,32 +138,42 @@ def interval(reg: dict, exclude_source: str | None = None, rows=None) -> Interva
         if len(taken) >= MIN_ROWS and len({r["source"] for r in taken}) >= MIN_SOURCES:
             break
     low, high = spread(taken)
-    notes = []
-    own = [r for r in pool if r["regime"]["generation"] == reg["generation"]]
-    if own:  # at least as wide as this generation's own misses
-        lo, hi = spread(own)
+    notes, widened = [], {}
+
+    def widen(name: str, group: list, note: str, ends: tuple | None = None) -> None:
+        """Reach the group's spread (or ``ends``, read off it) where it is wider."""
+        nonlocal low, high
+        lo, hi = ends if ends is not None else spread(group)
         if lo < low or hi > high:
-            notes.append(f"widened to the {len(own)} runs on {reg['generation']} GPUs")
-    else:  # a generation never measured: as wide as the widest measured
-        lo, hi = widest(pool, "generation")
-        notes.append(f"no published run on {reg['generation']} GPUs: widened to the widest of the generations "
-                     "measured")
-    low, high = min(low, lo), max(high, hi)
+            low, high = min(low, lo), max(high, hi)
+            notes.append(note)
+            widened[name] = tuple(f"{r['source']} / {r['run']}" for r in group)
+
+    own = [r for r in pool if r["regime"]["generation"] == reg["generation"]]
+    if _sources(own) >= WIDEN_SOURCES:  # at least as wide as this generation's own misses
+        widen("generation", own, f"widened to the {len(own)} runs on {reg['generation']} GPUs")
+    elif not own:  # a generation never measured: as wide as the widest measured
+        lo, hi, group = widest(pool, "generation")
+        widen("generation", group,
+              f"no published run on {reg['generation']} GPUs: widened to the widest of the generations measured",
+              (lo, hi))
     largest = max(r.get("gpus", 0) for r in pool)
     if reg.get("gpus", 0) > largest:  # beyond the largest published run: as wide as the widest scale measured
-        lo, hi = widest(pool, "scale")
-        low, high = min(low, lo), max(high, hi)
-        notes.append(f"beyond the largest published run ({largest} GPUs): widened to the widest of the scales measured")
+        lo, hi, group = widest(pool, "scale")
+        widen("scale", group,
+              f"beyond the largest published run ({largest} GPUs): widened to the widest of the scales measured",
+              (lo, hi))
     if reg.get("seq_len", 0) >= LONG:  # long sequences: as wide as the published runs that long
         long = [r for r in pool if r["regime"].get("seq_len", 0) >= LONG]
-        if long:
-            lo, hi = spread(long)
-            if lo < low or hi > high:
-                notes.append(f"widened to the {len(long)} runs of {LONG // 1024}k tokens or more per sequence")
-            low, high = min(low, lo), max(high, hi)
+        if _sources(long) >= WIDEN_SOURCES:
+            widen("sequence", long, f"widened to the {len(long)} runs of {LONG // 1024}k tokens or more per sequence")
     note = "".join(f"; {n}" for n in notes)
     return Interval(float(low), float(high), tuple(f"{r['source']} / {r['run']}" for r in taken), shared, dict(reg),
-                    note)
+                    note, widened)
+
+
+def _sources(rows) -> int:
+    return len({r["source"] for r in rows})
 
 
 def spread(rows) -> tuple:
@@ -167,13 +182,20 @@ def spread(rows) -> tuple:
 
 
 def widest(rows, field: str) -> tuple:
-    """The lowest low and the highest high of the spreads of the rows grouped by ``field``'s value (each group of two
-    sources or more: one source's misses are its own cluster's and framework's)."""
+    """The lowest low and the highest high of the spreads of the rows grouped by ``field``'s value (each group of at
+    least :data:`WIDEST_SOURCES` sources: a source's misses are its own cluster's and framework's), and the rows of
+    the groups that set them; every row's spread where no group has so many."""
     groups = {}
     for r in rows:
         groups.setdefault(r["regime"][field], []).append(r)
-    ends = [spread(g) for g in groups.values() if len({r["source"] for r in g}) >= 2] or [spread(rows)]
-    return min(e[0] for e in ends), max(e[1] for e in ends)
+    wide = [g for g in groups.values() if _sources(g) >= WIDEST_SOURCES]
+    if not wide:
+        return (*spread(rows), list(rows))
+    ends = [spread(g) for g in wide]
+    lowest = wide[min(range(len(wide)), key=lambda i: ends[i][0])]
+    highest = wide[max(range(len(wide)), key=lambda i: ends[i][1])]
+    return (min(e[0] for e in ends), max(e[1] for e in ends),
+            lowest + [r for r in highest if r not in lowest])
 
 
 def weighted_quantiles(values, sources, qs) -> tuple:
