@@ -27,7 +27,7 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
                f"({first['source_batch']}); {first['optimizer_steps']:,.0f} optimizer steps")
     peak = first["peak_flops_per_gpu"] / 1e12
     out.append(f"Hardware: {first['gpus']} x {gpu.name} ({gpu.label}: {peak:g} TFLOP/s dense {PRECISIONS[first['precision']].peak_dtype}, "
-               f"{gpu.memory_bytes / 1e9:g} GB, {gpu.power_w:g} W); {_degrees(first)} parallel; sharding {_sharding(first)}; {first['precision']}; activation "
+               f"{gpu.memory_bytes / 1e9:g} GB, {gpu.power_w:g} W); {_degrees(first)}; sharding {_sharding(first)}; {first['precision']}; activation "
                f"checkpointing {first['checkpointing']}; optimizer {first['optimizer']}" + _experts(first))
     out.append(f"Efficiency: {first['source_efficiency']}")
     if table["compute_multiplier"].notna().any() and table["source_quality"].iloc[0].startswith("to reach"):
@@ -95,7 +95,8 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
         if first[key]:
             out.append(f"- {label}: {first[key]}")
     out.append("- memory model: docs/planning.md (activations: analytic/memory.py's per-rule accounting; "
-               f"sequence parallelism with tp; {first.get('schedule') or '1F1B'} with pp)")
+               f"tp {'with' if first.get('sequence_parallel') else 'without'} sequence parallelism; "
+               f"{first.get('schedule') or '1F1B'} with pp)")
     if first["source_efficiency"].startswith("predicted") and generic_numbers(gpu):
         out.append(f"- device model: {_generic_note(gpu)}")
     return "\n".join(out) + "\n"
