@@ -71,6 +71,8 @@ def evaluate(path: Path, min_bytes: float) -> list[dict]:
     with open(path, newline="") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        if not {"time_us", "busbw_gbs"} & set(reader.fieldnames or []):
+            missing.append("time_us or busbw_gbs")
         if missing:
             raise ValueError(f"{path}: no column {', '.join(missing)} (a collectives table has {', '.join(REQUIRED)}, "
                              "and time_us or busbw_gbs)")

@@ -68,7 +68,10 @@ def main(argv=None) -> int:
     ap.add_argument("--within", type=float, default=5.0, help="a published layout within this %% of the best agrees")
     args = ap.parse_args(argv)
     start = time.perf_counter()
-    rows = [r for r in runs.load(args.csv) if r["source"] in TUNED]
+    rows = [r for r in runs.load(args.csv) if r.get("source") in TUNED]
+    if not rows:
+        print(f"no row of {args.csv} is from a source whose layouts were tuned ({', '.join(sorted(TUNED))})")
+        return 1
     print(f"{'source':24} {'run':32} {'published':26} {'step':>7} {'fits':>4}  {'search best':28} {'step':>7} {'gap':>6}")
     gaps, fits_count = [], 0
     for row in rows:

@@ -142,7 +142,8 @@ def main(argv=None) -> int:
     refused: list[str] = []
     results = evaluate(args.csv, refused=refused)
     if not results:
-        print(f"no row of {args.csv} could be planned ({len(refused)} refused):", *refused, sep="\n  ")
+        print(f"no row of {args.csv} could be planned ({len(refused)} refused)" + (":" if refused else ""), *refused,
+              sep="\n  ")
         return 1
     if args.rows:
         print(f"{'source':24} {'run':40} {'measured s':>10} {'predicted s':>11} {'err %':>7} {'flat s':>9} {'err %':>7}")
