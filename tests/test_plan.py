@@ -813,6 +813,7 @@ def test_counts_of_a_given_layout_that_one_default_batch_cannot_serve_each_take_
     batches = result.table.drop_duplicates("gpus").set_index("gpus")["global_batch"].to_dict()
     assert batches == {1024: 1024, 1536: 1536}
     assert "1024 sequences on 1024 GPUs; 1536 sequences on 1536 GPUs" in " ".join(result.text.split())
+    assert "Scaling (the batch differs between counts, above)" in result.text
     alike = tc.plan(preset="llama-3-8b", tokens=1e12, rule="bp", gpu="h100-sxm", gpus=[256, 512])
     assert set(alike.table["global_batch"]) == {512}  # one default serves both: counts compare at one batch
     with pytest.raises(tc.Error, match="global_batch: 1536 sequences do not divide over the data-parallel degree 1024"):
@@ -866,3 +867,10 @@ def test_the_smallest_change_that_fits_may_be_sequence_parallelism():
     fixed = tc.plan(preset="llama-2-70b", tokens=2e12, gpu="h100-sxm", gpus=64, rule="bp", tp=8, pp=1,
                     sharding="zero1", micro_batch=1, sequence_parallel="on")
     assert bool(fixed.table["fits"].iloc[0]) and fixed.verdict is None
+
+
+def test_a_wall_clock_of_a_thousand_days_or_more_prints_whole_days():
+    from trainingcost.text import _duration, _duration_range
+
+    assert _duration(999.94 * 86400) == "999.9 d" and _duration(1452.5 * 86400) == "1452 d"  # round half to even
+    assert _duration_range(1452.5 * 86400, 1256 * 86400, 1661 * 86400) == "1452 d (1256-1661)"

@@ -258,7 +258,8 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
     batches = t.drop_duplicates("gpus").set_index("gpus")["global_batch"]
     batch = (f"{first['global_batch']} sequences" if batches.nunique() == 1 else
              "; ".join(f"{int(g)} sequences on {n} GPUs" for n, g in batches.items()) +
-             " (each count's default: a multiple of its data-parallel degree; --global-batch for one)")
+             " (the largest count's default where it divides over a count's data-parallel degree, else that "
+             "count's own; a global batch given serves every count)")
     out.append(wrapped(f"Run: {first['tokens']:.3g} tokens in steps of {batch} of "
                        f"{first['tokens_per_sequence']} tokens, on {gpu.name} ({gpu.memory_bytes / 1e9:g} GB); "
                        f"searched: {fields}", width))
@@ -294,8 +295,10 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
                              "yes" if row["fits"] else "NO", _duration(mine), f"{row['step_time_s'] / mine:.2f}"])
             out.append(grid(["rule", "BP's layout", "step", "fits", "own best", "x own"], rows))
     else:
-        out.append(wrapped(f"Strong scaling: each rule at its best layout per GPU count; best count by "
-                           f"{result.objective} marked *", width))
+        same = t.drop_duplicates("gpus")["global_batch"].nunique() == 1
+        out.append(wrapped(f"{'Strong scaling' if same else 'Scaling (the batch differs between counts, above)'}: "
+                           f"each rule at its best layout per GPU count; best count by {result.objective} marked *",
+                           width))
         out.append("")
         out.append(grid(*search_cells(result, cfg)))
     out += [wrapped(line, width) for line in untrained_note(refused, cfg)]

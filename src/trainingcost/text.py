@@ -89,6 +89,8 @@ def _duration(seconds: float) -> str:
         return "-"  # a rule that never reaches the target loss: no run to time
     if seconds >= 86400 * 1e6:  # a million days and more: scientific notation, short
         return f"{seconds / 86400:.2e} d".replace("e+", "e")
+    if seconds >= 86400 * 1000:  # a thousand days and more: whole days (the cell stays within a screen's table)
+        return f"{seconds / 86400:.0f} d"
     if seconds >= 86400:
         return f"{seconds / 86400:.1f} d"
     if seconds >= 3600:
