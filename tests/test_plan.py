@@ -874,3 +874,21 @@ def test_a_wall_clock_of_a_thousand_days_or_more_prints_whole_days():
 
     assert _duration(999.94 * 86400) == "999.9 d" and _duration(1452.5 * 86400) == "1452 d"  # round half to even
     assert _duration_range(1452.5 * 86400, 1256 * 86400, 1661 * 86400) == "1452 d (1256-1661)"
+
+
+def test_the_activations_tensor_parallelism_keeps_whole_by_hand_for_an_encoder_decoder():
+    """d 8, source 4 and target 6 tokens, LayerNorm (its saved input and its mean and inverse deviation per row).
+    Encoder block: 2 norms x (4 x 8 + 2 x 4) = 80, and the inputs attention and the FFN save, 32 each: 144. Decoder
+    block: 3 norms x (6 x 8 + 2 x 6) = 180, self-attention's and the FFN's inputs 48 each, and cross-attention's:
+    its queries' input 48 and the encoder's output, 4 x 8 = 32, for its keys and values: 356."""
+    cfg = canonical_model(dict(arch="encoder-decoder", enc_layers=2, dec_layers=2, d_model=8, heads=2, d_ff=16,
+                               vocab=10, seq_len=4, tgt_len=6, norm="layernorm", positions="learned", bias="all"), "")
+    facts = model_facts(cfg, ["bp"], "adam")
+    assert facts.block_replicated == {"encoder": 144, "decoder": 356}
+    from trainingcost.analytic.plan_memory import activations_per_sequence, replicated_per_sequence
+
+    kept = activations_per_sequence(facts, "bp", "none", 2)
+    whole = replicated_per_sequence(facts, "bp", "none", 2)
+    assert whole == 2 * 144 + 2 * 356 and whole < kept  # the whole-kept part of what autograd saves
+    p = spec(precision="bf16-mixed", tp=2, gpus=2, sequence_parallel=False)
+    assert memory_per_gpu(facts, p, "bp", kept)["activations"] == pytest.approx(2 * ((kept - whole) / 2 + whole))

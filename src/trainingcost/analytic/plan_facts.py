@@ -200,6 +200,9 @@ def _model_facts(cfg, rules: tuple, optimizer: str) -> ModelFacts:
         # a norm's saved input, and the input each other sublayer saves for its products (d wide: whole per rank
         # without sequence parallelism); sublayers that save nothing (DFA's projections) hold none
         whole = np.where(norms, per["saved"], np.where(per["saved"] > 0, block_input[stack], 0))
+        if cfg.encdec:  # cross-attention saves the encoder's output too (its keys' and values' input), source-long
+            whole = whole + np.where((kinds == "cross_attention") & (per["saved"] > 0),
+                                     cfg.rows("encoder") * cfg.d_model, 0)
         block_replicated[stack] = one_of_each(whole, mine)
     per_rule = pd.DataFrame({
         "feedback": memory["feedback"] // 4,
