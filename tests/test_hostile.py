@@ -423,7 +423,7 @@ def test_messages_name_the_flag_given(capsys):
 
     base = ["plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb"]
     assert cli.main([*base, "--global-batch-tokens", "1", "--gpus", "8"]) == 2
-    assert "--global-batch-tokens: 1 tokens make 1 sequences" in capsys.readouterr().err
+    assert "--global-batch-tokens: 1 tokens are less than one sequence" in capsys.readouterr().err
     assert cli.main([*base, "--mirror-steps", "-1"]) == 2
     assert capsys.readouterr().err.startswith("trainingcost plan: error: argument --mirror-steps")
 

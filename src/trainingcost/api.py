@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from typing import Literal
@@ -87,6 +88,18 @@ def _given(action: argparse.Action, value) -> bool:
     return value is not None and not (value is False and isinstance(action, argparse._StoreTrueAction))
 
 
+def _plain_number(value):
+    """A numpy (or other numbers-ABC) scalar as Python's int or float, so that a value read from a result's table
+    is taken as the literal would be; bools, strings and the rest unchanged."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Number) or type(value) in (int, float):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return value
+
+
 def _value(command: str, action: argparse.Action, value):
     """``value`` checked and converted as the command line converts the flag's text, without making text of it
     (a float stays the float given)."""
@@ -100,9 +113,13 @@ def _value(command: str, action: argparse.Action, value):
             refuse(f"expected True or False, got {value!r}")
         return value
     convert = action.type
+    value = _plain_number(value)
+    if isinstance(value, bool) and action.choices is not None and {"on", "off"} <= set(action.choices):
+        value = "on" if value else "off"  # an on/off flag (--sequence-parallel) takes Python's True and False
     try:
         if convert is gpu_counts and not isinstance(value, str):
-            values = list(value) if isinstance(value, Sequence) else [value]
+            values = [_plain_number(v) for v in (list(value) if isinstance(value, Sequence) else [value])]
+            values = [int(v) if isinstance(v, float) and v.is_integer() else v for v in values]
             if not values or any(isinstance(v, bool) or not isinstance(v, int) for v in values):
                 refuse(f"expected GPU counts (integers), got {value!r}")
             value = gpu_counts(",".join(str(v) for v in values))
@@ -116,7 +133,9 @@ def _value(command: str, action: argparse.Action, value):
             checked = convert(repr(value))  # the flag's own checks (range, finiteness, integrality)
             value = checked if isinstance(checked, str) or checked is None else type(checked)(value)
         elif convert is not None and not (action.dest in ("hf_config", "frontiers") or isinstance(value, os.PathLike)):
-            refuse(f"expected {convert.__name__}, got {type(value).__name__} {value!r}")
+            form = (f"one of {', '.join(map(str, action.choices))}" if action.choices else
+                    action.metavar if isinstance(action.metavar, str) else "a string")
+            refuse(f"expected {form}, got {type(value).__name__} {value!r}")
         elif isinstance(value, os.PathLike):
             value = os.fspath(value)
     except argparse.ArgumentTypeError as exc:
@@ -245,7 +264,7 @@ def plan(
     zero3_gather: str | None = None,
     precision: str | None = None,
     checkpointing: str = 'none',
-    checkpoint_every: int = 2,
+    checkpoint_every: int | None = None,
     optimizer: str = 'adam',
     interleave: int | Literal["auto"] = 1,
     offload: str = 'none',
@@ -283,11 +302,11 @@ def plan(
     Give a model (``preset``, ``hf_config`` or the shape's fields), a token budget (``tokens``, ``epochs`` with
     ``dataset_tokens``, or ``chinchilla``) and a device (``gpu`` or ``cluster``). Every input:
 
-        preset (--preset): a named shape: paper-example, vaswani-base, bert-base, distilbert, gpt2-small,
-            gpt2-xl, gpt3-175b, t5-small, llama-2-7b, llama-2-13b, llama-2-70b, llama-3-8b, mistral-7b,
-            qwen2.5-0.5b, pythia-1.4b, gpt-j-6b, phi-2, falcon-7b, olmo-1b, starcoder2-3b, phi-3-mini-4k,
-            stablelm-2-1.6b, t5-v1.1-small, gemma-2b, gemma-7b, gemma-2-2b, gemma-2-9b, mixtral-8x7b,
-            qwen1.5-moe-a2.7b, qwen3-8b, qwen3-30b-a3b, olmo2-7b, olmo2-13b, olmoe-1b-7b
+        preset (--preset): a named shape: paper-example, vaswani-base, bert-base, distilbert, gpt2-small, gpt2-xl,
+            gpt3-175b, t5-small, llama-2-7b, llama-2-13b, llama-2-70b, llama-3-8b, mistral-7b, qwen2.5-0.5b,
+            pythia-1.4b, gpt-j-6b, phi-2, falcon-7b, olmo-1b, starcoder2-3b, phi-3-mini-4k, stablelm-2-1.6b,
+            t5-v1.1-small, gemma-2b, gemma-7b, gemma-2-2b, gemma-2-9b, mixtral-8x7b, qwen1.5-moe-a2.7b, qwen3-8b,
+            qwen3-30b-a3b, olmo2-7b, olmo2-13b, olmoe-1b-7b, deepseek-v3, deepseek-v2-lite
         arch (--arch): encoder, decoder or encoder-decoder
         layers (--layers): blocks (encoder-only, decoder-only; both stacks of encoder-decoder)
         enc_layers (--enc-layers): encoder blocks (encoder-decoder)
@@ -397,7 +416,8 @@ def plan(
         global_batch (--global-batch): sequences per optimizer step (default: about 4M tokens)
         global_batch_tokens (--global-batch-tokens): tokens per optimizer step
         micro_batch (--micro-batch): sequences per GPU per forward-backward (default max: the largest that fits
-            and divides the replica's batch; the rest is gradient accumulation; auto: searched)
+            and divides the replica's batch, under a pipeline the fitting one with the shortest predicted step; the
+            rest is gradient accumulation; auto: searched)
         gpu (--gpu): a device of the hardware catalogue (trainingcost hardware) or of --hardware; required
             without --cluster
         hardware (--hardware): your own devices, a YAML or JSON file in the catalogue's format: {name: {label,
@@ -462,7 +482,8 @@ def plan(
             bf16-mixed, fp16-mixed, fp8-mixed
         checkpointing (--checkpointing): activation checkpointing: selective checkpoints every --checkpoint-
             every-th block; one of none, selective, full, auto
-        checkpoint_every (--checkpoint-every): checkpoint every
+        checkpoint_every (--checkpoint-every): with --checkpointing selective (or auto): checkpoint every k-th
+            block (default 2)
         optimizer (--optimizer): one of sgd, momentum, adam
         interleave (--interleave): virtual pipeline stages per GPU (interleaved 1F1B)
         offload (--offload): keep the optimizer (ZeRO-Offload), or the parameters too (ZeRO-3's offload_param,
@@ -614,11 +635,11 @@ def estimate(
     (``trainingcost estimate``; docs/cost_models.md has every formula). ``cost_model=None`` gives the executed model
     (what our PyTorch code runs), as the command line's table does; ``"all"`` every cost model. Every input:
 
-        preset (--preset): a named shape: paper-example, vaswani-base, bert-base, distilbert, gpt2-small,
-            gpt2-xl, gpt3-175b, t5-small, llama-2-7b, llama-2-13b, llama-2-70b, llama-3-8b, mistral-7b,
-            qwen2.5-0.5b, pythia-1.4b, gpt-j-6b, phi-2, falcon-7b, olmo-1b, starcoder2-3b, phi-3-mini-4k,
-            stablelm-2-1.6b, t5-v1.1-small, gemma-2b, gemma-7b, gemma-2-2b, gemma-2-9b, mixtral-8x7b,
-            qwen1.5-moe-a2.7b, qwen3-8b, qwen3-30b-a3b, olmo2-7b, olmo2-13b, olmoe-1b-7b
+        preset (--preset): a named shape: paper-example, vaswani-base, bert-base, distilbert, gpt2-small, gpt2-xl,
+            gpt3-175b, t5-small, llama-2-7b, llama-2-13b, llama-2-70b, llama-3-8b, mistral-7b, qwen2.5-0.5b,
+            pythia-1.4b, gpt-j-6b, phi-2, falcon-7b, olmo-1b, starcoder2-3b, phi-3-mini-4k, stablelm-2-1.6b,
+            t5-v1.1-small, gemma-2b, gemma-7b, gemma-2-2b, gemma-2-9b, mixtral-8x7b, qwen1.5-moe-a2.7b, qwen3-8b,
+            qwen3-30b-a3b, olmo2-7b, olmo2-13b, olmoe-1b-7b, deepseek-v3, deepseek-v2-lite
         arch (--arch): encoder, decoder or encoder-decoder
         layers (--layers): blocks (encoder-only, decoder-only; both stacks of encoder-decoder)
         enc_layers (--enc-layers): encoder blocks (encoder-decoder)

@@ -61,17 +61,17 @@ def count(text: str) -> int:
 
 def count_or_max(text: str):
     """``max`` (None: the largest that fits), or a count."""
-    return None if text == "max" else count(text)
+    return None if text.strip().lower() == "max" else count(text)
 
 
 def count_or_auto(text: str):
     """``auto`` (left to the layout search), or a count."""
-    return "auto" if text == "auto" else count(text)
+    return "auto" if text.strip().lower() == "auto" else count(text)
 
 
 def count_max_or_auto(text: str):
     """``auto`` (searched), ``max`` (None: the largest that fits), or a count."""
-    return "auto" if text == "auto" else count_or_max(text)
+    return "auto" if text.strip().lower() == "auto" else count_or_max(text)
 
 
 MAX_GPUS = 2**20  # 1,048,576: five times the largest clusters built (about 200,000 GPUs in 2025); more is not a plan
@@ -240,9 +240,9 @@ def rule_list(text: str) -> list[str]:
     from .analytic import rule_names
 
     known = list(rule_names())
-    if text.strip() == "all":
+    if text.strip().lower() == "all":
         return known
-    asked = [part.strip() for part in text.split(",")]
+    asked = [part.strip().lower() for part in text.split(",")]
     bad = [part for part in asked if part not in known]
     if bad or not asked:
         raise argparse.ArgumentTypeError(f"{bad[0] if bad else text!r} is not a rule (allowed: {', '.join(known)}, all, "

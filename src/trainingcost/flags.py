@@ -95,7 +95,8 @@ def plan_flags(p) -> None:
     batch.add_argument("--global-batch-tokens", type=number, help="tokens per optimizer step")
     p.add_argument("--micro-batch", type=count_max_or_auto, default=None, metavar="N|max|auto",
                    help="sequences per GPU per forward-backward (default max: the largest that fits and divides the "
-                        "replica's batch; the rest is gradient accumulation; auto: searched)")
+                        "replica's batch, under a pipeline the fitting one with the shortest predicted step; the rest "
+                        "is gradient accumulation; auto: searched)")
     p.add_argument("--gpu", help="a device of the hardware catalogue (trainingcost hardware) or of --hardware; required "
                                  "without --cluster")
     p.add_argument("--hardware", metavar="FILE",
@@ -166,7 +167,8 @@ def plan_flags(p) -> None:
                         "products in fp8 (devices with fp8 tensor cores: Ada, Hopper, Blackwell, MI300X)")
     p.add_argument("--checkpointing", default="none", type=str.lower, choices=[*CHECKPOINTING, "auto"],
                    help="activation checkpointing: selective checkpoints every --checkpoint-every-th block")
-    p.add_argument("--checkpoint-every", type=count, default=2)
+    p.add_argument("--checkpoint-every", type=count, default=None,
+                   help="with --checkpointing selective (or auto): checkpoint every k-th block (default 2)")
     p.add_argument("--optimizer", default="adam", choices=list(OPTIMIZER_SLOTS))
     p.add_argument("--interleave", type=count_or_auto, default=1, metavar="N|auto",
                    help="virtual pipeline stages per GPU (interleaved 1F1B)")

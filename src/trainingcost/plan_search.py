@@ -87,12 +87,12 @@ def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
         raise ConfigError("--layout: the search ranks layouts by the predicted step time; leave out --mfu, --hfu, "
                           "--tokens-per-s and --calibration")
     # One global batch for every count (the default for the largest, a multiple of its GPUs), so counts compare
+    _check_groups(args, counts, free, spec_of)
     base = spec_of(fixed_args(args, max(counts)))
     G = base.global_batch if base.global_batch is not None else global_batch(
         dataclasses.replace(base, tp=1, pp=1), cfg)[0]
     tables, layouts, at_bp, searches = [], [], [], {}
     check_precision(base.precision, gpu)  # before the search prices anything (plan_table checks it again)
-    _check_groups(args, counts, free, spec_of)
     for n in counts:
         own = spec_of(fixed_args(args, n))
         spec = dataclasses.replace(own, global_batch=G)
@@ -129,6 +129,10 @@ def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
                 at_bp.append({"gpus": n, "rule": r, "layout": _compact(row), "step_time_s": row["step_time_s"],
                               "wall_clock_s": row["wall_clock_s"], "fits": bool(row["fits"])})
     table = pd.concat(tables, ignore_index=True)
+    if base.global_batch is None:  # the common default: where it comes from, not "given"
+        source = global_batch(dataclasses.replace(base, tp=1, pp=1), cfg)[1]
+        common = (table["global_batch"] == G) & (table["source_batch"] == "given")
+        table.loc[common, "source_batch"] = source
     column = OBJECTIVES[args.objective]
     best_count = {}
     for r in rules:
@@ -140,12 +144,22 @@ def run(args, cfg, gpu, rules, models, spec_of) -> SearchPlan:
 
 
 def _check_groups(args, counts, free, spec_of) -> None:
-    """HSDP replica groups given (--replicate R) that a GPU count cannot split at any layout of the search: refused
-    for that count before any count is searched (the most replicas at n GPUs: tp and pp at 1 where searched)."""
+    """The layout fields given that a GPU count cannot hold at any layout of the search (tensor, pipeline and
+    context parallelism: their product must divide it), and HSDP replica groups given (--replicate R) that it cannot
+    split: refused for that count before any count is searched (the most replicas at n GPUs: tp and pp at 1 where
+    searched)."""
     from .analytic.steptime.step import hsdp_problem
 
     for n in counts:
         spec = spec_of(fixed_args(args, n))
+        given = {"tensor-parallel": 1 if "tp" in free else spec.tp, "pipeline-parallel": 1 if "pp" in free else spec.pp,
+                 "context-parallel": spec.cp}
+        fixed = math.prod(given.values())
+        if n % fixed:
+            factors = [f"{name} {value}" for name, value in given.items() if value > 1]
+            named = " x ".join(factors) + (f" = {fixed}" if len(factors) > 1 else "")
+            raise ConfigError(f"gpus: {n} GPU{'s do' if n != 1 else ' does'} not divide into {named} (the "
+                              "data-parallel degree must be a whole number at every layout searched)")
         if "replicate" in free or spec.replicate == 1 or n % (spec.tp * spec.pp * spec.cp):
             continue
         problem = hsdp_problem(spec.replicate, n // (spec.tp * spec.pp * spec.cp), spec.cp,
@@ -263,6 +277,11 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
     out.append(wrapped(f"Run: {first['tokens']:.3g} tokens in steps of {batch} of "
                        f"{first['tokens_per_sequence']} tokens, on {gpu.name} ({gpu.memory_bytes / 1e9:g} GB); "
                        f"searched: {fields}", width))
+    source = str(first["source_batch"])
+    if batches.nunique() == 1 and len(result.counts) > 1 and source.startswith("default"):
+        out.append(wrapped(f"Batch: the largest count's default ({max(result.counts):,} GPUs: "
+                           f"{source.removeprefix('default: ')}), kept at every count so that the counts compare",
+                           width))
     if first.get("finetune", "full") != "full":
         out.append(wrapped("Trains: " + first["source_finetune"].split("; Hu et al.")[0], width))
     if len(result.counts) == 1:

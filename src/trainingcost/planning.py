@@ -243,13 +243,16 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
     if args.global_batch_tokens is not None:
         if not args.global_batch_tokens > 0:
             raise ConfigError(f"global_batch_tokens: must be positive (got {args.global_batch_tokens:g})")
+        if args.global_batch_tokens < tokens_per_sequence(cfg):
+            raise ConfigError(f"global_batch_tokens: {args.global_batch_tokens:g} tokens are less than one sequence of "
+                              f"{tokens_per_sequence(cfg)} tokens; give at least that many")
         global_batch = max(1, round(args.global_batch_tokens / tokens_per_sequence(cfg)))
         tp, pp = (v if isinstance(v, int) else 1 for v in (args.tp, args.pp))
         dp = args.gpus // (tp * pp * args.cp) if args.gpus % (tp * pp * args.cp) == 0 else 0
         if dp and global_batch % dp:
             n = tokens_per_sequence(cfg)
-            raise ConfigError(f"global_batch_tokens: {args.global_batch_tokens:g} tokens make {global_batch} sequences of "
-                              f"{n} tokens, which do not divide over the data-parallel degree {dp}; give a multiple "
+            raise ConfigError(f"global_batch_tokens: {args.global_batch_tokens:g} tokens make {global_batch} sequence"
+                              f"{'s' if global_batch != 1 else ''} of {n} tokens, which do not divide over the data-parallel degree {dp}; give a multiple "
                               f"of {dp * n:,} tokens")
     n = tokens_per_sequence(cfg)
     for name, given, per_step in (("global_batch_tokens", args.global_batch_tokens, (global_batch or 0) * n),
@@ -286,7 +289,7 @@ def spec_from_args(args, cfg, gpu) -> PlanSpec:
         tokens=tokens, tokens_source=tokens_source, gpus=args.gpus, tp=args.tp, pp=args.pp,
         sharding=args.sharding or fw.sharding, **system,
         tp_overlap=fw.tp_overlap if args.tp_overlap is None else args.tp_overlap,
-        precision=precision, checkpointing=args.checkpointing, checkpoint_every=args.checkpoint_every,
+        precision=precision, checkpointing=args.checkpointing, checkpoint_every=checkpoint_every(args),
         precision_source="" if args.precision else f"default: {gpu.name}'s best mixed precision",
         zero3_gather=args.zero3_gather or fw.zero3_gather,
         optimizer=args.optimizer, global_batch=global_batch, micro_batch=args.micro_batch,
@@ -405,6 +408,13 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
         table = user_devices({name: spec}, "gpu")
         args.gpu = name
     gpu = device(args.gpu if args.gpu is not None else cluster(args.cluster).gpu, table)
+    if args.framework is not None:
+        notes += framework_notes(framework(args.framework), args)
+    if args.gpu is not None and args.cluster is not None and cluster(args.cluster).gpu != gpu.name:
+        notes.append(f"--gpu {gpu.name} on --cluster {args.cluster}, whose nodes hold {cluster(args.cluster).gpu}: "
+                     f"the cluster's nodes and network priced around the {gpu.name}s given")
+    if args.figure is not None and not args.figure.strip():
+        raise ConfigError("--figure: a path to write (.png, .pdf or .svg); got an empty one")
     if getattr(args, "power_limit", None) is not None:
         if args.device_model is not None:
             raise ConfigError("--power-limit: a device measurement (--device-model) ran under its own power limit; give "
@@ -430,9 +440,12 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
             raise ConfigError("--figure: the strong-scaling figure needs several --gpus (e.g. --gpus 64-1024x2)")
         result = search_plan(args, cfg, gpu, rules, models, lambda a: spec_from_args(a, cfg, gpu))
         result.table = with_currency(result.table, args)
-        return PlanOutcome(result.table, cfg, gpu, search=result, notes=notes)
+        return PlanOutcome(result.table, cfg, gpu, search=result, notes=notes + utilisation_notes(result.table))
     if args.figure:
         raise ConfigError("--figure: the strong-scaling figure needs several --gpus (e.g. --gpus 64-1024x2)")
+    if args.objective != "time":
+        raise ConfigError(f"--objective: {args.objective} picks the best of several --gpus counts (e.g. --gpus "
+                          "64-1024x2); one count at a given layout leaves nothing to pick")
     args = fixed_args(args, args.gpus[0])
     spec = spec_from_args(args, cfg, gpu)
     if args.device_model is not None:
@@ -445,7 +458,59 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
                           "--tokens-per-s, --calibration or --measured-run already holds its own power (give one or "
                           "the other)")
     table = with_currency(plan_table(cfg, spec, gpu, rules, models), args)
-    return PlanOutcome(table, cfg, gpu, spec, fit_verdict(table, cfg, spec, gpu), notes=notes)
+    return PlanOutcome(table, cfg, gpu, spec, fit_verdict(table, cfg, spec, gpu), notes=notes + utilisation_notes(table))
+
+
+def framework_notes(fw, args) -> list[str]:
+    """A layout given with --framework that the framework does not run (config/frameworks.yaml, ``can``, each cited):
+    priced as given (a given layout is the user's; docs/planning.md), and said in a note naming the field and what
+    the framework runs."""
+    can = dict(fw.can)
+    if not can:
+        return []
+    out = []
+    shardings = set(can["shardings"]) | ({"fsdp"} if "zero3" in can["shardings"] else set())
+    if args.sharding not in (None, "auto") and args.sharding not in shardings:
+        out.append(f"--sharding {args.sharding}: framework {fw.name} does not run it (it runs "
+                   f"{', '.join(can['shardings'])}); priced as given")
+    for value, ability, flag in ((args.tp, "tensor", "--tp"), (args.pp, "pipeline", "--pp"),
+                                 (args.interleave, "interleave", "--interleave")):
+        if isinstance(value, int) and value > 1 and not can.get(ability, True):
+            what = "interleaved pipeline schedule" if ability == "interleave" else f"{ability} parallelism"
+            out.append(f"{flag} {value}: framework {fw.name} has no {what}; priced as given")
+    if args.sequence_parallel in (True, "on") and not can.get("sequence_parallel", True):
+        out.append(f"--sequence-parallel: framework {fw.name} has no sequence parallelism; priced as given")
+    return out
+
+
+def checkpoint_every(args) -> int:
+    """--checkpoint-every: every k-th block checkpointed under selective checkpointing (default 2); refused with
+    another checkpointing, where it would be ignored."""
+    if args.checkpoint_every is None:
+        return 2
+    if args.checkpointing not in ("selective", "auto"):
+        raise ConfigError(f"--checkpoint-every: applies to --checkpointing selective (or auto), which checkpoints "
+                          f"every k-th block; got --checkpointing {args.checkpointing}")
+    return args.checkpoint_every
+
+
+def utilisation_notes(table) -> list[str]:
+    """A note where an MFU or HFU comes out above 1: a cost model that counts more FLOPs than the step's kernels run
+    (the whole attention matrix of a causal decoder, whose fused kernels skip the masked half; analytic/steptime/kernels.py),
+    not a GPU beyond its peak."""
+    over = table[(table["mfu"] > 1) | (table["hfu"] > 1)]
+    if over.empty:
+        return []
+    worst = over.loc[over[["mfu", "hfu"]].max(axis=1).idxmax()]
+    causal = table[(table["rule"] == worst["rule"]) & (table["cost_model"] == "causal")]
+    beside = f"; under the causal cost model its MFU is {causal['mfu'].iloc[0]:.3f}" if not causal.empty else ""
+    others = [n for n in dict.fromkeys(f"{r} {m}" for r, m in zip(over["rule"], over["cost_model"]))
+              if n != f"{worst['rule']} {worst['cost_model']}"]
+    also = f"; also {', '.join(others)}" if others else ""
+    return [f"MFU or HFU above 1 ({worst['rule']} under {worst['cost_model']}: MFU {worst['mfu']:.3f}, HFU "
+            f"{worst['hfu']:.3f}{also}): that cost model counts FLOPs the step's kernels do not run, such as the masked half "
+            f"of a causal decoder's attention, which fused attention skips{beside}; no GPU runs above its peak "
+            "(docs/planning.md)"]
 
 
 def measured_device(args: argparse.Namespace, gpu, spec):

@@ -282,11 +282,11 @@ def _search(cfg, spec, device, rules, free, tp_across_nodes: bool = False, top: 
         rejected.append(f"sharding {', '.join(s for s in SHARDINGS if s not in shardings)}: not run by framework "
                         f"{spec.framework}")
     if spec.offload != "none" and "sharding" in free:  # an offload runs under the ZeRO stages that shard its state
-        kept = tuple(sh for sh in shardings if host_offload.allows(spec.offload, sh))
-        if set(shardings) - set(kept):
-            rejected.append(f"sharding {', '.join(sh for sh in shardings if sh not in kept)}: --offload "
-                            f"{spec.offload} needs the state sharded ({', '.join(kept)})")
-        shardings = kept
+        allowed = tuple(sh for sh in shardings if host_offload.allows(spec.offload, sh))
+        if set(shardings) - set(allowed):
+            rejected.append(f"sharding {', '.join(sh for sh in shardings if sh not in allowed)}: --offload "
+                            f"{spec.offload} needs the state sharded ({', '.join(allowed)})")
+        shardings = allowed
     searched = "replicate" in free  # R per layout below; else the given R filters the shardings here
     if not searched and spec.replicate > 1 and "none" in shardings and "sharding" in free:
         shardings = tuple(s for s in shardings if s != "none")

@@ -46,7 +46,7 @@ from .plan_facts import PRECISIONS, SHARDINGS, ZERO_STAGE, ModelFacts, Precision
 # The memory per GPU lives in plan_memory (imported here: the plan's callers read it from this module too)
 from .plan_memory import (MEMORY_PARTS, UNFUSED_SCORE_BYTES, activations_per_sequence, checkpointed,  # noqa: F401
                           deepspeed_zero2_gpu_bytes, deepspeed_zero2_offload_gpu_bytes, deepspeed_zero3_gpu_bytes,
-                          deepspeed_zero3_offload_gpu_bytes, expert_tp, gathered_unit_bytes, host_bytes,
+                          deepspeed_zero3_offload_gpu_bytes, divisors, expert_tp, gathered_unit_bytes, host_bytes,
                           largest_divisor_at_most, largest_micro_batch, lora_activations, memory_per_gpu, replicas,
                           retained, shard_ranks, unfused_scores)
 
@@ -633,19 +633,33 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
         fp8_note = f"; {p.linear} GEMM ceiling: {DeviceModel.of(device, p.compute, p.linear).sources[key]}"
 
     # Memory, per rule (no cost model enters it)
-    memory = {}
+    memory, per_sequence, candidates = {}, {}, {}
+    multiple = spec.pp if spec.interleave > 1 else 1
     for r in needed:
         acts = activations_per_sequence(facts, r, spec.checkpointing, spec.checkpoint_every)
         parts = memory_per_gpu(facts, spec, r, acts)
         fixed = sum(v for k, v in parts.items() if k != "activations")
         most = largest_micro_batch(fixed, parts["activations"], capacity)
         # micro-batch max: the largest that fits (and, interleaved, leaves micro-batches in multiples of pp)
-        fitting = largest_divisor_at_most(per_replica, most, spec.pp if spec.interleave > 1 else 1)
+        fitting = largest_divisor_at_most(per_replica, most, multiple)
         micro = spec.micro_batch or max(1, fitting or largest_divisor_at_most(per_replica, most))
-        # (fewer micro-batches per step than the pipeline keeps in flight: as many as there are)
-        parts["activations"] *= micro * schedules.kept_share(
-            schedules.effective(spec.schedule, spec.interleave), spec.pp, spec.interleave, per_replica // micro)
+        if spec.micro_batch is None and spec.pp > 1 and fitting and e.kind != "mfu" and e.kind != "hfu" \
+                and e.kind != "tokens_per_s":
+            # under a pipeline fewer, larger micro-batches lengthen the bubble ((pp - 1) / micro-batches of the
+            # step, Narayanan et al. 2021, section 2.2): every fitting micro-batch is priced, the fastest kept
+            candidates[r] = [m for m in divisors(per_replica) if m <= fitting and (per_replica // m) % multiple == 0]
+        per_sequence[r] = parts["activations"]
         memory[r] = (parts, fixed, micro, most)
+
+    def with_micro(r: str, micro: int):
+        parts, fixed, _, most = memory[r]
+        # (fewer micro-batches per step than the pipeline keeps in flight: as many as there are)
+        parts = {**parts, "activations": per_sequence[r] * micro * schedules.kept_share(
+            schedules.effective(spec.schedule, spec.interleave), spec.pp, spec.interleave, per_replica // micro)}
+        memory[r] = (parts, fixed, micro, most)
+
+    for r in needed:
+        with_micro(r, memory[r][2])
     # A rule that does not fit at micro-batch 1 is still priced at micro-batch 1, its row marked fits False
     # (the command line names the smallest change that fits: smallest_fit)
 
@@ -660,9 +674,21 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
 
         work = rule_work(cfg, rules, ft)
         for r in rules:
-            lay = step_layout(spec, G, memory[r][2])
-            check_layout(cfg, lay)
-            predicted[r] = predict_step(cfg, lay, device, r, work)
+            tried = {}
+            for m in candidates.get(r) or [memory[r][2]]:
+                lay = step_layout(spec, G, m)
+                check_layout(cfg, lay)
+                tried[m] = predict_step(cfg, lay, device, r, work)
+            best = min(tried, key=lambda m: (tried[m].step_time_s, m))  # ties: the smaller micro-batch, less memory
+            if best != memory[r][2]:
+                with_micro(r, best)
+            predicted[r] = tried[best]
+    elif e.kind not in ("mfu", "hfu", "tokens_per_s"):  # a calibrated rate: its bubble as priced below
+        for r, ms in candidates.items():
+            rate = e.rate_at if e.rate_at is not None else (lambda m: e.value)
+            best = min(ms, key=lambda m: (1 + (spec.pp - 1) / (per_replica // m)) / rate(m))
+            if best != memory[r][2]:
+                with_micro(r, best)
 
     hw = flops.assign(hardware_flops_per_sequence=flops["model_flops_per_sequence"] + flops["recompute_flops_per_sequence"])
     hw = hw.set_index(["rule", "cost_model"])

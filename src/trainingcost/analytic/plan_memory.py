@@ -187,15 +187,20 @@ def gathered_unit_bytes(facts: ModelFacts, spec: PlanSpec, p) -> float:
     weights and gradients. Where the framework gathers fp8 weights (``fp8_gather`` under fp8-mixed, FSDP's block
     units), a block's weights count one byte each but its routed experts' (torchao's float8 all-gather covers its
     Float8Linear layers, not grouped experts; the block's norms, a few thousandths of it, counted at one byte too),
-    and the root unit (embeddings, head, final norm: gathered in bf16) keeps its bytes; the larger of the two."""
+    and the root unit (embeddings, head, final norm: gathered in bf16) keeps its bytes; the larger of the two.
+    Under expert parallelism a block unit gathers only the experts its GPU holds, experts / ep of each mixture (at
+    the experts' own tensor-parallel degree; counted here before tensor parallelism, as the caller divides by tp)."""
     unit = {"module": facts.largest_module, "sublayer": facts.largest_layer,
             "block": facts.largest_block}[spec.zero3_gather]
-    if not (p.linear and spec.fp8_gather and spec.zero3_gather == "block"):
-        return (p.weights + p.grads) * unit
-    root = facts.parameters - facts.blocks_parameters
     moe_blocks = sum(facts.moe_layers.values()) if facts.moe_layers else 0
     experts = facts.expert_parameters / moe_blocks if moe_blocks else 0.0  # one block's routed experts
-    block = (facts.one_block - experts) * (1 + p.grads) + experts * (p.weights + p.grads)
+    held = experts * spec.tp / (spec.ep * expert_tp(spec))  # of them, this GPU's (before tensor parallelism)
+    root = facts.parameters - facts.blocks_parameters
+    if spec.zero3_gather != "block":
+        return (p.weights + p.grads) * unit
+    if not (p.linear and spec.fp8_gather):
+        return (p.weights + p.grads) * max(root, facts.one_block - experts + held)
+    block = (facts.one_block - experts) * (1 + p.grads) + held * (p.weights + p.grads)
     return max(root * (p.weights + p.grads), block)
 
 
@@ -238,11 +243,15 @@ def largest_micro_batch(fixed: float, per_sequence: float, capacity: float) -> i
     return int((capacity - fixed) // per_sequence)
 
 
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n``, ascending."""
+    return sorted({d for i in range(1, math.isqrt(n) + 1) if n % i == 0 for d in (i, n // i)})
+
+
 def largest_divisor_at_most(n: int, limit: int, accumulation_multiple: int = 1) -> int:
     """The largest divisor d of ``n`` that is at most ``limit`` and leaves n / d micro-batches a multiple of
     ``accumulation_multiple`` (the interleaved 1F1B schedule's pp; Narayanan et al. 2021, section 2.2); 0 if none."""
-    divisors = {d for i in range(1, math.isqrt(n) + 1) if n % i == 0 for d in (i, n // i)}
-    return max((d for d in divisors if d <= limit and (n // d) % accumulation_multiple == 0), default=0)
+    return max((d for d in divisors(n) if d <= limit and (n // d) % accumulation_multiple == 0), default=0)
 
 
 # ---------------------------------------------------------------------------

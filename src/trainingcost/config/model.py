@@ -710,6 +710,7 @@ def _experts(out: dict, where: str) -> None:
 
 
 def preset_entry(name: str, where: str = "preset") -> dict:
+    name = name if name in PRESETS else name.strip().lower()  # LLAMA-3-8B names llama-3-8b
     if name not in PRESETS:
         raise not_in(where, name, "a preset", PRESETS, "`trainingcost estimate --help`")
     return dict(PRESETS[name])
