@@ -5,7 +5,7 @@ all-reduce's bandwidth by a factor per power of two of the message (64 B to 256 
 back to 0.9; 1.0 from 512 MiB): "Trees are not perfectly sticking to the model for medium sizes". This script prices
 benchmarks/collectives.csv (messages >= 1 MiB) with and without them, each form's per-fabric latencies (per
 collective, per ring step, per tree level) refitted by grid on the rows of its fabric across nodes, and prints MAPE
-overall and per rank count (docs/planning.md, "NCCL's tree correction, tried and not kept"). About three minutes:
+overall and per rank count (docs/planning.md, "NCCL's tree correction, tried and not kept"). About five minutes on 2 cores:
 
     python benchmarks/collectives_tree_correction.py
 """
