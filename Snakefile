@@ -1,10 +1,11 @@
 # trainingcost workflow: `snakemake --cores 2` runs the default sweep of config/config.yaml;
-# `--configfile my.yaml` runs my.yaml instead (it replaces the default, it does not extend it).
+# `--configfile my.yaml` runs my.yaml instead (it replaces the default, it does not extend it);
+# `--config key=value` changes one value of whichever file runs (the default one without --configfile).
 
 
 import os
 
-if not config:
+if not workflow.configfiles:
 
     configfile: "config/config.yaml"
 

@@ -177,3 +177,34 @@ def test_a_searched_gpu_lists_common_batch_says_where_it_comes_from():
     assert result.table["source_batch"].str.startswith("default: one sequence per data-parallel rank").all()
     batch = [line for line in result.text.splitlines() if line.startswith("Batch: ")]
     assert batch and "the largest count's default (16,384 GPUs" in batch[0]
+
+
+# -- the second review's finds: estimate's flags that would do nothing, the API's whole floats ----------------------
+@pytest.mark.parametrize("extra, field", [
+    (["--memory", "--per-layer"], "--memory: prints the memory table"),
+    (["--metric", "maccs", "--memory"], "--metric: maccs chooses the cost table's unit"),
+    (["--metric", "maccs", "--format", "csv"], "--metric: maccs chooses the printed table's unit"),
+    (["--mirror-steps", "5", "--rule", "bp"], "--mirror-steps: weight mirror's (wm) steps"),
+])
+def test_an_estimate_flag_that_would_do_nothing_is_one_line(capsys, extra, field):
+    assert cli.main(["estimate", "--preset", "gpt2-small", *extra]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(f"trainingcost estimate: error: {field}"), err
+
+
+def test_plans_mirror_steps_need_wm(capsys):
+    refused(capsys, PLAN + ["--gpus", "8", "--mirror-steps", "3"], "--mirror-steps", "has no wm")
+
+
+def test_lora_under_every_rule_says_the_others_are_left_out():
+    notes = trainingcost.estimate(preset="llama-2-7b", finetune="lora").notes
+    assert any("the other rules of --rule all are left out" in n for n in notes)
+
+
+def test_the_api_takes_a_whole_float_for_any_integer_flag_and_names_the_form_otherwise():
+    assert trainingcost.estimate(preset="gpt2-small", seq_len=16.0, rule="bp").table.equals(
+        trainingcost.estimate(preset="gpt2-small", seq_len=16, rule="bp").table)
+    with pytest.raises(trainingcost.Error, match=r"--layers: expected an integer, got bool True"):
+        trainingcost.estimate(preset="gpt2-small", rule="bp", layers=True)
+    with pytest.raises(trainingcost.Error, match=r"--seq-len: expected an integer, got '16.5'"):
+        trainingcost.estimate(preset="gpt2-small", rule="bp", seq_len=16.5)

@@ -49,6 +49,16 @@ def test_dry_run_of_the_default_config():
     assert result.returncode == 0, result.stderr
 
 
+def test_a_config_value_given_alone_changes_the_default_config():
+    """`--config key=value` without --configfile extends config/config.yaml (docs/failures.md); it used to replace
+    it, so the schema found no sweep."""
+    base = [str(SNAKEMAKE), "-n", "-q", "-s", str(REPO / "Snakefile"), "--directory", str(REPO)]
+    result = subprocess.run([*base, "--config", "scaling_budget=10"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    unknown = subprocess.run([*base, "--config", "bogus=1"], capture_output=True, text=True)
+    assert unknown.returncode != 0 and "config: unknown key 'bogus'" in unknown.stderr + unknown.stdout
+
+
 def test_tiny_sweep_end_to_end(tmp_path):
     config = {**TINY, "plan": {"strong_scaling": {"gpus": [1, 4]}}}  # and how many GPUs, in the report
     result = snakemake(tmp_path, config)

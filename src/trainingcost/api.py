@@ -88,6 +88,12 @@ def _given(action: argparse.Action, value) -> bool:
     return value is not None and not (value is False and isinstance(action, argparse._StoreTrueAction))
 
 
+# what a flag's converter takes, in words (argparse's metavar where the flag has one)
+_FORMS = {"count": "a positive integer", "integer": "an integer", "number": "a number",
+          "count_or_auto": "a positive integer or 'auto'", "count_or_max": "a positive integer or 'max'",
+          "count_max_or_auto": "a positive integer, 'max' or 'auto'"}
+
+
 def _plain_number(value):
     """A numpy (or other numbers-ABC) scalar as Python's int or float, so that a value read from a result's table
     is taken as the literal would be; bools, strings and the rest unchanged."""
@@ -130,11 +136,15 @@ def _value(command: str, action: argparse.Action, value):
         elif isinstance(value, str) and convert is not None:
             value = convert(value)
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and convert is not None:
-            checked = convert(repr(value))  # the flag's own checks (range, finiteness, integrality)
+            # the flag's own checks (range, finiteness, integrality); a whole float is the integer (16.0 is 16),
+            # as for --gpus
+            text = repr(int(value)) if isinstance(value, float) and value.is_integer() else repr(value)
+            checked = convert(text)
             value = checked if isinstance(checked, str) or checked is None else type(checked)(value)
         elif convert is not None and not (action.dest in ("hf_config", "frontiers") or isinstance(value, os.PathLike)):
             form = (f"one of {', '.join(map(str, action.choices))}" if action.choices else
-                    action.metavar if isinstance(action.metavar, str) else "a string")
+                    action.metavar if isinstance(action.metavar, str) else
+                    _FORMS.get(getattr(convert, "__name__", ""), "a string"))
             refuse(f"expected {form}, got {type(value).__name__} {value!r}")
         elif isinstance(value, os.PathLike):
             value = os.fspath(value)

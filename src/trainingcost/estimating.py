@@ -78,11 +78,28 @@ class EstimateOutcome:
     notes: list
 
 
+def check_estimate_flags(args: argparse.Namespace, rules: list[str]) -> None:
+    """Flags that would do nothing with the others given: one line, before any work."""
+    if args.memory and args.per_layer:
+        raise ConfigError("--memory: prints the memory table, per rule; --per-layer prints the costs per layer; give "
+                          "one of them")
+    if args.metric != "flops" and args.memory:
+        raise ConfigError(f"--metric: {args.metric} chooses the cost table's unit; --memory prints the memory table, "
+                          "which counts bytes; give one of them")
+    if args.metric != "flops" and args.format != "table":
+        raise ConfigError(f"--metric: {args.metric} chooses the printed table's unit; --format {args.format} carries "
+                          "both flops and maccs columns; leave --metric out")
+    if args.mirror_steps != 1 and "wm" not in rules:
+        raise ConfigError(f"--mirror-steps: weight mirror's (wm) steps per training step; --rule {','.join(rules)} "
+                          "has no wm")
+
+
 def estimate_outcome(args: argparse.Namespace) -> EstimateOutcome:
     """``trainingcost estimate``'s computation (the command line prints it; trainingcost.estimate() returns it)."""
     cfg = model_entry(args)
     configs = configs_frame([(args.preset or "", cfg)])
     rules = args.rule if isinstance(args.rule, list) else rule_list(args.rule)
+    check_estimate_flags(args, rules)
     compact = args.cost_model is None and args.format == "table" and not args.per_layer and not args.memory
     chosen = args.cost_model or ("executed" if compact else "all")
     models = list(cost_model_names()) if chosen == "all" else [chosen]
@@ -94,6 +111,9 @@ def estimate_outcome(args: argparse.Namespace) -> EstimateOutcome:
     models = [model for model in models if model not in declined]
     finetune = from_flags(args.finetune, args.lora_rank, args.lora_targets)
     if finetune.adapters:  # adapters train under BP, counted under executed: "all" means all that can
+        if set(rules) == set(rule_names()) and len(rules) > 1:
+            notes = notes + [f"--finetune {finetune.kind}: adapters train under BP; the other rules of --rule all are "
+                             "left out"]
         rules = ["bp"] if set(rules) == set(rule_names()) else rules
         models = ["executed"] if chosen == "all" else models
         check_finetune(finetune, cfg, rules, models)

@@ -423,6 +423,9 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
 
         gpu = power_limited(gpu, args.power_limit)
     rules = args.rule if isinstance(args.rule, list) else rule_list(args.rule)
+    if getattr(args, "mirror_steps", 1) != 1 and "wm" not in rules:
+        raise ConfigError(f"--mirror-steps: weight mirror's (wm) steps per training step; --rule {','.join(rules)} "
+                          "has no wm")
     models = list(cost_model_names()) if args.cost_model == "all" else [args.cost_model]
     finetune = finetune_of(args)
     if finetune.adapters:  # adapters train under BP, priced under executed: "all" means all that can
