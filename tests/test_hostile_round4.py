@@ -208,3 +208,11 @@ def test_the_api_takes_a_whole_float_for_any_integer_flag_and_names_the_form_oth
         trainingcost.estimate(preset="gpt2-small", rule="bp", layers=True)
     with pytest.raises(trainingcost.Error, match=r"--seq-len: expected an integer, got '16.5'"):
         trainingcost.estimate(preset="gpt2-small", rule="bp", seq_len=16.5)
+
+
+def test_gpus_that_do_not_fill_whole_nodes_are_said():
+    notes = trainingcost.plan(preset="llama-3-8b", tokens=1e12, gpu="h100-sxm", gpus=64, gpus_per_node=3,
+                              rule="bp").notes
+    assert any(n.startswith("--gpus 64: not whole nodes of 3 GPUs (21.3 nodes)") for n in notes)
+    whole = trainingcost.plan(preset="llama-3-8b", tokens=1e12, gpu="h100-sxm", gpus=[4, 8, 16], rule="bp").notes
+    assert not [n for n in whole if "not whole nodes" in n]  # fewer than a node, or whole nodes

@@ -410,6 +410,13 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
     gpu = device(args.gpu if args.gpu is not None else cluster(args.cluster).gpu, table)
     if args.framework is not None:
         notes += framework_notes(framework(args.framework), args)
+    per_node = args.gpus_per_node or (cluster(args.cluster).gpus_per_node if args.cluster else
+                                      int(gpu.steptime.get("gpus_per_node", 8)))
+    partial = [n for n in args.gpus if n > per_node and n % per_node]
+    if partial:
+        notes.append(f"--gpus {', '.join(map(str, partial))}: not whole nodes of {per_node} GPUs "
+                     f"({partial[0] / per_node:.3g} nodes); the network is priced as if every node were full "
+                     "(--gpus-per-node)")
     if args.gpu is not None and args.cluster is not None and cluster(args.cluster).gpu != gpu.name:
         notes.append(f"--gpu {gpu.name} on --cluster {args.cluster}, whose nodes hold {cluster(args.cluster).gpu}: "
                      f"the cluster's nodes and network priced around the {gpu.name}s given")
