@@ -224,6 +224,33 @@ def test_an_interrupted_write_removes_what_the_command_had_written(tmp_path, cap
     assert len(calls) == 2 and not (tmp_path / "deep").exists()
 
 
+def test_an_interrupted_rerun_leaves_the_previous_run_whole(tmp_path, capsys, monkeypatch):
+    """A second run into the same folder, interrupted after its first file: the first run's files, byte for byte,
+    and nothing else (the rewritten file's old content comes back; no hidden copies stay)."""
+    import trainingcost.io as io
+
+    out = tmp_path / "run"
+    status, _, _ = run_here(capsys, "train", *TINY, "--steps", "5", "--out-dir", str(out))
+    assert status == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    original, calls = io.write_parquet, []
+
+    def write(frame, path, metadata=None):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(frame, path, metadata)
+
+    monkeypatch.setattr(io, "write_parquet", write)
+    status, _, stderr = run_here(capsys, "train", *TINY, "--steps", "6", "--out-dir", str(out))
+    assert status == 130 and stderr == "trainingcost train: interrupted; nothing written\n"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # and a rerun that completes replaces them, leaving no copy of the old ones
+    monkeypatch.setattr(io, "write_parquet", original)
+    assert run_here(capsys, "train", *TINY, "--steps", "6", "--out-dir", str(out))[0] == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(before)
+
+
 @pytest.mark.parametrize("stage", ["importing", "training"])
 @pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_a_signal_during_training_exits_with_one_line_and_no_file(tmp_path, sig, code, word, stage):

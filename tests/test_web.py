@@ -9,6 +9,8 @@ import io
 import json
 import re
 import subprocess
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
@@ -50,13 +52,22 @@ def test_the_page_and_its_answers_need_the_token(server):
         assert status == 403 and body.count("\n") == 0 and "token" in body, (path, status, body)
         status, _, _ = get(server, path, README, token="wrong-" + TOKEN)
         assert status == 403
-    # The printed address: the token goes into a cookie (HttpOnly, SameSite=Strict) and out of the address bar.
-    status, headers, _ = get(server, "/", {"preset": "gpt2-small"})
-    assert status == 303 and headers["location"] == "/?preset=gpt2-small"
-    cookie = headers["set-cookie"]
-    assert f"trainingcost_token={TOKEN}" in cookie and "HttpOnly" in cookie and "samesite=strict" in cookie.lower()
+    # The printed address: the page, its style and script asked for with the token; no cookie (a cookie of
+    # 127.0.0.1 reaches every port there, another user's server included)
+    status, headers, body = get(server, "/", {"preset": "gpt2-small"})
+    assert status == 200 and "set-cookie" not in {k.lower() for k in headers}
+    assert f'src="/page.js?token={TOKEN}"' in body and f'href="/page.css?token={TOKEN}"' in body
     status, headers, body = get(server, "/page.js")
     assert status == 200 and "script-src 'self'" in headers["content-security-policy"] and "fetch(" in body
+    # the page's own requests: the token in a header
+    request = urllib.request.Request(f"{server}/api/options", headers={"X-Trainingcost-Token": TOKEN})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 200 and "set-cookie" not in {k.lower() for k in response.headers}
+    wrong = urllib.request.Request(f"{server}/api/options", headers={"X-Trainingcost-Token": "wrong-" + TOKEN,
+                                                                      "Cookie": f"trainingcost_token={TOKEN}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(wrong, timeout=60)
+    assert refused.value.code == 403  # a cookie is no credential
 
 
 def test_the_readme_plan_equals_the_api_and_the_command_line_cell_for_cell(server):

@@ -572,7 +572,7 @@ def plan(
 
     return PlanResult(table, search.layouts if search is not None else pd.DataFrame(),
                       search.at_bp_layout if search is not None else pd.DataFrame(), memory.reset_index(drop=True),
-                      out.verdict, out.notes, plan_text(out, inputs.cost_model == "all"), plan_cells(out),
+                      out.verdict, out.notes, plan_text(out, inputs.cost_model == "all"), plan_cells(out, inputs.cost_model == "all"),
                       error_bar_runs(table))
 
 

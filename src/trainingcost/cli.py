@@ -36,7 +36,7 @@ from .config import (
     task_defaults,
 )
 from .config.training import RULE_OPTION_FLOATS, RULE_OPTION_HELP
-from .io import check_output, created_count, undo_since
+from .io import begin_command, check_output, keep_since, undo_since
 from .args import Parser, add_model_flags, flag_message, integer, model_entry, number
 from .analytic.comm import BACKENDS, PARALLEL, sharded_rules
 from .curves import add_parser as add_curves_parser  # trainingcost curves (curves.py; the scaling study)
@@ -572,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"trainingcost {args.command}: error: argument --mirror-steps: must be 0 to 1000 weight-mirror "
                          "steps per training step\n")
         return 2
-    mark = created_count()
+    mark = begin_command()
     on_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if on_main else None
     # Ctrl-C raises KeyboardInterrupt from here on, so that what the command writes is undone (entry.py's handler,
@@ -622,6 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         _stderr_line(f"trainingcost {args.command}: error: {os.strerror(exc.errno)}{where}; nothing written\n")
         return 1
     finally:
+        keep_since(mark)  # (after an undo, nothing is left to keep)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         if previous_int not in (None, signal.SIG_IGN):

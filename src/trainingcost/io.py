@@ -16,11 +16,24 @@ def _umask() -> int:
 
 
 # Every file and directory this process created through atomic_write, in order: an interrupted
-# command removes what it wrote (see :func:`undo_since`), so an interruption leaves nothing behind.
-_created: list[Path] = []
+# command removes what it wrote (see :func:`undo_since`), so an interruption leaves nothing behind. A file that
+# replaced one already there is kept as (path, the old file's copy) until the command ends (:func:`keep_since`), so
+# that undoing it puts the old file back: a rerun into a folder leaves it as it was, or wholly new.
+_created: list = []
+
+
+_commands = 0  # commands running whose writes may be undone (cli.main: begin_command ... keep_since)
 
 
 def created_count() -> int:
+    return len(_created)
+
+
+def begin_command() -> int:
+    """A command begins whose writes an interruption undoes: its mark for :func:`undo_since` and :func:`keep_since`.
+    Within it, a file that replaces another keeps the old one until it ends; outside (a library call) it does not."""
+    global _commands
+    _commands += 1
     return len(_created)
 
 
@@ -28,13 +41,29 @@ def undo_since(mark: int) -> int:
     """Remove the files and (then empty) directories created since ``created_count()`` returned ``mark``."""
     undone = 0
     while len(_created) > mark:
-        path = _created.pop()
+        entry = _created.pop()
         try:
-            path.rmdir() if path.is_dir() else path.unlink()
+            if isinstance(entry, tuple):  # it replaced a file: the old one back in its place
+                path, old = entry
+                os.replace(old, path)
+            else:
+                entry.rmdir() if entry.is_dir() else entry.unlink()
             undone += 1
         except OSError:
             pass  # a directory that someone else filled meanwhile stays
     return undone
+
+
+def keep_since(mark: int) -> None:
+    """The command that began at ``mark`` ended: the old files its writes replaced are dropped (its own stay, as
+    created files)."""
+    global _commands
+    _commands = max(0, _commands - 1)
+    for i in range(mark, len(_created)):
+        if isinstance(_created[i], tuple):
+            path, old = _created[i]
+            Path(old).unlink(missing_ok=True)
+            _created[i] = path
 
 
 def _make_parents(directory: Path) -> None:
@@ -47,6 +76,20 @@ def _make_parents(directory: Path) -> None:
         _created.append(d)
 
 
+def _second_name(path: Path) -> Path:
+    """A hidden hard link to ``path`` beside it (a copy where the file system has no hard links)."""
+    import shutil
+
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent)
+    os.close(fd)
+    os.unlink(name)
+    try:
+        os.link(path, name)
+    except OSError:
+        shutil.copy2(path, name)
+    return Path(name)
+
+
 def atomic_write(path: str | Path, write) -> Path:
     """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place.
 
@@ -57,13 +100,18 @@ def atomic_write(path: str | Path, write) -> Path:
     _make_parents(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    old = None
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-        _created.append(path)
+        if _commands and path.is_file():  # a second name for the old file until the command ends: undo restores it
+            old = _second_name(path)
+        os.replace(tmp, path)  # readers see the old file or the new one, at its name throughout
+        _created.append((path, old) if old else path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        if old is not None and (not _created or _created[-1] != (path, old)):
+            old.unlink(missing_ok=True)
         raise
     return path
 

@@ -35,18 +35,8 @@ def render(table: pd.DataFrame, cfg, describe, gpu) -> str:
     else:
         out.append(f"Tokens per rule: {first['source_quality']}")
     out.append("")
-    money = table["cost"].notna().any()
-    header = ["rule", "cost model", "FLOPs", "x BP", "recompute", "step", "wall-clock", "GPU-hours", "MFU", "HFU",
-              "MWh", "tCO2e", *([f"cost ({table['currency'].iloc[0]})"] if money else [])]
-    rows = []
+    header, rows = full_cells(table, cfg)
     refused = untrained(cfg, table["rule"])
-    for _, r in table.iterrows():
-        rows.append([marked(r["rule"], refused), r["cost_model"], "never" if math.isnan(r["model_flops"]) else f"{r['model_flops']:.3g}",
-                     "" if math.isnan(r["flops_vs_bp"]) else f"{r['flops_vs_bp']:.2f}",
-                     "-" if math.isnan(r["recompute_flops"]) else f"{r['recompute_flops']:.3g}" if r["recompute_flops"]
-                     else "0", _duration(r["step_time_s"]),
-                     _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), f"{r['mfu']:.3f}", f"{r['hfu']:.3f}",
-                     _si(r["energy_kwh"] / 1e3, 4), _si(r["co2e_t"], 4), *([_si(r["cost"])] if money else [])])
     out.append("What the run costs, per rule and cost model (FLOPs: the model's; recompute: checkpointing's extra forward; "
                "MWh: GPU energy x PUE)")
     out.append(grid(header, rows))
@@ -215,6 +205,23 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
     return "\n".join(out) + "\n"
 
 
+def full_cells(table: pd.DataFrame, cfg) -> tuple[list[str], list[list]]:
+    """``--cost-model all``'s main table: its header and, per row of ``table`` (rule and cost model), its cells."""
+    money = table["cost"].notna().any()
+    header = ["rule", "cost model", "FLOPs", "x BP", "recompute", "step", "wall-clock", "GPU-hours", "MFU", "HFU",
+              "MWh", "tCO2e", *([f"cost ({table['currency'].iloc[0]})"] if money else [])]
+    rows = []
+    refused = untrained(cfg, table["rule"])
+    for _, r in table.iterrows():
+        rows.append([marked(r["rule"], refused), r["cost_model"], "never" if math.isnan(r["model_flops"]) else f"{r['model_flops']:.3g}",
+                     "" if math.isnan(r["flops_vs_bp"]) else f"{r['flops_vs_bp']:.2f}",
+                     "-" if math.isnan(r["recompute_flops"]) else f"{r['recompute_flops']:.3g}" if r["recompute_flops"]
+                     else "0", _duration(r["step_time_s"]),
+                     _duration(r["wall_clock_s"]), _si(r["gpu_hours"]), f"{r['mfu']:.3f}", f"{r['hfu']:.3f}",
+                     _si(r["energy_kwh"] / 1e3, 4), _si(r["co2e_t"], 4), *([_si(r["cost"])] if money else [])])
+    return header, rows
+
+
 def compact_cells(table: pd.DataFrame, cfg) -> tuple[list[str], list[list]]:
     """The default view's table: its header and, per row of ``table``, its cells as printed."""
     money = table["cost"].notna().any()
@@ -231,13 +238,14 @@ def compact_cells(table: pd.DataFrame, cfg) -> tuple[list[str], list[list]]:
     return header, rows
 
 
-def plan_cells(out) -> pd.DataFrame:
+def plan_cells(out, cost_model_all: bool = False) -> pd.DataFrame:
     """The plan's main table as :func:`plan_text` prints it, cell for cell: the search's (each rule at its best layout,
-    per GPU count) or the default view's, one column per titled column, the cells as printed (text)."""
+    per GPU count), ``--cost-model all``'s (a row per rule and cost model) or the default view's, one column per
+    titled column, the cells as printed (text)."""
     from . import plan_search
 
     header, rows = (plan_search.search_cells(out.search, out.cfg) if out.search is not None
-                    else compact_cells(out.table, out.cfg))
+                    else full_cells(out.table, out.cfg) if cost_model_all else compact_cells(out.table, out.cfg))
     keep = [i for i, title in enumerate(header) if title]  # no column without a title
     return pd.DataFrame([[str(row[i]) for i in keep] for row in rows], columns=[header[i] for i in keep])
 

@@ -3,9 +3,11 @@ queries with the Python API, each in a process of its own.
 
 Safe to leave running (docs/page.md):
 
-- **Who may use it.** Every request carries the server's access token: the address ``serve`` prints holds it once, the
-  page then keeps it in a cookie (HttpOnly, SameSite=Strict). Another local user, who can reach a port on 127.0.0.1,
-  gets 403 without it.
+- **Who may use it.** Every request carries the server's access token: the address ``serve`` prints holds it, the
+  page's script reads it from the address and sends it in a header (``X-Trainingcost-Token``), its downloads and
+  shareable link in the query. No cookie: a browser sends a cookie of 127.0.0.1 to every port there, so opening
+  another user's server would hand it the token. Another local user, who can reach a port on 127.0.0.1, gets 403
+  without it.
 - **No server paths.** The page's inputs are the API's keywords, less those that name files (web/compute.py).
 - **Limits.** A query over 16 KiB is refused (413); each plan runs in a process forked from a warm fork server and is
   killed at the time limit (one line, 504); at most ``workers`` plans run at once, the rest wait their turn or get
@@ -21,15 +23,15 @@ import os
 import secrets
 import threading
 from importlib import resources
-from urllib.parse import urlencode
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
 from . import worker
 from .compute import MAX_QUERY_BYTES
 
-COOKIE = "trainingcost_token"
+HEADER = "x-trainingcost-token"  # the page's requests carry the token here
 STATUS = {"ok": 200, "user": 422, "size": 413, "time": 504, "busy": 503, "internal": 500}
 
 
@@ -92,7 +94,10 @@ def create_app(token: str, planner: Planner | None = None):
               "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
 
     def allowed(request: Request) -> bool:
-        given = request.cookies.get(COOKIE) or request.query_params.get("token") or ""
+        # the page's own requests send the token in a header (its script reads it from the address), a link or a
+        # download in the query; never a cookie: a browser sends a cookie of 127.0.0.1 to every port of it, another
+        # user's server included (docs/page.md)
+        given = request.headers.get(HEADER) or request.query_params.get("token") or ""
         return hmac.compare_digest(given.encode(), token.encode())
 
     @app.middleware("http")
@@ -109,21 +114,18 @@ def create_app(token: str, planner: Planner | None = None):
                                      "`trainingcost serve` printed (it holds the token)", status_code=403)
         response = await call_next(request)
         response.headers.update(secure)
-        if request.query_params.get("token") and request.cookies.get(COOKIE) != token:
-            response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
         return response
 
     def query_of(request: Request) -> dict:
         return {k: v for k, v in request.query_params.items() if k != "token"}
 
+    quoted = quote(token, safe="")
+    html = page["index.html"].replace('href="/page.css"', f'href="/page.css?token={quoted}"').replace(
+        'src="/page.js"', f'src="/page.js?token={quoted}"')
+
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request):
-        if "token" in request.query_params:  # the token goes into the cookie, out of the address bar
-            rest = urlencode(query_of(request))
-            response = RedirectResponse("/" + (f"?{rest}" if rest else ""), status_code=303)
-            response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
-            return response
-        return HTMLResponse(page["index.html"])
+        return HTMLResponse(html)  # its style and script asked for with the token, as the address gave it
 
     @app.get("/page.js")
     def script():
@@ -197,6 +199,6 @@ def serve(host: str = "127.0.0.1", port: int = 8000, token: str | None = None, t
     config = uvicorn.Config(app, log_level="warning", h11_max_incomplete_event_size=MAX_QUERY_BYTES + 4096)
     server = uvicorn.Server(config)
     shown = f"[{host}]" if ":" in host else host
-    announce(f"trainingcost serve: the planner page is at http://{shown}:{sock.getsockname()[1]}/?token={token} "
+    announce(f"trainingcost serve: the planner page is at http://{shown}:{sock.getsockname()[1]}/?token={quote(token, safe='')} "
              "(Ctrl-C stops it)", flush=True)
     server.run(sockets=[sock])

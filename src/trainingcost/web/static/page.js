@@ -7,6 +7,10 @@ const SVG = "http://www.w3.org/2000/svg";
 const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
                  "#bcbd22"];
 const PART_COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1"];
+// The server's access token, from the address `trainingcost serve` printed (or a shared link): sent with every
+// request in a header, never kept in a cookie (a cookie of 127.0.0.1 reaches every port there: docs/page.md).
+const TOKEN = new URLSearchParams(location.search).get("token") || "";
+const AUTH = { "X-Trainingcost-Token": TOKEN };
 let options = null;
 let asked = 0;
 let timer = null;
@@ -63,7 +67,10 @@ function load(q) {
     const value = q.get(el.name);
     if (el.type === "checkbox") el.checked = value === "true";
     else if (el.name === "gpu" && value && value.startsWith("{")) { el.value = "(pasted)"; $("gpu_json").value = value; }
-    else el.value = value !== null ? value : (options.defaults[el.name] || "");
+    else {
+      const given = options.defaults[el.name];  // a list (--gpus) as the command line writes it
+      el.value = value !== null ? value : Array.isArray(given) ? given.join(",") : (given || "");
+    }
   }
   const rules = q.get("rule");
   const wanted = !rules || rules === "all" ? null : rules.split(",").map((r) => r.trim().toLowerCase());
@@ -86,11 +93,12 @@ function changed() {
 async function ask() {
   const q = query();
   const text = q.toString();
-  history.replaceState(null, "", text ? `?${text}` : location.pathname);
-  // The shareable link carries the server's token, as the address `trainingcost serve` printed does.
-  $("share").value = `${location.origin}/?${text ? text + "&" : ""}token=${encodeURIComponent(options.token)}`;
-  $("csv").href = `/api/plan.csv?${text}`;
-  $("json").href = `/api/plan.json?${text}`;
+  // The address, the shareable link and the downloads carry the server's token, as the printed address does.
+  const withToken = `${text ? text + "&" : ""}token=${encodeURIComponent(TOKEN)}`;
+  history.replaceState(null, "", `?${withToken}`);
+  $("share").value = `${location.origin}/?${withToken}`;
+  $("csv").href = `/api/plan.csv?${withToken}`;
+  $("json").href = `/api/plan.json?${withToken}`;
   const mine = ++asked;
   if (inFlight) inFlight.abort();
   inFlight = new AbortController();
@@ -98,7 +106,7 @@ async function ask() {
   $("status").textContent = "planning…";
   let answer;
   try {
-    const response = await fetch(`/api/plan?${text}`, { signal: inFlight.signal });
+    const response = await fetch(`/api/plan?${text}`, { signal: inFlight.signal, headers: AUTH });
     answer = await response.json();
   } catch (err) {
     if (err.name === "AbortError") return;
@@ -273,14 +281,16 @@ function copy(event) {
 }
 
 async function start() {
-  const response = await fetch("/api/options");
+  const response = await fetch("/api/options", { headers: AUTH });
   setUp(await response.json());
   load(new URLSearchParams(location.search));
   $("form").addEventListener("input", changed);
   $("form").addEventListener("change", changed);
   $("form").addEventListener("submit", (e) => { e.preventDefault(); ask(); });
   for (const el of document.querySelectorAll(".copy")) el.addEventListener("click", copy);
-  ask();
+  const q = new URLSearchParams(location.search);
+  if (q.get("preset") || q.get("hf_config")) ask();
+  else $("status").textContent = "choose a preset or paste a config.json, then the run: the plan follows each change";
 }
 
 start();
