@@ -216,3 +216,19 @@ def test_gpus_that_do_not_fill_whole_nodes_are_said():
     assert any(n.startswith("--gpus 64: not whole nodes of 3 GPUs (21.3 nodes)") for n in notes)
     whole = trainingcost.plan(preset="llama-3-8b", tokens=1e12, gpu="h100-sxm", gpus=[4, 8, 16], rule="bp").notes
     assert not [n for n in whole if "not whole nodes" in n]  # fewer than a node, or whole nodes
+
+
+# -- the fourth review: the summary's loss-by-depth table compares one task and arch, as figure 7 does ----------------
+def test_the_summarys_depth_table_takes_the_runs_that_differ_only_in_depth():
+    import pandas as pd
+
+    from trainingcost.findings.summary import depth_series
+
+    def run(arch, task, layers, loss, seq=64):
+        return {"arch": arch, "task": task, "d_model": 64, "heads": 4, "d_ff": 256, "seq_len": seq, "vocab": 256,
+                "batch": 8, "classes": 0, "enc_layers": 0, "dec_layers": layers, "rule": "bp", "val_loss": loss}
+    runs = pd.DataFrame([run("decoder", "lm", 1, 4.1), run("decoder", "lm", 2, 3.9), run("decoder", "lm", 4, 3.8),
+                         run("decoder", "lm", 2, 3.6, seq=128), run("encoder", "classify", 2, 1.2)])
+    chosen, which = depth_series(runs)
+    assert sorted(chosen["blocks"]) == [1, 2, 4] and set(chosen["val_loss"]) == {4.1, 3.9, 3.8}
+    assert which == "the decoder runs that differ only in depth (lm task, d_model 64, 64 tokens)"

@@ -328,12 +328,19 @@ def render(result: SearchPlan, cfg, describe, gpu, all_models: bool, explain: bo
     from .analytic.steptime.device import below_full_power
 
     speed = below_full_power(gpu)
-    schedule = next((x for x in t["schedule"] if x not in ("", "1f1b")), "") if "schedule" in t else ""
+    # the schedule of the rules' layouts with a pipeline: one name where they share it, else each rule's
+    piped = t[t["pp"] > 1] if "schedule" in t else t.iloc[0:0]
+    named = {rule: "/".join(dict.fromkeys(part["schedule"].replace("", "1f1b")))
+             for rule, part in piped.groupby("rule", sort=False)}
+    together = set(named.values())
+    schedule = ("" if not named else
+                f"{together.pop()} where a layout has pp > 1" if len(together) == 1 else
+                ", ".join(f"{rule} {name}" for rule, name in named.items()) + " (where a layout has pp > 1)")
     limit = (f"; compute at {speed:.3g} of full power at the {gpu.power_w:g} W power limit (the part's published "
              "power curve; --power-limit)" if speed < 1 else "")
     out += ["", wrapped(f"framework: {first['source_framework'].split(' (')[0]}; network: "
                         f"{first['source_network'].split(' (')[0]}; precision {first['precision']}; "
-                        + (f"pipeline schedule {schedule} where pp > 1; " if schedule else "")
+                        + (f"pipeline schedule {schedule}; " if schedule else "")
                         + f"step time predicted (docs/planning.md){limit}", width)]
     out += interval_lines(t, width, explain)
     return "\n".join(out) + "\n"

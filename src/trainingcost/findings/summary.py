@@ -223,17 +223,36 @@ def write_summary(comparison: pd.DataFrame, ratios: pd.DataFrame, measured: pd.D
                   f"(every component as if alive together); `{source}`"
                   + (" does not isolate the model's tensors." if source.startswith("cpu") else " includes allocator rounding."),
                   "", _table(pd.DataFrame(rows)), ""]
-    depth = ok.assign(blocks=ok["enc_layers"] + ok["dec_layers"])
+    depth, which = depth_series(ok)
     loss = depth.pivot_table(index="rule", columns="blocks", values="val_loss", aggfunc="median")
     loss = loss.reindex([r for r in rule_names() if r in loss.index])
     loss.columns = [f"{c} blocks" for c in loss.columns]
     lines += ["## Validation loss by depth and rule", "",
-              f"Median over configurations and seeds, after {int(ok['steps'].max())} steps.", "",
+              f"Median over seeds, after {int(ok['steps'].max())} steps, of {which}.", "",
               _table(loss.reset_index()), ""]
     lines += step_time_section(comparison, calibration, timed_at_once)
     text = "\n".join(lines + ([extra] if extra else []))
     write_text(text, path)
     return text
+
+
+# what a depth series holds fixed: every shape but the blocks, and the task (a loss compares within one task only)
+SERIES_KEY = ("arch", "task", "d_model", "heads", "d_ff", "seq_len", "vocab", "batch", "classes")
+
+
+def depth_series(ok: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The runs that differ in depth only (the series with the most depths; ties: the most runs), and what they are.
+    A median across tasks or arches (a classifier's loss beside a language model's) would compare nothing."""
+    runs = ok.assign(blocks=ok["enc_layers"] + ok["dec_layers"])
+    key = [c for c in SERIES_KEY if c in runs]
+    if runs.empty or not key:
+        return runs, "the runs"
+    groups = runs.groupby(key, dropna=False)
+    best = max(groups.groups, key=lambda g: (groups.get_group(g)["blocks"].nunique(), len(groups.get_group(g))))
+    chosen = groups.get_group(best)
+    named = dict(zip(key, best if isinstance(best, tuple) else (best,)))
+    return chosen, (f"the {named.get('arch', '')} runs that differ only in depth ({named.get('task', '')} task, "
+                    f"d_model {named.get('d_model')}, {named.get('seq_len')} tokens)")
 
 
 def flagged_runs_warning(measured_path) -> str | None:
