@@ -134,7 +134,42 @@ def main(argv=None) -> int:
             continue
         signed = sum(r["err"] for r in part) / len(part)
         print(f"{name[:40]:40} {len(part):4d} {mape(part):6.1f}% {signed:+11.1f}% {max(abs(r['err']) for r in part):9.1f}%")
+    print_repeats(rows)
     return 0
+
+
+SETUP = ("gpu", "nodes", "gpus_per_node", "fabric", "nic_gbps_per_gpu", "op", "message_bytes", "nccl_env")
+
+
+def repeats(rows: list[dict]) -> list[dict]:
+    """Rows whose setup (SETUP: the GPU, nodes, fabric, NIC, collective, size and NCCL environment) another published
+    series measured too, each with ``twin_err``: its time as the mean of the other series' times would predict it."""
+    by_setup = {}
+    for r in rows:
+        by_setup.setdefault(tuple(r.get(k) or "" for k in SETUP), []).append(r)
+    out = []
+    for group in by_setup.values():
+        for i, r in enumerate(group):
+            others = [o["measured"] for j, o in enumerate(group) if j != i and o["system"] != r["system"]]
+            if others:
+                out.append({**r, "twin_err": 100 * (sum(others) / len(others) / r["measured"] - 1)})
+    return out
+
+
+def print_repeats(rows: list[dict]) -> None:
+    """The measurements' own spread: where two published series measured one setup, how far each is from the others'
+    mean, beside the model's error on the same rows (whether the model or the measurements limit a rank count)."""
+    twins = repeats(rows)
+    if not twins:
+        return
+    print()
+    print("the same setup measured by another series (its GPU, nodes, fabric, NIC, collective, size, NCCL environment)")
+    print(f"{'group':40} {'rows':>4} {'model MAPE':>11} {'other series':>13}")
+    parts = {f"{n} GPUs": [r for r in twins if int(r["gpus"]) == n] for n in sorted({int(r["gpus"]) for r in twins})}
+    parts["overall"] = twins
+    for name, part in parts.items():
+        other = sum(abs(r["twin_err"]) for r in part) / len(part)
+        print(f"{name:40} {len(part):4d} {mape(part):10.1f}% {other:12.1f}%")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Command line: ``trainingcost estimate | plan | train | calibrate | hardware | configs | analytic | curves``.
+"""Command line: trainingcost estimate, plan, train, calibrate, hardware, curves, serve, configs, check, analytic.
 
 User mistakes end with one line on stderr and exit status 2, never a traceback.
 ``estimate``, ``configs``, ``analytic`` and ``--help`` never import torch; only
@@ -371,7 +371,9 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     if args.format == "csv":
         sys.stdout.write(table.to_csv(index=False))
     elif args.format == "json":
-        sys.stdout.write(table.to_json(orient="records", indent=1) + "\n")
+        records = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
+                   for r in table.to_dict(orient="records")]  # json's own writer: "GB/s", not pandas' "GB\/s"
+        sys.stdout.write(json.dumps(records, indent=1) + "\n")
     else:
         print(table.to_string(index=False, na_rep="-"))
         print("Dense peaks (sparsity figures halved, as the datasheets' footnotes say); sources: --sources, or "
@@ -562,7 +564,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. Exit status: 0 done, 2 a user mistake (one line), 130 interrupted (Ctrl-C),
     143 terminated (SIGTERM); an interrupted command removes the files it had written."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # argparse names only "trainingcost"; the subcommand's own parser names itself
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     if sys.stdout is None:  # started with standard output closed (>&-): whatever it prints would vanish
         if sys.stderr is not None:
             sys.stderr.write(f"trainingcost {args.command}: error: standard output is closed; nothing can be printed "

@@ -182,6 +182,8 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
         f"; attention flash: FlashAttention-3 runs on Hopper only, not on {gpu.name}" \
         if " runs flash on " in first["source_framework"] else \
         f"; attention {first['attention']} (--attention)" if "--attention given" in first["source_framework"] else ""
+    earliest = "; the family's earliest entry, read for any date before its successor's" \
+        if "family's earliest entry" in first["source_framework"] else ""
     notes = [f"precision: {precision}",
              f"step time: {first['source_efficiency'].split(' (')[0]}{measured} (docs/planning.md; --mfu, "
              "--tokens-per-s, --calibration)",
@@ -190,7 +192,7 @@ def render_compact(table: pd.DataFrame, cfg, describe, gpu, verdict: str | None)
              f"{first['source_pue'].split(' (')[0].removeprefix('default ')}, {first['source_carbon'].split(' (')[0].removeprefix('default ')} "
              f"CO2e{'; money: ' + str(first['currency']) + ' (--price, --currency)' if money else '; money: --price'}",
              f"memory: ZeRO's bytes per parameter, activations of analytic/memory.py{gathered}",
-             f"framework: {first['source_framework'].split(' (')[0]} (--framework){fallback}; network: "
+             f"framework: {first['source_framework'].split(' (')[0]} (--framework{earliest}){fallback}; network: "
              f"{first['source_network'].split(' (')[0]} (--cluster, --nic-gbps)",
              *([f"pipeline: {first['pipeline_split']}"] if first["pipeline_split"] else []),
              *([f"device model: {len(generic_numbers(gpu))} numbers A100-like, none published for {gpu.name} "

@@ -356,8 +356,9 @@ def step_time(comparison: pd.DataFrame):
     else:  # every run flagged (a busy machine): say so in words, never "nan%" (issue 63)
         fig.suptitle("No trusted step time to score the predictor:\nevery run was noisy or contended (a busy machine)")
     handles = [plt.Line2D([], [], color=RULE_COLORS[r], marker=RULE_MARKERS[r], linestyle="", markersize=5) for r in rules]
-    fig.legend(handles, [RULE_LABELS[r] for r in rules], ncol=4, frameon=False, loc="lower center", bbox_to_anchor=(0.5, 0))
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    ncol = min(len(rules), 5)
+    fig.legend(handles, [RULE_LABELS[r] for r in rules], ncol=ncol, frameon=False, loc="lower center", bbox_to_anchor=(0.5, 0))
+    fig.tight_layout(rect=(0, 0.03 + 0.065 * -(-len(rules) // ncol), 1, 1))  # room for the legend's rows below the axis label
     return fig
 
 

@@ -108,14 +108,18 @@ def frontiers_figure(frontiers: pd.DataFrame):
 
 
 def multiplier_figure(frontiers: pd.DataFrame):
-    """Compute to reach each target loss under a rule / under BP, with its bootstrap band; a cross on the top
-    edge where the rule never reaches the target in the measured range."""
+    """Compute to reach each target loss under a rule / under BP, with its bootstrap band; in a strip above it, one
+    row per rule, a cross at each target the rule never reaches in the measured range (no multiplier to plot)."""
     style()
-    fig, ax = plt.subplots(figsize=(FULL, 3.2))
     mult = frontiers[(frontiers["kind"] == "multiplier") & ~frontiers["headline"].fillna(False)]
     rules = [r for r in _rules(mult) if r != REFERENCE]
+    unreached = [r for r in rules if not mult[mult["rule"] == r]["reaches"].fillna(False).all()]
+    strip = 0.14 * len(unreached)  # inches: one row of crosses per rule that misses a target
+    fig, axes = plt.subplots(2, 1, figsize=(FULL, 3.2 + strip), sharex=True, squeeze=False, layout="constrained",
+                             gridspec_kw={"height_ratios": [max(strip, 1e-3), 3.2]})
+    top_ax, ax = axes[0][0], axes[1][0]
     finite = mult["multiplier"][np.isfinite(mult["multiplier"])]
-    top = max(10.0, float(finite.max()) * 1.5 / 0.9 ** len(rules)) if len(finite) else 10.0
+    top = max(2.0, float(finite.max()) * 1.5) if len(finite) else 10.0
     bottom = min(0.5, float(finite.min()) / 1.5) if len(finite) else 0.5
     for rule in rules:
         m = mult[mult["rule"] == rule].sort_values("target_loss", ascending=False)
@@ -124,18 +128,31 @@ def multiplier_figure(frontiers: pd.DataFrame):
                 linewidth=1.2, label=RULE_LABELS[rule])
         if m["multiplier_lo"].notna().any():
             ax.fill_between(m["target_loss"], m["multiplier_lo"], m["multiplier_hi"], color=color, alpha=0.12, linewidth=0)
-        never = m[~m["reaches"].fillna(False)]
-        row = top * 0.9 ** rules.index(rule)  # one row of crosses per rule, from the top edge down
-        ax.scatter(never["target_loss"], np.full(len(never), row), color=color, marker="x", s=14, clip_on=False)
+        if rule in unreached:
+            never = m[~m["reaches"].fillna(False)]
+            top_ax.scatter(never["target_loss"], np.full(len(never), unreached.index(rule)), color=color, marker="x", s=14)
     ax.axhline(1, color="black", linewidth=1)
     ax.set(yscale="log", ylim=(bottom, top), xlabel="target validation loss (harder to the right)",
            ylabel="compute to reach it / BP's")
     ax.invert_xaxis()
+    from matplotlib.ticker import FuncFormatter
+
+    for which in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+        which(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.6, 2, 3: plain multipliers, not powers of ten
     ax.legend(ncol=5, frameon=False, fontsize=6.5, loc="lower left")
+    if unreached:
+        top_ax.set_ylim(len(unreached) - 0.5, -0.5)
+        top_ax.set_yticks(range(len(unreached)), [RULE_LABELS[r] for r in unreached], fontsize=5.5)
+        for label, rule in zip(top_ax.get_yticklabels(), unreached):
+            label.set_color(RULE_COLORS[rule])
+        top_ax.grid(axis="y", visible=False)
+        top_ax.tick_params(axis="x", labelbottom=False)
+    else:
+        top_ax.set_visible(False)
     never_all = [RULE_LABELS[r] for r in rules if not mult[mult["rule"] == r]["reaches"].fillna(False).any()]
-    ax.set_title("Compute multiplier against BP by target loss (x at the top: never reached in the measured range)"
-                 + (f"; never reach any target: {', '.join(never_all)}" if never_all else ""))
-    fig.tight_layout()
+    (top_ax if unreached else ax).set_title(
+        "Compute multiplier against BP by target loss (crosses in the strip: never reached in the measured range)"
+        + (f"; never reach any target: {', '.join(never_all)}" if never_all else ""))
     return fig
 
 
