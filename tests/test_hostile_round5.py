@@ -68,3 +68,19 @@ def test_the_multiplier_figure_puts_unreached_targets_in_their_own_strip_not_at_
     assert sorted(map(tuple, crosses.tolist())) == [(3.0, 0.0), (3.0, 1.0), (3.5, 1.0)]
     assert not main.collections  # the main axis holds the multipliers only
     assert main.get_ylim()[1] == pytest.approx(3.0 * 1.5)
+
+
+def test_the_cost_figure_says_when_the_cost_models_agree_on_time():
+    import pandas as pd
+
+    import trainingcost
+    from trainingcost.findings.plan_figures import plan_cost
+
+    table = trainingcost.plan(preset="gpt2-small", tokens=1e9, gpu="a100-80gb", gpus=8, rule=["bp", "pepita"],
+                              cost_model="all").table
+    fig = plan_cost(pd.DataFrame(table))
+    title = fig._suptitle.get_text()
+    assert "dashes on them (time is priced from what runs" in title  # the step-time model: one time per rule
+    flat = trainingcost.plan(preset="gpt2-small", tokens=1e9, gpu="a100-80gb", gpus=8, rule=["bp", "pepita"],
+                             cost_model="all", mfu=0.4).table  # a flat MFU: each cost model's FLOPs, its own time
+    assert "dashes the other cost models" in plan_cost(pd.DataFrame(flat))._suptitle.get_text()

@@ -5,6 +5,7 @@ search``. They read the plan tables only."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 
@@ -53,12 +54,17 @@ def plan_cost(plan: pd.DataFrame):
     quality = str(first.get("source_quality", ""))
     equal = not quality or quality.startswith("equal tokens")
     # per step, not per quality, unless the plan budgets each rule the tokens it needs to reach a loss
-    basis = ("equal tokens per rule (no learning-quality data: the cheapest per step, not per quality)" if equal
+    basis = ("equal tokens per rule\n(no learning-quality data: the cheapest per step, not per quality)" if equal
              else "each rule the tokens it needs to reach the target loss")
+    hours = rows.pivot_table(index="rule", columns="cost_model", values="gpu_hours")
+    same = len(models) > 1 and np.allclose(hours.to_numpy(), hours[[main]].to_numpy(), rtol=1e-9)
+    # the step-time model times the kernels that run: a cost model changes the FLOPs counted (and MFU), not the time
+    others = ("the other cost models' dashes on them (time is priced from what runs: they change FLOPs and MFU only)"
+              if same else "dashes the other cost models" if len(models) > 1 else "")
     fig.suptitle(
         f"{first.get('name') or first['config_id']}: {first['tokens']:.3g} tokens on {first['gpus']} x {first['gpu']} — "
         f"{main}: {RULE_LABELS[cheapest]} cheapest ({ratio[cheapest]:.3g} GPU-h), {RULE_LABELS[dearest]} dearest "
-        f"({ratio[dearest] / ratio[cheapest]:.2f}x); bars {main}, dashes the other cost models\n{basis}", fontsize=8)
+        f"({ratio[dearest] / ratio[cheapest]:.2f}x)\nbars {main}{', ' + others if others else ''}; {basis}", fontsize=8)
     fig.tight_layout()
     return fig
 
