@@ -285,9 +285,18 @@ PUBLISHED = {  # the presets' config.json keys (the hub's files; older key names
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_a_published_config_json_reads_as_its_preset(name):
+    """The file's shape is the preset's, and a plan of the file trains at the preset's length (its served context
+    where that is longer: Qwen3's 40,960, Qwen2.5's 32,768 against their 4,096-token pretraining)."""
     from trainingcost.config import PRESETS
+    from trainingcost.config.hf import preset_of, training_length
 
-    assert canonical_model(hf_entry(PUBLISHED[name])).config_id == canonical_model(PRESETS[name]).config_id
+    entry = hf_entry(PUBLISHED[name])
+    assert preset_of(entry) == name
+    length, note = training_length(PUBLISHED[name], entry.get("seq_len"), entry.get("positions"), entry)
+    if length is not None:
+        assert note.startswith(f"seq_len {length}: the pretraining length of {name}, the preset of this shape")
+        entry = {**entry, "seq_len": length}
+    assert canonical_model(entry).config_id == canonical_model(PRESETS[name]).config_id
 
 
 @pytest.mark.parametrize("data, message", [

@@ -84,3 +84,126 @@ def test_the_cost_figure_says_when_the_cost_models_agree_on_time():
     flat = trainingcost.plan(preset="gpt2-small", tokens=1e9, gpu="a100-80gb", gpus=8, rule=["bp", "pepita"],
                              cost_model="all", mfu=0.4).table  # a flat MFU: each cost model's FLOPs, its own time
     assert "dashes the other cost models" in plan_cost(pd.DataFrame(flat))._suptitle.get_text()
+
+
+# -- the model families' review (config.json, presets, transformers) ------------------------------------------------
+MIXTRAL = dict(model_type="mixtral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+               num_attention_heads=32, num_key_value_heads=8, vocab_size=32000, max_position_embeddings=32768,
+               num_local_experts=8, num_experts_per_tok=2, rms_norm_eps=1e-5, rope_theta=1e6, sliding_window=None,
+               tie_word_embeddings=False, hidden_act="silu")  # mistralai/Mixtral-8x7B-v0.1's config.json
+LLAMA31 = dict(model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+               num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072,
+               rope_scaling={"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
+               tie_word_embeddings=False, hidden_act="silu")  # meta-llama/Llama-3.1-8B's
+
+
+def test_a_sweeps_config_json_trains_at_the_length_estimate_and_plan_use(tmp_path):
+    from trainingcost.config.sweep import enumerate_sweep
+
+    for name, data, length in (("l31", LLAMA31, 8192), ("mixtral", MIXTRAL, 32768)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    configs = dict(enumerate(enumerate_sweep({"models": [{"name": "l31", "hf_config": str(tmp_path / "l31.json")},
+                                                 {"name": "mixtral", "hf_config": str(tmp_path / "mixtral.json")}]})))
+    lengths = {name: cfg.seq_len for name, cfg in configs.values()}
+    assert lengths == {"l31": 8192, "mixtral": 32768}
+    given = enumerate_sweep({"models": [{"name": "l31", "hf_config": str(tmp_path / "l31.json"), "seq_len": 2048}]})
+    assert [cfg.seq_len for _, cfg in given] == [2048]
+
+
+@pytest.mark.parametrize("preset, data", [("mixtral-8x7b", MIXTRAL)])
+def test_a_config_json_of_a_presets_shape_plans_as_the_preset(tmp_path, preset, data):
+    import trainingcost
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    kwargs = dict(tokens=1e12, gpu="h100-sxm", gpus=64, rule="bp")
+    from_file = trainingcost.plan(hf_config=str(path), **kwargs)
+    from_preset = trainingcost.plan(preset=preset, **kwargs)
+    assert from_file.table["gpu_hours"].iloc[0] == pytest.approx(from_preset.table["gpu_hours"].iloc[0])
+    assert any("the pretraining length of mixtral-8x7b" in note for note in from_file.notes) is False  # served = trained
+
+
+@pytest.mark.parametrize("preset, length", [("qwen2.5-0.5b", 4096), ("qwen3-8b", 4096), ("qwen3-30b-a3b", 4096),
+                                            ("mixtral-8x7b", 32768)])
+def test_presets_train_at_their_cited_pretraining_length(preset, length):
+    from trainingcost.config import PRESETS
+
+    assert PRESETS[preset]["seq_len"] == length
+
+
+def test_a_top_level_original_length_is_the_training_length(capsys, tmp_path):
+    phi3 = dict(model_type="phi3", hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                num_attention_heads=32, num_key_value_heads=32, vocab_size=32064, max_position_embeddings=131072,
+                original_max_position_embeddings=4096, sliding_window=262144, tie_word_embeddings=False,
+                rope_scaling={"type": "longrope", "long_factor": [1.0] * 48, "short_factor": [1.0] * 48})
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(phi3))  # microsoft/Phi-3-mini-128k-instruct's layout
+    assert cli.main(["estimate", "--hf-config", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "seq_len 4096: original_max_position_embeddings" in out
+
+
+def _transformers_parameters(data: dict) -> int:
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    config = transformers.AutoConfig.for_model(**data)
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(config).num_parameters()
+
+
+def _our_parameters(data) -> int:
+    import trainingcost
+
+    return int(trainingcost.estimate(hf_config=data, seq_len=16).memory["parameter_count"].iloc[0])
+
+
+def test_phi_reads_head_dim_as_transformers_does():
+    phi = {"model_type": "phi", "hidden_size": 128, "intermediate_size": 344, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "vocab_size": 512, "max_position_embeddings": 64, "head_dim": 48}
+    assert _our_parameters(phi) == _transformers_parameters(phi) == 507_440
+
+
+def test_stablelm_refuses_a_head_dim_its_attention_does_not_use(capsys, tmp_path):
+    stablelm = {"model_type": "stablelm", "hidden_size": 128, "intermediate_size": 344, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 512, "max_position_embeddings": 64,
+                "head_dim": 48}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(stablelm))
+    assert cli.main(["estimate", "--hf-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "head_dim: 48 is not supported: StableLM's attention" in err
+
+
+def test_a_t5_v11_config_object_counts_as_its_file():
+    transformers = pytest.importorskip("transformers")
+    t5 = dict(model_type="t5", d_model=512, d_ff=1024, d_kv=64, num_heads=6, num_layers=8, num_decoder_layers=8,
+              vocab_size=32128, feed_forward_proj="gated-gelu", tie_word_embeddings=False, is_encoder_decoder=True)
+    config = transformers.T5Config(**{k: v for k, v in t5.items() if k != "model_type"})
+    assert _our_parameters(config) == _our_parameters(t5) == 76_961_152
+
+
+def test_a_legacy_hub_name_without_its_organisation_reads_the_cache_only(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("huggingface_hub")
+    import importlib
+
+    import huggingface_hub.constants
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    folder = tmp_path / "hub" / "models--gpt2"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(commit)
+    (folder / "snapshots" / commit).mkdir(parents=True)
+    gpt2 = dict(model_type="gpt2", n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=50257)
+    (folder / "snapshots" / commit / "config.json").write_text(json.dumps(gpt2))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    importlib.reload(huggingface_hub.constants)  # it reads the environment at import
+    try:
+        monkeypatch.chdir(tmp_path)
+        assert cli.main(["estimate", "--hf-config", "gpt2", "--rule", "bp", "--memory"]) == 0
+        assert "124,439,808" in capsys.readouterr().out  # GPT2LMHeadModel's parameters
+        assert cli.main(["estimate", "--hf-config", "t5-small"]) == 2  # not cached: no network tried, one line
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "nor a cached Hugging Face model of that name (a Hub name is org/name" in err
+    finally:
+        monkeypatch.undo()
+        importlib.reload(huggingface_hub.constants)

@@ -184,7 +184,7 @@ def model_entry(args: argparse.Namespace, defaults: dict | None = None):
         data, file = read_hf_data(hf)
         entry = hf_entry(data, f"--hf-config {file}")
     if hf and "seq_len" not in given:  # the length its training ran, not the context it serves (issue 63)
-        length, _ = training_length(data, entry.get("seq_len"), entry.get("positions"))
+        length, _ = training_length(data, entry.get("seq_len"), entry.get("positions"), entry)
         if length is not None:
             entry["seq_len"] = length
     if not hf:

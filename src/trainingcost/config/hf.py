@@ -2,7 +2,7 @@
 
 Plain JSON, no ``transformers``: each supported ``model_type`` maps its keys onto
 trainingcost's fields and options. What the mapping cannot express (a mixture of
-experts outside Mixtral and Qwen-MoE, a sliding window on some layers only, an unknown ``model_type``, keys of
+experts outside Mixtral, Qwen-MoE, Qwen3-MoE, OLMoE and DeepSeek-V2/V3, a sliding window on some layers only, an unknown ``model_type``, keys of
 the wrong type) is refused in one line that names it,
 never counted silently wrong. The result is an entry like a preset's: command-line
 flags and a sweep entry's other keys override its fields.
@@ -16,6 +16,7 @@ layers carry biases, which heads are tied, which blocks are parallel, how much o
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 from .errors import ConfigError, read_json
@@ -49,9 +50,12 @@ ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", 
 
 
 def read_hf_config(path: str | Path, where: str = "--hf-config") -> dict:
-    """The model entry of a ``config.json`` (or of a folder holding one)."""
+    """The model entry of a ``config.json`` (or of a folder holding one), at the length its training ran
+    (:func:`training_length`), not the context it serves."""
     data, file = read_hf_data(path, where)
-    return hf_entry(data, f"{where} {file}")
+    entry = hf_entry(data, f"{where} {file}")
+    length, _ = training_length(data, entry.get("seq_len"), entry.get("positions"), entry)
+    return entry if length is None else {**entry, "seq_len": length}
 
 
 def read_hf_data(path: str | Path, where: str = "--hf-config") -> tuple[dict, Path]:
@@ -126,13 +130,53 @@ def hf_entry(data: dict, where: str = "config.json") -> dict:
 PRETRAINING_LENGTH = 8192
 
 
-def training_length(data: dict, served: int | None, positions: str | None) -> tuple[int | None, str]:
+def preset_of(entry: dict | None) -> str | None:
+    """The preset whose shape ``entry`` (a config.json's model entry) is, all but its lengths; None if none is."""
+    if not entry:
+        return None
+    from .model import canonical_model
+    from .presets import PRESETS
+
+    try:
+        cfg = canonical_model(dict(entry))
+    except (ConfigError, TypeError, ValueError):
+        return None
+    for name in PRESETS:
+        preset = _preset_model(name)
+        if preset is not None and preset.replace(seq_len=cfg.seq_len, tgt_len=cfg.tgt_len) == cfg:
+            return name
+    return None
+
+
+@lru_cache(maxsize=None)
+def _preset_model(name: str):
+    from .model import canonical_model
+    from .presets import PRESETS
+
+    try:
+        return canonical_model(dict(PRESETS[name]))
+    except (ConfigError, TypeError, ValueError):
+        return None
+
+
+def training_length(data: dict, served: int | None, positions: str | None,
+                    entry: dict | None = None) -> tuple[int | None, str]:
     """The sequence length a plan of this config.json trains at, and why, where it is not the context the model
-    serves (``served``, the family's max_position_embeddings or n_positions): rope_scaling's
-    original_max_position_embeddings (the length before the context was extended), else PRETRAINING_LENGTH for a
-    longer context; (None, "") where the served length stands (a learned position table is its training length)."""
+    serves (``served``, the family's max_position_embeddings or n_positions): the length of the preset of the same
+    shape (``entry``: config/presets.py cites each), else rope_scaling's original_max_position_embeddings (the length
+    before the context was extended), else PRETRAINING_LENGTH for a longer context; (None, "") where the served
+    length stands (a learned position table is its training length)."""
     if not served or positions == "learned":
         return None, ""
+    name = preset_of(entry)
+    if name is not None:
+        from .presets import PRESETS
+
+        length = PRESETS[name]["seq_len"]
+        if length == served:
+            return None, ""
+        return length, (f"seq_len {length}: the pretraining length of {name}, the preset of this shape (config/presets.py "
+                        f"cites it), not max_position_embeddings {served} (--seq-len to change)")
     # rope_scaling (transformers 4's files) or rope_parameters (transformers 5's, flat or one dict per layer type)
     for name in ("rope_scaling", "rope_parameters"):
         container = data.get(name)
@@ -143,6 +187,10 @@ def training_length(data: dict, served: int | None, positions: str | None) -> tu
             if isinstance(original, int) and not isinstance(original, bool) and 0 < original < served:
                 return original, (f"seq_len {original}: {name}.original_max_position_embeddings, the length before "
                                   f"the context was extended to max_position_embeddings {served} (--seq-len to change)")
+    original = data.get("original_max_position_embeddings")  # Phi-3's long-context files keep it at the top level
+    if isinstance(original, int) and not isinstance(original, bool) and 0 < original < served:
+        return original, (f"seq_len {original}: original_max_position_embeddings, the length before the context was "
+                          f"extended to max_position_embeddings {served} (--seq-len to change)")
     if served > PRETRAINING_LENGTH:
         return PRETRAINING_LENGTH, (f"seq_len {PRETRAINING_LENGTH}: a pretraining length (Llama 3's, Dubey et al. 2024), "
                                     f"not max_position_embeddings {served}, the context the model serves (--seq-len "
@@ -166,7 +214,7 @@ def length_note(path, seq_len_given) -> str | None:
         entry = hf_entry(dict(data))
     except (ConfigError, TypeError, ValueError):
         return None
-    return training_length(data, entry.get("seq_len"), entry.get("positions"))[1] or None
+    return training_length(data, entry.get("seq_len"), entry.get("positions"), entry)[1] or None
 
 
 def _declared_keys(entry: dict, k: _Keys) -> dict:
@@ -247,12 +295,14 @@ def _t5(k: _Keys) -> dict:
         relative_max_distance=k.int("relative_attention_max_distance", 128),
         bias="none", head_bias=False,
     )
-    # T5 v1.1 (tie_word_embeddings false): the stacks still share one table, the head has its own
-    if k.bool("tie_word_embeddings", True):
+    # T5 v1.1 (tie_word_embeddings false): the stacks still share one table, the head has its own. transformers 5's
+    # T5Config forces tie_word_embeddings True and keeps what the file said as scale_decoder_outputs (False for
+    # v1.1): a config object's to_dict() says so there
+    if k.bool("tie_word_embeddings", True) and k.data.get("scale_decoder_outputs") is not False:
         entry["tie_embeddings"] = True
     else:
         entry["shared_embedding"] = True
-    head_dim = k.int("d_kv", d // heads)
+    head_dim = k.int("d_kv", d // heads) if "d_kv" in k.data else k.int("head_dim", d // heads)  # T5Config's alias
     if head_dim * heads != d:
         entry["head_dim"] = head_dim
     return entry
@@ -383,8 +433,12 @@ def _phi(k: _Keys) -> dict:
         kv_heads=k.int("num_key_value_heads", heads) or heads, parallel_block="one_norm", bias="all", head_bias=True,
         tie_embeddings=k.bool("tie_word_embeddings", False),
     )
+    # PhiAttention: head_dim = config.head_dim or hidden_size // num_attention_heads (transformers 5)
+    head_dim = k.int("head_dim") if k.data.get("head_dim") is not None else d // heads
+    if head_dim * heads != d:
+        entry["head_dim"] = head_dim
     fraction = _rotary_fraction(k, ("partial_rotary_factor",), 0.5)
-    return _partial_rotary(entry, k, int(d // heads * fraction), "partial_rotary_factor")
+    return _partial_rotary(entry, k, int(head_dim * fraction), "partial_rotary_factor")
 
 
 def _falcon(k: _Keys) -> dict:
@@ -430,7 +484,13 @@ def _stablelm(k: _Keys) -> dict:
     entry = _decoder(k, norm="layernorm", ffn=_silu(k), bias="qkv" if k.bool("use_qkv_bias", False) else "none",
                      parallel_block="one_norm" if k.bool("use_parallel_residual", False) else "none",
                      tie_embeddings=k.bool("tie_word_embeddings", False))
-    head_dim = entry.get("head_dim", entry["d_model"] // entry["heads"])
+    # StableLmAttention's projections are hidden_size // num_attention_heads per head whatever head_dim says, and its
+    # rotary embedding reads head_dim (modeling_stablelm.py, transformers 5): a different head_dim does not run there
+    head_dim = entry["d_model"] // entry["heads"]
+    if entry.pop("head_dim", head_dim) != head_dim:
+        k._fail("head_dim", f"{k.data['head_dim']!r} is not supported: StableLM's attention is hidden_size / "
+                "num_attention_heads wide per head (transformers' StableLmAttention); drop head_dim or give "
+                f"{head_dim}")
     fraction = _rotary_fraction(k, ("partial_rotary_factor",), 0.25)
     return _partial_rotary(entry, k, int(head_dim * fraction), "partial_rotary_factor")
 

@@ -11,6 +11,23 @@ from pathlib import Path
 from .errors import ConfigError, regular_file
 
 HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")  # org/name, as the Hub spells repositories
+BARE_NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,95}")  # a legacy Hub name without its organisation (gpt2, t5-small)
+
+
+def cached_legacy_config(name: str, where: str) -> Path:
+    """The cached config.json of a legacy Hub name without an organisation (``gpt2``, ``bert-base-uncased``), from
+    the local Hugging Face cache only (a bare word is more often a mistyped file than a model: no network is tried);
+    one line naming both readings otherwise."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ModuleNotFoundError:
+        try_to_load_from_cache = None
+    found = try_to_load_from_cache(name, "config.json") if try_to_load_from_cache else None
+    if isinstance(found, str) and Path(found).is_file():
+        return Path(found)
+    raise ConfigError(f"{where}: no such file: {name[:60]}, nor a cached Hugging Face model of that name (a Hub name is "
+                      "org/name, e.g. openai-community/gpt2, fetched if not cached; a legacy name without its "
+                      "organisation is read from the local cache only)")
 
 
 def config_path(path: str | Path, where: str) -> Path:
@@ -20,6 +37,8 @@ def config_path(path: str | Path, where: str) -> Path:
     path = Path(path)
     if not path.exists() and HUB_NAME.fullmatch(text):
         return hub_config(text, where)
+    if not path.exists() and BARE_NAME.fullmatch(text) and not text.lower().endswith(".json"):
+        return cached_legacy_config(text, where)
     if path.is_dir():
         path = path / "config.json"
     return regular_file(path, where, "a config.json")

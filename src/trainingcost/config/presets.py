@@ -1,8 +1,11 @@
 """Named model shapes with their published dimensions.
 
-Sequence lengths are the models' maximum context (the Transformer paper fixes
-none; we use 512 as for BERT and T5). Batch defaults to 1 sequence. Shapes
-only: no weights are ever loaded.
+Sequence lengths are the lengths the models were pretrained at, each cited (the
+Transformer paper fixes none; we use 512 as for BERT and T5); for most that is
+their published context, for those whose context was extended at the end of
+pretraining (Qwen2.5, Qwen3) the length before it. A config.json of a preset's
+shape plans at the preset's length (config/hf.py, training_length). Batch
+defaults to 1 sequence. Shapes only: no weights are ever loaded.
 """
 
 from __future__ import annotations
@@ -74,9 +77,10 @@ PRESETS: dict[str, dict] = {
                        seq_len=4096, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary", bias="none",
                        sliding_window=4096),
     # Qwen team 2024 (Qwen2.5), Qwen/Qwen2.5-0.5B: 14 query and 2 key/value heads of 64, biases on q, k and v only,
-    # the head tied to the embedding. 494,032,768 parameters.
+    # the head tied to the embedding. 494,032,768 parameters. Pretrained at 4,096 tokens, the context extended to
+    # 32,768 in the final stage (Qwen2.5 Technical Report, arXiv 2412.15115, section 3.3).
     "qwen2.5-0.5b": dict(arch="decoder", layers=24, d_model=896, heads=14, kv_heads=2, d_ff=4864, vocab=151936,
-                         seq_len=32768, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
+                         seq_len=4096, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
                          bias="qkv", tie_embeddings=True),
     # Biderman et al. 2023 (Pythia), EleutherAI/pythia-1.4b (GPT-NeoX): attention and MLP in parallel, each with its
     # LayerNorm (use_parallel_residual), rotary positions on a quarter of each head (rotary_pct 0.25: 32 of 128
@@ -149,7 +153,8 @@ PRESETS: dict[str, dict] = {
                        bias="none", embedding_scale=True, tie_embeddings=True, post_norms=True,
                        attention_softcap=50.0, logit_softcap=30.0, sliding_window=4096, window_period=2),
     # Jiang et al. 2024 (Mixtral of Experts), mistralai/Mixtral-8x7B-v0.1: Mistral 7B's blocks with 8 SwiGLU experts of
-    # 14,336 per block, 2 per token (top-2, renormalised), no sliding window, a 32,768-token context.
+    # 14,336 per block, 2 per token (top-2, renormalised), no sliding window, trained at a 32k-token context (the
+    # paper's introduction).
     # 46,702,792,704 parameters (about 12.9B used per token).
     "mixtral-8x7b": dict(arch="decoder", layers=32, d_model=4096, heads=32, kv_heads=8, d_ff=14336, vocab=32000,
                          seq_len=32768, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
@@ -161,16 +166,17 @@ PRESETS: dict[str, dict] = {
                               seq_len=8192, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
                               bias="qkv", experts=60, experts_per_token=4, shared_expert_ff=5632, router_norm=False),
     # Qwen team 2025 (Qwen3, arXiv 2505.09388), Qwen/Qwen3-8B: Llama's block with q and k normalised per head (an
-    # RMSNorm of 128 on each), 32 heads of 128 and 8 key/value heads, no biases, an untied head, a 40,960-token
-    # context. 8,190,735,360 parameters (the model card's 8.2B, 6.95B without the embeddings).
+    # RMSNorm of 128 on each), 32 heads of 128 and 8 key/value heads, no biases, an untied head. 8,190,735,360
+    # parameters (the model card's 8.2B, 6.95B without the embeddings). Pretrained at 4,096 tokens (stages 1 and 2),
+    # a long-context stage at 32,768 last (the report's section 3.2); the card's context is 40,960.
     "qwen3-8b": dict(arch="decoder", layers=36, d_model=4096, heads=32, kv_heads=8, head_dim=128, d_ff=12288,
-                     vocab=151936, seq_len=40960, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
+                     vocab=151936, seq_len=4096, norm="rmsnorm", norm_position="pre", ffn="swiglu", positions="rotary",
                      bias="none", qk_norm="head"),
     # Qwen/Qwen3-30B-A3B: Qwen3's attention (32 heads of 128 beside d_model 2048, 4 key/value heads) and 128 SwiGLU
     # experts of 768 per block, 8 per token (renormalised: norm_topk_prob), no shared expert. 30,532,122,624
-    # parameters (the model card's 30.5B, 3.3B used per token).
+    # parameters (the model card's 30.5B, 3.3B used per token); pretrained at 4,096 tokens, as Qwen3-8B.
     "qwen3-30b-a3b": dict(arch="decoder", layers=48, d_model=2048, heads=32, kv_heads=4, head_dim=128, d_ff=768,
-                          vocab=151936, seq_len=40960, norm="rmsnorm", norm_position="pre", ffn="swiglu",
+                          vocab=151936, seq_len=4096, norm="rmsnorm", norm_position="pre", ffn="swiglu",
                           positions="rotary", bias="none", qk_norm="head", experts=128, experts_per_token=8),
     # Team OLMo 2024 ("2 OLMo 2 Furious", arXiv 2501.00656), allenai/OLMo-2-1124-7B and -13B: the norm on each
     # branch's output, none on its input (norm_position output), q and k normalised over each whole projection
