@@ -218,7 +218,14 @@ def model_entry(args: argparse.Namespace, defaults: dict | None = None):
             raise ConfigError(f"--{key.replace('_', '-')}: required without --preset")
     if "d_ff" not in entry and "ff_mult" not in entry:
         raise ConfigError("--d-ff: required without --preset")
-    return canonical_model(check_window(entry, "--hf-config"), "")
+    try:
+        return canonical_model(check_window(entry, "--hf-config"), "")
+    except ConfigError as err:
+        fields = re.match(r"([a-z][a-z_]*(?:, [a-z][a-z_]*)*)(?=:)", str(err))
+        if hf and fields and not set(fields.group(1).split(", ")) & set(given):  # the file's values, not a flag's
+            source = f"--hf-config {file}" if isinstance(hf, (str, os.PathLike)) else "hf_config"
+            raise ConfigError(f"{source}: {err} (from the file's keys)") from None
+        raise
 
 
 # Configuration fields the command line names differently.

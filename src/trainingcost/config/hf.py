@@ -162,21 +162,13 @@ def _preset_model(name: str):
 def training_length(data: dict, served: int | None, positions: str | None,
                     entry: dict | None = None) -> tuple[int | None, str]:
     """The sequence length a plan of this config.json trains at, and why, where it is not the context the model
-    serves (``served``, the family's max_position_embeddings or n_positions): the length of the preset of the same
-    shape (``entry``: config/presets.py cites each), else rope_scaling's original_max_position_embeddings (the length
-    before the context was extended), else PRETRAINING_LENGTH for a longer context; (None, "") where the served
+    serves (``served``, the family's max_position_embeddings or n_positions): the file's own
+    original_max_position_embeddings (in rope_scaling or rope_parameters, or at the top level: the length before the
+    context was extended), else the length of the preset of the same shape (``entry``: config/presets.py cites
+    each), else PRETRAINING_LENGTH for a longer context; (None, "") where the served
     length stands (a learned position table is its training length)."""
     if not served or positions == "learned":
         return None, ""
-    name = preset_of(entry)
-    if name is not None:
-        from .presets import PRESETS
-
-        length = PRESETS[name]["seq_len"]
-        if length == served:
-            return None, ""
-        return length, (f"seq_len {length}: the pretraining length of {name}, the preset of this shape (config/presets.py "
-                        f"cites it), not max_position_embeddings {served} (--seq-len to change)")
     # rope_scaling (transformers 4's files) or rope_parameters (transformers 5's, flat or one dict per layer type)
     for name in ("rope_scaling", "rope_parameters"):
         container = data.get(name)
@@ -191,6 +183,16 @@ def training_length(data: dict, served: int | None, positions: str | None,
     if isinstance(original, int) and not isinstance(original, bool) and 0 < original < served:
         return original, (f"seq_len {original}: original_max_position_embeddings, the length before the context was "
                           f"extended to max_position_embeddings {served} (--seq-len to change)")
+    name = preset_of(entry)
+    if name is not None:
+        from .presets import PRESETS
+
+        length = PRESETS[name]["seq_len"]
+        if length == served:  # the preset trains at the served context (Mixtral's 32k)
+            return None, ""
+        if length < served:
+            return length, (f"seq_len {length}: the pretraining length of {name}, the preset of this shape "
+                            f"(config/presets.py cites it), not max_position_embeddings {served} (--seq-len to change)")
     if served > PRETRAINING_LENGTH:
         return PRETRAINING_LENGTH, (f"seq_len {PRETRAINING_LENGTH}: a pretraining length (Llama 3's, Dubey et al. 2024), "
                                     f"not max_position_embeddings {served}, the context the model serves (--seq-len "
