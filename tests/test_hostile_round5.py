@@ -207,3 +207,64 @@ def test_a_legacy_hub_name_without_its_organisation_reads_the_cache_only(tmp_pat
     finally:
         monkeypatch.undo()
         importlib.reload(huggingface_hub.constants)
+
+
+# -- the review of check, configs, analytic, calibrate and curves --------------------------------------------------
+def test_check_refuses_a_plan_shorter_than_one_step_as_the_workflow_would(capsys, tmp_path):
+    path = tmp_path / "gb.yaml"
+    path.write_text("sweep:\n  models:\n    - {name: m, arch: decoder, layers: 2, d_model: 8, heads: 2, d_ff: 32, "
+                    "seq_len: 4, vocab: 16}\nplan:\n  tokens: 100\n  global_batch: 1000\n")
+    assert cli.main(["check", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["trainingcost check: error: plan: configuration 'm': tokens: 100 tokens are less than "
+                                "one optimizer step of 1000 sequences of 4 tokens (4,000); give more tokens or a "
+                                "smaller global batch"]
+    path.write_text(path.read_text().replace("tokens: 100", "tokens: 4000"))
+    assert cli.main(["check", "--config", str(path)]) == 0
+    assert capsys.readouterr().out.strip().endswith("valid; 1 configuration, 0 training jobs")
+
+
+def test_an_output_is_never_an_input_or_another_output(capsys, tmp_path):
+    config = tmp_path / "x.yaml"
+    config.write_text("sweep:\n  presets: [gpt2-small]\n")
+    before = config.read_text()
+    configs = tmp_path / "c.parquet"
+    for argv, words in [
+        (["configs", "--config", str(config), "--out", str(config)], f"--out: {config} is also --config, an input"),
+        (["analytic", "--config", str(config), "--configs", str(configs), "--out", str(tmp_path / "a.parquet"),
+          "--memory-out", str(tmp_path / "a.parquet")], "--memory-out: " + str(tmp_path / "a.parquet") +
+         " is also --out, another output"),
+        (["calibrate", "--trace", str(configs), "--out", str(configs)], f"--out: {configs} is also --trace, an input"),
+    ]:
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and words in err, err
+    assert config.read_text() == before and not (tmp_path / "a.parquet").exists()
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--collectives", "--max-bytes", "0"], "--max-bytes: must be 16384"),
+    (["--collectives", "--max-bytes", "100"], "--max-bytes: must be 16384"),
+    (["--collectives", "--backend", "nccl", "--device", "cpu"], "--backend: nccl needs CUDA GPUs"),
+    (["--collectives", "--nproc", "100000"], "--nproc: --collectives needs 2 to this machine's"),
+    (["--collectives", "--after-compute-ms", "-5"], "--after-compute-ms: must be 0 or more"),
+    (["--trace", "t.parquet", "--threads", "100000"], "--threads: must be 1 to this machine's"),
+    (["--trace", "t.parquet", "--neighbours", "100000"], "--neighbours: must be 0 to"),
+    (["--trace", "t.parquet", "--nproc", "3"], "--nproc: for --collectives only"),
+    (["--device-model", "--max-bytes", "65536"], "--max-bytes: for --collectives only"),
+    (["--trace", "t.parquet", "--collectives"], "--collectives: give one of --trace, --collectives and --device-model"),
+    (["--collectives", "--device-model"], "--device-model: give one of"),
+])
+def test_calibrates_flags_are_checked_before_any_work(capsys, tmp_path, extra, words):
+    assert cli.main(["calibrate", *extra, "--out", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and words in err and "Traceback" not in err, err
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_the_curves_table_counts_its_parameters_where_the_memory_table_has_bytes():
+    from trainingcost.config.columns import describe
+    from trainingcost.measure.curve import CURVE_COLUMNS
+
+    assert "parameter_count" in CURVE_COLUMNS and "parameters" not in CURVE_COLUMNS
+    assert describe("parameter_count")[0] == "count" and describe("parameters")[0] == "bytes"

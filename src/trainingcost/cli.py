@@ -85,7 +85,7 @@ def cmd_configs(args: argparse.Namespace) -> int:
     from .pipeline import load_file, write_configs
 
     frame = write_configs(load_file(args.config), args.out)
-    print(f"{len(frame)} configurations -> {args.out}")
+    print(f"{len(frame)} configuration{'s' * (len(frame) != 1)} -> {args.out}")
     return 0
 
 
@@ -94,8 +94,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .pipeline import load_file, train_jobs
 
     filled = load_file(args.config)
-    print(f"{args.config}: valid; {len(enumerate_sweep(filled['sweep']))} configurations, "
-          f"{len(train_jobs(filled))} training jobs")
+    configs, jobs = len(enumerate_sweep(filled["sweep"])), len(train_jobs(filled))
+    print(f"{args.config}: valid; {configs} configuration{'s' * (configs != 1)}, {jobs} training job{'s' * (jobs != 1)}")
     return 0
 
 
@@ -167,9 +167,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .measure.run import failed_run, train
     from .measure.trace import TRACE_COLUMNS
 
-    if args.threads is not None:
-        if not 1 <= args.threads <= 4096:  # torch raises on 0, negatives and beyond 64 bits (issue 40)
-            raise ConfigError(f"threads: {args.threads} is not a thread count (1 to 4096)")
+    if args.threads is not None:  # 1 to the cores (check_calibrate_flags)
         torch.set_num_threads(args.threads)
     comm = None
     if args.record_failure is not None:
@@ -248,11 +246,43 @@ def check_trace_values(trace: pd.DataFrame, path) -> None:
                 raise ConfigError(f"--trace: {path}: column spec must hold each run's spec as a JSON object")
 
 
+COLLECTIVES_ONLY = ("nproc", "backend", "after_compute_ms", "max_bytes")  # calibrate's flags for --collectives alone
+COLLECTIVES_DEFAULTS = {"nproc": 2, "backend": "auto", "after_compute_ms": 0.0}
+MAX_COLLECTIVE_BYTES = 2 ** 34  # 16 GiB: nccl-tests' own sweeps stop there (doc/PERFORMANCE.md examples)
+
+
+def check_calibrate_flags(args: argparse.Namespace) -> None:
+    """calibrate's flags, before any work: counts within this machine, and no flag the chosen mode ignores."""
+    cores = os.cpu_count() or 1
+    if args.threads is not None and not 1 <= args.threads <= cores:
+        raise ConfigError(f"threads: must be 1 to this machine's {cores} cores (got {args.threads}); more threads than "
+                          "cores only wait for each other")
+    if not 0 <= args.neighbours < cores:
+        raise ConfigError(f"neighbours: must be 0 to {cores - 1} (this machine's {cores} cores, one for the "
+                          f"calibration; got {args.neighbours})")
+    modes = [flag for flag, on in (("--trace", args.trace is not None), ("--collectives", args.collectives),
+                                   ("--device-model", args.device_model)) if on]
+    if len(modes) > 1:
+        raise ConfigError(f"{modes[1]}: give one of --trace, --collectives and --device-model, not {' and '.join(modes)}")
+    if not args.collectives:
+        given = [name for name in COLLECTIVES_ONLY if getattr(args, name) is not None]
+        if given:
+            raise ConfigError(f"--{given[0].replace('_', '-')}: for --collectives only (it would be ignored)")
+        return
+    for name, value in COLLECTIVES_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if not 2 <= args.nproc <= cores:
+        raise ConfigError(f"nproc: --collectives needs 2 to this machine's {cores} cores' processes (got {args.nproc})")
+    if args.after_compute_ms < 0:
+        raise ConfigError(f"after_compute_ms: must be 0 or more milliseconds (got {args.after_compute_ms:g})")
+    if args.max_bytes is not None and not 16384 <= args.max_bytes <= MAX_COLLECTIVE_BYTES:
+        raise ConfigError(f"max_bytes: must be 16384 (two sizes, 4 and 16 KiB, to fit a latency and a bandwidth) to "
+                          f"{MAX_COLLECTIVE_BYTES:,} bytes (got {args.max_bytes:,})")
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    if args.threads is not None and args.threads < 1:
-        raise ConfigError(f"threads: must be at least 1 (got {args.threads})")
-    if args.neighbours < 0:
-        raise ConfigError(f"neighbours: must be 0 or more (got {args.neighbours})")
+    check_calibrate_flags(args)
     if args.collectives:  # measure/collectives.py, docs/distributed.md
         return calibrate_collectives_command(args)
     if args.device_model:  # measure/device_model.py, docs/planning.md
@@ -281,9 +311,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from .findings.calibration import CalibrationBusy, calibrate, write_calibration
     from .train.run import resolve_device
 
-    if args.threads is not None:
-        if not 1 <= args.threads <= 4096:  # torch raises on 0, negatives and beyond 64 bits (issue 40)
-            raise ConfigError(f"threads: {args.threads} is not a thread count (1 to 4096)")
+    if args.threads is not None:  # 1 to the cores (check_calibrate_flags)
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     try:
@@ -313,9 +341,7 @@ def calibrate_device_model_command(args: argparse.Namespace) -> int:
 
     if args.dtype not in DTYPES:
         raise ConfigError(f"dtype: --device-model measures {', '.join(DTYPES)} (got {args.dtype})")
-    if args.threads is not None:
-        if not 1 <= args.threads <= 4096:  # torch raises on 0, negatives and beyond 64 bits (issue 40)
-            raise ConfigError(f"threads: {args.threads} is not a thread count (1 to 4096)")
+    if args.threads is not None:  # 1 to the cores (check_calibrate_flags)
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     result = measure_device_model(device, args.dtype)
@@ -338,6 +364,14 @@ def calibrate_collectives_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"backend: {args.backend!r} is not allowed (allowed: {', '.join(BACKENDS)})")
     if not 0 < args.tolerance < 1:
         raise ConfigError(f"tolerance: must be between 0 and 1 (got {args.tolerance})")
+    if args.backend == "nccl":
+        import torch
+
+        if args.device == "cpu" or not torch.cuda.is_available():
+            raise ConfigError("backend: nccl needs CUDA GPUs, and this run has none (allowed here: auto, gloo)")
+        if args.nproc > torch.cuda.device_count():
+            raise ConfigError(f"nproc: nccl runs one process per GPU; this machine has {torch.cuda.device_count()} "
+                              f"(got {args.nproc})")
     from .findings.calibration import write_calibration
     from .measure.collectives import CollectivesBusy, calibrate_collectives
 
@@ -478,9 +512,9 @@ def build_parser(parser_class=Parser) -> Parser:
     cal.add_argument("--device-model", action="store_true",
                      help="measure the step-time model's device numbers (large-GEMM ceiling, copy bandwidth by size, "
                           "fused attention, launch) for `plan --device-model` (docs/planning.md)")
-    cal.add_argument("--nproc", type=integer, default=2, help="processes for --collectives")
-    cal.add_argument("--backend", default="auto", help="for --collectives: auto (nccl on CUDA, gloo on CPU), gloo, nccl")
-    cal.add_argument("--after-compute-ms", type=number, default=0.0,
+    cal.add_argument("--nproc", type=integer, help="processes for --collectives (default 2)")
+    cal.add_argument("--backend", help="for --collectives: auto (nccl on CUDA, gloo on CPU; the default), gloo, nccl")
+    cal.add_argument("--after-compute-ms", type=number,
                      help="for --collectives: compute this long on every rank before each timed collective, as a "
                           "training step does (default 0: back to back)")
     cal.add_argument("--max-bytes", type=integer,
@@ -540,6 +574,36 @@ def _terminate(signum, frame):
 
 # Outputs each command writes: (argument, whether it names a directory).
 OUTPUTS = (("out", False), ("out_dir", True), ("memory_out", False), ("figure", False))
+INPUTS = ("config", "configs", "trace", "calibration", "hf_config", "study", "hardware", "frontiers", "measured_run",
+          "corpus")  # the flags that name a file (or folder) a command reads
+
+
+def check_outputs_apart(args: argparse.Namespace) -> None:
+    """No output is one of the command's inputs (``configs --out x.yaml --config x.yaml``) or another output
+    (``analytic --out a.parquet --memory-out a.parquet``): one line naming both flags, before any work."""
+    def resolved(value):
+        if not isinstance(value, (str, os.PathLike)) or not str(value):
+            return None
+        try:  # a symbolic-link loop or an unreadable folder: the flag's own check names it, later
+            return Path(os.path.realpath(Path(value).expanduser()))
+        except (OSError, RuntimeError, ValueError):
+            return None
+
+    outs = [(name, resolved(getattr(args, name, None))) for name, _ in OUTPUTS if name != "out_dir"]
+    outs = [(name, path) for name, path in outs if path is not None]
+    ins = []
+    for name in INPUTS:
+        path = resolved(getattr(args, name, None))
+        if path is not None:
+            folder = name in ("hf_config", "measured_run") and os.path.isdir(path)
+            ins += [(name, path)] + ([(name, path / "config.json")] if folder and name == "hf_config" else [])
+    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+    for i, (name, path) in enumerate(outs):
+        for other, there in outs[:i] + ins:
+            if path == there:
+                what = "an input" if (other, there) in ins else "another output"
+                raise ConfigError(f"{flag(name)}: {getattr(args, name)} is also {flag(other)}, {what} of this command; give "
+                                  "each output a file of its own")
 COMMAND_NEEDS = {"train": ("torch", "pyarrow"), "calibrate": ("torch", "pyarrow"), "curves": ("torch", "pyarrow"),
                  "configs": ("pyarrow",), "analytic": ("pyarrow",), "serve": ("fastapi", "uvicorn")}  # src/trainingcost/extras.py: the install's layers
 FLAG_NEEDS = {"figure": ("matplotlib", "seaborn"), "frontiers": ("pyarrow",), "measured_run": ("pyarrow",)}
@@ -590,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, directory in OUTPUTS:
             if getattr(args, name, None):
                 check_output(getattr(args, name), "--" + name.replace("_", "-"), directory)  # the flag, whatever the command
+        check_outputs_apart(args)
         if getattr(args, "out", None) and getattr(args, "out_dir", None):
             out, folder = Path(args.out).resolve(), Path(args.out_dir).resolve()
             if out == folder or folder in out.parents:

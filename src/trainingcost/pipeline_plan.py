@@ -81,7 +81,7 @@ def plan_configs(config: dict) -> list:
 def check_plan(config: dict) -> None:
     """The plan section of a validated config, before any job runs: its values, the GPU, and the degrees and batch
     of every selected configuration (one line naming the field). Whether each plan fits is the plan job's check."""
-    from .analytic.plan import check_spec
+    from .analytic.plan import check_run_length, check_spec
 
     gpu = plan_gpu(config)
     section = config["plan"]
@@ -91,6 +91,8 @@ def check_plan(config: dict) -> None:
         try:
             spec = section_spec(section, cfg, gpu, count=False)
             check_spec(spec, cfg, gpu)
+            if section["tokens"] != "chinchilla":  # a run of at least one step (Chinchilla's budget is counted later)
+                check_run_length(spec, cfg)
             if spec.efficiency.kind == "tokens_per_s":  # the rate against the device's peak, as the command line
                 from .analytic.plan import plan_table  # checks it, not after every other job (issue 66, N12)
 

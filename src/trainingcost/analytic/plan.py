@@ -163,6 +163,19 @@ class PlanSpec:
 MAX_MIRROR_STEPS = 1000  # weight-mirror steps per training step (WM): Akrout et al. 2019 use a handful
 
 
+def check_run_length(spec: PlanSpec, cfg) -> None:
+    """At least one sequence and one optimizer step of the global batch (issue 66, D15: no "0 steps", no run shorter
+    than its one step); one line naming tokens otherwise."""
+    G, _ = global_batch(spec, cfg)
+    n = tokens_per_sequence(cfg)
+    if spec.tokens / n < 1:
+        raise ConfigError(f"tokens: {spec.tokens:g} tokens make less than one sequence of {n} tokens; a run trains "
+                          "on at least one")
+    if spec.tokens / n / G < 1:
+        raise ConfigError(f"tokens: {spec.tokens:g} tokens are less than one optimizer step of {G} sequences of {n} "
+                          f"tokens ({G * n:,}); give more tokens or a smaller global batch")
+
+
 def check_spec(spec: PlanSpec, cfg, device) -> None:
     """Refuse an impossible plan before any arithmetic (ConfigError naming the field)."""
     def positive(name, value, integer=False):
@@ -617,12 +630,7 @@ def plan_table(cfg, spec: PlanSpec, device, rules, cost_models) -> pd.DataFrame:
     n = tokens_per_sequence(cfg)
     sequences = spec.tokens / n
     steps = sequences / G
-    if sequences < 1:
-        raise ConfigError(f"tokens: {spec.tokens:g} tokens make less than one sequence of {n} tokens; a run trains "
-                          "on at least one")
-    if steps < 1:  # issue 66, D15: no "0 steps", no run shorter than its one step
-        raise ConfigError(f"tokens: {spec.tokens:g} tokens are less than one optimizer step of {G} sequences of {n} "
-                          f"tokens ({G * n:,}); give more tokens or a smaller global batch")
+    check_run_length(spec, cfg)
     capacity = float(device.memory_bytes)
     peak = float(device.peak(p.peak_dtype))  # fp8-mixed: the fp8 peak (NVIDIA's MFU convention)
     fp8_note = ""

@@ -7,7 +7,7 @@ first the names below, then the families (``mem_*``, ``step_*_s``, ``source_*`` 
 (config/model.py's declarations: their help is the description).
 
 Units: ``bytes``; ``s`` (seconds); ``FLOPs`` and ``MACCs`` (exact integer counts where the column is int64);
-``FLOP/s``; ``J``; ``kWh``; ``t CO2e`` (tonnes); ``tokens``; ``sequences``; ``count``; ``share`` (a fraction of
+``FLOP/s``; ``J``; ``kWh``; ``t CO2e`` (tonnes); ``tokens``; ``tokens/s``; ``sequences``; ``count``; ``share`` (a fraction of
 1); ``ratio`` (a quotient of two like quantities); ``nats`` (a loss, natural log); ``money`` (in the ``currency``
 column's currency); ``W``; ``text``; ``bool``; ``id``.
 """
@@ -38,7 +38,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "maccs": ("MACCs", "multiply-accumulates of the layer in the phase, exact"),
     "flops": ("FLOPs", "floating-point operations (2 per MACC, plus elementwise work where the cost model counts it), "
                        "exact"),
-    "elementwise_flops": ("FLOPs", "the part of flops that is elementwise work (norms, activations, softmax)"),
+    "elementwise_flops": ("FLOPs", "executed only: an estimate of the elementwise work (biases, residual adds, softmax, "
+                                   "activations, norms) that flops leaves out (docs/cost_models.md, elementwise_flops)"),
     # -- memory.parquet (the memory model, bytes of one training step)
     "optimizer": ("text", "the optimizer: sgd, momentum or adam"),
     "dtype": ("text", "the training dtype: fp32, bf16 or fp16"),
@@ -88,7 +89,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "cores": ("count", "this machine's cores"),
     "gpu_clock_reasons": ("text", "why the GPU's clocks were held back while timing (NVML), where any"),
     "timing_quality": ("text", "how far the timing can be trusted: ok, noisy or contended (docs/measurement.md)"),
-    "tokens_per_s": ("tokens", "tokens trained per second (per GPU), at the median step time"),
+    "tokens_per_s": ("tokens/s", "tokens trained per second (per GPU), at the median step time"),
     "flops_per_step": ("FLOPs", "the FLOPs of one training step, counted by torch's FlopCounterMode"),
     "achieved_flops_per_s": ("FLOP/s", "flops_per_step over the median step time"),
     "peak_flops_per_s": ("FLOP/s", "the device's dense peak in the run's dtype (the hardware catalogue)"),
@@ -319,7 +320,7 @@ def markdown() -> str:
              "(`python -m trainingcost.config.columns > docs/columns.md`); the tests check that no column the "
              "workflow writes is missing here.", "",
              "Units: bytes; s (seconds); FLOPs and MACCs (exact counts where the column is an integer); FLOP/s; J; "
-             "kWh; t CO2e (tonnes); tokens; sequences; count; share (a fraction of 1); ratio; nats (a loss); money "
+             "kWh; t CO2e (tonnes); tokens; tokens/s; sequences; count; share (a fraction of 1); ratio; nats (a loss); money "
              "(in the `currency` column's currency); text; bool; id.", "",
              "## Columns", "", "| column | unit | holds |", "|---|---|---|"]
     lines += [f"| `{name}` | {unit} | {text} |" for name, (unit, text) in COLUMNS.items()]

@@ -25,7 +25,7 @@ from .provenance import provenance
 
 CURVE_COLUMNS = [
     "config_id", "rule", "seed", "lr", "optimizer", "d_model", "layers", "heads", "seq_len", "batch",
-    "parameters", "block_parameters", "step", "tokens", "flops", "flops_per_step", "executed_flops_per_step",
+    "parameter_count", "block_parameters", "step", "tokens", "flops", "flops_per_step", "executed_flops_per_step",
     "train_loss", "val_loss", "val_accuracy", "status", "message",
 ]
 
@@ -80,7 +80,7 @@ def learning_curve(spec: TrainSpec) -> pd.DataFrame:
         config_id=cfg.config_id, rule=spec.rule, seed=spec.seed, lr=float(spec.options.lr),
         optimizer=spec.options.optimizer, d_model=cfg.d_model, layers=cfg.dec_layers, heads=cfg.heads,
         seq_len=cfg.seq_len, batch=cfg.batch,
-        parameters=sum(p.numel() for p in done.model.parameters()) if done.model is not None else facts.parameters,
+        parameter_count=sum(p.numel() for p in done.model.parameters()) if done.model is not None else facts.parameters,
         block_parameters=facts.blocks_parameters, status=done.status, message=done.message,
     )
     extra = {k: v for k, v in provenance(done.device).items() if k in ("torch_version", "device_name", "git_commit")}
