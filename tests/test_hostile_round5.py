@@ -268,3 +268,41 @@ def test_the_curves_table_counts_its_parameters_where_the_memory_table_has_bytes
 
     assert "parameter_count" in CURVE_COLUMNS and "parameters" not in CURVE_COLUMNS
     assert describe("parameter_count")[0] == "count" and describe("parameters")[0] == "bytes"
+
+
+def test_the_host_fit_is_non_negative_least_squares_as_a_brute_force_finds_it():
+    """A call costs the host time: the fit is NNLS (Lawson and Hanson), checked against every subset's least squares."""
+    import itertools
+
+    import numpy as np
+
+    from trainingcost.measure.host import nnls, solve
+
+    def brute(a, b):
+        best, chosen = np.inf, None
+        for k in range(a.shape[1] + 1):
+            for subset in itertools.combinations(range(a.shape[1]), k):
+                x = np.zeros(a.shape[1])
+                if subset:
+                    z = np.linalg.lstsq(a[:, list(subset)], b, rcond=None)[0]
+                    if (z < 0).any():
+                        continue
+                    x[list(subset)] = z
+                if np.linalg.norm(a @ x - b) < best - 1e-12:
+                    best, chosen = np.linalg.norm(a @ x - b), x
+        return chosen
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        a, b = rng.normal(size=(6, 4)), rng.normal(size=6)
+        x = nnls(a, b)
+        assert (x >= 0).all()
+        assert np.linalg.norm(a @ x - b) == pytest.approx(np.linalg.norm(a @ brute(a, b) - b), abs=1e-9)
+    # the review's case: a per-tensor cost that least squares fits below zero is 0 here, the others still fit
+    import pandas as pd
+
+    counts = {"s1": pd.Series({"call": 1.0, "tensor": 10.0}), "s2": pd.Series({"call": 2.0, "tensor": 30.0}),
+              "s3": pd.Series({"call": 3.0, "tensor": 40.0})}
+    residuals = {"s1": 1.0e-4, "s2": 1.9e-4, "s3": 3.1e-4}
+    fitted = solve(residuals, counts)
+    assert fitted["tensor"] >= 0 and fitted["call"] > 0
