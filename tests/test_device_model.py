@@ -83,7 +83,7 @@ def run(*args):
 
 def test_calibrate_measures_this_device_and_plan_refuses_it_for_a_gpu(tmp_path):
     out = tmp_path / "dm.json"
-    done = run("calibrate", "--device-model", "--device", "cpu", "--threads", "1", "--out", str(out))
+    done = run("calibrate", "--device-model", "--device", "cpu", "--threads", "1", "--keep-untrusted", "--out", str(out))
     assert done.returncode == 0, done.stderr
     data = json.loads(out.read_text())
     assert data["kind"] == "device_model" and data["device_type"] == "cpu" and data["dtype"] == "fp32"
@@ -91,7 +91,7 @@ def test_calibrate_measures_this_device_and_plan_refuses_it_for_a_gpu(tmp_path):
         assert data[key] > 0
     assert [b for b, _ in data["bandwidth"]] == [2 * 10**6, 2 * 10**7, 2 * 10**8]
     assert all(bw > 0 for _, bw in data["bandwidth"])
-    assert isinstance(data["trusted"], bool)  # a busy machine marks it, and still writes it
+    assert isinstance(data["trusted"], bool)  # a busy machine marks it, and under --keep-untrusted still writes it
     refused = run("plan", "--preset", "gpt2-small", "--tokens", "1e9", "--gpu", "a100-80gb", "--device-model", str(out))
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines()[-1].endswith("(no catalogue device), not on --gpu a100-80gb")

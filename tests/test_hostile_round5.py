@@ -306,3 +306,23 @@ def test_the_host_fit_is_non_negative_least_squares_as_a_brute_force_finds_it():
     residuals = {"s1": 1.0e-4, "s2": 1.9e-4, "s3": 3.1e-4}
     fitted = solve(residuals, counts)
     assert fitted["tensor"] >= 0 and fitted["call"] > 0
+
+
+def test_a_busy_device_model_writes_nothing_unless_kept(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from trainingcost.measure import device_model
+
+    busy = {"trusted": False, "untrusted": {"gemm 256": 0.119}, "bandwidth": [(2e6, 1e10)], "device_name": "cpu",
+            "gemm_flops": 1e11, "flash_forward_flops": 1e10, "flash_backward_flops": 1e10, "launch_s": 1e-5,
+            "kind": "device_model"}
+    monkeypatch.setattr(device_model, "measure_device_model", lambda device, dtype: dict(busy))
+    out = tmp_path / "dm.json"
+    assert cli.main(["calibrate", "--device-model", "--device", "cpu", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["trainingcost calibrate: the machine is busy: the repeats of gemm 256 12% spread by "
+                                "more than 10% of their medians; nothing written (--keep-untrusted keeps them, marked "
+                                "untrusted)"]
+    assert not out.exists()
+    assert cli.main(["calibrate", "--device-model", "--device", "cpu", "--keep-untrusted", "--out", str(out)]) == 0
+    assert "untrusted (the device is busy; interquartile spread gemm 256 12%)" in capsys.readouterr().out
+    assert out.exists()

@@ -81,9 +81,19 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def parquet_outputs(args: argparse.Namespace, *names: str) -> None:
+    """Outputs that are parquet tables end in .parquet (``configs --out x.csv`` wrote parquet into x.csv)."""
+    for name in names:
+        value = str(getattr(args, name))
+        if not value.endswith(".parquet"):
+            raise ConfigError(f"--{name.replace('_', '-')}: {value}: {args.command} writes a parquet table; give a "
+                              "path ending .parquet")
+
+
 def cmd_configs(args: argparse.Namespace) -> int:
     from .pipeline import load_file, write_configs
 
+    parquet_outputs(args, "out")
     frame = write_configs(load_file(args.config), args.out)
     print(f"{len(frame)} configuration{'s' * (len(frame) != 1)} -> {args.out}")
     return 0
@@ -102,6 +112,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_analytic(args: argparse.Namespace) -> int:
     from .pipeline import load_file, write_analytic
 
+    parquet_outputs(args, "out", "memory_out")
     write_analytic(load_file(args.config), args.configs, args.out, args.memory_out)
     print(f"analytic costs -> {args.out}; memory -> {args.memory_out}")
     return 0
@@ -345,9 +356,14 @@ def calibrate_device_model_command(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     result = measure_device_model(device, args.dtype)
+    spread = ", ".join(f"{name} {share:.0%}" for name, share in result["untrusted"].items())
+    if not result["trusted"] and not args.keep_untrusted:  # as --time-cap's help says: one line, no file
+        sys.stderr.write(f"trainingcost calibrate: the machine is busy: the repeats of {spread} spread by more than "
+                         "10% of their medians; nothing written (--keep-untrusted keeps them, marked untrusted)\n")
+        return 1
     write_calibration(result, args.out)
     bw = max(b for _, b in result["bandwidth"])
-    trust = "" if result["trusted"] else f"; untrusted (the device is busy): {result['untrusted']}"
+    trust = "" if result["trusted"] else f"; untrusted (the device is busy; interquartile spread {spread})"
     print(f"{result['device_name']} ({args.dtype}): GEMM {result['gemm_flops'] / 1e12:.3g} TFLOP/s, copy "
           f"{bw / 1e9:.3g} GB/s, attention {result['flash_forward_flops'] / 1e12:.3g} / "
           f"{result['flash_backward_flops'] / 1e12:.3g} TFLOP/s forward / backward, launch "

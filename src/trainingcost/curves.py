@@ -27,7 +27,7 @@ SEARCH_COLUMNS = ["rule", "lr", "optimizer", "config_id", "d_model", "layers", "
 def add_parser(sub) -> None:
     p = sub.add_parser("curves", help="the scaling study's runs: each rule's learning-rate search, then its "
                                       "learning curves over the grid (loss against measured FLOPs)")
-    kinds = p.add_subparsers(dest="curves_command", required=True, parser_class=type(p))
+    kinds = p.add_subparsers(dest="curves_command", metavar="STEP", required=True, parser_class=type(p))
     for name, text in (("search", "train the search point under each learning rate; mark the best"),
                        ("run", "train every point of the grid at the searched learning rate, one seed")):
         k = kinds.add_parser(name, help=text)

@@ -211,12 +211,14 @@ def entry_names(sweep: dict) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def select_sweep(sweep: dict, names: list[str], where: str) -> list[tuple[str, ModelConfig]]:
-    """The configurations of the sweep entries called ``names`` (train.select), in sweep order."""
+def select_sweep(sweep: dict, names: list[str], where: str, one: bool = False) -> list[tuple[str, ModelConfig]]:
+    """The configurations of the sweep entries called ``names`` (train.select), in sweep order; ``one``: ``where``
+    names a single entry (figures.breakdown), not a list."""
     known = entry_names(sweep)
     for i, name in enumerate(names):
         if name not in known:
-            raise ConfigError(f"{where}[{i}]: no sweep entry is named {name!r} (names: {', '.join(known) or 'none'})")
+            field = where if one else f"{where}[{i}]"
+            raise ConfigError(f"{field}: no sweep entry is named {name!r} (names: {', '.join(known) or 'none'})")
     if not names:
         return []
     chosen = set(names)
@@ -239,7 +241,7 @@ def entry_config(config: dict, name: str, where: str) -> ModelConfig:
     for _, cfg in enumerate_sweep(config["sweep"]):
         if cfg.config_id == name:
             return cfg
-    pairs = select_sweep(config["sweep"], [name], where)
+    pairs = select_sweep(config["sweep"], [name], where, one=True)
     if not pairs:
         raise ConfigError(f"{where}: sweep entry {name!r} has no configuration")
     return pairs[0][1]
