@@ -147,8 +147,9 @@ def _transformers_parameters(data: dict) -> int:
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     config = transformers.AutoConfig.for_model(**data)
+    auto = transformers.AutoModelForSeq2SeqLM if data.get("is_encoder_decoder") else transformers.AutoModelForCausalLM
     with torch.device("meta"):
-        return transformers.AutoModelForCausalLM.from_config(config).num_parameters()
+        return auto.from_config(config).num_parameters()
 
 
 def _our_parameters(data) -> int:
@@ -326,3 +327,14 @@ def test_a_busy_device_model_writes_nothing_unless_kept(capsys, tmp_path, monkey
     assert cli.main(["calibrate", "--device-model", "--device", "cpu", "--keep-untrusted", "--out", str(out)]) == 0
     assert "untrusted (the device is busy; interquartile spread gemm 256 12%)" in capsys.readouterr().out
     assert out.exists()
+
+
+def test_config_aliases_read_as_transformers_reads_them():
+    """MixtralConfig's attribute_map (num_experts for num_local_experts) and T5Config's (head_dim for d_kv)."""
+    mixtral = {**{k: v for k, v in MIXTRAL.items() if k != "num_local_experts"}, "num_experts": 4,
+               "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "vocab_size": 128}
+    t5 = dict(model_type="t5", d_model=128, d_ff=256, num_heads=4, num_layers=2, vocab_size=128, head_dim=48,
+              feed_forward_proj="relu", is_encoder_decoder=True)
+    for data in (mixtral, t5):
+        assert _our_parameters(data) == _transformers_parameters(data)

@@ -620,7 +620,7 @@ def _gemma2(k: _Keys) -> dict:
 
 
 # The keys of a mixture of experts that each MoE model_type maps (hf_entry refuses them elsewhere).
-MOE_KEYS = {"mixtral": ("num_local_experts",), "qwen2_moe": ("num_experts", "moe_intermediate_size"),
+MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts"), "qwen2_moe": ("num_experts", "moe_intermediate_size"),
             "qwen3_moe": ("num_experts", "num_local_experts", "moe_intermediate_size"),
             "olmoe": ("num_experts", "num_local_experts"), "deepseek_v2": ("n_routed_experts", "moe_intermediate_size"),
             "deepseek_v3": ("n_routed_experts", "moe_intermediate_size")}
@@ -651,9 +651,13 @@ def _moe(k: _Keys) -> dict:
     if qwen3:
         key = "num_experts" if k.data.get("num_experts") is not None else "num_local_experts"
         experts, top_k = k.int(key, 128), k.int("num_experts_per_tok", 8)
+    elif mixtral:  # MixtralConfig's attribute_map reads num_experts as num_local_experts
+        experts = k.int("num_experts" if k.data.get("num_local_experts") is None and k.data.get("num_experts")
+                        is not None else "num_local_experts", 8)
+        top_k = k.int("num_experts_per_tok", 2)
     else:
-        experts = k.int("num_local_experts" if mixtral else "num_experts", 8 if mixtral else 60)
-        top_k = k.int("num_experts_per_tok", 2 if mixtral else 4)
+        experts = k.int("num_experts", 60)
+        top_k = k.int("num_experts_per_tok", 4)
     entry.update(experts=experts, experts_per_token=top_k)
     if not mixtral:
         entry["d_ff"] = k.int("moe_intermediate_size", 768 if qwen3 else 1408)
