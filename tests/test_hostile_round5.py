@@ -338,3 +338,19 @@ def test_config_aliases_read_as_transformers_reads_them():
               feed_forward_proj="relu", is_encoder_decoder=True)
     for data in (mixtral, t5):
         assert _our_parameters(data) == _transformers_parameters(data)
+
+
+def test_a_converged_but_contended_calibration_is_not_trusted_in_the_summary():
+    from trainingcost.findings.summary import untrusted_calibration
+
+    quiet = {"trusted": True, "load": {"timing_quality": "ok", "cpu_time_per_wall": 0.98, "runnable_others_median": 0,
+                                       "cores": 2}}
+    contended = {"trusted": True, "load": {"timing_quality": "contended", "cpu_time_per_wall": 0.41,
+                                           "runnable_others_median": 4, "cores": 2}}
+    assert untrusted_calibration(quiet) == "" and untrusted_calibration(None) == ""
+    line = untrusted_calibration(contended)
+    assert line.startswith("**No trusted calibration**: the device's calibration converged, but its own timing was "
+                           "contended (it got 0.41 of a core per second of wall-clock, beside a median of 4 other "
+                           "runnable tasks on 2 cores)")
+    busy = {"trusted": False, "untrusted": "no convergence in 60 s"}
+    assert "(no convergence in 60 s)" in untrusted_calibration(busy)

@@ -55,9 +55,20 @@ NO_TRUSTED_CALIBRATION = "No trusted calibration"
 
 
 def untrusted_calibration(calibration: dict | None) -> str:
-    """The line a summary opens its step-time section with when the calibration did not converge ('' if it did)."""
-    if not calibration or calibration.get("trusted", True):
+    """The line a summary opens its step-time section with when the calibration did not converge, or converged while
+    its own process was contended (measure/load.py: it got clearly less CPU than it asked for, or other work held
+    the cores; such a calibration priced every run slow, docs/measurement.md); '' otherwise."""
+    if not calibration:
         return ""
+    load = calibration.get("load") or {}
+    if calibration.get("trusted", True) and load.get("timing_quality") != "contended":
+        return ""
+    if calibration.get("trusted", True):
+        cpu, others = load.get("cpu_time_per_wall", float("nan")), load.get("runnable_others_median", float("nan"))
+        return (f"**{NO_TRUSTED_CALIBRATION}**: the device's calibration converged, but its own timing was contended "
+                f"(it got {cpu:.2f} of a core per second of wall-clock, beside a median of {others:g} other runnable "
+                f"tasks on {load.get('cores', '?')} cores). The predicted times below come from it, so every run counts "
+                "as untrusted and no accuracy is claimed; run the calibration again on a quiet machine.")
     return (f"**{NO_TRUSTED_CALIBRATION}**: the machine was busy while the device was calibrated "
             f"({calibration.get('untrusted', 'no convergence')}). The predicted times below come from its unconverged "
             "rounds, so every run counts as untrusted and no accuracy is claimed; run the calibration again on a "
