@@ -354,3 +354,15 @@ def test_a_converged_but_contended_calibration_is_not_trusted_in_the_summary():
                            "runnable tasks on 2 cores)")
     busy = {"trusted": False, "untrusted": "no convergence in 60 s"}
     assert "(no convergence in 60 s)" in untrusted_calibration(busy)
+
+
+@pytest.mark.parametrize("text, line", [
+    ("sweep:\n  presets: [gpt2-small]\nhardware:\n  - {label: mine}\n",
+     "hardware: must be a mapping of names to entries, not a list ([{'label': 'mine'}])"),
+    ("sweep: [1, 2]\n", "sweep: must be a mapping (keys such as grids, models, presets), not a list ([1, 2])"),
+])
+def test_a_section_of_the_wrong_shape_says_what_shape_it_needs(capsys, tmp_path, text, line):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    assert cli.main(["check", "--config", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"trainingcost check: error: {line}"]

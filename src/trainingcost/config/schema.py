@@ -144,6 +144,12 @@ def _one_line(error: jsonschema.ValidationError, root: str) -> str:
         if error.validator_value == "integer" and jsonschema.Draft202012Validator.TYPE_CHECKER.is_type(
                 error.instance, "integer"):
             return f"{where}: {error.instance:.3g} is beyond 64-bit integers (at most 2^63 - 1)"
+        if error.validator_value == "object":  # YAML's words: a mapping of keys to values, not a list or a scalar
+            keys = ", ".join(sorted(error.schema.get("properties", {}))[:6])
+            what = f"a mapping (keys such as {keys})" if keys else "a mapping of names to entries"
+            kind = {list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(
+                type(error.instance), type(error.instance).__name__)
+            return f"{where}: must be {what}, not {kind} ({_short(error.instance, 40)})"
         return f"{where}: {_short(error.instance)} is not of type {error.validator_value!r}"
     message = error.message
     if len(message) > 160:  # jsonschema's own message quotes the whole value
