@@ -366,3 +366,17 @@ def test_a_section_of_the_wrong_shape_says_what_shape_it_needs(capsys, tmp_path,
     path.write_text(text)
     assert cli.main(["check", "--config", str(path)]) == 2
     assert capsys.readouterr().err.splitlines() == [f"trainingcost check: error: {line}"]
+
+
+def test_a_sequence_past_the_learned_position_table_is_said(capsys, tmp_path):
+    assert cli.main(["estimate", "--preset", "gpt2-small", "--seq-len", "2048"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("positions: a learned table of 2,048 positions for --seq-len 2,048, 1,024 more than the model's 1,024: "
+            "rows (and parameters) the published model does not have") in out
+    gpt2 = dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=4, n_positions=128, vocab_size=97)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(gpt2))
+    assert cli.main(["estimate", "--hf-config", str(path), "--seq-len", "256"]) == 0
+    assert "256 positions for --seq-len 256, 128 more than the model's 128" in " ".join(capsys.readouterr().out.split())
+    assert cli.main(["estimate", "--hf-config", str(path), "--seq-len", "64"]) == 0
+    assert "more than the model's" not in capsys.readouterr().out

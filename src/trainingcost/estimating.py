@@ -139,6 +139,10 @@ def estimate_outcome(args: argparse.Namespace) -> EstimateOutcome:
         table = phase_table(configs, rules, models, args.mirror_steps)
         if finetune.adapters:
             table = adapter_phases(table, cfg, finetune)
+    from .config.hf import table_note
+
+    notes = notes + [note for note in [table_note(args.preset, getattr(args, "hf_config", None), cfg, args.seq_len)]
+                     if note]
     if getattr(args, "hf_config", None):  # transformers' own model may run another attention kernel: say which
         from .config.hf import attention_note, length_note
 

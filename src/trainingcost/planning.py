@@ -390,9 +390,10 @@ def plan_outcome(args: argparse.Namespace) -> PlanOutcome:
     if args.batch is not None:
         raise ConfigError("--batch: plan takes --global-batch (sequences per optimizer step) and --micro-batch")
     cfg = model_entry(args)
-    from .config.hf import length_note
+    from .config.hf import length_note, table_note
 
-    notes = [note for note in [length_note(getattr(args, "hf_config", None), args.seq_len)] if note]
+    notes = [note for note in [length_note(getattr(args, "hf_config", None), args.seq_len),
+                               table_note(args.preset, getattr(args, "hf_config", None), cfg, args.seq_len)] if note]
     if args.gpu is None and args.cluster is None:
         raise ConfigError("--gpu: required (a device of the hardware catalogue: trainingcost hardware), or give --cluster")
     table = None

@@ -219,6 +219,32 @@ def length_note(path, seq_len_given) -> str | None:
     return training_length(data, entry.get("seq_len"), entry.get("positions"), entry)[1] or None
 
 
+def table_note(preset: str | None, path, cfg, seq_len_given) -> str | None:
+    """One line where --seq-len runs past the learned position table of the preset or config.json (GPT-2's 1,024,
+    BERT's 512): the table grows to the sequence, rows the published model does not have; None otherwise."""
+    if seq_len_given is None or cfg.positions != "learned":
+        return None
+    if preset:
+        from .presets import PRESETS
+
+        base = PRESETS.get(preset, {})
+        rows = base.get("max_positions", base.get("seq_len"))
+    elif path is not None:
+        data = path.to_dict() if hasattr(path, "to_dict") else path if isinstance(path, dict) else None
+        try:
+            entry = hf_entry(dict(data)) if data is not None else read_hf_config(path)
+        except (ConfigError, TypeError, ValueError):
+            return None
+        rows = entry.get("max_positions", entry.get("seq_len"))
+    else:
+        return None
+    if not rows or cfg.seq_len <= rows:
+        return None
+    return (f"positions: a learned table of {cfg.seq_len:,} positions for --seq-len {cfg.seq_len:,}, "
+            f"{cfg.seq_len - rows:,} more than the model's {rows:,}: rows (and parameters) the published model does "
+            "not have")
+
+
 def _declared_keys(entry: dict, k: _Keys) -> dict:
     """The options whose declaration names config.json keys (config/model.py's option(hf=...)), for any model_type:
     the first key present and not null, converted by the declaration's ``hf_value``, where the family's mapping has
