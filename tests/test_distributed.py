@@ -128,17 +128,20 @@ def test_a_dying_rank_ends_the_job_with_a_status_row(tmp_path):
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks)  # the other rank reaped
 
 
-def test_ctrl_c_stops_every_rank_and_writes_nothing(tmp_path):
+@pytest.mark.parametrize("name, status, words", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
+def test_ctrl_c_or_sigterm_stops_every_rank_and_writes_nothing(tmp_path, name, status, words):
+    """Ctrl-C exits 130, SIGTERM 143 (docs/distributed.md, "Robustness"): torch's launcher turns either into its own
+    SignalException, which keeps the signal's number."""
     import signal
 
     import psutil
 
     job = _train(tmp_path / "run")
     ranks = _ranks(job, 2)
-    job.send_signal(signal.SIGINT)
+    job.send_signal(getattr(signal, name))
     out, err = job.communicate(timeout=120)
-    assert job.returncode in (130, -signal.SIGINT), err
-    assert "interrupted; nothing written" in err
+    assert job.returncode in (status, -getattr(signal, name)), err
+    assert f"{words}; nothing written" in err
     assert not (tmp_path / "run").exists()
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks)
 

@@ -380,3 +380,38 @@ def test_a_sequence_past_the_learned_position_table_is_said(capsys, tmp_path):
     assert "256 positions for --seq-len 256, 128 more than the model's 128" in " ".join(capsys.readouterr().out.split())
     assert cli.main(["estimate", "--hf-config", str(path), "--seq-len", "64"]) == 0
     assert "more than the model's" not in capsys.readouterr().out
+
+
+# -- the review of distributed training and its communication meters ------------------------------------------------
+TINY = ["--d-model", "24", "--heads", "2", "--d-ff", "40", "--layers", "2", "--seq-len", "16", "--batch", "4"]
+
+
+def test_zero2_with_evaluations_meters_the_models_bytes_and_documents_every_column(capsys, tmp_path):
+    """An evaluation under no_grad left zero2's (reshard_after_forward=False) parameters gathered: the next step's
+    forward gathered nothing, 107,520 bytes per step against the model's 172,032."""
+    pytest.importorskip("torch")
+    import pandas as pd
+
+    from trainingcost.config.columns import describe
+
+    out = tmp_path / "run"
+    assert cli.main(["train", "--nproc", "2", "--parallel", "zero2", "--rule", "bp", *TINY, "--steps", "3",
+                     "--warmup", "0", "--eval-every", "1", "--out-dir", str(out)]) == 0
+    line = capsys.readouterr().out
+    assert "communication per step: 172,032 bytes (the model's: equal) in 6 collectives" in line, line
+    comm = pd.read_parquet(out / "comm.parquet")
+    assert comm.groupby("step")["bytes"].sum().tolist() == [172032] * 3
+    for table in ("comm", "steps", "measured"):
+        frame = pd.read_parquet(out / f"{table}.parquet")
+        assert [c for c in frame.columns if describe(c) is None] == [], table
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--parallel", "ddp", "--experts", "4", "--experts-per-token", "1"], "--parallel: ddp with a mixture of experts"),
+    (["--backend", "nccl", "--device", "cpu"], "--backend: nccl needs CUDA GPUs"),
+])
+def test_a_distributed_run_that_cannot_run_is_one_line_before_any_process(capsys, extra, words):
+    pytest.importorskip("torch")
+    assert cli.main(["train", "--nproc", "2", "--rule", "bp", *TINY, "--steps", "2", *extra]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and words in err, err

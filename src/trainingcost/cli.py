@@ -169,10 +169,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     check_architecture(args.rule, cfg, "--rule")
     if args.nproc != 1 or args.parallel != "ddp" or args.backend != "auto" or args.replicate != 1:
-        from .analytic.comm import check_parallel
+        from .analytic.comm import check_parallel, check_parallel_model
 
         check_parallel(args.rule, args.parallel, args.nproc, args.backend, args.replicate)  # before any process starts
+        check_parallel_model(cfg, args.parallel, args.nproc)
     import torch
+
+    if args.nproc > 1 and args.backend == "nccl" and (args.device == "cpu" or not torch.cuda.is_available()):
+        raise ConfigError("backend: nccl needs CUDA GPUs, and this run has none (allowed here: auto, gloo)")
 
     from .io import write_parquet
     from .measure.run import failed_run, train
@@ -580,8 +584,7 @@ def build_parser(parser_class=Parser) -> Parser:
     return parser
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised where the process is, so that it unwinds like Ctrl-C."""
+from .config.errors import Terminated  # noqa: E402 - SIGTERM, raised where the process is (measure/distributed.py too)
 
 
 def _terminate(signum, frame):

@@ -417,11 +417,12 @@ def train_jobs(config: dict) -> list[TrainJob]:
         for rule in train["rules"]:
             check_architecture(rule, cfg, f"train.rules: sweep entry {name!r} ({cfg.config_id})")
             if train["parallel"]["nproc"] > 1 or train["parallel"]["replicate"] > 1:  # refused before any job
-                from .analytic.comm import check_parallel
+                from .analytic.comm import check_parallel, check_parallel_model
 
                 try:
                     check_parallel(rule, train["parallel"]["parallel"], train["parallel"]["nproc"],
                                    train["parallel"]["backend"], train["parallel"]["replicate"])
+                    check_parallel_model(cfg, train["parallel"]["parallel"], train["parallel"]["nproc"])
                 except ConfigError as error:
                     raise ConfigError(f"train.parallel.{error}") from None
             for seed in train["seeds"]:

@@ -77,6 +77,17 @@ def check_parallel(name: str, parallel: str, nproc: int, backend: str = "auto", 
             f"{', '.join(sharded_rules())}; every rule runs under ddp")
 
 
+def check_parallel_model(cfg, parallel: str, nproc: int) -> None:
+    """A mixture of experts across processes: an expert that gets no token on one rank has no gradient there, so
+    DDP's buckets (and the explicit rules' flat all-reduce) wait for it forever (a deadlock, seen under gloo); FSDP2's
+    reduce-scatters fill such gradients with zeros. One line before any process starts."""
+    if nproc > 1 and getattr(cfg, "moe", False) and parallel == "ddp":
+        raise ConfigError(f"parallel: ddp with a mixture of experts ({cfg.experts} experts) is not supported across "
+                          f"{nproc} processes: an expert that gets no token on one rank leaves its gradient missing "
+                          "there and the all-reduce waits for it; allowed: fsdp or zero2 (rules "
+                          f"{', '.join(sharded_rules())}), or --nproc 1")
+
+
 @dataclass(frozen=True)
 class Collective:
     """One collective of a step: its op, the bytes of the buffer each rank passes (all-reduce and broadcast: the

@@ -42,7 +42,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
                                    "activations, norms) that flops leaves out (docs/cost_models.md, elementwise_flops)"),
     # -- memory.parquet (the memory model, bytes of one training step)
     "optimizer": ("text", "the optimizer: sgd, momentum or adam"),
-    "dtype": ("text", "the training dtype: fp32, bf16 or fp16"),
+    "dtype": ("text", "the training dtype: fp32, bf16 or fp16; in comm.parquet the collective's element type (int32 "
+                      "for DDP's bucket broadcasts)"),
     "parameter_count": ("count", "the model's parameters (every expert's)"),
     "parameters": ("bytes", "the parameters' bytes"),
     "gradients": ("bytes", "the gradients' bytes"),
@@ -127,7 +128,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "loss": ("nats", "the step's training loss; a frontier's loss: the lowest validation loss reached"),
     # -- trace.parquet (one traced step's operations: measure/trace.py)
     "timed_phase": ("text", "the timed phase the operation ran in, or between_phases"),
-    "op": ("text", "the aten operation"),
+    "op": ("text", "the operation: an aten operator in the trace and kernel tables; in comm.parquet the collective "
+                   "(all_reduce, all_gather, reduce_scatter, broadcast)"),
     "cls": ("text", "its class: matmul, attention, elementwise, view, copy, host ..."),
     "count": ("count", "how many times the operation ran with this signature in the step"),
     "bytes_read": ("bytes", "bytes the operation reads, each time"),
@@ -210,7 +212,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "fits": ("bool", "whether the most loaded GPU's memory fits the device"),
     "max_micro_batch": ("sequences", "the largest micro-batch that fits"),
     "checkpoint_applies": ("bool", "whether the checkpointing asked for changes anything for this rule"),
-    "step_dp_bytes": ("bytes", "bytes each GPU sends in the data-parallel collectives of one step"),
+    "step_dp_bytes": ("bytes", "the data-parallel collectives' buffers of one step, summed (a ring all-reduce of n "
+                              "ranks sends 2(n-1)/n of its buffer per GPU, an all-gather or reduce-scatter (n-1)/n)"),
     "step_dp_collectives": ("count", "data-parallel collectives per step"),
     "ep_all_to_all_bytes": ("bytes", "bytes each GPU sends in the experts' all-to-alls of one step"),
     "compute_multiplier": ("ratio", "the rule's compute to reach the target loss over BP's (the scaling study)"),
@@ -277,6 +280,38 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "train_loss": ("nats", "the training loss at the evaluation"),
     "block_parameters": ("count", "the parameters of the blocks (embeddings and head aside): the study's size axis"),
     "executed_flops_per_step": ("FLOPs", "the executed cost model's FLOPs per step, which the measured count equals"),
+    # -- distributed training: comm.parquet (each collective of rank 0), steps.parquet, measured.parquet, comm findings
+    "bytes": ("bytes", "the collective's buffer: the tensor of an all-reduce or broadcast, the gathered output of an "
+                       "all-gather, the unscattered input of a reduce-scatter (measure/comm.py)"),
+    "group": ("count", "the ranks of the collective's process group"),
+    "seconds": ("s", "the collective's time on this rank, from its start to its end (measure/comm.py)"),
+    "wait_s": ("s", "time at a barrier just before the collective: the ranks' imbalance (measure/comm.py)"),
+    "nproc": ("count", "the training processes (ranks) of a distributed run; 1 for one process"),
+    "parallel": ("text", "the data parallelism of a distributed run: ddp, zero2 or fsdp (docs/distributed.md)"),
+    "backend": ("text", "torch.distributed's backend: gloo or nccl"),
+    "comm_bytes": ("bytes", "the step's collectives' buffers on rank 0, summed (measured)"),
+    "comm_s": ("s", "the step's collectives' seconds on rank 0, summed (measured)"),
+    "collectives": ("count", "the step's collectives on rank 0 (measured)"),
+    "comm_bytes_per_step": ("bytes", "measured: the collectives' buffers per step, summed over a step, averaged over "
+                                     "the steps"),
+    "comm_s_per_step": ("s", "measured: rank 0's collectives' seconds per step"),
+    "comm_wait_s_per_step": ("s", "measured: rank 0's barrier seconds before its collectives, per step"),
+    "comm_s_slowest_per_step": ("s", "measured: each collective's seconds on its slowest rank, summed per step"),
+    "collectives_per_step": ("count", "measured: collectives per step (a first step's one-off broadcasts included in "
+                                      "the mean)"),
+    "comm_model_bytes_per_step": ("bytes", "predicted: the communication model's buffers per step "
+                                           "(analytic/comm.py), beside the measured comm_bytes_per_step"),
+    "model_bytes_per_step": ("bytes", "predicted: the communication model's collective buffers per step"),
+    "measured_bytes_per_step": ("bytes", "measured: the collectives' buffers per step"),
+    "bytes_exact": ("bool", "the measured bytes per step equal the model's, as integers"),
+    "model_collectives_per_step": ("count", "predicted: collectives per step"),
+    "measured_collectives_per_step": ("count", "measured: collectives per step"),
+    "measured_comm_s_per_step": ("s", "measured: collective seconds per step (on each collective's slowest rank)"),
+    "predicted_comm_s_per_step": ("s", "predicted: collective seconds per step from a collectives calibration "
+                                       "(trainingcost calibrate --collectives)"),
+    "comm_share": ("share", "measured collective seconds over the median step time"),
+    "bytes_vs_bp": ("ratio", "the model's bytes per step over BP's on the same configuration and sharding"),
+    "beyond_bp": ("text", "what the rule communicates that BP does not (its declared feedback and mechanism)"),
 }
 
 # Families, tried in order after COLUMNS: (pattern, unit, description with {0} for the matched part)
@@ -285,6 +320,8 @@ FAMILIES: list[tuple[str, str, str]] = [
     (r"mem_(\w+)", "bytes", "memory per GPU, most loaded GPU: {0}"),
     (r"step_(\w+)_s", "s", "the predicted step's part: {0} (docs/planning.md, 'Step time at scale')"),
     (r"time_(\w+)_s", "s", "the step's measured time in phase {0}"),
+    (r"comm_bytes_(\w+)", "bytes", "measured: the collectives' buffers per step in phase {0}"),
+    (r"comm_s_(\w+)", "s", "measured: rank 0's collective seconds per step in phase {0}"),
     (r"tensor_peak_(\w+)_bytes", "bytes", "the tensor meter's peak, the part that is {0}"),
     (r"peak_(\w+)", "bytes", "the executed memory model's peak during phase {0} (-1: the rule has no such phase)"),
     (r"predicted_(\w+)_s", "s", "the predictor's time of the {0} class of work"),

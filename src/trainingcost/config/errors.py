@@ -150,3 +150,7 @@ def reraise_interrupt(exc: BaseException) -> None:
         if not isinstance(cause, Exception):
             raise cause
         cause = cause.__cause__ or cause.__context__
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the process is, so that it unwinds like Ctrl-C (exit status 143, cli.main)."""

@@ -158,8 +158,12 @@ def run_ranks(entry, nproc: int, args: tuple) -> tuple[dict, str | None]:
                           monitor_interval=0.1, start_method="spawn")
     try:
         return elastic_launch(config, entry)(*args), None
-    except SignalException as exc:  # the launcher has terminated every rank
-        raise KeyboardInterrupt from exc
+    except SignalException as exc:  # the launcher has terminated every rank; SIGTERM stays SIGTERM (exit 143)
+        import signal
+
+        from ..config.errors import Terminated
+
+        raise (Terminated if exc.sigval == signal.SIGTERM else KeyboardInterrupt) from exc
     except ChildFailedError as exc:
         rank, failure = min(exc.failures.items())
         text = failure.message if isinstance(failure.message, str) else failure.message.get("message", str(failure.message))

@@ -68,15 +68,31 @@ def resolve_device(name: str) -> torch.device:
 
 @torch.no_grad()
 def evaluate(model: Transformer, batches: list[Batch]) -> tuple[float, float]:
-    """Validation loss (mean over target rows) and accuracy."""
+    """Validation loss (mean over target rows) and accuracy. A model sharded by FSDP2 is resharded after it: under
+    ``reshard_after_forward=False`` (zero2) the evaluation's forward would leave its parameters gathered, and the next
+    training step's forward would gather nothing (its metered bytes short of the model's)."""
     total_loss, hits, rows = 0.0, 0, 0
-    for batch in batches:
-        logits = model(batch.tokens)
-        right, n = correct(logits, batch.targets)
-        total_loss += float(loss_fn(logits, batch.targets)) * n
-        hits += right
-        rows += n
+    try:
+        for batch in batches:
+            logits = model(batch.tokens)
+            right, n = correct(logits, batch.targets)
+            total_loss += float(loss_fn(logits, batch.targets)) * n
+            hits += right
+            rows += n
+    finally:
+        _reshard(model)
     return (total_loss / rows, hits / rows) if rows else (math.nan, math.nan)
+
+
+def _reshard(model: torch.nn.Module) -> None:
+    """Free the gathered parameters of every FSDP2 module of ``model`` (none outside torch.distributed)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch built without distributed
+        return
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
 
 
 def build_model(spec: TrainSpec, device: torch.device) -> tuple[Transformer, Rule]:
