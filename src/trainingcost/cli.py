@@ -212,7 +212,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         written.append(args.out)
     where = f" -> {', '.join(written)}" if written else ""
     line = (
-        f"{args.rule} on {args.task} ({describe_config(cfg)}), {len(result.steps)} steps on {result.device}: "
+        f"{args.rule} on {args.task} ({describe_config(cfg)}), {len(result.steps)} step{'s' * (len(result.steps) != 1)} on {result.device}: "
         f"status {result.status}; loss {result.first_loss:.4f} -> {result.final_loss:.4f}; "
         f"validation loss {result.val_loss:.4f}, accuracy {result.val_accuracy:.4f}"
     )

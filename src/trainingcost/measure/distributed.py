@@ -264,4 +264,10 @@ def comm_line_text(nproc: int, parallel: str, summary: dict, replicate: int = 1)
     said = ("" if model is None else " (the model's: equal)" if model == summary["comm_bytes_per_step"]
             else f" (the model's: {model:,.0f})")
     return (f"; {nproc} ranks ({parallel}), communication per step: {summary['comm_bytes_per_step']:,.0f} bytes"
-            f"{said} in {summary['collectives_per_step']:g} collectives, {summary['comm_s_per_step'] * 1e3:.2f} ms")
+            f"{said} in {collectives_text(summary['collectives_per_step'])}, {summary['comm_s_per_step'] * 1e3:.2f} ms")
+
+
+def collectives_text(count: float) -> str:
+    """``6 collectives``, ``1 collective``, ``1.67 collectives`` (a mean over steps whose first holds one-off
+    broadcasts)."""
+    return f"{count:.3g} collective{'' if count == 1 else 's'}"
