@@ -415,3 +415,20 @@ def test_a_distributed_run_that_cannot_run_is_one_line_before_any_process(capsys
     assert cli.main(["train", "--nproc", "2", "--rule", "bp", *TINY, "--steps", "2", *extra]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and words in err, err
+
+
+def test_a_rank_without_a_target_fails_the_job_and_says_why(capsys):
+    """Masked-token modelling on a tiny batch: a rank whose shard has no masked token fails the job (docs/
+    distributed.md), not "diverged ... the forward pass overflowed"."""
+    pytest.importorskip("torch")
+    assert cli.main(["train", "--nproc", "2", "--parallel", "ddp", "--rule", "bp", "--arch", "encoder", "--d-model",
+                     "24", "--heads", "2", "--layers", "1", "--seq-len", "4", "--batch", "1", "--steps", "6"]) == 0
+    captured = capsys.readouterr()
+    assert "status failed" in captured.out and "diverged" not in captured.out
+    assert "this rank's shard of the batch has no target" in captured.err
+
+
+def test_parallel_flags_with_one_process_are_refused(capsys):
+    pytest.importorskip("torch")
+    assert cli.main(["train", "--nproc", "1", "--parallel", "fsdp", "--steps", "1", *TINY]) == 2
+    assert "--parallel: --parallel fsdp is for a run of several processes; with --nproc 1" in capsys.readouterr().err

@@ -173,6 +173,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         check_parallel(args.rule, args.parallel, args.nproc, args.backend, args.replicate)  # before any process starts
         check_parallel_model(cfg, args.parallel, args.nproc)
+        if args.nproc == 1 and (args.parallel != "ddp" or args.backend != "auto"):
+            flag = "parallel" if args.parallel != "ddp" else "backend"
+            raise ConfigError(f"{flag}: --{flag} {getattr(args, flag)} is for a run of several processes; with --nproc 1 "
+                              "it would do nothing (give --nproc 2 or more)")
     import torch
 
     if args.nproc > 1 and args.backend == "nccl" and (args.device == "cpu" or not torch.cuda.is_available()):

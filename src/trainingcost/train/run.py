@@ -25,7 +25,7 @@ from ..config.errors import ConfigError, reraise_interrupt
 from ..config.training import DEVICES, TrainSpec
 from .data import make_task
 from .model import Transformer
-from .objective import Batch, correct, loss as loss_fn
+from .objective import IGNORE, Batch, correct, loss as loss_fn
 from .registry import make_rule
 from .rule import Rule, no_phases
 
@@ -147,6 +147,11 @@ def run_steps(spec: TrainSpec, observe: Callable[[Rule, torch.device], Observer]
         for step in range(1, spec.steps + 1):
             batch = task.batch(data)
             batch = (parallel.shard(batch) if parallel is not None else batch).to(device)
+            if parallel is not None and not bool((batch.targets != IGNORE).any()):
+                # a mean over no loss term is nan on this rank alone: fail the job (measure/distributed.py) rather
+                # than call it diverged
+                raise RuntimeError(f"step {step}: this rank's shard of the batch has no target (masked-token "
+                                   "modelling masks some tokens at random); give a larger --batch or --seq-len")
             loss = float(done.observer.run(step, batch) if done.observer else done.rule.step(batch, phase))
             record = {"step": step, "loss": loss, "val_loss": math.nan, "val_accuracy": math.nan}
             done.records.append(record)
