@@ -161,6 +161,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         warmup=args.warmup,
     )
     spec.check()  # every mistake is reported before torch is imported
+    from .analytic.engine import check_overflow
+    from .config import configs_frame
+
+    # a step whose executed costs leave exact 64-bit integers could not be metered exactly (docs/failures.md)
+    check_overflow(configs_frame([("", cfg)]), ["executed"], args.mirror_steps)
     if args.record_failure is None:  # what the run needs, against this machine, before any work (issue 66, N8)
         from .pipeline import check_command_train_memory
 

@@ -112,6 +112,13 @@ def check_analytic_memory(frame, analytic: dict, memory: int | None = None) -> N
 TRAIN_PROCESS_BYTES = 500 * 2**20
 
 
+def tensor_bytes(table: pd.DataFrame) -> pd.Series:
+    """A run's tensors at their peak: the executed model's replayed peak, or where the tape does not replay the step
+    (over MAX_TAPE_BLOCKS blocks, or a kind it has no tape of: ``peak`` -1) the hand model's sum of the components
+    (``total``, its estimate of the same tensors)."""
+    return table["peak"].where(table["peak"] >= 0, table["total"])
+
+
 def check_train_memory(jobs: list, train: dict, memory: int | None = None) -> None:
     """Refuse, before any job, a CPU training run whose tensors would not fit this machine's memory (issue 40): each
     run's peak from the executed memory model (analytic/memory.py, which the tensor meter matches byte for byte),
@@ -128,7 +135,7 @@ def check_train_memory(jobs: list, train: dict, memory: int | None = None) -> No
     rules = sorted({job.rule for job in jobs})
     table = memory_table(frame_of(list(configs.values())), rules, [train["dtype"]], [train["optimizer"]])
     nproc = train["parallel"]["nproc"]
-    need = table.assign(need=table["peak"] * nproc + TRAIN_PROCESS_BYTES * nproc)
+    need = table.assign(need=tensor_bytes(table) * nproc + TRAIN_PROCESS_BYTES * nproc)
     wanted = {(job.config_id, job.rule) for job in jobs}
     need = need[[(c, r) in wanted for c, r in zip(need["config_id"], need["rule"])]]
     worst = need.loc[need["need"].idxmax()]
@@ -155,7 +162,7 @@ def check_command_train_memory(cfg, rule: str, dtype: str, optimizer: str, nproc
 
     table = memory_table(frame_of([("", cfg)]), [rule], [dtype], [optimizer])
     text = 2 * Path(corpus).stat().st_size if corpus else 0
-    need = (float(table["peak"].iloc[0]) + TRAIN_PROCESS_BYTES) * nproc + text
+    need = (float(tensor_bytes(table).iloc[0]) + TRAIN_PROCESS_BYTES) * nproc + text
     if need > 0.8 * memory:
         raise ConfigError(f"batch, seq_len: this model under {rule} needs {need / 1e9:.4g} GB (batch {cfg.batch}, seq_len "
                           f"{cfg.seq_len}, layers {cfg.enc_layers + cfg.dec_layers}, d_model {cfg.d_model}"
@@ -549,7 +556,7 @@ def write_comparison(analytic_path, memory_path, measured_path, comparison_out, 
     configurations' ratios as CSV. With the runs' traces and a calibration, step and phase rows get the
     predicted time (findings/predictor.py) and the executed rows the traced bytes and ops."""
     from .findings.calibration import read_calibration
-    from .findings.comparison import add_trace_columns, comparison_table, rule_ratios
+    from .findings.comparison import add_trace_columns, comparison_table, other_device_runs, rule_ratios
 
     analytic = pd.read_parquet(analytic_path)
     measured = pd.read_parquet(measured_path)
@@ -558,7 +565,12 @@ def write_comparison(analytic_path, memory_path, measured_path, comparison_out, 
     if trace_path and len(comparison):
         trace = pd.read_parquet(trace_path)
         calibration = read_calibration(calibration_path) if calibration_path else None
-        comparison = add_trace_columns(comparison, trace, calibration)
+        other = other_device_runs(measured, calibration)
+        if len(other):
+            print(f"comparison: {len(other)} run{'s' if len(other) > 1 else ''} on "
+                  f"{', '.join(sorted(set(other['device_name'])))}, not the calibrated {calibration['device_name']}: "
+                  "no predicted time for them (calibrate on each device, or keep a sweep on one GPU model)", flush=True)
+        comparison = add_trace_columns(comparison, trace, calibration, other)
     ratios = rule_ratios(analytic, measured)
     write_parquet(comparison, comparison_out)
     write_parquet(ratios, ratios_out)

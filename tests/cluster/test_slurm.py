@@ -28,13 +28,12 @@ TINY = {
     "memory": {"dtypes": ["fp32"], "optimizers": ["sgd"]},
     # Three rules (an odd number: one group of two jobs and one of one) keep the test short; the analytic tables
     # still cover every rule.
-    "train": {"select": ["bytes"], "rules": ["bp", "mempepita", "dfa"], "steps": 5, "eval_batches": 1, "resources": {"threads": 1, "mem_mb": 600, "runtime": 10, "gpu": 0}},
+    # What each training job and the calibration ask for comes from the config (profiles/slurm sets no resources).
+    "train": {"select": ["bytes"], "rules": ["bp", "mempepita", "dfa"], "steps": 5, "eval_batches": 1, "resources": {"threads": 1, "mem_mb": 600, "runtime": 10, "gpu": 1}},
 }
 # What a test cluster needs on top of profiles/slurm: its partition, memory that fits the node, fast status checks.
 SLURM_OVERRIDES = [
     "--default-resources", "slurm_partition=debug", "mem_mb=400", "runtime=10",
-    "--set-resources", "train:gpu=1", "train:mem_mb=600", "calibrate:gpu=1", "calibrate:cpus_per_gpu=1", "calibrate:mem_mb=600",
-    "--group-components", "trainers=2",  # the test node has 2 CPUs and 2 fake GPUs
     "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2", "--jobs", "4",
 ]
 
@@ -84,13 +83,15 @@ def test_tiny_sweep_through_slurm_equals_the_local_run(cluster, tmp_path):
     remote = run_sweep(tmp_path / "slurm", "--profile", str(REPO / "profiles/slurm"), *SLURM_OVERRIDES)
     assert remote.returncode == 0, remote.stderr[-3000:]
 
-    # The training jobs went through sbatch, each asking for one GPU; the cheap rules ran locally.
+    # Each training job and the calibration went through sbatch, asking for the config's one GPU (no groups: the
+    # plugin runs a group's members one after another); the cheap rules ran locally.
     jobs = [job for key, job in job_records().items() if key not in before]
-    train = [job for job in jobs if job.get("Comment", "").startswith("rule_trainers_train")]  # group jobs of 2 train jobs
-    rules = len(TINY["train"]["rules"])  # one training job per rule, grouped two by two
-    assert len(train) == (rules + 1) // 2, jobs
-    assert all(job["TresPerJob"].startswith("gres:gpu:") and job["JobState"] == "COMPLETED" for job in train), train
-    assert sorted(job["TresPerJob"] for job in train) == ["gres:gpu:1"] * (rules % 2) + ["gres:gpu:2"] * (rules // 2)
+    train = [job for job in jobs if job.get("Comment", "").startswith("rule_train_")]
+    assert len(train) == len(TINY["train"]["rules"]), jobs
+    assert all(job["TresPerJob"] == "gres:gpu:1" and job["JobState"] == "COMPLETED" and job["NumCPUs"] == "1"
+               for job in train), train
+    calibrate = [job for job in jobs if job.get("Comment", "").startswith("rule_calibrate")]
+    assert len(calibrate) == 1 and calibrate[0]["TresPerJob"] == "gres:gpu:1", jobs
     assert not [job for job in jobs if any(rule in job.get("Comment", "") for rule in ("analytic", "measured", "figures"))]
 
     # The same results: byte-identical analytic tables, the same measured FLOPs with status ok, the same losses.
@@ -108,8 +109,8 @@ def test_tiny_sweep_through_slurm_equals_the_local_run(cluster, tmp_path):
 
 
 # A data-parallel sweep (train.parallel; docs/distributed.md): each training job is one SLURM task whose launcher
-# starts two ranks, so it asks for 2 x threads CPUs and, with profiles/slurm's one GPU per process, 2 GPUs; a
-# group of two such jobs would outgrow the 2-CPU test node, hence one job per group.
+# starts two ranks, so it asks for 2 x threads CPUs and, with the config's one GPU per rank, 2 GPUs and twice the
+# memory: what the workflow works out, which no profile setting overrides.
 TINY_DP = {
     "sweep": {"models": [{"name": "dp", "arch": "decoder", "layers": 1, "d_model": 16, "heads": 2, "d_ff": 32,
                           "vocab": 256, "seq_len": 8, "batch": 2}]},
@@ -117,14 +118,9 @@ TINY_DP = {
     # BP (DDP's bucket hooks) and PEPITA (its update bypasses autograd: an explicit all-reduce)
     "train": {"select": ["dp"], "rules": ["bp", "pepita"], "steps": 4, "eval_batches": 1,
               "parallel": {"nproc": 2, "parallel": "ddp"},
-              "resources": {"threads": 1, "mem_mb": 600, "runtime": 10, "gpu": 0}},
+              "resources": {"threads": 1, "mem_mb": 600, "runtime": 10, "gpu": 1}},  # per rank: 2 GPUs, 1,200 MB a job
 }
-SLURM_DP_OVERRIDES = [
-    "--default-resources", "slurm_partition=debug", "mem_mb=400", "runtime=10",
-    "--set-resources", "train:gpu=2", "train:mem_mb=1200",
-    "--group-components", "trainers=1",
-    "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2", "--jobs", "4",
-]
+SLURM_DP_OVERRIDES = SLURM_OVERRIDES
 
 
 def test_data_parallel_sweep_through_slurm(cluster, tmp_path):
@@ -135,7 +131,7 @@ def test_data_parallel_sweep_through_slurm(cluster, tmp_path):
                        "results/tables/measured.parquet", "results/tables/comm.parquet", config=TINY_DP)
     assert remote.returncode == 0, remote.stderr[-3000:]
     jobs = [job for key, job in job_records().items() if key not in before]
-    train = [job for job in jobs if job.get("Comment", "").startswith("rule_trainers_train")]
+    train = [job for job in jobs if job.get("Comment", "").startswith("rule_train_")]
     assert len(train) == 2, jobs
     assert all(job["JobState"] == "COMPLETED" and job["NumTasks"] == "1" and job["NumCPUs"] == "2"
                and job["TresPerJob"] == "gres:gpu:2" for job in train), train

@@ -190,6 +190,31 @@ def validate(instance: Any, root: str, ref: str = "", vocabulary: Vocabulary | N
         raise ConfigError(_one_line(error, root))
 
 
+def whole_integers(instance: Any, node: dict, root: dict) -> Any:
+    """``instance`` (valid against ``node`` of the schema ``root``) with each whole float where the schema asks for
+    an integer made an int (YAML's ``1e3`` and ``20.0``, which the integer type accepts, in place): a job's command
+    line and every table then get ``20``, not ``20.0``, which ``--steps`` and the scaling study refused."""
+    while "$ref" in node:
+        node = {**root["$defs"][node["$ref"].rsplit("/", 1)[1]], **{k: v for k, v in node.items() if k != "$ref"}}
+    for key in ("anyOf", "oneOf"):
+        for branch in node.get(key, ()):
+            if _Validator({**branch, "$defs": root["$defs"]}).is_valid(instance):
+                return whole_integers(instance, branch, root)
+    types = node.get("type")
+    types = types if isinstance(types, list) else [types]
+    if isinstance(instance, float) and "integer" in types and "number" not in types and instance.is_integer():
+        return int(instance)
+    if isinstance(instance, dict):
+        extra = node.get("additionalProperties")
+        for key, value in instance.items():
+            sub = node.get("properties", {}).get(key, extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                instance[key] = whole_integers(value, sub, root)
+    elif isinstance(instance, list) and isinstance(node.get("items"), dict):
+        instance[:] = [whole_integers(value, node["items"], root) for value in instance]
+    return instance
+
+
 def fill_defaults(instance: dict, subschema: dict) -> dict:
     """``instance`` with the schema's defaults filled in, recursively (in place)."""
     for key, prop in subschema.get("properties", {}).items():

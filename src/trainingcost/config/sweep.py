@@ -20,7 +20,7 @@ import yaml
 from .errors import ConfigError, regular_file
 from .model import (BOOL_FIELDS, CANONICAL_FIELDS, FLOAT_FIELDS, LATE_OPTIONS, OPTION_DEFAULTS, STR_FIELDS, ModelConfig, canonical_model,
                     config_from_row, preset_entry)
-from .schema import CATALOGUE_ENUMS, Vocabulary, fill_defaults, schema, validate
+from .schema import CATALOGUE_ENUMS, Vocabulary, fill_defaults, schema, validate, whole_integers
 
 CONFIG_COLUMNS = ("config_id", "name", *CANONICAL_FIELDS)
 
@@ -99,7 +99,8 @@ def validate_config(config: dict, vocabulary: Vocabulary) -> dict:
     check_finite(config, "")
     validate(config, "", vocabulary=vocabulary)
     check_unique_names(config["sweep"])
-    filled = fill_defaults(copy.deepcopy(config), schema(vocabulary))
+    full = schema(vocabulary)
+    filled = whole_integers(fill_defaults(copy.deepcopy(config), full), full, full)
     enumerate_sweep(filled["sweep"])  # relational checks on every configuration
     return filled
 

@@ -148,11 +148,23 @@ def comparison_table(analytic: pd.DataFrame, measured: pd.DataFrame, memory: pd.
     return table
 
 
-def add_trace_columns(comparison: pd.DataFrame, trace: pd.DataFrame, calibration: dict | None) -> pd.DataFrame:
+def other_device_runs(measured: pd.DataFrame, calibration: dict | None) -> pd.DataFrame:
+    """The runs (``KEYS``) measured on another device than the calibration's: one calibration prices one device's
+    kernels, and a SLURM partition may hold several GPU models (profiles/slurm, ``slurm_extra``)."""
+    name = (calibration or {}).get("device_name")
+    if not name or "device_name" not in measured:
+        return measured.iloc[0:0][KEYS]
+    runs = measured.drop_duplicates(KEYS)
+    return runs.loc[runs["device_name"].notna() & (runs["device_name"] != name), KEYS + ["device_name"]]
+
+
+def add_trace_columns(comparison: pd.DataFrame, trace: pd.DataFrame, calibration: dict | None,
+                      other_devices: pd.DataFrame | None = None) -> pd.DataFrame:
     """From the runs' traces (measure/trace.py): ``bytes_moved`` and ``ops`` (kernels) on the ``executed`` model's
     layer and phase rows, cell for cell with its FLOPs; with a calibration, the predicted time on every step and
     phase row (findings/predictor.py: every cost model's row gets the same prediction, the predictor prices what
-    runs), its parts per class of work and the class with the largest part (``dominant_class``)."""
+    runs), its parts per class of work and the class with the largest part (``dominant_class``); none for the runs of
+    ``other_devices`` (:func:`other_device_runs`), which that calibration does not describe."""
     from .predictor import PARTS, cell_totals, dominant_part, miss_class, predict_phases
 
     out = comparison.drop(columns=[c for c in ("bytes_moved", "ops", "predicted_time_s", *[f"predicted_{p}" for p in PARTS],
@@ -163,8 +175,12 @@ def add_trace_columns(comparison: pd.DataFrame, trace: pd.DataFrame, calibration
     phase_cells = cell_totals(trace, KEYS + ["phase"]).assign(granularity="phase", layer="")
     cells = pd.concat([layer_cells, phase_cells], ignore_index=True).drop(columns="flops").assign(cost_model="executed")
     out = out.merge(cells, on=KEYS + ["cost_model", "granularity", "layer", "phase"], how="left")
-    if calibration is not None:
-        phases = predict_phases(trace, calibration)
+    priced = trace
+    if other_devices is not None and len(other_devices):
+        other = trace[KEYS].merge(other_devices[KEYS].drop_duplicates(), how="left", indicator=True)["_merge"]
+        priced = trace[(other == "left_only").to_numpy()]
+    if calibration is not None and len(priced):
+        phases = predict_phases(priced, calibration)
         renamed = {p: f"predicted_{p}" for p in PARTS}
         steps = phases.groupby(KEYS, as_index=False)[["predicted_time_s", *PARTS]].sum()
         steps["dominant_class"] = dominant_part(steps)

@@ -1,0 +1,81 @@
+"""Issue 65, the hostile reviews of 2026-12-08 (the docs against the code; the SLURM profile, the report and the
+scaling study): each defect as found, now a correct result or one line naming the field before any work."""
+
+import copy
+
+import pandas as pd
+import pytest
+import yaml
+
+from trainingcost import cli
+from trainingcost.analytic import vocabulary
+from trainingcost.config import ConfigError, canonical_model
+from trainingcost.config.sweep import validate_config
+
+
+def test_train_refuses_a_step_beyond_exact_64_bit_integers_before_any_work(capsys, tmp_path):
+    """`estimate` refused it; `train` built the model until the kernel killed it."""
+    status = cli.main(["train", "--layers", "1000000000", "--d-model", "4096", "--steps", "4",
+                       "--out-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and not (tmp_path / "run").exists()
+    assert err[0].startswith("trainingcost train: error: --layers, --d-model: 1000000000 and 4096 make a step's executed cost")
+    assert "beyond exact 64-bit integers" in err[0]
+
+
+def test_the_memory_check_prices_a_model_the_tape_does_not_replay():
+    """Over MAX_TAPE_BLOCKS blocks the tape's peak is -1: the check read it as no tensors at all (10,000 layers of
+    width 64 passed as 0.5 GB). Now the hand model's total stands in, and the run is refused."""
+    from trainingcost.analytic.memory import memory_table
+    from trainingcost.analytic.tape import MAX_TAPE_BLOCKS
+    from trainingcost.config import configs_frame
+    from trainingcost.pipeline import TRAIN_PROCESS_BYTES, check_command_train_memory, tensor_bytes
+
+    cfg = canonical_model(dict(arch="decoder", layers=MAX_TAPE_BLOCKS + 1, d_model=64, heads=4, d_ff=256, vocab=256,
+                               seq_len=64, batch=16))
+    table = memory_table(configs_frame([("", cfg)]), ["bp"], ["fp32"], ["adam"])
+    assert table["peak"].iloc[0] == -1 and tensor_bytes(table).iloc[0] == table["total"].iloc[0] > 10**9
+    small = canonical_model(dict(arch="decoder", layers=2, d_model=64, heads=4, d_ff=256, vocab=256, seq_len=64, batch=16))
+    replayed = memory_table(configs_frame([("", small)]), ["bp"], ["fp32"], ["adam"])
+    assert tensor_bytes(replayed).iloc[0] == replayed["peak"].iloc[0] > 0  # the replayed peak where there is one
+    need = table["total"].iloc[0] + TRAIN_PROCESS_BYTES
+    check_command_train_memory(cfg, "bp", "fp32", "adam", 1, "cpu", memory=int(need / 0.8) + 2**20)  # just fits
+    with pytest.raises(ConfigError, match="over 80% of the"):
+        check_command_train_memory(cfg, "bp", "fp32", "adam", 1, "cpu", memory=int(need / 0.8) - 2**20)
+
+
+def test_whole_floats_where_the_schema_asks_for_integers_become_integers():
+    """`train.steps: 20.0` and `scaling.widths: [32.0]` passed the schema (YAML's 1e3 is an integer there) and then
+    failed every job (`--steps 20.0`, `widths: [32.0] is not a list of counts`)."""
+    config = yaml.safe_load(open("config/config.yaml"))
+    config["train"]["steps"] = 20.0
+    config["scaling"].update(widths=[32.0], steps=1e2)
+    config["sweep"]["models"] = [{"name": "m", "arch": "decoder", "layers": 1.0, "d_model": 16, "heads": 2, "d_ff": 32,
+                                  "vocab": 256, "seq_len": 8.0, "batch": 2}]
+    filled = validate_config(copy.deepcopy(config), vocabulary())
+    assert filled["train"]["steps"] == 20 and type(filled["train"]["steps"]) is int
+    assert filled["scaling"]["widths"] == [32] and type(filled["scaling"]["widths"][0]) is int
+    assert type(filled["scaling"]["steps"]) is int
+    model = filled["sweep"]["models"][0]
+    assert type(model["layers"]) is int and type(model["seq_len"]) is int
+    assert type(filled["train"]["lr"]) is float  # a number stays a number
+    config["train"]["steps"] = 20.5
+    with pytest.raises(ConfigError, match="train.steps: 20.5 is not of type 'integer'"):
+        validate_config(config, vocabulary())
+
+
+def test_a_run_on_another_device_than_the_calibrations_gets_no_predicted_time():
+    from trainingcost.findings.comparison import other_device_runs
+
+    measured = pd.DataFrame({"config_id": ["a", "a", "b"], "rule": ["bp", "bp", "bp"], "seed": [0, 0, 0],
+                             "device_name": ["NVIDIA H100 80GB HBM3"] * 2 + ["NVIDIA A100-SXM4-80GB"]})
+    other = other_device_runs(measured, {"device_name": "NVIDIA H100 80GB HBM3"})
+    assert other[["config_id", "device_name"]].values.tolist() == [["b", "NVIDIA A100-SXM4-80GB"]]
+    assert other_device_runs(measured, {}).empty and other_device_runs(measured, None).empty
+
+
+def test_the_slurm_profile_sets_no_resources_and_no_groups():
+    """Groups ran their members one after another (snakemake-executor-plugin-slurm#469); a profile's set-resources
+    overrode a data-parallel job's GPUs and memory, which the workflow works out from the config."""
+    profile = yaml.safe_load(open("profiles/slurm/profile.yaml"))
+    assert not {"set-resources", "groups", "group-components"} & set(profile)
