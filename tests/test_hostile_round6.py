@@ -79,3 +79,30 @@ def test_the_slurm_profile_sets_no_resources_and_no_groups():
     overrode a data-parallel job's GPUs and memory, which the workflow works out from the config."""
     profile = yaml.safe_load(open("profiles/slurm/profile.yaml"))
     assert not {"set-resources", "groups", "group-components"} & set(profile)
+
+
+@pytest.mark.parametrize("scaling, message", [
+    ({"widths": [32], "depths": [10000000]}, "under kp needs"),
+    ({"widths": [32], "depths": [1], "seq_len": 1000000000}, "beyond exact 64-bit integers"),
+    ({"widths": [512], "depths": [24], "steps": 100000000}, "more than train.resources.runtime (30 min)"),
+])
+def test_the_scaling_studys_largest_run_is_checked_before_any_job(scaling, message):
+    """The train section's runs were refused before any job; the scaling study's passed the dry run and failed
+    at run time."""
+    from trainingcost.pipeline import load
+
+    with pytest.raises(ConfigError) as error:
+        load({"sweep": {"presets": ["bert-base"]}, "train": {"device": "cpu"}, "scaling": scaling})
+    line = str(error.value)
+    assert line.startswith("scaling.widths, scaling.depths, scaling.seq_len, scaling.batch, scaling.steps: the study's "
+                           "largest run (width ") and message in line and "\n" not in line
+
+
+def test_each_scaling_figure_has_its_own_caption():
+    from trainingcost.findings.scaling import SCALING_FIGURES
+
+    smk = open("workflow/rules/scaling.smk").read()
+    assert 'caption=f"../report/{key}.rst"' in smk
+    for key, name in SCALING_FIGURES.items():
+        caption = open(f"workflow/report/{key}.rst").read()
+        assert len(caption) > 200, key

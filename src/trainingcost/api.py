@@ -749,9 +749,9 @@ def estimate(
             none
         rule (--rule): one rule, several separated by commas, or all (default): bp, pepita, mempepita, fa, kp,
             wm, dfa, tp, dtp, lra
-        cost_model (--cost-model): default: executed (what our PyTorch code runs), one row per rule; all: every
-            cost model, per phase, and the memory tables (csv, json and --per-layer default to all); one of
-            paper, executed, causal, kaplan, textbook, survey, all
+        cost_model (--cost-model): not given: executed (what our PyTorch code runs), one row per rule; a cost
+            model named: its FLOPs per phase, totals and memory tables; all: every cost model's (csv, json and
+            --per-layer default to all); one of paper, executed, causal, kaplan, textbook, survey, all
         dtype (--dtype): for the memory model; one of fp32, bf16, fp16, fp64
         optimizer (--optimizer): for the memory model; one of sgd, momentum, adam
         mirror_steps (--mirror-steps): mirror steps per training step (wm)

@@ -61,8 +61,9 @@ def estimate_flags(p) -> None:
     p.add_argument("--rule", default="all", type=rule_list, metavar="RULE[,RULE...]|all",
                      help=f"one rule, several separated by commas, or all (default): {', '.join(rule_names())}")
     p.add_argument("--cost-model", choices=[*cost_model_names(), "all"],
-                     help="default: executed (what our PyTorch code runs), one row per rule; all: every cost model, "
-                          "per phase, and the memory tables (csv, json and --per-layer default to all)")
+                     help="not given: executed (what our PyTorch code runs), one row per rule; a cost model named: its "
+                          "FLOPs per phase, totals and memory tables; all: every cost model's (csv, json and "
+                          "--per-layer default to all)")
     p.add_argument("--dtype", default="fp32", choices=list(DTYPE_BYTES), help="for the memory model")
     p.add_argument("--optimizer", default="sgd", choices=list(OPTIMIZER_SLOTS), help="for the memory model")
     p.add_argument("--mirror-steps", type=integer, default=1, help=mirror_steps_help())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 import traceback
 from contextlib import contextmanager
@@ -60,7 +61,7 @@ def load(config: dict) -> dict:
     check_figures(filled)
     check_plan(filled)
     check_strong_scaling(filled)
-    scaling_study(filled)
+    check_scaling_runs(scaling_study(filled), filled["train"])
     analytic = filled["analytic"]
     frame = sweep_frame(filled)
     try:  # the analytic job would otherwise die on it, after the configs table is written
@@ -209,6 +210,31 @@ def check_train_time(jobs: list, train: dict) -> None:
             raise ConfigError(f"train.steps: {train['steps']:,} steps of {job.name!r} under {job.rule} take at least "
                               f"{bound / 60:,.0f} min at {where} ({flops:.3g} FLOPs a step), more than "
                               f"train.resources.runtime ({train['resources']['runtime']} min)")
+
+
+def check_scaling_runs(study, train: dict) -> None:
+    """The scaling study's largest run (its widest and deepest decoder), under each of its rules, checked as the
+    training jobs are (exact 64-bit costs, this machine's memory, ``train.resources.runtime``, which its jobs ask
+    for too), before any job: one line naming the study's fields."""
+    if study is None:
+        return
+    from .config import configs_frame as frame_of
+
+    cfg = study.model(max(study.widths), max(study.depths))
+    name = f"width {max(study.widths)}, depth {max(study.depths)}"
+    runs = {**train, "steps": study.run_steps, "device": study.device, "dtype": study.dtype,
+            "optimizer": study.optimizer, "parallel": {**train["parallel"], "nproc": 1}}
+    frame = frame_of([(name, cfg)])
+    jobs = [TrainJob(frame["config_id"].iloc[0], rule, 0, name, cfg, "lm") for rule in study.rules]
+    try:
+        check_overflow(frame, ["executed"], 1)
+        check_train_memory(jobs, runs)
+        check_train_time(jobs, runs)
+    except ConfigError as exc:
+        why = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
+        why = re.sub(r"^'[^']*' | of '[^']*'", "", why)  # the run is named once, in full, below
+        raise ConfigError(f"scaling.widths, scaling.depths, scaling.seq_len, scaling.batch, scaling.steps: the study's "
+                          f"largest run ({name}): {why}") from None
 
 
 def _nvidia_gpu_here() -> bool:

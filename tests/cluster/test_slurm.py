@@ -80,7 +80,10 @@ def test_tiny_sweep_through_slurm_equals_the_local_run(cluster, tmp_path):
                       "results/tables/memory.parquet", "results/tables/measured.parquet", "results/tables/steps.parquet")
     assert local.returncode == 0, local.stderr[-3000:]
     before = set(job_records())
-    remote = run_sweep(tmp_path / "slurm", "--profile", str(REPO / "profiles/slurm"), *SLURM_OVERRIDES)
+    # the remote run makes the same tables and the summary (the figures and the report: tests/test_workflow.py)
+    remote = run_sweep(tmp_path / "slurm", "--profile", str(REPO / "profiles/slurm"), *SLURM_OVERRIDES,
+                       "results/tables/analytic.parquet", "results/tables/memory.parquet",
+                       "results/tables/measured.parquet", "results/tables/steps.parquet", "results/summary.md")
     assert remote.returncode == 0, remote.stderr[-3000:]
 
     # Each training job and the calibration went through sbatch, asking for the config's one GPU (no groups: the

@@ -110,8 +110,8 @@ rule scaling_findings:
     output:
         summary=report("results/scaling.md", caption="../report/cost_to_quality.rst", category="Summary"),
         figures=[
-            report(f"results/figures/{name}.png", caption="../report/cost_to_quality.rst", category="Cost to a quality")
-            for name in SCALING_FIGURE_FILES.values()
+            report(f"results/figures/{name}.png", caption=f"../report/{key}.rst", category="Cost to a quality")
+            for key, name in SCALING_FIGURE_FILES.items()
         ],
         pdfs=[f"results/figures/{name}.pdf" for name in SCALING_FIGURE_FILES.values()],
     log:

@@ -30,6 +30,6 @@ SPEC = RuleSpec(
     memory=RuleMemory(activations="targets", feedback="inverses", trains_feedback=True),
     tape="own",
     # Lee et al. 2015's code, exp(0.3277, 0.01489, 0.005011, 0.3598): the first target's step, the forward and
-    # inverse learning rates (their ratio, 0.3366, gives the inverse rate from the run's) and the noise's std.
-    defaults={"weight_decay": 0.0, "target_step": 0.3277, "target_noise": 0.3598, "inverse_lr_ratio": 0.3366},
+    # inverse learning rates (their ratio, 0.3365, gives the inverse rate from the run's) and the noise's std.
+    defaults={"weight_decay": 0.0, "target_step": 0.3277, "target_noise": 0.3598, "inverse_lr_ratio": 0.3365},
 )
