@@ -106,3 +106,62 @@ def test_each_scaling_figure_has_its_own_caption():
     for key, name in SCALING_FIGURES.items():
         caption = open(f"workflow/report/{key}.rst").read()
         assert len(caption) > 200, key
+
+
+# -- the plan at its edges (a review helper, 2026-12-08) -------------------------------------------------------------
+def test_the_default_batch_gives_each_replica_a_count_that_micro_batches_divide():
+    """A 4M-token batch over 136 replicas left 31 sequences each, a prime: micro-batch 1 whatever fits, and twice
+    the GPU-hours of 120 GPUs."""
+    import trainingcost as tc
+    from trainingcost.analytic.plan import splittable
+
+    assert [splittable(c) for c in (1, 7, 16, 17, 31, 33, 129, 1000)] == [1, 7, 16, 18, 32, 36, 144, 1024]
+    for count in range(1, 5000):
+        s = splittable(count)
+        assert count <= s <= count * 1.125 and (s & -s) >= count / 16
+    runs = {n: tc.plan(preset="gpt2-xl", tokens=1e11, gpu="a100-80gb", gpus=n, rule="bp").table.iloc[0]
+            for n in (120, 136)}
+    assert runs[136]["micro_batch"] > 1 and runs[136]["global_batch"] % 136 == 0
+    assert runs[136]["gpu_hours"] < 1.3 * runs[120]["gpu_hours"]
+
+
+@pytest.mark.parametrize("keywords, flag, words", [
+    (dict(preset=3), "--preset", "expected a string, got int 3"),
+    (dict(preset="llama-2-7b", gpu=["h100-sxm"]), "--gpu", "expected a string, got list"),
+    (dict(preset="llama-2-7b", gpu="h100-sxm", framework=["fsdp2"]), "--framework", "expected a string, got list"),
+    (dict(preset="llama-2-7b", gpu="h100-sxm", hardware=5), "--hardware", "expected a string, got int 5"),
+    (dict(preset="llama-2-7b", gpu="h100-sxm", etp="x"), "--etp", "invalid int value: 'x'"),
+])
+def test_the_api_refuses_a_wrong_type_in_one_line(keywords, flag, words):
+    import trainingcost as tc
+
+    with pytest.raises(tc.Error) as error:
+        tc.plan(tokens=1e9, gpus=8, **keywords)
+    assert str(error.value) == f"trainingcost plan: error: argument {flag}: {words}" or \
+        str(error.value).startswith(f"trainingcost plan: error: argument {flag}: {words}")
+
+
+def test_all_among_other_rules_is_named_as_such(capsys):
+    with pytest.raises(SystemExit) as stop:  # argparse's exit, before any work
+        cli.main(["plan", "--preset", "llama-2-7b", "--gpu", "h100-sxm", "--tokens", "1e9", "--rule", "all,bp"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip() == ("trainingcost plan: error: argument --rule: 'all,bp': all stands alone "
+                                               "(every rule), not in a list of rules")
+
+
+@pytest.mark.parametrize("argv, label, change", [
+    # the micro-batch given is what does not fit: the verdict said "at micro-batch 1" and advised --tp 4
+    (["--preset", "llama-2-70b", "--gpu", "a100-80gb", "--gpus", "64", "--tp", "8", "--micro-batch", "2"],
+     "at micro-batch 2 on a100-80gb", "The smallest change that fits: --micro-batch 1."),
+    # 61 blocks on 16 stages (uneven): recompute alone fits; the search tried only pipeline degrees dividing 61, and
+    # dropped the batch given (advising a layout the batch does not divide over)
+    (["--preset", "deepseek-v3", "--gpu", "h100-sxm", "--gpus", "2048", "--ep", "64", "--pp", "16", "--global-batch",
+      "4096"], "at micro-batch 1 on h100-sxm", "The smallest change that fits: --checkpointing full."),
+])
+def test_the_fit_verdict_names_the_micro_batch_priced_and_a_change_that_runs(capsys, argv, label, change):
+    assert cli.main(["plan", *argv, "--tokens", "1e9", "--rule", "bp"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert label in out and change in out
+    flags = change.split(": ", 1)[1].rstrip(".").split()
+    assert cli.main(["plan", *argv, *flags, "--tokens", "1e9", "--rule", "bp"]) == 0  # the change runs, and fits
+    assert "Does not fit" not in capsys.readouterr().out

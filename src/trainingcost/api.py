@@ -148,8 +148,15 @@ def _value(command: str, action: argparse.Action, value):
             refuse(f"expected {form}, got {type(value).__name__} {value!r}")
         elif isinstance(value, os.PathLike):
             value = os.fspath(value)
+        elif convert is None and not isinstance(value, str):  # a name or a file: text (or a path), as typed
+            form = f"one of {', '.join(map(str, action.choices))}" if action.choices else "a string"
+            refuse(f"expected {form}, got {type(value).__name__} {value!r}")
     except argparse.ArgumentTypeError as exc:
         refuse(str(exc))
+    except Error:
+        raise
+    except ValueError:  # a plain converter (int): argparse's words
+        refuse(f"invalid {getattr(convert, '__name__', 'value')} value: {value!r}")
     if action.choices is not None and value not in action.choices:
         try:  # argparse's own words, as the command line says them
             argparse.ArgumentParser()._check_value(action, value)

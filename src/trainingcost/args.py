@@ -251,6 +251,8 @@ def rule_list(text: str) -> list[str]:
         return known
     asked = [part.strip().lower() for part in text.split(",")]
     bad = [part for part in asked if part not in known]
+    if "all" in asked:
+        raise argparse.ArgumentTypeError(f"{text!r}: all stands alone (every rule), not in a list of rules")
     if bad or not asked:
         raise argparse.ArgumentTypeError(f"{bad[0] if bad else text!r} is not a rule (allowed: {', '.join(known)}, all, "
                                          "or several separated by commas)")

@@ -551,7 +551,13 @@ def fit_verdict(table: pd.DataFrame, cfg, spec, gpu) -> str | None:
     names = ", ".join(r.upper() for r in over["rule"])
     worst = over.loc[over["mem_total"].idxmax()]
     text = (f"Does not fit: {names} need{'s' if len(over) == 1 else ''} up to {worst['mem_total'] / 2**30:.1f} GiB per "
-            f"GPU at micro-batch 1 on {gpu.name} ({gpu.memory_bytes / 2**30:.1f} GiB); the costs above assume it ran. ")
+            f"GPU at micro-batch {int(worst['micro_batch'])} on {gpu.name} ({gpu.memory_bytes / 2**30:.1f} GiB); the "
+            "costs above assume it ran. ")
+    if spec.micro_batch is not None and spec.micro_batch > 1:  # the micro-batch given, before the layout
+        from .analytic.plan import fits_at_micro_batch_1
+
+        if all(fits_at_micro_batch_1(cfg, spec, gpu, list(over["rule"])).values()):
+            return text + "The smallest change that fits: --micro-batch 1."
     found = smallest_fit(cfg, spec, gpu, list(over["rule"]))
     if found is None:
         can = dict(spec.can)

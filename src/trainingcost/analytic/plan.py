@@ -378,12 +378,23 @@ def global_batch(spec: PlanSpec, cfg) -> tuple[int, str]:
         batch = dp * max(1, int(sequences) // dp)
         return batch, (f"default: the run's {int(sequences):,} sequences in one step (a 4M-token batch is more "
                        f"than the run), a multiple of the data-parallel degree {dp}")
-    batch = dp * max(1, math.ceil(target / dp))
+    per_replica = splittable(max(1, math.ceil(target / dp)))
+    batch = dp * per_replica
     if dp > target:  # more data-parallel ranks than a 4M-token batch has sequences: one sequence each
         return batch, (f"default: one sequence per data-parallel rank, {batch * n:,} tokens (the data-parallel degree "
                        f"{dp} is more than a 4M-token batch's {target} sequences; Touvron et al. 2023, Table 1)")
     return batch, (f"default: about {DEFAULT_BATCH_TOKENS:,} tokens (Touvron et al. 2023, Table 1: a 4M-token batch), "
-                   f"a multiple of the data-parallel degree {dp}")
+                   f"a multiple of the data-parallel degree {dp}" + (f", {per_replica} sequences per replica (a multiple "
+                   f"of {per_replica & -per_replica}, so that micro-batches divide it)" if per_replica >= 16 else ""))
+
+
+def splittable(count: int) -> int:
+    """The smallest count of sequences per replica at or above ``count`` that is a multiple of 2^m, m = floor(log2
+    count) - 3: at most 12.5% more, and a power of two of at least count / 16 divides it. A replica's micro-batch
+    must divide its sequences; a prime count (31 of a 4M-token batch over 136 replicas) left micro-batch 1 whatever fits,
+    and GPU-hours up to 17x those of a neighbouring GPU count."""
+    step = 2 ** max(0, count.bit_length() - 1 - 3)
+    return -(-count // step) * step
 
 
 # ---------------------------------------------------------------------------
@@ -464,8 +475,8 @@ def smallest_fit(cfg, spec: PlanSpec, device, rules, max_gpus_per_node: int = 8)
     """The smallest change of the parallel layout that makes every rule of ``rules`` fit at micro-batch 1: fewest
     flags changed first (sharding zero3, activation checkpointing full, sequence parallelism where tp > 1, then TP
     within a node, then PP), then
-    the smallest degrees; only layouts that ``check_spec`` accepts (degrees divide heads, d_ff, the layers and the
-    GPUs) and that the framework runs (``spec.can``: a framework without tensor or pipeline parallelism keeps tp or
+    the smallest degrees; only layouts that ``check_spec`` accepts (degrees divide heads, d_ff and the GPUs, at most
+    one pipeline stage per block, a given global batch divides over the data-parallel degree) and that the framework runs (``spec.can``: a framework without tensor or pipeline parallelism keeps tp or
     pp as given, one that does not shard keeps the sharding). ({flag: value}, the spec) or None where no such
     layout on these GPUs fits."""
     import itertools
@@ -475,7 +486,7 @@ def smallest_fit(cfg, spec: PlanSpec, device, rules, max_gpus_per_node: int = 8)
     blocks = [cfg.depth(s) for s in cfg.stacks]
     can = dict(spec.can) if spec.can else {}
     tps = [t for t in (1, 2, 4, 8, 16) if t <= max_gpus_per_node and spec.gpus % t == 0]
-    pps = [p for p in range(1, max(blocks) + 1) if all(b % p == 0 for b in blocks) and spec.gpus % p == 0]
+    pps = [p for p in range(1, max(blocks) + 1) if spec.gpus % p == 0]  # uneven stages too (check_spec decides)
     if can and not can.get("tensor", True):
         tps = [spec.tp]
     if can and not can.get("pipeline", True):
@@ -499,7 +510,7 @@ def smallest_fit(cfg, spec: PlanSpec, device, rules, max_gpus_per_node: int = 8)
             continue
         candidates.append((len(change), tp * pp, tp, "checkpointing" in change, change,
                            replace(spec, sharding=sharding, checkpointing=checkpointing, tp=tp, pp=pp,
-                                   sequence_parallel=sp, interleave=1, global_batch=None, micro_batch=None)))
+                                   sequence_parallel=sp, interleave=1, micro_batch=None)))  # a given batch stays
     for *_, change, candidate in sorted(candidates, key=lambda c: c[:4]):
         try:
             check_spec(candidate, cfg, device)
