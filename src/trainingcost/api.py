@@ -106,6 +106,11 @@ def _plain_number(value):
     return value
 
 
+# Inputs the API also takes as objects (their functions' docstrings): a config.json as a dict or a transformers
+# config, a frontiers table as a DataFrame, a device or a file of devices as a dict.
+OBJECT_INPUTS = ("hf_config", "frontiers", "gpu", "hardware")
+
+
 def _value(command: str, action: argparse.Action, value):
     """``value`` checked and converted as the command line converts the flag's text, without making text of it
     (a float stays the float given)."""
@@ -148,7 +153,9 @@ def _value(command: str, action: argparse.Action, value):
             refuse(f"expected {form}, got {type(value).__name__} {value!r}")
         elif isinstance(value, os.PathLike):
             value = os.fspath(value)
-        elif convert is None and not isinstance(value, str):  # a name or a file: text (or a path), as typed
+        elif convert is None and not isinstance(value, str) and action.dest != "hf_config" and (
+                action.dest not in OBJECT_INPUTS or isinstance(value, (numbers.Number, list, tuple, set))):
+            # a name or a file: text (or a path), as typed (hf_config checks its own: a path, a dict or a config)
             form = f"one of {', '.join(map(str, action.choices))}" if action.choices else "a string"
             refuse(f"expected {form}, got {type(value).__name__} {value!r}")
     except argparse.ArgumentTypeError as exc:
