@@ -5,7 +5,7 @@ x max(NVLink ring latency 3.4 us, 3 x net overhead 1.0 us) + nInterSteps x inter
 analytic/steptime/network.py's (n - 1) x inter step; each form's per-fabric latencies (per collective, per ring step,
 per tree level) refitted by grid on the rows of its fabric across nodes (messages >= 1 MiB of
 benchmarks/collectives.csv). Prints MAPE overall and per rank count for both (docs/planning.md, "NCCL's own ring
-latency, tried and not kept"). About a minute:
+latency, tried and not kept"). About fifteen minutes on one busy core (a review's run: 13 min 52 s):
 
     python benchmarks/collectives_ring_form.py
 """

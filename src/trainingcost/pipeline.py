@@ -55,16 +55,9 @@ def load(config: dict) -> dict:
     """Validate a workflow config once, with every check that needs no job: the schema (the catalogue's rules
     and cost models), every configuration, the training jobs and the figures' names. Returns it with defaults."""
     filled = validate_config(config, vocabulary())
-    jobs = train_jobs(filled)
-    check_train_memory(jobs, filled["train"])
-    check_train_time(jobs, filled["train"])
-    check_figures(filled)
-    check_plan(filled)
-    check_strong_scaling(filled)
-    check_scaling_runs(scaling_study(filled), filled["train"])
     analytic = filled["analytic"]
     frame = sweep_frame(filled)
-    try:  # the analytic job would otherwise die on it, after the configs table is written
+    try:  # first: the analytic job would die on it, and every other check prices these sizes
         check_overflow(frame, analytic["cost_models"], 1)
     except SizeOverflowError as exc:
         raise ConfigError(f"sweep {exc.config_name!r}: {exc}") from None
@@ -73,6 +66,13 @@ def load(config: dict) -> dict:
     except SizeOverflowError:
         raise ConfigError(f"analytic.wm_mirror_steps: {analytic['wm_mirror_steps']} mirror steps per step take WM's "
                           "cost beyond exact 64-bit integers; give fewer") from None
+    jobs = train_jobs(filled)
+    check_train_memory(jobs, filled["train"])
+    check_train_time(jobs, filled["train"])
+    check_figures(filled)
+    check_plan(filled)
+    check_strong_scaling(filled)
+    check_scaling_runs(scaling_study(filled), filled["train"])
     check_analytic_memory(frame, analytic)
     return filled
 
@@ -207,9 +207,11 @@ def check_train_time(jobs: list, train: dict) -> None:
         flops = sum(int(value[1][i]) for (model, rule, _), value in totals.items() if rule == job.rule)
         bound = train["steps"] * flops / ceiling
         if bound > limit:
-            raise ConfigError(f"train.steps: {train['steps']:,} steps of {job.name!r} under {job.rule} take at least "
-                              f"{bound / 60:,.0f} min at {where} ({flops:.3g} FLOPs a step), more than "
-                              f"train.resources.runtime ({train['resources']['runtime']} min)")
+            cfg = job.cfg
+            raise ConfigError(f"train.steps: {train['steps']:,} steps of {job.name[:20]!r} under {job.rule} (seq_len "
+                              f"{cfg.seq_len}, batch {cfg.batch}, layers {cfg.enc_layers + cfg.dec_layers}, d_model "
+                              f"{cfg.d_model}) take {bound / 60:,.0f}+ min at {where}; train.resources.runtime "
+                              f"{train['resources']['runtime']} min")
 
 
 def check_scaling_runs(study, train: dict) -> None:
@@ -230,11 +232,19 @@ def check_scaling_runs(study, train: dict) -> None:
         check_overflow(frame, ["executed"], 1)
         check_train_memory(jobs, runs)
         check_train_time(jobs, runs)
-    except ConfigError as exc:
-        why = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
-        why = re.sub(r"^'[^']*' | of '[^']*'", "", why)  # the run is named once, in full, below
-        raise ConfigError(f"scaling.widths, scaling.depths, scaling.seq_len, scaling.batch, scaling.steps: the study's "
-                          f"largest run ({name}): {why}") from None
+    except ConfigError as exc:  # the train section's words, shortened: the run is the study's, named once
+        text = str(exc)
+        need = re.search(r"under (\S+) needs (\S+ GB).*(over 80% of the \S+ GB here)", text)
+        time = re.search(r"under (\S+) .*take (\S+ min at [^;]+); (train.resources.runtime \S+ min)", text)
+        if need:
+            why = f"under {need.group(1)} needs {need.group(2)}, {need.group(3)}"
+        elif time:
+            why = f"{study.run_steps:,} steps under {time.group(1)} take {time.group(2)}; {time.group(3)}"
+        else:
+            reach = re.search(r"cost (\S+ FLOPs), beyond exact 64-bit integers", text)
+            why = (f"a step costs {reach.group(1)} (seq_len {cfg.seq_len}, batch {cfg.batch}), beyond exact 64-bit "
+                   "integers" if reach else text.split(": ", 1)[-1])
+        raise ConfigError(f"scaling: its largest run ({name}): {why}") from None
 
 
 def _nvidia_gpu_here() -> bool:
@@ -646,8 +656,10 @@ def describe(cfg: ModelConfig) -> str:
             f"batch {cfg.batch}" + (f";\n{options}" if options else ""))
 
 
-def write_figures(config: dict, analytic_path, comparison_path, measured_path, out_dir) -> list[Path]:
-    """Every figure of :data:`FIGURES` that a validated config asks for, as PNG and PDF under ``out_dir``."""
+def write_figures(config: dict, analytic_path, comparison_path, measured_path, out_dir,
+                  calibration_path=None) -> list[Path]:
+    """Every figure of :data:`FIGURES` that a validated config asks for, as PNG and PDF under ``out_dir``; with the
+    device calibration, figure 5 claims no accuracy where the summary claims none (a calibration not trusted)."""
     from .config import configs_frame
     from .findings import figures as F
     from .findings.comparison import runs_of
@@ -682,7 +694,8 @@ def write_figures(config: dict, analytic_path, comparison_path, measured_path, o
     save(F.scaling(curves, runs, base, describe(base)), "scaling")
     save(F.ratio_to_bp(curves, runs, base, describe(base)), "ratios")
     if len(runs):
-        save(F.step_time(comparison), "step_time")
+        calibration = json.loads(Path(calibration_path).read_text()) if calibration_path else {}
+        save(F.step_time(comparison, calibration.get("trusted", True) is not False), "step_time")
         save(F.peak_memory(comparison, runs), "memory")
     else:  # every run failed: the figures say so, and the report still has them (issue 66, N9)
         save(F.nothing_measured("step time, predicted against measured"), "step_time")

@@ -50,6 +50,7 @@ rule figures:
         analytic=rules.analytic.output.costs,
         comparison=rules.comparison.output.comparison,
         measured=rules.measured.output.measured,
+        calibration=rules.calibrate.output[0],  # figure 5 claims no accuracy where it is not trusted
     output:
         [
             report(
@@ -70,7 +71,7 @@ rule figures:
 
         with logged(log[0]):
             write_figures(
-                FILLED, input.analytic, input.comparison, input.measured, "results/figures"
+                FILLED, input.analytic, input.comparison, input.measured, "results/figures", input.calibration
             )
 
 

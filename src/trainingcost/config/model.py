@@ -622,7 +622,9 @@ def _latent(out: dict, where: str, *, arch: str, positions: str, head_dim: int) 
         raise ConfigError(f"{_field(where, 'kv_lora_rank')}: latent attention applies only to arch decoder (DeepSeek's "
                           f"causal self-attention; arch is {arch})")
     if positions != "rotary" or not out.get("qk_rope_head_dim"):
-        raise ConfigError(f"{_field(where, 'qk_rope_head_dim')}: latent attention turns a part of each head of its own "
+        missing = "qk_rope_head_dim" if out.get("qk_rope_head_dim") is None else "positions"
+        fields = f"{_field(where, 'kv_lora_rank')}, {_field(where, missing)}"  # what was given, and what it needs
+        raise ConfigError(f"{fields}: latent attention turns a part of each head of its own "
                           "(give positions rotary and qk_rope_head_dim, an even width)")
     if out["qk_rope_head_dim"] % 2:
         raise ConfigError(f"{_field(where, 'qk_rope_head_dim')}: {out['qk_rope_head_dim']} features cannot be turned in "

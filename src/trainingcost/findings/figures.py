@@ -312,7 +312,9 @@ def nothing_measured(what: str):
 # 5. Step time
 
 
-def step_time(comparison: pd.DataFrame):
+def step_time(comparison: pd.DataFrame, calibration_trusted: bool = True):
+    """Predicted against measured step time, per device; scored on the trusted runs only, and not at all where the
+    device calibration is not trusted (the summary's rule: "No trusted calibration")."""
     from .predictor import accuracy
 
     steps = comparison[(comparison["granularity"] == "step") & (comparison["cost_model"] == "executed")]
@@ -322,6 +324,8 @@ def step_time(comparison: pd.DataFrame):
     scores = []
     flagged_all = (steps["timing_quality"].isin(["noisy", "contended"]) if "timing_quality" in steps
                    else pd.Series(False, index=steps.index))
+    if not calibration_trusted:  # every run untrusted, as the summary counts them
+        flagged_all = pd.Series(True, index=steps.index)
     for ax, device in zip(axes[0], devices):
         part = steps[steps["device_name"].astype(str) == device]
         trusted = part[~flagged_all.loc[part.index]]
@@ -343,7 +347,8 @@ def step_time(comparison: pd.DataFrame):
         scored = (f"MAPE {score['mape']:.0%}, Spearman {rank} ({score['n']} run{'s' * (score['n'] != 1)}"
                   + (f"; {left_out} noisy or contended, hollow, left out)" if left_out else ")")
                   if score["n"] and np.isfinite(score["mape"]) else
-                  f"no trusted run ({left_out} flagged, hollow)")
+                  f"no trusted run ({left_out} flagged, hollow)" if calibration_trusted else
+                  "calibration not trusted: no accuracy claimed")
         ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured step time (ms, median)",
                ylabel="predicted step time (ms)", title=f"{device}\n{scored}")
         _log_ticks(ax)
@@ -353,6 +358,9 @@ def step_time(comparison: pd.DataFrame):
         fig.suptitle(f"The trace-driven predictor, calibrated on the device and never fitted to training steps,\n"
                      f"misses the measured step time by {worst['mape']:.0%} on average and ranks runs at "
                      f"Spearman {worst['spearman']:.2f}")
+    elif not calibration_trusted:  # as results/summary.md: "No trusted calibration"
+        fig.suptitle("No trusted calibration (results/device): the predictor's step times are drawn,\nno accuracy "
+                     "is claimed (hollow: every run untrusted)")
     else:  # every run flagged (a busy machine): say so in words, never "nan%" (issue 63)
         fig.suptitle("No trusted step time to score the predictor:\nevery run was noisy or contended (a busy machine)")
     handles = [plt.Line2D([], [], color=RULE_COLORS[r], marker=RULE_MARKERS[r], linestyle="", markersize=5) for r in rules]
