@@ -165,3 +165,15 @@ def test_the_fit_verdict_names_the_micro_batch_priced_and_a_change_that_runs(cap
     flags = change.split(": ", 1)[1].rstrip(".").split()
     assert cli.main(["plan", *argv, *flags, "--tokens", "1e9", "--rule", "bp"]) == 0  # the change runs, and fits
     assert "Does not fit" not in capsys.readouterr().out
+
+
+def test_figure_5_claims_no_accuracy_under_a_calibration_not_trusted():
+    """The summary said "No trusted calibration ... no accuracy is claimed" while figure 5 scored the same runs."""
+    from trainingcost.findings.figures import step_time
+
+    steps = pd.DataFrame({"granularity": "step", "cost_model": "executed", "rule": ["bp", "dfa"], "device_name": "cpu",
+                          "timing_quality": "ok", "predicted_time_s": [0.010, 0.020], "measured_time_s": [0.011, 0.019]})
+    trusted, untrusted = step_time(steps), step_time(steps, calibration_trusted=False)
+    assert "misses the measured step time" in trusted._suptitle.get_text()
+    assert untrusted._suptitle.get_text().startswith("No trusted calibration")
+    assert "no accuracy claimed" in untrusted.axes[0].get_title()
