@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     loso = {} if args.no_loso else leave_one_source_out(args.csv)
     k = GENERIC["kernel_efficiency"]
     print(f"kernel efficiency (the one fitted constant): {k:.2f}")
-    print(f"{'source':30} {'rows':>4} {'MAPE':>7} {'signed':>8} {'left out':>9} {'(fit)':>6} {'flat 0.40':>10} {'max|err|':>9}")
+    print(f"{'source':38} {'rows':>4} {'MAPE':>7} {'signed':>8} {'left out':>9} {'(fit)':>6} {'flat 0.40':>10} {'max|err|':>9}")
     groups = {}
     for r in results:
         groups.setdefault(r["source"], []).append(r)
@@ -170,10 +170,10 @@ def main(argv=None) -> int:
     absent = [k for k in ("zero-bubble / DualPipe schedules", "offload") if not regimes[k]]
     for name, rows in [*groups.items(), *((k, v) for k, v in regimes.items() if v), ("overall", results)]:
         left = f"{loso[name][1]:8.1f}% {loso[name][0]:6.2f}" if name in loso else f"{'':9} {'':6}"
-        print(f"{name[:30]:30} {len(rows):4d} {mape(rows):6.1f}% {signed(rows):+7.1f}% {left} {mape(rows, 'err_flat'):9.1f}% "
+        print(f"{name[:38]:38} {len(rows):4d} {mape(rows):6.1f}% {signed(rows):+7.1f}% {left} {mape(rows, 'err_flat'):9.1f}% "
               f"{max(abs(r['err_pred']) for r in rows):8.1f}%")
     for name in absent:  # the optional schedule and offload columns of a row (analytic/steptime/runs.py)
-        print(f"{name[:30]:30} {0:4d}   (no published row of this table states one)")
+        print(f"{name[:38]:38} {0:4d}   (no published row of this table states one)")
     if loso:
         per_source = [mape(rows) for rows in groups.values()]
         print(f"\nmean of per-source MAPEs: {sum(per_source) / len(per_source):.1f}%; of left-out MAPEs: "
