@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 import pandas as pd
 
@@ -26,7 +27,7 @@ from trainingcost.analytic.catalogue import rule_names
 from trainingcost.analytic.comm import admitted, comm_seconds, step_collectives
 from trainingcost.config.model import canonical_model
 from trainingcost.config.training import TrainSpec
-from trainingcost.measure.collectives import calibrate_collectives
+from trainingcost.measure.collectives import CollectivesBusy, calibrate_collectives
 from trainingcost.measure.distributed import launch_each
 
 MODEL = dict(arch="decoder", layers=2, d_model=64, heads=4, d_ff=256, vocab=256, seq_len=64, batch=8)
@@ -40,7 +41,7 @@ def slowest_rank(run) -> pd.DataFrame:
     return both.groupby(["i", "step"], as_index=False)["seconds"].max()
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--steps", type=int, default=12)
@@ -55,8 +56,13 @@ def main() -> None:
         with open(args.calibration) as f:
             calibration = json.load(f)
     else:
-        calibration = calibrate_collectives(args.nproc, tolerance=args.tolerance, time_cap_s=180,
-                                            after_compute_s=args.after_compute_ms / 1e3)
+        try:
+            calibration = calibrate_collectives(args.nproc, tolerance=args.tolerance, time_cap_s=180,
+                                                after_compute_s=args.after_compute_ms / 1e3)
+        except CollectivesBusy as busy:  # nothing to trust: one line, as bench_predictor.py says it
+            print(f"bench_comm: the collectives calibration did not converge ({busy}; load average "
+                  f"{os.getloadavg()[0]:.2f}): nothing measured is trusted; rerun on a quiet machine")
+            return 1
     cfg = canonical_model(MODEL, "")
     rows = []
     for parallel in args.parallel.split(","):
@@ -81,7 +87,8 @@ def main() -> None:
     for column in ("pred/median", "pred/fastest"):
         error = (table[column] - 1).abs()
         print(f"{column}: mean |ratio - 1| = {error.mean():.1%}; within 15%: {(error <= 0.15).sum()} of {len(table)}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
